@@ -1,0 +1,237 @@
+/*
+ * fmimpl.h - private definitions shared by the library's sources: the object header,
+ * error macros, the options/log internals, and the private structs of the objects.
+ * Not installed.
+ */
+#ifndef FLASHMASK_PRIVATE_FMIMPL_H
+#define FLASHMASK_PRIVATE_FMIMPL_H
+
+#include <flashmask.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------- errors ---------------- */
+/* Raise an error: records and (per the handler) prints the message, returns code. */
+FMErrorCode FMError_Private(MPI_Comm comm, const char *file, const char *func, int line, FMErrorCode code,
+                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Add one traceback line for an error passing through; returns code. */
+FMErrorCode FMTraceback_Private(const char *file, const char *func, int line, FMErrorCode code);
+
+/* FMCall(expr): evaluate a call returning FMErrorCode; on error add a traceback line and return. */
+#define FMCall(expr)                                                                 \
+  do {                                                                               \
+    FMErrorCode fm_ierr_ = (expr);                                                   \
+    if (fm_ierr_ != FM_SUCCESS) return FMTraceback_Private(__FILE__, __func__, __LINE__, fm_ierr_); \
+  } while (0)
+
+/* FMCheck(cond, comm, code, fmt, ...): user-input check, always compiled in. */
+#define FMCheck(cond, comm, code, ...)                                               \
+  do {                                                                               \
+    if (!(cond)) return FMError_Private((comm), __FILE__, __func__, __LINE__, (code), __VA_ARGS__); \
+  } while (0)
+
+/* FMRaise(comm, code, fmt, ...): unconditional error. */
+#define FMRaise(comm, code, ...) return FMError_Private((comm), __FILE__, __func__, __LINE__, (code), __VA_ARGS__)
+
+/* FMCallMPI(expr): wrap an MPI call. */
+#define FMCallMPI(expr)                                                              \
+  do {                                                                               \
+    int fm_mpierr_ = (expr);                                                         \
+    if (fm_mpierr_ != MPI_SUCCESS) {                                                 \
+      char fm_mpimsg_[MPI_MAX_ERROR_STRING]; int fm_mpilen_ = 0;                     \
+      MPI_Error_string(fm_mpierr_, fm_mpimsg_, &fm_mpilen_);                         \
+      return FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_MPI, "MPI error in %s: %s", #expr, fm_mpimsg_); \
+    }                                                                                \
+  } while (0)
+
+/* FMMalloc(n, &p) / FMCalloc(n, &p): allocate n elements of *p's type; FM_ERR_MEM on failure. */
+FMErrorCode FMMalloc_Private(size_t bytes, int zero, void **p, const char *file, const char *func, int line);
+#define FMMalloc(n, pp) FMMalloc_Private((size_t)(n) * sizeof(**(pp)), 0, (void **)(pp), __FILE__, __func__, __LINE__)
+#define FMCalloc(n, pp) FMMalloc_Private((size_t)(n) * sizeof(**(pp)), 1, (void **)(pp), __FILE__, __func__, __LINE__)
+/* FMFree(p): free and NULL. */
+#define FMFree(p) do { free(p); (p) = NULL; } while (0)
+FMErrorCode FMStrdup(const char *s, char **out);
+
+/*
+ * FMAgree_Private - collective agreement on success: every rank passes its local error
+ *   code; if any rank failed, every rank that did not fail raises FM_ERR_COLLECTIVE naming
+ *   the failing rank and code, and ranks that failed return their own code.
+ *   Use after each local step of a collective set-up, so one rank's failure never hangs
+ *   the others.
+ */
+FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, const char *func, int line);
+#define FMAgree(comm, expr)                                                          \
+  do {                                                                               \
+    FMErrorCode fm_loc_ = (expr);                                                    \
+    FMErrorCode fm_all_ = FMAgree_Private((comm), fm_loc_, __FILE__, __func__, __LINE__); \
+    if (fm_all_ != FM_SUCCESS) return FMTraceback_Private(__FILE__, __func__, __LINE__, fm_all_); \
+  } while (0)
+
+/* ---------------- object header ---------------- */
+typedef enum { FM_CLASSID_CONTEXT = 0x46D001, FM_CLASSID_MASK = 0x46D002, FM_CLASSID_PLAN = 0x46D003 } FMClassId;
+
+typedef struct {
+  FMClassId   classid;
+  const char *class_name;   /* "FMContext", ... */
+  MPI_Comm    comm;         /* borrowed from the context (the context owns its dup) */
+  int         refct;
+  char       *type_name;    /* owned; may be NULL */
+  int         setupcalled;
+} FMObjectHeader;
+
+/* FMValidHeader(obj, CLASSID, argnum): NULL and class check for a public handle argument. */
+#define FMValidHeader(obj, cid, argnum)                                              \
+  do {                                                                               \
+    FMCheck((obj) != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Null object: argument %d", (argnum)); \
+    FMCheck(((FMObjectHeader *)(obj))->classid == (cid), MPI_COMM_SELF, FM_ERR_ARG_WRONG, \
+            "Wrong type of object: argument %d is not a valid %s", (argnum), #cid);  \
+  } while (0)
+#define FMValidPointer(p, argnum)                                                    \
+  FMCheck((p) != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Null pointer: argument %d (%s)", (argnum), #p)
+#define FMCheckSetUp(obj, what)                                                      \
+  FMCheck(((FMObjectHeader *)(obj))->setupcalled, ((FMObjectHeader *)(obj))->comm, FM_ERR_ORDER, \
+          "Must call %sSetUp() first", (what))
+
+/* ---------------- options and logging internals ---------------- */
+/* Object option lookups: same as the public ones; -help lists them with the object name. */
+FMErrorCode FMOptionsGetEnum_Private(const char *name, const char *help, const char *const *list, int *value, FMBool *set);
+/* FMOptionsGetView_Private - whether -name (e.g. -fm_mask_view) was given. */
+FMErrorCode FMOptionsGetView_Private(const char *name, const char *help, FMBool *set);
+/* Initialize/free the options and log internals (called by FMInitialize/FMFinalize). */
+FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file);
+FMErrorCode FMOptionsFinalize_Private(void);
+FMErrorCode FMLogInitialize_Private(void);
+FMErrorCode FMLogFinalize_Private(void);
+/* Whether FMInitialize was called; objects refuse to be created otherwise. */
+int FMIsInitialized_Private(void);
+#define FMCheckInitialized()                                                         \
+  FMCheck(FMIsInitialized_Private(), MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMInitialize() first")
+
+/* Wall clock in seconds. */
+double FMTime(void);
+
+/* Printing from rank 0 of comm, and ordered per-rank printing (collective). */
+FMErrorCode FMPrintf(MPI_Comm comm, FILE *fp, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+FMErrorCode FMSynchronizedPrintf(MPI_Comm comm, FILE *fp, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---------------- context ---------------- */
+typedef struct {
+  int rank, node, node_rank, node_size, package, numa, ncores;
+  int gpu;                /* CUDA device ordinal, -1 if none */
+  char gpu_busid[32];     /* "0000:19:00.0" or "" */
+  char gpu_name[64];
+  char hostname[64];
+} FMRankInfo;
+
+struct _p_FMContext {
+  FMObjectHeader hdr;
+  MPI_Comm comm;          /* owned duplicate */
+  int rank, size;
+  MPI_Comm nodecomm;      /* ranks sharing memory */
+  int node_rank, node_size, nnodes, node;
+  MPI_Comm crosscomm;     /* ranks with the same node_rank across nodes */
+  FMBackend backend_req, backend;
+  int nthreads;
+  int device;             /* chosen CUDA device, -1 if none */
+  int ngpus;              /* visible GPUs on this node */
+  int gpu_sm;             /* compute capability * 10 of the chosen device, 0 if none */
+  FMRankInfo self;
+  FMRankInfo *all;        /* [size], filled at SetUp */
+  void *topology;         /* hwloc_topology_t, or NULL */
+};
+
+/* ---------------- mask ---------------- */
+/* Block summary layout: for each mask head and key block, 8 int32 numbers. */
+enum { FM_SUM_LTS_MIN = 0, FM_SUM_LTS_MAX, FM_SUM_LTE_MIN, FM_SUM_LTE_MAX,
+       FM_SUM_UTS_MIN, FM_SUM_UTS_MAX, FM_SUM_UTE_MIN, FM_SUM_UTE_MAX, FM_SUM_N };
+
+/* Tile classes. */
+typedef enum { FM_TILE_SKIP = 0, FM_TILE_FULL = 1, FM_TILE_PARTIAL = 2 } FMTileClass;
+
+struct _p_FMMask {
+  FMObjectHeader hdr;
+  FMContext ctx;
+  int seqlen_q, seqlen_k, mask_heads;
+  int causal;             /* add the bottom-right aligned causal triangle */
+  int present;            /* FM_BOUND_* bits */
+  int32_t *bnd[4];        /* lts, lte, uts, ute: [mask_heads][seqlen_k] each, always allocated after SetUp */
+  /* builder parameters */
+  int ndocs; int *docs;
+  int window_left, window_right;  /* -1: default */
+  int nglobal;
+  int nprefix; int *prefix;
+  int nsq; int *sq_nseg; int nsqseg; int *sq_seglen;
+  int nspans; int *span_start, *span_len;
+  unsigned long seed;
+  /* user bounds before SetUp (type "bounds") */
+  int32_t *user[4];       /* [mask_heads][seqlen_k] or NULL */
+  int user_present;       /* bits; -1 until the first SetBounds */
+  unsigned char *user_head_set;
+  /* summaries */
+  int block;              /* block size (both axes), default 128 */
+  int nblocks_k;          /* ceil(seqlen_k / block) */
+  int32_t *summary;       /* [mask_heads][nblocks_k][FM_SUM_N] */
+  double density, sparsity;
+};
+
+/* Index of head h, column j in a bound vector. */
+#define FM_BND(m, v, h, j) ((m)->bnd[(v)][(size_t)(h) * (m)->seqlen_k + (j)])
+
+/*
+ * FMMaskClassifyTile_Private - class of the tile of query rows [m0, m1) (global indices)
+ *   against key block kb of mask head h, from the summaries and the causal diagonal.
+ *   Conservative: FM_TILE_SKIP only if every entry is masked, FM_TILE_FULL only if none is.
+ */
+FMTileClass FMMaskClassifyTile_Private(const struct _p_FMMask *m, int h, int m0, int m1, int kb);
+
+/* Same on raw arrays (shared with kernels and the planner). summary points at one head. */
+FMTileClass FMClassifyTile(const int32_t *summary_head, int causal, int seqlen_q, int seqlen_k, int block,
+                           int m0, int m1, int kb);
+
+/* Build the bounds of a builder type into m->bnd (called by SetUp). */
+FMErrorCode FMMaskBuild_Private(FMMask m);
+/* Compute summaries, density, sparsity (called by SetUp). */
+FMErrorCode FMMaskComputeSummaries_Private(FMMask m);
+/* Validate m->bnd (0 <= start <= Sq, start <= end). */
+FMErrorCode FMMaskValidate_Private(FMMask m);
+/* Fill the kernels' view of a set-up mask (borrowed pointers into m). */
+struct FMMaskDesc_s;
+FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc);
+
+/* ---------------- plan ---------------- */
+struct _p_FMPlan {
+  FMObjectHeader hdr;
+  FMContext ctx;
+  FMMask mask;
+  int batch, heads_q, heads_kv, head_dim;
+  FMDType dtype;
+  double scale; int scale_set;
+  void *stream;
+  int nlocal; int *rows;  /* global query rows owned here */
+  FMBackend backend;
+  void *gpu;              /* backend data (device copies of bounds/summaries), or NULL */
+  void *dist;             /* context-parallel plan (src/plan/dist), or NULL */
+  FMLogEvent ev_fwd, ev_bwd;
+};
+
+/*
+ * Context-parallel planner hooks (src/plan/dist/exec.c). Called by plan.c for every
+ * communicator size (size 1 included): SetUp_Dist fills plan->nlocal/rows and plan->dist;
+ * Forward/Backward_Dist run the distributed algorithm on the CPU backend; View_Dist prints
+ * the partition; Destroy_Dist frees plan->dist.
+ */
+FMErrorCode FMPlanSetUp_Dist(FMPlan plan);
+FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
+FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const void *v, const void *o,
+                                const float *lse, const void *dout, void *dq, void *dk, void *dv);
+FMErrorCode FMPlanView_Dist(FMPlan plan, FILE *fp);
+FMErrorCode FMPlanDestroy_Dist(FMPlan plan);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

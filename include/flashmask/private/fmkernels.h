@@ -1,0 +1,110 @@
+/*
+ * fmkernels.h - private interface between FMPlan and the compute backends.
+ * Not installed. Plain C structs and raw pointers, so that the CPU reference, the
+ * Hopper kernels and the distributed executor share one description of a problem.
+ */
+#ifndef FLASHMASK_PRIVATE_FMKERNELS_H
+#define FLASHMASK_PRIVATE_FMKERNELS_H
+
+#include <flashmask.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The mask as the kernels see it (global coordinates; borrowed pointers).
+ * bnd[v] + h * seqlen_k is head h's vector v (v = 0..3: lts, lte, uts, ute); all four are
+ * always valid (absent vectors in default form). summary + (h * nblocks_k + kb) * 8 holds
+ * the block summary (see FM_SUM_* in fmimpl.h).
+ */
+typedef struct FMMaskDesc_s {
+  int seqlen_q, seqlen_k, mask_heads, causal, present;
+  const int32_t *bnd[4];
+  int block, nblocks_k;
+  const int32_t *summary;
+} FMMaskDesc;
+
+/*
+ * One attention problem, possibly a piece of a bigger one (for context parallelism):
+ * nq local query rows whose global indices are qrows[0..nq) (NULL = rows 0..nq-1), against
+ * the key columns [k0, k0 + nk) of the global sequence.
+ * Layouts: q, o, do: [batch][nq][heads_q][head_dim]; k, v: [batch][nk][heads_kv][head_dim];
+ * lse: float [batch][heads_q][nq].
+ */
+typedef struct {
+  int batch, heads_q, heads_kv, head_dim;
+  FMDType dtype;          /* of q, k, v, do */
+  float scale;
+  int nq; const int *qrows;
+  int k0, nk;
+  FMMaskDesc mask;
+  int nthreads;           /* CPU threads, <= 0 = OpenMP default */
+} FMAttnProblem;
+
+/*
+ * FMCPUForward - exact forward over the problem's key columns.
+ *   o        out: [batch][nq][heads_q][head_dim] in o_dtype (FM_DTYPE_FP32 for partial
+ *            results that will be merged)
+ *   lse      out: float [batch][heads_q][nq]; -inf (and O = 0) for rows with no visible key
+ */
+FMErrorCode FMCPUForward(const FMAttnProblem *p, const void *q, const void *k, const void *v,
+                         void *o, FMDType o_dtype, float *lse);
+
+/*
+ * FMCPUMergePartial - merge a partial result (o_part, lse_part; fp32) into an accumulated
+ *   one (o_acc, lse_acc; fp32) exactly through the LSE. Shapes as in FMCPUForward.
+ */
+FMErrorCode FMCPUMergePartial(const FMAttnProblem *p, float *o_acc, float *lse_acc,
+                              const float *o_part, const float *lse_part);
+
+/*
+ * FMCPUBackward - exact backward over the problem's key columns, given the FINAL o and lse
+ *   of the whole row set (so pieces over disjoint key ranges add up exactly).
+ *   o, dout           dtype, layout of q
+ *   dq_acc            in/out float [batch][nq][heads_q][head_dim]: dQ is ADDED to it
+ *   dk, dv            out: [batch][nk][heads_kv][head_dim] in g_dtype (FP32 for pieces
+ *                     that will be reduced)
+ */
+FMErrorCode FMCPUBackward(const FMAttnProblem *p, const void *q, const void *k, const void *v,
+                          const void *o, const float *lse, const void *dout,
+                          float *dq_acc, void *dk, void *dv, FMDType g_dtype);
+
+/* Element conversion helpers (exact for fp32 -> fp32; round-to-nearest-even to bf16/fp16). */
+float FMToFloat(const void *base, size_t idx, FMDType t);
+void  FMFromFloat(void *base, size_t idx, FMDType t, float x);
+
+/* ---------------- CUDA (src/kernels/sm90, only with FM_HAVE_CUDA) ---------------- */
+/*
+ * FMCudaMaskUpload - copy the mask's bounds and summaries to the current device.
+ *   *dev receives an opaque handle to free with FMCudaMaskFree.
+ */
+FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev);
+FMErrorCode FMCudaMaskFree(void *dev);
+
+/*
+ * FMCudaForward - forward on the current device, asynchronously on stream.
+ *   p->qrows must be NULL and k0 = 0 (whole problem); q, k, v, o, lse are device pointers;
+ *   dmask from FMCudaMaskUpload. Chooses the Hopper kernel on sm_90, else a fallback.
+ */
+FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
+                          const void *v, void *o, float *lse, void *stream);
+
+/* FMCudaDeviceInfo - number of devices and properties; ndev = 0 when no driver/GPU. */
+FMErrorCode FMCudaDeviceCount(int *ndev);
+FMErrorCode FMCudaDeviceInfo(int dev, char *name, size_t namelen, char *busid, size_t buslen, int *sm);
+FMErrorCode FMCudaSetDevice(int dev);
+/* Device memory helpers (src/kernels/cudamem.c): synchronous on the given stream. */
+FMErrorCode FMCudaMalloc(size_t bytes, void **p);
+FMErrorCode FMCudaFree(void *p);
+FMErrorCode FMCudaMemcpyD2H(void *dst, const void *src, size_t bytes, void *stream);
+FMErrorCode FMCudaMemcpyH2D(void *dst, const void *src, size_t bytes, void *stream);
+/* FMCudaIsDevicePointer - whether p is device (or managed) memory; 0 for host memory. */
+int FMCudaIsDevicePointer(const void *p);
+/* Which forward path runs on this device ("sm90 wgmma/tma", "fallback simt", ...). */
+const char *FMCudaForwardPathName(int sm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,296 @@
+/*
+ * context.c - FMContext: a duplicated communicator, the node split, the hwloc topology
+ * of each rank, the choice of a nearby GPU and of the compute backend.
+ */
+#include <flashmask/private/fmimpl.h>
+#include <flashmask/private/fmkernels.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if FM_HAVE_HWLOC
+#include <hwloc.h>
+#endif
+
+static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
+
+FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx)
+{
+  FMContext c;
+  FMCheckInitialized();
+  FMValidPointer(ctx, 2);
+  *ctx = NULL;
+  FMCheck(comm != MPI_COMM_NULL, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Argument 1 (comm) is MPI_COMM_NULL; expected a valid communicator");
+  FMCall(FMCalloc(1, &c));
+  c->hdr.classid = FM_CLASSID_CONTEXT;
+  c->hdr.class_name = "FMContext";
+  c->hdr.refct = 1;
+  FMCallMPI(MPI_Comm_dup(comm, &c->comm));
+  c->hdr.comm = c->comm;
+  MPI_Comm_rank(c->comm, &c->rank);
+  MPI_Comm_size(c->comm, &c->size);
+  c->nodecomm = c->crosscomm = MPI_COMM_NULL;
+  c->backend_req = FM_BACKEND_AUTO;
+  c->backend = FM_BACKEND_AUTO;
+  c->device = -1;
+  c->self.gpu = -1;
+  *ctx = c;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend)
+{
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMCheck(backend == FM_BACKEND_AUTO || backend == FM_BACKEND_CPU || backend == FM_BACKEND_CUDA, ctx->comm,
+          FM_ERR_ARG_OUTOFRANGE, "Argument 2 (backend) is %d; expected FM_BACKEND_AUTO, FM_BACKEND_CPU or FM_BACKEND_CUDA", (int)backend);
+  ctx->backend_req = backend;
+  ctx->hdr.setupcalled = 0;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads)
+{
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMCheck(nthreads >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (nthreads) is %d; expected >= 0 (0 = OpenMP default)", nthreads);
+  ctx->nthreads = nthreads;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextSetFromOptions(FMContext ctx)
+{
+  int b;
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  b = (int)ctx->backend_req;
+  FMCall(FMOptionsGetEnum_Private("-fm_backend", "compute backend (FMContextSetBackend)", backend_names, &b, NULL));
+  FMCall(FMContextSetBackend(ctx, (FMBackend)b));
+  FMCall(FMOptionsGetInt("-fm_num_threads", "CPU threads per rank, 0 = OpenMP default (FMContextSetNumThreads)", &ctx->nthreads, NULL));
+  FMCall(FMContextSetNumThreads(ctx, ctx->nthreads));
+  return FM_SUCCESS;
+}
+
+/* Locate this rank in the machine with hwloc: package, NUMA node, cores of its binding. */
+static FMErrorCode detect_topology(FMContext ctx)
+{
+#if FM_HAVE_HWLOC
+  hwloc_topology_t topo;
+  hwloc_bitmap_t set;
+  if (!ctx->topology) {
+    FMCheck(hwloc_topology_init(&topo) == 0, MPI_COMM_SELF, FM_ERR_HWLOC, "hwloc_topology_init() failed");
+    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (hwloc_topology_load(topo) != 0) {
+      hwloc_topology_destroy(topo);
+      FMRaise(MPI_COMM_SELF, FM_ERR_HWLOC, "hwloc_topology_load() failed");
+    }
+    ctx->topology = topo;
+  }
+  topo = (hwloc_topology_t)ctx->topology;
+  set = hwloc_bitmap_alloc();
+  FMCheck(set, MPI_COMM_SELF, FM_ERR_MEM, "hwloc_bitmap_alloc() failed");
+  if (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) != 0 || hwloc_bitmap_iszero(set))
+    hwloc_bitmap_copy(set, hwloc_topology_get_topology_cpuset(topo));
+  ctx->self.ncores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, HWLOC_OBJ_CORE);
+  {
+    int first = hwloc_bitmap_first(set);
+    hwloc_obj_t pu = first >= 0 ? hwloc_get_pu_obj_by_os_index(topo, (unsigned)first) : NULL;
+    hwloc_obj_t pkg = pu ? hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_PACKAGE, pu) : NULL;
+    hwloc_obj_t numa = NULL;
+    ctx->self.package = pkg ? (int)pkg->logical_index : 0;
+    if (pu) {
+      hwloc_obj_t anc = pu;
+      while (anc && !anc->memory_arity) anc = anc->parent;
+      if (anc) numa = anc->memory_first_child;
+    }
+    ctx->self.numa = numa ? (int)numa->logical_index : 0;
+  }
+  hwloc_bitmap_free(set);
+#else
+  ctx->self.package = 0;
+  ctx->self.numa = 0;
+  ctx->self.ncores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+  return FM_SUCCESS;
+}
+
+#if FM_HAVE_CUDA
+/* Whether GPU busid ("dddd:bb:dd.f") is attached near this rank's cores (hwloc). */
+static int gpu_is_near(FMContext ctx, const char *busid)
+{
+#if FM_HAVE_HWLOC
+  unsigned dom, bus, dev, fn;
+  hwloc_topology_t topo = (hwloc_topology_t)ctx->topology;
+  hwloc_obj_t pci, anc;
+  hwloc_bitmap_t set;
+  int near = 0;
+  if (!topo || sscanf(busid, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4) return 0;
+  pci = hwloc_get_pcidev_by_busid(topo, dom, bus, dev, fn);
+  if (!pci) return 0;
+  anc = hwloc_get_non_io_ancestor_obj(topo, pci);
+  set = hwloc_bitmap_alloc();
+  if (anc && set && hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) == 0) near = hwloc_bitmap_intersects(set, anc->cpuset);
+  if (set) hwloc_bitmap_free(set);
+  return near;
+#else
+  (void)ctx; (void)busid;
+  return 0;
+#endif
+}
+#endif
+
+/* Choose a GPU for this rank: one near its cores, spread over node-local ranks. */
+static FMErrorCode choose_device(FMContext ctx)
+{
+  ctx->device = -1;
+  ctx->ngpus = 0;
+  ctx->gpu_sm = 0;
+#if FM_HAVE_CUDA
+  if (ctx->backend_req == FM_BACKEND_CPU) return FM_SUCCESS;
+  FMCall(FMCudaDeviceCount(&ctx->ngpus));
+  if (ctx->ngpus > 0) {
+    int *cand, ncand = 0;
+    FMCall(FMMalloc(ctx->ngpus, &cand));
+    for (int d = 0; d < ctx->ngpus; d++) {
+      char name[64], bus[32]; int sm;
+      if (FMCudaDeviceInfo(d, name, sizeof(name), bus, sizeof(bus), &sm) == FM_SUCCESS && gpu_is_near(ctx, bus)) cand[ncand++] = d;
+    }
+    if (ncand == 0)
+      for (int d = 0; d < ctx->ngpus; d++) cand[ncand++] = d;
+    ctx->device = cand[ctx->node_rank % ncand];
+    free(cand);
+    FMCall(FMCudaDeviceInfo(ctx->device, ctx->self.gpu_name, sizeof(ctx->self.gpu_name), ctx->self.gpu_busid,
+                            sizeof(ctx->self.gpu_busid), &ctx->gpu_sm));
+    FMCall(FMCudaSetDevice(ctx->device));
+  }
+#endif
+  ctx->self.gpu = ctx->device;
+  return FM_SUCCESS;
+}
+
+static FMErrorCode setup_local(FMContext ctx)
+{
+  FMCall(detect_topology(ctx));
+  FMCall(choose_device(ctx));
+  if (ctx->backend_req == FM_BACKEND_CUDA)
+    FMCheck(ctx->device >= 0, MPI_COMM_SELF, FM_ERR_SUP,
+            "Backend \"cuda\" was requested but %s; use -fm_backend cpu or auto",
+            FM_HAVE_CUDA ? "no CUDA GPU is visible to this rank" : "this build has no CUDA support (configure --with-cuda)");
+  ctx->backend = ctx->backend_req == FM_BACKEND_AUTO ? (ctx->device >= 0 ? FM_BACKEND_CUDA : FM_BACKEND_CPU) : ctx->backend_req;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextSetUp(FMContext ctx)
+{
+  MPI_Comm leaders;
+  int node = 0;
+  FMBool view = FM_FALSE;
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  if (ctx->hdr.setupcalled) return FM_SUCCESS;
+  if (ctx->nodecomm == MPI_COMM_NULL) {
+    FMCallMPI(MPI_Comm_split_type(ctx->comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &ctx->nodecomm));
+    MPI_Comm_rank(ctx->nodecomm, &ctx->node_rank);
+    MPI_Comm_size(ctx->nodecomm, &ctx->node_size);
+    /* Number the nodes by their leaders (node-local rank 0), in rank order. */
+    FMCallMPI(MPI_Comm_split(ctx->comm, ctx->node_rank == 0 ? 0 : MPI_UNDEFINED, ctx->rank, &leaders));
+    if (leaders != MPI_COMM_NULL) {
+      MPI_Comm_rank(leaders, &node);
+      MPI_Comm_free(&leaders);
+    }
+    FMCallMPI(MPI_Bcast(&node, 1, MPI_INT, 0, ctx->nodecomm));
+    ctx->node = node;
+    FMCallMPI(MPI_Allreduce(&node, &ctx->nnodes, 1, MPI_INT, MPI_MAX, ctx->comm));
+    ctx->nnodes++;
+    /* Ranks with the same node-local index across nodes: the first level of a hierarchical route. */
+    FMCallMPI(MPI_Comm_split(ctx->comm, ctx->node_rank, ctx->rank, &ctx->crosscomm));
+  }
+  memset(&ctx->self, 0, sizeof(ctx->self));
+  ctx->self.rank = ctx->rank;
+  ctx->self.node = ctx->node;
+  ctx->self.node_rank = ctx->node_rank;
+  ctx->self.node_size = ctx->node_size;
+  gethostname(ctx->self.hostname, sizeof(ctx->self.hostname) - 1);
+  FMAgree(ctx->comm, setup_local(ctx));
+  if (!ctx->all) FMCall(FMMalloc(ctx->size, &ctx->all));
+  FMCallMPI(MPI_Allgather(&ctx->self, (int)sizeof(FMRankInfo), MPI_BYTE, ctx->all, (int)sizeof(FMRankInfo), MPI_BYTE, ctx->comm));
+  ctx->hdr.setupcalled = 1;
+  FMCall(FMOptionsGetView_Private("-fm_context_view", "print the context at set-up (FMContextView)", &view));
+  if (view) FMCall(FMContextView(ctx, stdout));
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextView(FMContext ctx, FILE *fp)
+{
+  int nthreads = ctx && ctx->nthreads ? ctx->nthreads : 1;
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMCheckSetUp(ctx, "FMContext");
+  if (!fp) fp = stdout;
+#ifdef _OPENMP
+  if (!ctx->nthreads) nthreads = omp_get_max_threads();
+#endif
+  FMCall(FMPrintf(ctx->comm, fp, "FMContext: %d rank%s on %d node%s, backend %s (requested %s), %d CPU thread%s per rank\n",
+                  ctx->size, ctx->size > 1 ? "s" : "", ctx->nnodes, ctx->nnodes > 1 ? "s" : "", FMBackendName(ctx->backend),
+                  FMBackendName(ctx->backend_req), nthreads, nthreads > 1 ? "s" : ""));
+  FMCall(FMPrintf(ctx->comm, fp, "  build: cuda %d, nccl %d, hwloc %d, hdf5 %d (parallel %d)\n", FM_HAVE_CUDA, FM_HAVE_NCCL,
+                  FM_HAVE_HWLOC, FM_HAVE_HDF5, FM_HAVE_HDF5_PARALLEL));
+  FMCall(FMPrintf(ctx->comm, fp, "  %4s %-16s %4s %5s %4s %4s %5s  %s\n", "rank", "host", "node", "local", "pkg", "numa", "cores", "GPU"));
+  for (int r = 0; r < ctx->size; r++) {
+    const FMRankInfo *ri = &ctx->all[r];
+    char gpu[160];
+    if (ri->gpu >= 0) snprintf(gpu, sizeof(gpu), "%d %s [%s]", ri->gpu, ri->gpu_name, ri->gpu_busid);
+    else snprintf(gpu, sizeof(gpu), "none");
+    FMCall(FMPrintf(ctx->comm, fp, "  %4d %-16.16s %4d %2d/%-2d %4d %4d %5d  %s\n", ri->rank, ri->hostname, ri->node, ri->node_rank,
+                    ri->node_size, ri->package, ri->numa, ri->ncores, gpu));
+  }
+#if FM_HAVE_CUDA
+  if (ctx->backend == FM_BACKEND_CUDA)
+    FMCall(FMPrintf(ctx->comm, fp, "  forward path on rank 0's GPU (sm_%d): %s\n", ctx->all[0].gpu >= 0 ? ctx->gpu_sm : 0,
+                    FMCudaForwardPathName(ctx->gpu_sm)));
+#endif
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextGetComm(FMContext ctx, MPI_Comm *comm)
+{
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMValidPointer(comm, 2);
+  *comm = ctx->comm;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextGetBackend(FMContext ctx, FMBackend *backend)
+{
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMValidPointer(backend, 2);
+  FMCheckSetUp(ctx, "FMContext");
+  *backend = ctx->backend;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextGetDevice(FMContext ctx, int *device)
+{
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMValidPointer(device, 2);
+  *device = ctx->device;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextDestroy(FMContext *ctx)
+{
+  FMContext c;
+  FMValidPointer(ctx, 1);
+  c = *ctx;
+  if (!c) return FM_SUCCESS;
+  FMValidHeader(c, FM_CLASSID_CONTEXT, 1);
+  *ctx = NULL;
+  if (--c->hdr.refct > 0) return FM_SUCCESS;
+#if FM_HAVE_HWLOC
+  if (c->topology) hwloc_topology_destroy((hwloc_topology_t)c->topology);
+#endif
+  if (c->crosscomm != MPI_COMM_NULL) MPI_Comm_free(&c->crosscomm);
+  if (c->nodecomm != MPI_COMM_NULL) MPI_Comm_free(&c->nodecomm);
+  MPI_Comm_free(&c->comm);
+  free(c->all);
+  c->hdr.classid = 0;
+  free(c);
+  return FM_SUCCESS;
+}

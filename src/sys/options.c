@@ -1,0 +1,342 @@
+/*
+ * options.c - the options database: "-name value" pairs read from an options file,
+ * the FM_OPTIONS environment variable and the command line (later sources override
+ * earlier ones). Every lookup is listed by -help (on rank 0 of MPI_COMM_WORLD).
+ */
+#include <flashmask/private/fmimpl.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  char *name;   /* with the leading '-' */
+  char *value;  /* NULL for a flag */
+  int used;
+} FMOption;
+
+static FMOption *fm_opts;
+static int fm_nopts, fm_capopts;
+static char **fm_helped; /* names already printed by -help */
+static int fm_nhelped, fm_caphelped;
+static int fm_help = -1;
+
+static int is_name(const char *s)
+{
+  /* "-x..." where x is not a digit or '.', so that negative numbers are values */
+  return s && s[0] == '-' && s[1] && !isdigit((unsigned char)s[1]) && s[1] != '.';
+}
+
+static FMOption *find(const char *name)
+{
+  for (int i = fm_nopts - 1; i >= 0; i--)
+    if (!strcmp(fm_opts[i].name, name)) return &fm_opts[i];
+  return NULL;
+}
+
+FMErrorCode FMOptionsSetValue(const char *name, const char *value)
+{
+  FMOption *o;
+  FMValidPointer(name, 1);
+  FMCheck(is_name(name), MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Argument 1 (name) is \"%s\"; an option name must start with '-' and a letter", name);
+  o = find(name);
+  if (!o) {
+    if (fm_nopts == fm_capopts) {
+      int cap = fm_capopts ? 2 * fm_capopts : 32;
+      FMOption *n = (FMOption *)realloc(fm_opts, (size_t)cap * sizeof(*n));
+      FMCheck(n, MPI_COMM_SELF, FM_ERR_MEM, "Out of memory growing the options database");
+      fm_opts = n; fm_capopts = cap;
+    }
+    o = &fm_opts[fm_nopts++];
+    memset(o, 0, sizeof(*o));
+    FMCall(FMStrdup(name, &o->name));
+  }
+  free(o->value);
+  o->value = NULL;
+  if (value) FMCall(FMStrdup(value, &o->value));
+  if (!strcmp(name, "-help")) fm_help = 1;
+  return FM_SUCCESS;
+}
+
+/* Insert whitespace-separated tokens "-a 1 -b -c x". */
+static FMErrorCode insert_tokens(int n, char **tok)
+{
+  for (int i = 0; i < n; i++) {
+    if (!is_name(tok[i])) continue; /* stray value: ignored, as MPI launchers add their own */
+    if (i + 1 < n && !is_name(tok[i + 1])) {
+      FMCall(FMOptionsSetValue(tok[i], tok[i + 1]));
+      i++;
+    } else FMCall(FMOptionsSetValue(tok[i], NULL));
+  }
+  return FM_SUCCESS;
+}
+
+static FMErrorCode insert_string(const char *s)
+{
+  char *buf, *save = NULL, **tok = NULL;
+  int n = 0, cap = 0;
+  FMErrorCode ierr;
+  if (!s) return FM_SUCCESS;
+  FMCall(FMStrdup(s, &buf));
+  for (char *t = strtok_r(buf, " \t\r\n", &save); t; t = strtok_r(NULL, " \t\r\n", &save)) {
+    if (t[0] == '#') { /* comment to end of line: skip tokens until newline is not tracked; files strip comments first */
+      break;
+    }
+    if (n == cap) {
+      cap = cap ? 2 * cap : 16;
+      char **nt = (char **)realloc(tok, (size_t)cap * sizeof(*nt));
+      if (!nt) { free(tok); free(buf); FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Out of memory parsing options"); }
+      tok = nt;
+    }
+    tok[n++] = t;
+  }
+  ierr = insert_tokens(n, tok);
+  free(tok);
+  free(buf);
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+static FMErrorCode insert_file(const char *file)
+{
+  FILE *fp = fopen(file, "r");
+  char line[4096];
+  FMCheck(fp, MPI_COMM_SELF, FM_ERR_FILE, "Cannot open options file \"%s\": %s", file, strerror(errno));
+  while (fgets(line, sizeof(line), fp)) {
+    char *hash = strchr(line, '#');
+    if (hash) *hash = 0;
+    FMErrorCode ierr = insert_string(line);
+    if (ierr) { fclose(fp); FMCall(ierr); }
+  }
+  fclose(fp);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file)
+{
+  if (file) FMCall(insert_file(file));
+  FMCall(insert_string(getenv("FM_OPTIONS")));
+  if (argc > 1 && argv) FMCall(insert_tokens(argc - 1, argv + 1));
+  if (fm_help < 0) fm_help = find("-help") != NULL;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMOptionsFinalize_Private(void)
+{
+  FMOption *left = find("-options_left");
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (left && rank == 0) {
+    left->used = 1;
+    int nunused = 0;
+    for (int i = 0; i < fm_nopts; i++)
+      if (!fm_opts[i].used && strncmp(fm_opts[i].name, "-fm_", 4) == 0) {
+        printf("WARNING! option %s%s%s was set but never used\n", fm_opts[i].name, fm_opts[i].value ? " " : "",
+               fm_opts[i].value ? fm_opts[i].value : "");
+        nunused++;
+      }
+    if (!nunused) printf("There are no unused options.\n");
+  }
+  for (int i = 0; i < fm_nopts; i++) { free(fm_opts[i].name); free(fm_opts[i].value); }
+  free(fm_opts); fm_opts = NULL; fm_nopts = fm_capopts = 0;
+  for (int i = 0; i < fm_nhelped; i++) free(fm_helped[i]);
+  free(fm_helped); fm_helped = NULL; fm_nhelped = fm_caphelped = 0;
+  fm_help = -1;
+  return FM_SUCCESS;
+}
+
+/* Print one -help line per option name, on world rank 0. */
+static void help_line(const char *name, const char *help, const char *current)
+{
+  int rank = 0, init = 0;
+  if (fm_help != 1) return;
+  for (int i = 0; i < fm_nhelped; i++)
+    if (!strcmp(fm_helped[i], name)) return;
+  if (fm_nhelped == fm_caphelped) {
+    int cap = fm_caphelped ? 2 * fm_caphelped : 32;
+    char **n = (char **)realloc(fm_helped, (size_t)cap * sizeof(*n));
+    if (!n) return;
+    fm_helped = n; fm_caphelped = cap;
+  }
+  if (FMStrdup(name, &fm_helped[fm_nhelped])) return;
+  fm_nhelped++;
+  MPI_Initialized(&init);
+  if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) printf("  %s <%s>: %s\n", name, current ? current : "", help ? help : "");
+}
+
+static FMOption *lookup(const char *name)
+{
+  FMOption *o = find(name);
+  if (o) o->used = 1;
+  return o;
+}
+
+FMErrorCode FMOptionsHasName(const char *name, FMBool *set)
+{
+  FMValidPointer(name, 1);
+  FMValidPointer(set, 2);
+  *set = lookup(name) ? FM_TRUE : FM_FALSE;
+  return FM_SUCCESS;
+}
+
+static FMErrorCode parse_int(const char *name, const char *s, int *v)
+{
+  char *end;
+  long x;
+  FMCheck(s && *s, MPI_COMM_SELF, FM_ERR_OPT, "Option %s needs an integer value", name);
+  errno = 0;
+  x = strtol(s, &end, 0);
+  /* accept k/K and m/M suffixes (1024, 1048576) for sequence lengths */
+  if (*end == 'k' || *end == 'K') { x *= 1024; end++; }
+  else if (*end == 'm' || *end == 'M') { x *= 1048576; end++; }
+  FMCheck(!*end && errno == 0 && x >= INT_MIN && x <= INT_MAX, MPI_COMM_SELF, FM_ERR_OPT,
+          "Option %s has value \"%s\"; expected an integer", name, s);
+  *v = (int)x;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMOptionsGetInt(const char *name, const char *help, int *value, FMBool *set)
+{
+  FMOption *o;
+  char cur[32];
+  FMValidPointer(name, 1);
+  FMValidPointer(value, 3);
+  o = lookup(name);
+  if (set) *set = FM_FALSE;
+  if (o) {
+    FMCall(parse_int(name, o->value, value));
+    if (set) *set = FM_TRUE;
+  }
+  snprintf(cur, sizeof(cur), "%d", *value);
+  help_line(name, help, cur);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMOptionsGetReal(const char *name, const char *help, double *value, FMBool *set)
+{
+  FMOption *o;
+  char cur[32];
+  FMValidPointer(name, 1);
+  FMValidPointer(value, 3);
+  o = lookup(name);
+  if (set) *set = FM_FALSE;
+  if (o) {
+    char *end;
+    FMCheck(o->value && *o->value, MPI_COMM_SELF, FM_ERR_OPT, "Option %s needs a real value", name);
+    double x = strtod(o->value, &end);
+    FMCheck(!*end, MPI_COMM_SELF, FM_ERR_OPT, "Option %s has value \"%s\"; expected a real number", name, o->value);
+    *value = x;
+    if (set) *set = FM_TRUE;
+  }
+  snprintf(cur, sizeof(cur), "%g", *value);
+  help_line(name, help, cur);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMOptionsGetBool(const char *name, const char *help, FMBool *value, FMBool *set)
+{
+  FMOption *o;
+  FMValidPointer(name, 1);
+  FMValidPointer(value, 3);
+  o = lookup(name);
+  if (set) *set = FM_FALSE;
+  if (o) {
+    const char *s = o->value;
+    if (!s || !strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) *value = FM_TRUE;
+    else if (!strcasecmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off")) *value = FM_FALSE;
+    else FMRaise(MPI_COMM_SELF, FM_ERR_OPT, "Option %s has value \"%s\"; expected true/false/1/0/yes/no", name, s);
+    if (set) *set = FM_TRUE;
+  }
+  help_line(name, help, *value ? "true" : "false");
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMOptionsGetString(const char *name, const char *help, char *value, size_t len, FMBool *set)
+{
+  FMOption *o;
+  FMValidPointer(name, 1);
+  FMValidPointer(value, 3);
+  FMCheck(len > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Argument 4 (len) is 0; expected the size of the value buffer");
+  o = lookup(name);
+  if (set) *set = FM_FALSE;
+  if (o) {
+    FMCheck(o->value, MPI_COMM_SELF, FM_ERR_OPT, "Option %s needs a value", name);
+    FMCheck(strlen(o->value) < len, MPI_COMM_SELF, FM_ERR_OPT, "Option %s value \"%s\" is longer than %zu characters", name,
+            o->value, len - 1);
+    strcpy(value, o->value);
+    if (set) *set = FM_TRUE;
+  }
+  help_line(name, help, value);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMOptionsGetIntArray(const char *name, const char *help, int *value, int *n, FMBool *set)
+{
+  FMOption *o;
+  FMValidPointer(name, 1);
+  FMValidPointer(value, 3);
+  FMValidPointer(n, 4);
+  o = lookup(name);
+  if (set) *set = FM_FALSE;
+  if (o) {
+    char *buf, *save = NULL;
+    int cnt = 0;
+    FMCheck(o->value, MPI_COMM_SELF, FM_ERR_OPT, "Option %s needs a comma-separated list of integers", name);
+    FMCall(FMStrdup(o->value, &buf));
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+      if (cnt >= *n) {
+        free(buf);
+        FMRaise(MPI_COMM_SELF, FM_ERR_OPT, "Option %s has more than %d values", name, *n);
+      }
+      FMErrorCode ierr = parse_int(name, t, &value[cnt]);
+      if (ierr) { free(buf); FMCall(ierr); }
+      cnt++;
+    }
+    free(buf);
+    *n = cnt;
+    if (set) *set = FM_TRUE;
+  }
+  help_line(name, help, o && o->value ? o->value : "");
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMOptionsGetEnum_Private(const char *name, const char *help, const char *const *list, int *value, FMBool *set)
+{
+  FMOption *o;
+  char all[512] = "";
+  FMValidPointer(name, 1);
+  FMValidPointer(list, 3);
+  FMValidPointer(value, 4);
+  for (int i = 0; list[i]; i++) {
+    if (i) strncat(all, "|", sizeof(all) - strlen(all) - 1);
+    strncat(all, list[i], sizeof(all) - strlen(all) - 1);
+  }
+  o = lookup(name);
+  if (set) *set = FM_FALSE;
+  if (o) {
+    int found = -1;
+    FMCheck(o->value, MPI_COMM_SELF, FM_ERR_OPT, "Option %s needs a value, one of %s", name, all);
+    for (int i = 0; list[i]; i++)
+      if (!strcasecmp(list[i], o->value)) found = i;
+    FMCheck(found >= 0, MPI_COMM_SELF, FM_ERR_OPT, "Option %s has value \"%s\"; expected one of %s", name, o->value, all);
+    *value = found;
+    if (set) *set = FM_TRUE;
+  }
+  {
+    char line[640];
+    snprintf(line, sizeof(line), "%s (one of %s)", help ? help : "", all);
+    help_line(name, line, (*value >= 0) ? list[*value] : "");
+  }
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMOptionsGetView_Private(const char *name, const char *help, FMBool *set)
+{
+  FMBool v = FM_FALSE;
+  FMCall(FMOptionsGetBool(name, help, &v, NULL));
+  FMValidPointer(set, 3);
+  *set = v;
+  return FM_SUCCESS;
+}

@@ -1,0 +1,171 @@
+/*
+ * test_plan - FMPlan: call order, bad arguments, shape/mask compatibility, the flop count,
+ * and forward/backward through the plan on one rank against a float64 dense reference.
+ */
+#include "fmtest.h"
+
+static int masked_cb(void *ctx, int mh, int i, int j)
+{
+  FMBool m = FM_TRUE;
+  FMMaskIsMasked((FMMask)ctx, mh, i, j, &m);
+  return m == FM_TRUE;
+}
+
+/* Run one problem through the plan on the CPU backend in dtype and compare with float64. */
+static void check_problem(FMContext ctx, const char *type, int Sq, int Sk, int mh, int B, int Hq, int Hkv, int D, FMDType dt,
+                          uint64_t *seed)
+{
+  FMMask mask;
+  FMPlan plan;
+  size_t nq = (size_t)B * Sq * Hq * D, nk = (size_t)B * Sk * Hkv * D, nl = (size_t)B * Hq * Sq, es = FMDTypeSize(dt);
+  double *q = malloc(nq * 8), *k = malloc(nk * 8), *v = malloc(nk * 8), *dout = malloc(nq * 8);
+  double *o = malloc(nq * 8), *lse = malloc(nl * 8), *dq = malloc(nq * 8), *dk = malloc(nk * 8), *dv = malloc(nk * 8);
+  double *got = malloc((nq > nk ? nq : nk) * 8);
+  void *tq = malloc(nq * es), *tk = malloc(nk * es), *tv = malloc(nk * es), *tdo = malloc(nq * es);
+  void *to = malloc(nq * es), *tdq = malloc(nq * es), *tdk = malloc(nk * es), *tdv = malloc(nk * es);
+  float *tl = malloc(nl * 4);
+  double tol = dt == FM_DTYPE_FP32 ? 1e-4 : 2e-2;
+  int nlocal;
+
+  FMT_CALL(FMMaskCreate(ctx, &mask));
+  FMT_CALL(FMMaskSetSizes(mask, Sq, Sk, mh));
+  FMT_CALL(FMMaskSetType(mask, type));
+  FMT_CALL(FMMaskSetUp(mask));
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetMask(plan, mask));
+  FMT_CALL(FMPlanSetShape(plan, B, Hq, Hkv, D, dt));
+  FMT_CALL(FMPlanSetUp(plan));
+  FMT_CALL(FMPlanGetLocalRows(plan, &nlocal, NULL));
+  FMT_CHECK(nlocal == Sq, "one rank owns all %d rows, got %d", Sq, nlocal);
+
+  /* Inputs rounded to dtype so the float64 reference sees exactly what the plan sees. */
+  struct { double *d; void *t; size_t n; } in[4] = {{q, tq, nq}, {k, tk, nk}, {v, tv, nk}, {dout, tdo, nq}};
+  for (int a = 0; a < 4; a++)
+    for (size_t i = 0; i < in[a].n; i++) {
+      float x = (float)fmt_uniform(seed);
+      if (dt == FM_DTYPE_FP32) ((float *)in[a].t)[i] = x;
+      else {
+        /* round through the library's own type by a plan-independent route: bf16/fp16 via bit ops */
+        uint32_t u; memcpy(&u, &x, 4);
+        if (dt == FM_DTYPE_BF16) { u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u; memcpy(&x, &u, 4); ((uint16_t *)in[a].t)[i] = (uint16_t)(u >> 16); }
+        else { /* fp16: values in [-1,1) quantized to 2^-11 steps are exact in fp16 */
+          x = roundf(x * 2048.0f) / 2048.0f; if (x == 0) x = 1.0f / 2048;
+          uint32_t s = (u >> 31) << 15; float ax = fabsf(x); int e; float mfr = frexpf(ax, &e); /* ax = mfr*2^e */
+          uint16_t h;
+          if (e - 1 + 15 <= 0) h = (uint16_t)(s | (uint32_t)lrintf(ax * 16777216.0f));
+          else h = (uint16_t)(s | ((uint32_t)(e - 1 + 15) << 10) | ((uint32_t)lrintf((mfr * 2 - 1) * 1024) & 0x3FF));
+          if (x < 0) h |= 0x8000; else h &= 0x7FFF;
+          ((uint16_t *)in[a].t)[i] = h;
+        }
+      }
+      in[a].d[i] = x;
+    }
+  for (size_t i = 0; i < nq * es; i++) ((unsigned char *)to)[i] = 0xFF; /* poison: NaN in every type */
+  for (size_t i = 0; i < nq * es; i++) ((unsigned char *)tdq)[i] = 0xFF;
+  for (size_t i = 0; i < nk * es; i++) ((unsigned char *)tdk)[i] = ((unsigned char *)tdv)[i] = 0xFF;
+  FMT_CALL(FMPlanForward(plan, tq, tk, tv, to, tl));
+  FMT_CALL(FMPlanBackward(plan, tq, tk, tv, to, tl, tdo, tdq, tdk, tdv));
+  fmt_ref_attention(B, Hq, Hkv, D, Sq, Sk, mh, 1.0 / sqrt((double)D), masked_cb, mask, q, k, v, o, lse, dout, dq, dk, dv);
+
+  struct { const char *name; void *t; double *ref; size_t n; } out[4] = {{"O", to, o, nq}, {"dQ", tdq, dq, nq}, {"dK", tdk, dk, nk}, {"dV", tdv, dv, nk}};
+  for (int a = 0; a < 4; a++) {
+    for (size_t i = 0; i < out[a].n; i++) {
+      float x;
+      if (dt == FM_DTYPE_FP32) x = ((float *)out[a].t)[i];
+      else if (dt == FM_DTYPE_BF16) { uint32_t u = (uint32_t)((uint16_t *)out[a].t)[i] << 16; memcpy(&x, &u, 4); }
+      else {
+        uint16_t h = ((uint16_t *)out[a].t)[i]; int e = (h >> 10) & 31, m = h & 1023;
+        x = e == 0 ? ldexpf((float)m, -24) : e == 31 ? NAN : ldexpf((float)(m + 1024), e - 25);
+        if (h & 0x8000) x = -x;
+      }
+      got[i] = x;
+    }
+    double err = fmt_relerr(got, out[a].ref, out[a].n);
+    FMT_CHECK(err <= tol, "%s %s Sq=%d Sk=%d heads %d/%d mh=%d d=%d: rel. error of %s = %.3e > %.1e", type, FMDTypeName(dt), Sq,
+              Sk, Hq, Hkv, mh, D, out[a].name, err, tol);
+  }
+  for (size_t i = 0; i < nl; i++) {
+    int ok = (isinf(lse[i]) && isinf(tl[i]) && tl[i] < 0) || fabs(tl[i] - lse[i]) <= 1e-3 * (1 + fabs(lse[i]));
+    if (!ok) { FMT_CHECK(ok, "%s: lse[%zu] = %g, expected %g", type, i, tl[i], lse[i]); break; }
+  }
+  /* Flops under the FlashMask convention. */
+  {
+    double f, dens, sp;
+    FMT_CALL(FMPlanGetFlops(plan, &f));
+    FMT_CALL(FMMaskGetDensity(mask, &dens, &sp));
+    double expect = 4.0 * B * Hq * (double)Sq * Sk * D * (1 - sp);
+    FMT_CHECK(fabs(f - expect) <= 1e-9 * expect, "flops %g, expected %g", f, expect);
+  }
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&mask));
+  free(q); free(k); free(v); free(dout); free(o); free(lse); free(dq); free(dk); free(dv); free(got);
+  free(tq); free(tk); free(tv); free(tdo); free(to); free(tdq); free(tdk); free(tdv); free(tl);
+}
+
+int main(int argc, char **argv)
+{
+  FMContext ctx;
+  FMMask mask;
+  FMPlan plan;
+  float buf[64], lse[8];
+  uint64_t seed;
+
+  FMT_CALL(FMInitialize(&argc, &argv, NULL, NULL));
+  seed = fmt_seed();
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CPU));
+  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
+  FMT_EXPECT_ERR(FMPlanCreate(ctx, &plan), FM_SUCCESS, NULL);
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ORDER, "FMPlanSetMask");
+
+  /* Call order and arguments. */
+  FMT_CALL(FMMaskCreate(ctx, &mask));
+  FMT_CALL(FMMaskSetSizes(mask, 8, 8, 2));
+  FMT_CALL(FMMaskSetType(mask, FMMASKCAUSAL));
+  FMT_CALL(FMPlanSetMask(plan, mask));
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ORDER, "FMContextSetUp");
+  FMT_CALL(FMContextSetUp(ctx));
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ORDER, "FMMaskSetUp");
+  FMT_CALL(FMMaskSetUp(mask));
+  FMT_EXPECT_ERR(FMPlanForward(plan, buf, buf, buf, buf, lse), FM_ERR_ORDER, "FMPlanSetUp");
+  FMT_EXPECT_ERR(FMPlanBackward(plan, buf, buf, buf, buf, lse, buf, buf, buf, buf), FM_ERR_ORDER, "FMPlanSetUp");
+  FMT_EXPECT_ERR(FMPlanSetShape(plan, 0, 1, 1, 8, FM_DTYPE_FP32), FM_ERR_ARG_OUTOFRANGE, "batch");
+  FMT_EXPECT_ERR(FMPlanSetShape(plan, 1, 3, 2, 8, FM_DTYPE_FP32), FM_ERR_ARG_INCOMP, "heads_q");
+  FMT_EXPECT_ERR(FMPlanSetShape(plan, 1, 2, 2, 12, FM_DTYPE_FP32), FM_ERR_ARG_OUTOFRANGE, "head_dim");
+  FMT_EXPECT_ERR(FMPlanSetShape(plan, 1, 2, 2, 8, (FMDType)9), FM_ERR_ARG_OUTOFRANGE, "dtype");
+  FMT_EXPECT_ERR(FMPlanSetScale(plan, -1.0), FM_ERR_ARG_OUTOFRANGE, "scale");
+  FMT_EXPECT_ERR(FMPlanSetMask(plan, (FMMask)ctx), FM_ERR_ARG_WRONG, "argument 2");
+  /* mask has 2 heads; heads_kv 1 is incompatible */
+  FMT_CALL(FMPlanSetShape(plan, 1, 4, 1, 8, FM_DTYPE_FP32));
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ARG_INCOMP, "mask has 2 heads");
+  FMT_CALL(FMPlanSetShape(plan, 1, 4, 2, 8, FM_DTYPE_FP32));
+  FMT_CALL(FMPlanSetUp(plan));
+  FMT_EXPECT_ERR(FMPlanForward(plan, NULL, buf, buf, buf, lse), FM_ERR_ARG_NULL, "argument 2");
+  FMT_EXPECT_ERR(FMPlanBackward(plan, buf, buf, buf, buf, NULL, buf, buf, buf, buf), FM_ERR_ARG_NULL, "argument 6");
+  FMT_EXPECT_ERR(FMPlanGetLocalRows(plan, NULL, NULL), FM_ERR_ARG_NULL, "argument 2");
+  {
+    int b, hq, hkv, d; FMDType dt;
+    FMT_CALL(FMPlanGetShape(plan, &b, &hq, &hkv, &d, &dt));
+    FMT_CHECK(b == 1 && hq == 4 && hkv == 2 && d == 8 && dt == FM_DTYPE_FP32, "GetShape");
+  }
+  {
+    char *out = NULL; size_t len = 0; FILE *mem = open_memstream(&out, &len);
+    FMT_CALL(FMPlanView(plan, mem));
+    fclose(mem);
+    FMT_CHECK(strstr(out, "FMPlan:") && strstr(out, "causal"), "plan view:\n%s", out);
+    free(out);
+  }
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&mask));
+  FMT_CHECK(plan == NULL && mask == NULL, "Destroy must NULL handles");
+
+  /* Numerics through the plan (CPU backend). */
+  check_problem(ctx, FMMASKCAUSALDOCUMENT, 300, 300, 1, 2, 4, 2, 32, FM_DTYPE_FP32, &seed);
+  check_problem(ctx, FMMASKCAUSAL, 200, 333, 2, 1, 4, 2, 64, FM_DTYPE_FP32, &seed);
+  check_problem(ctx, FMMASKDOCUMENT, 257, 257, 1, 1, 2, 1, 64, FM_DTYPE_BF16, &seed);
+  check_problem(ctx, FMMASKSLIDINGWINDOW, 190, 190, 1, 1, 2, 2, 16, FM_DTYPE_FP16, &seed);
+  FMT_CALL(FMContextDestroy(&ctx));
+  int rc = fmt_finish("test_plan");
+  FMT_CALL(FMFinalize());
+  return rc;
+}

@@ -1,0 +1,245 @@
+static const char help[] =
+  "ex1: causal-document masked attention, forward and backward, on the best backend present.\n"
+  "It checks the result against a re-run on the exact CPU backend and prints the time taken.\n"
+  "  mpiexec -n 1 ./ex1 [-seqlen 4096] [-fm_plan_heads 8] [-fm_plan_kv_heads 2] [-fm_plan_head_dim 128]\n"
+  "                     [-fm_plan_dtype bf16] [-fm_mask_docs 1000,2000,1096] [-fm_backend auto|cpu|cuda]\n"
+  "                     [-fm_context_view] [-fm_mask_view] [-fm_plan_view] [-fm_log_view] [-help]\n";
+
+/*
+ * Tutorial 1. The life of the three objects:
+ *   FMContext (communicator, topology, backend) -> FMMask (the column-bound mask) ->
+ *   FMPlan (shape + mask, ready to run) -> Forward/Backward -> View -> Destroy.
+ * Every rank builds the same global tensors from a seed and keeps the query rows the
+ * plan gives it (FMPlanGetLocalRows), so the program runs unchanged on any number of ranks.
+ */
+#include <flashmask.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#if FM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* Abort the tutorial on error (the library already printed a traceback). */
+#define CHKERR(expr) do { FMErrorCode e_ = (expr); if (e_) { fprintf(stderr, "ex1: %s failed\n", #expr); MPI_Abort(MPI_COMM_WORLD, (int)e_); } } while (0)
+
+/* splitmix64: a small deterministic generator, so every rank makes the same global data. */
+static uint64_t mix(uint64_t *s)
+{
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Store x in element i of a buffer of the given type (round to nearest even). */
+static void store(void *buf, size_t i, FMDType t, float x)
+{
+  if (t == FM_DTYPE_FP32) { ((float *)buf)[i] = x; return; }
+  if (t == FM_DTYPE_BF16) {
+    uint32_t u; memcpy(&u, &x, 4);
+    u += 0x7FFF + ((u >> 16) & 1);
+    ((uint16_t *)buf)[i] = (uint16_t)(u >> 16);
+    return;
+  }
+  { /* fp16; inputs here are small normal numbers */
+    uint32_t u; memcpy(&u, &x, 4);
+    uint32_t sign = (u >> 16) & 0x8000, e = (u >> 23) & 0xFF, m = u & 0x7FFFFF;
+    int ne = (int)e - 127 + 15;
+    uint16_t h;
+    if (e == 0 || ne <= 0) h = (uint16_t)sign;
+    else if (ne >= 31) h = (uint16_t)(sign | 0x7C00);
+    else {
+      uint32_t r = m + 0xFFF + ((m >> 13) & 1);
+      if (r & 0x800000) { r = 0; ne++; }
+      h = (uint16_t)(sign | ((uint32_t)ne << 10) | (r >> 13));
+    }
+    ((uint16_t *)buf)[i] = h;
+  }
+}
+
+static float load(const void *buf, size_t i, FMDType t)
+{
+  uint32_t u;
+  float x;
+  if (t == FM_DTYPE_FP32) return ((const float *)buf)[i];
+  if (t == FM_DTYPE_BF16) { u = (uint32_t)((const uint16_t *)buf)[i] << 16; memcpy(&x, &u, 4); return x; }
+  {
+    uint16_t h = ((const uint16_t *)buf)[i];
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    if (e == 0) { x = ldexpf((float)m, -24); return sign ? -x : x; }
+    if (e == 31) u = sign | 0x7F800000 | (m << 13);
+    else u = sign | ((e - 15 + 127) << 23) | (m << 13);
+    memcpy(&x, &u, 4);
+    return x;
+  }
+}
+
+/* Fill the local rows of a [batch][seq][heads][dim] tensor with the global random values. */
+static void fill(void *buf, FMDType t, int batch, int nrows, const int *rows, int heads, int dim, uint64_t seed)
+{
+  for (int b = 0; b < batch; b++)
+    for (int r = 0; r < nrows; r++) {
+      uint64_t s = seed * 1000003ull + ((uint64_t)b << 40) + (uint64_t)rows[r];
+      for (int e = 0; e < heads * dim; e++) {
+        float x = (float)((double)(mix(&s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+        store(buf, ((size_t)b * nrows + r) * heads * dim + e, t, x);
+      }
+    }
+}
+
+/* Max |a-b| and max |b| over n elements. */
+static void compare(const void *a, const void *b, size_t n, FMDType t, double *maxdiff, double *maxref)
+{
+  *maxdiff = 0; *maxref = 0;
+  for (size_t i = 0; i < n; i++) {
+    double x = load(a, i, t), y = load(b, i, t);
+    double d = fabs(x - y);
+    if (!(d <= *maxdiff)) *maxdiff = d; /* NaN propagates */
+    if (fabs(y) > *maxref) *maxref = fabs(y);
+  }
+}
+
+int main(int argc, char **argv)
+{
+  FMContext ctx, cpuctx;
+  FMMask mask;
+  FMPlan plan, cpuplan;
+  FMBackend backend;
+  int seqlen = 4096, batch = 1, hq = 8, hkv = 2, dim = 128, nlocal, rank, size, ok = 1, iters = 1;
+  FMDType dtype;
+  const int *rows;
+  double tf, tb, flops, tol;
+  MPI_Comm comm;
+
+  CHKERR(FMInitialize(&argc, &argv, NULL, help));
+  CHKERR(FMOptionsGetInt("-seqlen", "sequence length (queries and keys)", &seqlen, NULL));
+  CHKERR(FMOptionsGetInt("-iters", "timed repetitions of forward and backward", &iters, NULL));
+
+  /* 1. Context: communicator, topology, backend (GPU if present). */
+  CHKERR(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  CHKERR(FMContextSetFromOptions(ctx));
+  CHKERR(FMContextSetUp(ctx));
+  CHKERR(FMContextGetBackend(ctx, &backend));
+  CHKERR(FMContextGetComm(ctx, &comm));
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+
+  /* 2. Mask: causal documents; lengths drawn from the seed unless -fm_mask_docs is given. */
+  CHKERR(FMMaskCreate(ctx, &mask));
+  CHKERR(FMMaskSetSizes(mask, seqlen, seqlen, 1));
+  CHKERR(FMMaskSetType(mask, FMMASKCAUSALDOCUMENT));
+  CHKERR(FMMaskSetFromOptions(mask));
+  CHKERR(FMMaskSetUp(mask));
+
+  /* 3. Plan: the shape; bf16 by default on the GPU, fp32 on the CPU. */
+  CHKERR(FMPlanCreate(ctx, &plan));
+  CHKERR(FMPlanSetMask(plan, mask));
+  CHKERR(FMPlanSetShape(plan, batch, hq, hkv, dim, backend == FM_BACKEND_CUDA ? FM_DTYPE_BF16 : FM_DTYPE_FP32));
+  CHKERR(FMPlanSetFromOptions(plan));
+  CHKERR(FMPlanSetUp(plan));
+  CHKERR(FMPlanGetLocalRows(plan, &nlocal, &rows));
+  /* The options may have changed the shape: read it back. */
+  CHKERR(FMPlanGetShape(plan, &batch, &hq, &hkv, &dim, &dtype));
+  CHKERR(FMMaskGetSizes(mask, &seqlen, NULL, NULL));
+
+  /* 4. Data: this rank's query rows (and, on several ranks, its share of keys/values). */
+  size_t es = FMDTypeSize(dtype);
+  size_t nq = (size_t)batch * nlocal * hq * dim, nk = (size_t)batch * nlocal * hkv * dim, nl = (size_t)batch * hq * nlocal;
+  if (size == 1) nk = (size_t)batch * seqlen * hkv * dim;
+  void *q = malloc(nq * es), *k = malloc(nk * es), *v = malloc(nk * es), *dout = malloc(nq * es);
+  void *o = malloc(nq * es), *dq = malloc(nq * es), *dk = malloc(nk * es), *dv = malloc(nk * es);
+  void *o2 = malloc(nq * es), *dq2 = malloc(nq * es), *dk2 = malloc(nk * es), *dv2 = malloc(nk * es);
+  float *lse = (float *)malloc(nl * sizeof(float)), *lse2 = (float *)malloc(nl * sizeof(float));
+  int nkrows = (int)(nk / ((size_t)batch * hkv * dim));
+  int *krows = (int *)malloc((size_t)nkrows * sizeof(int));
+  for (int i = 0; i < nkrows; i++) krows[i] = size == 1 ? i : rows[i];
+  fill(q, dtype, batch, nlocal, rows, hq, dim, 1);
+  fill(k, dtype, batch, nkrows, krows, hkv, dim, 2);
+  fill(v, dtype, batch, nkrows, krows, hkv, dim, 3);
+  fill(dout, dtype, batch, nlocal, rows, hq, dim, 4);
+
+  /* 5. Run on the chosen backend (device buffers on CUDA), timed. */
+  CHKERR(FMPlanGetFlops(plan, &flops));
+  if (backend == FM_BACKEND_CUDA) {
+#if FM_HAVE_CUDA
+    void *dq_[12]; void *hsrc[4] = {q, k, v, dout};
+    size_t bytes[12] = {nq * es, nk * es, nk * es, nq * es, nq * es, nl * 4, nq * es, nk * es, nk * es};
+    for (int i = 0; i < 9; i++) if (cudaMalloc(&dq_[i], bytes[i]) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); MPI_Abort(comm, 1); }
+    for (int i = 0; i < 4; i++) cudaMemcpy(dq_[i], hsrc[i], bytes[i], cudaMemcpyHostToDevice);
+    /* warm-up, then time */
+    CHKERR(FMPlanForward(plan, dq_[0], dq_[1], dq_[2], dq_[4], (float *)dq_[5]));
+    cudaDeviceSynchronize();
+    double t0 = MPI_Wtime();
+    for (int it = 0; it < iters; it++) CHKERR(FMPlanForward(plan, dq_[0], dq_[1], dq_[2], dq_[4], (float *)dq_[5]));
+    cudaDeviceSynchronize();
+    tf = (MPI_Wtime() - t0) / iters;
+    t0 = MPI_Wtime();
+    CHKERR(FMPlanBackward(plan, dq_[0], dq_[1], dq_[2], dq_[4], (float *)dq_[5], dq_[3], dq_[6], dq_[7], dq_[8]));
+    cudaDeviceSynchronize();
+    tb = MPI_Wtime() - t0;
+    cudaMemcpy(o, dq_[4], bytes[4], cudaMemcpyDeviceToHost);
+    cudaMemcpy(lse, dq_[5], bytes[5], cudaMemcpyDeviceToHost);
+    cudaMemcpy(dq, dq_[6], bytes[6], cudaMemcpyDeviceToHost);
+    cudaMemcpy(dk, dq_[7], bytes[7], cudaMemcpyDeviceToHost);
+    cudaMemcpy(dv, dq_[8], bytes[8], cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 9; i++) cudaFree(dq_[i]);
+#endif
+  } else {
+    double t0 = MPI_Wtime();
+    for (int it = 0; it < iters; it++) CHKERR(FMPlanForward(plan, q, k, v, o, lse));
+    tf = (MPI_Wtime() - t0) / iters;
+    t0 = MPI_Wtime();
+    CHKERR(FMPlanBackward(plan, q, k, v, o, lse, dout, dq, dk, dv));
+    tb = MPI_Wtime() - t0;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &tf, 1, MPI_DOUBLE, MPI_MAX, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &tb, 1, MPI_DOUBLE, MPI_MAX, comm);
+
+  /* 6. Re-run on the exact CPU backend and compare. */
+  CHKERR(FMContextCreate(MPI_COMM_WORLD, &cpuctx));
+  CHKERR(FMContextSetBackend(cpuctx, FM_BACKEND_CPU));
+  CHKERR(FMContextSetUp(cpuctx));
+  CHKERR(FMPlanCreate(cpuctx, &cpuplan));
+  CHKERR(FMPlanSetMask(cpuplan, mask));
+  CHKERR(FMPlanSetShape(cpuplan, batch, hq, hkv, dim, dtype));
+  CHKERR(FMPlanSetUp(cpuplan));
+  CHKERR(FMPlanForward(cpuplan, q, k, v, o2, lse2));
+  CHKERR(FMPlanBackward(cpuplan, q, k, v, o2, lse2, dout, dq2, dk2, dv2));
+  {
+    double d[4], r[4];
+    const char *name[4] = {"O", "dQ", "dK", "dV"};
+    compare(o, o2, nq, dtype, &d[0], &r[0]);
+    compare(dq, dq2, nq, dtype, &d[1], &r[1]);
+    compare(dk, dk2, nk, dtype, &d[2], &r[2]);
+    compare(dv, dv2, nk, dtype, &d[3], &r[3]);
+    MPI_Allreduce(MPI_IN_PLACE, d, 4, MPI_DOUBLE, MPI_MAX, comm);
+    MPI_Allreduce(MPI_IN_PLACE, r, 4, MPI_DOUBLE, MPI_MAX, comm);
+    /* Same backend: rounding only. GPU vs CPU in bf16/fp16: a few output ulps. */
+    tol = dtype == FM_DTYPE_FP32 ? 1e-4 : 3e-2;
+    if (rank == 0) {
+      printf("ex1: causal_document mask, seqlen %d, batch %d, heads %d/%d, head_dim %d, %s, backend %s, %d rank%s\n", seqlen,
+             batch, hq, hkv, dim, FMDTypeName(dtype), FMBackendName(backend), size, size > 1 ? "s" : "");
+      for (int i = 0; i < 4; i++) {
+        double rel = r[i] > 0 ? d[i] / r[i] : d[i];
+        printf("  max |%-2s - %-2s(cpu)| = %.3e  (relative to max |%s| %.3e)%s\n", name[i], name[i], d[i], name[i], rel,
+               (rel <= tol) ? "" : "  <-- too large");
+        if (!(rel <= tol)) ok = 0;
+      }
+      printf("  forward  %9.3f ms  %8.2f TFLOP/s\n", tf * 1e3, flops / tf * 1e-12);
+      printf("  backward %9.3f ms  %8.2f TFLOP/s\n", tb * 1e3, 2.5 * flops / tb * 1e-12);
+      printf("%s\n", ok ? "ex1: OK" : "ex1: FAILED");
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
+  }
+
+  CHKERR(FMPlanDestroy(&cpuplan));
+  CHKERR(FMContextDestroy(&cpuctx));
+  CHKERR(FMPlanDestroy(&plan));
+  CHKERR(FMMaskDestroy(&mask));
+  CHKERR(FMContextDestroy(&ctx));
+  free(q); free(k); free(v); free(dout); free(o); free(dq); free(dk); free(dv);
+  free(o2); free(dq2); free(dk2); free(dv2); free(lse); free(lse2); free(krows);
+  CHKERR(FMFinalize());
+  return ok ? 0 : 1;
+}

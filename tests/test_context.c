@@ -4,6 +4,10 @@
  * that must reach every rank instead of hanging.
  */
 #include "fmtest.h"
+#include <flashmask/private/fmimpl.h>
+#if FM_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 int main(int argc, char **argv)
 {
@@ -53,6 +57,21 @@ int main(int argc, char **argv)
     }
     free(buf);
   }
+
+  /* NCCL bootstrap over MPI when every rank has a GPU: the communicators span the right ranks. */
+#if FM_HAVE_NCCL
+  {
+    int ngpu = dev >= 0, all;
+    MPI_Allreduce(&ngpu, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all) {
+      void *w = NULL, *nd = NULL, *cr = NULL;
+      int cnt = -1;
+      FMT_CALL(FMContextGetNCCL_Private(ctx, &w, &nd, &cr));
+      FMT_CHECK(w && nd && cr, "NCCL communicators missing");
+      if (w) { ncclCommCount((ncclComm_t)w, &cnt); FMT_CHECK(cnt == size, "NCCL world has %d ranks, expected %d", cnt, size); }
+    } else if (rank == 0) printf("NCCL bootstrap not tested: not every rank has a GPU\n");
+  }
+#endif
 
   /* Requesting CUDA where there is no GPU fails on every rank with FM_ERR_SUP. */
   if (dev < 0) {

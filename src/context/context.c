@@ -283,6 +283,7 @@ FMErrorCode FMContextDestroy(FMContext *ctx)
   FMValidHeader(c, FM_CLASSID_CONTEXT, 1);
   *ctx = NULL;
   if (--c->hdr.refct > 0) return FM_SUCCESS;
+  FMCall(FMContextDestroyNCCL_Private(c));
 #if FM_HAVE_HWLOC
   if (c->topology) hwloc_topology_destroy((hwloc_topology_t)c->topology);
 #endif

@@ -142,7 +142,17 @@ struct _p_FMContext {
   FMRankInfo self;
   FMRankInfo *all;        /* [size], filled at SetUp */
   void *topology;         /* hwloc_topology_t, or NULL */
+  void *nccl;             /* NCCL communicators (src/context/nccl.c), created on first use */
 };
+
+/*
+ * FMContextGetNCCL_Private - the context's NCCL communicators (ncclComm_t, as void *): all
+ *   ranks, node-local ranks, and ranks with the same node-local index. Collective on the
+ *   first call (bootstrap over ctx->comm); FM_ERR_SUP without NCCL or without a GPU.
+ *   Any output may be NULL.
+ */
+FMErrorCode FMContextGetNCCL_Private(FMContext ctx, void **world, void **node, void **cross);
+FMErrorCode FMContextDestroyNCCL_Private(FMContext ctx);
 
 /* ---------------- mask ---------------- */
 /* Block summary layout: for each mask head and key block, 8 int32 numbers. */

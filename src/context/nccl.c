@@ -1,0 +1,91 @@
+/*
+ * nccl.c - NCCL communicators of a context, bootstrapped over its MPI communicator:
+ * rank 0 makes the unique id (zeroed on failure), MPI_Bcast, every rank checks for an
+ * all-zero id, binds its chosen GPU, and joins; node-local and cross-node (same local
+ * index) sub-communicators come from ncclCommSplit. Teardown: finalize then destroy,
+ * abort after an error. Built only with NCCL.
+ */
+#include <flashmask/private/fmimpl.h>
+#include <stdlib.h>
+#include <string.h>
+#if FM_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#define FMCallNCCL(expr)                                                             \
+  do {                                                                               \
+    ncclResult_t fm_nr_ = (expr);                                                    \
+    if (fm_nr_ != ncclSuccess)                                                       \
+      FMRaise(MPI_COMM_SELF, FM_ERR_NCCL, "NCCL error in %s: %s", #expr, ncclGetErrorString(fm_nr_)); \
+  } while (0)
+
+typedef struct {
+  ncclComm_t world, node, cross;
+  int failed;
+} FMNCCL;
+
+static FMErrorCode join(FMContext ctx, FMNCCL *n, const ncclUniqueId *id)
+{
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 1;
+  FMCheck(ctx->device >= 0, MPI_COMM_SELF, FM_ERR_SUP, "NCCL needs a GPU on every rank; rank %d has none", ctx->rank);
+  if (cudaSetDevice(ctx->device) != cudaSuccess) FMRaise(MPI_COMM_SELF, FM_ERR_CUDA, "cudaSetDevice(%d) failed", ctx->device);
+  FMCallNCCL(ncclCommInitRankConfig(&n->world, ctx->size, *id, ctx->rank, &cfg));
+  FMCallNCCL(ncclCommSplit(n->world, ctx->node, ctx->node_rank, &n->node, NULL));
+  FMCallNCCL(ncclCommSplit(n->world, ctx->node_rank, ctx->node, &n->cross, NULL));
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextGetNCCL_Private(FMContext ctx, void **world, void **node, void **cross)
+{
+  FMNCCL *n = (FMNCCL *)ctx->nccl;
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMCheckSetUp(ctx, "FMContext");
+  if (!n) {
+    ncclUniqueId id;
+    static const ncclUniqueId zero;
+    FMErrorCode ierr = FM_SUCCESS;
+    memset(&id, 0, sizeof(id));
+    if (ctx->rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) memset(&id, 0, sizeof(id));
+    FMCallMPI(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, ctx->comm));
+    FMCheck(memcmp(&id, &zero, sizeof(id)) != 0, ctx->comm, FM_ERR_NCCL, "ncclGetUniqueId() failed on rank 0 (the broadcast id is all zero)");
+    FMCall(FMCalloc(1, &n));
+    ierr = join(ctx, n, &id);
+    if (ierr) n->failed = 1;
+    ctx->nccl = n;
+    FMAgree(ctx->comm, ierr);
+  }
+  if (world) *world = n->world;
+  if (node) *node = n->node;
+  if (cross) *cross = n->cross;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextDestroyNCCL_Private(FMContext ctx)
+{
+  FMNCCL *n = (FMNCCL *)ctx->nccl;
+  ncclComm_t c[3];
+  if (!n) return FM_SUCCESS;
+  c[0] = n->cross; c[1] = n->node; c[2] = n->world;
+  for (int i = 0; i < 3; i++) {
+    if (!c[i]) continue;
+    if (n->failed || ncclCommFinalize(c[i]) != ncclSuccess) ncclCommAbort(c[i]);
+    else ncclCommDestroy(c[i]);
+  }
+  free(n);
+  ctx->nccl = NULL;
+  return FM_SUCCESS;
+}
+#else
+FMErrorCode FMContextGetNCCL_Private(FMContext ctx, void **world, void **node, void **cross)
+{
+  (void)world; (void)node; (void)cross;
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMRaise(ctx->comm, FM_ERR_SUP, "This build has no NCCL (configure --with-nccl)");
+}
+FMErrorCode FMContextDestroyNCCL_Private(FMContext ctx)
+{
+  (void)ctx;
+  return FM_SUCCESS;
+}
+#endif

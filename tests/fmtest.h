@@ -5,6 +5,7 @@
  */
 #ifndef FMTEST_H
 #define FMTEST_H
+#define _GNU_SOURCE
 #include <flashmask.h>
 #include <math.h>
 #include <stdio.h>
@@ -36,7 +37,7 @@ static int fmt_failures;
   } while (0)
 
 /* Whether the last error message contains s (NULL: anything). */
-static inline int fmt_msg_has(const char *s) { return !s || strstr(FMGetLastErrorMessage(), s) != NULL; }
+static inline int fmt_msg_has(const char *s) { return !s || strcasestr(FMGetLastErrorMessage(), s) != NULL; }
 
 /* FMT_EXPECT_ERR(expr, code, substr): the call must fail with code and a message containing substr. */
 #define FMT_EXPECT_ERR(expr, code, substr)                                           \

@@ -1,0 +1,506 @@
+/*
+ * builders.c - the twelve benchmark masks of flashmask-format.md section 3 (plus user bounds),
+ * written as column bounds, and the defaults of their parameters drawn from the mask's seed.
+ *
+ * Conventions (doc/masks.md is the precise reference):
+ *  - Parameters (documents, windows, spans, evictions) live on the key axis, positions
+ *    0..seqlen_k. Query row i sits at position i + off, off = seqlen_k - seqlen_q (bottom-right
+ *    alignment, like the causal diagonal); a position bound x becomes the row bound
+ *    clip(x - off, 0, seqlen_q).
+ *  - Random defaults come from a splitmix64 stream per purpose, seeded by m->seed only, so every
+ *    rank builds the same mask without messages.
+ */
+#include "maskimpl.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- random numbers */
+typedef struct { uint64_t s; } FMRng;
+
+/* Streams: documents, share-question segments, qk-sparse spans, evictions (+ head). */
+enum { RNG_DOCS = 1, RNG_SEGS = 2, RNG_SPANS = 3, RNG_EVICT = 0x1000 };
+
+static void rng_init(FMRng *r, unsigned long seed, uint64_t stream)
+{
+  r->s = (uint64_t)seed ^ (0x9E3779B97F4A7C15ull * (stream + 1));
+}
+
+static uint64_t rng_next(FMRng *r)
+{
+  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform integer in [lo, hi] (hi >= lo). */
+static int rng_int(FMRng *r, int lo, int hi)
+{
+  return lo + (int)(rng_next(r) % (uint64_t)((int64_t)hi - lo + 1));
+}
+
+/*
+ * Split a length L into n >= 1 positive parts: n - 1 distinct cut points drawn uniformly
+ * from [1, L - 1] (in draw order, duplicates redrawn), sorted. Requires 1 <= n <= L.
+ */
+static void random_split(FMRng *r, int L, int n, int *parts)
+{
+  int *cut = parts; /* the cuts are built in place: parts[0..n-2], then turned into lengths */
+  for (int k = 0; k < n - 1; k++) {
+    int c, dup;
+    do {
+      c = rng_int(r, 1, L - 1);
+      dup = 0;
+      for (int q = 0; q < k; q++)
+        if (cut[q] == c) { dup = 1; break; }
+    } while (dup);
+    /* insert sorted */
+    int q = k;
+    while (q > 0 && cut[q - 1] > c) { cut[q] = cut[q - 1]; q--; }
+    cut[q] = c;
+  }
+  /* cuts c_0 < ... < c_{n-2} -> lengths, from the back so the cuts are read before being overwritten */
+  for (int k = n - 1; k >= 0; k--) {
+    int hi = k == n - 1 ? L : cut[k];
+    int lo = k == 0 ? 0 : cut[k - 1];
+    parts[k] = hi - lo;
+  }
+}
+
+/* ---------------------------------------------------------------- defaults */
+/* Number of documents for a sequence of S tokens: [3,7] below 16K, [10,14] below 64K, else [11,15]. */
+static void doc_count_range(int S, int *lo, int *hi)
+{
+  if (S < 16384) { *lo = 3; *hi = 7; }
+  else if (S < 65536) { *lo = 10; *hi = 14; }
+  else { *lo = 11; *hi = 15; }
+}
+
+static FMErrorCode draw_docs(unsigned long seed, int S, int *ndocs, int **docs)
+{
+  FMRng r;
+  int lo, hi, n;
+  rng_init(&r, seed, RNG_DOCS);
+  doc_count_range(S, &lo, &hi);
+  n = rng_int(&r, lo, hi);
+  if (n > S) n = S;
+  FMCall(FMMalloc(n, docs));
+  random_split(&r, S, n, *docs);
+  *ndocs = n;
+  return FM_SUCCESS;
+}
+
+static FMErrorCode draw_segments(unsigned long seed, int ndocs, const int *docs, int **nseg, int *nsegtot, int **seglen)
+{
+  FMRng r;
+  int tot = 0, *ns, *sl;
+  FMCall(FMMalloc(ndocs, &ns));
+  rng_init(&r, seed, RNG_SEGS);
+  for (int d = 0; d < ndocs; d++) {
+    int k = 1 + rng_int(&r, 2, 6); /* a question and 2..6 answers */
+    ns[d] = k > docs[d] ? docs[d] : k;
+    tot += ns[d];
+  }
+  {
+    FMErrorCode ierr = FMMalloc(tot, &sl);
+    if (ierr) { free(ns); FMCall(ierr); }
+  }
+  rng_init(&r, seed, RNG_SEGS + 0x100);
+  for (int d = 0, o = 0; d < ndocs; o += ns[d], d++) random_split(&r, docs[d], ns[d], sl + o);
+  *nseg = ns; *seglen = sl; *nsegtot = tot;
+  return FM_SUCCESS;
+}
+
+/* Four spans, one in each quarter of the sequence, each 1/4..1/2 of its quarter long. */
+static FMErrorCode draw_spans(unsigned long seed, int S, int *nspans, int **start, int **len)
+{
+  FMRng r;
+  const int n = 4;
+  FMCall(FMMalloc(n, start));
+  FMCall(FMMalloc(n, len));
+  rng_init(&r, seed, RNG_SPANS);
+  for (int k = 0; k < n; k++) {
+    int r0 = (int)((int64_t)k * S / n), r1 = (int)((int64_t)(k + 1) * S / n), R = r1 - r0, L;
+    if (R == 0) { (*start)[k] = r0; (*len)[k] = 0; continue; }
+    L = R / 4 + rng_int(&r, 0, R / 4);
+    if (L < 1) L = 1;
+    (*start)[k] = r0 + rng_int(&r, 0, R - L);
+    (*len)[k] = L;
+  }
+  *nspans = n;
+  return FM_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- parameters */
+static int type_uses_docs(int t)
+{
+  return t == FM_MT_CAUSALDOCUMENT || t == FM_MT_DOCUMENT || t == FM_MT_SHAREQUESTION || t == FM_MT_CAUSALBLOCKWISE ||
+         t == FM_MT_PREFIXLMDOCUMENT;
+}
+
+static FMErrorCode resolve_docs(FMMask m, int t, FMMaskParams *p)
+{
+  int S = m->seqlen_k;
+  if (m->ndocs > 0) {
+    int64_t sum = 0;
+    for (int d = 0; d < m->ndocs; d++) sum += m->docs[d];
+    FMCheck(sum == S, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
+            "Document lengths (FMMaskSetDocuments / -fm_mask_docs) sum to %lld, expected seqlen_k = %d", (long long)sum, S);
+    FMCall(FMMalloc(m->ndocs, &p->docs));
+    memcpy(p->docs, m->docs, sizeof(int) * (size_t)m->ndocs);
+    p->ndocs = m->ndocs;
+  } else if (t == FM_MT_SHAREQUESTION && m->nsq > 0) {
+    /* documents follow from the question/answer segments */
+    int64_t sum = 0;
+    FMCall(FMMalloc(m->nsq, &p->docs));
+    p->ndocs = m->nsq;
+    for (int d = 0, o = 0; d < m->nsq; o += m->sq_nseg[d], d++) {
+      int64_t L = 0;
+      for (int s = 0; s < m->sq_nseg[d]; s++) L += m->sq_seglen[o + s];
+      FMCheck(L <= S, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Segments of document %d (FMMaskSetShareQuestion) sum to %lld > seqlen_k = %d", d,
+              (long long)L, S);
+      p->docs[d] = (int)L;
+      sum += L;
+    }
+    FMCheck(sum == S, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
+            "Share-question segment lengths (FMMaskSetShareQuestion / -fm_mask_segments) sum to %lld, expected seqlen_k = %d",
+            (long long)sum, S);
+  } else {
+    FMCall(draw_docs(m->seed, S, &p->ndocs, &p->docs));
+    p->docs_default = 1;
+  }
+  return FM_SUCCESS;
+}
+
+static FMErrorCode resolve_segments(FMMask m, FMMaskParams *p)
+{
+  if (m->nsq > 0) {
+    FMCheck(m->nsq == p->ndocs, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+            "FMMaskSetShareQuestion gives %d documents but the mask has %d documents (FMMaskSetDocuments)", m->nsq, p->ndocs);
+    FMCall(FMMalloc(m->nsq, &p->nseg));
+    FMCall(FMMalloc(m->nsqseg, &p->seglen));
+    memcpy(p->nseg, m->sq_nseg, sizeof(int) * (size_t)m->nsq);
+    memcpy(p->seglen, m->sq_seglen, sizeof(int) * (size_t)m->nsqseg);
+    p->nsegtot = m->nsqseg;
+    for (int d = 0, o = 0; d < m->nsq; o += m->sq_nseg[d], d++) {
+      int64_t L = 0;
+      for (int s = 0; s < m->sq_nseg[d]; s++) L += m->sq_seglen[o + s];
+      FMCheck(L == p->docs[d], MPI_COMM_SELF, FM_ERR_ARG_SIZ,
+              "Share-question segments of document %d sum to %lld, expected its length %d (FMMaskSetShareQuestion)", d, (long long)L,
+              p->docs[d]);
+    }
+  } else {
+    FMCall(draw_segments(m->seed, p->ndocs, p->docs, &p->nseg, &p->nsegtot, &p->seglen));
+    p->segs_default = 1;
+  }
+  return FM_SUCCESS;
+}
+
+static FMErrorCode resolve_all(FMMask m, int t, FMMaskParams *p)
+{
+  int S = m->seqlen_k;
+  FMCheck(S > 0 && m->seqlen_q > 0, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMMaskSetSizes() before FMMaskSetUp()");
+  if (type_uses_docs(t)) FMCall(resolve_docs(m, t, p));
+  if (t == FM_MT_SHAREQUESTION) FMCall(resolve_segments(m, p));
+  if (t == FM_MT_SLIDINGWINDOW || t == FM_MT_GLOBALSLIDINGWINDOW) {
+    int w = S / 16 > 1 ? S / 16 : 1;
+    p->window_left = m->window_left >= 0 ? m->window_left : w;
+    p->window_right = m->window_right >= 0 ? m->window_right : w;
+  }
+  if (t == FM_MT_GLOBALSLIDINGWINDOW) {
+    p->nglobal = m->nglobal >= 0 ? m->nglobal : (S < 16 ? S : 16);
+    FMCheck(p->nglobal <= S, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+            "Number of global tokens (FMMaskSetGlobalTokens / -fm_mask_global_tokens) is %d; expected 0 <= nglobal <= seqlen_k = %d",
+            p->nglobal, S);
+  }
+  if (t == FM_MT_PREFIXLMDOCUMENT) {
+    FMCall(FMMalloc(p->ndocs, &p->prefix));
+    p->nprefix = p->ndocs;
+    if (m->nprefix > 0) {
+      FMCheck(m->nprefix == p->ndocs, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+              "FMMaskSetPrefixLengths (-fm_mask_prefix) gives %d prefix lengths but the mask has %d documents", m->nprefix, p->ndocs);
+      for (int d = 0; d < p->ndocs; d++) {
+        FMCheck(m->prefix[d] <= p->docs[d], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+                "Prefix length %d of document %d (FMMaskSetPrefixLengths) exceeds the document length %d", m->prefix[d], d, p->docs[d]);
+        p->prefix[d] = m->prefix[d];
+      }
+    } else {
+      for (int d = 0; d < p->ndocs; d++) p->prefix[d] = p->docs[d] / 2;
+      p->prefix_default = 1;
+    }
+  }
+  if (t == FM_MT_PREFIXLMCAUSAL) {
+    FMCall(FMMalloc(1, &p->prefix));
+    p->nprefix = 1;
+    if (m->nprefix > 0) {
+      FMCheck(m->nprefix == 1, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+              "prefix_lm_causal takes one prefix length (FMMaskSetPrefixLengths with ndocs = 1); got %d", m->nprefix);
+      FMCheck(m->prefix[0] <= S, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+              "Prefix length (FMMaskSetPrefixLengths / -fm_mask_prefix) is %d; expected 0 <= prefix <= seqlen_k = %d", m->prefix[0], S);
+      p->prefix[0] = m->prefix[0];
+    } else {
+      p->prefix[0] = S / 2;
+      p->prefix_default = 1;
+    }
+  }
+  if (t == FM_MT_QKSPARSE) {
+    if (m->nspans > 0) {
+      for (int s = 0; s < m->nspans; s++)
+        FMCheck((int64_t)m->span_start[s] + m->span_len[s] <= S, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+                "QK-sparse span %d (FMMaskSetQKSparseSpans / -fm_mask_spans) = [%d, %lld) ends past seqlen_k = %d", s, m->span_start[s],
+                (long long)m->span_start[s] + m->span_len[s], S);
+      FMCall(FMMalloc(m->nspans, &p->span_start));
+      FMCall(FMMalloc(m->nspans, &p->span_len));
+      memcpy(p->span_start, m->span_start, sizeof(int) * (size_t)m->nspans);
+      memcpy(p->span_len, m->span_len, sizeof(int) * (size_t)m->nspans);
+      p->nspans = m->nspans;
+    } else {
+      FMCall(draw_spans(m->seed, S, &p->nspans, &p->span_start, &p->span_len));
+      p->spans_default = 1;
+    }
+  }
+  return FM_SUCCESS;
+}
+
+void FMMaskParamsFree_Private(FMMaskParams *p)
+{
+  if (!p) return;
+  FMFree(p->docs);
+  FMFree(p->nseg);
+  FMFree(p->seglen);
+  FMFree(p->prefix);
+  FMFree(p->span_start);
+  FMFree(p->span_len);
+  memset(p, 0, sizeof(*p));
+}
+
+FMErrorCode FMMaskGetParams_Private(FMMask m, FMMaskParams *p)
+{
+  FMErrorCode ierr;
+  int t;
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  FMValidPointer(p, 2);
+  memset(p, 0, sizeof(*p));
+  p->window_left = p->window_right = p->nglobal = -1;
+  t = FMMaskTypeIndex_Private(m->hdr.type_name);
+  FMCheck(t >= 0, MPI_COMM_SELF, FM_ERR_LIB, "Mask has unknown type \"%s\"", m->hdr.type_name ? m->hdr.type_name : "(null)");
+  ierr = resolve_all(m, t, p);
+  if (ierr) {
+    FMMaskParamsFree_Private(p);
+    FMCall(ierr);
+  }
+  return FM_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- builders */
+/* Position bound x (along the key axis) -> row bound clip(x - off, 0, Sq). */
+static inline int32_t rowb(int64_t x, int64_t off, int Sq)
+{
+  x -= off;
+  return (int32_t)(x < 0 ? 0 : x > Sq ? Sq : x);
+}
+
+/* The bounds of head 0 for every deterministic type (bnd already in default form). */
+static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p)
+{
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k;
+  const int64_t off = (int64_t)Sk - Sq;
+  int32_t *lts = m->bnd[0], *lte = m->bnd[1], *uts = m->bnd[2], *ute = m->bnd[3];
+
+  switch (t) {
+  case FM_MT_FULL:
+    m->causal = 0; m->present = 0;
+    break;
+  case FM_MT_CAUSAL:
+    m->causal = 1; m->present = 0;
+    break;
+  case FM_MT_SLIDINGWINDOW: /* key j visible to position p iff j <= p < j + w */
+    m->causal = 1; m->present = FM_BOUND_LTS;
+    for (int j = 0; j < Sk; j++) lts[j] = rowb((int64_t)j + p->window_left, off, Sq);
+    break;
+  case FM_MT_CAUSALDOCUMENT:
+  case FM_MT_DOCUMENT:
+  case FM_MT_CAUSALBLOCKWISE: {
+    int last = Sk - p->docs[p->ndocs - 1];
+    m->causal = t != FM_MT_DOCUMENT;
+    m->present = t == FM_MT_DOCUMENT ? (FM_BOUND_LTS | FM_BOUND_UTE) : t == FM_MT_CAUSALBLOCKWISE ? (FM_BOUND_LTS | FM_BOUND_LTE) : FM_BOUND_LTS;
+    for (int d = 0, s = 0; d < p->ndocs; s += p->docs[d], d++) {
+      int e = s + p->docs[d];
+      for (int j = s; j < e; j++) {
+        if (t == FM_MT_CAUSALBLOCKWISE) {
+          if (d == p->ndocs - 1) continue; /* the last document: nothing beyond causal */
+          lts[j] = rowb(e, off, Sq);
+          lte[j] = rowb(last, off, Sq);
+        } else {
+          lts[j] = rowb(e, off, Sq);
+          if (t == FM_MT_DOCUMENT) ute[j] = rowb(s, off, Sq);
+        }
+      }
+    }
+    break;
+  }
+  case FM_MT_SHAREQUESTION:
+    m->causal = 1; m->present = FM_BOUND_LTS;
+    for (int d = 0, s = 0, o = 0; d < p->ndocs; s += p->docs[d], o += p->nseg[d], d++) {
+      int e = s + p->docs[d], a = s;
+      for (int g = 0; g < p->nseg[d]; g++) {
+        int b = a + p->seglen[o + g];
+        int32_t bound = rowb(g == 0 ? e : b, off, Sq); /* question: to the end of the document; answer: its own end */
+        for (int j = a; j < b; j++) lts[j] = bound;
+        a = b;
+      }
+    }
+    break;
+  case FM_MT_GLOBALSLIDINGWINDOW: {
+    int G = p->nglobal;
+    m->causal = 0; m->present = FM_BOUND_LTS | FM_BOUND_LTE | FM_BOUND_UTS | FM_BOUND_UTE;
+    for (int j = G; j < Sk; j++) {
+      int64_t ue = (int64_t)j - p->window_right;
+      lts[j] = rowb((int64_t)j + p->window_left + 1, off, Sq);
+      lte[j] = Sq;
+      uts[j] = rowb(G, off, Sq);
+      ute[j] = rowb(ue > G ? ue : G, off, Sq);
+    }
+    break;
+  }
+  case FM_MT_PREFIXLMDOCUMENT:
+    m->causal = 0; m->present = FM_BOUND_LTS | FM_BOUND_UTE;
+    for (int d = 0, s = 0; d < p->ndocs; s += p->docs[d], d++) {
+      int e = s + p->docs[d], pe = s + p->prefix[d];
+      for (int j = s; j < e; j++) {
+        lts[j] = rowb(e, off, Sq);
+        ute[j] = rowb(j < pe ? s : j, off, Sq);
+      }
+    }
+    break;
+  case FM_MT_PREFIXLMCAUSAL:
+    m->causal = 0; m->present = FM_BOUND_LTS | FM_BOUND_UTE;
+    for (int j = p->prefix[0]; j < Sk; j++) ute[j] = rowb(j, off, Sq);
+    break;
+  case FM_MT_QKSPARSE: {
+    int *end;
+    m->causal = 1; m->present = FM_BOUND_LTS | FM_BOUND_LTE;
+    FMCall(FMMalloc(Sk, &end));
+    for (int j = 0; j < Sk; j++) end[j] = -1;
+    for (int s = 0; s < p->nspans; s++) {
+      int e = p->span_start[s] + p->span_len[s];
+      for (int j = p->span_start[s]; j < e; j++)
+        if (e > end[j]) end[j] = e;
+    }
+    for (int j = 0; j < Sk; j++)
+      if (end[j] > j) {
+        lts[j] = rowb(j, off, Sq);
+        lte[j] = rowb(end[j], off, Sq);
+      }
+    free(end);
+    break;
+  }
+  default:
+    FMRaise(MPI_COMM_SELF, FM_ERR_LIB, "build_head0() called for type %d", t);
+  }
+  return FM_SUCCESS;
+}
+
+/*
+ * Random eviction, per head h: for each row position r = S/2 .. S-1 in increasing order, one
+ * key column chosen uniformly among the columns j < r not yet evicted is evicted at r
+ * (LTS[j] = r: positions >= r no longer see j). Columns never chosen keep LTS = S.
+ */
+static FMErrorCode build_random_eviction(FMMask m)
+{
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k, half = Sk / 2;
+  const int64_t off = (int64_t)Sk - Sq;
+  int *pool;
+  m->causal = 1; m->present = FM_BOUND_LTS;
+  FMCall(FMMalloc(half + 1, &pool));
+  for (int h = 0; h < m->mask_heads; h++) {
+    FMRng r;
+    int npool = 0;
+    int32_t *lts = m->bnd[0] + (size_t)h * Sk;
+    rng_init(&r, m->seed, (uint64_t)RNG_EVICT + (uint64_t)h);
+    for (int j = 0; j < half; j++) pool[npool++] = j;
+    for (int row = half; row < Sk; row++) {
+      int k, j;
+      if (row > half) pool[npool++] = row - 1;
+      if (npool == 0) continue;
+      k = rng_int(&r, 0, npool - 1);
+      j = pool[k];
+      pool[k] = pool[--npool];
+      lts[j] = rowb(row, off, Sq);
+    }
+  }
+  free(pool);
+  return FM_SUCCESS;
+}
+
+/* Type "bounds": copy the user's vectors (the same set on every head, every head set). */
+static FMErrorCode build_user_bounds(FMMask m)
+{
+  const int H = m->mask_heads, Sk = m->seqlen_k;
+  int bits = -1;
+  static const char *const vname[4] = {"lts", "lte", "uts", "ute"};
+  FMCheck(m->user_head_set, MPI_COMM_SELF, FM_ERR_ORDER,
+          "Mask type \"bounds\" needs FMMaskSetBounds() for every head 0..%d before FMMaskSetUp(); none was set", H - 1);
+  for (int h = 0; h < H; h++) {
+    int hb = m->user_head_set[h];
+    FMCheck(hb, MPI_COMM_SELF, FM_ERR_ORDER,
+            "Mask type \"bounds\": no bounds were set for head %d; call FMMaskSetBounds() for every head 0..%d", h, H - 1);
+    hb &= 0xF;
+    if (bits < 0) bits = hb;
+    if (hb != bits) {
+      char a[32] = "", b[32] = "";
+      for (int v = 0; v < 4; v++) {
+        if (hb & (1 << v)) { strcat(a, a[0] ? "," : ""); strcat(a, vname[v]); }
+        if (bits & (1 << v)) { strcat(b, b[0] ? "," : ""); strcat(b, vname[v]); }
+      }
+      FMRaise(MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+              "FMMaskSetBounds gave head %d the vectors {%s} but head 0 the vectors {%s}; every head needs the same set", h, a, b);
+    }
+  }
+  m->present = bits;
+  m->causal = m->user_causal;
+  for (int v = 0; v < 4; v++)
+    if ((bits & (1 << v)) && m->user[v]) memcpy(m->bnd[v], m->user[v], sizeof(int32_t) * (size_t)H * Sk);
+  return FM_SUCCESS;
+}
+
+static FMErrorCode alloc_default_bounds(FMMask m)
+{
+  const size_t n = (size_t)m->mask_heads * m->seqlen_k;
+  for (int v = 0; v < 4; v++) {
+    FMFree(m->bnd[v]);
+    FMCall(FMMalloc(n, &m->bnd[v]));
+  }
+  for (size_t i = 0; i < n; i++) {
+    m->bnd[0][i] = m->bnd[1][i] = m->seqlen_q;
+    m->bnd[2][i] = m->bnd[3][i] = 0;
+  }
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMMaskBuild_Private(FMMask m)
+{
+  int t;
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  FMCheck(m->seqlen_q > 0 && m->seqlen_k > 0 && m->mask_heads > 0, MPI_COMM_SELF, FM_ERR_ORDER,
+          "Must call FMMaskSetSizes() (or give -fm_mask_seqlen) before FMMaskSetUp()");
+  t = FMMaskTypeIndex_Private(m->hdr.type_name);
+  FMCheck(t >= 0, MPI_COMM_SELF, FM_ERR_LIB, "Mask has unknown type \"%s\"", m->hdr.type_name ? m->hdr.type_name : "(null)");
+  FMCall(alloc_default_bounds(m));
+  if (t == FM_MT_BOUNDS) {
+    FMCall(build_user_bounds(m));
+  } else if (t == FM_MT_RANDOMEVICTION) {
+    FMCall(build_random_eviction(m));
+  } else {
+    FMMaskParams p;
+    FMErrorCode ierr;
+    FMCall(FMMaskGetParams_Private(m, &p));
+    ierr = build_head0(m, t, &p);
+    FMMaskParamsFree_Private(&p);
+    FMCall(ierr);
+    for (int h = 1; h < m->mask_heads; h++)
+      for (int v = 0; v < 4; v++)
+        memcpy(m->bnd[v] + (size_t)h * m->seqlen_k, m->bnd[v], sizeof(int32_t) * (size_t)m->seqlen_k);
+  }
+  return FM_SUCCESS;
+}

@@ -1,0 +1,705 @@
+/*
+ * mask.c - FMMask: life cycle, setters and getters, options, set-up (build, validate,
+ * summarize, agree across ranks), queries and viewing.
+ */
+#include "maskimpl.h"
+#include <flashmask/private/fmkernels.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const FMMaskTypeNames_Private[FM_MT_N + 1] = {
+  FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT, FMMASKSHAREQUESTION,
+  FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE,
+  FMMASKRANDOMEVICTION, FMMASKBOUNDS, NULL};
+
+static const char *const bound_names[4] = {"lts", "lte", "uts", "ute"};
+
+int FMMaskTypeIndex_Private(const char *name)
+{
+  if (!name) return -1;
+  for (int t = 0; t < FM_MT_N; t++)
+    if (!strcmp(name, FMMaskTypeNames_Private[t])) return t;
+  return -1;
+}
+
+/* Any change of sizes, type or parameters invalidates the set-up. */
+static void changed(FMMask m) { m->hdr.setupcalled = 0; }
+
+/* Replace an owned int array by a copy of src[0..n). */
+static FMErrorCode copy_ints(int n, const int *src, int **dst)
+{
+  int *p = NULL;
+  if (n > 0) {
+    FMCall(FMMalloc(n, &p));
+    memcpy(p, src, sizeof(int) * (size_t)n);
+  }
+  free(*dst);
+  *dst = p;
+  return FM_SUCCESS;
+}
+
+static void free_user_bounds(FMMask m)
+{
+  for (int v = 0; v < 4; v++) FMFree(m->user[v]);
+  FMFree(m->user_head_set);
+  m->user_present = -1;
+}
+
+/*
+ * FMMaskCreate - create an empty mask (type "full", no sizes) on the context's communicator.
+ *   Collective on the context. The mask holds a reference on the context.
+ *   ctx   the context
+ *   mask  out: the new mask
+ */
+FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask)
+{
+  FMMask m;
+  FMCheckInitialized();
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMValidPointer(mask, 2);
+  *mask = NULL;
+  FMCall(FMCalloc(1, &m));
+  m->hdr.classid = FM_CLASSID_MASK;
+  m->hdr.class_name = "FMMask";
+  m->hdr.comm = ctx->comm;
+  m->hdr.refct = 1;
+  {
+    FMErrorCode ierr = FMStrdup(FMMASKFULL, &m->hdr.type_name);
+    if (ierr) { free(m); FMCall(ierr); }
+  }
+  ctx->hdr.refct++;
+  m->ctx = ctx;
+  m->mask_heads = 1;
+  m->window_left = m->window_right = -1;
+  m->nglobal = -1;
+  m->seed = 42;
+  m->block = 128;
+  m->user_present = -1;
+  *mask = m;
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetSizes - set seqlen_q, seqlen_k (> 0) and mask_heads (>= 1). Not collective.
+ *   Bounds given with FMMaskSetBounds are discarded if seqlen_k or mask_heads change.
+ */
+FMErrorCode FMMaskSetSizes(FMMask mask, int seqlen_q, int seqlen_k, int mask_heads)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(seqlen_q > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Argument 2 (seqlen_q) is %d; expected > 0", seqlen_q);
+  FMCheck(seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Argument 3 (seqlen_k) is %d; expected > 0", seqlen_k);
+  FMCheck(mask_heads > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Argument 4 (mask_heads) is %d; expected >= 1", mask_heads);
+  if (mask->user_head_set && (seqlen_k != mask->seqlen_k || mask_heads != mask->mask_heads)) free_user_bounds(mask);
+  mask->seqlen_q = seqlen_q;
+  mask->seqlen_k = seqlen_k;
+  mask->mask_heads = mask_heads;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetType - choose a builder by name (FMMASK*). Not collective.
+ *   Setting the current type again keeps the mask set up. Builder parameters are kept.
+ */
+FMErrorCode FMMaskSetType(FMMask mask, FMMaskType type)
+{
+  char *s;
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMValidPointer(type, 2);
+  if (FMMaskTypeIndex_Private(type) < 0) {
+    char all[512] = "";
+    for (int t = 0; t < FM_MT_N; t++) {
+      if (t) strcat(all, ", ");
+      strcat(all, FMMaskTypeNames_Private[t]);
+    }
+    FMRaise(MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Argument 2 (type) is \"%s\"; expected one of %s", type, all);
+  }
+  if (mask->hdr.type_name && !strcmp(mask->hdr.type_name, type)) return FM_SUCCESS;
+  FMCall(FMStrdup(type, &s));
+  free(mask->hdr.type_name);
+  mask->hdr.type_name = s;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/* FMMaskGetType - the type name (borrowed). Not collective. */
+FMErrorCode FMMaskGetType(FMMask mask, FMMaskType *type)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMValidPointer(type, 2);
+  *type = mask->hdr.type_name;
+  return FM_SUCCESS;
+}
+
+/* FMMaskSetCausal - for type "bounds": add the bottom-right aligned causal triangle. Not collective. */
+FMErrorCode FMMaskSetCausal(FMMask mask, FMBool causal)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(causal == FM_FALSE || causal == FM_TRUE, MPI_COMM_SELF, FM_ERR_ARG_WRONG,
+          "Argument 2 (causal) is %d; expected FM_TRUE or FM_FALSE", (int)causal);
+  mask->user_causal = causal == FM_TRUE;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetDocuments - document lengths (each >= 1; they must sum to seqlen_k, checked at
+ *   SetUp). Not collective. ndocs = 0 restores the default (drawn from the seed).
+ */
+FMErrorCode FMMaskSetDocuments(FMMask mask, int ndocs, const int lengths[])
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(ndocs >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (ndocs) is %d; expected >= 0 (0 = default)", ndocs);
+  if (ndocs > 0) {
+    FMValidPointer(lengths, 3);
+    for (int d = 0; d < ndocs; d++)
+      FMCheck(lengths[d] >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (lengths): lengths[%d] is %d; expected >= 1", d,
+              lengths[d]);
+  }
+  FMCall(copy_ints(ndocs, lengths, &mask->docs));
+  mask->ndocs = ndocs;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/* FMMaskSetWindow - sliding-window sizes in tokens (>= 0). Not collective. */
+FMErrorCode FMMaskSetWindow(FMMask mask, int left, int right)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(left >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (left) is %d; expected >= 0", left);
+  FMCheck(right >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (right) is %d; expected >= 0", right);
+  mask->window_left = left;
+  mask->window_right = right;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/* FMMaskSetGlobalTokens - number of global tokens, 0 <= nglobal <= seqlen_k (checked at SetUp). */
+FMErrorCode FMMaskSetGlobalTokens(FMMask mask, int nglobal)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(nglobal >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (nglobal) is %d; expected >= 0", nglobal);
+  mask->nglobal = nglobal;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetPrefixLengths - per-document prefix lengths (prefix_lm_document) or, with ndocs = 1,
+ *   the prefix of prefix_lm_causal. Each >= 0 (<= its document, checked at SetUp).
+ *   Not collective. ndocs = 0 restores the default.
+ */
+FMErrorCode FMMaskSetPrefixLengths(FMMask mask, int ndocs, const int prefix[])
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(ndocs >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (ndocs) is %d; expected >= 0 (0 = default)", ndocs);
+  if (ndocs > 0) {
+    FMValidPointer(prefix, 3);
+    for (int d = 0; d < ndocs; d++)
+      FMCheck(prefix[d] >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (prefix): prefix[%d] is %d; expected >= 0", d,
+              prefix[d]);
+  }
+  FMCall(copy_ints(ndocs, prefix, &mask->prefix));
+  mask->nprefix = ndocs;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetShareQuestion - per document nseg[d] >= 2 segments (question, then answers) with
+ *   lengths seglen (concatenated, each >= 1). Not collective. ndocs = 0 restores the default.
+ *   If no documents were set, the documents are the sums of the segments.
+ */
+FMErrorCode FMMaskSetShareQuestion(FMMask mask, int ndocs, const int nseg[], const int seglen[])
+{
+  int tot = 0;
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(ndocs >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (ndocs) is %d; expected >= 0 (0 = default)", ndocs);
+  if (ndocs > 0) {
+    FMValidPointer(nseg, 3);
+    FMValidPointer(seglen, 4);
+    for (int d = 0; d < ndocs; d++) {
+      FMCheck(nseg[d] >= 2, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+              "Argument 3 (nseg): nseg[%d] is %d; expected >= 2 (a question and at least one answer)", d, nseg[d]);
+      FMCheck(tot <= 0x3FFFFFFF - nseg[d], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (nseg): total number of segments overflows");
+      tot += nseg[d];
+    }
+    for (int s = 0; s < tot; s++)
+      FMCheck(seglen[s] >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 4 (seglen): seglen[%d] is %d; expected >= 1", s, seglen[s]);
+  }
+  FMCall(copy_ints(ndocs, nseg, &mask->sq_nseg));
+  FMCall(copy_ints(tot, seglen, &mask->sq_seglen));
+  mask->nsq = ndocs;
+  mask->nsqseg = tot;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetQKSparseSpans - masked key spans [start, start + len), start >= 0, len >= 0 (the end
+ *   <= seqlen_k is checked at SetUp). Spans may overlap. Not collective. nspans = 0 restores
+ *   the default.
+ */
+FMErrorCode FMMaskSetQKSparseSpans(FMMask mask, int nspans, const int start[], const int len[])
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(nspans >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (nspans) is %d; expected >= 0 (0 = default)", nspans);
+  if (nspans > 0) {
+    FMValidPointer(start, 3);
+    FMValidPointer(len, 4);
+    for (int s = 0; s < nspans; s++) {
+      FMCheck(start[s] >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (start): start[%d] is %d; expected >= 0", s, start[s]);
+      FMCheck(len[s] >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 4 (len): len[%d] is %d; expected >= 0", s, len[s]);
+    }
+  }
+  FMCall(copy_ints(nspans, start, &mask->span_start));
+  FMCall(copy_ints(nspans, len, &mask->span_len));
+  mask->nspans = nspans;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/* FMMaskSetSeed - seed of every random default. Not collective. */
+FMErrorCode FMMaskSetSeed(FMMask mask, unsigned long seed)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  mask->seed = seed;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetBounds - copy one head's user bounds (type "bounds"). Not collective.
+ *   Needs FMMaskSetSizes first. Values are checked here (0 <= x <= seqlen_q, start <= end)
+ *   and again at SetUp. lte without lts, or uts without ute, is refused (no default start).
+ *   Setting a head again replaces it.
+ */
+FMErrorCode FMMaskSetBounds(FMMask mask, int head, const int32_t *lts, const int32_t *lte, const int32_t *uts, const int32_t *ute)
+{
+  const int32_t *in[4] = {lts, lte, uts, ute};
+  int Sq, Sk, bits = 0;
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(mask->seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMMaskSetSizes() before FMMaskSetBounds()");
+  FMCheck(head >= 0 && head < mask->mask_heads, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 2 (head) is %d; expected 0 <= head < mask_heads = %d", head, mask->mask_heads);
+  FMCheck(!(lte && !lts), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument 4 (lte) is given without argument 3 (lts); give lts too");
+  FMCheck(!(uts && !ute), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument 5 (uts) is given without argument 6 (ute); give ute too");
+  Sq = mask->seqlen_q;
+  Sk = mask->seqlen_k;
+  for (int v = 0; v < 4; v++) {
+    if (!in[v]) continue;
+    bits |= 1 << v;
+    for (int j = 0; j < Sk; j++)
+      FMCheck(in[v][j] >= 0 && in[v][j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+              "Argument %d (%s): %s[%d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", v + 3, bound_names[v], bound_names[v], j,
+              (int)in[v][j], bound_names[v], Sq);
+  }
+  for (int j = 0; j < Sk; j++) {
+    int32_t s = lts ? lts[j] : Sq, e = lte ? lte[j] : Sq;
+    FMCheck(s <= e, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (lts): lts[%d] = %d is greater than lte[%d] = %d; expected start <= end",
+            j, (int)s, j, (int)e);
+    s = uts ? uts[j] : 0;
+    e = ute ? ute[j] : 0;
+    FMCheck(s <= e, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 5 (uts): uts[%d] = %d is greater than ute[%d] = %d; expected start <= end",
+            j, (int)s, j, (int)e);
+  }
+  if (!mask->user_head_set) FMCall(FMCalloc(mask->mask_heads, &mask->user_head_set));
+  for (int v = 0; v < 4; v++) {
+    if (!in[v]) continue;
+    if (!mask->user[v]) FMCall(FMMalloc((size_t)mask->mask_heads * Sk, &mask->user[v]));
+    memcpy(mask->user[v] + (size_t)head * Sk, in[v], sizeof(int32_t) * (size_t)Sk);
+  }
+  mask->user_head_set[head] = (unsigned char)(0x10 | bits);
+  mask->user_present = 0;
+  for (int h = 0; h < mask->mask_heads; h++) mask->user_present |= mask->user_head_set[h] & 0xF;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/* FMMaskSetBlockSize - block size of the summaries (>= 1, default 128). Not collective. */
+FMErrorCode FMMaskSetBlockSize(FMMask mask, int block)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(block >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (block) is %d; expected >= 1", block);
+  mask->block = block;
+  changed(mask);
+  return FM_SUCCESS;
+}
+
+/* Room for the array options (-fm_mask_docs, -fm_mask_segments, ...). */
+#define FM_MASK_OPT_CAP 65536
+
+/*
+ * FMMaskSetFromOptions - read the -fm_mask_* options. Collective (call it on every rank).
+ *   -fm_mask_type, -fm_mask_seqlen (both), -fm_mask_seqlen_q, -fm_mask_seqlen_k, -fm_mask_heads,
+ *   -fm_mask_causal, -fm_mask_docs, -fm_mask_window (both), -fm_mask_window_left,
+ *   -fm_mask_window_right, -fm_mask_global_tokens, -fm_mask_prefix, -fm_mask_nsegments with
+ *   -fm_mask_segments, -fm_mask_spans (start,len pairs), -fm_mask_seed, -fm_mask_block_size;
+ *   -fm_mask_view is read by FMMaskSetUp.
+ */
+FMErrorCode FMMaskSetFromOptions(FMMask mask)
+{
+  int t, sq, sk, s, h, n, w, wl, wr, v, *buf = NULL, *buf2 = NULL;
+  FMBool set, set1, set2, set3, b;
+  char seedstr[32];
+  FMErrorCode ierr = FM_SUCCESS;
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+
+  t = FMMaskTypeIndex_Private(mask->hdr.type_name);
+  FMCall(FMOptionsGetEnum_Private("-fm_mask_type", "mask builder (FMMaskSetType)", FMMaskTypeNames_Private, &t, &set));
+  if (set) FMCall(FMMaskSetType(mask, FMMaskTypeNames_Private[t]));
+
+  s = mask->seqlen_k;
+  FMCall(FMOptionsGetInt("-fm_mask_seqlen", "sequence length, sets seqlen_q and seqlen_k (FMMaskSetSizes)", &s, &set));
+  sq = set ? s : mask->seqlen_q;
+  sk = set ? s : mask->seqlen_k;
+  h = mask->mask_heads;
+  FMCall(FMOptionsGetInt("-fm_mask_seqlen_q", "query length (FMMaskSetSizes)", &sq, &set1));
+  FMCall(FMOptionsGetInt("-fm_mask_seqlen_k", "key length (FMMaskSetSizes)", &sk, &set2));
+  FMCall(FMOptionsGetInt("-fm_mask_heads", "mask heads: 1 or the number of KV heads (FMMaskSetSizes)", &h, &set3));
+  if (set || set1 || set2 || set3) {
+    FMCheck(sq > 0 && sk > 0, MPI_COMM_SELF, FM_ERR_OPT,
+            "Options -fm_mask_seqlen_q = %d, -fm_mask_seqlen_k = %d: both lengths must be given (or -fm_mask_seqlen) and > 0", sq, sk);
+    FMCall(FMMaskSetSizes(mask, sq, sk, h));
+  }
+
+  b = mask->user_causal ? FM_TRUE : FM_FALSE;
+  FMCall(FMOptionsGetBool("-fm_mask_causal", "add the causal triangle to type bounds (FMMaskSetCausal)", &b, &set));
+  if (set) FMCall(FMMaskSetCausal(mask, b));
+
+  w = -1;
+  FMCall(FMOptionsGetInt("-fm_mask_window", "sliding window, left and right, -1 = seqlen_k/16 (FMMaskSetWindow)", &w, &set));
+  wl = set ? w : mask->window_left;
+  wr = set ? w : mask->window_right;
+  FMCall(FMOptionsGetInt("-fm_mask_window_left", "left window, -1 = seqlen_k/16 (FMMaskSetWindow)", &wl, &set1));
+  FMCall(FMOptionsGetInt("-fm_mask_window_right", "right window, -1 = seqlen_k/16 (FMMaskSetWindow)", &wr, &set2));
+  if (set || set1 || set2) {
+    FMCheck(wl >= -1 && wr >= -1, MPI_COMM_SELF, FM_ERR_OPT, "Options -fm_mask_window_left = %d, -fm_mask_window_right = %d; expected >= 0 (-1 = default)", wl, wr);
+    mask->window_left = wl;
+    mask->window_right = wr;
+    changed(mask);
+  }
+
+  v = mask->nglobal;
+  FMCall(FMOptionsGetInt("-fm_mask_global_tokens", "global tokens, -1 = 16 (FMMaskSetGlobalTokens)", &v, &set));
+  if (set) FMCall(FMMaskSetGlobalTokens(mask, v));
+
+  v = (int)(mask->block);
+  FMCall(FMOptionsGetInt("-fm_mask_block_size", "block size of the summaries (FMMaskSetBlockSize)", &v, &set));
+  if (set) FMCall(FMMaskSetBlockSize(mask, v));
+
+  snprintf(seedstr, sizeof(seedstr), "%lu", mask->seed);
+  FMCall(FMOptionsGetString("-fm_mask_seed", "seed of the random defaults (FMMaskSetSeed)", seedstr, sizeof(seedstr), &set));
+  if (set) {
+    char *end;
+    unsigned long long x = strtoull(seedstr, &end, 0);
+    FMCheck(*seedstr && !*end && seedstr[0] != '-', MPI_COMM_SELF, FM_ERR_OPT, "Option -fm_mask_seed has value \"%s\"; expected a non-negative integer",
+            seedstr);
+    FMCall(FMMaskSetSeed(mask, (unsigned long)x));
+  }
+
+  FMCall(FMMalloc(FM_MASK_OPT_CAP, &buf));
+  n = FM_MASK_OPT_CAP;
+  ierr = FMOptionsGetIntArray("-fm_mask_docs", "document lengths, comma separated (FMMaskSetDocuments)", buf, &n, &set);
+  if (!ierr && set) ierr = FMMaskSetDocuments(mask, n, buf);
+  if (!ierr) {
+    n = FM_MASK_OPT_CAP;
+    ierr = FMOptionsGetIntArray("-fm_mask_prefix", "prefix length per document, or one for prefix_lm_causal (FMMaskSetPrefixLengths)", buf, &n, &set);
+    if (!ierr && set) ierr = FMMaskSetPrefixLengths(mask, n, buf);
+  }
+  if (!ierr) {
+    n = FM_MASK_OPT_CAP;
+    ierr = FMOptionsGetIntArray("-fm_mask_spans", "qk_sparse spans start0,len0,start1,len1,... (FMMaskSetQKSparseSpans)", buf, &n, &set);
+    if (!ierr && set) {
+      if (n % 2) ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_OPT,
+                                        "Option -fm_mask_spans has %d values; expected start,length pairs", n);
+      else {
+        ierr = FMMalloc(n / 2 + 1, &buf2);
+        if (!ierr) {
+          for (int k = 0; k < n / 2; k++) { buf2[k] = buf[2 * k + 1]; buf[k] = buf[2 * k]; }
+          ierr = FMMaskSetQKSparseSpans(mask, n / 2, buf, buf2);
+        }
+        FMFree(buf2);
+      }
+    }
+  }
+  if (!ierr) {
+    int nd = FM_MASK_OPT_CAP, ns = FM_MASK_OPT_CAP, tot = 0;
+    ierr = FMMalloc(FM_MASK_OPT_CAP, &buf2);
+    if (!ierr) ierr = FMOptionsGetIntArray("-fm_mask_nsegments", "share_question: segments per document (FMMaskSetShareQuestion)", buf2, &nd, &set1);
+    if (!ierr) ierr = FMOptionsGetIntArray("-fm_mask_segments", "share_question: segment lengths q0,a0,a1,... (FMMaskSetShareQuestion)", buf, &ns, &set2);
+    if (!ierr && (set1 || set2)) {
+      if (set1 && set2) for (int d = 0; d < nd; d++) tot += buf2[d] > 0 ? buf2[d] : 0;
+      if (!(set1 && set2))
+        ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_OPT,
+                               "Options -fm_mask_nsegments and -fm_mask_segments must be given together");
+      else if (tot != ns)
+        ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_OPT,
+                               "Option -fm_mask_segments has %d values but -fm_mask_nsegments adds up to %d", ns, tot);
+      else ierr = FMMaskSetShareQuestion(mask, nd, buf2, buf);
+    }
+    FMFree(buf2);
+  }
+  free(buf);
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+/* 64-bit FNV-1a over the set-up mask, to check that every rank built the same one. */
+static uint64_t mask_hash(FMMask m)
+{
+  uint64_t hsh = 0xcbf29ce484222325ull;
+  int hdr[6] = {m->seqlen_q, m->seqlen_k, m->mask_heads, m->causal, m->present, m->block};
+#define FM_HASH_INT(x)                                                               \
+  do {                                                                               \
+    uint32_t u_ = (uint32_t)(x);                                                     \
+    for (int b_ = 0; b_ < 4; b_++) { hsh ^= (u_ >> (8 * b_)) & 0xFF; hsh *= 0x100000001b3ull; } \
+  } while (0)
+  for (int k = 0; k < 6; k++) FM_HASH_INT(hdr[k]);
+  for (int v = 0; v < 4; v++)
+    for (size_t i = 0; i < (size_t)m->mask_heads * m->seqlen_k; i++) FM_HASH_INT(m->bnd[v][i]);
+#undef FM_HASH_INT
+  return hsh;
+}
+
+static FMErrorCode setup_local(FMMask m)
+{
+  FMCheck(m->seqlen_q > 0 && m->seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ORDER,
+          "Must call FMMaskSetSizes() (or give -fm_mask_seqlen) before FMMaskSetUp()");
+  FMCall(FMMaskBuild_Private(m));
+  FMCall(FMMaskValidate_Private(m));
+  FMCall(FMMaskComputeSummaries_Private(m));
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetUp - build, validate and summarize the mask. Collective: a failure on any rank is
+ *   returned on every rank, and ranks that built different masks get FM_ERR_MISMATCH.
+ */
+FMErrorCode FMMaskSetUp(FMMask mask)
+{
+  FMBool view = FM_FALSE;
+  int size = 1;
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  if (mask->hdr.setupcalled) return FM_SUCCESS;
+  FMAgree(mask->hdr.comm, setup_local(mask));
+  MPI_Comm_size(mask->hdr.comm, &size);
+  if (size > 1) {
+    uint64_t in[2], out[2];
+    in[0] = mask_hash(mask);
+    in[1] = ~in[0];
+    FMCallMPI(MPI_Allreduce(in, out, 2, MPI_UINT64_T, MPI_MAX, mask->hdr.comm));
+    FMCheck(out[0] == in[0] && out[1] == in[1], mask->hdr.comm, FM_ERR_MISMATCH,
+            "The mask differs between ranks (checksum %016llx here); every rank must give the same sizes, type, parameters and bounds",
+            (unsigned long long)in[0]);
+  }
+  mask->hdr.setupcalled = 1;
+  FMCall(FMOptionsGetView_Private("-fm_mask_view", "print the mask at set-up (FMMaskView)", &view));
+  if (view) FMCall(FMMaskView(mask, stdout));
+  return FM_SUCCESS;
+}
+
+/* FMMaskGetSizes - sizes as set. Not collective. Any output may be NULL. */
+FMErrorCode FMMaskGetSizes(FMMask mask, int *seqlen_q, int *seqlen_k, int *mask_heads)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  if (seqlen_q) *seqlen_q = mask->seqlen_q;
+  if (seqlen_k) *seqlen_k = mask->seqlen_k;
+  if (mask_heads) *mask_heads = mask->mask_heads;
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskGetBounds - borrowed pointers to head's vectors (after SetUp; valid until the next
+ *   SetUp or Destroy). Not collective. Any output may be NULL.
+ */
+FMErrorCode FMMaskGetBounds(FMMask mask, int head, const int32_t **lts, const int32_t **lte, const int32_t **uts, const int32_t **ute,
+                            int *present, FMBool *causal)
+{
+  const int32_t **out[4] = {lts, lte, uts, ute};
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheckSetUp(mask, "FMMask");
+  FMCheck(head >= 0 && head < mask->mask_heads, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 2 (head) is %d; expected 0 <= head < mask_heads = %d", head, mask->mask_heads);
+  for (int v = 0; v < 4; v++)
+    if (out[v]) *out[v] = mask->bnd[v] + (size_t)head * mask->seqlen_k;
+  if (present) *present = mask->present;
+  if (causal) *causal = mask->causal ? FM_TRUE : FM_FALSE;
+  return FM_SUCCESS;
+}
+
+/* FMMaskIsMasked - whether row i may not attend key j for mask head (after SetUp). Not collective. */
+FMErrorCode FMMaskIsMasked(FMMask mask, int head, int i, int j, FMBool *masked)
+{
+  size_t o;
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheckSetUp(mask, "FMMask");
+  FMValidPointer(masked, 5);
+  FMCheck(head >= 0 && head < mask->mask_heads, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 2 (head) is %d; expected 0 <= head < mask_heads = %d", head, mask->mask_heads);
+  FMCheck(i >= 0 && i < mask->seqlen_q, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (i) is %d; expected 0 <= i < seqlen_q = %d", i,
+          mask->seqlen_q);
+  FMCheck(j >= 0 && j < mask->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 4 (j) is %d; expected 0 <= j < seqlen_k = %d", j,
+          mask->seqlen_k);
+  o = (size_t)head * mask->seqlen_k + j;
+  *masked = ((mask->bnd[0][o] <= i && i < mask->bnd[1][o]) || (mask->bnd[2][o] <= i && i < mask->bnd[3][o]) ||
+             (mask->causal && (int64_t)j > (int64_t)i + mask->seqlen_k - mask->seqlen_q))
+              ? FM_TRUE
+              : FM_FALSE;
+  return FM_SUCCESS;
+}
+
+/* FMMaskGetDensity - exact element density and block sparsity (after SetUp). Not collective. */
+FMErrorCode FMMaskGetDensity(FMMask mask, double *element_density, double *block_sparsity)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheckSetUp(mask, "FMMask");
+  if (element_density) *element_density = mask->density;
+  if (block_sparsity) *block_sparsity = mask->sparsity;
+  return FM_SUCCESS;
+}
+
+/* Print up to max values of an int list on one line, "a b c ... (n in all)". */
+static FMErrorCode print_list(MPI_Comm comm, FILE *fp, const char *label, int n, const int *x, const int *y)
+{
+  char line[640];
+  size_t len = (size_t)snprintf(line, sizeof(line), "  %s:", label);
+  const int max = 16;
+  for (int k = 0; k < n && k < max && len < sizeof(line) - 40; k++) {
+    if (y) len += (size_t)snprintf(line + len, sizeof(line) - len, " [%d,%d)", x[k], x[k] + y[k]);
+    else len += (size_t)snprintf(line + len, sizeof(line) - len, " %d", x[k]);
+  }
+  if (n > max) snprintf(line + len, sizeof(line) - len, " ... (%d in all)", n);
+  FMCall(FMPrintf(comm, fp, "%s\n", line));
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskView - print type, sizes, causal, vectors, parameters, density, sparsity and a picture
+ *   of the tile classes of head 0 (at most 32 x 32 characters: '.' skip, '#' full, '+' partial
+ *   or mixed). Collective; rank 0 prints. fp NULL means stdout.
+ */
+FMErrorCode FMMaskView(FMMask mask, FILE *fp)
+{
+  MPI_Comm comm;
+  FMMaskParams p;
+  int t, nqb, nkb, gq, gk, counts[3] = {0, 0, 0};
+  char vec[32] = "";
+  FMErrorCode ierr;
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheckSetUp(mask, "FMMask");
+  if (!fp) fp = stdout;
+  comm = mask->hdr.comm;
+  t = FMMaskTypeIndex_Private(mask->hdr.type_name);
+  for (int v = 0; v < 4; v++)
+    if (mask->present & (1 << v)) {
+      if (vec[0]) strcat(vec, ",");
+      strcat(vec, bound_names[v]);
+    }
+  FMCall(FMPrintf(comm, fp, "FMMask \"%s\": seqlen_q %d, seqlen_k %d, %d mask head%s, causal %s, vectors {%s}\n", mask->hdr.type_name,
+                  mask->seqlen_q, mask->seqlen_k, mask->mask_heads, mask->mask_heads > 1 ? "s" : "", mask->causal ? "yes" : "no", vec));
+  if (t != FM_MT_BOUNDS && t != FM_MT_FULL && t != FM_MT_CAUSAL) {
+    FMCall(FMMaskGetParams_Private(mask, &p));
+    ierr = FM_SUCCESS;
+    if (p.docs) {
+      char lab[64];
+      snprintf(lab, sizeof(lab), "%d documents%s", p.ndocs, p.docs_default ? " (drawn from the seed)" : "");
+      ierr = print_list(comm, fp, lab, p.ndocs, p.docs, NULL);
+    }
+    if (!ierr && p.nseg) {
+      char lab[64];
+      snprintf(lab, sizeof(lab), "segments per document%s", p.segs_default ? " (drawn from the seed)" : "");
+      ierr = print_list(comm, fp, lab, p.ndocs, p.nseg, NULL);
+      if (!ierr) ierr = print_list(comm, fp, "segment lengths (question, answers...)", p.nsegtot, p.seglen, NULL);
+    }
+    if (!ierr && p.window_left >= 0) ierr = FMPrintf(comm, fp, "  window: left %d, right %d\n", p.window_left, p.window_right);
+    if (!ierr && p.nglobal >= 0) ierr = FMPrintf(comm, fp, "  global tokens: %d\n", p.nglobal);
+    if (!ierr && p.prefix)
+      ierr = print_list(comm, fp, p.prefix_default ? "prefix lengths (default: half of each document)" : "prefix lengths", p.nprefix, p.prefix,
+                        NULL);
+    if (!ierr && p.span_start)
+      ierr = print_list(comm, fp, p.spans_default ? "masked key spans (drawn from the seed)" : "masked key spans", p.nspans, p.span_start,
+                        p.span_len);
+    FMMaskParamsFree_Private(&p);
+    FMCall(ierr);
+  }
+  if (t == FM_MT_RANDOMEVICTION)
+    FMCall(FMPrintf(comm, fp, "  evictions: per head, one column at each row position %d..%d\n", mask->seqlen_k / 2, mask->seqlen_k - 1));
+  FMCall(FMPrintf(comm, fp, "  seed %lu; element density %.6f, block sparsity %.6f (block %d)\n", mask->seed, mask->density, mask->sparsity,
+                  mask->block));
+
+  /* tile classes of head 0, grouped to at most 32 x 32 characters */
+  nqb = (mask->seqlen_q + mask->block - 1) / mask->block;
+  nkb = mask->nblocks_k;
+  gq = (nqb + 31) / 32;
+  gk = (nkb + 31) / 32;
+  {
+    char line[40];
+    int ierr2 = 0;
+    FMCall(FMPrintf(comm, fp, "  tile classes of head 0 (%d x %d tiles, %d x %d per character; '.' skip, '#' full, '+' partial or mixed):\n",
+                    nqb, nkb, gq, gk));
+    for (int qg = 0; qg < nqb; qg += gq) {
+      int c = 0;
+      for (int kg = 0; kg < nkb; kg += gk) {
+        int seen = 0;
+        for (int qb = qg; qb < qg + gq && qb < nqb; qb++)
+          for (int kb = kg; kb < kg + gk && kb < nkb; kb++) {
+            FMTileClass cls = FMMaskClassifyTile_Private(mask, 0, qb * mask->block, (qb + 1) * mask->block, kb);
+            seen |= 1 << cls;
+            counts[cls]++;
+          }
+        line[c++] = seen == (1 << FM_TILE_SKIP) ? '.' : seen == (1 << FM_TILE_FULL) ? '#' : '+';
+      }
+      line[c] = 0;
+      if (!ierr2) ierr2 = FMPrintf(comm, fp, "    %s\n", line);
+    }
+    FMCall((FMErrorCode)ierr2);
+  }
+  FMCall(FMPrintf(comm, fp, "  head 0 by the summaries: %d skip, %d partial, %d full tiles\n", counts[FM_TILE_SKIP], counts[FM_TILE_PARTIAL],
+                  counts[FM_TILE_FULL]));
+  return FM_SUCCESS;
+}
+
+/* FMMaskGetDesc_Private - the kernels' view of a set-up mask (borrowed pointers). Not collective. */
+FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc)
+{
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  FMValidPointer(desc, 2);
+  FMCheckSetUp(m, "FMMask");
+  desc->seqlen_q = m->seqlen_q;
+  desc->seqlen_k = m->seqlen_k;
+  desc->mask_heads = m->mask_heads;
+  desc->causal = m->causal;
+  desc->present = m->present;
+  for (int v = 0; v < 4; v++) desc->bnd[v] = m->bnd[v];
+  desc->block = m->block;
+  desc->nblocks_k = m->nblocks_k;
+  desc->summary = m->summary;
+  return FM_SUCCESS;
+}
+
+/* FMMaskDestroy - drop a reference; frees at zero (and drops the context) and sets *mask = NULL. */
+FMErrorCode FMMaskDestroy(FMMask *mask)
+{
+  FMMask m;
+  FMValidPointer(mask, 1);
+  m = *mask;
+  if (!m) return FM_SUCCESS;
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  *mask = NULL;
+  if (--m->hdr.refct > 0) return FM_SUCCESS;
+  for (int v = 0; v < 4; v++) free(m->bnd[v]);
+  free_user_bounds(m);
+  free(m->docs);
+  free(m->prefix);
+  free(m->sq_nseg);
+  free(m->sq_seglen);
+  free(m->span_start);
+  free(m->span_len);
+  free(m->summary);
+  free(m->hdr.type_name);
+  FMCall(FMContextDestroy(&m->ctx));
+  m->hdr.classid = 0;
+  free(m);
+  return FM_SUCCESS;
+}

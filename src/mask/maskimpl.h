@@ -1,0 +1,47 @@
+/*
+ * maskimpl.h - private to src/mask: the mask type table and the resolved builder parameters
+ * (user-set values, or the defaults drawn from the seed), shared by mask.c (View),
+ * builders.c (the builders) and maskio.c (parameters written as HDF5 attributes).
+ * Not installed.
+ */
+#ifndef FLASHMASK_MASKIMPL_H
+#define FLASHMASK_MASKIMPL_H
+
+#include <flashmask/private/fmimpl.h>
+
+/* Builder types, in the order of flashmask-format.md section 3, then "bounds". */
+typedef enum {
+  FM_MT_FULL = 0, FM_MT_CAUSAL, FM_MT_SLIDINGWINDOW, FM_MT_CAUSALDOCUMENT, FM_MT_DOCUMENT, FM_MT_SHAREQUESTION,
+  FM_MT_GLOBALSLIDINGWINDOW, FM_MT_CAUSALBLOCKWISE, FM_MT_PREFIXLMDOCUMENT, FM_MT_PREFIXLMCAUSAL, FM_MT_QKSPARSE,
+  FM_MT_RANDOMEVICTION, FM_MT_BOUNDS, FM_MT_N
+} FMMaskTypeId;
+
+/* NULL-terminated names indexed by FMMaskTypeId (mask.c). */
+extern const char *const FMMaskTypeNames_Private[FM_MT_N + 1];
+
+/* Index of a type name, or -1 when unknown. */
+int FMMaskTypeIndex_Private(const char *name);
+
+/*
+ * The effective parameters of the mask's type (positions along the key axis, 0..seqlen_k).
+ * Only the fields the type uses are filled; arrays are owned (free with FMMaskParamsFree_Private).
+ * The *_default flags say which values are defaults (drawn from the seed or, for prefixes,
+ * half of each document) rather than set by the user.
+ */
+typedef struct {
+  int ndocs; int *docs; int docs_default;                 /* document lengths, sum = seqlen_k */
+  int *nseg; int nsegtot; int *seglen; int segs_default;  /* share_question: per document, question then answers */
+  int window_left, window_right;                         /* sliding windows */
+  int nglobal;                                           /* global_sliding_window */
+  int nprefix; int *prefix; int prefix_default;           /* prefix_lm_document (per doc) / prefix_lm_causal (1) */
+  int nspans; int *span_start, *span_len; int spans_default;/* qk_sparse */
+} FMMaskParams;
+
+/*
+ * FMMaskGetParams_Private - resolve and validate the parameters of m's type (sizes must be set).
+ *   Not collective. Errors name the parameter (FM_ERR_ARG_SIZ, FM_ERR_ARG_OUTOFRANGE, FM_ERR_ARG_INCOMP).
+ */
+FMErrorCode FMMaskGetParams_Private(FMMask m, FMMaskParams *p);
+void FMMaskParamsFree_Private(FMMaskParams *p);
+
+#endif

@@ -1,0 +1,170 @@
+/*
+ * summary.c - validation of the bound vectors, per-block summaries (min/max of each vector
+ * over a block of key columns), tile classes, and the exact element density and block
+ * sparsity of a mask.
+ */
+#include "maskimpl.h"
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * FMClassifyTile - class of the query tile [m0, m1) against key block kb, from one head's
+ *   block summaries. Not collective; pure function (no checks, it runs in kernel loops).
+ *   summary_head  the summaries of one mask head: [nblocks_k][FM_SUM_N]
+ *   causal        whether the bottom-right aligned causal triangle is added
+ *   seqlen_q, seqlen_k, block   the mask's sizes and its summary block size
+ *   m0, m1        global query rows (clipped to [0, seqlen_q))
+ *   kb            key block (columns [kb * block, min((kb + 1) * block, seqlen_k)))
+ *   Returns FM_TILE_SKIP only if every entry is masked, FM_TILE_FULL only if none is, else
+ *   FM_TILE_PARTIAL. The logic is FMClassifyTileInline in fmimpl.h.
+ */
+FMTileClass FMClassifyTile(const int32_t *summary_head, int causal, int seqlen_q, int seqlen_k, int block, int m0, int m1, int kb)
+{
+  return FMClassifyTileInline(summary_head, causal, seqlen_q, seqlen_k, block, m0, m1, kb);
+}
+
+/*
+ * FMMaskClassifyTile_Private - FMClassifyTile on a set-up mask's summaries for mask head h.
+ *   Not collective; no argument checks (hot path).
+ */
+FMTileClass FMMaskClassifyTile_Private(const struct _p_FMMask *m, int h, int m0, int m1, int kb)
+{
+  return FMClassifyTileInline(m->summary + (size_t)h * m->nblocks_k * FM_SUM_N, m->causal, m->seqlen_q, m->seqlen_k, m->block, m0, m1,
+                              kb);
+}
+
+/*
+ * FMMaskValidate_Private - check every bound of m->bnd: 0 <= value <= seqlen_q and
+ *   start <= end for (lts, lte) and (uts, ute). Not collective. The first violation is
+ *   reported as FM_ERR_ARG_OUTOFRANGE naming vector, head, column and value.
+ */
+FMErrorCode FMMaskValidate_Private(FMMask m)
+{
+  static const char *const vname[4] = {"lts", "lte", "uts", "ute"};
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k;
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  for (int v = 0; v < 4; v++)
+    FMCheck(m->bnd[v], MPI_COMM_SELF, FM_ERR_LIB, "Bound vector %s is not allocated", vname[v]);
+  for (int h = 0; h < m->mask_heads; h++) {
+    for (int v = 0; v < 4; v++) {
+      const int32_t *x = m->bnd[v] + (size_t)h * Sk;
+      for (int j = 0; j < Sk; j++)
+        FMCheck(x[j] >= 0 && x[j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+                "Bound %s[head %d][column %d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", vname[v], h, j, (int)x[j],
+                vname[v], Sq);
+    }
+    for (int v = 0; v < 4; v += 2) {
+      const int32_t *s = m->bnd[v] + (size_t)h * Sk, *e = m->bnd[v + 1] + (size_t)h * Sk;
+      for (int j = 0; j < Sk; j++)
+        FMCheck(s[j] <= e[j], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+                "Bound %s[head %d][column %d] = %d is greater than %s = %d; expected start <= end", vname[v], h, j, (int)s[j],
+                vname[v + 1], (int)e[j]);
+    }
+  }
+  return FM_SUCCESS;
+}
+
+/*
+ * Masked rows of one column as at most 3 disjoint sorted intervals (the lower and upper
+ * intervals and the causal rows [0, j - off)); returns the count.
+ */
+static inline int column_masked(const FMMask m, int h, int j, int a[3], int b[3])
+{
+  int sa[3], sb[3], n = 0, k = 0;
+  const size_t o = (size_t)h * m->seqlen_k + j;
+  const int64_t off = (int64_t)m->seqlen_k - m->seqlen_q;
+  if (m->bnd[0][o] < m->bnd[1][o]) { sa[n] = m->bnd[0][o]; sb[n++] = m->bnd[1][o]; }
+  if (m->bnd[2][o] < m->bnd[3][o]) { sa[n] = m->bnd[2][o]; sb[n++] = m->bnd[3][o]; }
+  if (m->causal) {
+    int64_t c = (int64_t)j - off;
+    if (c > m->seqlen_q) c = m->seqlen_q;
+    if (c > 0) { sa[n] = 0; sb[n++] = (int)c; }
+  }
+  /* sort by start (n <= 3) */
+  for (int x = 1; x < n; x++)
+    for (int y = x; y > 0 && sa[y - 1] > sa[y]; y--) {
+      int t = sa[y]; sa[y] = sa[y - 1]; sa[y - 1] = t;
+      t = sb[y]; sb[y] = sb[y - 1]; sb[y - 1] = t;
+    }
+  for (int x = 0; x < n; x++) {
+    if (k > 0 && sa[x] <= b[k - 1]) {
+      if (sb[x] > b[k - 1]) b[k - 1] = sb[x];
+    } else {
+      a[k] = sa[x]; b[k] = sb[x]; k++;
+    }
+  }
+  return k;
+}
+
+/* Empty intervals in default form (lts = lte = Sq, uts = ute = 0) so the summaries stay tight. */
+static void normalize(FMMask m)
+{
+  const size_t n = (size_t)m->mask_heads * m->seqlen_k;
+  for (size_t i = 0; i < n; i++) {
+    if (m->bnd[0][i] == m->bnd[1][i]) m->bnd[0][i] = m->bnd[1][i] = m->seqlen_q;
+    if (m->bnd[2][i] == m->bnd[3][i]) m->bnd[2][i] = m->bnd[3][i] = 0;
+  }
+}
+
+/*
+ * FMMaskComputeSummaries_Private - normalize empty intervals, then compute m->summary
+ *   ([mask_heads][nblocks_k][FM_SUM_N], blocks of m->block key columns, the last one short),
+ *   m->nblocks_k, the exact element density (fraction of (head, i, j) entries not masked) and
+ *   block sparsity (fraction of block x block tiles, the last row/column of tiles short, whose
+ *   entries are all masked). Not collective. Call after FMMaskValidate_Private.
+ */
+FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
+{
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k, H = m->mask_heads, B = m->block;
+  int nkb, nqb, *cnt;
+  double masked = 0, skipped = 0;
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  FMCheck(B > 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Block size is %d; expected > 0", B);
+  normalize(m);
+  nkb = (Sk + B - 1) / B;
+  nqb = (Sq + B - 1) / B;
+  FMFree(m->summary);
+  FMCall(FMMalloc((size_t)H * nkb * FM_SUM_N, &m->summary));
+  m->nblocks_k = nkb;
+  for (int h = 0; h < H; h++)
+    for (int kb = 0; kb < nkb; kb++) {
+      int32_t *s = m->summary + ((size_t)h * nkb + kb) * FM_SUM_N;
+      int c0 = kb * B, c1 = c0 + B < Sk ? c0 + B : Sk;
+      for (int v = 0; v < 4; v++) {
+        const int32_t *x = m->bnd[v] + (size_t)h * Sk;
+        int32_t lo = x[c0], hi = x[c0];
+        for (int j = c0 + 1; j < c1; j++) {
+          if (x[j] < lo) lo = x[j];
+          if (x[j] > hi) hi = x[j];
+        }
+        s[2 * v] = lo;
+        s[2 * v + 1] = hi;
+      }
+    }
+
+  /* Density and sparsity, exactly: per column, the masked rows are <= 3 disjoint intervals;
+     a tile of rows is fully masked in a column iff it lies inside one of them. For each key
+     block, count per query tile the columns that cover it (difference array over tiles). */
+  FMCall(FMMalloc(nqb + 1, &cnt));
+  for (int h = 0; h < H; h++)
+    for (int kb = 0; kb < nkb; kb++) {
+      int c0 = kb * B, c1 = c0 + B < Sk ? c0 + B : Sk;
+      memset(cnt, 0, sizeof(int) * (size_t)(nqb + 1));
+      for (int j = c0; j < c1; j++) {
+        int a[3], b[3], n = column_masked(m, h, j, a, b);
+        for (int k = 0; k < n; k++) {
+          int lo = (a[k] + B - 1) / B, hi = b[k] >= Sq ? nqb - 1 : b[k] / B - 1;
+          masked += b[k] - a[k];
+          if (lo <= hi) { cnt[lo]++; cnt[hi + 1]--; }
+        }
+      }
+      for (int qb = 0, run = 0; qb < nqb; qb++) {
+        run += cnt[qb];
+        if (run == c1 - c0) skipped++;
+      }
+    }
+  free(cnt);
+  m->density = 1.0 - masked / ((double)H * Sq * Sk);
+  m->sparsity = skipped / ((double)H * nqb * nkb);
+  return FM_SUCCESS;
+}

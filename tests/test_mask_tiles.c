@@ -1,0 +1,249 @@
+/*
+ * test_mask_tiles - block summaries, tile classes, density and sparsity against brute force
+ * over the dense mask: every aligned tile and many random (unaligned) row ranges are
+ * classified soundly (SKIP => all masked, FULL => none masked); for full, causal, document,
+ * causal_document and sliding_window (window >= 1) the classes are exact on every shape tested,
+ * aligned or not (PARTIAL tiles are mixed);
+ * summaries are the min/max of each vector per key block; FMMaskView draws the classes.
+ */
+#include "fmtest.h"
+#include <flashmask/private/fmimpl.h>
+#include <flashmask/private/fmkernels.h>
+#include <unistd.h>
+
+static const char *types[] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT,
+                              FMMASKSHAREQUESTION, FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT,
+                              FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE, FMMASKRANDOMEVICTION, FMMASKBOUNDS, NULL};
+
+static int is_exact_type(const char *t)
+{
+  return !strcmp(t, FMMASKCAUSAL) || !strcmp(t, FMMASKDOCUMENT) || !strcmp(t, FMMASKCAUSALDOCUMENT) || !strcmp(t, FMMASKSLIDINGWINDOW) ||
+         !strcmp(t, FMMASKFULL);
+}
+
+/* Masked entries of rows [i0, i1) x columns [j0, j1) from the 2D prefix sums P ((Sq+1) x (Sk+1)). */
+static long rect(const int *P, int Sk, int i0, int i1, int j0, int j1)
+{
+  size_t w = (size_t)Sk + 1;
+  return (long)P[i1 * w + j1] - P[i0 * w + j1] - P[i1 * w + j0] + P[i0 * w + j0];
+}
+
+static void check_mask(FMMask m, const char *label, uint64_t *rs, int check_exact)
+{
+  FMMaskDesc d;
+  int Sq, Sk, H, B, nkb, nqb, off;
+  long masked_total = 0, skip_total = 0, inexact = 0;
+  double density, sparsity;
+  int *P;
+  FMT_CALL(FMMaskGetDesc_Private(m, &d));
+  Sq = d.seqlen_q; Sk = d.seqlen_k; H = d.mask_heads; B = d.block; nkb = d.nblocks_k; off = Sk - Sq;
+  nqb = (Sq + B - 1) / B;
+  FMT_CHECK(nkb == (Sk + B - 1) / B, "%s: nblocks_k %d, expected %d", label, nkb, (Sk + B - 1) / B);
+  P = malloc(sizeof(int) * (size_t)(Sq + 1) * (Sk + 1));
+  for (int h = 0; h < H; h++) {
+    const int32_t *b[4], *sum = d.summary + (size_t)h * nkb * FM_SUM_N;
+    for (int v = 0; v < 4; v++) b[v] = d.bnd[v] + (size_t)h * Sk;
+    /* summaries */
+    for (int kb = 0; kb < nkb; kb++) {
+      int c0 = kb * B, c1 = c0 + B < Sk ? c0 + B : Sk;
+      for (int v = 0; v < 4; v++) {
+        int lo = INT32_MAX, hi = INT32_MIN;
+        for (int j = c0; j < c1; j++) { if (b[v][j] < lo) lo = b[v][j]; if (b[v][j] > hi) hi = b[v][j]; }
+        FMT_CHECK(sum[kb * FM_SUM_N + 2 * v] == lo && sum[kb * FM_SUM_N + 2 * v + 1] == hi,
+                  "%s head %d block %d vector %d: summary %d..%d, brute force %d..%d", label, h, kb, v, sum[kb * FM_SUM_N + 2 * v],
+                  sum[kb * FM_SUM_N + 2 * v + 1], lo, hi);
+      }
+    }
+    /* dense mask and its prefix sums */
+    memset(P, 0, sizeof(int) * (size_t)(Sk + 1));
+    for (int i = 0; i < Sq; i++) {
+      int *row = P + (size_t)(i + 1) * (Sk + 1), *prev = P + (size_t)i * (Sk + 1), acc = 0;
+      row[0] = 0;
+      for (int j = 0; j < Sk; j++) {
+        int x = (b[0][j] <= i && i < b[1][j]) || (b[2][j] <= i && i < b[3][j]) || (d.causal && j > i + off);
+        if (((i * 31 + j * 17) % 97) == 0) {
+          FMBool im;
+          FMT_CALL(FMMaskIsMasked(m, h, i, j, &im));
+          FMT_CHECK((int)im == x, "%s: IsMasked(%d,%d,%d) = %d, bounds %d", label, h, i, j, (int)im, x);
+        }
+        acc += x;
+        masked_total += x;
+        row[j + 1] = prev[j + 1] + acc;
+      }
+    }
+    /* aligned tiles */
+    for (int qb = 0; qb < nqb; qb++)
+      for (int kb = 0; kb < nkb; kb++) {
+        int m0 = qb * B, m1 = m0 + B < Sq ? m0 + B : Sq, c0 = kb * B, c1 = c0 + B < Sk ? c0 + B : Sk;
+        long n = rect(P, Sk, m0, m1, c0, c1), all = (long)(m1 - m0) * (c1 - c0);
+        FMTileClass cls = FMMaskClassifyTile_Private(m, h, m0, m0 + B, kb); /* m1 past Sq is clipped */
+        FMTileClass cls2 = FMClassifyTile(sum, d.causal, Sq, Sk, B, m0, m1, kb);
+        FMT_CHECK(cls == cls2, "%s: FMMaskClassifyTile_Private and FMClassifyTile disagree", label);
+        if (n == all) skip_total++;
+        FMT_CHECK(cls != FM_TILE_SKIP || n == all, "%s head %d tile (%d,%d): SKIP but %ld of %ld masked", label, h, qb, kb, n, all);
+        FMT_CHECK(cls != FM_TILE_FULL || n == 0, "%s head %d tile (%d,%d): FULL but %ld of %ld masked", label, h, qb, kb, n, all);
+        if (cls == FM_TILE_PARTIAL && (n == 0 || n == all)) {
+          inexact++;
+          if (check_exact)
+            FMT_CHECK(0, "%s head %d tile (%d,%d): PARTIAL but %s", label, h, qb, kb, n == 0 ? "nothing masked" : "everything masked");
+        }
+      }
+    /* random row ranges, random key blocks (including ranges past the ends) */
+    for (int r = 0; r < 3000; r++) {
+      int m0 = (int)(fmt_next(rs) % (uint64_t)(Sq + 1)), m1 = (int)(fmt_next(rs) % (uint64_t)(Sq + 1)), kb = (int)(fmt_next(rs) % (uint64_t)nkb);
+      if (m0 > m1) { int t = m0; m0 = m1; m1 = t; }
+      if (m0 == m1) continue;
+      int c0 = kb * B, c1 = c0 + B < Sk ? c0 + B : Sk;
+      long n = rect(P, Sk, m0, m1, c0, c1), all = (long)(m1 - m0) * (c1 - c0);
+      FMTileClass cls = FMClassifyTile(sum, d.causal, Sq, Sk, B, m0, m1, kb);
+      FMT_CHECK(cls != FM_TILE_SKIP || n == all, "%s head %d rows [%d,%d) block %d: SKIP but %ld of %ld masked", label, h, m0, m1, kb, n, all);
+      FMT_CHECK(cls != FM_TILE_FULL || n == 0, "%s head %d rows [%d,%d) block %d: FULL but %ld masked", label, h, m0, m1, kb, n);
+    }
+    FMT_CHECK(FMClassifyTile(sum, d.causal, Sq, Sk, B, 5, 5, 0) == FM_TILE_SKIP, "%s: an empty tile must be SKIP", label);
+    FMT_CHECK(FMClassifyTile(sum, d.causal, Sq, Sk, B, 0, Sq, nkb) == FM_TILE_SKIP, "%s: a block past seqlen_k must be SKIP", label);
+  }
+  FMT_CALL(FMMaskGetDensity(m, &density, &sparsity));
+  {
+    double dref = 1.0 - (double)masked_total / ((double)H * Sq * Sk), sref = (double)skip_total / ((double)H * nqb * nkb);
+    FMT_CHECK(fabs(density - dref) < 1e-12, "%s: element density %.15f, brute force %.15f", label, density, dref);
+    FMT_CHECK(fabs(sparsity - sref) < 1e-12, "%s: block sparsity %.15f, brute force %.15f", label, sparsity, sref);
+  }
+  if (inexact && !check_exact) printf("  %s: %ld PARTIAL tiles are uniform (allowed: conservative)\n", label, inexact);
+  free(P);
+}
+
+static FMMask build(FMContext ctx, const char *type, int Sq, int Sk, int H, int B, unsigned long seed, uint64_t *rs)
+{
+  FMMask m;
+  FMT_CALL(FMMaskCreate(ctx, &m));
+  FMT_CALL(FMMaskSetSizes(m, Sq, Sk, H));
+  FMT_CALL(FMMaskSetType(m, type));
+  FMT_CALL(FMMaskSetBlockSize(m, B));
+  FMT_CALL(FMMaskSetSeed(m, seed));
+  if (!strcmp(type, FMMASKBOUNDS)) {
+    int32_t *u[4];
+    for (int v = 0; v < 4; v++) u[v] = malloc(sizeof(int32_t) * Sk);
+    FMT_CALL(FMMaskSetCausal(m, (fmt_next(rs) & 1) ? FM_TRUE : FM_FALSE));
+    for (int h = 0; h < H; h++) {
+      /* smooth random bounds (runs of equal values, like real masks) and some empty intervals */
+      int a = 0, c = Sq, e = 0, f = 0;
+      for (int j = 0; j < Sk; j++) {
+        if (fmt_next(rs) % 50 == 0) {
+          a = (int)(fmt_next(rs) % (uint64_t)(Sq + 1)); c = a + (int)(fmt_next(rs) % (uint64_t)(Sq - a + 1));
+          e = (int)(fmt_next(rs) % (uint64_t)(Sq + 1)); f = e + (int)(fmt_next(rs) % (uint64_t)(Sq - e + 1));
+        }
+        u[0][j] = a; u[1][j] = c; u[2][j] = e; u[3][j] = f;
+      }
+      FMT_CALL(FMMaskSetBounds(m, h, u[0], u[1], u[2], u[3]));
+    }
+    for (int v = 0; v < 4; v++) free(u[v]);
+  }
+  FMT_CALL(FMMaskSetUp(m));
+  return m;
+}
+
+/* FMMaskView of a causal mask: lower triangle '#', diagonal '+', upper '.'. */
+static void check_view(FMContext ctx, uint64_t *rs)
+{
+  char path[] = "/tmp/fm_test_mask_view_XXXXXX", line[256];
+  int fd = mkstemp(path), rank, row = 0, in_pic = 0;
+  FILE *fp;
+  FMMask m;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (fd < 0) { FMT_CHECK(0, "mkstemp failed"); return; }
+  fp = fdopen(fd, "w+");
+  m = build(ctx, FMMASKCAUSAL, 1024, 1024, 1, 128, 42, rs);
+  FMT_CALL(FMMaskView(m, fp));
+  FMT_CALL(FMMaskDestroy(&m));
+  m = build(ctx, FMMASKCAUSALDOCUMENT, 8192, 8192, 1, 128, 42, rs); /* 64 x 64 tiles, drawn 2 x 2 per character */
+  FMT_CALL(FMMaskView(m, fp));
+  FMT_CALL(FMMaskDestroy(&m));
+  fflush(fp);
+  rewind(fp);
+  if (rank == 0) {
+    int seen_type = 0, seen_docs = 0, rows2 = 0, pic = 0;
+    while (fgets(line, sizeof(line), fp)) {
+      char *s = line;
+      if (strstr(line, "FMMask \"causal\"") && strstr(line, "seqlen_q 1024")) seen_type = 1;
+      if (strstr(line, "documents (drawn from the seed)")) seen_docs = 1;
+      if (strstr(line, "tile classes")) { in_pic = 1; pic++; row = 0; continue; }
+      if (in_pic) {
+        while (*s == ' ') s++;
+        if (!(*s == '.' || *s == '#' || *s == '+')) { in_pic = 0; continue; }
+        s[strcspn(s, "\n")] = 0;
+        if (pic == 1) {
+          FMT_CHECK(strlen(s) == 8, "view: picture row %d has %zu characters, expected 8", row, strlen(s));
+          for (int k = 0; k < 8 && s[k]; k++) {
+            char want = k < row ? '#' : k == row ? '+' : '.';
+            FMT_CHECK(s[k] == want, "view: causal picture (%d,%d) is '%c', expected '%c'", row, k, s[k], want);
+          }
+        } else {
+          FMT_CHECK(strlen(s) == 32, "view: 64x64 tiles must be drawn on 32 characters, got %zu", strlen(s));
+          rows2++;
+        }
+        row++;
+      }
+    }
+    FMT_CHECK(seen_type, "view: no header line for the causal mask");
+    FMT_CHECK(seen_docs, "view: documents not listed");
+    FMT_CHECK(rows2 == 32, "view: 64x64 tiles drawn on %d rows, expected 32", rows2);
+  }
+  fclose(fp);
+  unlink(path);
+}
+
+int main(int argc, char **argv)
+{
+  FMContext ctx;
+  uint64_t rs;
+  char label[128];
+  struct { int Sq, Sk, B; } shapes[] = {{1024, 1024, 128}, {1024, 1024, 64}, {1000, 1000, 128}, {777, 1000, 64},
+                                       {1000, 777, 100}, {600, 600, 16}, {130, 1300, 128}, {1, 1, 128}, {3, 5, 2},
+                                       {17, 2, 4}, {2, 17, 3}};
+  FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_mask_tiles"));
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMT_CALL(FMContextSetUp(ctx));
+  rs = fmt_seed();
+  {
+    /* -test_view_only: one mask, for the .sh to check that -fm_mask_view makes SetUp print it */
+    FMBool only = FM_FALSE;
+    FMT_CALL(FMOptionsHasName("-test_view_only", &only));
+    if (only) {
+      FMMask m = build(ctx, FMMASKCAUSAL, 256, 256, 1, 64, 42, &rs);
+      FMT_CALL(FMMaskDestroy(&m));
+      FMT_CALL(FMContextDestroy(&ctx));
+      FMT_CALL(FMFinalize());
+      return 0;
+    }
+  }
+  for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++)
+    for (int t = 0; types[t]; t++) {
+      int H = !strcmp(types[t], FMMASKRANDOMEVICTION) || !strcmp(types[t], FMMASKBOUNDS) ? 2 : 1;
+      unsigned long seed = (unsigned long)(fmt_next(&rs) & 0xFFFFF);
+      FMMask m = build(ctx, types[t], shapes[s].Sq, shapes[s].Sk, H, shapes[s].B, seed, &rs);
+      snprintf(label, sizeof(label), "%s %dx%d block %d seed %lu", types[t], shapes[s].Sq, shapes[s].Sk, shapes[s].B, seed);
+      check_mask(m, label, &rs, is_exact_type(types[t]));
+      FMT_CALL(FMMaskDestroy(&m));
+    }
+  /* explicit sliding windows of any width >= 1, including windows not a multiple of the block */
+  for (int k = 0; k < 6; k++) {
+    FMMask m;
+    int w = 1 + (int)(fmt_next(&rs) % 700);
+    FMT_CALL(FMMaskCreate(ctx, &m));
+    FMT_CALL(FMMaskSetSizes(m, 1024, 1024, 1));
+    FMT_CALL(FMMaskSetType(m, FMMASKSLIDINGWINDOW));
+    FMT_CALL(FMMaskSetWindow(m, w, 0));
+    FMT_CALL(FMMaskSetBlockSize(m, 64));
+    FMT_CALL(FMMaskSetUp(m));
+    snprintf(label, sizeof(label), "sliding_window w=%d", w);
+    check_mask(m, label, &rs, 1);
+    FMT_CALL(FMMaskDestroy(&m));
+  }
+  check_view(ctx, &rs);
+  FMT_CALL(FMContextDestroy(&ctx));
+  {
+    int rc = fmt_finish("test_mask_tiles");
+    FMT_CALL(FMFinalize());
+    return rc;
+  }
+}

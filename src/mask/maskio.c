@@ -206,7 +206,11 @@ static FMErrorCode open_for_write(const char *path, hid_t *file)
 {
   *file = -1;
   if (access(path, F_OK) == 0) {
+#if H5_VERSION_GE(1, 12, 0)
+    htri_t is = H5Fis_accessible(path, H5P_DEFAULT);
+#else
     htri_t is = H5Fis_hdf5(path);
+#endif
     if (is <= 0) {
       H5Eclear2(H5E_DEFAULT);
       FMRaise(MPI_COMM_SELF, FM_ERR_FILE, "Argument 2 (path): \"%s\" exists but is not an HDF5 file; expected an HDF5 file or a new path", path);

@@ -1,0 +1,63 @@
+/*
+ * fmfortran.c - small C helpers behind the Fortran module `flashmask` (flashmask_f.F90):
+ * communicator conversion (MPI_Comm_f2c), viewers that print to stdout and flush it (so
+ * output interleaves sensibly with Fortran's own unit 6), and copying C strings into
+ * blank-padded Fortran character variables. Not part of the C API.
+ */
+#include <flashmask.h>
+#include <stdio.h>
+#include <string.h>
+
+/*
+ * FMFortranContextCreate_Private - FMContextCreate from a Fortran communicator handle.
+ *   Collective on the communicator.
+ *   fcomm  the Fortran handle: an integer from `use mpi` / mpif.h, or the MPI_VAL
+ *          component of a type(MPI_Comm) from `use mpi_f08`
+ *   ctx    out: the new context
+ */
+FMErrorCode FMFortranContextCreate_Private(const MPI_Fint *fcomm, FMContext *ctx)
+{
+  return FMContextCreate(MPI_Comm_f2c(*fcomm), ctx);
+}
+
+/*
+ * FMFortranContextView_Private / MaskView / PlanView - the object's View on stdout,
+ *   then fflush(stdout). Collective, as the Views are.
+ */
+FMErrorCode FMFortranContextView_Private(FMContext ctx)
+{
+  FMErrorCode ierr = FMContextView(ctx, stdout);
+  fflush(stdout);
+  return ierr;
+}
+
+FMErrorCode FMFortranMaskView_Private(FMMask mask)
+{
+  FMErrorCode ierr = FMMaskView(mask, stdout);
+  fflush(stdout);
+  return ierr;
+}
+
+FMErrorCode FMFortranPlanView_Private(FMPlan plan)
+{
+  FMErrorCode ierr = FMPlanView(plan, stdout);
+  fflush(stdout);
+  return ierr;
+}
+
+/*
+ * FMFortranCopyString_Private - copy the C string src (NULL: empty) into the Fortran
+ *   character variable dst of length len: truncated if longer, blank padded, no NUL.
+ *   Not collective.
+ */
+void FMFortranCopyString_Private(const char *src, char *dst, int len)
+{
+  size_t n = src ? strlen(src) : 0;
+  if (len <= 0) return;
+  if (n > (size_t)len) n = (size_t)len;
+  if (n) memcpy(dst, src, n);
+  if ((size_t)len > n) memset(dst + n, ' ', (size_t)len - n);
+}
+
+/* FMFortranFlushStdout_Private - fflush(stdout) (Fortran flushes its own unit first). */
+void FMFortranFlushStdout_Private(void) { fflush(stdout); }

@@ -1,0 +1,472 @@
+! test_fortran - the Fortran module `flashmask`.
+!
+! * a causal_document mask with random document lengths: its density against the value
+!   computed here from the lengths (sum L(L+1)/2 / S^2), and entries via fm_mask_is_masked;
+! * a "bounds" mask given through the optional arguments of fm_mask_set_bounds (lts and
+!   ute only): density against sum(lts - ute) / S^2;
+! * an FP32 forward and backward through a plan on fresh random inputs (poisoned outputs),
+!   against a naive float64 attention written here in Fortran (O, LSE, dQ, dK, dV);
+! * error returns: bad sizes, bad type name, GQA mismatch, forward before set-up;
+! * contexts from an integer communicator and (with mpi_f08) from a type(MPI_Comm);
+! * options from FM_OPTIONS (the .sh sets -fm_fortran_check 17 on one run) and set/get;
+! * fm_plan_scatter / fm_plan_gather against the local slices and the reference;
+! * fm_mask_save / fm_mask_load round trip (skipped when the build has no HDF5).
+! Usage: test_fortran [FILE.h5]. Exit 0 pass, 1 fail, 99 hard error.
+
+#ifndef FM_HAVE_MPI_F08
+#define FM_HAVE_MPI_F08 1
+#endif
+
+program test_fortran
+  use, intrinsic :: iso_c_binding
+  use, intrinsic :: iso_fortran_env, only: error_unit, int64
+  use, intrinsic :: ieee_arithmetic, only: ieee_value, ieee_quiet_nan, ieee_is_nan
+  use mpi
+  use flashmask
+  implicit none
+
+  integer, parameter :: B = 2, HQ = 4, HKV = 2, D = 16
+  integer :: ierr, rank, nranks, nfail, S, ndocs, i, j, h, bb, il, hk, jj, nlocal, nkeys, total, S2
+  integer(int64) :: seed, state
+  integer(c_int), allocatable :: docs(:)
+  integer, allocatable :: docid(:), rows(:), keys(:)
+  integer(c_int32_t), allocatable :: lts(:), ute(:)
+  real(c_double) :: dens, spars, expect, scale, err, nrm
+  type(fm_context) :: ctx
+  type(fm_mask) :: mask, mask2, loaded
+  type(fm_plan) :: plan, plan2
+  real(c_float), allocatable, target :: q(:,:,:,:), k(:,:,:,:), v(:,:,:,:), o(:,:,:,:), lse(:,:,:)
+  real(c_float), allocatable, target :: kf(:,:,:,:), vf(:,:,:,:), qg(:,:,:,:), qs(:,:,:,:), og(:,:,:,:)
+  real(c_float), allocatable, target :: dout(:,:,:,:), dq(:,:,:,:), dk(:,:,:,:), dv(:,:,:,:)
+  real(c_double), allocatable :: qf(:,:,:,:), dof(:,:,:,:), oref(:,:,:,:), lref(:,:,:), dqref(:,:,:,:), dkref(:,:,:,:), &
+    dvref(:,:,:,:), p(:), ds(:)
+  logical :: masked, want
+  character(len=512) :: msg, path
+  character(len=64) :: tname
+
+  nfail = 0
+  call fm_initialize(ierr)
+  if (ierr /= 0) call hard('fm_initialize', ierr)
+  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+  call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
+
+  ! fresh random inputs: a time-based seed from rank 0 (FMTEST_SEED replays one)
+  call get_environment_variable('FMTEST_SEED', msg, status=ierr)
+  if (ierr == 0) then
+    read (msg, *) seed
+  else
+    call system_clock(seed)
+  end if
+  call MPI_Bcast(seed, 1, MPI_INTEGER8, 0, MPI_COMM_WORLD, ierr)
+  if (rank == 0) write (*, '(a,i0)') 'FMTEST_SEED=', seed
+  state = mod(abs(seed), 2147483646_int64) + 1
+
+  ! ------------------------------------------------------------ context (integer handle)
+  call fm_context_create(MPI_COMM_WORLD, ctx, ierr)
+  if (ierr /= 0) call hard('fm_context_create', ierr)
+  call fm_context_set_backend(ctx, FM_BACKEND_CPU, ierr)
+  if (ierr /= 0) call hard('fm_context_set_backend', ierr)
+  call fm_context_set_up(ctx, ierr)
+  if (ierr /= 0) call hard('fm_context_set_up', ierr)
+#if FM_HAVE_MPI_F08
+  call f08_context()
+#endif
+
+  ! ------------------------------------------------------------ causal_document mask
+  S = 96 + int(mod(next(), 64_int64))
+  ndocs = 3 + int(mod(next(), 3_int64))
+  allocate (docs(ndocs), docid(0:S - 1))
+  total = 0
+  do i = 1, ndocs - 1
+    docs(i) = 5 + int(mod(next(), int(S / ndocs, int64)))
+    total = total + docs(i)
+  end do
+  docs(ndocs) = S - total
+  total = 0
+  do i = 1, ndocs
+    docid(total:total + docs(i) - 1) = i
+    total = total + docs(i)
+  end do
+  call fm_mask_create(ctx, mask, ierr)
+  if (ierr /= 0) call hard('fm_mask_create', ierr)
+  call fm_mask_set_sizes(mask, S, S, 1, ierr)
+  if (ierr /= 0) call hard('fm_mask_set_sizes', ierr)
+  call fm_mask_set_type(mask, FMMASKCAUSALDOCUMENT, ierr)
+  if (ierr /= 0) call hard('fm_mask_set_type', ierr)
+  call fm_mask_set_documents(mask, ndocs, docs, ierr)
+  if (ierr /= 0) call hard('fm_mask_set_documents', ierr)
+  call fm_mask_set_block_size(mask, 32, ierr)
+  if (ierr /= 0) call hard('fm_mask_set_block_size', ierr)
+  call fm_mask_set_up(mask, ierr)
+  if (ierr /= 0) call hard('fm_mask_set_up', ierr)
+  call fm_mask_get_type(mask, tname, ierr)
+  call check(ierr == 0 .and. tname == 'causal_document', 'fm_mask_get_type gave "'//trim(tname)//'"')
+  call fm_mask_get_density(mask, dens, spars, ierr)
+  if (ierr /= 0) call hard('fm_mask_get_density', ierr)
+  expect = 0
+  do i = 1, ndocs
+    expect = expect + real(docs(i), c_double) * (docs(i) + 1) / 2
+  end do
+  expect = expect / (real(S, c_double) * S)
+  call check(abs(dens - expect) < 1d-12, 'causal_document density differs from sum L(L+1)/2 / S^2')
+  if (abs(dens - expect) >= 1d-12) write (error_unit, *) '  density', dens, 'expected', expect
+  call check(spars > 0 .and. spars < 1, 'causal_document block sparsity not in (0, 1)')
+  do i = 0, S - 1, 7
+    do j = 0, S - 1, 5
+      call fm_mask_is_masked(mask, 0, i, j, masked, ierr)
+      want = .not. (j <= i .and. docid(i) == docid(j))
+      call check(ierr == 0 .and. (masked .eqv. want), 'fm_mask_is_masked disagrees with the document definition')
+    end do
+  end do
+  call fm_mask_view(mask, ierr)
+  call check(ierr == 0, 'fm_mask_view failed')
+
+  ! ------------------------------------------------------------ bounds through optional arguments
+  S2 = 40 + int(mod(next(), 30_int64))
+  allocate (lts(S2), ute(S2))
+  do j = 1, S2
+    lts(j) = int(mod(next(), int(S2 + 1, int64)), c_int32_t)
+    ute(j) = int(mod(next(), int(lts(j) + 1, int64)), c_int32_t)
+  end do
+  call fm_mask_create(ctx, mask2, ierr)
+  if (ierr /= 0) call hard('fm_mask_create', ierr)
+  call fm_mask_set_sizes(mask2, S2, S2, 1, ierr)
+  call fm_mask_set_type(mask2, FMMASKBOUNDS, ierr)
+  call fm_mask_set_bounds(mask2, 0, lts=lts, ute=ute, ierr=ierr)
+  if (ierr /= 0) call hard('fm_mask_set_bounds', ierr)
+  call fm_mask_set_up(mask2, ierr)
+  if (ierr /= 0) call hard('fm_mask_set_up (bounds)', ierr)
+  call fm_mask_get_density(mask2, dens, spars, ierr)
+  expect = real(sum(int(lts) - int(ute)), c_double) / (real(S2, c_double) * S2)
+  call check(ierr == 0 .and. abs(dens - expect) < 1d-12, 'bounds density differs from sum(lts - ute) / S^2')
+  do j = 1, S2, 3
+    do i = 0, S2 - 1, 2
+      call fm_mask_is_masked(mask2, 0, i, j - 1, masked, ierr)
+      want = i >= lts(j) .or. i < ute(j)
+      call check(ierr == 0 .and. (masked .eqv. want), 'fm_mask_is_masked disagrees with lts/ute given from Fortran')
+    end do
+  end do
+
+  ! ------------------------------------------------------------ forward and backward, FP32
+  call fm_plan_create(ctx, plan, ierr)
+  if (ierr /= 0) call hard('fm_plan_create', ierr)
+  call fm_plan_set_mask(plan, mask, ierr)
+  if (ierr /= 0) call hard('fm_plan_set_mask', ierr)
+  call fm_plan_set_shape(plan, B, HQ, HKV, D, FM_DTYPE_FP32, ierr)
+  if (ierr /= 0) call hard('fm_plan_set_shape', ierr)
+  scale = 0.3d0
+  call fm_plan_set_scale(plan, scale, ierr)
+  if (ierr /= 0) call hard('fm_plan_set_scale', ierr)
+  call fm_plan_set_up(plan, ierr)
+  if (ierr /= 0) call hard('fm_plan_set_up', ierr)
+  call fm_plan_get_local_rows(plan, nlocal, rows, ierr)
+  if (ierr /= 0) call hard('fm_plan_get_local_rows', ierr)
+  call check(size(rows) == nlocal, 'fm_plan_get_local_rows: rows has the wrong size')
+  call MPI_Allreduce(nlocal, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
+  call check(total == S, 'local rows of all ranks do not add up to seqlen_q')
+  call fm_plan_get_local_keys(plan, nkeys, keys, ierr)
+  if (ierr /= 0) call hard('fm_plan_get_local_keys', ierr)
+  call MPI_Allreduce(nkeys, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
+  call check(total == S .and. size(keys) == nkeys, 'local keys of all ranks do not add up to seqlen_k')
+  if (nranks == 1) call check(nkeys == S .and. nlocal == S, 'one rank should hold every row and key')
+
+  ! full Q and dO on every rank (same seed), local slices passed to the library
+  allocate (qf(D, HQ, 0:S - 1, B), dof(D, HQ, 0:S - 1, B), kf(D, HKV, S, B), vf(D, HKV, S, B))
+  call fill(qf)
+  call fill(dof)
+  call fillf(kf)
+  call fillf(vf)
+  qf = real(real(qf, c_float), c_double)   ! the reference sees exactly the fp32 inputs
+  dof = real(real(dof, c_float), c_double)
+  allocate (q(D, HQ, max(nlocal, 1), B), dout(D, HQ, max(nlocal, 1), B), o(D, HQ, max(nlocal, 1), B), &
+            lse(max(nlocal, 1), HQ, B), dq(D, HQ, max(nlocal, 1), B), k(D, HKV, max(nkeys, 1), B), &
+            v(D, HKV, max(nkeys, 1), B), dk(D, HKV, max(nkeys, 1), B), dv(D, HKV, max(nkeys, 1), B))
+  do il = 1, nlocal
+    q(:, :, il, :) = real(qf(:, :, rows(il), :), c_float)
+    dout(:, :, il, :) = real(dof(:, :, rows(il), :), c_float)
+  end do
+  do il = 1, nkeys
+    k(:, :, il, :) = kf(:, :, keys(il) + 1, :)
+    v(:, :, il, :) = vf(:, :, keys(il) + 1, :)
+  end do
+  ! fm_plan_scatter from rank 0 gives the same local Q
+  allocate (qg(D, HQ, S, B), qs(D, HQ, max(nlocal, 1), B))
+  qg = real(qf, c_float)
+  qs = -7
+  if (rank == 0) then
+    call fm_plan_scatter(plan, FM_PLAN_TENSOR_Q, 0, c_loc(qg), c_loc(qs), ierr)
+  else
+    call fm_plan_scatter(plan, FM_PLAN_TENSOR_Q, 0, c_null_ptr, c_loc(qs), ierr)
+  end if
+  call check(ierr == 0, 'fm_plan_scatter failed')
+  call check(all(qs(:, :, 1:nlocal, :) == q(:, :, 1:nlocal, :)), 'fm_plan_scatter(Q) differs from the local rows')
+  o = ieee_value(0.0_c_float, ieee_quiet_nan)
+  lse = ieee_value(0.0_c_float, ieee_quiet_nan)
+  dq = ieee_value(0.0_c_float, ieee_quiet_nan)
+  dk = ieee_value(0.0_c_float, ieee_quiet_nan)
+  dv = ieee_value(0.0_c_float, ieee_quiet_nan)
+  call fm_plan_forward(plan, c_loc(q), c_loc(k), c_loc(v), c_loc(o), c_loc(lse), ierr)
+  if (ierr /= 0) call hard('fm_plan_forward', ierr)
+  call fm_plan_backward(plan, c_loc(q), c_loc(k), c_loc(v), c_loc(o), c_loc(lse), c_loc(dout), c_loc(dq), c_loc(dk), &
+                        c_loc(dv), ierr)
+  if (ierr /= 0) call hard('fm_plan_backward', ierr)
+
+  ! naive float64 reference over all rows (dK, dV need every row)
+  allocate (oref(D, HQ, 0:S - 1, B), lref(0:S - 1, HQ, B), dqref(D, HQ, 0:S - 1, B), dkref(D, HKV, S, B), &
+            dvref(D, HKV, S, B), p(S), ds(S))
+  dkref = 0
+  dvref = 0
+  do bb = 1, B
+    do h = 1, HQ
+      hk = (h - 1) / (HQ / HKV) + 1
+      do i = 0, S - 1
+        do jj = 1, S
+          j = jj - 1
+          if (j <= i .and. docid(j) == docid(i)) then
+            p(jj) = scale * dot_product(qf(:, h, i, bb), real(kf(:, hk, jj, bb), c_double))
+          else
+            p(jj) = -huge(1d0)
+          end if
+        end do
+        nrm = maxval(p)                      ! row i always sees key i: never fully masked
+        p = merge(exp(p - nrm), 0d0, p > -huge(1d0))
+        lref(i, h, bb) = nrm + log(sum(p))
+        p = p / sum(p)
+        do il = 1, D
+          oref(il, h, i, bb) = sum(p * real(vf(il, hk, :, bb), c_double))
+        end do
+        ! backward: dS = P (dO.v - dO.O)
+        err = dot_product(dof(:, h, i, bb), oref(:, h, i, bb))
+        do jj = 1, S
+          ds(jj) = p(jj) * (dot_product(dof(:, h, i, bb), real(vf(:, hk, jj, bb), c_double)) - err)
+          dvref(:, hk, jj, bb) = dvref(:, hk, jj, bb) + p(jj) * dof(:, h, i, bb)
+          dkref(:, hk, jj, bb) = dkref(:, hk, jj, bb) + scale * ds(jj) * qf(:, h, i, bb)
+        end do
+        do il = 1, D
+          dqref(il, h, i, bb) = scale * sum(ds * real(kf(il, hk, :, bb), c_double))
+        end do
+      end do
+    end do
+  end do
+  call compare_local('O', o, oref, 2d-5)
+  call compare_local('dQ', dq, dqref, 1d-4)
+  err = 0
+  nrm = 0
+  do bb = 1, B
+    do h = 1, HQ
+      do il = 1, nlocal
+        if (ieee_is_nan(lse(il, h, bb))) err = huge(1d0)
+        err = max(err, abs(lse(il, h, bb) - lref(rows(il), h, bb)))
+      end do
+    end do
+  end do
+  call check(err < 1d-4, 'LSE differs from the float64 reference')
+  if (err >= 1d-4) write (error_unit, *) '  max |lse - ref| =', err
+  call compare_keys('dK', dk, dkref, 1d-4)
+  call compare_keys('dV', dv, dvref, 1d-4)
+  ! fm_plan_gather assembles O on rank 0
+  allocate (og(D, HQ, S, B))
+  og = -7
+  if (rank == 0) then
+    call fm_plan_gather(plan, FM_PLAN_TENSOR_Q, 0, c_loc(o), c_loc(og), ierr)
+  else
+    call fm_plan_gather(plan, FM_PLAN_TENSOR_Q, 0, c_loc(o), c_null_ptr, ierr)
+  end if
+  call check(ierr == 0, 'fm_plan_gather failed')
+  if (rank == 0) call check(maxval(abs(og - oref)) < 1d-4, 'fm_plan_gather(O) on rank 0 differs from the reference')
+
+  ! ------------------------------------------------------------ error returns
+  call fm_push_error_handler(FM_ERROR_HANDLER_SILENT, ierr)
+  call fm_mask_set_sizes(mask2, -5, 10, 1, ierr)
+  call check(ierr == FM_ERR_ARG_SIZ, 'fm_mask_set_sizes(-5, ...) did not return FM_ERR_ARG_SIZ')
+  call fm_get_last_error_message(msg)
+  call check(index(msg, 'seqlen_q') > 0, 'the bad-size message does not name seqlen_q: '//trim(msg))
+  call fm_mask_set_type(mask2, 'no_such_mask', ierr)
+  call check(ierr == FM_ERR_ARG_WRONG, 'fm_mask_set_type("no_such_mask") did not return FM_ERR_ARG_WRONG')
+  call fm_get_last_error_message(msg)
+  call check(index(msg, 'no_such_mask') > 0, 'the bad-type message does not name the type: '//trim(msg))
+  call fm_plan_create(ctx, plan2, ierr)
+  call fm_plan_set_shape(plan2, 1, 3, 2, 16, FM_DTYPE_FP32, ierr)
+  call check(ierr == FM_ERR_ARG_INCOMP, 'heads_q = 3, heads_kv = 2 did not return FM_ERR_ARG_INCOMP')
+  call fm_plan_forward(plan2, c_loc(q), c_loc(k), c_loc(v), c_loc(o), c_null_ptr, ierr)
+  call check(ierr == FM_ERR_ORDER, 'fm_plan_forward before fm_plan_set_up did not return FM_ERR_ORDER')
+  call fm_error_string(FM_ERR_ORDER, msg)
+  call check(index(msg, 'FM_ERR_ORDER') > 0, 'fm_error_string(FM_ERR_ORDER) is "'//trim(msg)//'"')
+  call fm_push_error_handler(FM_ERROR_HANDLER_TRACEBACK, ierr)
+  call fm_plan_destroy(plan2, ierr)
+  call check(ierr == 0 .and. .not. c_associated(plan2%ptr), 'fm_plan_destroy did not null the handle')
+
+  ! ------------------------------------------------------------ options (FM_OPTIONS and fm_options_set_value)
+  call get_environment_variable('FM_OPTIONS', msg)
+  i = 5
+  call fm_options_get_int('-fm_fortran_check', i, masked, ierr)
+  if (index(msg, '-fm_fortran_check 17') > 0) then
+    call check(ierr == 0 .and. masked .and. i == 17, 'FM_OPTIONS="-fm_fortran_check 17" did not reach fm_options_get_int')
+  else
+    call check(ierr == 0 .and. .not. masked .and. i == 5, 'fm_options_get_int changed an unset option')
+  end if
+  call fm_options_set_value('-fm_fortran_real', '2.5', ierr)
+  expect = 1
+  call fm_options_get_real('-fm_fortran_real', expect, masked, ierr)
+  call check(ierr == 0 .and. masked .and. expect == 2.5d0, 'fm_options_set_value / fm_options_get_real round trip failed')
+
+  ! ------------------------------------------------------------ HDF5 round trip
+  if (command_argument_count() >= 1) then
+    call get_command_argument(1, path)
+    call fm_push_error_handler(FM_ERROR_HANDLER_SILENT, ierr)
+    call fm_mask_save(mask, path, 'fortran_cdoc', ierr)
+    call fm_push_error_handler(FM_ERROR_HANDLER_TRACEBACK, ierr)
+    if (ierr == FM_ERR_SUP) then
+      if (rank == 0) write (*, '(a)') 'HDF5 round trip skipped: built without HDF5'
+    else
+      call check(ierr == 0, 'fm_mask_save failed')
+      call fm_mask_load(ctx, path, 'fortran_cdoc', loaded, ierr)
+      call check(ierr == 0, 'fm_mask_load failed')
+      if (ierr == 0) then
+        call fm_mask_get_density(loaded, expect, spars, ierr)
+        call fm_mask_get_density(mask, dens, spars, ierr)
+        call check(expect == dens, 'the loaded mask has a different density')
+        call fm_mask_get_type(loaded, tname, ierr)
+        call check(tname == 'bounds', 'the loaded mask has type "'//trim(tname)//'", expected "bounds"')
+        call fm_mask_destroy(loaded, ierr)
+      end if
+    end if
+  end if
+
+  call fm_plan_destroy(plan, ierr)
+  call fm_mask_destroy(mask, ierr)
+  call fm_mask_destroy(mask2, ierr)
+  call check(.not. c_associated(mask%ptr), 'fm_mask_destroy did not null the handle')
+  call fm_context_destroy(ctx, ierr)
+  call check(ierr == 0, 'fm_context_destroy failed')
+
+  call MPI_Allreduce(nfail, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
+  if (nfail > 0) then
+    write (error_unit, '(a,i0,a,i0)') 'test_fortran: rank ', rank, ': check(s) FAILED: ', nfail
+  else if (rank == 0 .and. total == 0) then
+    write (*, '(a)') 'test_fortran: all checks passed'
+  end if
+  call fm_finalize(ierr)
+  if (total > 0) stop 1
+
+contains
+
+  ! Park-Miller minimal standard generator (exact in 64-bit integers)
+  integer(int64) function next()
+    state = mod(48271_int64 * state, 2147483647_int64)
+    next = state
+  end function next
+
+  ! uniform in [-1, 1), never 0
+  real(c_double) function uniform()
+    uniform = 2d0 * real(next(), c_double) / 2147483647d0 - 1d0
+    if (uniform == 0) uniform = 0.5d0
+  end function uniform
+
+  subroutine fill(x)
+    real(c_double), intent(out) :: x(:,:,:,:)
+    integer :: a1, a2, a3, a4
+    do a4 = 1, size(x, 4)
+      do a3 = 1, size(x, 3)
+        do a2 = 1, size(x, 2)
+          do a1 = 1, size(x, 1)
+            x(a1, a2, a3, a4) = uniform()
+          end do
+        end do
+      end do
+    end do
+  end subroutine fill
+
+  subroutine fillf(x)
+    real(c_float), intent(out) :: x(:,:,:,:)
+    integer :: a1, a2, a3, a4
+    do a4 = 1, size(x, 4)
+      do a3 = 1, size(x, 3)
+        do a2 = 1, size(x, 2)
+          do a1 = 1, size(x, 1)
+            x(a1, a2, a3, a4) = real(uniform(), c_float)
+          end do
+        end do
+      end do
+    end do
+  end subroutine fillf
+
+  ! relative 2-norm error of the local rows of x against ref (rows indexed 0..S-1)
+  subroutine compare_local(what, x, ref, tol)
+    character(len=*), intent(in) :: what
+    real(c_double), intent(in) :: tol
+    real(c_float), intent(in) :: x(:,:,:,:)
+    real(c_double), intent(in) :: ref(:,:,0:,:)
+    real(c_double) :: num, den
+    integer :: r
+    num = 0
+    den = 0
+    do r = 1, nlocal
+      if (any(ieee_is_nan(x(:, :, r, :)))) num = huge(1d0)
+      if (num < huge(1d0)) num = num + sum((x(:, :, r, :) - ref(:, :, rows(r), :))**2)
+      den = den + sum(ref(:, :, rows(r), :)**2)
+    end do
+    call MPI_Allreduce(MPI_IN_PLACE, num, 1, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+    call MPI_Allreduce(MPI_IN_PLACE, den, 1, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+    call check(den > 0 .and. sqrt(num / den) < tol, what//' differs from the float64 reference')
+    if (rank == 0) write (*, '(a,a,es10.3)') what, ': relative error ', sqrt(num / max(den, tiny(1d0)))
+  end subroutine compare_local
+
+  ! same over the local keys of x against ref (keys indexed 1..S)
+  subroutine compare_keys(what, x, ref, tol)
+    character(len=*), intent(in) :: what
+    real(c_double), intent(in) :: tol
+    real(c_float), intent(in) :: x(:,:,:,:)
+    real(c_double), intent(in) :: ref(:,:,:,:)
+    real(c_double) :: num, den
+    integer :: c
+    num = 0
+    den = 0
+    do c = 1, nkeys
+      if (any(ieee_is_nan(x(:, :, c, :)))) num = huge(1d0)
+      if (num < huge(1d0)) num = num + sum((x(:, :, c, :) - ref(:, :, keys(c) + 1, :))**2)
+      den = den + sum(ref(:, :, keys(c) + 1, :)**2)
+    end do
+    call MPI_Allreduce(MPI_IN_PLACE, num, 1, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+    call MPI_Allreduce(MPI_IN_PLACE, den, 1, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+    call check(den > 0 .and. sqrt(num / den) < tol, what//' differs from the float64 reference')
+    if (rank == 0) write (*, '(a,a,es10.3)') what, ': relative error ', sqrt(num / max(den, tiny(1d0)))
+  end subroutine compare_keys
+
+  subroutine check(cond, what)
+    logical, intent(in) :: cond
+    character(len=*), intent(in) :: what
+    if (.not. cond) then
+      nfail = nfail + 1
+      write (error_unit, '(a,i0,a,a)') 'FAIL [rank ', rank, '] ', what
+    end if
+  end subroutine check
+
+  subroutine hard(what, code)
+    character(len=*), intent(in) :: what
+    integer, intent(in) :: code
+    character(len=512) :: m
+    call fm_get_last_error_message(m)
+    write (error_unit, '(a,a,a,i0,a,a)') 'HARD ERROR: ', what, ' returned ', code, ': ', trim(m)
+    stop 99
+  end subroutine hard
+
+#if FM_HAVE_MPI_F08
+  ! a context from a type(MPI_Comm) handle (the mpi_f08 specific of fm_context_create)
+  subroutine f08_context()
+    use mpi_f08, only: f08_world => MPI_COMM_WORLD
+    type(fm_context) :: c2
+    integer :: e, be
+    call fm_context_create(f08_world, c2, e)
+    call check(e == 0 .and. c_associated(c2%ptr), 'fm_context_create(type(MPI_Comm)) failed')
+    call fm_context_set_backend(c2, FM_BACKEND_CPU, e)
+    call fm_context_set_up(c2, e)
+    call check(e == 0, 'fm_context_set_up on the mpi_f08 context failed')
+    call fm_context_get_backend(c2, be, e)
+    call check(e == 0 .and. be == FM_BACKEND_CPU, 'the mpi_f08 context did not resolve to the CPU backend')
+    call fm_context_destroy(c2, e)
+    call check(e == 0 .and. .not. c_associated(c2%ptr), 'fm_context_destroy did not null the handle')
+  end subroutine f08_context
+#endif
+
+end program test_fortran

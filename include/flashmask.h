@@ -427,7 +427,8 @@ FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows
 /*
  * FMPlanForward - O = softmax(scale * Q K^T + mask) V, and LSE. Collective on the plan.
  *   q    [batch][nlocal][heads_q][head_dim]           (dtype; device memory on CUDA)
- *   k, v [batch][seqlen_k][heads_kv][head_dim]        (dtype)
+ *   k, v [batch][nkeys][heads_kv][head_dim]           (dtype): the key positions this rank
+ *        holds (FMPlanGetLocalKeys); on one rank nkeys = seqlen_k, all positions in order
  *   o    out: [batch][nlocal][heads_q][head_dim]      (dtype)
  *   lse  out: float [batch][heads_q][nlocal]; natural log; -inf for fully masked rows
  *        (whose O is 0). May be NULL if not needed (then Backward cannot run).
@@ -438,10 +439,51 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  * FMPlanBackward - gradients of the forward pass. Collective on the plan.
  *   q, k, v, o, lse   as given to / returned by FMPlanForward
  *   dout              dO, same layout as o
- *   dq, dk, dv        out: same layouts as q, k, v (dtype)
+ *   dq, dk, dv        out: same layouts as q, k, v (dtype); on several ranks dk, dv hold the
+ *                     complete gradients of this rank's key positions (partials from the
+ *                     ranks that gathered them are reduced back here)
  */
 FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void *v, const void *o,
                            const float *lse, const void *dout, void *dq, void *dk, void *dv);
+
+/*
+ * FMPlanGetLocalKeys - the key positions whose K and V this rank holds (context parallelism).
+ *   Not collective. On several ranks, FMPlanForward/Backward take k, v (and return dk, dv)
+ *   for these positions only, in this order: [batch][nkeys][heads_kv][head_dim]. The key
+ *   axis is cut into as many chunks as the query axis (kchunk = ceil(seqlen_k * chunk /
+ *   seqlen_q) columns each, equal to the query chunk when seqlen_q = seqlen_k) and key chunk
+ *   c lives with query chunk c. On one rank these are all seqlen_k positions.
+ *   nkeys        out: number of local key positions
+ *   global_keys  out (may be NULL): borrowed array of nkeys global key indices
+ */
+FMErrorCode FMPlanGetLocalKeys(FMPlan plan, int *nkeys, const int **global_keys);
+
+/* Which tensor layout FMPlanScatter/FMPlanGather move. */
+typedef enum {
+  FM_PLAN_TENSOR_Q = 0,   /* q, o, dout, dq: [batch][seqlen_q][heads_q][head_dim] (dtype) */
+  FM_PLAN_TENSOR_KV = 1,  /* k, v, dk, dv:   [batch][seqlen_k][heads_kv][head_dim] (dtype) */
+  FM_PLAN_TENSOR_LSE = 2  /* lse:            float [batch][heads_q][seqlen_q] */
+} FMPlanTensor;
+
+/*
+ * FMPlanScatter - distribute a tensor held whole on one rank into the plan's local layout
+ *   (local rows from FMPlanGetLocalRows, local keys from FMPlanGetLocalKeys).
+ *   Collective on the plan, after FMPlanSetUp.
+ *   kind    FM_PLAN_TENSOR_Q, _KV or _LSE (the layouts above)
+ *   root    the rank holding the global tensor
+ *   global  the global tensor (significant on root only; may be NULL elsewhere)
+ *   local   out: this rank's part, in the plan's local order
+ */
+FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *global, void *local);
+
+/*
+ * FMPlanGather - the inverse of FMPlanScatter: assemble the global tensor on root.
+ *   Collective on the plan, after FMPlanSetUp.
+ *   kind, root  as in FMPlanScatter
+ *   local   this rank's part, in the plan's local order
+ *   global  out: the global tensor (significant on root only; may be NULL elsewhere)
+ */
+FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *local, void *global);
 
 /* FMPlanGetFlops - forward FLOPs under the FlashMask convention 4*B*H*Sq*Sk*d*(1-rho). */
 FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops);

@@ -1,0 +1,236 @@
+/*
+ * fmdist.h - private interface of the context-parallel planner (src/plan/dist).
+ * Not installed.
+ *
+ * Phase 1 is pure planning: every function below except the FMPlan*_Dist hooks (declared
+ * in fmimpl.h) and FMDistGetStats is a deterministic computation on replicated data, with
+ * no MPI calls, so every rank derives the same plan and fmplan-sim can run it for a
+ * virtual topology in one process. See doc/distributed.md for the algorithms and bounds.
+ *
+ * Axes. The query axis (seqlen_q rows) is cut into nchunks chunks of `chunk` rows (the last
+ * one may be short). The key axis is cut into the SAME number of chunks, of
+ * kchunk = ceil(seqlen_k * chunk / seqlen_q) columns (so kchunk = chunk when
+ * seqlen_q = seqlen_k); trailing key chunks may be short or empty. Key chunk c is owned
+ * by the owner of query chunk c: a rank holds the K/V of "its" positions.
+ */
+#ifndef FLASHMASK_PRIVATE_FMDIST_H
+#define FLASHMASK_PRIVATE_FMDIST_H
+
+#include <flashmask/private/fmimpl.h>
+#include <flashmask/private/fmkernels.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FM_DIST_CONTIGUOUS = 0, FM_DIST_DUAL_CHUNK = 1, FM_DIST_BALANCED = 2 } FMDistPartType;
+typedef enum { FM_DIST_ROUTE_FLAT = 0, FM_DIST_ROUTE_HIER = 1 } FMDistRouteType;
+extern const char *const FMDistPartNames[];   /* "contiguous", "dual_chunk", "balanced", NULL */
+extern const char *const FMDistRouteNames[];  /* "flat", "hierarchical", NULL */
+
+/* ---------------- chunks (partition.c) ---------------- */
+typedef struct {
+  int seqlen_q, seqlen_k;
+  int chunk;    /* query rows per chunk */
+  int kchunk;   /* key columns per chunk */
+  int nchunks;
+} FMDistChunks;
+
+/*
+ * FMDistDefaultChunk - the default chunk size: about seqlen_q / (4 P) rows, rounded up to a
+ *   multiple of block when that is at least block, else to a multiple of 16 (at least 16,
+ *   at most seqlen_q).
+ */
+int FMDistDefaultChunk(int seqlen_q, int nranks, int block);
+
+/* FMDistChunksInit - cut both axes; chunk <= 0 means the default. Errors name bad sizes. */
+FMErrorCode FMDistChunksInit(int seqlen_q, int seqlen_k, int chunk, int nranks, int block, FMDistChunks *ch);
+
+static inline void FMDistChunkRows(const FMDistChunks *ch, int c, int *r0, int *r1)
+{
+  long a = (long)c * ch->chunk, b = a + ch->chunk;
+  if (a > ch->seqlen_q) a = ch->seqlen_q;
+  if (b > ch->seqlen_q) b = ch->seqlen_q;
+  *r0 = (int)a; *r1 = (int)b;
+}
+static inline void FMDistChunkKeys(const FMDistChunks *ch, int c, int *k0, int *k1)
+{
+  long a = (long)c * ch->kchunk, b = a + ch->kchunk;
+  if (a > ch->seqlen_k) a = ch->seqlen_k;
+  if (b > ch->seqlen_k) b = ch->seqlen_k;
+  *k0 = (int)a; *k1 = (int)b;
+}
+
+/* ---------------- partitions (partition.c, balance.c) ---------------- */
+typedef struct {
+  int nranks, nchunks;
+  int *owner;      /* [nchunks] owning rank of each chunk */
+  int *rstart;     /* [nranks + 1] offsets into rchunks */
+  int *rchunks;    /* [nchunks] each rank's chunks, ascending */
+  int64_t *work;   /* [nranks] predicted work (sum of chunk weights) */
+} FMDistPartition;
+
+/* Information returned by the balancer. */
+typedef struct {
+  int64_t max, total;       /* heaviest rank's work and the sum */
+  int64_t lpt_max;          /* after longest-processing-time-first (before improvement) */
+  int64_t dual_max;         /* max of the dual-chunk assignment (the balancer never does worse) */
+  int start;                /* which start won: 0 contiguous, 1 LPT, 2 dual-chunk (each improved) */
+  int pair_moves, triple_moves;
+  int inexact_pairs;        /* pair pools too large for the exact search (> 40 chunks) */
+} FMDistBalanceInfo;
+
+/*
+ * FMDistChunkWeights - weight of each query chunk: the number of (query tile, key block)
+ *   tiles it really computes (not FM_TILE_SKIP), summed over the mask heads, counted in
+ *   rows x key blocks so that short tiles count in proportion (divide by block for tiles).
+ *   w out: [nchunks].
+ */
+FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, int64_t *w);
+
+/* FMDistAssignContiguous / DualChunk - owner[c] for nchunks chunks on P ranks. */
+void FMDistAssignContiguous(int nchunks, int P, int *owner);
+void FMDistAssignDualChunk(int nchunks, int P, int *owner);
+
+/*
+ * FMDistBalance - the balancer: longest-processing-time-first, then exact pairwise
+ *   repartition of the heaviest rank with each partner and exact three-way repartition
+ *   of the heaviest with the two lightest when the pool is small; among optimal splits the
+ *   one moving the fewest chunks. The same improvement runs from the contiguous and the
+ *   dual-chunk assignments; the least max wins, ties going to contiguous, LPT, dual-chunk
+ *   in that order (locality first).
+ *   Deterministic. owner out: [n]. info may be NULL.
+ */
+FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info);
+
+/*
+ * FMDistPartitionCreate - build a partition of the given type. w (chunk weights) is
+ *   required for FM_DIST_BALANCED and used for the work figures when given (may be NULL
+ *   otherwise). info may be NULL.
+ */
+FMErrorCode FMDistPartitionCreate(FMDistPartType type, int nchunks, int P, const int64_t *w, FMDistPartition *part,
+                                  FMDistBalanceInfo *info);
+/* FMDistPartitionFromOwner - the partition given owner[] (copied). */
+FMErrorCode FMDistPartitionFromOwner(int nchunks, int P, const int *owner, const int64_t *w, FMDistPartition *part);
+FMErrorCode FMDistPartitionDestroy(FMDistPartition *part);
+/* Max and mean work over ranks; imbalance = max / mean (1 when there is no work). */
+void FMDistPartitionImbalance(const FMDistPartition *part, int64_t *max, double *mean, double *imbalance);
+
+/* Rows (ascending global query indices) and keys of one rank; *rows / *keys allocated. */
+FMErrorCode FMDistRankRows(const FMDistChunks *ch, const FMDistPartition *part, int rank, int *nrows, int **rows);
+FMErrorCode FMDistRankKeys(const FMDistChunks *ch, const FMDistPartition *part, int rank, int *nkeys, int **keys);
+
+/* ---------------- localization (localize.c) ---------------- */
+/*
+ * The mask restricted to one rank's rows, in local row coordinates (rows ascending in
+ * global order). Local row li may not see key j (global column) of mask head h when
+ *   li < cut[j] (only if cut != NULL: the causal triangle), or
+ *   lts[j] <= li < lte[j], or uts[j] <= li < ute[j].
+ */
+typedef struct {
+  int nlocal, mask_heads, seqlen_k;
+  int32_t *bnd[4];   /* [mask_heads][seqlen_k] each */
+  int32_t *cut;      /* [seqlen_k] or NULL when not causal */
+} FMDistLocalMask;
+
+/*
+ * FMDistLocalizeBound - the local bound of a global row bound x for a rank owning the
+ *   sorted chunks c_0 < c_1 < ... : the number of local rows with global index < x,
+ *   = sum_b clip(x - start(c_b), 0, len(c_b)) (the clip/shift/max rule).
+ */
+int FMDistLocalizeBound(const FMDistChunks *ch, int nown, const int *chunks, int x);
+
+/* FMDistLocalize - localize every vector of every head (and the causal triangle). */
+FMErrorCode FMDistLocalize(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, FMDistLocalMask *lm);
+FMErrorCode FMDistLocalMaskDestroy(FMDistLocalMask *lm);
+
+static inline int FMDistLocalMasked(const FMDistLocalMask *lm, int h, int li, int j)
+{
+  size_t o = (size_t)h * lm->seqlen_k + j;
+  if (lm->cut && li < lm->cut[j]) return 1;
+  if (lm->bnd[0][o] <= li && li < lm->bnd[1][o]) return 1;
+  if (lm->bnd[2][o] <= li && li < lm->bnd[3][o]) return 1;
+  return 0;
+}
+
+/* ---------------- needed K/V (needed.c) ---------------- */
+/* FMDistColumnVisible - whether some local row can see key j for mask head h. */
+int FMDistColumnVisible(const FMDistLocalMask *lm, int h, int j);
+
+/*
+ * FMDistNeeded - needed[c] = 1 when some local row of the rank sees some key of chunk c
+ *   under some mask head (own chunks included). With prune = 0 every non-empty chunk is
+ *   needed when the rank has rows (the unpruned all-gather).
+ */
+FMErrorCode FMDistNeeded(const FMDistLocalMask *lm, const FMDistChunks *ch, int prune, unsigned char *needed);
+
+/* FMDistNeededAll - needed[r * nchunks + c] for every rank (localizes each rank in turn). */
+FMErrorCode FMDistNeededAll(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistPartition *part, int prune,
+                            unsigned char *needed);
+
+/* Bytes of K and V of key chunk c: 2 * batch * len * heads_kv * head_dim * elsize. */
+double FMDistChunkBytes(const FMDistChunks *ch, int c, int batch, int heads_kv, int head_dim, size_t elsize);
+
+/* ---------------- topology and routes (route.c) ---------------- */
+typedef struct {
+  int nranks, nnodes;
+  int *node;    /* [nranks] node index, 0..nnodes-1 */
+  int *local;   /* [nranks] index inside the node */
+  int *nsize;   /* [nnodes] ranks per node */
+  int *nfirst;  /* [nnodes + 1] offsets into nranks_of */
+  int *nranks_of; /* ranks of each node by local index */
+} FMDistTopo;
+
+/* FMDistTopoCreate - from node[] and local[] (copied; local indices 0..size-1 per node). */
+FMErrorCode FMDistTopoCreate(int nranks, const int *node, const int *local, FMDistTopo *t);
+/* FMDistTopoVirtual - nnodes nodes of consecutive ranks (sizes differ by at most 1). */
+FMErrorCode FMDistTopoVirtual(int nranks, int nnodes, FMDistTopo *t);
+FMErrorCode FMDistTopoDestroy(FMDistTopo *t);
+
+/* One transfer of a whole K/V chunk. stage 0 is the cross-node hop of a hierarchical route. */
+typedef struct {
+  int chunk, src, dst;
+  int level;   /* 0: inside a node, 1: across nodes */
+  int stage;   /* 0: the source owns the chunk; 1: the source is a relay that received it in stage 0 */
+} FMDistXfer;
+
+typedef struct {
+  int n;
+  FMDistXfer *x;      /* by chunk; within a chunk a relay's stage-0 hop precedes its stage-1 hops */
+  double bytes[2];    /* bytes per link level (0 intra-node, 1 inter-node) */
+  double needed_bytes;    /* sum over ranks of the remote chunks they need */
+  double allgather_bytes; /* what an unpruned all-gather moves (every rank gets every remote chunk) */
+} FMDistRoute;
+
+/*
+ * FMDistRouteBuild - transfers delivering each needed remote chunk to each rank.
+ *   flat: owner -> rank directly. hierarchical: for a rank on another node than the owner,
+ *   the chunk first crosses to the relay of that node (the rank with the owner's local
+ *   index, modulo the node size), once per node, and the relay forwards it inside the node.
+ *   needed  [nranks][nchunks]; bytes [nchunks] bytes of each chunk (may be NULL: all 1).
+ *   A relay that does not need the chunk still receives it (to forward).
+ */
+FMErrorCode FMDistRouteBuild(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part,
+                             const unsigned char *needed, const double *bytes, FMDistRoute *route);
+FMErrorCode FMDistRouteDestroy(FMDistRoute *route);
+
+/* ---------------- execution statistics (exec.c) ---------------- */
+typedef struct {
+  double sent_bytes[2];     /* K/V bytes this rank sent in the last gather (forward or backward), per link level */
+  double recv_bytes;        /* K/V bytes this rank received in the last gather (MPI_Get_count of each message) */
+  double relayed_bytes;     /* of sent_bytes, those forwarded as a relay of the hierarchical route */
+  double predicted_recv;    /* what the route says this rank receives */
+  double predicted_sent;    /* what the route says this rank sends */
+  double needed_bytes;      /* remote chunks this rank needs */
+  double allgather_bytes;   /* remote chunks an unpruned all-gather would bring here */
+  int nchunks, nneeded, nremote;
+} FMDistStats;
+
+/* FMDistGetStats - this rank's statistics (after SetUp; byte counts after a Forward). Not collective. */
+FMErrorCode FMDistGetStats(FMPlan plan, FMDistStats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,189 @@
+/*
+ * fmtrace.h - private interface of the per-rank event trace (src/sys/trace.c), used by the
+ * distributed planner for -fm_trace file.h5 and by the fmtrace program. Not installed.
+ *
+ * Usage (the planner, once per traced run):
+ *
+ *   FMTrace tr = NULL;
+ *   FMTraceCreate_Private(comm, "fwd", &ctx->self, &tr);         collective
+ *   double t = FMTime();
+ *   ... compute chunk c ...
+ *   FMTraceRecord_Private(tr, FM_TRACE_COMPUTE, 0, t, FMTime(), 0, flops, -1, c);   local, cheap
+ *   FMTraceSetBytes_Private(tr, my_needed_bytes, my_allgather_bytes);               local
+ *   FMTraceSummary_Private(tr, &st);                              collective
+ *   FMTraceSave_Private(tr, "trace.h5");                          collective
+ *   FMTraceDestroy_Private(&tr);                                  not collective
+ *
+ * Every function accepts a NULL recorder where noted, so the caller can leave tracing off by
+ * keeping tr == NULL and still call FMTraceRecord_Private unconditionally.
+ *
+ * Time axis. Times passed to FMTraceRecord_Private are absolute FMTime() values; they are
+ * stored in seconds relative to an origin t0 fixed at Create: after a barrier, t0 is the
+ * MPI_Allreduce(MIN) of FMTime() over the ranks of one node (they share the monotonic clock),
+ * so on one node the ranks share one time axis exactly and across nodes they are aligned at
+ * the barrier's exit (monotonic clocks of different nodes are not comparable).
+ *
+ * Metrics (doc/traces.md gives the same definitions). For one rank:
+ *   compute     length of the union of its COMPUTE intervals (seconds the rank was computing;
+ *               concurrent compute on several streams is not double counted)
+ *   comm        sum over its transfer events (SEND, RECV, REDUCE) of t_end - t_begin
+ *   hidden      sum over its transfer events of the length of [t_begin, t_end] intersected
+ *               with the union of the same rank's COMPUTE intervals
+ *   wait        length of the union of its WAIT intervals (= exposed communication)
+ *   bytes_sent  sum of bytes of its SEND and REDUCE events; bytes_recv: of its RECV events
+ * Over ranks:
+ *   overlap_efficiency  sum(hidden) / sum(comm); 1 when there is no communication
+ *   exposed_max/mean    max and mean over ranks of wait
+ *   imbalance           max over ranks of compute / mean over ranks of compute (1 if all 0)
+ *   bytes_moved         sum of bytes_sent (each transfer counted once, at its sender)
+ *   bytes_needed, bytes_allgather  sums of what each rank set with FMTraceSetBytes_Private
+ */
+#ifndef FLASHMASK_PRIVATE_FMTRACE_H
+#define FLASHMASK_PRIVATE_FMTRACE_H
+
+#include <flashmask/private/fmimpl.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Event kinds (stored as int32 in the file; /traces/<run> attribute kind_names lists them). */
+typedef enum {
+  FM_TRACE_COMPUTE = 0, /* a kernel on a chunk (flops, chunk = query chunk or key chunk id)  */
+  FM_TRACE_SEND = 1,    /* a transfer leaving this rank: bytes, peer = destination rank      */
+  FM_TRACE_RECV = 2,    /* a transfer arriving at this rank: bytes, peer = source rank       */
+  FM_TRACE_WAIT = 3,    /* time blocked waiting for communication (exposed communication)    */
+  FM_TRACE_REDUCE = 4,  /* backward: partial dK/dV sent towards their owner (peer), bytes   */
+  FM_TRACE_COPY = 5,    /* local staging copy (host/device, packing); neither compute nor comm */
+  FM_TRACE_NKINDS = 6
+} FMTraceKind;
+
+/* Names of the kinds ("compute", "send", "recv", "wait", "reduce", "copy"), NULL-terminated. */
+extern const char *const FMTraceKindNames[];
+
+/* One event as held in memory and in the file (compound /traces/<run>/events). Times in s. */
+typedef struct {
+  int rank, kind, stream;
+  double t_begin, t_end, bytes, flops;
+  int peer;   /* the other rank of a transfer, -1 if none */
+  int chunk;  /* chunk id, -1 if none */
+} FMTraceEvent;
+
+/* One row of /traces/<run>/ranks. */
+typedef struct {
+  int rank, node, local_rank;
+  char gpu_busid[32];
+  int numa;
+  char hostname[64];
+} FMTraceRankRow;
+
+/* Per-rank figures (see the definitions above). */
+typedef struct {
+  double compute, comm, hidden, wait;
+  double bytes_sent, bytes_recv, flops;
+  double t_first, t_last; /* earliest t_begin, latest t_end of any event (0, 0 if none) */
+  double nevents;
+} FMTraceRankStats;
+
+/* Summary over the ranks (identical on every rank) plus this rank's own figures. */
+typedef struct {
+  int nranks;
+  double nevents;                   /* events over all ranks */
+  double compute_max, compute_mean, imbalance;
+  double comm_total, hidden_total, overlap_efficiency;
+  double exposed_max, exposed_mean; /* over ranks of the per-rank wait time */
+  double bytes_moved, bytes_recv, bytes_needed, bytes_allgather;
+  double flops;
+  double span;                      /* latest t_end over ranks (the origin is 0) */
+  FMTraceRankStats self;            /* this rank (Summary) / unused (StatsCombine) */
+} FMTraceStats;
+
+typedef struct _p_FMTrace *FMTrace;
+
+/*
+ * FMTraceCreate_Private - a new, empty event recorder on comm.
+ *   Collective on comm (a barrier, two small allreduces and a node split).
+ *   comm      the communicator of the traced run; borrowed, must outlive the recorder
+ *   run_name  the run's name: the group /traces/<run_name> of the saved file (no '/',
+ *             not empty, fewer than 256 characters)
+ *   self      this rank's placement (node, node_rank, numa, gpu_busid, hostname) or NULL:
+ *             then node and local rank come from MPI_Comm_split_type, numa = -1, no GPU
+ *   tr        out: the recorder
+ */
+FMErrorCode FMTraceCreate_Private(MPI_Comm comm, const char *run_name, const FMRankInfo *self, FMTrace *tr);
+
+/*
+ * FMTraceRecord_Private - append one event. Not collective; O(1) amortized, no messages.
+ *   tr        the recorder, or NULL (then nothing is recorded and FM_SUCCESS returned)
+ *   kind      an FMTraceKind
+ *   stream    the stream / lane of this rank the event ran on (>= 0; a CUDA stream index,
+ *             or 0 for the host thread)
+ *   t_begin, t_end  absolute FMTime() values, t_begin <= t_end
+ *   bytes     bytes moved (transfers) or touched (compute), >= 0
+ *   flops     floating-point operations (compute), >= 0
+ *   peer      the other rank of a transfer, or -1
+ *   chunk     the chunk id, or -1
+ *   A bad kind, stream, order of times or negative amount is FM_ERR_ARG_OUTOFRANGE.
+ */
+FMErrorCode FMTraceRecord_Private(FMTrace tr, int kind, int stream, double t_begin, double t_end, double bytes,
+                                  double flops, int peer, int chunk);
+
+/*
+ * FMTraceSetBytes_Private - this rank's share of the reference byte counts, summed over the
+ *   ranks by Summary and Save: bytes_needed (what the needed-set analysis says this rank
+ *   must receive) and bytes_allgather (what an unpruned all-gather would deliver to it).
+ *   Not collective. tr may be NULL. Negative values are FM_ERR_ARG_OUTOFRANGE.
+ */
+FMErrorCode FMTraceSetBytes_Private(FMTrace tr, double bytes_needed, double bytes_allgather);
+
+/* FMTraceGetOrigin_Private - the origin t0 (an FMTime() value) of this rank's time axis. Not collective. */
+FMErrorCode FMTraceGetOrigin_Private(FMTrace tr, double *t0);
+
+/*
+ * FMTraceGetEvents_Private - this rank's events so far (times relative to t0), borrowed
+ *   until the next Record or Destroy. Not collective. ev may be NULL.
+ */
+FMErrorCode FMTraceGetEvents_Private(FMTrace tr, size_t *n, const FMTraceEvent **ev);
+
+/*
+ * FMTraceSummary_Private - the metrics over all ranks (definitions at the top of this file).
+ *   Collective on the recorder's communicator (one MPI_Allgather); every rank gets the same
+ *   global figures, and st->self holds its own.
+ */
+FMErrorCode FMTraceSummary_Private(FMTrace tr, FMTraceStats *st);
+
+/*
+ * FMTraceSave_Private - write every rank's events to path as /traces/<run>/ (layout in
+ *   doc/traces.md). The file is created if missing, otherwise opened read-write and an
+ *   existing /traces/<run> is replaced (other groups, e.g. /masks, are kept); a file whose
+ *   root attribute format is not "flashmask" is refused (FM_ERR_HDF5).
+ *   Collective on the recorder's communicator; every rank returns the same code.
+ *   With parallel HDF5 every rank writes its events at an MPI_Exscan offset; otherwise, or
+ *   with the option -fm_trace_serial (or FM_TRACE_SERIAL=1 in the environment), the events
+ *   are gathered to rank 0 which writes alone. Without HDF5 in the build: FM_ERR_SUP.
+ */
+FMErrorCode FMTraceSave_Private(FMTrace tr, const char *path);
+
+/* FMTraceDestroy_Private - free the recorder and set *tr = NULL. Not collective; NULL is fine. */
+FMErrorCode FMTraceDestroy_Private(FMTrace *tr);
+
+/* ---------------- helpers shared with the fmtrace program (no communication) ---------------- */
+/*
+ * FMTraceRankStatsCompute_Private - the per-rank figures of the events ev[0..n) whose rank
+ *   field equals rank (rank < 0: all of them). Not collective, sends no messages (usable
+ *   before MPI_Init). FM_ERR_MEM if the scratch space cannot be allocated.
+ */
+FMErrorCode FMTraceRankStatsCompute_Private(const FMTraceEvent *ev, size_t n, int rank, FMTraceRankStats *rs);
+
+/*
+ * FMTraceStatsCombine_Private - the summary over nranks per-rank figures all[0..nranks)
+ *   plus the summed reference byte counts. st->self is zeroed. Not collective, no messages.
+ */
+void FMTraceStatsCombine_Private(int nranks, const FMTraceRankStats *all, double bytes_needed, double bytes_allgather,
+                                 FMTraceStats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

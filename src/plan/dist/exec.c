@@ -1,0 +1,872 @@
+/*
+ * exec.c - the context-parallel plan on the CPU backend over MPI: set-up (partition,
+ * consistency check, needed set, route), the overlapped pruned forward with exact LSE
+ * merging, the backward with dK/dV reduced to the owners over the reverse route, and the
+ * FMPlanScatter / FMPlanGather / FMPlanGetLocalKeys helpers.
+ */
+#include <flashmask/private/fmdist.h>
+#include <flashmask/private/fmtrace.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * FM_DIST_TRACE: -fm_trace support through the event recorder of src/sys/trace.c (1), or
+ * none (0: -fm_trace is FM_ERR_SUP), for builds that do not compile the recorder.
+ */
+#ifndef FM_DIST_TRACE
+#define FM_DIST_TRACE 1
+#endif
+
+typedef struct {
+  int part_type, route_type, prune, overlap, chunk_opt, vnodes;
+  FMDistChunks ch;
+  FMDistPartition part;
+  FMDistBalanceInfo binfo;
+  int64_t *w;
+  FMDistTopo topo;
+  unsigned char *needed;  /* [P][C] */
+  double *cbytes;         /* [C] */
+  FMDistRoute route;
+  int nkeys, *keys;       /* local key positions */
+  int *kofs;              /* [C] offset of an owned chunk in the local key arrays, -1 otherwise */
+  int nin, nout;
+  FMDistXfer *in, *out;   /* transfers into / out of this rank */
+  int *parent;            /* [C] rank this rank receives chunk c from, -1 if none */
+  FMDistStats stats;
+  int tag_ub;
+  int trace_on, trace_view;
+  char trace_path[1024];
+} FMDist;
+
+/* ---------------- helpers ---------------- */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+  const unsigned char *b = (const unsigned char *)p;
+  for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
+  return h;
+}
+
+static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, uint64_t *hash)
+{
+  uint64_t h = 1469598103934665603ull;
+  int v[17];
+  double sc = plan->scale;
+  v[0] = m->seqlen_q; v[1] = m->seqlen_k; v[2] = m->mask_heads; v[3] = m->causal; v[4] = m->present; v[5] = m->block;
+  v[6] = plan->batch; v[7] = plan->heads_q; v[8] = plan->heads_kv; v[9] = plan->head_dim; v[10] = (int)plan->dtype;
+  v[11] = d->part_type; v[12] = d->route_type; v[13] = d->prune * 2 + d->overlap; v[14] = d->chunk_opt; v[15] = d->vnodes;
+  v[16] = d->trace_on;
+  h = fnv(h, v, sizeof(v));
+  h = fnv(h, &sc, sizeof(sc));
+  for (int b = 0; b < 4; b++) h = fnv(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
+  *hash = h;
+  return FM_SUCCESS;
+}
+
+static FMErrorCode dist_free(FMDist *d)
+{
+  if (!d) return FM_SUCCESS;
+  FMCall(FMDistPartitionDestroy(&d->part));
+  FMCall(FMDistTopoDestroy(&d->topo));
+  FMCall(FMDistRouteDestroy(&d->route));
+  free(d->w); free(d->needed); free(d->cbytes); free(d->keys); free(d->kofs); free(d->in); free(d->out); free(d->parent);
+  free(d);
+  return FM_SUCCESS;
+}
+
+static size_t elsize(FMPlan plan) { return FMDTypeSize(plan->dtype); }
+
+/* The planning steps that are purely local; the result is identical on every rank. */
+static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsigned char *myneed)
+{
+  int P = plan->ctx->size, me = plan->ctx->rank;
+  FMDistLocalMask lm;
+  FMErrorCode ierr;
+  FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, d->chunk_opt, P, m->block, &d->ch));
+  FMCheck(2L * d->ch.nchunks + 2 <= (long)d->tag_ub, MPI_COMM_SELF, FM_ERR_SUP,
+          "%d chunks need MPI tags up to %d but MPI_TAG_UB is %d; use a larger -fm_plan_chunk", d->ch.nchunks, 2 * d->ch.nchunks + 1,
+          d->tag_ub);
+  FMCall(FMMalloc(d->ch.nchunks, &d->w));
+  FMCall(FMDistChunkWeights(m, &d->ch, d->w));
+  FMCall(FMDistPartitionCreate((FMDistPartType)d->part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo));
+  if (P > 1 || !plan->rows) { /* on one rank plan.c's identity rows stay (callers may hold them) */
+    free(plan->rows); plan->rows = NULL;
+    FMCall(FMDistRankRows(&d->ch, &d->part, me, &plan->nlocal, &plan->rows));
+  }
+  FMCall(FMDistRankKeys(&d->ch, &d->part, me, &d->nkeys, &d->keys));
+  FMCall(FMMalloc(d->ch.nchunks, &d->kofs));
+  for (int c = 0, o = 0; c < d->ch.nchunks; c++) {
+    int k0, k1;
+    FMDistChunkKeys(&d->ch, c, &k0, &k1);
+    d->kofs[c] = d->part.owner[c] == me ? o : -1;
+    if (d->part.owner[c] == me) o += k1 - k0;
+  }
+  FMCall(FMMalloc(d->ch.nchunks, &d->cbytes));
+  for (int c = 0; c < d->ch.nchunks; c++)
+    d->cbytes[c] = FMDistChunkBytes(&d->ch, c, plan->batch, plan->heads_kv, plan->head_dim, elsize(plan));
+  /* this rank's needed chunks, from its localized bounds */
+  FMCall(FMDistLocalize(m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], &lm));
+  ierr = FMDistNeeded(&lm, &d->ch, d->prune, myneed);
+  FMCall(FMDistLocalMaskDestroy(&lm));
+  FMCall(ierr);
+  /* topology: the context's nodes, or -fm_plan_nodes virtual nodes of consecutive ranks */
+  if (d->vnodes > 0) {
+    FMCheck(d->vnodes <= P, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_nodes is %d; expected 0 (real topology) or 1..%d", d->vnodes, P);
+    FMCall(FMDistTopoVirtual(P, d->vnodes, &d->topo));
+  } else {
+    int *node, *local;
+    FMCall(FMMalloc(P, &node));
+    FMCall(FMMalloc(P, &local));
+    for (int r = 0; r < P; r++) { node[r] = plan->ctx->all ? plan->ctx->all[r].node : 0; local[r] = plan->ctx->all ? plan->ctx->all[r].node_rank : r; }
+    ierr = FMDistTopoCreate(P, node, local, &d->topo);
+    free(node); free(local);
+    if (ierr) { /* a topology we cannot read: treat every rank as its own node */
+      int *n2, *l2;
+      FMCall(FMMalloc(P, &n2)); FMCall(FMMalloc(P, &l2));
+      for (int r = 0; r < P; r++) { n2[r] = r; l2[r] = 0; }
+      ierr = FMDistTopoCreate(P, n2, l2, &d->topo);
+      free(n2); free(l2);
+      FMCall(ierr);
+    }
+  }
+  return FM_SUCCESS;
+}
+
+static FMErrorCode setup_route(FMPlan plan, FMDist *d)
+{
+  int me = plan->ctx->rank, C = d->ch.nchunks;
+  FMCall(FMDistRouteBuild((FMDistRouteType)d->route_type, &d->topo, &d->part, d->needed, d->cbytes, &d->route));
+  d->nin = d->nout = 0;
+  for (int k = 0; k < d->route.n; k++) {
+    d->nin += d->route.x[k].dst == me;
+    d->nout += d->route.x[k].src == me;
+  }
+  FMCall(FMMalloc(d->nin > 0 ? d->nin : 1, &d->in));
+  FMCall(FMMalloc(d->nout > 0 ? d->nout : 1, &d->out));
+  FMCall(FMMalloc(C, &d->parent));
+  for (int c = 0; c < C; c++) d->parent[c] = -1;
+  d->nin = d->nout = 0;
+  memset(&d->stats, 0, sizeof(d->stats));
+  for (int k = 0; k < d->route.n; k++) {
+    const FMDistXfer *x = &d->route.x[k];
+    if (x->dst == me) { d->in[d->nin++] = *x; d->parent[x->chunk] = x->src; d->stats.predicted_recv += d->cbytes[x->chunk]; }
+    if (x->src == me) { d->out[d->nout++] = *x; d->stats.predicted_sent += d->cbytes[x->chunk]; }
+  }
+  d->stats.nchunks = C;
+  for (int c = 0; c < C; c++) {
+    if (d->needed[(size_t)me * C + c]) d->stats.nneeded++;
+    if (d->part.owner[c] != me && d->cbytes[c] > 0) {
+      d->stats.allgather_bytes += d->cbytes[c];
+      if (d->needed[(size_t)me * C + c]) { d->stats.needed_bytes += d->cbytes[c]; d->stats.nremote++; }
+    }
+  }
+  return FM_SUCCESS;
+}
+
+static FMErrorCode read_options(FMDist *d)
+{
+  FMBool prune = FM_TRUE, overlap = FM_TRUE;
+  FMCall(FMOptionsGetEnum_Private("-fm_plan_partition", "query-chunk partition over ranks", FMDistPartNames, &d->part_type, NULL));
+  FMCall(FMOptionsGetInt("-fm_plan_chunk", "query rows per chunk, 0 = about seqlen/(4P) rounded to the block", &d->chunk_opt, NULL));
+  FMCall(FMOptionsGetEnum_Private("-fm_plan_route", "K/V gather route", FMDistRouteNames, &d->route_type, NULL));
+  FMCall(FMOptionsGetBool("-fm_plan_prune", "never transfer K/V chunks no local query can see", &prune, NULL));
+  FMCall(FMOptionsGetBool("-fm_plan_overlap", "compute on arrived chunks while others are in flight", &overlap, NULL));
+  FMCall(FMOptionsGetInt("-fm_plan_nodes", "route over this many virtual nodes of consecutive ranks (0 = real topology)", &d->vnodes, NULL));
+  {
+    FMBool set = FM_FALSE, view = FM_FALSE;
+    FMCall(FMOptionsGetString("-fm_trace", "write every rank's events of each distributed forward/backward to this HDF5 file",
+                              d->trace_path, sizeof(d->trace_path), &set));
+    FMCall(FMOptionsGetBool("-fm_trace_view", "print the trace summary (overlap efficiency, exposed communication, bytes)", &view, NULL));
+    d->trace_on = set && d->trace_path[0];
+    d->trace_view = view == FM_TRUE;
+#if !FM_DIST_TRACE
+    FMCheck(!d->trace_on, MPI_COMM_SELF, FM_ERR_SUP, "-fm_trace %s: this build has no trace recorder", d->trace_path);
+#endif
+  }
+  FMCheck(d->chunk_opt >= 0, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_chunk is %d; expected >= 0 (0 = default)", d->chunk_opt);
+  FMCheck(d->vnodes >= 0, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_nodes is %d; expected >= 0", d->vnodes);
+  d->prune = prune == FM_TRUE; d->overlap = overlap == FM_TRUE;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanSetUp_Dist(FMPlan plan)
+{
+  MPI_Comm comm = plan->hdr.comm;
+  int P = plan->ctx->size, me = plan->ctx->rank, flag = 0, *tagub = NULL;
+  FMMaskDesc m;
+  FMDist *d;
+  uint64_t hash, *all;
+  unsigned char *myneed = NULL;
+  FMErrorCode ierr;
+
+  if (plan->dist) { FMCall(dist_free((FMDist *)plan->dist)); plan->dist = NULL; }
+  FMCall(FMCalloc(1, &d));
+  plan->dist = d;
+  d->part_type = FM_DIST_BALANCED;
+  d->route_type = FM_DIST_ROUTE_HIER;
+  FMAgree(comm, read_options(d));
+  FMCallMPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tagub, &flag));
+  d->tag_ub = flag && tagub ? *tagub : 32767;
+  FMCall(FMMaskGetDesc_Private(plan->mask, &m));
+
+  /* consistency: mask, shape and options must be the same everywhere (hash, gathered) */
+  FMCall(plan_hash(plan, &m, d, &hash));
+  FMCall(FMMalloc(P, &all));
+  ierr = (FMErrorCode)MPI_Allgather(&hash, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, comm);
+  if (ierr) { free(all); FMCallMPI((int)ierr); }
+  for (int r = 1; r < P; r++)
+    if (all[r] != all[0]) {
+      unsigned long long hr = (unsigned long long)all[r], h0 = (unsigned long long)all[0];
+      free(all);
+      FMRaise(MPI_COMM_SELF, FM_ERR_MISMATCH,
+              "Rank %d's plan (mask bounds, sizes, shape, scale or -fm_plan_* options) differs from rank 0's (hash %016llx vs %016llx); "
+              "every rank must set up the same mask and plan",
+              r, hr, h0);
+    }
+  free(all);
+
+  {
+    FMErrorCode loc = FMDistChunksInit(m.seqlen_q, m.seqlen_k, d->chunk_opt, P, m.block, &d->ch);
+    if (!loc) loc = FMMalloc(d->ch.nchunks, &myneed);
+    if (!loc) loc = setup_local(plan, d, &m, myneed);
+    FMAgree(comm, loc);
+  }
+  FMCall(FMMalloc((size_t)P * d->ch.nchunks, &d->needed));
+  FMCallMPI(MPI_Allgather(myneed, d->ch.nchunks, MPI_UNSIGNED_CHAR, d->needed, d->ch.nchunks, MPI_UNSIGNED_CHAR, comm));
+  free(myneed);
+  FMAgree(comm, setup_route(plan, d));
+  (void)me;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistGetStats(FMPlan plan, FMDistStats *stats)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(stats, 2);
+  FMCheck(plan->dist, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no distributed part (call FMPlanSetUp first)");
+  *stats = ((FMDist *)plan->dist)->stats;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanDestroy_Dist(FMPlan plan)
+{
+  FMCall(dist_free((FMDist *)plan->dist));
+  plan->dist = NULL;
+  return FM_SUCCESS;
+}
+
+/* ---------------- execution ---------------- */
+typedef struct {
+  FMPlan plan;
+  FMDist *d;
+  FMAttnProblem p;
+  size_t es, row_kv;    /* element size; bytes of one key position (heads_kv * head_dim * es) */
+  char **buf;           /* [C] K then V of each held chunk: [B][len][Hkv][D] twice */
+  MPI_Request *rreq, *sreq;
+  const void *qptr;
+  void *tr;             /* FMTrace or NULL */
+  double *rpost, *spost; /* post times of receives / sends (for the trace) */
+} Exec;
+
+/* ---------------- tracing (no-ops unless -fm_trace) ---------------- */
+static void tr_rec(Exec *e, int kind, double t0, double t1, double bytes, double flops, int peer, int chunk)
+{
+#if FM_DIST_TRACE
+  if (e->tr) (void)FMTraceRecord_Private((FMTrace)e->tr, kind, 0, t0, t1 < t0 ? t0 : t1, bytes, flops, peer, chunk);
+#else
+  (void)e; (void)kind; (void)t0; (void)t1; (void)bytes; (void)flops; (void)peer; (void)chunk;
+#endif
+}
+
+/* Collective: start a recorder for this call when -fm_trace was given. */
+static FMErrorCode tr_begin(Exec *e, const char *run)
+{
+#if FM_DIST_TRACE
+  if (e->d->trace_on) {
+    FMTrace tr = NULL;
+    FMCall(FMTraceCreate_Private(e->plan->hdr.comm, run, &e->plan->ctx->self, &tr));
+    e->tr = tr;
+  }
+#else
+  (void)e; (void)run;
+#endif
+  return FM_SUCCESS;
+}
+
+/* Collective: save the trace (replacing the run's group) and print the summary if asked. */
+static FMErrorCode tr_end(Exec *e, const char *run)
+{
+#if FM_DIST_TRACE
+  FMTrace tr = (FMTrace)e->tr;
+  if (!e->d->trace_on) return FM_SUCCESS;
+  FMCall(FMTraceSetBytes_Private(tr, e->d->stats.needed_bytes, e->d->stats.allgather_bytes));
+  FMCall(FMTraceSave_Private(tr, e->d->trace_path));
+  if (e->d->trace_view) {
+    FMTraceStats st;
+    FMCall(FMTraceSummary_Private(tr, &st));
+    FMCall(FMPrintf(e->plan->hdr.comm, stdout,
+                    "FMPlan %s trace (%s): %d ranks, overlap efficiency %.3f, exposed communication max %.3g s mean %.3g s, "
+                    "compute imbalance %.4f; bytes moved %.0f, needed %.0f, unpruned all-gather %.0f\n",
+                    run, e->d->trace_path, st.nranks, st.overlap_efficiency, st.exposed_max, st.exposed_mean, st.imbalance,
+                    st.bytes_moved, st.bytes_needed, st.bytes_allgather));
+  }
+  FMCall(FMTraceDestroy_Private(&tr));
+  e->tr = NULL;
+#else
+  (void)e; (void)run;
+#endif
+  return FM_SUCCESS;
+}
+
+/* Record the sends that completed since the last poll. */
+static FMErrorCode poll_sends(Exec *e)
+{
+  int n = 0, *idx;
+  double t;
+  if (!e->tr || e->d->nout == 0) return FM_SUCCESS;
+  FMCall(FMMalloc(e->d->nout, &idx));
+  FMCallMPI(MPI_Testsome(e->d->nout, e->sreq, &n, idx, MPI_STATUSES_IGNORE));
+  t = FMTime();
+  for (int i = 0; n != MPI_UNDEFINED && i < n; i++) {
+    const FMDistXfer *x = &e->d->out[idx[i]];
+    tr_rec(e, FM_TRACE_SEND, e->spost[idx[i]], t, e->d->cbytes[x->chunk], 0, x->dst, x->chunk);
+  }
+  free(idx);
+  return FM_SUCCESS;
+}
+
+/* Wait for every send (a WAIT event) and record the ones not seen complete before. */
+static FMErrorCode finish_sends(Exec *e)
+{
+  double t0 = FMTime(), t1;
+  int *open = NULL;
+  if (e->tr) {
+    FMCall(FMMalloc(e->d->nout + 1, &open));
+    for (int i = 0; i < e->d->nout; i++) open[i] = e->sreq[i] != MPI_REQUEST_NULL;
+  }
+  FMCallMPI(MPI_Waitall(e->d->nout, e->sreq, MPI_STATUSES_IGNORE));
+  t1 = FMTime();
+  if (e->tr) {
+    tr_rec(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
+    for (int i = 0; i < e->d->nout; i++)
+      if (open[i]) tr_rec(e, FM_TRACE_SEND, e->spost[i], t1, e->d->cbytes[e->d->out[i].chunk], 0, e->d->out[i].dst, e->d->out[i].chunk);
+    free(open);
+  }
+  return FM_SUCCESS;
+}
+
+static size_t chunk_len(const FMDist *d, int c) { int k0, k1; FMDistChunkKeys(&d->ch, c, &k0, &k1); return (size_t)(k1 - k0); }
+
+static FMErrorCode exec_init(FMPlan plan, Exec *e)
+{
+  memset(e, 0, sizeof(*e));
+  e->plan = plan;
+  e->d = (FMDist *)plan->dist;
+  FMCheck(e->d, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no distributed part (call FMPlanSetUp first)");
+  FMCheck(plan->backend == FM_BACKEND_CPU, plan->hdr.comm, FM_ERR_SUP,
+          "Context parallelism over %d ranks runs on the CPU backend only; use -fm_backend cpu", plan->ctx->size);
+  e->p.batch = plan->batch; e->p.heads_q = plan->heads_q; e->p.heads_kv = plan->heads_kv; e->p.head_dim = plan->head_dim;
+  e->p.dtype = plan->dtype;
+  e->p.scale = (float)plan->scale;
+  FMCall(FMMaskGetDesc_Private(plan->mask, &e->p.mask));
+  e->p.nq = plan->nlocal; e->p.qrows = plan->rows;
+  e->p.nthreads = plan->ctx->nthreads;
+  e->es = elsize(plan);
+  e->row_kv = (size_t)plan->heads_kv * plan->head_dim * e->es;
+  FMCall(FMCalloc(e->d->ch.nchunks, &e->buf));
+  FMCall(FMMalloc(e->d->nin + 1, &e->rreq));
+  FMCall(FMMalloc(e->d->nout + 1, &e->sreq));
+  for (int i = 0; i <= e->d->nin; i++) e->rreq[i] = MPI_REQUEST_NULL;
+  for (int i = 0; i <= e->d->nout; i++) e->sreq[i] = MPI_REQUEST_NULL;
+  FMCall(FMCalloc(e->d->nin + 1, &e->rpost));
+  FMCall(FMCalloc(e->d->nout + 1, &e->spost));
+  return FM_SUCCESS;
+}
+
+static void exec_free(Exec *e)
+{
+  if (e->buf)
+    for (int c = 0; c < e->d->ch.nchunks; c++) free(e->buf[c]);
+  free(e->buf); free(e->rreq); free(e->sreq); free(e->rpost); free(e->spost);
+#if FM_DIST_TRACE
+  if (e->tr) { FMTrace tr = (FMTrace)e->tr; (void)FMTraceDestroy_Private(&tr); e->tr = NULL; }
+#endif
+}
+
+/* Pack an owned chunk out of the local k, v ([B][nkeys][Hkv][D]) into buf[c]. */
+static FMErrorCode pack_own(Exec *e, int c, const void *k, const void *v)
+{
+  size_t len = chunk_len(e->d, c), B = (size_t)e->plan->batch, nk = (size_t)e->d->nkeys, sz = len * e->row_kv;
+  char *b;
+  FMCall(FMMalloc(2 * B * sz + 1, &e->buf[c]));
+  b = e->buf[c];
+  for (size_t bb = 0; bb < B; bb++) {
+    memcpy(b + bb * sz, (const char *)k + (bb * nk + (size_t)e->d->kofs[c]) * e->row_kv, sz);
+    memcpy(b + (B + bb) * sz, (const char *)v + (bb * nk + (size_t)e->d->kofs[c]) * e->row_kv, sz);
+  }
+  return FM_SUCCESS;
+}
+
+static int too_big(double bytes) { return bytes > 2147483647.0; }
+
+/* Post the K/V gather: receives for every incoming chunk, sends of owned chunks. */
+static FMErrorCode gather_begin(Exec *e, const void *k, const void *v)
+{
+  FMDist *d = e->d;
+  MPI_Comm comm = e->plan->hdr.comm;
+  int me = e->plan->ctx->rank;
+  for (int c = 0; c < d->ch.nchunks; c++)
+    if (d->part.owner[c] == me) FMCall(pack_own(e, c, k, v));
+  for (int i = 0; i < d->nin; i++) {
+    int c = d->in[i].chunk;
+    FMCheck(!too_big(d->cbytes[c]), MPI_COMM_SELF, FM_ERR_SUP, "Chunk %d has %.0f bytes, more than one MPI message holds; lower -fm_plan_chunk", c, d->cbytes[c]);
+    FMCall(FMMalloc((size_t)d->cbytes[c] + 1, &e->buf[c]));
+    FMCallMPI(MPI_Irecv(e->buf[c], (int)d->cbytes[c], MPI_BYTE, d->in[i].src, c, comm, &e->rreq[i]));
+    e->rpost[i] = FMTime();
+  }
+  for (int i = 0; i < d->nout; i++)
+    if (d->out[i].stage == 0) {
+      int c = d->out[i].chunk;
+      FMCallMPI(MPI_Isend(e->buf[c], (int)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, comm, &e->sreq[i]));
+      e->spost[i] = FMTime();
+      d->stats.sent_bytes[d->out[i].level] += d->cbytes[c];
+    }
+  return FM_SUCCESS;
+}
+
+/* After chunk c arrived here: forward it to the ranks this rank relays it to. */
+static FMErrorCode relay(Exec *e, int c)
+{
+  FMDist *d = e->d;
+  for (int i = 0; i < d->nout; i++)
+    if (d->out[i].stage == 1 && d->out[i].chunk == c) {
+      FMCallMPI(MPI_Isend(e->buf[c], (int)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, e->plan->hdr.comm, &e->sreq[i]));
+      e->spost[i] = FMTime();
+      d->stats.sent_bytes[d->out[i].level] += d->cbytes[c];
+      d->stats.relayed_bytes += d->cbytes[c];
+    }
+  return FM_SUCCESS;
+}
+
+/* Wait for the next arrived chunk (relaying it); *c = -1 when all arrived. */
+static FMErrorCode gather_next(Exec *e, int *c)
+{
+  int idx;
+  MPI_Status st;
+  double t0, t1;
+  *c = -1;
+  if (e->d->nin == 0) return FM_SUCCESS;
+  t0 = FMTime();
+  FMCallMPI(MPI_Waitany(e->d->nin, e->rreq, &idx, &st));
+  t1 = FMTime();
+  if (idx == MPI_UNDEFINED) return FM_SUCCESS;
+  tr_rec(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
+  {
+    int cnt = 0;
+    MPI_Get_count(&st, MPI_BYTE, &cnt);
+    e->d->stats.recv_bytes += cnt;
+    tr_rec(e, FM_TRACE_RECV, e->rpost[idx], t1, cnt, 0, e->d->in[idx].src, e->d->in[idx].chunk);
+  }
+  *c = e->d->in[idx].chunk;
+  FMCall(relay(e, *c));
+  return FM_SUCCESS;
+}
+
+static int needs(const Exec *e, int c)
+{
+  return e->d->needed[(size_t)e->plan->ctx->rank * e->d->ch.nchunks + c] && chunk_len(e->d, c) > 0 && e->plan->nlocal > 0;
+}
+
+/* Forward on one held chunk, merged into (oacc, lacc). */
+static FMErrorCode fwd_chunk(Exec *e, int c, float *oacc, float *lacc, float *opart, float *lpart, int *first)
+{
+  FMAttnProblem p = e->p;
+  size_t len = chunk_len(e->d, c), B = (size_t)e->plan->batch;
+  int k0, k1;
+  double t0;
+  if (!needs(e, c)) return FM_SUCCESS;
+  FMDistChunkKeys(&e->d->ch, c, &k0, &k1);
+  p.k0 = k0; p.nk = (int)len;
+  t0 = FMTime();
+  if (*first) {
+    FMCall(FMCPUForward(&p, e->qptr, e->buf[c], e->buf[c] + B * len * e->row_kv, oacc, FM_DTYPE_FP32, lacc));
+    *first = 0;
+  } else {
+    FMCall(FMCPUForward(&p, e->qptr, e->buf[c], e->buf[c] + B * len * e->row_kv, opart, FM_DTYPE_FP32, lpart));
+    FMCall(FMCPUMergePartial(&p, oacc, lacc, opart, lpart));
+  }
+  tr_rec(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, 4.0 * B * p.heads_q * p.nq * (double)len * p.head_dim, -1, c);
+  FMCall(poll_sends(e));
+  return FM_SUCCESS;
+}
+
+static void to_dtype(void *dst, FMDType t, const float *src, size_t n)
+{
+  if (t == FM_DTYPE_FP32) { memcpy(dst, src, n * sizeof(float)); return; }
+  for (size_t i = 0; i < n; i++) FMFromFloat(dst, i, t, src[i]);
+}
+
+/* One rank: the whole problem in one kernel call. */
+static FMErrorCode whole_problem(FMPlan plan, FMAttnProblem *p)
+{
+  memset(p, 0, sizeof(*p));
+  p->batch = plan->batch; p->heads_q = plan->heads_q; p->heads_kv = plan->heads_kv; p->head_dim = plan->head_dim;
+  p->dtype = plan->dtype;
+  p->scale = (float)plan->scale;
+  FMCall(FMMaskGetDesc_Private(plan->mask, &p->mask));
+  p->nq = p->mask.seqlen_q; p->qrows = NULL;
+  p->k0 = 0; p->nk = p->mask.seqlen_k;
+  p->nthreads = plan->ctx->nthreads;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
+{
+  Exec e;
+  FMDist *d;
+  size_t no, nl;
+  float *oacc, *lacc, *opart, *lpart;
+  int first = 1, me = plan->ctx->rank, c;
+
+  if (plan->ctx->size == 1) { /* a plain single call */
+    FMAttnProblem p;
+    float *tmp = NULL;
+    FMErrorCode ierr;
+    FMCall(whole_problem(plan, &p));
+    if (!lse) FMCall(FMMalloc((size_t)p.batch * p.heads_q * p.nq + 1, &tmp));
+    ierr = FMCPUForward(&p, q, k, v, o, plan->dtype, lse ? lse : tmp);
+    free(tmp);
+    FMCall(ierr);
+    return FM_SUCCESS;
+  }
+  FMCall(exec_init(plan, &e));
+  d = e.d;
+  e.qptr = q;
+  no = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
+  nl = (size_t)plan->batch * plan->heads_q * plan->nlocal;
+  FMCall(FMMalloc(no + 1, &oacc));
+  FMCall(FMMalloc(no + 1, &opart));
+  FMCall(FMMalloc(nl + 1, &lacc));
+  FMCall(FMMalloc(nl + 1, &lpart));
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+  FMCall(tr_begin(&e, "forward"));
+  FMCall(gather_begin(&e, k, v));
+  if (d->overlap) {
+    /* local K/V first, then each chunk as it arrives while the rest are in flight */
+    for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
+      FMCall(fwd_chunk(&e, d->part.rchunks[b], oacc, lacc, opart, lpart, &first));
+    for (;;) {
+      FMCall(gather_next(&e, &c));
+      if (c < 0) break;
+      FMCall(fwd_chunk(&e, c, oacc, lacc, opart, lpart, &first));
+    }
+  } else {
+    /* everything first (relays still forward as chunks come), then compute in chunk order */
+    do FMCall(gather_next(&e, &c));
+    while (c >= 0);
+    for (c = 0; c < d->ch.nchunks; c++)
+      if (e.buf[c]) FMCall(fwd_chunk(&e, c, oacc, lacc, opart, lpart, &first));
+  }
+  if (first) { /* no visible key at all on this rank */
+    for (size_t i = 0; i < no; i++) oacc[i] = 0;
+    for (size_t i = 0; i < nl; i++) lacc[i] = -INFINITY;
+  }
+  to_dtype(o, plan->dtype, oacc, no);
+  if (lse) memcpy(lse, lacc, nl * sizeof(float));
+  FMCall(finish_sends(&e));
+  FMCall(tr_end(&e, "forward"));
+  free(oacc); free(opart); free(lacc); free(lpart);
+  exec_free(&e);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+                                const void *dout, void *dq, void *dk, void *dv)
+{
+  Exec e;
+  FMDist *d;
+  MPI_Comm comm = plan->hdr.comm;
+  int me = plan->ctx->rank, C, c, B = plan->batch;
+  size_t nqe;
+  float *dqacc, **g, **cb;
+  int *pending;
+  MPI_Request *crq, *psq;
+  double t0, *cpost, *ppost;
+
+  if (plan->ctx->size == 1) { /* a plain single call */
+    FMAttnProblem p;
+    FMErrorCode ierr;
+    FMCall(whole_problem(plan, &p));
+    nqe = (size_t)p.batch * p.nq * p.heads_q * p.head_dim;
+    FMCall(FMCalloc(nqe + 1, &dqacc));
+    ierr = FMCPUBackward(&p, q, k, v, o, lse, dout, dqacc, dk, dv, plan->dtype);
+    if (!ierr) to_dtype(dq, plan->dtype, dqacc, nqe);
+    free(dqacc);
+    FMCall(ierr);
+    return FM_SUCCESS;
+  }
+  FMCall(exec_init(plan, &e));
+  d = e.d;
+  e.qptr = q;
+  C = d->ch.nchunks;
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+  nqe = (size_t)B * plan->nlocal * plan->heads_q * plan->head_dim;
+  FMCall(FMCalloc(nqe + 1, &dqacc));
+  FMCall(FMCalloc(C, &g));
+  FMCall(FMCalloc(d->nout + 1, &cb));
+  FMCall(FMCalloc(C, &pending));
+  FMCall(FMMalloc(d->nout + 1, &crq));
+  FMCall(FMMalloc(d->nin + 1, &psq));
+  for (int i = 0; i <= d->nout; i++) crq[i] = MPI_REQUEST_NULL;
+  for (int i = 0; i <= d->nin; i++) psq[i] = MPI_REQUEST_NULL;
+  FMCall(FMCalloc(d->nout + 1, &cpost));
+  FMCall(FMCalloc(d->nin + 1, &ppost));
+
+  /* dK/dV partials come back from every rank this one sent a chunk to (the reverse route) */
+  for (int i = 0; i < d->nout; i++) {
+    size_t n = 2 * (size_t)B * chunk_len(d, d->out[i].chunk) * plan->heads_kv * plan->head_dim;
+    FMCheck(!too_big(4.0 * n), MPI_COMM_SELF, FM_ERR_SUP, "A dK/dV partial of %.0f bytes is more than one MPI message holds", 4.0 * n);
+    FMCall(FMMalloc(n + 1, &cb[i]));
+    FMCallMPI(MPI_Irecv(cb[i], (int)n, MPI_FLOAT, d->out[i].dst, C + d->out[i].chunk, comm, &crq[i]));
+    cpost[i] = FMTime();
+    pending[d->out[i].chunk]++;
+  }
+  FMCall(tr_begin(&e, "backward"));
+  FMCall(gather_begin(&e, k, v));
+  {
+    /* recompute on each held chunk with the final O and LSE; dQ accumulates over chunks */
+    int order_own = 1, b = d->part.rstart[me];
+    for (;;) {
+      FMAttnProblem p = e.p;
+      size_t len, n;
+      int k0, k1;
+      if (order_own && b < d->part.rstart[me + 1]) c = d->part.rchunks[b++];
+      else { order_own = 0; FMCall(gather_next(&e, &c)); if (c < 0) break; }
+      len = chunk_len(d, c);
+      n = (size_t)B * len * plan->heads_kv * plan->head_dim;
+      FMCall(FMCalloc(2 * n + 1, &g[c]));
+      if (!needs(&e, c)) continue;
+      FMDistChunkKeys(&d->ch, c, &k0, &k1);
+      p.k0 = k0; p.nk = (int)len;
+      t0 = FMTime();
+      FMCall(FMCPUBackward(&p, q, e.buf[c], e.buf[c] + (size_t)B * len * e.row_kv, o, lse, dout, dqacc, g[c], g[c] + n, FM_DTYPE_FP32));
+      tr_rec(&e, FM_TRACE_COMPUTE, t0, FMTime(), 0, 10.0 * B * p.heads_q * p.nq * (double)len * p.head_dim, -1, c);
+      FMCall(poll_sends(&e));
+    }
+  }
+  /* reduce: a chunk is final here when every child's partial arrived; then up to the parent or into dK/dV */
+  {
+    int left = 0;
+    for (c = 0; c < C; c++) left += g[c] != NULL;
+    for (;;) {
+      int idx = MPI_UNDEFINED;
+      for (c = 0; c < C; c++) {
+        size_t len, n;
+        if (!g[c] || pending[c] != 0) continue;
+        len = chunk_len(d, c);
+        n = 2 * (size_t)B * len * plan->heads_kv * plan->head_dim;
+        for (int i = 0; i < d->nout; i++) /* children in route order: deterministic sums */
+          if (d->out[i].chunk == c)
+            for (size_t t = 0; t < n; t++) g[c][t] += cb[i][t];
+        if (d->parent[c] >= 0) {
+          int ii = 0;
+          while (ii < d->nin && d->in[ii].chunk != c) ii++;
+          FMCallMPI(MPI_Isend(g[c], (int)n, MPI_FLOAT, d->parent[c], C + c, comm, &psq[ii]));
+          ppost[ii] = FMTime();
+        } else if (d->part.owner[c] == me) {
+          size_t row = (size_t)plan->heads_kv * plan->head_dim, nk = (size_t)d->nkeys;
+          for (size_t bb = 0; bb < (size_t)B; bb++)
+            for (size_t t = 0; t < len * row; t++) {
+              size_t dst = (bb * nk + (size_t)d->kofs[c]) * row + t;
+              FMFromFloat(dk, dst, plan->dtype, g[c][bb * len * row + t]);
+              FMFromFloat(dv, dst, plan->dtype, g[c][n / 2 + bb * len * row + t]);
+            }
+        }
+        pending[c] = -1; /* done */
+        left--;
+      }
+      if (left == 0) break;
+      t0 = FMTime();
+      FMCallMPI(MPI_Waitany(d->nout, crq, &idx, MPI_STATUS_IGNORE));
+      FMCheck(idx != MPI_UNDEFINED, MPI_COMM_SELF, FM_ERR_LIB, "dK/dV reduction: %d chunks wait for partials that were never posted", left);
+      {
+        double t1 = FMTime(), nb = 8.0 * B * chunk_len(d, d->out[idx].chunk) * plan->heads_kv * plan->head_dim;
+        tr_rec(&e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
+        tr_rec(&e, FM_TRACE_RECV, cpost[idx], t1, nb, 0, d->out[idx].dst, d->out[idx].chunk);
+      }
+      pending[d->out[idx].chunk]--;
+    }
+  }
+  to_dtype(dq, plan->dtype, dqacc, nqe);
+  t0 = FMTime();
+  FMCallMPI(MPI_Waitall(d->nin, psq, MPI_STATUSES_IGNORE));
+  {
+    double t1 = FMTime();
+    tr_rec(&e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
+    for (int i = 0; i < d->nin; i++) {
+      int cc = d->in[i].chunk;
+      if (ppost[i] > 0) tr_rec(&e, FM_TRACE_REDUCE, ppost[i], t1, 8.0 * B * chunk_len(d, cc) * plan->heads_kv * plan->head_dim, 0, d->in[i].src, cc);
+    }
+  }
+  FMCall(finish_sends(&e));
+  FMCall(tr_end(&e, "backward"));
+  for (c = 0; c < C; c++) free(g[c]);
+  for (int i = 0; i < d->nout; i++) free(cb[i]);
+  free(g); free(cb); free(pending); free(crq); free(psq); free(dqacc); free(cpost); free(ppost);
+  exec_free(&e);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanView_Dist(FMPlan plan, FILE *fp)
+{
+  FMDist *d = (FMDist *)plan->dist;
+  MPI_Comm comm = plan->hdr.comm;
+  int P = plan->ctx->size, C, block = plan->mask->block > 0 ? plan->mask->block : 128;
+  int64_t mx;
+  double mean, imb, *recv;
+  if (!d) return FM_SUCCESS;
+  if (!fp) fp = stdout;
+  C = d->ch.nchunks;
+  FMDistPartitionImbalance(&d->part, &mx, &mean, &imb);
+  FMCall(FMPrintf(comm, fp, "  context parallel over %d ranks on %d node%s%s: partition %s, %d chunks of %d rows (key chunks of %d), route %s, prune %s, overlap %s\n",
+                  P, d->topo.nnodes, d->topo.nnodes > 1 ? "s" : "", d->vnodes > 0 ? " (virtual)" : "", FMDistPartNames[d->part_type], C,
+                  d->ch.chunk, d->ch.kchunk, FMDistRouteNames[d->route_type], d->prune ? "on" : "off", d->overlap ? "on" : "off"));
+  FMCall(FMPrintf(comm, fp, "  work (tiles): max %.1f, mean %.1f, max/mean imbalance %.4f", (double)mx / block, mean / block, imb));
+  if (d->part_type == FM_DIST_BALANCED)
+    FMCall(FMPrintf(comm, fp, " (LPT %.1f, dual_chunk %.1f; %d pair and %d three-way moves)", (double)d->binfo.lpt_max / block,
+                    (double)d->binfo.dual_max / block, d->binfo.pair_moves, d->binfo.triple_moves));
+  FMCall(FMPrintf(comm, fp, "\n"));
+  FMCall(FMMalloc(P, &recv));
+  for (int r = 0; r < P; r++) recv[r] = 0;
+  for (int i = 0; i < d->route.n; i++) recv[d->route.x[i].dst] += d->cbytes[d->route.x[i].chunk];
+  FMCall(FMPrintf(comm, fp, "  rank node  rows chunks  work(tiles) needed  recv(MB)\n"));
+  for (int r = 0; r < P; r++) {
+    int nrows = 0, nn = 0;
+    for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) {
+      int r0, r1;
+      FMDistChunkRows(&d->ch, d->part.rchunks[b], &r0, &r1);
+      nrows += r1 - r0;
+    }
+    for (int c = 0; c < C; c++) nn += d->needed[(size_t)r * C + c];
+    FMCall(FMPrintf(comm, fp, "  %4d %4d %5d %6d %12.1f %3d/%-3d %9.3f\n", r, d->topo.node[r], nrows, d->part.rstart[r + 1] - d->part.rstart[r],
+                    (double)d->part.work[r] / block, nn, C, recv[r] / 1048576.0));
+  }
+  free(recv);
+  FMCall(FMPrintf(comm, fp, "  K/V bytes: needed %.3f MB vs unpruned all-gather %.3f MB (%.1f%%); route moves %.3f MB inside nodes, %.3f MB across nodes\n",
+                  d->route.needed_bytes / 1048576.0, d->route.allgather_bytes / 1048576.0,
+                  d->route.allgather_bytes > 0 ? 100.0 * d->route.needed_bytes / d->route.allgather_bytes : 100.0, d->route.bytes[0] / 1048576.0,
+                  d->route.bytes[1] / 1048576.0));
+  return FM_SUCCESS;
+}
+
+/* ---------------- local layout helpers ---------------- */
+static FMErrorCode ensure_dist(FMPlan plan)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCheckSetUp(plan, "FMPlan");
+  if (!plan->dist) FMCall(FMPlanSetUp_Dist(plan)); /* one rank: plan.c plans without us */
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanGetLocalKeys(FMPlan plan, int *nkeys, const int **global_keys)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(nkeys, 2);
+  FMCall(ensure_dist(plan));
+  *nkeys = ((FMDist *)plan->dist)->nkeys;
+  if (global_keys) *global_keys = ((FMDist *)plan->dist)->keys;
+  return FM_SUCCESS;
+}
+
+/* Layout of a tensor kind: outer x S x unit bytes globally, outer x n x unit locally. */
+static FMErrorCode kind_layout(FMPlan plan, FMPlanTensor kind, int r, int *n, int **idx, size_t *outer, size_t *unit, int *S)
+{
+  FMDist *d = (FMDist *)plan->dist;
+  size_t es = elsize(plan);
+  switch (kind) {
+  case FM_PLAN_TENSOR_Q:
+    *outer = (size_t)plan->batch; *unit = (size_t)plan->heads_q * plan->head_dim * es; *S = d->ch.seqlen_q;
+    FMCall(FMDistRankRows(&d->ch, &d->part, r, n, idx));
+    break;
+  case FM_PLAN_TENSOR_KV:
+    *outer = (size_t)plan->batch; *unit = (size_t)plan->heads_kv * plan->head_dim * es; *S = d->ch.seqlen_k;
+    FMCall(FMDistRankKeys(&d->ch, &d->part, r, n, idx));
+    break;
+  case FM_PLAN_TENSOR_LSE:
+    *outer = (size_t)plan->batch * plan->heads_q; *unit = sizeof(float); *S = d->ch.seqlen_q;
+    FMCall(FMDistRankRows(&d->ch, &d->part, r, n, idx));
+    break;
+  default: FMRaise(MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (kind) is %d; expected FM_PLAN_TENSOR_Q, _KV or _LSE", (int)kind);
+  }
+  return FM_SUCCESS;
+}
+
+static FMErrorCode move(FMPlan plan, FMPlanTensor kind, int root, const void *global_in, void *global_out, const void *local_in,
+                        void *local_out)
+{
+  MPI_Comm comm = plan->hdr.comm;
+  int P = plan->ctx->size, me = plan->ctx->rank, *cnt = NULL, *dsp = NULL, n, *idx, S;
+  size_t outer, unit, total;
+  char *pk = NULL;
+  FMCall(ensure_dist(plan));
+  FMCheck(root >= 0 && root < P, comm, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (root) is %d; expected 0..%d", root, P - 1);
+  FMCheck(kind == FM_PLAN_TENSOR_Q || kind == FM_PLAN_TENSOR_KV || kind == FM_PLAN_TENSOR_LSE, comm, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 2 (kind) is %d; expected FM_PLAN_TENSOR_Q, _KV or _LSE", (int)kind);
+  FMCall(kind_layout(plan, kind, me, &n, &idx, &outer, &unit, &S));
+  free(idx);
+  total = outer * (size_t)S * unit;
+  FMCheck(total <= 2147483647.0, comm, FM_ERR_SUP, "The global tensor has %zu bytes, more than one MPI call moves", total);
+  if (me == root) {
+    size_t pos = 0;
+    FMCheck(global_in || global_out, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Argument 4 (global) is NULL on the root rank %d", root);
+    FMCall(FMMalloc(P, &cnt));
+    FMCall(FMMalloc(P, &dsp));
+    FMCall(FMMalloc(total + 1, &pk));
+    for (int r = 0; r < P; r++) {
+      int nr, *ir, Sr;
+      FMCall(kind_layout(plan, kind, r, &nr, &ir, &outer, &unit, &Sr));
+      cnt[r] = (int)(outer * nr * unit);
+      dsp[r] = (int)pos;
+      if (global_in)
+        for (size_t o = 0; o < outer; o++)
+          for (int i = 0; i < nr; i++, pos += unit) memcpy(pk + pos, (const char *)global_in + (o * S + (size_t)ir[i]) * unit, unit);
+      else pos += outer * nr * unit;
+      free(ir);
+    }
+  }
+  if (global_in) {
+    FMCallMPI(MPI_Scatterv(pk, cnt, dsp, MPI_BYTE, local_out, (int)(outer * n * unit), MPI_BYTE, root, comm));
+  } else {
+    FMCallMPI(MPI_Gatherv(local_in, (int)(outer * n * unit), MPI_BYTE, pk, cnt, dsp, MPI_BYTE, root, comm));
+    if (me == root) {
+      size_t pos = 0;
+      for (int r = 0; r < P; r++) {
+        int nr, *ir, Sr;
+        FMCall(kind_layout(plan, kind, r, &nr, &ir, &outer, &unit, &Sr));
+        for (size_t o = 0; o < outer; o++)
+          for (int i = 0; i < nr; i++, pos += unit) memcpy((char *)global_out + (o * S + (size_t)ir[i]) * unit, pk + pos, unit);
+        free(ir);
+      }
+    }
+  }
+  free(pk); free(cnt); free(dsp);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *global, void *local)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(local, 5);
+  if (plan->ctx->rank == root) FMValidPointer(global, 4);
+  FMCall(move(plan, kind, root, global ? global : (const void *)"", NULL, NULL, local));
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *local, void *global)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(local, 4);
+  if (plan->ctx->rank == root) FMValidPointer(global, 5);
+  FMCall(move(plan, kind, root, NULL, global ? global : (void *)"", local, NULL));
+  return FM_SUCCESS;
+}

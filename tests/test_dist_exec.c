@@ -1,0 +1,310 @@
+/*
+ * test_dist_exec.c - the context-parallel plan on the CPU backend over MPI: distributed
+ * forward and backward equal the single-rank CPU result (to rounding) for the 12 masks,
+ * per-head user bounds, GQA, seqlen_q != seqlen_k and lengths that do not divide; every
+ * partition, route, pruning and overlap setting; FMPlanScatter/FMPlanGather; the bytes
+ * actually received equal what the needed set and route predict and, on document masks,
+ * stay strictly below an unpruned all-gather; a rank with a different mask fails with
+ * FM_ERR_MISMATCH on every rank. Run on 1, 2, 3 and 4 ranks.
+ */
+#define _GNU_SOURCE /* strcasestr in fmtest.h */
+#include <flashmask/private/fmdist.h>
+#include "fmtest.h"
+
+static int rank, size;
+static double relayed_total;
+static uint64_t seed;
+
+typedef struct {
+  const char *type;
+  int Sq, Sk, B, Hq, Hkv, D, mask_heads;
+  FMDType dtype;
+  const char *part, *route, *chunk;
+  int prune, overlap, vnodes;
+} Case;
+
+/* a random float tensor (identical on every rank: same seed) */
+static void fill(float *x, size_t n, uint64_t *s)
+{
+  for (size_t i = 0; i < n; i++) x[i] = (float)fmt_uniform(s);
+}
+
+static void to_t(void *dst, FMDType t, const float *x, size_t n)
+{
+  for (size_t i = 0; i < n; i++) FMFromFloat(dst, i, t, x[i]);
+}
+
+static void to_d(double *dst, const void *src, FMDType t, size_t n)
+{
+  for (size_t i = 0; i < n; i++) dst[i] = FMToFloat(src, i, t);
+}
+
+/* rows of a global [outer][S][unit] tensor picked into [outer][n][unit] */
+static void pick(void *dst, const void *src, size_t outer, int S, size_t unit, int n, const int *idx)
+{
+  for (size_t o = 0; o < outer; o++)
+    for (int i = 0; i < n; i++) memcpy((char *)dst + (o * n + i) * unit, (const char *)src + (o * S + idx[i]) * unit, unit);
+}
+
+static double relerr(const double *a, const double *b, size_t n) { return fmt_relerr(a, b, n); }
+
+static int lse_ok(const float *a, const float *b, size_t n, double tol)
+{
+  for (size_t i = 0; i < n; i++) {
+    if (isinf(b[i]) || isinf(a[i])) { if (a[i] != b[i]) return 0; continue; }
+    if (fabs((double)a[i] - b[i]) > tol * (1 + fabs((double)b[i]))) return 0;
+  }
+  return 1;
+}
+
+static FMErrorCode make_mask(FMContext ctx, const Case *c, unsigned long mseed, FMMask *mask)
+{
+  FMCall(FMMaskCreate(ctx, mask));
+  FMCall(FMMaskSetSizes(*mask, c->Sq, c->Sk, c->mask_heads));
+  FMCall(FMMaskSetType(*mask, c->type));
+  FMCall(FMMaskSetSeed(*mask, mseed));
+  FMCall(FMMaskSetBlockSize(*mask, 64));
+  if (!strcmp(c->type, FMMASKBOUNDS)) {
+    /* per-head user bounds: documents of random lengths, different per head, plus random spans */
+    uint64_t s = mseed * 7919 + 1;
+    int32_t *lts = malloc(sizeof(int32_t) * c->Sk), *lte = malloc(sizeof(int32_t) * c->Sk), *uts = malloc(sizeof(int32_t) * c->Sk),
+            *ute = malloc(sizeof(int32_t) * c->Sk);
+    for (int h = 0; h < c->mask_heads; h++) {
+      int j = 0;
+      while (j < c->Sk) {
+        int len = 1 + (int)(fmt_next(&s) % (uint64_t)(c->Sk / 3 + 1)), e = j + len > c->Sk ? c->Sk : j + len;
+        int rs = (int)((long)j * c->Sq / c->Sk), re = (int)((long)e * c->Sq / c->Sk);
+        for (int x = j; x < e; x++) {
+          lts[x] = re; lte[x] = c->Sq; uts[x] = 0; ute[x] = rs;
+          if (fmt_next(&s) % 8 == 0) { lts[x] = c->Sq; ute[x] = 0; } /* a few global columns */
+        }
+        j = e;
+      }
+      FMCall(FMMaskSetBounds(*mask, h, lts, lte, uts, ute));
+    }
+    free(lts); free(lte); free(uts); free(ute);
+  }
+  FMCall(FMMaskSetUp(*mask));
+  return FM_SUCCESS;
+}
+
+static void set_opts(const Case *c)
+{
+  char buf[32];
+  FMOptionsSetValue("-fm_plan_partition", c->part);
+  FMOptionsSetValue("-fm_plan_route", c->route);
+  FMOptionsSetValue("-fm_plan_chunk", c->chunk);
+  FMOptionsSetValue("-fm_plan_prune", c->prune ? "1" : "0");
+  FMOptionsSetValue("-fm_plan_overlap", c->overlap ? "1" : "0");
+  snprintf(buf, sizeof(buf), "%d", c->vnodes);
+  FMOptionsSetValue("-fm_plan_nodes", buf);
+}
+
+static void run_case(FMContext ctx, const Case *c, int *ndoc_strict)
+{
+  FMMask mask;
+  FMPlan plan;
+  FMMaskDesc md;
+  FMAttnProblem p;
+  int nl, nk;
+  const int *rows, *keys;
+  size_t es = FMDTypeSize(c->dtype), uq = (size_t)c->Hq * c->D, uk = (size_t)c->Hkv * c->D;
+  size_t nQ = (size_t)c->B * c->Sq * uq, nK = (size_t)c->B * c->Sk * uk, nL = (size_t)c->B * c->Hq * c->Sq;
+  float *fq = malloc(4 * nQ), *fk = malloc(4 * nK), *fv = malloc(4 * nK), *fdo = malloc(4 * nQ);
+  char *gq = malloc(es * nQ), *gk = malloc(es * nK), *gv = malloc(es * nK), *gdo = malloc(es * nQ);
+  char *lq, *lk, *lv, *ldo, *lo, *ldq, *ldk, *ldv, *sq;
+  float *llse;
+  uint64_t s = seed ^ (uint64_t)(c->Sq * 131 + c->Sk * 7 + c->D);
+  FMDistStats st;
+  double tol = c->dtype == FM_DTYPE_FP32 ? 2e-5 : 2e-2;
+
+  fill(fq, nQ, &s); fill(fk, nK, &s); fill(fv, nK, &s); fill(fdo, nQ, &s);
+  to_t(gq, c->dtype, fq, nQ); to_t(gk, c->dtype, fk, nK); to_t(gv, c->dtype, fv, nK); to_t(gdo, c->dtype, fdo, nQ);
+  set_opts(c);
+  FMT_CALL(make_mask(ctx, c, 42, &mask));
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetMask(plan, mask));
+  FMT_CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dtype));
+  FMT_CALL(FMPlanSetUp(plan));
+  FMT_CALL(FMPlanGetLocalRows(plan, &nl, &rows));
+  FMT_CALL(FMPlanGetLocalKeys(plan, &nk, &keys));
+  {
+    int tq = 0, tk = 0;
+    MPI_Allreduce(&nl, &tq, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&nk, &tk, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    FMT_CHECK(tq == c->Sq && tk == c->Sk, "%s: local rows sum to %d (Sq %d), keys to %d (Sk %d)", c->type, tq, c->Sq, tk, c->Sk);
+  }
+  lq = malloc(es * c->B * nl * uq + 1); ldo = malloc(es * c->B * nl * uq + 1); lo = malloc(es * c->B * nl * uq + 1);
+  ldq = malloc(es * c->B * nl * uq + 1); sq = malloc(es * c->B * nl * uq + 1);
+  lk = malloc(es * c->B * nk * uk + 1); lv = malloc(es * c->B * nk * uk + 1);
+  ldk = malloc(es * c->B * nk * uk + 1); ldv = malloc(es * c->B * nk * uk + 1);
+  llse = malloc(sizeof(float) * (c->B * c->Hq * nl + 1));
+  pick(lq, gq, c->B, c->Sq, es * uq, nl, rows);
+  pick(ldo, gdo, c->B, c->Sq, es * uq, nl, rows);
+  pick(lk, gk, c->B, c->Sk, es * uk, nk, keys);
+  pick(lv, gv, c->B, c->Sk, es * uk, nk, keys);
+  /* FMPlanScatter from the last rank gives the same local q */
+  memset(sq, 0x7f, es * c->B * nl * uq + 1);
+  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, size - 1, rank == size - 1 ? gq : NULL, sq));
+  FMT_CHECK(!memcmp(sq, lq, es * c->B * nl * uq), "%s: FMPlanScatter(Q) differs from the local rows", c->type);
+  /* poison the outputs */
+  memset(lo, 0xff, es * c->B * nl * uq); memset(ldq, 0xff, es * c->B * nl * uq);
+  memset(ldk, 0xff, es * c->B * nk * uk); memset(ldv, 0xff, es * c->B * nk * uk);
+  for (int i = 0; i < c->B * c->Hq * nl; i++) llse[i] = NAN;
+  FMT_CALL(FMPlanForward(plan, lq, lk, lv, lo, llse));
+  FMT_CALL(FMDistGetStats(plan, &st));
+  {
+    /* bytes: what arrived = what the route predicts; flat: = the needed set; pruned doc masks < all-gather */
+    double loc[6] = {st.recv_bytes, st.predicted_recv, st.needed_bytes, st.allgather_bytes, st.sent_bytes[0] + st.sent_bytes[1],
+                     st.relayed_bytes}, tot[6];
+    FMT_CHECK(st.recv_bytes == st.predicted_recv, "%s rank %d: received %.0f bytes, route predicts %.0f", c->type, rank, st.recv_bytes,
+              st.predicted_recv);
+    if (!strcmp(c->route, "flat") || c->vnodes <= 1)
+      FMT_CHECK(st.recv_bytes == st.needed_bytes, "%s rank %d (%s route): received %.0f bytes, needed set says %.0f", c->type, rank, c->route,
+                st.recv_bytes, st.needed_bytes);
+    if (!c->prune) FMT_CHECK(st.needed_bytes == st.allgather_bytes, "%s: unpruned needs %.0f of %.0f", c->type, st.needed_bytes, st.allgather_bytes);
+    MPI_Allreduce(loc, tot, 6, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    FMT_CHECK(tot[4] == tot[0], "%s: ranks sent %.0f bytes in all but received %.0f", c->type, tot[4], tot[0]);
+    relayed_total += tot[5];
+    /* (dual_chunk scatters every rank over every document, so there pruning may save nothing) */
+    if (size > 1 && c->prune && strcmp(c->part, "dual_chunk") && (!strcmp(c->type, FMMASKDOCUMENT) || !strcmp(c->type, FMMASKCAUSALDOCUMENT))) {
+      FMT_CHECK(tot[0] < tot[3], "%s: pruned gather moved %.0f bytes, not below the all-gather's %.0f", c->type, tot[0], tot[3]);
+      (*ndoc_strict)++;
+    }
+  }
+  FMT_CALL(FMPlanBackward(plan, lq, lk, lv, lo, llse, ldo, ldq, ldk, ldv));
+
+  /* gather to rank 0 and compare with one single-rank CPU call */
+  {
+    char *go = rank == 0 ? malloc(es * nQ) : NULL, *gdq = rank == 0 ? malloc(es * nQ) : NULL, *gdk = rank == 0 ? malloc(es * nK) : NULL,
+         *gdv = rank == 0 ? malloc(es * nK) : NULL;
+    float *glse = rank == 0 ? malloc(sizeof(float) * nL) : NULL;
+    int bad = 0;
+    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_Q, 0, lo, go));
+    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_LSE, 0, llse, glse));
+    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_Q, 0, ldq, gdq));
+    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_KV, 0, ldk, gdk));
+    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_KV, 0, ldv, gdv));
+    if (rank == 0) {
+      char *ro = malloc(es * nQ), *rk = malloc(es * nK), *rv = malloc(es * nK), *rq = malloc(es * nQ);
+      float *rlse = malloc(sizeof(float) * nL), *rdq = calloc(nQ, sizeof(float));
+      double *a = malloc(sizeof(double) * (nQ > nK ? nQ : nK)), *b = malloc(sizeof(double) * (nQ > nK ? nQ : nK));
+      double eo, edq, edk, edv;
+      memset(&p, 0, sizeof(p));
+      FMT_CALL(FMMaskGetDesc_Private(mask, &md));
+      p.batch = c->B; p.heads_q = c->Hq; p.heads_kv = c->Hkv; p.head_dim = c->D; p.dtype = c->dtype;
+      p.scale = (float)(1.0 / sqrt((double)c->D)); p.nq = c->Sq; p.qrows = NULL; p.k0 = 0; p.nk = c->Sk; p.mask = md; p.nthreads = 1;
+      FMT_CALL(FMCPUForward(&p, gq, gk, gv, ro, c->dtype, rlse));
+      FMT_CALL(FMCPUBackward(&p, gq, gk, gv, ro, rlse, gdo, rdq, rk, rv, c->dtype));
+      to_t(rq, c->dtype, rdq, nQ);
+      to_d(a, go, c->dtype, nQ); to_d(b, ro, c->dtype, nQ); eo = relerr(a, b, nQ);
+      to_d(a, gdq, c->dtype, nQ); to_d(b, rq, c->dtype, nQ); edq = relerr(a, b, nQ);
+      to_d(a, gdk, c->dtype, nK); to_d(b, rk, c->dtype, nK); edk = relerr(a, b, nK);
+      to_d(a, gdv, c->dtype, nK); to_d(b, rv, c->dtype, nK); edv = relerr(a, b, nK);
+      bad = !(eo < tol && edq < tol && edk < tol && edv < tol && lse_ok(glse, rlse, nL, tol));
+      FMT_CHECK(!bad, "%s Sq %d Sk %d B %d H %d/%d D %d %s [%s %s chunk %s prune %d overlap %d nodes %d] on %d ranks: rel. errors O %.2e dQ %.2e "
+                "dK %.2e dV %.2e LSE %s (tol %.0e)",
+                c->type, c->Sq, c->Sk, c->B, c->Hq, c->Hkv, c->D, FMDTypeName(c->dtype), c->part, c->route, c->chunk, c->prune, c->overlap,
+                c->vnodes, size, eo, edq, edk, edv, lse_ok(glse, rlse, nL, tol) ? "ok" : "BAD", tol);
+      if (!bad)
+        printf("ok %-22s %4dx%-4d %s %-10s %-12s prune %d overlap %d: O %.1e dQ %.1e dK %.1e dV %.1e; recv %.0f of all-gather %.0f B\n",
+               c->type, c->Sq, c->Sk, FMDTypeName(c->dtype), c->part, c->route, c->prune, c->overlap, eo, edq, edk, edv, st.recv_bytes,
+               st.allgather_bytes);
+      free(ro); free(rk); free(rv); free(rq); free(rlse); free(rdq); free(a); free(b);
+    }
+    free(go); free(gdq); free(gdk); free(gdv); free(glse);
+  }
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&mask));
+  free(fq); free(fk); free(fv); free(fdo); free(gq); free(gk); free(gv); free(gdo);
+  free(lq); free(lk); free(lv); free(ldo); free(lo); free(ldq); free(ldk); free(ldv); free(llse); free(sq);
+}
+
+/*
+ * One rank sets up a different plan (the mask itself is checked by FMMaskSetUp): a different
+ * -fm_plan_partition option, or a different softmax scale. FMPlanSetUp must fail with
+ * FM_ERR_MISMATCH on every rank, never hang.
+ */
+static void test_mismatch(FMContext ctx)
+{
+  for (int variant = 0; variant < 2; variant++) {
+    Case c = {FMMASKCAUSALDOCUMENT, 256, 256, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "balanced", "hierarchical", "0", 1, 1, 0};
+    FMMask mask;
+    FMPlan plan;
+    FMErrorCode e;
+    int ok, all;
+    if (variant == 0 && rank == size - 1) c.part = "contiguous";
+    set_opts(&c);
+    FMT_CALL(make_mask(ctx, &c, 42, &mask));
+    FMT_CALL(FMPlanCreate(ctx, &plan));
+    FMT_CALL(FMPlanSetMask(plan, mask));
+    FMT_CALL(FMPlanSetShape(plan, c.B, c.Hq, c.Hkv, c.D, c.dtype));
+    if (variant == 1) FMT_CALL(FMPlanSetScale(plan, rank == size - 1 ? 0.5 : 0.25));
+    FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
+    e = FMPlanSetUp(plan);
+    FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+    ok = e == FM_ERR_MISMATCH && fmt_msg_has("differs");
+    FMT_CHECK(ok, "rank %d, variant %d: a different plan on rank %d gave %s (\"%s\"), expected FM_ERR_MISMATCH", rank, variant, size - 1,
+              FMErrorString(e), FMGetLastErrorMessage());
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    FMT_CHECK(all, "variant %d: the mismatch was not reported on every rank", variant);
+    FMT_CALL(FMPlanDestroy(&plan));
+    FMT_CALL(FMMaskDestroy(&mask));
+  }
+}
+
+int main(int argc, char **argv)
+{
+  FMContext ctx;
+  int ndoc = 0, fails;
+  const char *masks[] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT, FMMASKSHAREQUESTION,
+                         FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE,
+                         FMMASKRANDOMEVICTION};
+  const char *parts[] = {"balanced", "dual_chunk", "contiguous"}, *routes[] = {"hierarchical", "flat"};
+  FMT_CALL(FMInitialize(&argc, &argv, NULL, NULL));
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  seed = fmt_seed();
+  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CPU));
+  FMT_CALL(FMContextSetNumThreads(ctx, 1));
+  FMT_CALL(FMContextSetUp(ctx));
+  /* the 12 masks, rotating partition / route / prune / overlap / virtual nodes */
+  for (int i = 0; i < 12; i++) {
+    Case c = {masks[i], 320 + 61 * i, 320 + 61 * i, 1 + i % 2, 2, 2, 16 << (i % 3), masks[i][0] == 'r' ? 2 : 1, FM_DTYPE_FP32,
+              parts[i % 3], routes[(i / 3) % 2], i % 4 == 3 ? "100" : "0", i != 5, i % 2 == 0, i % 3 == 1 ? 2 : 0};
+    if (c.vnodes > size) c.vnodes = size;
+    run_case(ctx, &c, &ndoc);
+  }
+  {
+    /* per-head user bounds with GQA; seqlen_q != seqlen_k both ways (causal, bottom-right); uneven lengths; bf16 */
+    Case cs[] = {
+      {FMMASKBOUNDS, 500, 500, 1, 4, 2, 32, 2, FM_DTYPE_FP32, "balanced", "hierarchical", "64", 1, 1, 2},
+      {FMMASKCAUSAL, 300, 520, 1, 4, 2, 16, 1, FM_DTYPE_FP32, "balanced", "flat", "0", 1, 1, 0},
+      {FMMASKCAUSALDOCUMENT, 520, 300, 2, 2, 1, 16, 1, FM_DTYPE_FP32, "dual_chunk", "hierarchical", "48", 1, 0, 2},
+      {FMMASKDOCUMENT, 997, 997, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "contiguous", "flat", "100", 1, 1, 0},
+      {FMMASKBOUNDS, 333, 411, 1, 6, 3, 16, 3, FM_DTYPE_FP32, "balanced", "hierarchical", "37", 1, 1, 0},
+      {FMMASKCAUSALDOCUMENT, 640, 640, 1, 2, 2, 64, 1, FM_DTYPE_BF16, "balanced", "hierarchical", "0", 1, 1, 0},
+      {FMMASKDOCUMENT, 700, 700, 1, 2, 1, 16, 1, FM_DTYPE_FP32, "balanced", "flat", "0", 0, 1, 0},
+      /* two chunks only: on 3 and 4 ranks some ranks own no rows and no keys */
+      {FMMASKCAUSAL, 200, 200, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "contiguous", "hierarchical", "150", 1, 1, 2},
+      /* 15 keys for 400 rows: key chunks of 2, the last two empty; early rows see no key (LSE -inf) */
+      {FMMASKCAUSAL, 400, 15, 1, 2, 1, 16, 1, FM_DTYPE_FP32, "dual_chunk", "flat", "40", 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+      if (cs[i].vnodes > size) cs[i].vnodes = size;
+      run_case(ctx, &cs[i], &ndoc);
+    }
+  }
+  if (size > 1) {
+    FMT_CHECK(ndoc > 0, "no pruned document case was compared with the all-gather");
+    test_mismatch(ctx);
+    if (size >= 3) FMT_CHECK(relayed_total > 0, "no hierarchical case on %d ranks relayed a chunk inside a virtual node", size);
+  }
+  FMT_CALL(FMContextDestroy(&ctx));
+  MPI_Allreduce(&fmt_failures, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (fails && !fmt_failures) fmt_failures = 1; /* every rank returns the same verdict */
+  FMT_CALL(FMFinalize());
+  return fmt_finish("test_dist_exec");
+}

@@ -1,0 +1,482 @@
+/*
+ * test_dist_plan.c - unit and property tests of the context-parallel planner's pure
+ * algorithms (src/plan/dist): chunking, the balancer against a brute-force optimum and
+ * against dual-chunk, localization against the dense mask, the needed set against a dense
+ * scan, and the routes (each needed chunk delivered exactly once; on multi-node virtual
+ * topologies a remote chunk crosses into a node once).
+ * Runs on one rank; no MPI traffic. Usage: test_dist_plan [-iters N]
+ */
+#define _GNU_SOURCE /* strcasestr in fmtest.h */
+#include <flashmask/private/fmdist.h>
+#include "fmtest.h"
+
+static uint64_t seed;
+
+static int rnd(int n) { return n <= 1 ? 0 : (int)(fmt_next(&seed) % (uint64_t)n); }
+
+/* ---------------- hand-built masks ---------------- */
+typedef struct {
+  FMMaskDesc d;
+  int32_t *b[4];
+  int32_t *sum;
+} TMask;
+
+static void tmask_summaries(TMask *t)
+{
+  FMMaskDesc *d = &t->d;
+  d->nblocks_k = (d->seqlen_k + d->block - 1) / d->block;
+  t->sum = (int32_t *)malloc(sizeof(int32_t) * (size_t)d->mask_heads * d->nblocks_k * FM_SUM_N);
+  for (int h = 0; h < d->mask_heads; h++)
+    for (int kb = 0; kb < d->nblocks_k; kb++) {
+      int32_t *s = t->sum + ((size_t)h * d->nblocks_k + kb) * FM_SUM_N;
+      for (int v = 0; v < 4; v++) { s[2 * v] = INT32_MAX; s[2 * v + 1] = INT32_MIN; }
+      for (int j = kb * d->block; j < (kb + 1) * d->block && j < d->seqlen_k; j++)
+        for (int v = 0; v < 4; v++) {
+          int32_t x = t->b[v][(size_t)h * d->seqlen_k + j];
+          if (x < s[2 * v]) s[2 * v] = x;
+          if (x > s[2 * v + 1]) s[2 * v + 1] = x;
+        }
+    }
+  d->summary = t->sum;
+  for (int v = 0; v < 4; v++) d->bnd[v] = t->b[v];
+}
+
+static void tmask_alloc(TMask *t, int Sq, int Sk, int heads, int causal, int block)
+{
+  memset(t, 0, sizeof(*t));
+  t->d.seqlen_q = Sq; t->d.seqlen_k = Sk; t->d.mask_heads = heads; t->d.causal = causal; t->d.block = block;
+  t->d.present = FM_BOUND_LTS | FM_BOUND_LTE | FM_BOUND_UTS | FM_BOUND_UTE;
+  for (int v = 0; v < 4; v++) t->b[v] = (int32_t *)malloc(sizeof(int32_t) * (size_t)heads * Sk);
+  for (size_t i = 0; i < (size_t)heads * Sk; i++) { t->b[0][i] = t->b[1][i] = Sq; t->b[2][i] = t->b[3][i] = 0; }
+}
+
+static void tmask_free(TMask *t)
+{
+  for (int v = 0; v < 4; v++) free(t->b[v]);
+  free(t->sum);
+}
+
+/* kind: 0 random intervals, 1 causal, 2 document, 3 causal document, 4 sliding window, 5 full, 6 random sparse spans */
+static void tmask_make(TMask *t, int kind, int Sq, int Sk, int heads, int block)
+{
+  int causal = kind == 1 || kind == 3 || kind == 4 || (kind == 0 && rnd(2)) || kind == 6;
+  tmask_alloc(t, Sq, Sk, heads, causal, block);
+  for (int h = 0; h < heads; h++) {
+    int32_t *lts = t->b[0] + (size_t)h * Sk, *lte = t->b[1] + (size_t)h * Sk, *uts = t->b[2] + (size_t)h * Sk,
+            *ute = t->b[3] + (size_t)h * Sk;
+    if (kind == 0) {
+      for (int j = 0; j < Sk; j++) {
+        int a = rnd(Sq + 1), b = rnd(Sq + 1), c = rnd(Sq + 1), e = rnd(Sq + 1);
+        if (rnd(4)) { lts[j] = a < b ? a : b; lte[j] = a < b ? b : a; }
+        if (rnd(3)) { uts[j] = c < e ? c : e; ute[j] = c < e ? e : c; }
+      }
+    } else if (kind == 2 || kind == 3) {
+      /* documents on the key axis, mapped to rows proportionally (Sq == Sk in the common case) */
+      int j = 0;
+      while (j < Sk) {
+        int len = 1 + rnd(Sk / 3 + 1), e = j + len > Sk ? Sk : j + len;
+        int rs = (int)((long)j * Sq / Sk), re = (int)((long)e * Sq / Sk);
+        for (int x = j; x < e; x++) {
+          lts[x] = re; lte[x] = Sq;
+          if (kind == 2) { uts[x] = 0; ute[x] = rs; }
+        }
+        j = e;
+      }
+    } else if (kind == 4) {
+      int w = 1 + rnd(Sq / 4 + 1);
+      for (int j = 0; j < Sk; j++) { long x = (long)j + w; lts[j] = (int32_t)(x > Sq ? Sq : x); lte[j] = Sq; }
+    } else if (kind == 6) {
+      int ns = 1 + rnd(3);
+      for (int s = 0; s < ns; s++) {
+        int o = rnd(Sk), L = 1 + rnd(Sk / 4 + 1);
+        for (int j = o; j < o + L && j < Sk; j++) { lts[j] = j < Sq ? j : Sq; lte[j] = (o + L) < Sq ? o + L : Sq; if (lte[j] < lts[j]) lte[j] = lts[j]; }
+      }
+    }
+  }
+  tmask_summaries(t);
+}
+
+static int tmasked(const FMMaskDesc *d, int h, int i, int j)
+{
+  size_t o = (size_t)h * d->seqlen_k + j;
+  if (d->causal && j > i + (d->seqlen_k - d->seqlen_q)) return 1;
+  if (d->bnd[0][o] <= i && i < d->bnd[1][o]) return 1;
+  if (d->bnd[2][o] <= i && i < d->bnd[3][o]) return 1;
+  return 0;
+}
+
+/* ---------------- chunks ---------------- */
+static void test_chunks(int iters)
+{
+  for (int it = 0; it < iters; it++) {
+    int Sq = 1 + rnd(700), Sk = rnd(3) ? Sq : 1 + rnd(700), P = 1 + rnd(9), chunk = rnd(2) ? 0 : 1 + rnd(200);
+    FMDistChunks ch;
+    FMDistPartition part;
+    int *seenq = (int *)calloc((size_t)Sq, sizeof(int)), *seenk = (int *)calloc((size_t)Sk, sizeof(int));
+    FMT_CALL(FMDistChunksInit(Sq, Sk, chunk, P, 128, &ch));
+    FMT_CHECK(ch.nchunks >= 1 && (long)(ch.nchunks - 1) * ch.chunk < Sq && (long)ch.nchunks * ch.chunk >= Sq,
+              "chunks: Sq %d chunk %d nchunks %d", Sq, ch.chunk, ch.nchunks);
+    if (Sq == Sk) FMT_CHECK(ch.kchunk == ch.chunk, "kchunk %d != chunk %d with Sq == Sk", ch.kchunk, ch.chunk);
+    for (int type = 0; type < 3; type++) {
+      int64_t *w = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
+      for (int c = 0; c < ch.nchunks; c++) w[c] = rnd(1000);
+      FMT_CALL(FMDistPartitionCreate((FMDistPartType)type, ch.nchunks, P, w, &part, NULL));
+      memset(seenq, 0, sizeof(int) * (size_t)Sq);
+      memset(seenk, 0, sizeof(int) * (size_t)Sk);
+      for (int r = 0; r < P; r++) {
+        int n, *rows, nk, *keys;
+        FMT_CALL(FMDistRankRows(&ch, &part, r, &n, &rows));
+        FMT_CALL(FMDistRankKeys(&ch, &part, r, &nk, &keys));
+        for (int i = 0; i < n; i++) {
+          seenq[rows[i]]++;
+          if (i) FMT_CHECK(rows[i] > rows[i - 1], "rank %d rows not ascending at %d", r, i);
+        }
+        for (int i = 0; i < nk; i++) seenk[keys[i]]++;
+        free(rows); free(keys);
+      }
+      for (int i = 0; i < Sq; i++) FMT_CHECK(seenq[i] == 1, "type %d: row %d owned %d times (Sq %d P %d chunk %d)", type, i, seenq[i], Sq, P, ch.chunk);
+      for (int j = 0; j < Sk; j++) FMT_CHECK(seenk[j] == 1, "type %d: key %d owned %d times (Sk %d)", type, j, seenk[j], Sk);
+      if (type == FM_DIST_DUAL_CHUNK && ch.nchunks == 2 * P)
+        for (int r = 0; r < P; r++)
+          FMT_CHECK(part.owner[r] == r && part.owner[2 * P - 1 - r] == r, "dual_chunk: rank %d does not own %d and %d", r, r, 2 * P - 1 - r);
+      FMT_CALL(FMDistPartitionDestroy(&part));
+      free(w);
+    }
+    free(seenq); free(seenk);
+  }
+}
+
+/* ---------------- balancer ---------------- */
+static int64_t brute_opt(int n, const int64_t *w, int P)
+{
+  int64_t best = -1, load[8];
+  long total = 1;
+  for (int i = 1; i < n; i++) total *= P; /* item 0 on rank 0 by symmetry */
+  for (long code = 0; code < total; code++) {
+    long c = code;
+    int64_t mx = 0;
+    for (int r = 0; r < P; r++) load[r] = 0;
+    load[0] = w[0];
+    for (int i = 1; i < n; i++) { load[c % P] += w[i]; c /= P; }
+    for (int r = 0; r < P; r++) if (load[r] > mx) mx = load[r];
+    if (best < 0 || mx < best) best = mx;
+  }
+  return best;
+}
+
+static void test_balancer(int iters)
+{
+  int nopt = 0, ntot = 0;
+  double worst = 1.0;
+  for (int it = 0; it < iters; it++) {
+    int P = 1 + rnd(4), n = 1 + rnd(P == 4 ? 9 : 11), owner[16], owner2[16];
+    int64_t w[16], load[8] = {0}, opt, mx = 0, tot = 0;
+    FMDistBalanceInfo info;
+    int style = rnd(3);
+    for (int i = 0; i < n; i++) w[i] = style == 0 ? rnd(100) : style == 1 ? 1 + rnd(10) : (int64_t)rnd(1000000) * 1000;
+    FMT_CALL(FMDistBalance(n, w, P, owner, &info));
+    FMT_CALL(FMDistBalance(n, w, P, owner2, NULL));
+    FMT_CHECK(!memcmp(owner, owner2, sizeof(int) * (size_t)n), "balancer is not deterministic (n %d P %d)", n, P);
+    for (int i = 0; i < n; i++) {
+      FMT_CHECK(owner[i] >= 0 && owner[i] < P, "owner[%d] = %d", i, owner[i]);
+      load[owner[i]] += w[i];
+      tot += w[i];
+    }
+    for (int r = 0; r < P; r++) if (load[r] > mx) mx = load[r];
+    FMT_CHECK(mx == info.max && tot == info.total, "info: max %lld vs %lld, total %lld vs %lld", (long long)info.max, (long long)mx,
+              (long long)info.total, (long long)tot);
+    FMT_CHECK(mx <= info.dual_max, "balanced max %lld worse than dual_chunk %lld", (long long)mx, (long long)info.dual_max);
+    opt = brute_opt(n, w, P);
+    ntot++;
+    if (mx == opt) nopt++;
+    if (opt > 0 && (double)mx / opt > worst) worst = (double)mx / opt;
+    if (P <= 3) FMT_CHECK(mx == opt, "P = %d, n = %d: balancer max %lld, optimum %lld (exact for P <= 3)", P, n, (long long)mx, (long long)opt);
+    else
+      FMT_CHECK(3.0 * P * mx <= (4.0 * P - 1.0) * opt, "P = %d, n = %d: balancer max %lld above the LPT bound of optimum %lld", P, n,
+                (long long)mx, (long long)opt);
+    /* pairwise optimality of the heaviest rank: no exact two-way split improves it */
+    if (P >= 2) {
+      int a = 0;
+      for (int r = 1; r < P; r++) if (load[r] > load[a]) a = r;
+      for (int b = 0; b < P; b++) {
+        int64_t x[16], bp;
+        int np = 0;
+        if (b == a) continue;
+        for (int i = 0; i < n; i++) if (owner[i] == a || owner[i] == b) x[np++] = w[i];
+        bp = np ? brute_opt(np, x, 2) : 0;
+        FMT_CHECK(bp >= load[a], "pair (%d, %d) could be improved from %lld to %lld", a, b, (long long)load[a], (long long)bp);
+      }
+    }
+  }
+  printf("balancer: optimal on %d of %d random instances; worst ratio to optimum %.4f\n", nopt, ntot, worst);
+}
+
+/* never worse than dual_chunk on causal masks, and weights against a dense tile count */
+static void test_weights_causal(void)
+{
+  int Ss[] = {256, 300, 1000, 1024, 2048, 4096, 3001};
+  for (size_t si = 0; si < sizeof(Ss) / sizeof(Ss[0]); si++)
+    for (int P = 1; P <= 8; P++)
+      for (int chunk = 0; chunk <= 128; chunk += 64) {
+        TMask t;
+        FMDistChunks ch;
+        FMDistPartition bal, dual;
+        int64_t *w, mb, md;
+        int S = Ss[si];
+        tmask_make(&t, 1, S, S, 1, 64);
+        FMT_CALL(FMDistChunksInit(S, S, chunk, P, 64, &ch));
+        w = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
+        FMT_CALL(FMDistChunkWeights(&t.d, &ch, w));
+        if (S % 64 == 0 && ch.chunk % 64 == 0)
+          for (int c = 0; c < ch.nchunks; c++) {
+            int64_t e = 0;
+            for (int t0 = c * ch.chunk; t0 < (c + 1) * ch.chunk && t0 < S; t0 += 64) e += (int64_t)(t0 / 64 + 1) * 64;
+            FMT_CHECK(w[c] == e, "causal S %d chunk %d: weight of chunk %d is %lld, expected %lld", S, ch.chunk, c, (long long)w[c],
+                      (long long)e);
+          }
+        FMT_CALL(FMDistPartitionCreate(FM_DIST_BALANCED, ch.nchunks, P, w, &bal, NULL));
+        FMT_CALL(FMDistPartitionCreate(FM_DIST_DUAL_CHUNK, ch.nchunks, P, w, &dual, NULL));
+        FMDistPartitionImbalance(&bal, &mb, NULL, NULL);
+        FMDistPartitionImbalance(&dual, &md, NULL, NULL);
+        FMT_CHECK(mb <= md, "causal S %d P %d chunk %d: balanced max %lld > dual_chunk %lld", S, P, ch.chunk, (long long)mb, (long long)md);
+        FMDistPartitionDestroy(&bal);
+        FMDistPartitionDestroy(&dual);
+        free(w);
+        tmask_free(&t);
+      }
+}
+
+/* weights: never below the dense count of tiles with a visible entry, never above all tiles */
+static void test_weights_dense(int iters)
+{
+  for (int it = 0; it < iters; it++) {
+    int Sq = 20 + rnd(300), Sk = rnd(2) ? Sq : 20 + rnd(300), heads = 1 + rnd(2), block = 16 << rnd(3), P = 1 + rnd(4);
+    TMask t;
+    FMDistChunks ch;
+    int64_t *w;
+    tmask_make(&t, rnd(7), Sq, Sk, heads, block);
+    FMT_CALL(FMDistChunksInit(Sq, Sk, 0, P, block, &ch));
+    w = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
+    FMT_CALL(FMDistChunkWeights(&t.d, &ch, w));
+    for (int c = 0; c < ch.nchunks; c++) {
+      int r0, r1;
+      int64_t lo = 0, hi = 0;
+      FMDistChunkRows(&ch, c, &r0, &r1);
+      for (int h = 0; h < heads; h++)
+        for (int t0 = r0; t0 < r1; t0 += block) {
+          int t1 = t0 + block < r1 ? t0 + block : r1;
+          for (int kb = 0; kb < t.d.nblocks_k; kb++) {
+            int vis = 0;
+            for (int i = t0; i < t1 && !vis; i++)
+              for (int j = kb * block; j < (kb + 1) * block && j < Sk && !vis; j++) vis = !tmasked(&t.d, h, i, j);
+            if (vis) lo += t1 - t0;
+            hi += t1 - t0;
+          }
+        }
+      FMT_CHECK(w[c] >= lo && w[c] <= hi, "weight of chunk %d is %lld; expected in [%lld, %lld]", c, (long long)w[c], (long long)lo,
+                (long long)hi);
+    }
+    free(w);
+    tmask_free(&t);
+  }
+}
+
+/* ---------------- localization and needed set ---------------- */
+static void test_localize_needed(int iters)
+{
+  int pruned_some = 0;
+  for (int it = 0; it < iters; it++) {
+    int Sq = 1 + rnd(260), Sk = rnd(2) ? Sq : 1 + rnd(260), heads = 1 + rnd(3), P = 1 + rnd(5), kind = rnd(7);
+    TMask t;
+    FMDistChunks ch;
+    FMDistPartition part;
+    int *owner;
+    unsigned char *need, *needall;
+    tmask_make(&t, kind, Sq, Sk, heads, 16 << rnd(3));
+    FMT_CALL(FMDistChunksInit(Sq, Sk, rnd(2) ? 0 : 1 + rnd(60), P, t.d.block, &ch));
+    owner = (int *)malloc(sizeof(int) * (size_t)ch.nchunks);
+    for (int c = 0; c < ch.nchunks; c++) owner[c] = rnd(P); /* any assignment */
+    FMT_CALL(FMDistPartitionFromOwner(ch.nchunks, P, owner, NULL, &part));
+    need = (unsigned char *)malloc((size_t)ch.nchunks);
+    needall = (unsigned char *)malloc((size_t)ch.nchunks * P);
+    FMT_CALL(FMDistNeededAll(&t.d, &ch, &part, 1, needall));
+    for (int r = 0; r < P; r++) {
+      FMDistLocalMask lm;
+      int n, *rows, nown = part.rstart[r + 1] - part.rstart[r];
+      const int *own = part.rchunks + part.rstart[r];
+      FMT_CALL(FMDistRankRows(&ch, &part, r, &n, &rows));
+      FMT_CALL(FMDistLocalize(&t.d, &ch, nown, own, &lm));
+      FMT_CHECK(lm.nlocal == n, "nlocal %d vs %d rows", lm.nlocal, n);
+      /* the clip/shift rule against the table */
+      for (int q = 0; q < 20; q++) {
+        int x = rnd(Sq + 1), cnt = 0;
+        for (int i = 0; i < n; i++) cnt += rows[i] < x;
+        FMT_CHECK(FMDistLocalizeBound(&ch, nown, own, x) == cnt, "localize(%d) = %d, expected %d", x,
+                  FMDistLocalizeBound(&ch, nown, own, x), cnt);
+      }
+      /* dense property: local mask == global mask on the local rows */
+      for (int h = 0; h < heads; h++)
+        for (int li = 0; li < n; li++)
+          for (int j = 0; j < Sk; j++)
+            if (FMDistLocalMasked(&lm, h, li, j) != tmasked(&t.d, h, rows[li], j)) {
+              FMT_CHECK(0, "kind %d rank %d head %d: local row %d (global %d), key %d: localized %d, dense %d", kind, r, h, li, rows[li], j,
+                        FMDistLocalMasked(&lm, h, li, j), tmasked(&t.d, h, rows[li], j));
+              li = n; j = Sk; h = heads;
+            }
+      /* needed set against a dense scan */
+      FMT_CALL(FMDistNeeded(&lm, &ch, 1, need));
+      for (int c = 0; c < ch.nchunks; c++) {
+        int k0, k1, vis = 0;
+        FMDistChunkKeys(&ch, c, &k0, &k1);
+        for (int h = 0; h < heads && !vis; h++)
+          for (int li = 0; li < n && !vis; li++)
+            for (int j = k0; j < k1 && !vis; j++) vis = !tmasked(&t.d, h, rows[li], j);
+        FMT_CHECK(need[c] == vis, "kind %d rank %d chunk %d: needed %d, dense scan %d", kind, r, c, need[c], vis);
+        FMT_CHECK(needall[(size_t)r * ch.nchunks + c] == need[c], "NeededAll differs at rank %d chunk %d", r, c);
+        if (!vis && n > 0 && k1 > k0) pruned_some = 1;
+      }
+      FMT_CALL(FMDistNeeded(&lm, &ch, 0, need));
+      for (int c = 0; c < ch.nchunks; c++) {
+        int k0, k1;
+        FMDistChunkKeys(&ch, c, &k0, &k1);
+        FMT_CHECK(need[c] == (n > 0 && k1 > k0), "unpruned needed[%d] = %d", c, need[c]);
+      }
+      FMDistLocalMaskDestroy(&lm);
+      free(rows);
+    }
+    FMDistPartitionDestroy(&part);
+    free(owner); free(need); free(needall);
+    tmask_free(&t);
+  }
+  FMT_CHECK(pruned_some, "no random instance pruned any chunk: the needed-set test is vacuous");
+}
+
+/* ---------------- routes ---------------- */
+static void check_route(FMDistRouteType type, const FMDistTopo *topo, const FMDistPartition *part, const unsigned char *need,
+                        const double *bytes)
+{
+  FMDistRoute rt;
+  int P = part->nranks, C = part->nchunks;
+  int *got = (int *)calloc((size_t)P * C, sizeof(int)), *into = (int *)calloc((size_t)topo->nnodes * C, sizeof(int));
+  double b[2] = {0, 0}, nb = 0;
+  FMT_CALL(FMDistRouteBuild(type, topo, part, need, bytes, &rt));
+  for (int k = 0; k < rt.n; k++) {
+    const FMDistXfer *x = &rt.x[k];
+    int c = x->chunk;
+    FMT_CHECK(x->src != x->dst, "transfer to itself");
+    FMT_CHECK(x->level == (topo->node[x->src] != topo->node[x->dst]), "transfer %d: level %d wrong", k, x->level);
+    if (x->stage == 0) FMT_CHECK(x->src == part->owner[c], "stage-0 transfer of chunk %d from non-owner %d", c, x->src);
+    else {
+      /* the source received the chunk earlier in the list (stage 0) */
+      int held = 0;
+      for (int q = 0; q < k; q++) held |= rt.x[q].chunk == c && rt.x[q].dst == x->src && rt.x[q].stage == 0;
+      FMT_CHECK(type == FM_DIST_ROUTE_HIER && held, "stage-1 transfer of chunk %d from %d which does not hold it", c, x->src);
+    }
+    got[(size_t)x->dst * C + c]++;
+    if (x->level) into[(size_t)topo->node[x->dst] * C + c]++;
+    b[x->level] += bytes[c];
+  }
+  for (int r = 0; r < P; r++)
+    for (int c = 0; c < C; c++) {
+      int want = need[(size_t)r * C + c] && part->owner[c] != r && bytes[c] > 0, g = got[(size_t)r * C + c];
+      if (want) { FMT_CHECK(g == 1, "%s: rank %d gets needed chunk %d %d times", FMDistRouteNames[type], r, c, g); nb += bytes[c]; }
+      else FMT_CHECK(g <= 1 && (g == 0 || type == FM_DIST_ROUTE_HIER), "%s: rank %d gets unneeded chunk %d %d times", FMDistRouteNames[type], r, c, g);
+    }
+  for (int n = 0; n < topo->nnodes; n++)
+    for (int c = 0; c < C; c++) {
+      int need_here = 0, o = part->owner[c];
+      for (int r = 0; r < P; r++) need_here += topo->node[r] == n && need[(size_t)r * C + c] && bytes[c] > 0;
+      if (type == FM_DIST_ROUTE_HIER && n != topo->node[o])
+        FMT_CHECK(into[(size_t)n * C + c] == (need_here > 0), "hierarchical: chunk %d enters node %d %d times (%d ranks need it)", c, n,
+                  into[(size_t)n * C + c], need_here);
+      if (type == FM_DIST_ROUTE_FLAT && n != topo->node[o])
+        FMT_CHECK(into[(size_t)n * C + c] == need_here, "flat: chunk %d enters node %d %d times, %d ranks need it", c, n,
+                  into[(size_t)n * C + c], need_here);
+    }
+  FMT_CHECK(fabs(b[0] - rt.bytes[0]) < 1e-6 && fabs(b[1] - rt.bytes[1]) < 1e-6, "route bytes per level disagree");
+  FMT_CHECK(fabs(nb - rt.needed_bytes) < 1e-6, "needed bytes %g vs %g", rt.needed_bytes, nb);
+  if (type == FM_DIST_ROUTE_FLAT) FMT_CHECK(fabs(rt.bytes[0] + rt.bytes[1] - rt.needed_bytes) < 1e-6, "flat route moves more than needed");
+  free(got); free(into);
+  FMDistRouteDestroy(&rt);
+}
+
+static void test_routes(int iters)
+{
+  for (int it = 0; it < iters; it++) {
+    int P = 1 + rnd(12), C = 1 + rnd(30), nn = 1 + rnd(P);
+    FMDistTopo topo;
+    FMDistPartition part;
+    int *owner = (int *)malloc(sizeof(int) * (size_t)C);
+    unsigned char *need = (unsigned char *)malloc((size_t)P * C);
+    double *bytes = (double *)malloc(sizeof(double) * (size_t)C);
+    FMDistRoute flat, hier;
+    if (it % 3 == 0) {
+      /* random node assignment with random local order */
+      int *node = (int *)malloc(sizeof(int) * (size_t)P), *local = (int *)malloc(sizeof(int) * (size_t)P), *cnt = (int *)calloc((size_t)nn, sizeof(int));
+      for (int r = 0; r < P; r++) node[r] = r < nn ? r : rnd(nn);
+      for (int r = 0; r < P; r++) local[r] = cnt[node[r]]++;
+      FMT_CALL(FMDistTopoCreate(P, node, local, &topo));
+      free(node); free(local); free(cnt);
+    } else FMT_CALL(FMDistTopoVirtual(P, it % 3 == 1 ? (P >= 2 ? 2 : 1) : nn, &topo));
+    for (int c = 0; c < C; c++) { owner[c] = rnd(P); bytes[c] = rnd(5) ? 100 + rnd(1000) : 0; }
+    for (int i = 0; i < P * C; i++) need[i] = rnd(3) != 0;
+    FMT_CALL(FMDistPartitionFromOwner(C, P, owner, NULL, &part));
+    check_route(FM_DIST_ROUTE_FLAT, &topo, &part, need, bytes);
+    check_route(FM_DIST_ROUTE_HIER, &topo, &part, need, bytes);
+    FMT_CALL(FMDistRouteBuild(FM_DIST_ROUTE_FLAT, &topo, &part, need, bytes, &flat));
+    FMT_CALL(FMDistRouteBuild(FM_DIST_ROUTE_HIER, &topo, &part, need, bytes, &hier));
+    FMT_CHECK(hier.bytes[1] <= flat.bytes[1], "hierarchical inter-node bytes %g above flat %g", hier.bytes[1], flat.bytes[1]);
+    if (topo.nnodes == 1) FMT_CHECK(hier.n == flat.n && hier.bytes[0] == flat.bytes[0], "on one node the routes differ");
+    FMDistRouteDestroy(&flat);
+    FMDistRouteDestroy(&hier);
+    FMDistTopoDestroy(&topo);
+    FMDistPartitionDestroy(&part);
+    free(owner); free(need); free(bytes);
+  }
+}
+
+/* end to end on a document mask: pruning moves strictly less than the all-gather */
+static void test_document_pruning(void)
+{
+  TMask t;
+  FMDistChunks ch;
+  FMDistPartition part;
+  FMDistTopo topo;
+  FMDistRoute rt;
+  int S = 1024, P = 4;
+  int64_t w[64];
+  unsigned char need[4 * 64];
+  double bytes[64];
+  tmask_make(&t, 2, S, S, 1, 64);
+  FMT_CALL(FMDistChunksInit(S, S, 64, P, 64, &ch));
+  FMT_CALL(FMDistChunkWeights(&t.d, &ch, w));
+  FMT_CALL(FMDistPartitionCreate(FM_DIST_CONTIGUOUS, ch.nchunks, P, w, &part, NULL));
+  FMT_CALL(FMDistNeededAll(&t.d, &ch, &part, 1, need));
+  for (int c = 0; c < ch.nchunks; c++) bytes[c] = FMDistChunkBytes(&ch, c, 1, 1, 16, 4);
+  FMT_CALL(FMDistTopoVirtual(P, 2, &topo));
+  FMT_CALL(FMDistRouteBuild(FM_DIST_ROUTE_FLAT, &topo, &part, need, bytes, &rt));
+  FMT_CHECK(rt.needed_bytes < rt.allgather_bytes, "document mask, contiguous: needed %g not below all-gather %g", rt.needed_bytes,
+            rt.allgather_bytes);
+  FMDistRouteDestroy(&rt);
+  FMDistTopoDestroy(&topo);
+  FMDistPartitionDestroy(&part);
+  tmask_free(&t);
+}
+
+int main(int argc, char **argv)
+{
+  int iters = 200;
+  FMT_CALL(FMInitialize(&argc, &argv, NULL, NULL));
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "-iters")) iters = atoi(argv[i + 1]);
+  seed = fmt_seed();
+  test_chunks(iters);
+  test_balancer(5 * iters);
+  test_weights_causal();
+  test_weights_dense(iters / 4);
+  test_localize_needed(iters);
+  test_routes(iters);
+  test_document_pruning();
+  FMT_CALL(FMFinalize());
+  return fmt_finish("test_dist_plan");
+}

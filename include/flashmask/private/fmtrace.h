@@ -78,7 +78,7 @@ typedef struct {
   char hostname[64];
 } FMTraceRankRow;
 
-/* Per-rank figures (see the definitions above). */
+/* Per-rank figures (see the definitions above). Doubles only: Summary sends it as MPI_DOUBLE. */
 typedef struct {
   double compute, comm, hidden, wait;
   double bytes_sent, bytes_recv, flops;

@@ -61,7 +61,8 @@ int main(int argc, char **argv)
   /* NCCL bootstrap over MPI when every rank has a GPU: the communicators span the right ranks. */
 #if FM_HAVE_NCCL
   {
-    int ngpu = dev >= 0, all;
+    /* one GPU per rank: NCCL refuses two ranks on one device */
+    int ngpu = dev >= 0 && ctx->node_size <= ctx->ngpus, all;
     MPI_Allreduce(&ngpu, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (all) {
       void *w = NULL, *nd = NULL, *cr = NULL;
@@ -69,7 +70,7 @@ int main(int argc, char **argv)
       FMT_CALL(FMContextGetNCCL_Private(ctx, &w, &nd, &cr));
       FMT_CHECK(w && nd && cr, "NCCL communicators missing");
       if (w) { ncclCommCount((ncclComm_t)w, &cnt); FMT_CHECK(cnt == size, "NCCL world has %d ranks, expected %d", cnt, size); }
-    } else if (rank == 0) printf("NCCL bootstrap not tested: not every rank has a GPU\n");
+    } else if (rank == 0) printf("NCCL bootstrap not tested: not every rank has a GPU of its own\n");
   }
 #endif
 

@@ -159,6 +159,28 @@ int main(int argc, char **argv)
   FMT_CALL(FMMaskDestroy(&mask));
   FMT_CHECK(plan == NULL && mask == NULL, "Destroy must NULL handles");
 
+  /* On the CUDA backend (GPU present), host tensors are refused with a named argument. */
+  {
+    FMContext gctx;
+    FMBackend be;
+    FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &gctx));
+    FMT_CALL(FMContextSetUp(gctx));
+    FMT_CALL(FMContextGetBackend(gctx, &be));
+    if (be == FM_BACKEND_CUDA) {
+      FMT_CALL(FMMaskCreate(gctx, &mask));
+      FMT_CALL(FMMaskSetSizes(mask, 8, 8, 1));
+      FMT_CALL(FMMaskSetUp(mask));
+      FMT_CALL(FMPlanCreate(gctx, &plan));
+      FMT_CALL(FMPlanSetMask(plan, mask));
+      FMT_CALL(FMPlanSetShape(plan, 1, 1, 1, 64, FM_DTYPE_BF16));
+      FMT_CALL(FMPlanSetUp(plan));
+      FMT_EXPECT_ERR(FMPlanForward(plan, buf, buf, buf, buf, lse), FM_ERR_ARG_WRONG, "argument 2 (q) is host memory");
+      FMT_CALL(FMPlanDestroy(&plan));
+      FMT_CALL(FMMaskDestroy(&mask));
+    } else printf("CUDA host-pointer check not run: no GPU\n");
+    FMT_CALL(FMContextDestroy(&gctx));
+  }
+
   /* Numerics through the plan (CPU backend). */
   check_problem(ctx, FMMASKCAUSALDOCUMENT, 300, 300, 1, 2, 4, 2, 32, FM_DTYPE_FP32, &seed);
   check_problem(ctx, FMMASKCAUSAL, 200, 333, 2, 1, 4, 2, 64, FM_DTYPE_FP32, &seed);

@@ -183,6 +183,16 @@ FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops)
 }
 
 #if FM_HAVE_CUDA
+/* On the CUDA backend every tensor must be device memory: name the first one that is not. */
+static FMErrorCode check_device_args(FMPlan plan, int n, const void *const *ptr, const char *const *name)
+{
+  for (int i = 0; i < n; i++)
+    FMCheck(!ptr[i] || FMCudaIsDevicePointer(ptr[i]), plan->hdr.comm, FM_ERR_ARG_WRONG,
+            "Argument %d (%s) is host memory, but the plan runs on the CUDA backend; pass device memory "
+            "(cudaMalloc) or choose the CPU backend (-fm_backend cpu)", i + 2, name[i]);
+  return FM_SUCCESS;
+}
+
 /* CPU fallback for a CUDA-backend call: stage device tensors through host memory. */
 typedef struct { void *h; const void *d; size_t bytes; } FMStage;
 
@@ -215,6 +225,7 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
     if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
       size_t nl = (size_t)p.batch * p.heads_q * p.nq;
+      FMCall(check_device_args(plan, 5, (const void *[]){q, k, v, o, lse}, (const char *[]){"q", "k", "v", "o", "lse"}));
       if (!lse) FMCall(FMCudaMalloc(nl * sizeof(float), (void **)&lse_tmp));
       ierr = FMCudaForward(&p, plan->gpu, q, k, v, o, lse ? lse : lse_tmp, plan->stream);
       if (lse_tmp) FMCall(FMCudaFree(lse_tmp));
@@ -278,6 +289,8 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
       size_t nl = (size_t)p.batch * p.heads_q * p.nq * sizeof(float);
       FMStage s[9];
       FMErrorCode ierr;
+      FMCall(check_device_args(plan, 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
+                               (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}));
       memset(s, 0, sizeof(s));
       FMCall(stage_in(&s[0], q, nqe, plan->stream));
       FMCall(stage_in(&s[1], k, nke, plan->stream));

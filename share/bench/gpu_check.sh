@@ -1,0 +1,41 @@
+#!/bin/sh
+# gpu_check.sh - one call on a GPU machine for the whole library, as it is built by users:
+# autotools build, `make check` (the GPU tests run there instead of skipping), the quick-start
+# tutorial on the GPU, and compare.sh with the installed-style fmbench (the library's own mask
+# builders -> HDF5 -> share/bench/peers.py: FlexAttention and cuDNN SDPA on the same masks).
+# Run from the source root. Optional staged packages: .devdeps (../shared/device/stage-deps.sh)
+# and Python wheels in .whl (h5py). Logs go to $OUT (default /tmp/fmout). A short table is last.
+# usage: sh share/bench/gpu_check.sh [compare.sh/fmbench options]
+OUT=${OUT:-/tmp/fmout}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+[ -d .devdeps ] && sh .devdeps/install.sh
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH=/tmp/site
+fi
+nvidia-smi -L
+t0=$(date +%s)
+if ! (./autogen.sh && ./configure && make -j"$(nproc)") > "$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"; echo "gpu_check: build failed"; exit 1
+fi
+echo "build: $(($(date +%s) - t0)) s"
+grep -E "^  (CUDA|NCCL|HDF5|hwloc|Fortran) " "$OUT/build.log"
+t0=$(date +%s)
+make -j8 check > "$OUT/check.log" 2>&1
+echo "make check rc=$? ($(($(date +%s) - t0)) s)"
+grep -E "^(PASS|FAIL|SKIP|ERROR|XPASS):" "$OUT/check.log" | sort | uniq -c | sort -rn | head -3
+grep -E "^(FAIL|ERROR|XPASS|SKIP):" "$OUT/check.log"
+for t in test_gpu_fwd test_context test_tutorials test_plan; do cp "tests/$t.log" "$OUT/" 2>/dev/null; done
+grep -E "NCCL|forward path" tests/test_context.log | head -4
+echo "== ex1 on the GPU"
+mpiexec -n 1 ./tutorials/ex1 -fm_plan_view -fm_context_view -fm_log_view > "$OUT/ex1.log" 2>&1
+echo "ex1 rc=$?"
+grep -E "max \||forward |backward |ex1:|path" "$OUT/ex1.log"
+echo "== compare (ours vs FlexAttention vs cuDNN SDPA)"
+rm -rf /tmp/fmwork
+FMBENCH=./fmbench WORK=/tmp/fmwork MPIEXEC=mpiexec timeout "${BENCH_TIMEOUT:-420}" sh share/bench/compare.sh "$@" > "$OUT/compare.log" 2>&1
+echo "compare rc=$?"
+cp /tmp/fmwork/*.csv "$OUT/" 2>/dev/null
+grep -v "^ *$" "$OUT/compare.log" | cut -c1-160 | tail -27

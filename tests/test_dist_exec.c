@@ -5,7 +5,10 @@
  * partition, route, pruning and overlap setting; FMPlanScatter/FMPlanGather; the bytes
  * actually received equal what the needed set and route predict and, on document masks,
  * stay strictly below an unpruned all-gather; a rank with a different mask fails with
- * FM_ERR_MISMATCH on every rank. Run on 1, 2, 3 and 4 ranks.
+ * FM_ERR_MISMATCH on every rank. The ring schedule baseline (-fm_plan_schedule ring) gives the
+ * same results; its bytes are (P-1) x the K/V of all ranks in all, each rank receiving every
+ * block but its own, per link level as FMDistRingBytes predicts; on document masks the pruned
+ * gather moves strictly fewer bytes than the ring. Run on 1, 2, 3 and 4 ranks.
  */
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
 #include <flashmask/private/fmdist.h>
@@ -21,7 +24,10 @@ typedef struct {
   FMDType dtype;
   const char *part, *route, *chunk;
   int prune, overlap, vnodes;
+  const char *sched; /* NULL = gather */
 } Case;
+
+static int ring_even;   /* ring cases where every rank held the same K/V and got exactly (P-1) x its own */
 
 /* a random float tensor (identical on every rank: same seed) */
 static void fill(float *x, size_t n, uint64_t *s)
@@ -98,10 +104,50 @@ static void set_opts(const Case *c)
   FMOptionsSetValue("-fm_plan_overlap", c->overlap ? "1" : "0");
   snprintf(buf, sizeof(buf), "%d", c->vnodes);
   FMOptionsSetValue("-fm_plan_nodes", buf);
+  FMOptionsSetValue("-fm_plan_schedule", c->sched ? c->sched : "gather");
 }
 
-static void run_case(FMContext ctx, const Case *c, int *ndoc_strict)
+/*
+ * Ring byte checks: rank me receives every block but its own (total - its K/V) and forwards
+ * every block but that of me+1; per link level the sends match FMDistRingBytes on the
+ * virtual topology; all ranks together move (P-1) x the whole K/V.
+ */
+static void check_ring_bytes(const Case *c, const FMDistStats *st, int nk)
 {
+  double unit = 2.0 * c->B * c->Hkv * c->D * FMDTypeSize(c->dtype), total = unit * c->Sk, mine = unit * nk, sent[2], tsent[2], lev[2];
+  double *rb = malloc(sizeof(double) * size);
+  int *nks = malloc(sizeof(int) * size), next = (rank + 1) % size, even = 1;
+  FMDistTopo topo;
+  MPI_Allgather(&nk, 1, MPI_INT, nks, 1, MPI_INT, MPI_COMM_WORLD);
+  for (int r = 0; r < size; r++) { rb[r] = unit * nks[r]; even &= nks[r] == nks[0]; }
+  FMT_CHECK(st->recv_bytes == total - mine, "%s ring rank %d: received %.0f bytes, expected all K/V but its own %.0f - %.0f", c->type, rank,
+            st->recv_bytes, total, mine);
+  FMT_CHECK(st->sent_bytes[0] + st->sent_bytes[1] == total - rb[next], "%s ring rank %d: sent %.0f bytes, expected %.0f", c->type, rank,
+            st->sent_bytes[0] + st->sent_bytes[1], total - rb[next]);
+  sent[0] = st->sent_bytes[0]; sent[1] = st->sent_bytes[1];
+  MPI_Allreduce(sent, tsent, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  FMT_CHECK(tsent[0] + tsent[1] == (size - 1) * total, "%s ring: %d ranks moved %.0f bytes, expected (P-1) x %.0f", c->type, size,
+            tsent[0] + tsent[1], total);
+  if (!FMDistTopoVirtual(size, c->vnodes > 0 ? c->vnodes : 1, &topo)) {
+    FMDistRingBytes(&topo, rb, lev);
+    if (c->vnodes > 0) /* (vnodes 0 is the real topology: one node here) */
+      FMT_CHECK(tsent[0] == lev[0] && tsent[1] == lev[1], "%s ring on %d virtual nodes: moved %.0f / %.0f bytes inside / across nodes, "
+                "FMDistRingBytes predicts %.0f / %.0f", c->type, c->vnodes, tsent[0], tsent[1], lev[0], lev[1]);
+    FMDistTopoDestroy(&topo);
+  }
+  if (even && size > 1) {
+    FMT_CHECK(st->recv_bytes == (size - 1) * mine && st->sent_bytes[0] + st->sent_bytes[1] == (size - 1) * mine,
+              "%s ring rank %d: moved %.0f in, %.0f out; expected (P-1) x its %.0f bytes of K/V", c->type, rank, st->recv_bytes,
+              st->sent_bytes[0] + st->sent_bytes[1], mine);
+    ring_even++;
+  }
+  free(rb); free(nks);
+}
+
+/* Runs one case; *moved (may be NULL) gets the bytes all ranks received in the forward. */
+static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, double *moved)
+{
+  int ring = c->sched && !strcmp(c->sched, "ring");
   FMMask mask;
   FMPlan plan;
   FMMaskDesc md;
@@ -159,15 +205,17 @@ static void run_case(FMContext ctx, const Case *c, int *ndoc_strict)
                      st.relayed_bytes}, tot[6];
     FMT_CHECK(st.recv_bytes == st.predicted_recv, "%s rank %d: received %.0f bytes, route predicts %.0f", c->type, rank, st.recv_bytes,
               st.predicted_recv);
-    if (!strcmp(c->route, "flat") || c->vnodes <= 1)
+    if (ring) check_ring_bytes(c, &st, nk);
+    else if (!strcmp(c->route, "flat") || c->vnodes <= 1)
       FMT_CHECK(st.recv_bytes == st.needed_bytes, "%s rank %d (%s route): received %.0f bytes, needed set says %.0f", c->type, rank, c->route,
                 st.recv_bytes, st.needed_bytes);
     if (!c->prune) FMT_CHECK(st.needed_bytes == st.allgather_bytes, "%s: unpruned needs %.0f of %.0f", c->type, st.needed_bytes, st.allgather_bytes);
     MPI_Allreduce(loc, tot, 6, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     FMT_CHECK(tot[4] == tot[0], "%s: ranks sent %.0f bytes in all but received %.0f", c->type, tot[4], tot[0]);
     relayed_total += tot[5];
+    if (moved) *moved = tot[0];
     /* (dual_chunk scatters every rank over every document, so there pruning may save nothing) */
-    if (size > 1 && c->prune && strcmp(c->part, "dual_chunk") && (!strcmp(c->type, FMMASKDOCUMENT) || !strcmp(c->type, FMMASKCAUSALDOCUMENT))) {
+    if (!ring && size > 1 && c->prune && strcmp(c->part, "dual_chunk") && (!strcmp(c->type, FMMASKDOCUMENT) || !strcmp(c->type, FMMASKCAUSALDOCUMENT))) {
       FMT_CHECK(tot[0] < tot[3], "%s: pruned gather moved %.0f bytes, not below the all-gather's %.0f", c->type, tot[0], tot[3]);
       (*ndoc_strict)++;
     }
@@ -202,13 +250,13 @@ static void run_case(FMContext ctx, const Case *c, int *ndoc_strict)
       to_d(a, gdk, c->dtype, nK); to_d(b, rk, c->dtype, nK); edk = relerr(a, b, nK);
       to_d(a, gdv, c->dtype, nK); to_d(b, rv, c->dtype, nK); edv = relerr(a, b, nK);
       bad = !(eo < tol && edq < tol && edk < tol && edv < tol && lse_ok(glse, rlse, nL, tol));
-      FMT_CHECK(!bad, "%s Sq %d Sk %d B %d H %d/%d D %d %s [%s %s chunk %s prune %d overlap %d nodes %d] on %d ranks: rel. errors O %.2e dQ %.2e "
+      FMT_CHECK(!bad, "%s Sq %d Sk %d B %d H %d/%d D %d %s [%s %s %s chunk %s prune %d overlap %d nodes %d] on %d ranks: rel. errors O %.2e dQ %.2e "
                 "dK %.2e dV %.2e LSE %s (tol %.0e)",
-                c->type, c->Sq, c->Sk, c->B, c->Hq, c->Hkv, c->D, FMDTypeName(c->dtype), c->part, c->route, c->chunk, c->prune, c->overlap,
+                c->type, c->Sq, c->Sk, c->B, c->Hq, c->Hkv, c->D, FMDTypeName(c->dtype), ring ? "ring" : "gather", c->part, c->route, c->chunk, c->prune, c->overlap,
                 c->vnodes, size, eo, edq, edk, edv, lse_ok(glse, rlse, nL, tol) ? "ok" : "BAD", tol);
       if (!bad)
-        printf("ok %-22s %4dx%-4d %s %-10s %-12s prune %d overlap %d: O %.1e dQ %.1e dK %.1e dV %.1e; recv %.0f of all-gather %.0f B\n",
-               c->type, c->Sq, c->Sk, FMDTypeName(c->dtype), c->part, c->route, c->prune, c->overlap, eo, edq, edk, edv, st.recv_bytes,
+        printf("ok %-22s %4dx%-4d %s %-6s %-10s %-12s prune %d overlap %d: O %.1e dQ %.1e dK %.1e dV %.1e; recv %.0f of all-gather %.0f B\n",
+               c->type, c->Sq, c->Sk, FMDTypeName(c->dtype), ring ? "ring" : "gather", c->part, c->route, c->prune, c->overlap, eo, edq, edk, edv, st.recv_bytes,
                st.allgather_bytes);
       free(ro); free(rk); free(rv); free(rq); free(rlse); free(rdq); free(a); free(b);
     }
@@ -218,6 +266,45 @@ static void run_case(FMContext ctx, const Case *c, int *ndoc_strict)
   FMT_CALL(FMMaskDestroy(&mask));
   free(fq); free(fk); free(fv); free(fdo); free(gq); free(gk); free(gv); free(gdo);
   free(lq); free(lk); free(lv); free(ldo); free(lo); free(ldq); free(ldk); free(ldv); free(llse); free(sq);
+}
+
+static void run_case(FMContext ctx, const Case *c, int *ndoc_strict) { run_case_moved(ctx, c, ndoc_strict, NULL); }
+
+/*
+ * The ring schedule: forward and backward equal the single-rank result on 2, 3 and 4 ranks
+ * for causal, causal_document, document, share_question, per-head user bounds with GQA and
+ * seqlen_q != seqlen_k, overlapped or not, on one or two virtual nodes; and on document masks
+ * the pruned gather moves strictly fewer bytes than the ring.
+ */
+static void test_ring(FMContext ctx, int *ndoc)
+{
+  Case cs[] = {
+    {FMMASKCAUSAL, 384, 384, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "contiguous", "flat", "0", 1, 1, 0, "ring"},
+    {FMMASKCAUSALDOCUMENT, 500, 500, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "balanced", "hierarchical", "0", 1, 0, 2, "ring"},
+    {FMMASKDOCUMENT, 448, 448, 2, 2, 1, 32, 1, FM_DTYPE_FP32, "dual_chunk", "flat", "0", 1, 1, 2, "ring"},
+    {FMMASKSHAREQUESTION, 400, 400, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "balanced", "flat", "48", 0, 1, 0, "ring"},
+    {FMMASKBOUNDS, 333, 411, 1, 6, 3, 16, 3, FM_DTYPE_FP32, "balanced", "hierarchical", "37", 1, 1, 0, "ring"},
+    {FMMASKCAUSAL, 300, 520, 1, 4, 2, 16, 1, FM_DTYPE_FP32, "balanced", "flat", "0", 1, 0, 0, "ring"},
+    {FMMASKCAUSALDOCUMENT, 520, 300, 2, 2, 1, 16, 1, FM_DTYPE_BF16, "dual_chunk", "flat", "48", 1, 1, 0, "ring"},
+    /* two chunks only: on 3 and 4 ranks some ranks hold no block (empty messages) */
+    {FMMASKCAUSAL, 200, 200, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "contiguous", "flat", "150", 1, 1, 0, "ring"},
+  };
+  const char *docs[] = {FMMASKDOCUMENT, FMMASKCAUSALDOCUMENT};
+  for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+    if (cs[i].vnodes > size) cs[i].vnodes = size;
+    run_case(ctx, &cs[i], ndoc);
+  }
+  if (size > 1) FMT_CHECK(ring_even > 0, "no ring case had the same K/V on every rank");
+  for (int i = 0; i < 2 && size > 1; i++) {
+    Case c = {docs[i], 640, 640, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "contiguous", "flat", "0", 1, 1, 0, "ring"};
+    double ring_b = -1, gather_b = -1;
+    run_case_moved(ctx, &c, ndoc, &ring_b);
+    c.sched = "gather";
+    run_case_moved(ctx, &c, ndoc, &gather_b);
+    FMT_CHECK(gather_b >= 0 && gather_b < ring_b, "%s on %d ranks: the pruned gather moved %.0f bytes, not below the ring's %.0f", docs[i], size,
+              gather_b, ring_b);
+    if (rank == 0) printf("ok %s on %d ranks: gather moves %.0f bytes, ring %.0f (%.1f%%)\n", docs[i], size, gather_b, ring_b, 100.0 * gather_b / ring_b);
+  }
 }
 
 /*
@@ -300,6 +387,7 @@ int main(int argc, char **argv)
   if (size > 1) {
     FMT_CHECK(ndoc > 0, "no pruned document case was compared with the all-gather");
     test_mismatch(ctx);
+    test_ring(ctx, &ndoc);
     if (size >= 3) FMT_CHECK(relayed_total > 0, "no hierarchical case on %d ranks relayed a chunk inside a virtual node", size);
   }
   FMT_CALL(FMContextDestroy(&ctx));

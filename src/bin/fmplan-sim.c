@@ -1,7 +1,7 @@
 /*
  * fmplan-sim - run the context-parallel planner for a virtual topology, in one process and
  * without GPUs, and print the predicted per-rank work, the imbalance and the K/V bytes per
- * link level for each partition and route. Lets a user choose settings for a large job on
+ * link level for each partition and route, beside the ring baseline. Lets a user choose settings for a large job on
  * a laptop.
  *
  *   fmplan-sim -nodes 16 -gpus_per_node 8 -mask causal_document -seqlen 1048576
@@ -115,6 +115,18 @@ static FMErrorCode run(void)
       free(recv);
       FMCall(FMDistRouteDestroy(&route));
     }
+    {
+      /* the ring baseline (-fm_plan_schedule ring): every rank's whole block visits every rank, unpruned */
+      double *rb, rl[2], total = 0, mrecv = 0;
+      FMCall(FMMalloc(P, &rb));
+      FMDistRankBytes(&part, bytes, rb);
+      FMDistRingBytes(&topo, rb, rl);
+      for (int r = 0; r < P; r++) total += rb[r];
+      for (int r = 0; r < P; r++) if (P > 1 && total - rb[r] > mrecv) mrecv = total - rb[r];
+      printf("  %-10s %12s %12s %9s %12s %12s %7s  %-12s %11.4f %11.4f %13.2f\n", "", "", "", "", "", "", "", "ring", rl[0] / 1e9, rl[1] / 1e9,
+             mrecv / 1048576.0);
+      free(rb);
+    }
     if (type == FM_DIST_BALANCED)
       printf("  balancer: LPT max %.1f tiles, dual_chunk max %.1f, kept the %s start; %d pair and %d three-way moves%s\n",
              (double)info.lpt_max / m.block, (double)info.dual_max / m.block, starts[info.start], info.pair_moves,
@@ -122,7 +134,8 @@ static FMErrorCode run(void)
     FMCall(FMDistPartitionDestroy(&part));
   }
   printf("  (work counts (query tile, key block) pairs that are not skipped, in %d x %d tiles, summed over mask heads;\n"
-         "   bytes are K+V of the needed remote chunks; planning took %.2f s)\n", m.block, m.block, FMTime() - t0);
+         "   bytes are K+V of the needed remote chunks; the flat and hierarchical rows are the pruned gather routes, the ring row the\n"
+         "   unpruned ring baseline of -fm_plan_schedule ring, (P-1) x all K/V; planning took %.2f s)\n", m.block, m.block, FMTime() - t0);
   free(w); free(bytes); free(need);
   FMCall(FMDistTopoDestroy(&topo));
   FMCall(FMMaskDestroy(&mask));

@@ -215,13 +215,32 @@ FMErrorCode FMDistRouteBuild(FMDistRouteType type, const FMDistTopo *t, const FM
                              const unsigned char *needed, const double *bytes, FMDistRoute *route);
 FMErrorCode FMDistRouteDestroy(FMDistRoute *route);
 
+/* ---------------- the ring schedule baseline (ring.c) ---------------- */
+/*
+ * -fm_plan_schedule gather (the pruned, routed gather above) or ring (a Megatron-style ring:
+ * each rank's whole local K/V block travels around the ring of ranks 0..P-1 in P-1 steps,
+ * rank r sending to r+1 and receiving from r-1; nothing is pruned). See doc/distributed.md.
+ */
+typedef enum { FM_DIST_SCHED_GATHER = 0, FM_DIST_SCHED_RING = 1 } FMDistSchedType;
+extern const char *const FMDistSchedNames[]; /* "gather", "ring", NULL */
+
+/* FMDistRankBytes - K/V bytes each rank holds (the ring's travelling blocks). rbytes out: [P]. */
+void FMDistRankBytes(const FMDistPartition *part, const double *cbytes, double *rbytes);
+
+/*
+ * FMDistRingBytes - bytes a ring schedule moves per link level (0 inside a node, 1 across),
+ *   for one forward: the link r-1 -> r carries every block but rank r's own, so it moves
+ *   total - rbytes[r]. rbytes: [P] (FMDistRankBytes). Pure; no MPI.
+ */
+void FMDistRingBytes(const FMDistTopo *t, const double *rbytes, double bytes[2]);
+
 /* ---------------- execution statistics (exec.c) ---------------- */
 typedef struct {
   double sent_bytes[2];     /* K/V bytes this rank sent in the last gather (forward or backward), per link level */
   double recv_bytes;        /* K/V bytes this rank received in the last gather (MPI_Get_count of each message) */
   double relayed_bytes;     /* of sent_bytes, those forwarded as a relay of the hierarchical route */
-  double predicted_recv;    /* what the route says this rank receives */
-  double predicted_sent;    /* what the route says this rank sends */
+  double predicted_recv;    /* what the route (or, with -fm_plan_schedule ring, the ring) says this rank receives */
+  double predicted_sent;    /* what the route (or the ring) says this rank sends */
   double needed_bytes;      /* remote chunks this rank needs */
   double allgather_bytes;   /* remote chunks an unpruned all-gather would bring here */
   int nchunks, nneeded, nremote;

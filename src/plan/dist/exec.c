@@ -1,8 +1,9 @@
 /*
  * exec.c - the context-parallel plan on the CPU backend over MPI: set-up (partition,
  * consistency check, needed set, route), the overlapped pruned forward with exact LSE
- * merging, the backward with dK/dV reduced to the owners over the reverse route, and the
- * FMPlanScatter / FMPlanGather / FMPlanGetLocalKeys helpers.
+ * merging, the backward with dK/dV reduced to the owners over the reverse route, the ring
+ * schedule baseline (-fm_plan_schedule ring), and the FMPlanScatter / FMPlanGather /
+ * FMPlanGetLocalKeys helpers.
  */
 #include <flashmask/private/fmdist.h>
 #include <flashmask/private/fmtrace.h>
@@ -19,7 +20,7 @@
 #endif
 
 typedef struct {
-  int part_type, route_type, prune, overlap, chunk_opt, vnodes;
+  int part_type, route_type, prune, overlap, chunk_opt, vnodes, schedule;
   FMDistChunks ch;
   FMDistPartition part;
   FMDistBalanceInfo binfo;
@@ -33,6 +34,8 @@ typedef struct {
   int nin, nout;
   FMDistXfer *in, *out;   /* transfers into / out of this rank */
   int *parent;            /* [C] rank this rank receives chunk c from, -1 if none */
+  double *rbytes;         /* [P] K/V bytes of each rank's block (the ring's messages) */
+  double *boff;           /* [C] byte offset of chunk c inside its owner's ring block */
   FMDistStats stats;
   int tag_ub;
   int trace_on, trace_view;
@@ -50,12 +53,12 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, uint64_t *hash)
 {
   uint64_t h = 1469598103934665603ull;
-  int v[17];
+  int v[18];
   double sc = plan->scale;
   v[0] = m->seqlen_q; v[1] = m->seqlen_k; v[2] = m->mask_heads; v[3] = m->causal; v[4] = m->present; v[5] = m->block;
   v[6] = plan->batch; v[7] = plan->heads_q; v[8] = plan->heads_kv; v[9] = plan->head_dim; v[10] = (int)plan->dtype;
   v[11] = d->part_type; v[12] = d->route_type; v[13] = d->prune * 2 + d->overlap; v[14] = d->chunk_opt; v[15] = d->vnodes;
-  v[16] = d->trace_on;
+  v[16] = d->trace_on; v[17] = d->schedule;
   h = fnv(h, v, sizeof(v));
   h = fnv(h, &sc, sizeof(sc));
   for (int b = 0; b < 4; b++) h = fnv(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
@@ -70,6 +73,7 @@ static FMErrorCode dist_free(FMDist *d)
   FMCall(FMDistTopoDestroy(&d->topo));
   FMCall(FMDistRouteDestroy(&d->route));
   free(d->w); free(d->needed); free(d->cbytes); free(d->keys); free(d->kofs); free(d->in); free(d->out); free(d->parent);
+  free(d->rbytes); free(d->boff);
   free(d);
   return FM_SUCCESS;
 }
@@ -153,6 +157,22 @@ static FMErrorCode setup_route(FMPlan plan, FMDist *d)
     if (x->src == me) { d->out[d->nout++] = *x; d->stats.predicted_sent += d->cbytes[x->chunk]; }
   }
   d->stats.nchunks = C;
+  /* the ring's blocks: each rank's owned chunks back to back, in ascending chunk order */
+  FMCall(FMMalloc(plan->ctx->size, &d->rbytes));
+  FMCall(FMMalloc(C, &d->boff));
+  FMDistRankBytes(&d->part, d->cbytes, d->rbytes);
+  for (int r = 0; r < plan->ctx->size; r++) {
+    double o = 0;
+    for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) { d->boff[d->part.rchunks[b]] = o; o += d->cbytes[d->part.rchunks[b]]; }
+  }
+  if (d->schedule == FM_DIST_SCHED_RING && plan->ctx->size > 1) {
+    /* P-1 steps: everything but our own block arrives; we forward all but the block of me+1 */
+    int P = plan->ctx->size;
+    double total = 0;
+    for (int r = 0; r < P; r++) total += d->rbytes[r];
+    d->stats.predicted_recv = total - d->rbytes[me];
+    d->stats.predicted_sent = total - d->rbytes[(me + 1) % P];
+  }
   for (int c = 0; c < C; c++) {
     if (d->needed[(size_t)me * C + c]) d->stats.nneeded++;
     if (d->part.owner[c] != me && d->cbytes[c] > 0) {
@@ -171,6 +191,8 @@ static FMErrorCode read_options(FMDist *d)
   FMCall(FMOptionsGetEnum_Private("-fm_plan_route", "K/V gather route", FMDistRouteNames, &d->route_type, NULL));
   FMCall(FMOptionsGetBool("-fm_plan_prune", "never transfer K/V chunks no local query can see", &prune, NULL));
   FMCall(FMOptionsGetBool("-fm_plan_overlap", "compute on arrived chunks while others are in flight", &overlap, NULL));
+  FMCall(FMOptionsGetEnum_Private("-fm_plan_schedule", "K/V schedule: the pruned gather, or a ring baseline (every block visits every rank)",
+                                   FMDistSchedNames, &d->schedule, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_nodes", "route over this many virtual nodes of consecutive ranks (0 = real topology)", &d->vnodes, NULL));
   {
     FMBool set = FM_FALSE, view = FM_FALSE;
@@ -204,6 +226,7 @@ FMErrorCode FMPlanSetUp_Dist(FMPlan plan)
   plan->dist = d;
   d->part_type = FM_DIST_BALANCED;
   d->route_type = FM_DIST_ROUTE_HIER;
+  d->schedule = FM_DIST_SCHED_GATHER;
   FMAgree(comm, read_options(d));
   FMCallMPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tagub, &flag));
   d->tag_ub = flag && tagub ? *tagub : 32767;
@@ -323,7 +346,7 @@ static FMErrorCode poll_sends(Exec *e)
 {
   int n = 0, *idx;
   double t;
-  if (!e->tr || e->d->nout == 0) return FM_SUCCESS;
+  if (!e->tr || e->d->nout == 0 || e->d->schedule == FM_DIST_SCHED_RING) return FM_SUCCESS;
   FMCall(FMMalloc(e->d->nout, &idx));
   FMCallMPI(MPI_Testsome(e->d->nout, e->sreq, &n, idx, MPI_STATUSES_IGNORE));
   t = FMTime();
@@ -340,6 +363,7 @@ static FMErrorCode finish_sends(Exec *e)
 {
   double t0 = FMTime(), t1;
   int *open = NULL;
+  if (e->d->schedule == FM_DIST_SCHED_RING) return FM_SUCCESS; /* the ring completes its sends step by step */
   if (e->tr) {
     FMCall(FMMalloc(e->d->nout + 1, &open));
     for (int i = 0; i < e->d->nout; i++) open[i] = e->sreq[i] != MPI_REQUEST_NULL;
@@ -520,6 +544,226 @@ static FMErrorCode whole_problem(FMPlan plan, FMAttnProblem *p)
   return FM_SUCCESS;
 }
 
+/* ---------------- the ring schedule baseline (-fm_plan_schedule ring) ---------------- */
+/*
+ * Every rank's block (its owned key chunks back to back, each laid out as K [B][len][Hkv][D]
+ * then V, exactly like a gathered chunk) travels around the ring: at step s = 0..P-1 rank me
+ * holds the block of rank (me - s) mod P, sends it on to me+1 and receives the next one from
+ * me-1 (steps 0..P-2), non-blocking, while computing on the block it holds (-fm_plan_overlap
+ * 1) or after the exchange (0). Nothing is pruned: a block whose chunks this rank never sees
+ * is forwarded without computing on it. Tags 2C (K/V) and 2C+1 (dK/dV) are below the
+ * MPI_TAG_UB bound checked at set-up; MPI's non-overtaking order keeps the steps apart.
+ */
+typedef struct {
+  int P, me, next, prev, level, tag_kv, tag_g;
+  double maxb;
+} Ring;
+
+static void ring_init(Exec *e, Ring *R)
+{
+  FMDist *d = e->d;
+  R->P = e->plan->ctx->size; R->me = e->plan->ctx->rank;
+  R->next = (R->me + 1) % R->P; R->prev = (R->me + R->P - 1) % R->P;
+  R->level = d->topo.node[R->me] != d->topo.node[R->next];
+  R->tag_kv = 2 * d->ch.nchunks; R->tag_g = 2 * d->ch.nchunks + 1;
+  R->maxb = 0;
+  for (int r = 0; r < R->P; r++) R->maxb = d->rbytes[r] > R->maxb ? d->rbytes[r] : R->maxb;
+}
+
+static int ring_first_chunk(const FMDist *d, int r) { return d->part.rstart[r] < d->part.rstart[r + 1] ? d->part.rchunks[d->part.rstart[r]] : -1; }
+
+/* Pack this rank's block out of the local k, v ([B][nkeys][Hkv][D]). */
+static void ring_pack(Exec *e, char *blk, const void *k, const void *v)
+{
+  FMDist *d = e->d;
+  int me = e->plan->ctx->rank;
+  size_t B = (size_t)e->plan->batch, nk = (size_t)d->nkeys;
+  for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++) {
+    int c = d->part.rchunks[b];
+    size_t sz = chunk_len(d, c) * e->row_kv;
+    char *o = blk + (size_t)d->boff[c];
+    for (size_t bb = 0; bb < B; bb++) {
+      memcpy(o + bb * sz, (const char *)k + (bb * nk + (size_t)d->kofs[c]) * e->row_kv, sz);
+      memcpy(o + (B + bb) * sz, (const char *)v + (bb * nk + (size_t)d->kofs[c]) * e->row_kv, sz);
+    }
+  }
+}
+
+/* Post step s's exchange: send the held block of rank r on, receive rank rn's from prev. */
+static FMErrorCode ring_post(Exec *e, const Ring *R, int r, int rn, char *cur, char *nxt, MPI_Request rq[2], double post[2])
+{
+  FMDist *d = e->d;
+  MPI_Comm comm = e->plan->hdr.comm;
+  FMCallMPI(MPI_Irecv(nxt, (int)d->rbytes[rn], MPI_BYTE, R->prev, R->tag_kv, comm, &rq[0]));
+  post[0] = FMTime();
+  FMCallMPI(MPI_Isend(cur, (int)d->rbytes[r], MPI_BYTE, R->next, R->tag_kv, comm, &rq[1]));
+  post[1] = FMTime();
+  d->stats.sent_bytes[R->level] += d->rbytes[r];
+  if (r != R->me) d->stats.relayed_bytes += d->rbytes[r];
+  return FM_SUCCESS;
+}
+
+/* Complete step s's exchange (a WAIT event, then the RECV and SEND events). */
+static FMErrorCode ring_wait(Exec *e, const Ring *R, int r, int rn, MPI_Request rq[2], const double post[2])
+{
+  MPI_Status st;
+  double t0 = FMTime(), t1, t2;
+  int cnt = 0;
+  FMCallMPI(MPI_Wait(&rq[0], &st));
+  t1 = FMTime();
+  FMCallMPI(MPI_Wait(&rq[1], MPI_STATUS_IGNORE));
+  t2 = FMTime();
+  MPI_Get_count(&st, MPI_BYTE, &cnt);
+  e->d->stats.recv_bytes += cnt;
+  tr_rec(e, FM_TRACE_WAIT, t0, t2, 0, 0, -1, -1);
+  tr_rec(e, FM_TRACE_RECV, post[0], t1, cnt, 0, R->prev, ring_first_chunk(e->d, rn));
+  tr_rec(e, FM_TRACE_SEND, post[1], t2, e->d->rbytes[r], 0, R->next, ring_first_chunk(e->d, r));
+  return FM_SUCCESS;
+}
+
+/* Forward on every chunk of rank r's block that this rank's rows can see. */
+static FMErrorCode ring_fwd_block(Exec *e, int r, char *blk, float *oacc, float *lacc, float *opart, float *lpart, int *first)
+{
+  FMDist *d = e->d;
+  for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) {
+    int c = d->part.rchunks[b];
+    FMErrorCode ierr;
+    e->buf[c] = blk + (size_t)d->boff[c];
+    ierr = fwd_chunk(e, c, oacc, lacc, opart, lpart, first);
+    e->buf[c] = NULL;
+    FMCall(ierr);
+  }
+  return FM_SUCCESS;
+}
+
+static FMErrorCode ring_forward(Exec *e, const void *k, const void *v, float *oacc, float *lacc, float *opart, float *lpart, int *first)
+{
+  Ring R;
+  char *cur, *nxt, *t;
+  ring_init(e, &R);
+  FMCheck(!too_big(R.maxb), MPI_COMM_SELF, FM_ERR_SUP, "A ring block of %.0f bytes is more than one MPI message holds", R.maxb);
+  FMCall(FMMalloc((size_t)R.maxb + 1, &cur));
+  FMCall(FMMalloc((size_t)R.maxb + 1, &nxt));
+  ring_pack(e, cur, k, v);
+  for (int s = 0; s < R.P; s++) {
+    int r = (R.me - s + 2 * R.P) % R.P, rn = (R.me - s - 1 + 2 * R.P) % R.P, comm = s < R.P - 1;
+    MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    double post[2];
+    if (comm) FMCall(ring_post(e, &R, r, rn, cur, nxt, rq, post));
+    if (e->d->overlap || !comm) FMCall(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
+    if (comm) FMCall(ring_wait(e, &R, r, rn, rq, post));
+    if (!e->d->overlap && comm) FMCall(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
+    t = cur; cur = nxt; nxt = t;
+  }
+  free(cur); free(nxt);
+  return FM_SUCCESS;
+}
+
+/*
+ * Backward: the dK/dV of a block travel with it. At step s rank me computes the dK/dV
+ * partial of the block it holds (and adds dQ), adds the running sum that arrived from me-1
+ * (the block's previous holders), and sends the sum on to me+1 (fp32, tag 2C+1). The
+ * block's P-th holder (step P-1) is r-1, whose send goes to the owner r: after the loop each
+ * rank receives its own final dK/dV from me-1. Sums run in ring order: deterministic.
+ */
+static FMErrorCode ring_backward(Exec *e, const void *k, const void *v, const void *q, const void *o, const float *lse, const void *dout,
+                                 float *dqacc, void *dk, void *dv)
+{
+  FMDist *d = e->d;
+  FMPlan plan = e->plan;
+  MPI_Comm comm = plan->hdr.comm;
+  Ring R;
+  size_t B = (size_t)plan->batch, row = (size_t)plan->heads_kv * plan->head_dim, ng;
+  char *cur, *nxt, *t;
+  float *gpart, *gsend, *gin, *ft;
+  MPI_Request gsq = MPI_REQUEST_NULL, grq = MPI_REQUEST_NULL;
+  double gpost = 0, grpost = 0, t0;
+  int gsr = -1;
+
+  ring_init(e, &R);
+  ng = (size_t)(R.maxb / e->es); /* floats of the largest dK/dV block */
+  FMCheck(!too_big(R.maxb) && !too_big(4.0 * ng), MPI_COMM_SELF, FM_ERR_SUP, "A ring block of %.0f bytes is more than one MPI message holds",
+          4.0 * ng);
+  FMCall(FMMalloc((size_t)R.maxb + 1, &cur));
+  FMCall(FMMalloc((size_t)R.maxb + 1, &nxt));
+  FMCall(FMMalloc(ng + 1, &gpart));
+  FMCall(FMMalloc(ng + 1, &gsend));
+  FMCall(FMMalloc(ng + 1, &gin));
+  ring_pack(e, cur, k, v);
+  for (int s = 0; s < R.P; s++) {
+    int r = (R.me - s + 2 * R.P) % R.P, rn = (R.me - s - 1 + 2 * R.P) % R.P, comm_kv = s < R.P - 1;
+    size_t nr = (size_t)(d->rbytes[r] / e->es);
+    MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    double post[2];
+    if (comm_kv) FMCall(ring_post(e, &R, r, rn, cur, nxt, rq, post));
+    if (s > 0) { /* the running dK/dV sum of block r from its previous holders */
+      FMCallMPI(MPI_Irecv(gin, (int)nr, MPI_FLOAT, R.prev, R.tag_g, comm, &grq));
+      grpost = FMTime();
+    }
+    if (!d->overlap && comm_kv) FMCall(ring_wait(e, &R, r, rn, rq, post));
+    memset(gpart, 0, nr * sizeof(float));
+    for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) {
+      int c = d->part.rchunks[b], k0, k1;
+      size_t len = chunk_len(d, c), n = B * len * row;
+      float *gc = gpart + (size_t)(d->boff[c] / e->es);
+      const char *kc = cur + (size_t)d->boff[c];
+      FMAttnProblem p = e->p;
+      if (!needs(e, c)) continue;
+      FMDistChunkKeys(&d->ch, c, &k0, &k1);
+      p.k0 = k0; p.nk = (int)len;
+      t0 = FMTime();
+      FMCall(FMCPUBackward(&p, q, kc, kc + B * len * e->row_kv, o, lse, dout, dqacc, gc, gc + n, FM_DTYPE_FP32));
+      tr_rec(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, 10.0 * B * p.heads_q * p.nq * (double)len * p.head_dim, -1, c);
+    }
+    if (d->overlap && comm_kv) FMCall(ring_wait(e, &R, r, rn, rq, post));
+    if (s > 0) {
+      t0 = FMTime();
+      FMCallMPI(MPI_Wait(&grq, MPI_STATUS_IGNORE));
+      tr_rec(e, FM_TRACE_WAIT, t0, FMTime(), 0, 0, -1, -1);
+      tr_rec(e, FM_TRACE_RECV, grpost, FMTime(), 4.0 * nr, 0, R.prev, ring_first_chunk(d, r));
+      for (size_t i = 0; i < nr; i++) gpart[i] = gin[i] + gpart[i];
+    }
+    /* the previous sum must have left before its buffer takes this one */
+    t0 = FMTime();
+    FMCallMPI(MPI_Wait(&gsq, MPI_STATUS_IGNORE));
+    if (gsr >= 0) {
+      double t1 = FMTime();
+      tr_rec(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
+      tr_rec(e, FM_TRACE_REDUCE, gpost, t1, d->rbytes[gsr] / e->es * 4.0, 0, R.next, ring_first_chunk(d, gsr));
+    }
+    ft = gsend; gsend = gpart; gpart = ft;
+    FMCallMPI(MPI_Isend(gsend, (int)nr, MPI_FLOAT, R.next, R.tag_g, comm, &gsq));
+    gpost = FMTime(); gsr = r;
+    t = cur; cur = nxt; nxt = t;
+  }
+  /* our own block's final sum, from its last holder me-1 */
+  {
+    size_t nme = (size_t)(d->rbytes[R.me] / e->es);
+    MPI_Status st;
+    double t1;
+    t0 = FMTime();
+    FMCallMPI(MPI_Recv(gin, (int)nme, MPI_FLOAT, R.prev, R.tag_g, comm, &st));
+    FMCallMPI(MPI_Wait(&gsq, MPI_STATUS_IGNORE));
+    t1 = FMTime();
+    tr_rec(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
+    tr_rec(e, FM_TRACE_RECV, t0, t1, 4.0 * nme, 0, R.prev, ring_first_chunk(d, R.me));
+    if (gsr >= 0) tr_rec(e, FM_TRACE_REDUCE, gpost, t1, d->rbytes[gsr] / e->es * 4.0, 0, R.next, ring_first_chunk(d, gsr));
+    for (int b = d->part.rstart[R.me]; b < d->part.rstart[R.me + 1]; b++) {
+      int c = d->part.rchunks[b];
+      size_t len = chunk_len(d, c), n = B * len * row, nk = (size_t)d->nkeys;
+      const float *gc = gin + (size_t)(d->boff[c] / e->es);
+      for (size_t bb = 0; bb < B; bb++)
+        for (size_t x = 0; x < len * row; x++) {
+          size_t dst = (bb * nk + (size_t)d->kofs[c]) * row + x;
+          FMFromFloat(dk, dst, plan->dtype, gc[bb * len * row + x]);
+          FMFromFloat(dv, dst, plan->dtype, gc[n + bb * len * row + x]);
+        }
+    }
+  }
+  free(cur); free(nxt); free(gpart); free(gsend); free(gin);
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
 {
   Exec e;
@@ -550,22 +794,26 @@ FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const 
   FMCall(FMMalloc(nl + 1, &lpart));
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
   FMCall(tr_begin(&e, "forward"));
-  FMCall(gather_begin(&e, k, v));
-  if (d->overlap) {
-    /* local K/V first, then each chunk as it arrives while the rest are in flight */
-    for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
-      FMCall(fwd_chunk(&e, d->part.rchunks[b], oacc, lacc, opart, lpart, &first));
-    for (;;) {
-      FMCall(gather_next(&e, &c));
-      if (c < 0) break;
-      FMCall(fwd_chunk(&e, c, oacc, lacc, opart, lpart, &first));
-    }
+  if (d->schedule == FM_DIST_SCHED_RING) {
+    FMCall(ring_forward(&e, k, v, oacc, lacc, opart, lpart, &first));
   } else {
-    /* everything first (relays still forward as chunks come), then compute in chunk order */
-    do FMCall(gather_next(&e, &c));
-    while (c >= 0);
-    for (c = 0; c < d->ch.nchunks; c++)
-      if (e.buf[c]) FMCall(fwd_chunk(&e, c, oacc, lacc, opart, lpart, &first));
+    FMCall(gather_begin(&e, k, v));
+    if (d->overlap) {
+      /* local K/V first, then each chunk as it arrives while the rest are in flight */
+      for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
+        FMCall(fwd_chunk(&e, d->part.rchunks[b], oacc, lacc, opart, lpart, &first));
+      for (;;) {
+        FMCall(gather_next(&e, &c));
+        if (c < 0) break;
+        FMCall(fwd_chunk(&e, c, oacc, lacc, opart, lpart, &first));
+      }
+    } else {
+      /* everything first (relays still forward as chunks come), then compute in chunk order */
+      do FMCall(gather_next(&e, &c));
+      while (c >= 0);
+      for (c = 0; c < d->ch.nchunks; c++)
+        if (e.buf[c]) FMCall(fwd_chunk(&e, c, oacc, lacc, opart, lpart, &first));
+    }
   }
   if (first) { /* no visible key at all on this rank */
     for (size_t i = 0; i < no; i++) oacc[i] = 0;
@@ -612,6 +860,17 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
   nqe = (size_t)B * plan->nlocal * plan->heads_q * plan->head_dim;
   FMCall(FMCalloc(nqe + 1, &dqacc));
+  if (d->schedule == FM_DIST_SCHED_RING) {
+    FMErrorCode ierr;
+    FMCall(tr_begin(&e, "backward"));
+    ierr = ring_backward(&e, k, v, q, o, lse, dout, dqacc, dk, dv);
+    if (!ierr) to_dtype(dq, plan->dtype, dqacc, nqe);
+    if (!ierr) ierr = tr_end(&e, "backward");
+    free(dqacc);
+    exec_free(&e);
+    FMCall(ierr);
+    return FM_SUCCESS;
+  }
   FMCall(FMCalloc(C, &g));
   FMCall(FMCalloc(d->nout + 1, &cb));
   FMCall(FMCalloc(C, &pending));
@@ -728,9 +987,10 @@ FMErrorCode FMPlanView_Dist(FMPlan plan, FILE *fp)
   if (!fp) fp = stdout;
   C = d->ch.nchunks;
   FMDistPartitionImbalance(&d->part, &mx, &mean, &imb);
-  FMCall(FMPrintf(comm, fp, "  context parallel over %d ranks on %d node%s%s: partition %s, %d chunks of %d rows (key chunks of %d), route %s, prune %s, overlap %s\n",
+  FMCall(FMPrintf(comm, fp, "  context parallel over %d ranks on %d node%s%s: partition %s, %d chunks of %d rows (key chunks of %d), schedule %s, route %s, prune %s, overlap %s\n",
                   P, d->topo.nnodes, d->topo.nnodes > 1 ? "s" : "", d->vnodes > 0 ? " (virtual)" : "", FMDistPartNames[d->part_type], C,
-                  d->ch.chunk, d->ch.kchunk, FMDistRouteNames[d->route_type], d->prune ? "on" : "off", d->overlap ? "on" : "off"));
+                  d->ch.chunk, d->ch.kchunk, FMDistSchedNames[d->schedule], FMDistRouteNames[d->route_type], d->prune ? "on" : "off",
+                  d->overlap ? "on" : "off"));
   FMCall(FMPrintf(comm, fp, "  work (tiles): max %.1f, mean %.1f, max/mean imbalance %.4f", (double)mx / block, mean / block, imb));
   if (d->part_type == FM_DIST_BALANCED)
     FMCall(FMPrintf(comm, fp, " (LPT %.1f, dual_chunk %.1f; %d pair and %d three-way moves)", (double)d->binfo.lpt_max / block,
@@ -756,6 +1016,12 @@ FMErrorCode FMPlanView_Dist(FMPlan plan, FILE *fp)
                   d->route.needed_bytes / 1048576.0, d->route.allgather_bytes / 1048576.0,
                   d->route.allgather_bytes > 0 ? 100.0 * d->route.needed_bytes / d->route.allgather_bytes : 100.0, d->route.bytes[0] / 1048576.0,
                   d->route.bytes[1] / 1048576.0));
+  {
+    double rb[2];
+    FMDistRingBytes(&d->topo, d->rbytes, rb);
+    FMCall(FMPrintf(comm, fp, "  ring schedule would move %.3f MB inside nodes, %.3f MB across nodes%s\n", rb[0] / 1048576.0, rb[1] / 1048576.0,
+                    d->schedule == FM_DIST_SCHED_RING ? " (the schedule in use)" : ""));
+  }
   return FM_SUCCESS;
 }
 

@@ -106,8 +106,8 @@ FMErrorCode FMPlanSetFromOptions(FMPlan plan)
   return FM_SUCCESS;
 }
 
-/* The kernels' description of the whole single-rank problem. */
-static FMErrorCode plan_problem(FMPlan plan, FMAttnProblem *p)
+/* FMPlanGetProblem_Private - see fmkernels.h. */
+FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p)
 {
   memset(p, 0, sizeof(*p));
   p->batch = plan->batch; p->heads_q = plan->heads_q; p->heads_kv = plan->heads_kv; p->head_dim = plan->head_dim;
@@ -130,7 +130,7 @@ static FMErrorCode setup_local(FMPlan plan)
     FMAttnProblem p;
     FMCheck(plan->ctx->size == 1, MPI_COMM_SELF, FM_ERR_SUP,
             "Context parallelism over %d ranks on the CUDA backend is not implemented yet; use -fm_backend cpu", plan->ctx->size);
-    FMCall(plan_problem(plan, &p));
+    FMCall(FMPlanGetProblem_Private(plan, &p));
     if (plan->gpu) { FMCall(FMCudaMaskFree(plan->gpu)); plan->gpu = NULL; }
     FMCall(FMCudaMaskUpload(&p.mask, &plan->gpu));
 #endif
@@ -221,7 +221,7 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
   if (plan->ctx->size > 1) {
     FMCall(FMPlanForward_Dist(plan, q, k, v, o, lse));
   } else {
-    FMCall(plan_problem(plan, &p));
+    FMCall(FMPlanGetProblem_Private(plan, &p));
     if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
       size_t nl = (size_t)p.batch * p.heads_q * p.nq;
@@ -280,7 +280,7 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
   if (plan->ctx->size > 1) {
     FMCall(FMPlanBackward_Dist(plan, q, k, v, o, lse, dout, dq, dk, dv));
   } else {
-    FMCall(plan_problem(plan, &p));
+    FMCall(FMPlanGetProblem_Private(plan, &p));
     if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
       /* No GPU backward kernel yet: stage through the host and run the exact CPU backward. */

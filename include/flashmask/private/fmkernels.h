@@ -43,6 +43,13 @@ typedef struct {
 } FMAttnProblem;
 
 /*
+ * FMPlanGetProblem_Private - the whole problem of a set-up plan as one FMAttnProblem: all
+ *   seqlen_q rows (qrows NULL) against all seqlen_k keys, with the plan's shape, dtype, scale,
+ *   mask and thread count. Not collective.
+ */
+FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p);
+
+/*
  * FMCPUForward - exact forward over the problem's key columns.
  *   o        out: [batch][nq][heads_q][head_dim] in o_dtype (FM_DTYPE_FP32 for partial
  *            results that will be merged)

@@ -530,19 +530,6 @@ static void to_dtype(void *dst, FMDType t, const float *src, size_t n)
   for (size_t i = 0; i < n; i++) FMFromFloat(dst, i, t, src[i]);
 }
 
-/* One rank: the whole problem in one kernel call. */
-static FMErrorCode whole_problem(FMPlan plan, FMAttnProblem *p)
-{
-  memset(p, 0, sizeof(*p));
-  p->batch = plan->batch; p->heads_q = plan->heads_q; p->heads_kv = plan->heads_kv; p->head_dim = plan->head_dim;
-  p->dtype = plan->dtype;
-  p->scale = (float)plan->scale;
-  FMCall(FMMaskGetDesc_Private(plan->mask, &p->mask));
-  p->nq = p->mask.seqlen_q; p->qrows = NULL;
-  p->k0 = 0; p->nk = p->mask.seqlen_k;
-  p->nthreads = plan->ctx->nthreads;
-  return FM_SUCCESS;
-}
 
 /* ---------------- the ring schedule baseline (-fm_plan_schedule ring) ---------------- */
 /*
@@ -776,7 +763,7 @@ FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const 
     FMAttnProblem p;
     float *tmp = NULL;
     FMErrorCode ierr;
-    FMCall(whole_problem(plan, &p));
+    FMCall(FMPlanGetProblem_Private(plan, &p));
     if (!lse) FMCall(FMMalloc((size_t)p.batch * p.heads_q * p.nq + 1, &tmp));
     ierr = FMCPUForward(&p, q, k, v, o, plan->dtype, lse ? lse : tmp);
     free(tmp);
@@ -844,7 +831,7 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
   if (plan->ctx->size == 1) { /* a plain single call */
     FMAttnProblem p;
     FMErrorCode ierr;
-    FMCall(whole_problem(plan, &p));
+    FMCall(FMPlanGetProblem_Private(plan, &p));
     nqe = (size_t)p.batch * p.nq * p.heads_q * p.head_dim;
     FMCall(FMCalloc(nqe + 1, &dqacc));
     ierr = FMCPUBackward(&p, q, k, v, o, lse, dout, dqacc, dk, dv, plan->dtype);

@@ -10,7 +10,7 @@
  * Exit status: 0 on success, 1 on a usage or file error (a message on stderr).
  */
 #include <flashmask/private/fmtrace.h>
-#include <hdf5.h>
+#include <flashmask/private/fmh5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,34 +67,12 @@ static herr_t count_cb(hid_t g, const char *name, const H5L_info_t *info, void *
   return 0;
 }
 
-static int read_attr_double(hid_t obj, const char *name, double *v)
+/* Optional numeric attribute of group where: 0 when missing or not one number. */
+static double opt_double(hid_t obj, const char *where, const char *name)
 {
-  hid_t a;
-  int ok;
-  if (H5Aexists(obj, name) <= 0) return 0;
-  a = H5Aopen(obj, name, H5P_DEFAULT);
-  ok = a >= 0 && H5Aread(a, H5T_NATIVE_DOUBLE, v) >= 0;
-  if (a >= 0) H5Aclose(a);
-  return ok;
-}
-
-static int read_attr_str(hid_t obj, const char *name, char *buf, size_t len)
-{
-  hid_t a, t, mt;
-  int ok = 0;
-  buf[0] = '\0';
-  if (H5Aexists(obj, name) <= 0) return 0;
-  a = H5Aopen(obj, name, H5P_DEFAULT);
-  t = a >= 0 ? H5Aget_type(a) : -1;
-  if (t >= 0 && H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t) && H5Tget_size(t) < len) {
-    mt = H5Tcopy(H5T_C_S1);
-    H5Tset_size(mt, H5Tget_size(t) + 1);
-    ok = H5Aread(a, mt, buf) >= 0;
-    H5Tclose(mt);
-  }
-  if (t >= 0) H5Tclose(t);
-  if (a >= 0) H5Aclose(a);
-  return ok;
+  double v = 0;
+  if (FMH5AttrReadDouble(obj, where, name, FM_FALSE, &v)) v = 0;
+  return v;
 }
 
 static hid_t mem_event_type(void)
@@ -142,13 +120,16 @@ static void load(Trace *T, const char *run_opt)
   hid_t f, traces, g, d, sp, ft, mt;
   hsize_t dims = 0;
   char gname[300];
-  double v;
+  FMH5Quiet q;
 
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  /* This program reports its own errors (die); the optional attributes below are skipped
+     quietly when missing or malformed (the readers then leave an empty string). */
+  FMH5QuietPush(&q);
+  FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
   f = H5Fopen(T->path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) die("cannot open \"%s\" as an HDF5 file%s", T->path, "");
-  read_attr_str(f, "created", T->created, sizeof(T->created));
-  read_attr_str(f, "library_version", T->version, sizeof(T->version));
+  FMH5AttrReadStr(f, "/", "created", FM_FALSE, T->created, sizeof(T->created));
+  FMH5AttrReadStr(f, "/", "library_version", FM_FALSE, T->version, sizeof(T->version));
   if (H5Lexists(f, "traces", H5P_DEFAULT) <= 0) die("\"%s\" has no /traces group (was it written with -fm_trace?)%s", T->path, "");
   traces = H5Gopen2(f, "traces", H5P_DEFAULT);
   if (run_opt) {
@@ -175,9 +156,9 @@ static void load(Trace *T, const char *run_opt)
   snprintf(gname, sizeof(gname), "/traces/%s", T->run);
   g = H5Gopen2(f, gname, H5P_DEFAULT);
   if (g < 0) die("cannot open %s in \"%s\"", gname, T->path);
-  if (read_attr_double(g, "bytes_needed", &v)) T->bytes_needed = v;
-  if (read_attr_double(g, "bytes_allgather", &v)) T->bytes_allgather = v;
-  T->nranks = read_attr_double(g, "nranks", &v) ? (int)v : 0;
+  T->bytes_needed = opt_double(g, gname, "bytes_needed");
+  T->bytes_allgather = opt_double(g, gname, "bytes_allgather");
+  T->nranks = (int)opt_double(g, gname, "nranks");
 
   /* events */
   d = H5Dopen2(g, "events", H5P_DEFAULT);
@@ -241,6 +222,7 @@ static void load(Trace *T, const char *run_opt)
   H5Gclose(g);
   H5Gclose(traces);
   H5Fclose(f);
+  FMH5QuietPop(&q);
 
   /* metrics, with the library's definitions */
   T->rs = (FMTraceRankStats *)calloc((size_t)(T->nranks ? T->nranks : 1), sizeof(FMTraceRankStats));

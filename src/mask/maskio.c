@@ -15,169 +15,48 @@
  * the outcome is broadcast so every rank returns the same code. Loading is done by every
  * rank; the ranks agree on the outcome before the collective FMMaskSetUp.
  * HDF5's own error-stack printing is switched off around our calls; failures are reported
- * through FMError with the innermost HDF5 message appended.
+ * through FMError with the innermost HDF5 message appended. The HDF5 plumbing (quiet error
+ * stack, attributes, root attributes, format check) is shared: fmh5.h, src/sys/h5util.c.
  */
 #include "maskimpl.h"
 #include <flashmask/fmconf.h>
+#include <flashmask/private/fmh5.h>
 #include <stdlib.h>
 #include <string.h>
 
 #if FM_HAVE_HDF5
-#include <hdf5.h>
 #include <errno.h>
-#include <time.h>
 #include <unistd.h>
-
-#define FM_MASKIO_FORMAT_VERSION 1
 
 static const char *const vec_names[4] = {"lts", "lte", "uts", "ute"};
 
-/* ---------------------------------------------------------------- HDF5 error stack */
-/* Silence HDF5's automatic error printing; restore the previous handler afterwards. */
-typedef struct {
-  H5E_auto2_t func;
-  void *data;
-} FMH5Quiet;
-
-static void h5_quiet_push(FMH5Quiet *q)
-{
-  q->func = NULL;
-  q->data = NULL;
-  H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-static void h5_quiet_pop(const FMH5Quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
-
-/* The innermost (most specific) message of the current HDF5 error stack. */
-static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *e, void *ctx)
-{
-  char *buf = (char *)ctx;
-  if (n == 0 && e && e->desc) {
-    snprintf(buf, 256, "%s (in %s)", e->desc, e->func_name ? e->func_name : "?");
-  }
-  return 0;
-}
-
-static const char *h5_last_message(char buf[256])
-{
-  buf[0] = '\0';
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_cb, buf);
-  H5Eclear2(H5E_DEFAULT);
-  if (!buf[0]) snprintf(buf, 256, "no HDF5 message");
-  return buf;
-}
-
-/* FMH5Raise(code, fmt, ...): raise with the innermost HDF5 message appended. */
-#define FMH5Raise(code, fmt, ...)                                                    \
-  do {                                                                               \
-    char fm_h5buf_[256];                                                             \
-    FMRaise(MPI_COMM_SELF, (code), fmt "; HDF5 says: %s", __VA_ARGS__, h5_last_message(fm_h5buf_)); \
-  } while (0)
-
 /* ---------------------------------------------------------------- writing helpers */
-/* Remove attribute name of obj if it exists (so it can be rewritten with a new shape). */
-static FMErrorCode attr_remove(hid_t obj, const char *name)
-{
-  htri_t ex = H5Aexists(obj, name);
-  if (ex < 0) FMH5Raise(FM_ERR_HDF5, "Cannot query attribute \"%s\"", name);
-  if (ex > 0 && H5Adelete(obj, name) < 0) FMH5Raise(FM_ERR_HDF5, "Cannot replace attribute \"%s\"", name);
-  return FM_SUCCESS;
-}
-
-/* Write an attribute of n values of memory type mtype (file type ftype): scalar when n == 1 and !array. */
-static FMErrorCode attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, int n, int array, const void *val)
-{
-  hid_t space, attr;
-  herr_t st;
-  FMCall(attr_remove(obj, name));
-  if (n == 1 && !array) {
-    space = H5Screate(H5S_SCALAR);
-  } else {
-    hsize_t d = (hsize_t)n;
-    space = H5Screate_simple(1, &d, NULL);
-  }
-  if (space < 0) FMH5Raise(FM_ERR_HDF5, "Cannot create the dataspace of attribute \"%s\"", name);
-  attr = H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
-  H5Sclose(space);
-  if (attr < 0) FMH5Raise(FM_ERR_HDF5, "Cannot create attribute \"%s\"", name);
-  st = H5Awrite(attr, mtype, val);
-  H5Aclose(attr);
-  if (st < 0) FMH5Raise(FM_ERR_HDF5, "Cannot write attribute \"%s\"", name);
-  return FM_SUCCESS;
-}
-
-static FMErrorCode attr_write_int(hid_t obj, const char *name, int v)
-{
-  FMCall(attr_write(obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, 1, 0, &v));
-  return FM_SUCCESS;
-}
-
-static FMErrorCode attr_write_ints(hid_t obj, const char *name, int n, const int *v)
-{
-  if (n <= 0 || !v) return FM_SUCCESS;
-  FMCall(attr_write(obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, n, 1, v));
-  return FM_SUCCESS;
-}
-
-/* A fixed-length, NUL-terminated string attribute (h5dump prints it as a plain string). */
-static FMErrorCode attr_write_str(hid_t obj, const char *name, const char *s)
-{
-  FMErrorCode ierr;
-  hid_t t = H5Tcopy(H5T_C_S1);
-  if (t < 0) FMH5Raise(FM_ERR_HDF5, "Cannot create the string type of attribute \"%s\"", name);
-  if (H5Tset_size(t, strlen(s) + 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLTERM) < 0) {
-    H5Tclose(t);
-    FMH5Raise(FM_ERR_HDF5, "Cannot size the string type of attribute \"%s\"", name);
-  }
-  ierr = attr_write(obj, name, t, t, 1, 0, s);
-  H5Tclose(t);
-  FMCall(ierr);
-  return FM_SUCCESS;
-}
-
-/* Root attributes: written (or refreshed) at every save. */
-static FMErrorCode write_root_attrs(hid_t file, int mpi_size)
-{
-  char when[64];
-  time_t now = time(NULL);
-  struct tm tmv;
-  localtime_r(&now, &tmv);
-  if (!strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S%z", &tmv)) snprintf(when, sizeof(when), "unknown");
-  FMCall(attr_write_str(file, "format", "flashmask"));
-  FMCall(attr_write_int(file, "format_version", FM_MASKIO_FORMAT_VERSION));
-  FMCall(attr_write_str(file, "library_version", FMGetVersion()));
-  FMCall(attr_write_str(file, "created", when));
-  FMCall(attr_write_int(file, "mpi_size", mpi_size));
-  return FM_SUCCESS;
-}
-
 /* Attributes of /masks/<name>: sizes, flags and the parameters the type uses. */
 static FMErrorCode write_mask_attrs(hid_t grp, FMMask m)
 {
   unsigned long long seed = (unsigned long long)m->seed;
   int t = FMMaskTypeIndex_Private(m->hdr.type_name);
-  FMCall(attr_write_str(grp, "type", m->hdr.type_name ? m->hdr.type_name : FMMASKFULL));
-  FMCall(attr_write_int(grp, "causal", m->causal ? 1 : 0));
-  FMCall(attr_write_int(grp, "seqlen_q", m->seqlen_q));
-  FMCall(attr_write_int(grp, "seqlen_k", m->seqlen_k));
-  FMCall(attr_write_int(grp, "mask_heads", m->mask_heads));
-  FMCall(attr_write_int(grp, "block", m->block));
-  FMCall(attr_write_int(grp, "present", m->present));
-  FMCall(attr_write(grp, "seed", H5T_STD_U64LE, H5T_NATIVE_ULLONG, 1, 0, &seed));
+  FMCall(FMH5AttrWriteStr(grp, "type", m->hdr.type_name ? m->hdr.type_name : FMMASKFULL));
+  FMCall(FMH5AttrWriteInt(grp, "causal", m->causal ? 1 : 0));
+  FMCall(FMH5AttrWriteInt(grp, "seqlen_q", m->seqlen_q));
+  FMCall(FMH5AttrWriteInt(grp, "seqlen_k", m->seqlen_k));
+  FMCall(FMH5AttrWriteInt(grp, "mask_heads", m->mask_heads));
+  FMCall(FMH5AttrWriteInt(grp, "block", m->block));
+  FMCall(FMH5AttrWriteInt(grp, "present", m->present));
+  FMCall(FMH5AttrWrite(grp, "seed", H5T_STD_U64LE, H5T_NATIVE_ULLONG, 0, &seed));
   if (t >= 0 && t != FM_MT_BOUNDS) {
     FMMaskParams p;
     FMErrorCode ierr = FM_SUCCESS;
     FMCall(FMMaskGetParams_Private(m, &p));
-    if (p.docs) ierr = attr_write_ints(grp, "docs", p.ndocs, p.docs);
-    if (!ierr && p.nseg) ierr = attr_write_ints(grp, "segments_per_doc", p.ndocs, p.nseg);
-    if (!ierr && p.seglen) ierr = attr_write_ints(grp, "segment_lengths", p.nsegtot, p.seglen);
-    if (!ierr && p.window_left >= 0) ierr = attr_write_int(grp, "window_left", p.window_left);
-    if (!ierr && p.window_right >= 0) ierr = attr_write_int(grp, "window_right", p.window_right);
-    if (!ierr && p.nglobal >= 0) ierr = attr_write_int(grp, "global_tokens", p.nglobal);
-    if (!ierr && p.prefix) ierr = attr_write_ints(grp, "prefix", p.nprefix, p.prefix);
-    if (!ierr && p.span_start) ierr = attr_write_ints(grp, "span_start", p.nspans, p.span_start);
-    if (!ierr && p.span_len) ierr = attr_write_ints(grp, "span_len", p.nspans, p.span_len);
+    if (p.docs) ierr = FMH5AttrWriteInts(grp, "docs", p.ndocs, p.docs);
+    if (!ierr && p.nseg) ierr = FMH5AttrWriteInts(grp, "segments_per_doc", p.ndocs, p.nseg);
+    if (!ierr && p.seglen) ierr = FMH5AttrWriteInts(grp, "segment_lengths", p.nsegtot, p.seglen);
+    if (!ierr && p.window_left >= 0) ierr = FMH5AttrWriteInt(grp, "window_left", p.window_left);
+    if (!ierr && p.window_right >= 0) ierr = FMH5AttrWriteInt(grp, "window_right", p.window_right);
+    if (!ierr && p.nglobal >= 0) ierr = FMH5AttrWriteInt(grp, "global_tokens", p.nglobal);
+    if (!ierr && p.prefix) ierr = FMH5AttrWriteInts(grp, "prefix", p.nprefix, p.prefix);
+    if (!ierr && p.span_start) ierr = FMH5AttrWriteInts(grp, "span_start", p.nspans, p.span_start);
+    if (!ierr && p.span_len) ierr = FMH5AttrWriteInts(grp, "span_len", p.nspans, p.span_len);
     FMMaskParamsFree_Private(&p);
     FMCall(ierr);
   }
@@ -224,48 +103,23 @@ static FMErrorCode open_for_write(const char *path, hid_t *file)
   return FM_SUCCESS;
 }
 
-/* Refuse to overwrite a file written by something else under our attribute names. */
-static FMErrorCode check_format(hid_t file, const char *path)
-{
-  htri_t ex = H5Aexists(file, "format");
-  if (ex <= 0) return FM_SUCCESS;
-  {
-    hid_t a = H5Aopen(file, "format", H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1, mt = -1;
-    char buf[64] = "";
-    int ok = 0;
-    if (t >= 0 && H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t) && H5Tget_size(t) < sizeof(buf)) {
-      mt = H5Tcopy(H5T_C_S1);
-      H5Tset_size(mt, H5Tget_size(t) + 1);
-      ok = H5Aread(a, mt, buf) >= 0;
-      H5Tclose(mt);
-    }
-    if (t >= 0) H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
-    H5Eclear2(H5E_DEFAULT);
-    FMCheck(ok && !strcmp(buf, "flashmask"), MPI_COMM_SELF, FM_ERR_HDF5,
-            "File \"%s\" has a root attribute format that is not \"flashmask\" (found \"%s\"); refusing to write into it", path,
-            ok ? buf : "(unreadable)");
-  }
-  return FM_SUCCESS;
-}
-
 /* Rank 0's part of FMMaskSave. */
 static FMErrorCode save_local(FMMask m, const char *path, const char *name, int mpi_size)
 {
   hid_t file = -1, masks = -1, grp = -1;
   FMErrorCode ierr;
   FMH5Quiet q;
-  h5_quiet_push(&q);
+  FMH5QuietPush(&q);
   ierr = open_for_write(path, &file);
-  if (!ierr) ierr = check_format(file, path);
-  if (!ierr) ierr = write_root_attrs(file, mpi_size);
+  if (!ierr) ierr = FMH5CheckFormat_Private(file, path, "a mask");
+  if (!ierr) ierr = FMH5WriteRootAttrs_Private(file, mpi_size, NULL);
   if (!ierr) {
     htri_t ex = H5Lexists(file, "masks", H5P_DEFAULT);
     masks = ex > 0 ? H5Gopen2(file, "masks", H5P_DEFAULT) : ex == 0 ? H5Gcreate2(file, "masks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
     if (masks < 0) {
       char b[256];
       ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5, "Cannot open or create group /masks in \"%s\"; HDF5 says: %s",
-                             path, h5_last_message(b));
+                             path, FMH5LastMessage(b));
     }
   }
   if (!ierr) {
@@ -275,7 +129,7 @@ static FMErrorCode save_local(FMMask m, const char *path, const char *name, int 
     if (grp < 0) {
       char b[256];
       ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5, "Cannot create group /masks/%s in \"%s\"; HDF5 says: %s",
-                             name, path, h5_last_message(b));
+                             name, path, FMH5LastMessage(b));
     }
   }
   if (!ierr) ierr = write_mask_attrs(grp, m);
@@ -286,65 +140,14 @@ static FMErrorCode save_local(FMMask m, const char *path, const char *name, int 
   if (file >= 0 && H5Fclose(file) < 0 && !ierr) {
     char b[256];
     ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_FILE, "Cannot close (flush) \"%s\"; HDF5 says: %s", path,
-                           h5_last_message(b));
+                           FMH5LastMessage(b));
   }
-  h5_quiet_pop(&q);
+  FMH5QuietPop(&q);
   if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
   return FM_SUCCESS;
 }
 
 /* ---------------------------------------------------------------- reading helpers */
-/* Read an integer attribute (scalar or one element) of the mask group; FM_ERR_HDF5 if absent or wrong. */
-static FMErrorCode attr_read_int(hid_t grp, const char *gname, const char *name, int required, int *val)
-{
-  hid_t a, t, s;
-  H5T_class_t cls;
-  hssize_t npts;
-  herr_t st;
-  htri_t ex = H5Aexists(grp, name);
-  if (ex <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    if (!required) return FM_SUCCESS;
-    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Attribute \"%s\" of group %s is missing; expected an integer", name, gname);
-  }
-  a = H5Aopen(grp, name, H5P_DEFAULT);
-  if (a < 0) FMH5Raise(FM_ERR_HDF5, "Cannot open attribute \"%s\" of group %s", name, gname);
-  t = H5Aget_type(a);
-  s = H5Aget_space(a);
-  cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
-  npts = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
-  if (t >= 0) H5Tclose(t);
-  if (s >= 0) H5Sclose(s);
-  if (cls != H5T_INTEGER || npts != 1) {
-    H5Aclose(a);
-    H5Eclear2(H5E_DEFAULT);
-    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Attribute \"%s\" of group %s is %s with %lld element(s); expected one integer", name, gname,
-            cls == H5T_INTEGER ? "an integer" : cls == H5T_FLOAT ? "a float" : cls == H5T_STRING ? "a string" : "not an integer",
-            (long long)npts);
-  }
-  st = H5Aread(a, H5T_NATIVE_INT, val);
-  H5Aclose(a);
-  if (st < 0) FMH5Raise(FM_ERR_HDF5, "Cannot read attribute \"%s\" of group %s", name, gname);
-  return FM_SUCCESS;
-}
-
-static const char *class_name(H5T_class_t c)
-{
-  switch (c) {
-  case H5T_INTEGER: return "integer";
-  case H5T_FLOAT: return "float";
-  case H5T_STRING: return "string";
-  case H5T_COMPOUND: return "compound";
-  case H5T_ENUM: return "enum";
-  case H5T_ARRAY: return "array";
-  case H5T_BITFIELD: return "bitfield";
-  case H5T_OPAQUE: return "opaque";
-  case H5T_REFERENCE: return "reference";
-  case H5T_VLEN: return "variable-length";
-  default: return "unknown";
-  }
-}
-
 /* Read dataset gname/vname into buf[H * Sk] after checking its type class and shape. */
 static FMErrorCode read_vector(hid_t grp, const char *gname, const char *vname, int H, int Sk, int32_t *buf)
 {
@@ -371,7 +174,7 @@ static FMErrorCode read_vector(hid_t grp, const char *gname, const char *vname, 
   if (cls != H5T_INTEGER) {
     H5Dclose(d);
     H5Eclear2(H5E_DEFAULT);
-    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s has element type %s; expected an integer (int32) type", gname, vname, class_name(cls));
+    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s has element type %s; expected an integer (int32) type", gname, vname, FMH5ClassName(cls));
   }
   if (nd != 2 || dims[0] != (hsize_t)H || dims[1] != (hsize_t)Sk) {
     char shape[160] = "";
@@ -413,27 +216,27 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
 {
   hid_t file = -1, grp = -1;
   char gname[300];
-  int Sq = 0, Sk = 0, H = 0, causal = 0, present = 0, block = 128, version = FM_MASKIO_FORMAT_VERSION;
+  int Sq = 0, Sk = 0, H = 0, causal = 0, present = 0, block = 128, version = FMH5_FORMAT_VERSION;
   int32_t *vec[4] = {NULL, NULL, NULL, NULL};
   FMErrorCode ierr = FM_SUCCESS;
   FMH5Quiet q;
 
   snprintf(gname, sizeof(gname), "/masks/%s", name);
   FMCheck(access(path, R_OK) == 0, MPI_COMM_SELF, FM_ERR_FILE, "Argument 2 (path): cannot read \"%s\" (%s)", path, strerror(errno));
-  h5_quiet_push(&q);
+  FMH5QuietPush(&q);
   file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0) {
     char b[256];
     ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_FILE,
-                           "Argument 2 (path): cannot open \"%s\" as an HDF5 file; HDF5 says: %s", path, h5_last_message(b));
+                           "Argument 2 (path): cannot open \"%s\" as an HDF5 file; HDF5 says: %s", path, FMH5LastMessage(b));
     goto done;
   }
   if (H5Aexists(file, "format_version") > 0) {
-    ierr = attr_read_int(file, "/", "format_version", 1, &version);
-    if (!ierr && version > FM_MASKIO_FORMAT_VERSION)
+    ierr = FMH5AttrReadInt(file, "/", "format_version", FM_TRUE, &version);
+    if (!ierr && version > FMH5_FORMAT_VERSION)
       ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5,
                              "File \"%s\" has format_version %d; this library reads format_version <= %d", path, version,
-                             FM_MASKIO_FORMAT_VERSION);
+                             FMH5_FORMAT_VERSION);
     if (ierr) goto done;
   }
   H5Eclear2(H5E_DEFAULT);
@@ -458,12 +261,12 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
       goto done;
     }
   }
-  ierr = attr_read_int(grp, gname, "seqlen_q", 1, &Sq);
-  if (!ierr) ierr = attr_read_int(grp, gname, "seqlen_k", 1, &Sk);
-  if (!ierr) ierr = attr_read_int(grp, gname, "mask_heads", 1, &H);
-  if (!ierr) ierr = attr_read_int(grp, gname, "causal", 1, &causal);
-  if (!ierr) ierr = attr_read_int(grp, gname, "present", 1, &present);
-  if (!ierr) ierr = attr_read_int(grp, gname, "block", 0, &block);
+  ierr = FMH5AttrReadInt(grp, gname, "seqlen_q", FM_TRUE, &Sq);
+  if (!ierr) ierr = FMH5AttrReadInt(grp, gname, "seqlen_k", FM_TRUE, &Sk);
+  if (!ierr) ierr = FMH5AttrReadInt(grp, gname, "mask_heads", FM_TRUE, &H);
+  if (!ierr) ierr = FMH5AttrReadInt(grp, gname, "causal", FM_TRUE, &causal);
+  if (!ierr) ierr = FMH5AttrReadInt(grp, gname, "present", FM_TRUE, &present);
+  if (!ierr) ierr = FMH5AttrReadInt(grp, gname, "block", FM_FALSE, &block);
   if (ierr) goto done;
   if (Sq <= 0 || Sk <= 0 || H <= 0) {
     ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5,
@@ -504,7 +307,7 @@ done:
   if (grp >= 0) H5Oclose(grp);
   if (file >= 0) H5Fclose(file);
   H5Eclear2(H5E_DEFAULT);
-  h5_quiet_pop(&q);
+  FMH5QuietPop(&q);
   if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
   return FM_SUCCESS;
 }

@@ -10,10 +10,11 @@
  * rank 0, which writes them with the serial API through the same writer; its outcome is
  * broadcast so every rank returns the same code.
  *
- * This file also defines FMH5WriteRootAttrs_Private (declared in fmimpl.h), the root
- * attributes shared by every flashmask HDF5 file.
+ * The HDF5 plumbing (quiet error stack, attribute writers, root attributes, format check)
+ * is shared with the mask files: include/flashmask/private/fmh5.h, src/sys/h5util.c.
  */
 #include <flashmask/private/fmtrace.h>
+#include <flashmask/private/fmh5.h>
 #include <flashmask/fmconf.h>
 #include <limits.h>
 #include <math.h>
@@ -22,9 +23,7 @@
 #include <unistd.h>
 
 #if FM_HAVE_HDF5
-#include <hdf5.h>
 #include <errno.h>
-#include <time.h>
 #endif
 
 const char *const FMTraceKindNames[] = {"compute", "send", "recv", "wait", "reduce", "copy", NULL};
@@ -375,138 +374,6 @@ FMErrorCode FMTraceSummary_Private(FMTrace tr, FMTraceStats *st)
 /* ================================================================ HDF5 */
 #if FM_HAVE_HDF5
 
-_Static_assert(sizeof(hid_t) == sizeof(int64_t), "hid_t must be 64-bit (HDF5 >= 1.10) for the fmimpl.h declaration");
-
-/* The innermost message of the HDF5 error stack (cleared afterwards). */
-static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *e, void *ctx)
-{
-  if (n == 0 && e && e->desc) snprintf((char *)ctx, 256, "%s (in %s)", e->desc, e->func_name ? e->func_name : "?");
-  return 0;
-}
-
-static const char *h5_msg(char buf[256])
-{
-  buf[0] = '\0';
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_cb, buf);
-  H5Eclear2(H5E_DEFAULT);
-  if (!buf[0]) snprintf(buf, 256, "no HDF5 message");
-  return buf;
-}
-
-#define FMH5Check(cond, code, fmt, ...)                                              \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      char fm_h5b_[256];                                                             \
-      FMRaise(MPI_COMM_SELF, (code), fmt "; HDF5 says: %s", __VA_ARGS__, h5_msg(fm_h5b_)); \
-    }                                                                                \
-  } while (0)
-
-/* Write attribute name on obj: n values (a scalar when n == 0). Replaces an existing one. */
-static FMErrorCode attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype, int n, const void *val)
-{
-  hid_t space, attr;
-  herr_t st;
-  htri_t ex = H5Aexists(obj, name);
-  FMH5Check(ex >= 0, FM_ERR_HDF5, "Cannot query attribute \"%s\"", name);
-  if (ex > 0) FMH5Check(H5Adelete(obj, name) >= 0, FM_ERR_HDF5, "Cannot replace attribute \"%s\"", name);
-  if (n == 0) {
-    space = H5Screate(H5S_SCALAR);
-  } else {
-    hsize_t d = (hsize_t)n;
-    space = H5Screate_simple(1, &d, NULL);
-  }
-  FMH5Check(space >= 0, FM_ERR_HDF5, "Cannot create the dataspace of attribute \"%s\"", name);
-  attr = H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
-  H5Sclose(space);
-  FMH5Check(attr >= 0, FM_ERR_HDF5, "Cannot create attribute \"%s\"", name);
-  st = H5Awrite(attr, mtype, val);
-  H5Aclose(attr);
-  FMH5Check(st >= 0, FM_ERR_HDF5, "Cannot write attribute \"%s\"", name);
-  return FM_SUCCESS;
-}
-
-static FMErrorCode attr_int(hid_t obj, const char *name, int v)
-{
-  FMCall(attr_put(obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, 0, &v));
-  return FM_SUCCESS;
-}
-
-static FMErrorCode attr_double(hid_t obj, const char *name, double v)
-{
-  FMCall(attr_put(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &v));
-  return FM_SUCCESS;
-}
-
-/* Fixed-length, NUL-terminated string attribute: one string (n == 0) or n strings of width w. */
-static FMErrorCode attr_str(hid_t obj, const char *name, const char *s, int n, size_t w)
-{
-  FMErrorCode ierr;
-  hid_t t = H5Tcopy(H5T_C_S1);
-  FMH5Check(t >= 0, FM_ERR_HDF5, "Cannot create the string type of attribute \"%s\"", name);
-  if (H5Tset_size(t, n ? w : strlen(s) + 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLTERM) < 0) {
-    char b[256];
-    H5Tclose(t);
-    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Cannot size the string type of attribute \"%s\"; HDF5 says: %s", name, h5_msg(b));
-  }
-  ierr = attr_put(obj, name, t, t, n, s);
-  H5Tclose(t);
-  FMCall(ierr);
-  return FM_SUCCESS;
-}
-
-/*
- * FMH5WriteRootAttrs_Private - write (or refresh) the root attributes of a flashmask HDF5
- *   file: format = "flashmask", format_version = 1 (int32), library_version = FMGetVersion(),
- *   created (ISO 8601 local time), mpi_size (int32). Not collective under serial HDF5; under
- *   parallel HDF5 call it on every rank with the same arguments (pass an agreed created).
- *   file      an open file (hid_t)
- *   mpi_size  size of the communicator that wrote the file
- *   created   the timestamp to store, or NULL for now
- */
-FMErrorCode FMH5WriteRootAttrs_Private(hid_t file, int mpi_size, const char *created)
-{
-  char when[64];
-  if (!created) {
-    time_t now = time(NULL);
-    struct tm tmv;
-    localtime_r(&now, &tmv);
-    if (!strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S%z", &tmv)) snprintf(when, sizeof(when), "unknown");
-    created = when;
-  }
-  FMCall(attr_str(file, "format", "flashmask", 0, 0));
-  FMCall(attr_int(file, "format_version", 1));
-  FMCall(attr_str(file, "library_version", FMGetVersion(), 0, 0));
-  FMCall(attr_str(file, "created", created, 0, 0));
-  FMCall(attr_int(file, "mpi_size", mpi_size));
-  return FM_SUCCESS;
-}
-
-/* Refuse to write into an HDF5 file whose root attribute "format" is not "flashmask". */
-static FMErrorCode check_format(hid_t file, const char *path)
-{
-  htri_t ex = H5Aexists(file, "format");
-  hid_t a, t, mt;
-  char buf[64] = "";
-  int ok = 0;
-  if (ex == 0) return FM_SUCCESS;
-  FMH5Check(ex > 0, FM_ERR_HDF5, "Cannot read the root attributes of \"%s\"", path);
-  a = H5Aopen(file, "format", H5P_DEFAULT);
-  t = a >= 0 ? H5Aget_type(a) : -1;
-  if (t >= 0 && H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t) && H5Tget_size(t) < sizeof(buf)) {
-    mt = H5Tcopy(H5T_C_S1);
-    H5Tset_size(mt, H5Tget_size(t) + 1);
-    ok = H5Aread(a, mt, buf) >= 0;
-    H5Tclose(mt);
-  }
-  if (t >= 0) H5Tclose(t);
-  if (a >= 0) H5Aclose(a);
-  H5Eclear2(H5E_DEFAULT);
-  FMCheck(ok && !strcmp(buf, "flashmask"), MPI_COMM_SELF, FM_ERR_HDF5,
-          "File \"%s\" has a root attribute format that is not \"flashmask\" (found \"%s\"); refusing to write a trace into it", path,
-          ok ? buf : "(unreadable)");
-  return FM_SUCCESS;
-}
-
 /* Memory (native) and file (packed little-endian) compound types of an event. */
 static hid_t event_type(int file)
 {
@@ -609,21 +476,21 @@ static FMErrorCode write_run(hid_t file, const WriteJob *job)
   TRY(FMH5WriteRootAttrs_Private(file, job->mpi_size, job->created));
   ex = H5Lexists(file, "traces", H5P_DEFAULT);
   traces = ex > 0 ? H5Gopen2(file, "traces", H5P_DEFAULT) : ex == 0 ? H5Gcreate2(file, "traces", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
-  if (traces < 0) FAIL(FM_ERR_HDF5, "Cannot open or create group /traces in \"%s\"; HDF5 says: %s", job->path, h5_msg(b));
+  if (traces < 0) FAIL(FM_ERR_HDF5, "Cannot open or create group /traces in \"%s\"; HDF5 says: %s", job->path, FMH5LastMessage(b));
   ex = H5Lexists(traces, job->run, H5P_DEFAULT);
   if (ex > 0 && H5Ldelete(traces, job->run, H5P_DEFAULT) < 0) ex = -1;
   if (ex >= 0) grp = H5Gcreate2(traces, job->run, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (grp < 0) FAIL(FM_ERR_HDF5, "Cannot create group /traces/%s in \"%s\"; HDF5 says: %s", job->run, job->path, h5_msg(b));
+  if (grp < 0) FAIL(FM_ERR_HDF5, "Cannot create group /traces/%s in \"%s\"; HDF5 says: %s", job->run, job->path, FMH5LastMessage(b));
 
   memset(names, 0, sizeof(names));
   for (int k = 0; k < FM_TRACE_NKINDS; k++) snprintf(names[k], sizeof(names[k]), "%s", FMTraceKindNames[k]);
-  TRY(attr_str(grp, "time_unit", "s", 0, 0));
-  TRY(attr_int(grp, "nranks", job->mpi_size));
-  TRY(attr_double(grp, "nevents", (double)job->ev_total));
-  TRY(attr_str(grp, "kind_names", names[0], FM_TRACE_NKINDS, sizeof(names[0])));
-  TRY(attr_str(grp, "clock", "FMTime (CLOCK_MONOTONIC); origin: FMTraceCreate_Private, per node after a barrier", 0, 0));
-  TRY(attr_double(grp, "bytes_needed", job->bytes_needed));
-  TRY(attr_double(grp, "bytes_allgather", job->bytes_allgather));
+  TRY(FMH5AttrWriteStr(grp, "time_unit", "s"));
+  TRY(FMH5AttrWriteInt(grp, "nranks", job->mpi_size));
+  TRY(FMH5AttrWriteDouble(grp, "nevents", (double)job->ev_total));
+  TRY(FMH5AttrWriteStrs(grp, "kind_names", FM_TRACE_NKINDS, sizeof(names[0]), names[0]));
+  TRY(FMH5AttrWriteStr(grp, "clock", "FMTime (CLOCK_MONOTONIC); origin: FMTraceCreate_Private, per node after a barrier"));
+  TRY(FMH5AttrWriteDouble(grp, "bytes_needed", job->bytes_needed));
+  TRY(FMH5AttrWriteDouble(grp, "bytes_allgather", job->bytes_allgather));
 
   /* ranks: one row per rank */
   {
@@ -631,9 +498,9 @@ static FMErrorCode write_run(hid_t file, const WriteJob *job)
     sp = H5Screate_simple(1, &dims, NULL);
     ft = row_type(1);
     mt = row_type(0);
-    if (sp < 0 || ft < 0 || mt < 0) FAIL(FM_ERR_HDF5, "Cannot create the type of /traces/%s/ranks; HDF5 says: %s", job->run, h5_msg(b));
+    if (sp < 0 || ft < 0 || mt < 0) FAIL(FM_ERR_HDF5, "Cannot create the type of /traces/%s/ranks; HDF5 says: %s", job->run, FMH5LastMessage(b));
     d = H5Dcreate2(grp, "ranks", ft, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (d < 0) FAIL(FM_ERR_HDF5, "Cannot create dataset /traces/%s/ranks in \"%s\"; HDF5 says: %s", job->run, job->path, h5_msg(b));
+    if (d < 0) FAIL(FM_ERR_HDF5, "Cannot create dataset /traces/%s/ranks in \"%s\"; HDF5 says: %s", job->run, job->path, FMH5LastMessage(b));
     TRY(write_slice(d, mt, job->nrows, job->row_off, job->rows, job->dxpl, "the ranks table"));
     H5Dclose(d); d = -1;
     H5Tclose(ft); ft = -1;
@@ -648,9 +515,9 @@ static FMErrorCode write_run(hid_t file, const WriteJob *job)
     ft = event_type(1);
     mt = event_type(0);
     if (sp < 0 || dcpl < 0 || ft < 0 || mt < 0 || H5Pset_chunk(dcpl, 1, &chunk) < 0)
-      FAIL(FM_ERR_HDF5, "Cannot set up dataset /traces/%s/events; HDF5 says: %s", job->run, h5_msg(b));
+      FAIL(FM_ERR_HDF5, "Cannot set up dataset /traces/%s/events; HDF5 says: %s", job->run, FMH5LastMessage(b));
     d = H5Dcreate2(grp, "events", ft, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    if (d < 0) FAIL(FM_ERR_HDF5, "Cannot create dataset /traces/%s/events in \"%s\"; HDF5 says: %s", job->run, job->path, h5_msg(b));
+    if (d < 0) FAIL(FM_ERR_HDF5, "Cannot create dataset /traces/%s/events in \"%s\"; HDF5 says: %s", job->run, job->path, FMH5LastMessage(b));
     if (job->ev_total) TRY(write_slice(d, mt, job->nev, job->ev_off, job->ev, job->dxpl, "the events"));
   }
 done:
@@ -672,12 +539,12 @@ static FMErrorCode open_file(const char *path, int exists, hid_t fapl, hid_t *fi
   char b[256];
   if (exists) {
     *file = H5Fopen(path, H5F_ACC_RDWR, fapl);
-    FMCheck(*file >= 0, MPI_COMM_SELF, FM_ERR_FILE, "Argument 2 (path): cannot open \"%s\" for writing; HDF5 says: %s", path, h5_msg(b));
+    FMCheck(*file >= 0, MPI_COMM_SELF, FM_ERR_FILE, "Argument 2 (path): cannot open \"%s\" for writing; HDF5 says: %s", path, FMH5LastMessage(b));
   } else {
     errno = 0;
     *file = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
     FMCheck(*file >= 0, MPI_COMM_SELF, FM_ERR_FILE, "Argument 2 (path): cannot create \"%s\" (%s); HDF5 says: %s", path,
-            errno ? strerror(errno) : "no system error", h5_msg(b));
+            errno ? strerror(errno) : "no system error", FMH5LastMessage(b));
   }
   return FM_SUCCESS;
 }
@@ -687,12 +554,12 @@ static FMErrorCode save_serial_local(const WriteJob *job, int exists)
 {
   hid_t file = -1;
   FMErrorCode ierr = open_file(job->path, exists, H5P_DEFAULT, &file);
-  if (!ierr) ierr = check_format(file, job->path);
+  if (!ierr) ierr = FMH5CheckFormat_Private(file, job->path, "a trace");
   if (!ierr) ierr = write_run(file, job);
   if (file >= 0 && H5Fclose(file) < 0 && !ierr) {
     char b[256];
     ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_FILE, "Cannot close (flush) \"%s\"; HDF5 says: %s",
-                           job->path, h5_msg(b));
+                           job->path, FMH5LastMessage(b));
   }
   if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
   return FM_SUCCESS;
@@ -792,15 +659,15 @@ static FMErrorCode save_parallel(FMTrace tr, WriteJob *job, int exists)
   dxpl = H5Pcreate(H5P_DATASET_XFER);
   if (fapl < 0 || dxpl < 0 || H5Pset_fapl_mpio(fapl, tr->comm, MPI_INFO_NULL) < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0)
     ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5, "Cannot set up the MPI-IO property lists; HDF5 says: %s",
-                           h5_msg(b));
+                           FMH5LastMessage(b));
   job->dxpl = dxpl;
   if (!ierr) ierr = open_file(job->path, exists, fapl, &file);
   ierr = FMAgree_Private(tr->comm, ierr, __FILE__, __func__, __LINE__);
-  if (!ierr) ierr = FMAgree_Private(tr->comm, check_format(file, job->path), __FILE__, __func__, __LINE__);
+  if (!ierr) ierr = FMAgree_Private(tr->comm, FMH5CheckFormat_Private(file, job->path, "a trace"), __FILE__, __func__, __LINE__);
   if (!ierr) ierr = FMAgree_Private(tr->comm, write_run(file, job), __FILE__, __func__, __LINE__);
   if (file >= 0 && H5Fclose(file) < 0 && !ierr)
     ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_FILE, "Cannot close (flush) \"%s\"; HDF5 says: %s",
-                           job->path, h5_msg(b));
+                           job->path, FMH5LastMessage(b));
   if (fapl >= 0) H5Pclose(fapl);
   if (dxpl >= 0) H5Pclose(dxpl);
   ierr = FMAgree_Private(tr->comm, ierr, __FILE__, __func__, __LINE__);
@@ -822,15 +689,12 @@ FMErrorCode FMTraceSave_Private(FMTrace tr, const char *path)
 #else
   {
     WriteJob job;
-    H5E_auto2_t efunc = NULL;
-    void *edata = NULL;
+    FMH5Quiet q;
     FMBool serial = FM_FALSE;
     const char *env = getenv("FM_TRACE_SERIAL");
     double in[3], sum[3];
     int hdr[2] = {0, 0}; /* exists, serial (rank 0 decides) */
     long long n = (long long)tr->n, total = 0;
-    time_t now;
-    struct tm tmv;
     char created[64];
     FMErrorCode ierr;
 
@@ -838,13 +702,10 @@ FMErrorCode FMTraceSave_Private(FMTrace tr, const char *path)
     if (env && env[0] && strcmp(env, "0")) serial = FM_TRUE;
     if (!FM_HAVE_HDF5_PARALLEL) serial = FM_TRUE;
     memset(&job, 0, sizeof(job));
-    H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    FMH5QuietPush(&q);
     ierr = FM_SUCCESS;
     if (tr->rank == 0) {
-      now = time(NULL);
-      localtime_r(&now, &tmv);
-      if (!strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%S%z", &tmv)) snprintf(created, sizeof(created), "unknown");
+      FMH5Timestamp(created);
       hdr[1] = serial ? 1 : 0;
       if (access(path, F_OK) == 0) {
         htri_t h = H5Fis_hdf5(path);
@@ -857,7 +718,7 @@ FMErrorCode FMTraceSave_Private(FMTrace tr, const char *path)
     }
     ierr = FMAgree_Private(tr->comm, ierr, __FILE__, __func__, __LINE__);
     if (ierr) {
-      H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+      FMH5QuietPop(&q);
       return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
     }
     in[0] = tr->bytes_needed;
@@ -865,7 +726,7 @@ FMErrorCode FMTraceSave_Private(FMTrace tr, const char *path)
     in[2] = 0;
     if (MPI_Bcast(hdr, 2, MPI_INT, 0, tr->comm) || MPI_Bcast(created, sizeof(created), MPI_CHAR, 0, tr->comm) ||
         MPI_Allreduce(in, sum, 3, MPI_DOUBLE, MPI_SUM, tr->comm) || MPI_Allreduce(&n, &total, 1, MPI_LONG_LONG, MPI_SUM, tr->comm)) {
-      H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+      FMH5QuietPop(&q);
       FMRaise(MPI_COMM_SELF, FM_ERR_MPI, "MPI collective failed while saving trace \"%s\" to \"%s\"", tr->run, path);
     }
     job.path = path;
@@ -880,7 +741,7 @@ FMErrorCode FMTraceSave_Private(FMTrace tr, const char *path)
     else
 #endif
       ierr = save_serial(tr, &job, hdr[0]);
-    H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+    FMH5QuietPop(&q);
     if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
     return FM_SUCCESS;
   }

@@ -242,18 +242,7 @@ FMErrorCode FMMaskValidate_Private(FMMask m);
 struct FMMaskDesc_s;
 FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc);
 
-/* ---------------- HDF5 files (src/sys/trace.c; only with FM_HAVE_HDF5) ---------------- */
-/*
- * FMH5WriteRootAttrs_Private - write (or refresh) the root attributes every flashmask HDF5
- *   file carries: format = "flashmask", format_version = 1 (int32), library_version
- *   (FMGetVersion()), created (ISO 8601 local time), mpi_size (int32).
- *   file      an open HDF5 file (an hid_t; int64_t here so this header needs no hdf5.h)
- *   mpi_size  size of the communicator that wrote the file
- *   created   the timestamp to store, or NULL for now (under parallel HDF5 every rank must
- *             pass the same string, e.g. rank 0's broadcast)
- *   Not collective with serial HDF5; collective (same arguments) with an MPI-IO file.
- */
-FMErrorCode FMH5WriteRootAttrs_Private(int64_t file, int mpi_size, const char *created);
+/* ---------------- HDF5 files: the shared helpers (FMH5*) are in fmh5.h ---------------- */
 
 /* ---------------- plan ---------------- */
 struct _p_FMPlan {

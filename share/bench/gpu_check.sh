@@ -17,7 +17,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 nvidia-smi -L
 t0=$(date +%s)
-if ! (./autogen.sh && ./configure && make -j"$(nproc)") > "$OUT/build.log" 2>&1; then
+if ! (./autogen.sh && ./configure CC=mpicc && make -j"$(nproc)") > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"; echo "gpu_check: build failed"; exit 1
 fi
 echo "build: $(($(date +%s) - t0)) s"

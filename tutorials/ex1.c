@@ -222,8 +222,8 @@ int main(int argc, char **argv)
              batch, hq, hkv, dim, FMDTypeName(dtype), FMBackendName(backend), size, size > 1 ? "s" : "");
       for (int i = 0; i < 4; i++) {
         double rel = r[i] > 0 ? d[i] / r[i] : d[i];
-        printf("  max |%-2s - %-2s(cpu)| = %.3e  (relative to max |%s| %.3e)%s\n", name[i], name[i], d[i], name[i], rel,
-               (rel <= tol) ? "" : "  <-- too large");
+        printf("  max |%-2s - %-2s(cpu)| = %.3e, relative to max |%s|: %.3e (tolerance %.0e)%s\n", name[i], name[i], d[i],
+               name[i], rel, tol, (rel <= tol) ? "" : "  <-- too large");
         if (!(rel <= tol)) ok = 0;
       }
       printf("  forward  %9.3f ms  %8.2f TFLOP/s\n", tf * 1e3, flops / tf * 1e-12);

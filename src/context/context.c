@@ -277,12 +277,7 @@ FMErrorCode FMContextGetDevice(FMContext ctx, int *device)
 FMErrorCode FMContextDestroy(FMContext *ctx)
 {
   FMContext c;
-  FMValidPointer(ctx, 1);
-  c = *ctx;
-  if (!c) return FM_SUCCESS;
-  FMValidHeader(c, FM_CLASSID_CONTEXT, 1);
-  *ctx = NULL;
-  if (--c->hdr.refct > 0) return FM_SUCCESS;
+  FMHeaderRelease(ctx, FM_CLASSID_CONTEXT, c);
   FMCall(FMContextDestroyNCCL_Private(c));
 #if FM_HAVE_HWLOC
   if (c->topology) hwloc_topology_destroy((hwloc_topology_t)c->topology);

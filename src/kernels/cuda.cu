@@ -14,12 +14,6 @@
 #include <flashmask/private/fmkernels.h>
 #include "sm90/fwd_sm90.cuh"
 
-#define FMCallCUDA(expr)                                                             \
-  do {                                                                               \
-    cudaError_t fm_cerr_ = (expr);                                                   \
-    if (fm_cerr_ != cudaSuccess)                                                     \
-      FMRaise(MPI_COMM_SELF, FM_ERR_CUDA, "CUDA error in %s: %s (%s)", #expr, cudaGetErrorName(fm_cerr_), cudaGetErrorString(fm_cerr_)); \
-  } while (0)
 
 /* The device copy of a mask (the handle behind FMCudaMaskUpload's void *). */
 typedef struct {

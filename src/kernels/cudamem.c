@@ -6,12 +6,6 @@
 #include <flashmask/private/fmkernels.h>
 #include <cuda_runtime_api.h>
 
-#define FMCallCUDA(expr)                                                             \
-  do {                                                                               \
-    cudaError_t fm_cerr_ = (expr);                                                   \
-    if (fm_cerr_ != cudaSuccess)                                                     \
-      FMRaise(MPI_COMM_SELF, FM_ERR_CUDA, "CUDA error in %s: %s (%s)", #expr, cudaGetErrorName(fm_cerr_), cudaGetErrorString(fm_cerr_)); \
-  } while (0)
 
 FMErrorCode FMCudaMalloc(size_t bytes, void **p)
 {

@@ -682,12 +682,7 @@ FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc)
 FMErrorCode FMMaskDestroy(FMMask *mask)
 {
   FMMask m;
-  FMValidPointer(mask, 1);
-  m = *mask;
-  if (!m) return FM_SUCCESS;
-  FMValidHeader(m, FM_CLASSID_MASK, 1);
-  *mask = NULL;
-  if (--m->hdr.refct > 0) return FM_SUCCESS;
+  FMHeaderRelease(mask, FM_CLASSID_MASK, m);
   for (int v = 0; v < 4; v++) free(m->bnd[v]);
   free_user_bounds(m);
   free(m->docs);

@@ -346,12 +346,7 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
 FMErrorCode FMPlanDestroy(FMPlan *plan)
 {
   FMPlan p;
-  FMValidPointer(plan, 1);
-  p = *plan;
-  if (!p) return FM_SUCCESS;
-  FMValidHeader(p, FM_CLASSID_PLAN, 1);
-  *plan = NULL;
-  if (--p->hdr.refct > 0) return FM_SUCCESS;
+  FMHeaderRelease(plan, FM_CLASSID_PLAN, p);
   if (p->dist) FMCall(FMPlanDestroy_Dist(p));
 #if FM_HAVE_CUDA
   if (p->gpu) FMCall(FMCudaMaskFree(p->gpu));

@@ -92,6 +92,20 @@ typedef struct {
   } while (0)
 #define FMValidPointer(p, argnum)                                                    \
   FMCheck((p) != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Null pointer: argument %d (%s)", (argnum), #p)
+/*
+ * FMHeaderRelease(pobj, cid, obj): the common start of every Destroy. Accepts a NULL handle,
+ *   checks the class, NULLs the caller's handle, drops a reference, and returns FM_SUCCESS from
+ *   the calling function unless that was the last reference; then obj holds the object to free.
+ */
+#define FMHeaderRelease(pobj, cid, obj)                                              \
+  do {                                                                               \
+    FMValidPointer(pobj, 1);                                                         \
+    (obj) = *(pobj);                                                                 \
+    if (!(obj)) return FM_SUCCESS;                                                   \
+    FMValidHeader((obj), cid, 1);                                                    \
+    *(pobj) = NULL;                                                                  \
+    if (--(obj)->hdr.refct > 0) return FM_SUCCESS;                                   \
+  } while (0)
 #define FMCheckSetUp(obj, what)                                                      \
   FMCheck(((FMObjectHeader *)(obj))->setupcalled, ((FMObjectHeader *)(obj))->comm, FM_ERR_ORDER, \
           "Must call %sSetUp() first", (what))

@@ -82,6 +82,14 @@ float FMToFloat(const void *base, size_t idx, FMDType t);
 void  FMFromFloat(void *base, size_t idx, FMDType t, float x);
 
 /* ---------------- CUDA (src/kernels/sm90, only with FM_HAVE_CUDA) ---------------- */
+/* FMCallCUDA(expr): wrap a CUDA runtime call (for files that include cuda_runtime_api.h). */
+#define FMCallCUDA(expr)                                                             \
+  do {                                                                               \
+    cudaError_t fm_cerr_ = (expr);                                                   \
+    if (fm_cerr_ != cudaSuccess)                                                     \
+      FMRaise(MPI_COMM_SELF, FM_ERR_CUDA, "CUDA error in %s: %s (%s)", #expr, cudaGetErrorName(fm_cerr_), cudaGetErrorString(fm_cerr_)); \
+  } while (0)
+
 /*
  * FMCudaMaskUpload - copy the mask's bounds and summaries to the current device.
  *   *dev receives an opaque handle to free with FMCudaMaskFree.

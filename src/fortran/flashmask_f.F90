@@ -794,6 +794,20 @@ contains
     ierr = c_FMPlanSetUp(plan%ptr)
   end subroutine fm_plan_set_up
 
+  ! fm_copy_indices(n, p, out): copy a borrowed C int array of n entries into out (reallocated).
+  subroutine fm_copy_indices(n, p, out)
+    integer(c_int), intent(in) :: n
+    type(c_ptr), intent(in) :: p
+    integer, allocatable, intent(inout) :: out(:)
+    integer(c_int), pointer :: r(:)
+    if (allocated(out)) deallocate(out)
+    allocate(out(n))
+    if (n > 0) then
+      call c_f_pointer(p, r, [n])
+      out(1:n) = int(r(1:n))
+    end if
+  end subroutine fm_copy_indices
+
   ! fm_plan_get_local_rows(plan, nlocal, rows, ierr): the number of query rows this rank
   ! owns and their 0-based global indices, in the order the local tensors hold them
   ! (rows is allocated here with size nlocal).
@@ -804,18 +818,12 @@ contains
     integer, intent(out) :: ierr
     integer(c_int) :: n
     type(c_ptr) :: p
-    integer(c_int), pointer :: r(:)
     n = 0
     p = c_null_ptr
     ierr = c_FMPlanGetLocalRows(plan%ptr, n, p)
     nlocal = int(n)
     if (ierr /= 0) return
-    if (allocated(rows)) deallocate(rows)
-    allocate(rows(n))
-    if (n > 0) then
-      call c_f_pointer(p, r, [n])
-      rows(1:n) = int(r(1:n))
-    end if
+    call fm_copy_indices(n, p, rows)
   end subroutine fm_plan_get_local_rows
 
   ! fm_plan_get_local_keys(plan, nkeys, keys, ierr): the key positions whose K and V this
@@ -828,18 +836,12 @@ contains
     integer, intent(out) :: ierr
     integer(c_int) :: n
     type(c_ptr) :: p
-    integer(c_int), pointer :: r(:)
     n = 0
     p = c_null_ptr
     ierr = c_FMPlanGetLocalKeys(plan%ptr, n, p)
     nkeys = int(n)
     if (ierr /= 0) return
-    if (allocated(keys)) deallocate(keys)
-    allocate(keys(n))
-    if (n > 0) then
-      call c_f_pointer(p, r, [n])
-      keys(1:n) = int(r(1:n))
-    end if
+    call fm_copy_indices(n, p, keys)
   end subroutine fm_plan_get_local_keys
 
   ! fm_plan_scatter(plan, kind, root, global, local, ierr): distribute a tensor held whole

@@ -108,6 +108,53 @@ int main(int argc, char **argv)
     FMT_CHECK(m == NULL, "Destroy must NULL the handle");
   }
 
+  /* A bad pointer on one rank in a collective run-time call fails on every rank, no hang. */
+  {
+    FMContext cctx;
+    FMMask m;
+    FMPlan plan;
+    int nl, nk;
+    const int *rows, *keys;
+    FMErrorCode e;
+    FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &cctx));
+    FMT_CALL(FMContextSetBackend(cctx, FM_BACKEND_CPU));
+    FMT_CALL(FMContextSetUp(cctx));
+    FMT_CALL(FMMaskCreate(cctx, &m));
+    FMT_CALL(FMMaskSetSizes(m, 64 * size, 64 * size, 1));
+    FMT_CALL(FMMaskSetType(m, FMMASKCAUSAL));
+    FMT_CALL(FMMaskSetUp(m));
+    FMT_CALL(FMPlanCreate(cctx, &plan));
+    FMT_CALL(FMPlanSetMask(plan, m));
+    FMT_CALL(FMPlanSetShape(plan, 1, 1, 1, 8, FM_DTYPE_FP32));
+    FMT_CALL(FMPlanSetUp(plan));
+    FMT_CALL(FMPlanGetLocalRows(plan, &nl, &rows));
+    FMT_CALL(FMPlanGetLocalKeys(plan, &nk, &keys));
+    float *qb = calloc((size_t)(nl + 1) * 8, sizeof(float)), *kb = calloc((size_t)(nk + 1) * 8, sizeof(float));
+    float *lb = calloc((size_t)nl + 1, sizeof(float));
+    e = FMPlanForward(plan, qb, kb, kb, rank == size - 1 ? NULL : qb, lb);
+    if (rank == size - 1 && nl > 0) FMT_CHECK(e == FM_ERR_ARG_NULL, "rank with o = NULL got %s", FMErrorString(e));
+    else if (size > 1) FMT_CHECK(e == FM_ERR_COLLECTIVE || (rank == size - 1 && nl == 0 && e == FM_SUCCESS),
+                                 "rank %d got %s, expected FM_ERR_COLLECTIVE", rank, FMErrorString(e));
+    free(qb); free(kb); free(lb);
+    FMT_CALL(FMPlanDestroy(&plan));
+    FMT_CALL(FMMaskDestroy(&m));
+    FMT_CALL(FMContextDestroy(&cctx));
+  }
+
+  /* A plan refuses a mask whose communicator has other ranks (needs 2+ ranks). */
+  if (size > 1) {
+    FMContext selfctx;
+    FMMask selfmask;
+    FMPlan plan;
+    FMT_CALL(FMContextCreate(MPI_COMM_SELF, &selfctx));
+    FMT_CALL(FMMaskCreate(selfctx, &selfmask));
+    FMT_CALL(FMPlanCreate(ctx, &plan));
+    FMT_EXPECT_ERR(FMPlanSetMask(plan, selfmask), FM_ERR_ARG_INCOMP, "communicator");
+    FMT_CALL(FMPlanDestroy(&plan));
+    FMT_CALL(FMMaskDestroy(&selfmask));
+    FMT_CALL(FMContextDestroy(&selfctx));
+  }
+
   FMT_CALL(FMContextDestroy(&ctx));
   FMT_CHECK(ctx == NULL, "Destroy must NULL the handle");
   int fails = fmt_failures, all;

@@ -155,6 +155,20 @@ int main(int argc, char **argv)
     FMT_CHECK(strstr(out, "FMPlan:") && strstr(out, "causal"), "plan view:\n%s", out);
     free(out);
   }
+  /* A mask set up again after FMPlanSetUp (new sizes) makes the plan stale until its own SetUp. */
+  {
+    int nl = 0;
+    FMT_CALL(FMMaskSetSizes(mask, 16, 16, 2));
+    FMT_CALL(FMMaskSetUp(mask));
+    FMT_EXPECT_ERR(FMPlanForward(plan, buf, buf, buf, buf, lse), FM_ERR_ORDER, "mask changed");
+    FMT_EXPECT_ERR(FMPlanGetLocalRows(plan, &nl, NULL), FM_ERR_ORDER, "mask changed");
+    FMT_CALL(FMPlanSetUp(plan));
+    FMT_CALL(FMPlanGetLocalRows(plan, &nl, NULL));
+    FMT_CHECK(nl == 16, "after a new SetUp the plan owns %d rows, expected 16", nl);
+    int nk = 0;
+    FMT_CALL(FMPlanGetLocalKeys(plan, &nk, NULL));
+    FMT_CHECK(nk == 16, "after a new SetUp the plan holds %d keys, expected 16", nk);
+  }
   FMT_CALL(FMPlanDestroy(&plan));
   FMT_CALL(FMMaskDestroy(&mask));
   FMT_CHECK(plan == NULL && mask == NULL, "Destroy must NULL handles");

@@ -114,7 +114,11 @@ int main(int argc, char **argv)
 
   CHKERR(FMInitialize(&argc, &argv, NULL, help));
   CHKERR(FMOptionsGetInt("-seqlen", "sequence length (queries and keys)", &seqlen, NULL));
-  CHKERR(FMOptionsGetInt("-iters", "timed repetitions of forward and backward", &iters, NULL));
+  CHKERR(FMOptionsGetInt("-iters", "timed repetitions of the forward pass", &iters, NULL));
+  if (iters < 1) {
+    fprintf(stderr, "ex1: -iters is %d; expected >= 1\n", iters);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
 
   /* 1. Context: communicator, topology, backend (GPU if present). */
   CHKERR(FMContextCreate(MPI_COMM_WORLD, &ctx));
@@ -203,6 +207,7 @@ int main(int argc, char **argv)
   CHKERR(FMPlanCreate(cpuctx, &cpuplan));
   CHKERR(FMPlanSetMask(cpuplan, mask));
   CHKERR(FMPlanSetShape(cpuplan, batch, hq, hkv, dim, dtype));
+  CHKERR(FMPlanSetFromOptions(cpuplan)); /* the same -fm_plan_* options as the plan under test */
   CHKERR(FMPlanSetUp(cpuplan));
   CHKERR(FMPlanForward(cpuplan, q, k, v, o2, lse2));
   CHKERR(FMPlanBackward(cpuplan, q, k, v, o2, lse2, dout, dq2, dk2, dv2));

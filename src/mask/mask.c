@@ -494,6 +494,7 @@ FMErrorCode FMMaskSetUp(FMMask mask)
             (unsigned long long)in[0]);
   }
   mask->hdr.setupcalled = 1;
+  mask->state++;
   FMCall(FMOptionsGetView_Private("-fm_mask_view", "print the mask at set-up (FMMaskView)", &view));
   if (view) FMCall(FMMaskView(mask, stdout));
   return FM_SUCCESS;

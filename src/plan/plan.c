@@ -17,7 +17,12 @@ FMErrorCode FMPlanCreate(FMContext ctx, FMPlan *plan)
   FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
   FMValidPointer(plan, 2);
   *plan = NULL;
+  FMLogEvent ev_fwd, ev_bwd;
+  FMCall(FMLogEventRegister("FMPlanForward", &ev_fwd));
+  FMCall(FMLogEventRegister("FMPlanBackward", &ev_bwd));
   FMCall(FMCalloc(1, &p));
+  p->ev_fwd = ev_fwd;
+  p->ev_bwd = ev_bwd;
   p->hdr.classid = FM_CLASSID_PLAN;
   p->hdr.class_name = "FMPlan";
   p->hdr.refct = 1;
@@ -26,8 +31,6 @@ FMErrorCode FMPlanCreate(FMContext ctx, FMPlan *plan)
   ctx->hdr.refct++;
   p->batch = 1; p->heads_q = 1; p->heads_kv = 1; p->head_dim = 64;
   p->dtype = FM_DTYPE_FP32;
-  FMCall(FMLogEventRegister("FMPlanForward", &p->ev_fwd));
-  FMCall(FMLogEventRegister("FMPlanBackward", &p->ev_bwd));
   *plan = p;
   return FM_SUCCESS;
 }
@@ -36,6 +39,12 @@ FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask)
 {
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   FMValidHeader(mask, FM_CLASSID_MASK, 2);
+  {
+    int cmp;
+    FMCallMPI(MPI_Comm_compare(plan->hdr.comm, mask->hdr.comm, &cmp));
+    FMCheck(cmp == MPI_IDENT || cmp == MPI_CONGRUENT, plan->hdr.comm, FM_ERR_ARG_INCOMP,
+            "Argument 2 (mask) lives on a communicator with other ranks than the plan's; create both on the same one");
+  }
   mask->hdr.refct++;
   FMCall(FMMaskDestroy(&plan->mask));
   plan->mask = mask;
@@ -151,11 +160,13 @@ FMErrorCode FMPlanSetUp(FMPlan plan)
   if (plan->ctx->size > 1) {
     FMCall(FMPlanSetUp_Dist(plan));
   } else {
+    if (plan->dist) FMCall(FMPlanDestroy_Dist(plan)); /* a layout built for an earlier set-up */
     free(plan->rows);
     plan->nlocal = plan->mask->seqlen_q;
     FMCall(FMMalloc(plan->nlocal, &plan->rows));
     for (int i = 0; i < plan->nlocal; i++) plan->rows[i] = i;
   }
+  plan->mask_state = plan->mask->state;
   plan->hdr.setupcalled = 1;
   FMCall(FMOptionsGetView_Private("-fm_plan_view", "print the plan at set-up (FMPlanView)", &view));
   if (view) FMCall(FMPlanView(plan, stdout));
@@ -167,6 +178,8 @@ FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   FMValidPointer(nlocal, 2);
   FMCheckSetUp(plan, "FMPlan");
+  FMCheck(plan->mask->hdr.setupcalled && plan->mask_state == plan->mask->state, plan->hdr.comm, FM_ERR_ORDER,
+          "The mask changed after FMPlanSetUp(); call FMMaskSetUp() and FMPlanSetUp() again");
   *nlocal = plan->nlocal;
   if (global_rows) *global_rows = plan->rows;
   return FM_SUCCESS;
@@ -205,42 +218,65 @@ static FMErrorCode stage_in(FMStage *s, const void *d, size_t bytes, void *strea
 }
 #endif
 
-FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
+/*
+ * Run-time checks of Forward/Backward, on every rank and agreed (FMAgree by the caller), so a
+ * bad pointer on one rank never leaves the others waiting in a collective. NULL is accepted for
+ * a tensor of which this rank holds no rows (or keys).
+ */
+static FMErrorCode check_run(FMPlan plan, const char *fn, int n, const void *const *ptr, const char *const *name,
+                             const int *iskey)
+{
+  int nkeys;
+  FMCheck(plan->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMPlanSetUp() before %s()", fn);
+  FMCheck(plan->mask->hdr.setupcalled && plan->mask_state == plan->mask->state, MPI_COMM_SELF, FM_ERR_ORDER,
+          "The mask changed after FMPlanSetUp(); call FMMaskSetUp() and FMPlanSetUp() again before %s()", fn);
+  if (plan->ctx->size > 1) FMCall(FMPlanGetLocalKeys(plan, &nkeys, NULL));
+  else nkeys = plan->mask->seqlen_k;
+  for (int i = 0; i < n; i++)
+    FMCheck(ptr[i] || (iskey[i] ? nkeys == 0 : plan->nlocal == 0), MPI_COMM_SELF, FM_ERR_ARG_NULL,
+            "Null pointer: argument %d (%s) of %s()", i + 2, name[i], fn);
+  return FM_SUCCESS;
+}
+
+/* Single-rank forward on the plan's backend. */
+static FMErrorCode forward_local(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
 {
   FMAttnProblem p;
-  double flops = 0;
   float *lse_tmp = NULL;
   FMErrorCode ierr = FM_SUCCESS;
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCheck(plan->hdr.setupcalled, plan->hdr.comm, FM_ERR_ORDER, "Must call FMPlanSetUp() before FMPlanForward()");
-  FMValidPointer(q, 2);
-  FMValidPointer(k, 3);
-  FMValidPointer(v, 4);
-  FMValidPointer(o, 5);
-  FMCall(FMLogEventBegin(plan->ev_fwd));
-  if (plan->ctx->size > 1) {
-    FMCall(FMPlanForward_Dist(plan, q, k, v, o, lse));
-  } else {
-    FMCall(FMPlanGetProblem_Private(plan, &p));
-    if (plan->backend == FM_BACKEND_CUDA) {
+  FMCall(FMPlanGetProblem_Private(plan, &p));
+  if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
-      size_t nl = (size_t)p.batch * p.heads_q * p.nq;
-      FMCall(check_device_args(plan, 5, (const void *[]){q, k, v, o, lse}, (const char *[]){"q", "k", "v", "o", "lse"}));
-      if (!lse) FMCall(FMCudaMalloc(nl * sizeof(float), (void **)&lse_tmp));
-      ierr = FMCudaForward(&p, plan->gpu, q, k, v, o, lse ? lse : lse_tmp, plan->stream);
-      if (lse_tmp) FMCall(FMCudaFree(lse_tmp));
+    size_t nl = (size_t)p.batch * p.heads_q * p.nq;
+    FMCall(check_device_args(plan, 5, (const void *[]){q, k, v, o, lse}, (const char *[]){"q", "k", "v", "o", "lse"}));
+    if (!lse) FMCall(FMCudaMalloc(nl * sizeof(float), (void **)&lse_tmp));
+    ierr = FMCudaForward(&p, plan->gpu, q, k, v, o, lse ? lse : lse_tmp, plan->stream);
+    if (lse_tmp) FMCall(FMCudaFree(lse_tmp));
 #else
-      FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
+    FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
 #endif
-    } else {
-      if (!lse) FMCall(FMMalloc((size_t)p.batch * p.heads_q * p.nq, &lse_tmp));
-      ierr = FMCPUForward(&p, q, k, v, o, plan->dtype, lse ? lse : lse_tmp);
-      free(lse_tmp);
-    }
-    FMCall(ierr);
+  } else {
+    if (!lse) FMCall(FMMalloc((size_t)p.batch * p.heads_q * p.nq, &lse_tmp));
+    ierr = FMCPUForward(&p, q, k, v, o, plan->dtype, lse ? lse : lse_tmp);
+    free(lse_tmp);
   }
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
+{
+  double flops = 0;
+  FMErrorCode ierr;
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMAgree(plan->hdr.comm, check_run(plan, "FMPlanForward", 4, (const void *[]){q, k, v, o}, (const char *[]){"q", "k", "v", "o"},
+                                    (const int[]){0, 1, 1, 0}));
+  FMCall(FMLogEventBegin(plan->ev_fwd));
+  if (plan->ctx->size > 1) ierr = FMPlanForward_Dist(plan, q, k, v, o, lse);
+  else ierr = forward_local(plan, q, k, v, o, lse);
   FMCall(FMPlanGetFlops(plan, &flops));
-  FMCall(FMLogEventEnd(plan->ev_fwd, flops / plan->ctx->size, 0));
+  FMCall(FMLogEventEnd(plan->ev_fwd, ierr ? 0 : flops / plan->ctx->size, 0));
+  FMCall(ierr);
   return FM_SUCCESS;
 }
 
@@ -260,62 +296,57 @@ static FMErrorCode backward_cpu(FMPlan plan, const FMAttnProblem *p, const void 
   return FM_SUCCESS;
 }
 
+/* Single-rank backward on the plan's backend (the CUDA backend stages through the host). */
+static FMErrorCode backward_local(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+                                  const void *dout, void *dq, void *dk, void *dv)
+{
+  FMAttnProblem p;
+  FMCall(FMPlanGetProblem_Private(plan, &p));
+  if (plan->backend == FM_BACKEND_CUDA) {
+#if FM_HAVE_CUDA
+    /* No GPU backward kernel yet: stage through the host and run the exact CPU backward. */
+    size_t es = FMDTypeSize(plan->dtype);
+    size_t nqe = (size_t)p.batch * p.nq * p.heads_q * p.head_dim * es, nke = (size_t)p.batch * p.nk * p.heads_kv * p.head_dim * es;
+    size_t nl = (size_t)p.batch * p.heads_q * p.nq * sizeof(float);
+    const void *src[9] = {q, k, v, o, lse, dout, NULL, NULL, NULL};
+    size_t bytes[9] = {nqe, nke, nke, nqe, nl, nqe, nqe, nke, nke};
+    FMStage s[9];
+    FMErrorCode ierr = FM_SUCCESS;
+    FMCall(check_device_args(plan, 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
+                             (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}));
+    memset(s, 0, sizeof(s));
+    for (int i = 0; i < 9 && !ierr; i++) ierr = stage_in(&s[i], src[i], bytes[i], plan->stream);
+    if (!ierr)
+      ierr = backward_cpu(plan, &p, s[0].h, s[1].h, s[2].h, s[3].h, (const float *)s[4].h, s[5].h, s[6].h, s[7].h, s[8].h);
+    if (!ierr) ierr = FMCudaMemcpyH2D(dq, s[6].h, nqe, plan->stream);
+    if (!ierr) ierr = FMCudaMemcpyH2D(dk, s[7].h, nke, plan->stream);
+    if (!ierr) ierr = FMCudaMemcpyH2D(dv, s[8].h, nke, plan->stream);
+    for (int i = 0; i < 9; i++) free(s[i].h);
+    FMCall(ierr);
+#else
+    FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
+#endif
+  } else {
+    FMCall(backward_cpu(plan, &p, q, k, v, o, lse, dout, dq, dk, dv));
+  }
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
                            const void *dout, void *dq, void *dk, void *dv)
 {
-  FMAttnProblem p;
   double flops = 0;
+  FMErrorCode ierr;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCheck(plan->hdr.setupcalled, plan->hdr.comm, FM_ERR_ORDER, "Must call FMPlanSetUp() before FMPlanBackward()");
-  FMValidPointer(q, 2);
-  FMValidPointer(k, 3);
-  FMValidPointer(v, 4);
-  FMValidPointer(o, 5);
-  FMValidPointer(lse, 6);
-  FMValidPointer(dout, 7);
-  FMValidPointer(dq, 8);
-  FMValidPointer(dk, 9);
-  FMValidPointer(dv, 10);
+  FMAgree(plan->hdr.comm,
+          check_run(plan, "FMPlanBackward", 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
+                    (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}, (const int[]){0, 1, 1, 0, 0, 0, 0, 1, 1}));
   FMCall(FMLogEventBegin(plan->ev_bwd));
-  if (plan->ctx->size > 1) {
-    FMCall(FMPlanBackward_Dist(plan, q, k, v, o, lse, dout, dq, dk, dv));
-  } else {
-    FMCall(FMPlanGetProblem_Private(plan, &p));
-    if (plan->backend == FM_BACKEND_CUDA) {
-#if FM_HAVE_CUDA
-      /* No GPU backward kernel yet: stage through the host and run the exact CPU backward. */
-      size_t es = FMDTypeSize(plan->dtype);
-      size_t nqe = (size_t)p.batch * p.nq * p.heads_q * p.head_dim * es, nke = (size_t)p.batch * p.nk * p.heads_kv * p.head_dim * es;
-      size_t nl = (size_t)p.batch * p.heads_q * p.nq * sizeof(float);
-      FMStage s[9];
-      FMErrorCode ierr;
-      FMCall(check_device_args(plan, 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
-                               (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}));
-      memset(s, 0, sizeof(s));
-      FMCall(stage_in(&s[0], q, nqe, plan->stream));
-      FMCall(stage_in(&s[1], k, nke, plan->stream));
-      FMCall(stage_in(&s[2], v, nke, plan->stream));
-      FMCall(stage_in(&s[3], o, nqe, plan->stream));
-      FMCall(stage_in(&s[4], lse, nl, plan->stream));
-      FMCall(stage_in(&s[5], dout, nqe, plan->stream));
-      FMCall(stage_in(&s[6], NULL, nqe, plan->stream));
-      FMCall(stage_in(&s[7], NULL, nke, plan->stream));
-      FMCall(stage_in(&s[8], NULL, nke, plan->stream));
-      ierr = backward_cpu(plan, &p, s[0].h, s[1].h, s[2].h, s[3].h, (const float *)s[4].h, s[5].h, s[6].h, s[7].h, s[8].h);
-      if (!ierr) ierr = FMCudaMemcpyH2D(dq, s[6].h, nqe, plan->stream);
-      if (!ierr) ierr = FMCudaMemcpyH2D(dk, s[7].h, nke, plan->stream);
-      if (!ierr) ierr = FMCudaMemcpyH2D(dv, s[8].h, nke, plan->stream);
-      for (int i = 0; i < 9; i++) free(s[i].h);
-      FMCall(ierr);
-#else
-      FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
-#endif
-    } else {
-      FMCall(backward_cpu(plan, &p, q, k, v, o, lse, dout, dq, dk, dv));
-    }
-  }
+  if (plan->ctx->size > 1) ierr = FMPlanBackward_Dist(plan, q, k, v, o, lse, dout, dq, dk, dv);
+  else ierr = backward_local(plan, q, k, v, o, lse, dout, dq, dk, dv);
   FMCall(FMPlanGetFlops(plan, &flops));
-  FMCall(FMLogEventEnd(plan->ev_bwd, 2.5 * flops / plan->ctx->size, 0));
+  FMCall(FMLogEventEnd(plan->ev_bwd, ierr ? 0 : 2.5 * flops / plan->ctx->size, 0));
+  FMCall(ierr);
   return FM_SUCCESS;
 }
 

@@ -48,9 +48,10 @@ FMErrorCode FMOptionsSetValue(const char *name, const char *value)
       FMCheck(n, MPI_COMM_SELF, FM_ERR_MEM, "Out of memory growing the options database");
       fm_opts = n; fm_capopts = cap;
     }
-    o = &fm_opts[fm_nopts++];
+    o = &fm_opts[fm_nopts];
     memset(o, 0, sizeof(*o));
     FMCall(FMStrdup(name, &o->name));
+    fm_nopts++; /* only once the entry is complete */
   }
   free(o->value);
   o->value = NULL;
@@ -189,10 +190,12 @@ static FMErrorCode parse_int(const char *name, const char *s, int *v)
   errno = 0;
   x = strtol(s, &end, 0);
   /* accept k/K and m/M suffixes (1024, 1048576) for sequence lengths */
+  FMCheck(errno == 0 && x >= INT_MIN && x <= INT_MAX, MPI_COMM_SELF, FM_ERR_OPT,
+          "Option %s has value \"%s\"; expected an integer that fits in an int", name, s);
   if (*end == 'k' || *end == 'K') { x *= 1024; end++; }
   else if (*end == 'm' || *end == 'M') { x *= 1048576; end++; }
-  FMCheck(!*end && errno == 0 && x >= INT_MIN && x <= INT_MAX, MPI_COMM_SELF, FM_ERR_OPT,
-          "Option %s has value \"%s\"; expected an integer", name, s);
+  FMCheck(!*end && x >= INT_MIN && x <= INT_MAX, MPI_COMM_SELF, FM_ERR_OPT,
+          "Option %s has value \"%s\"; expected an integer that fits in an int", name, s);
   *v = (int)x;
   return FM_SUCCESS;
 }
@@ -327,7 +330,9 @@ FMErrorCode FMOptionsGetEnum_Private(const char *name, const char *help, const c
   {
     char line[640];
     snprintf(line, sizeof(line), "%s (one of %s)", help ? help : "", all);
-    help_line(name, line, (*value >= 0) ? list[*value] : "");
+    int nlist = 0;
+    while (list[nlist]) nlist++;
+    help_line(name, line, (*value >= 0 && *value < nlist) ? list[*value] : "");
   }
   return FM_SUCCESS;
 }

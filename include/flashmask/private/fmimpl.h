@@ -196,6 +196,7 @@ struct _p_FMMask {
   int user_present;       /* bits; -1 until the first SetBounds */
   unsigned char *user_head_set;
   int user_causal;        /* FMMaskSetCausal (type "bounds"); builders set causal themselves */
+  int state;              /* incremented by every successful FMMaskSetUp (plans compare it) */
   /* summaries */
   int block;              /* block size (both axes), default 128 */
   int nblocks_k;          /* ceil(seqlen_k / block) */
@@ -271,6 +272,7 @@ struct _p_FMPlan {
   FMBackend backend;
   void *gpu;              /* backend data (device copies of bounds/summaries), or NULL */
   void *dist;             /* context-parallel plan (src/plan/dist), or NULL */
+  int mask_state;         /* mask->state at FMPlanSetUp */
   FMLogEvent ev_fwd, ev_bwd;
 };
 

@@ -340,6 +340,7 @@ FMErrorCode FMMaskGetSizes(FMMask mask, int *seqlen_q, int *seqlen_k, int *mask_
  *   returned in their default form (lts = lte = seqlen_q, uts = ute = 0).
  *   present  out (may be NULL): FM_BOUND_* bits of the vectors that are meaningful
  *   causal   out (may be NULL): whether the causal triangle is added
+ *   Any of lts, lte, uts, ute may be NULL when that vector is not wanted.
  */
 FMErrorCode FMMaskGetBounds(FMMask mask, int head, const int32_t **lts, const int32_t **lte,
                             const int32_t **uts, const int32_t **ute, int *present, FMBool *causal);
@@ -392,7 +393,8 @@ FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask);
 
 /*
  * FMPlanSetShape - problem shape. Not collective.
- *   batch >= 1; heads_q a multiple of heads_kv; head_dim a multiple of 8 (64/128/256 on GPU)
+ *   batch >= 1; heads_q a multiple of heads_kv; head_dim a multiple of 8 (on the CUDA backend at
+ *   most 256: 64 and 128 run the Hopper kernel, other sizes a slower fallback kernel)
  *   dtype  element type of Q, K, V, O, dO, dQ, dK, dV
  *   Options: -fm_plan_batch, -fm_plan_heads, -fm_plan_kv_heads, -fm_plan_head_dim, -fm_plan_dtype
  */

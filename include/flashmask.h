@@ -474,7 +474,9 @@ typedef enum {
  *   kind    FM_PLAN_TENSOR_Q, _KV or _LSE (the layouts above)
  *   root    the rank holding the global tensor
  *   global  the global tensor (significant on root only; may be NULL elsewhere)
- *   local   out: this rank's part, in the plan's local order
+ *   local   out: this rank's part, in the plan's local order (may be NULL where this rank's
+ *           local count is 0)
+ *   Argument errors on any rank are returned on every rank.
  */
 FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *global, void *local);
 
@@ -482,8 +484,10 @@ FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *
  * FMPlanGather - the inverse of FMPlanScatter: assemble the global tensor on root.
  *   Collective on the plan, after FMPlanSetUp.
  *   kind, root  as in FMPlanScatter
- *   local   this rank's part, in the plan's local order
+ *   local   this rank's part, in the plan's local order (may be NULL where this rank's local
+ *           count is 0)
  *   global  out: the global tensor (significant on root only; may be NULL elsewhere)
+ *   Argument errors on any rank are returned on every rank.
  */
 FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *local, void *global);
 

@@ -5,7 +5,8 @@
  * partition, route, pruning and overlap setting; FMPlanScatter/FMPlanGather; the bytes
  * actually received equal what the needed set and route predict and, on document masks,
  * stay strictly below an unpruned all-gather; a rank with a different mask fails with
- * FM_ERR_MISMATCH on every rank. The ring schedule baseline (-fm_plan_schedule ring) gives the
+ * FM_ERR_MISMATCH on every rank; a NULL global on root or a NULL local where the local count is
+ * > 0 in FMPlanScatter/FMPlanGather fails on every rank (NULL is fine where the count is 0). The ring schedule baseline (-fm_plan_schedule ring) gives the
  * same results; its bytes are (P-1) x the K/V of all ranks in all, each rank receiving every
  * block but its own, per link level as FMDistRingBytes predicts; on document masks the pruned
  * gather moves strictly fewer bytes than the ring. Run on 1, 2, 3 and 4 ranks.
@@ -340,6 +341,80 @@ static void test_mismatch(FMContext ctx)
   }
 }
 
+/* every rank got what it expected (the failing rank its own code, the others FM_ERR_COLLECTIVE) */
+static void expect_everywhere(FMErrorCode e, int bad, const char *what)
+{
+  FMErrorCode want = rank == bad ? FM_ERR_ARG_NULL : FM_ERR_COLLECTIVE;
+  int ok = e == want, all;
+  FMT_CHECK(ok, "rank %d: %s on rank %d gave %s (\"%s\"), expected %s", rank, what, bad, FMErrorString(e), FMGetLastErrorMessage(),
+            FMErrorString(want));
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  FMT_CHECK(all, "%s on rank %d was not an error on every rank", what, bad);
+}
+
+/*
+ * FMPlanScatter / FMPlanGather argument errors on one rank are errors on every rank, never a
+ * hang: a NULL global on root, a NULL local where the local count is > 0. A NULL local where
+ * the count is 0 is accepted (the two-chunk plan leaves ranks without rows on 3+ ranks), and
+ * the scattered / gathered data are right after the failed calls.
+ */
+static void test_move_errors(FMContext ctx)
+{
+  Case cs[] = {{FMMASKCAUSALDOCUMENT, 256, 256, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "balanced", "hierarchical", "0", 1, 1, 0, NULL},
+               {FMMASKCAUSAL, 200, 200, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "contiguous", "hierarchical", "150", 1, 1, 0, NULL}};
+  for (int v = 0; v < 2; v++) {
+    const Case *c = &cs[v];
+    size_t unit = (size_t)c->Hq * c->D, ng = (size_t)c->B * c->Sq * unit;
+    float *gq = malloc(sizeof(float) * ng), *back = malloc(sizeof(float) * ng), *lq, *ref;
+    const int *rows;
+    int nl, bad, root = v; /* root 0, then 1 */
+    uint64_t s = seed + 4242 + v;
+    FMMask mask;
+    FMPlan plan;
+    FMErrorCode e;
+    set_opts(c);
+    FMT_CALL(make_mask(ctx, c, 7, &mask));
+    FMT_CALL(FMPlanCreate(ctx, &plan));
+    FMT_CALL(FMPlanSetMask(plan, mask));
+    FMT_CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dtype));
+    FMT_CALL(FMPlanSetUp(plan));
+    FMT_CALL(FMPlanGetLocalRows(plan, &nl, &rows));
+    fill(gq, ng, &s);
+    lq = malloc(sizeof(float) * ((size_t)c->B * nl * unit + 1));
+    ref = malloc(sizeof(float) * ((size_t)c->B * nl * unit + 1));
+    pick(ref, gq, c->B, c->Sq, unit * sizeof(float), nl, rows);
+    /* the highest rank that owns rows */
+    bad = nl > 0 ? rank : -1;
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+
+    FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
+    e = FMPlanScatter(plan, FM_PLAN_TENSOR_Q, root, NULL, lq);
+    FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+    expect_everywhere(e, root, "FMPlanScatter with a NULL global on root");
+
+    FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
+    e = FMPlanGather(plan, FM_PLAN_TENSOR_Q, root, rank == bad ? NULL : lq, rank == root ? back : NULL);
+    FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+    expect_everywhere(e, bad, "FMPlanGather with a NULL local (count > 0)");
+
+    FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
+    e = FMPlanScatter(plan, FM_PLAN_TENSOR_Q, root, rank == root ? gq : NULL, rank == bad ? NULL : lq);
+    FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+    expect_everywhere(e, bad, "FMPlanScatter with a NULL local (count > 0)");
+
+    /* still usable; NULL local where this rank has no rows */
+    for (size_t i = 0; i < (size_t)c->B * nl * unit; i++) lq[i] = NAN;
+    FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, root, rank == root ? gq : NULL, nl > 0 ? lq : NULL));
+    FMT_CHECK(!memcmp(lq, ref, sizeof(float) * c->B * nl * unit), "rank %d: FMPlanScatter after the failed calls gave wrong rows", rank);
+    for (size_t i = 0; i < ng; i++) back[i] = NAN;
+    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_Q, root, nl > 0 ? lq : NULL, rank == root ? back : NULL));
+    if (rank == root) FMT_CHECK(!memcmp(back, gq, sizeof(float) * ng), "FMPlanGather after the failed calls differs from the global Q");
+    FMT_CALL(FMPlanDestroy(&plan));
+    FMT_CALL(FMMaskDestroy(&mask));
+    free(gq); free(back); free(lq); free(ref);
+  }
+}
+
 int main(int argc, char **argv)
 {
   FMContext ctx;
@@ -387,6 +462,7 @@ int main(int argc, char **argv)
   if (size > 1) {
     FMT_CHECK(ndoc > 0, "no pruned document case was compared with the all-gather");
     test_mismatch(ctx);
+    test_move_errors(ctx);
     test_ring(ctx, &ndoc);
     if (size >= 3) FMT_CHECK(relayed_total > 0, "no hierarchical case on %d ranks relayed a chunk inside a virtual node", size);
   }

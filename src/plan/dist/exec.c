@@ -165,6 +165,21 @@ static FMErrorCode setup_route(FMPlan plan, FMDist *d)
     double o = 0;
     for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) { d->boff[d->part.rchunks[b]] = o; o += d->cbytes[d->part.rchunks[b]]; }
   }
+  if (plan->ctx->size > 1) {
+    /* every MPI message size must fit in an int: the K/V chunks (gather) or blocks (ring) and
+       their fp32 dK/dV partials. The sizes are the same on every rank (the plan hash agreed),
+       so this is the only check; the executor's messages cannot overflow afterwards. */
+    double mx = 0;
+    const char *what = d->schedule == FM_DIST_SCHED_RING ? "ring block" : "K/V chunk";
+    if (d->schedule == FM_DIST_SCHED_RING)
+      for (int r = 0; r < plan->ctx->size; r++) mx = d->rbytes[r] > mx ? d->rbytes[r] : mx;
+    else
+      for (int c = 0; c < C; c++) mx = d->cbytes[c] > mx ? d->cbytes[c] : mx;
+    FMCheck(mx <= 2147483647.0 && 4.0 * (mx / (double)elsize(plan)) <= 2147483647.0, MPI_COMM_SELF, FM_ERR_SUP,
+            "The largest %s has %.0f bytes (%.0f bytes of fp32 dK/dV partials); one MPI message holds at most 2147483647; "
+            "lower -fm_plan_chunk or use more ranks",
+            what, mx, 4.0 * (mx / (double)elsize(plan)));
+  }
   if (d->schedule == FM_DIST_SCHED_RING && plan->ctx->size > 1) {
     /* P-1 steps: everything but our own block arrives; we forward all but the block of me+1 */
     int P = plan->ctx->size;
@@ -234,7 +249,7 @@ FMErrorCode FMPlanSetUp_Dist(FMPlan plan)
 
   /* consistency: mask, shape and options must be the same everywhere (hash, gathered) */
   FMCall(plan_hash(plan, &m, d, &hash));
-  FMCall(FMMalloc(P, &all));
+  FMAgree(comm, FMMalloc(P, &all)); /* on failure all is NULL here: nothing to free */
   ierr = (FMErrorCode)MPI_Allgather(&hash, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, comm);
   if (ierr) { free(all); FMCallMPI((int)ierr); }
   for (int r = 1; r < P; r++)
@@ -252,11 +267,13 @@ FMErrorCode FMPlanSetUp_Dist(FMPlan plan)
     FMErrorCode loc = FMDistChunksInit(m.seqlen_q, m.seqlen_k, d->chunk_opt, P, m.block, &d->ch);
     if (!loc) loc = FMMalloc(d->ch.nchunks, &myneed);
     if (!loc) loc = setup_local(plan, d, &m, myneed);
-    FMAgree(comm, loc);
+    if (!loc) loc = FMMalloc((size_t)P * d->ch.nchunks, &d->needed);
+    loc = FMAgree_Private(comm, loc, __FILE__, __func__, __LINE__);
+    if (loc) { free(myneed); return FMTraceback_Private(__FILE__, __func__, __LINE__, loc); }
   }
-  FMCall(FMMalloc((size_t)P * d->ch.nchunks, &d->needed));
-  FMCallMPI(MPI_Allgather(myneed, d->ch.nchunks, MPI_UNSIGNED_CHAR, d->needed, d->ch.nchunks, MPI_UNSIGNED_CHAR, comm));
+  ierr = (FMErrorCode)MPI_Allgather(myneed, d->ch.nchunks, MPI_UNSIGNED_CHAR, d->needed, d->ch.nchunks, MPI_UNSIGNED_CHAR, comm);
   free(myneed);
+  FMCallMPI((int)ierr);
   FMAgree(comm, setup_route(plan, d));
   (void)me;
   return FM_SUCCESS;
@@ -431,20 +448,47 @@ static FMErrorCode pack_own(Exec *e, int c, const void *k, const void *v)
   return FM_SUCCESS;
 }
 
-static int too_big(double bytes) { return bytes > 2147483647.0; }
+/*
+ * TRY(expr): on error add a traceback line and jump to the function's cleanup label (which
+ * frees everything and returns ierr). Used where an early return would leak.
+ */
+#define TRY(expr)                                                                    \
+  do {                                                                               \
+    ierr = (expr);                                                                   \
+    if (ierr != FM_SUCCESS) { ierr = FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); goto cleanup; } \
+  } while (0)
+#define TRY_MPI(expr)                                                                \
+  do {                                                                               \
+    int fm_mpierr_ = (expr);                                                         \
+    if (fm_mpierr_ != MPI_SUCCESS) {                                                 \
+      char fm_mpimsg_[MPI_MAX_ERROR_STRING]; int fm_mpilen_ = 0;                     \
+      MPI_Error_string(fm_mpierr_, fm_mpimsg_, &fm_mpilen_);                         \
+      ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_MPI, "MPI error in %s: %s", #expr, fm_mpimsg_); \
+      goto cleanup;                                                                  \
+    }                                                                                \
+  } while (0)
 
-/* Post the K/V gather: receives for every incoming chunk, sends of owned chunks. */
-static FMErrorCode gather_begin(Exec *e, const void *k, const void *v)
+/* The K/V gather's local part: pack the owned chunks, allocate every incoming one. Not collective. */
+static FMErrorCode gather_alloc(Exec *e, const void *k, const void *v)
 {
   FMDist *d = e->d;
-  MPI_Comm comm = e->plan->hdr.comm;
   int me = e->plan->ctx->rank;
   for (int c = 0; c < d->ch.nchunks; c++)
     if (d->part.owner[c] == me) FMCall(pack_own(e, c, k, v));
+  for (int i = 0; i < d->nin; i++) FMCall(FMMalloc((size_t)d->cbytes[d->in[i].chunk] + 1, &e->buf[d->in[i].chunk]));
+  return FM_SUCCESS;
+}
+
+/*
+ * Post the K/V gather (after gather_alloc, agreed): receives for every incoming chunk, sends
+ * of owned chunks. Message sizes fit in an int (checked once at set-up, FMPlanSetUp_Dist).
+ */
+static FMErrorCode gather_post(Exec *e)
+{
+  FMDist *d = e->d;
+  MPI_Comm comm = e->plan->hdr.comm;
   for (int i = 0; i < d->nin; i++) {
     int c = d->in[i].chunk;
-    FMCheck(!too_big(d->cbytes[c]), MPI_COMM_SELF, FM_ERR_SUP, "Chunk %d has %.0f bytes, more than one MPI message holds; lower -fm_plan_chunk", c, d->cbytes[c]);
-    FMCall(FMMalloc((size_t)d->cbytes[c] + 1, &e->buf[c]));
     FMCallMPI(MPI_Irecv(e->buf[c], (int)d->cbytes[c], MPI_BYTE, d->in[i].src, c, comm, &e->rreq[i]));
     e->rpost[i] = FMTime();
   }
@@ -626,24 +670,26 @@ static FMErrorCode ring_fwd_block(Exec *e, int r, char *blk, float *oacc, float 
 static FMErrorCode ring_forward(Exec *e, const void *k, const void *v, float *oacc, float *lacc, float *opart, float *lpart, int *first)
 {
   Ring R;
-  char *cur, *nxt, *t;
+  char *cur = NULL, *nxt = NULL, *t;
+  FMErrorCode ierr = FM_SUCCESS;
   ring_init(e, &R);
-  FMCheck(!too_big(R.maxb), MPI_COMM_SELF, FM_ERR_SUP, "A ring block of %.0f bytes is more than one MPI message holds", R.maxb);
-  FMCall(FMMalloc((size_t)R.maxb + 1, &cur));
-  FMCall(FMMalloc((size_t)R.maxb + 1, &nxt));
+  ierr = FMMalloc((size_t)R.maxb + 1, &cur);
+  if (!ierr) ierr = FMMalloc((size_t)R.maxb + 1, &nxt);
+  TRY(FMAgree_Private(e->plan->hdr.comm, ierr, __FILE__, __func__, __LINE__));
   ring_pack(e, cur, k, v);
   for (int s = 0; s < R.P; s++) {
     int r = (R.me - s + 2 * R.P) % R.P, rn = (R.me - s - 1 + 2 * R.P) % R.P, comm = s < R.P - 1;
     MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     double post[2];
-    if (comm) FMCall(ring_post(e, &R, r, rn, cur, nxt, rq, post));
-    if (e->d->overlap || !comm) FMCall(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
-    if (comm) FMCall(ring_wait(e, &R, r, rn, rq, post));
-    if (!e->d->overlap && comm) FMCall(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
+    if (comm) TRY(ring_post(e, &R, r, rn, cur, nxt, rq, post));
+    if (e->d->overlap || !comm) TRY(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
+    if (comm) TRY(ring_wait(e, &R, r, rn, rq, post));
+    if (!e->d->overlap && comm) TRY(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
     t = cur; cur = nxt; nxt = t;
   }
+cleanup:
   free(cur); free(nxt);
-  return FM_SUCCESS;
+  return ierr;
 }
 
 /*
@@ -661,33 +707,33 @@ static FMErrorCode ring_backward(Exec *e, const void *k, const void *v, const vo
   MPI_Comm comm = plan->hdr.comm;
   Ring R;
   size_t B = (size_t)plan->batch, row = (size_t)plan->heads_kv * plan->head_dim, ng;
-  char *cur, *nxt, *t;
-  float *gpart, *gsend, *gin, *ft;
+  char *cur = NULL, *nxt = NULL, *t;
+  float *gpart = NULL, *gsend = NULL, *gin = NULL, *ft;
+  FMErrorCode ierr = FM_SUCCESS;
   MPI_Request gsq = MPI_REQUEST_NULL, grq = MPI_REQUEST_NULL;
   double gpost = 0, grpost = 0, t0;
   int gsr = -1;
 
   ring_init(e, &R);
   ng = (size_t)(R.maxb / e->es); /* floats of the largest dK/dV block */
-  FMCheck(!too_big(R.maxb) && !too_big(4.0 * ng), MPI_COMM_SELF, FM_ERR_SUP, "A ring block of %.0f bytes is more than one MPI message holds",
-          4.0 * ng);
-  FMCall(FMMalloc((size_t)R.maxb + 1, &cur));
-  FMCall(FMMalloc((size_t)R.maxb + 1, &nxt));
-  FMCall(FMMalloc(ng + 1, &gpart));
-  FMCall(FMMalloc(ng + 1, &gsend));
-  FMCall(FMMalloc(ng + 1, &gin));
+  ierr = FMMalloc((size_t)R.maxb + 1, &cur);
+  if (!ierr) ierr = FMMalloc((size_t)R.maxb + 1, &nxt);
+  if (!ierr) ierr = FMMalloc(ng + 1, &gpart);
+  if (!ierr) ierr = FMMalloc(ng + 1, &gsend);
+  if (!ierr) ierr = FMMalloc(ng + 1, &gin);
+  TRY(FMAgree_Private(comm, ierr, __FILE__, __func__, __LINE__));
   ring_pack(e, cur, k, v);
   for (int s = 0; s < R.P; s++) {
     int r = (R.me - s + 2 * R.P) % R.P, rn = (R.me - s - 1 + 2 * R.P) % R.P, comm_kv = s < R.P - 1;
     size_t nr = (size_t)(d->rbytes[r] / e->es);
     MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     double post[2];
-    if (comm_kv) FMCall(ring_post(e, &R, r, rn, cur, nxt, rq, post));
+    if (comm_kv) TRY(ring_post(e, &R, r, rn, cur, nxt, rq, post));
     if (s > 0) { /* the running dK/dV sum of block r from its previous holders */
-      FMCallMPI(MPI_Irecv(gin, (int)nr, MPI_FLOAT, R.prev, R.tag_g, comm, &grq));
+      TRY_MPI(MPI_Irecv(gin, (int)nr, MPI_FLOAT, R.prev, R.tag_g, comm, &grq));
       grpost = FMTime();
     }
-    if (!d->overlap && comm_kv) FMCall(ring_wait(e, &R, r, rn, rq, post));
+    if (!d->overlap && comm_kv) TRY(ring_wait(e, &R, r, rn, rq, post));
     memset(gpart, 0, nr * sizeof(float));
     for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) {
       int c = d->part.rchunks[b], k0, k1;
@@ -699,27 +745,27 @@ static FMErrorCode ring_backward(Exec *e, const void *k, const void *v, const vo
       FMDistChunkKeys(&d->ch, c, &k0, &k1);
       p.k0 = k0; p.nk = (int)len;
       t0 = FMTime();
-      FMCall(FMCPUBackward(&p, q, kc, kc + B * len * e->row_kv, o, lse, dout, dqacc, gc, gc + n, FM_DTYPE_FP32));
+      TRY(FMCPUBackward(&p, q, kc, kc + B * len * e->row_kv, o, lse, dout, dqacc, gc, gc + n, FM_DTYPE_FP32));
       tr_rec(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, 10.0 * B * p.heads_q * p.nq * (double)len * p.head_dim, -1, c);
     }
-    if (d->overlap && comm_kv) FMCall(ring_wait(e, &R, r, rn, rq, post));
+    if (d->overlap && comm_kv) TRY(ring_wait(e, &R, r, rn, rq, post));
     if (s > 0) {
       t0 = FMTime();
-      FMCallMPI(MPI_Wait(&grq, MPI_STATUS_IGNORE));
+      TRY_MPI(MPI_Wait(&grq, MPI_STATUS_IGNORE));
       tr_rec(e, FM_TRACE_WAIT, t0, FMTime(), 0, 0, -1, -1);
       tr_rec(e, FM_TRACE_RECV, grpost, FMTime(), 4.0 * nr, 0, R.prev, ring_first_chunk(d, r));
       for (size_t i = 0; i < nr; i++) gpart[i] = gin[i] + gpart[i];
     }
     /* the previous sum must have left before its buffer takes this one */
     t0 = FMTime();
-    FMCallMPI(MPI_Wait(&gsq, MPI_STATUS_IGNORE));
+    TRY_MPI(MPI_Wait(&gsq, MPI_STATUS_IGNORE));
     if (gsr >= 0) {
       double t1 = FMTime();
       tr_rec(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
       tr_rec(e, FM_TRACE_REDUCE, gpost, t1, d->rbytes[gsr] / e->es * 4.0, 0, R.next, ring_first_chunk(d, gsr));
     }
     ft = gsend; gsend = gpart; gpart = ft;
-    FMCallMPI(MPI_Isend(gsend, (int)nr, MPI_FLOAT, R.next, R.tag_g, comm, &gsq));
+    TRY_MPI(MPI_Isend(gsend, (int)nr, MPI_FLOAT, R.next, R.tag_g, comm, &gsq));
     gpost = FMTime(); gsr = r;
     t = cur; cur = nxt; nxt = t;
   }
@@ -729,8 +775,8 @@ static FMErrorCode ring_backward(Exec *e, const void *k, const void *v, const vo
     MPI_Status st;
     double t1;
     t0 = FMTime();
-    FMCallMPI(MPI_Recv(gin, (int)nme, MPI_FLOAT, R.prev, R.tag_g, comm, &st));
-    FMCallMPI(MPI_Wait(&gsq, MPI_STATUS_IGNORE));
+    TRY_MPI(MPI_Recv(gin, (int)nme, MPI_FLOAT, R.prev, R.tag_g, comm, &st));
+    TRY_MPI(MPI_Wait(&gsq, MPI_STATUS_IGNORE));
     t1 = FMTime();
     tr_rec(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
     tr_rec(e, FM_TRACE_RECV, t0, t1, 4.0 * nme, 0, R.prev, ring_first_chunk(d, R.me));
@@ -747,22 +793,23 @@ static FMErrorCode ring_backward(Exec *e, const void *k, const void *v, const vo
         }
     }
   }
+cleanup:
   free(cur); free(nxt); free(gpart); free(gsend); free(gin);
-  return FM_SUCCESS;
+  return ierr;
 }
 
 FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
 {
   Exec e;
   FMDist *d;
-  size_t no, nl;
-  float *oacc, *lacc, *opart, *lpart;
+  size_t no = 0, nl = 0;
+  float *oacc = NULL, *lacc = NULL, *opart = NULL, *lpart = NULL;
   int first = 1, me = plan->ctx->rank, c;
+  FMErrorCode ierr;
 
   if (plan->ctx->size == 1) { /* a plain single call */
     FMAttnProblem p;
     float *tmp = NULL;
-    FMErrorCode ierr;
     FMCall(FMPlanGetProblem_Private(plan, &p));
     if (!lse) FMCall(FMMalloc((size_t)p.batch * p.heads_q * p.nq + 1, &tmp));
     ierr = FMCPUForward(&p, q, k, v, o, plan->dtype, lse ? lse : tmp);
@@ -770,36 +817,42 @@ FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const 
     FMCall(ierr);
     return FM_SUCCESS;
   }
-  FMCall(exec_init(plan, &e));
+  /* every local allocation (Exec state, accumulators, the gather's chunk buffers) is agreed
+     before the first message, so one rank's failure is an error everywhere, not a hang */
+  ierr = exec_init(plan, &e);
   d = e.d;
-  e.qptr = q;
-  no = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
-  nl = (size_t)plan->batch * plan->heads_q * plan->nlocal;
-  FMCall(FMMalloc(no + 1, &oacc));
-  FMCall(FMMalloc(no + 1, &opart));
-  FMCall(FMMalloc(nl + 1, &lacc));
-  FMCall(FMMalloc(nl + 1, &lpart));
+  if (!ierr) {
+    e.qptr = q;
+    no = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
+    nl = (size_t)plan->batch * plan->heads_q * plan->nlocal;
+    ierr = FMMalloc(no + 1, &oacc);
+    if (!ierr) ierr = FMMalloc(no + 1, &opart);
+    if (!ierr) ierr = FMMalloc(nl + 1, &lacc);
+    if (!ierr) ierr = FMMalloc(nl + 1, &lpart);
+    if (!ierr && d->schedule != FM_DIST_SCHED_RING) ierr = gather_alloc(&e, k, v);
+  }
+  TRY(FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__));
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
-  FMCall(tr_begin(&e, "forward"));
+  TRY(tr_begin(&e, "forward"));
   if (d->schedule == FM_DIST_SCHED_RING) {
-    FMCall(ring_forward(&e, k, v, oacc, lacc, opart, lpart, &first));
+    TRY(ring_forward(&e, k, v, oacc, lacc, opart, lpart, &first));
   } else {
-    FMCall(gather_begin(&e, k, v));
+    TRY(gather_post(&e));
     if (d->overlap) {
       /* local K/V first, then each chunk as it arrives while the rest are in flight */
       for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
-        FMCall(fwd_chunk(&e, d->part.rchunks[b], oacc, lacc, opart, lpart, &first));
+        TRY(fwd_chunk(&e, d->part.rchunks[b], oacc, lacc, opart, lpart, &first));
       for (;;) {
-        FMCall(gather_next(&e, &c));
+        TRY(gather_next(&e, &c));
         if (c < 0) break;
-        FMCall(fwd_chunk(&e, c, oacc, lacc, opart, lpart, &first));
+        TRY(fwd_chunk(&e, c, oacc, lacc, opart, lpart, &first));
       }
     } else {
       /* everything first (relays still forward as chunks come), then compute in chunk order */
-      do FMCall(gather_next(&e, &c));
+      do TRY(gather_next(&e, &c));
       while (c >= 0);
       for (c = 0; c < d->ch.nchunks; c++)
-        if (e.buf[c]) FMCall(fwd_chunk(&e, c, oacc, lacc, opart, lpart, &first));
+        if (e.buf[c]) TRY(fwd_chunk(&e, c, oacc, lacc, opart, lpart, &first));
     }
   }
   if (first) { /* no visible key at all on this rank */
@@ -808,11 +861,12 @@ FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const 
   }
   to_dtype(o, plan->dtype, oacc, no);
   if (lse) memcpy(lse, lacc, nl * sizeof(float));
-  FMCall(finish_sends(&e));
-  FMCall(tr_end(&e, "forward"));
+  TRY(finish_sends(&e));
+  TRY(tr_end(&e, "forward"));
+cleanup:
   free(oacc); free(opart); free(lacc); free(lpart);
   exec_free(&e);
-  return FM_SUCCESS;
+  return ierr;
 }
 
 FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
@@ -822,15 +876,15 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
   FMDist *d;
   MPI_Comm comm = plan->hdr.comm;
   int me = plan->ctx->rank, C, c, B = plan->batch;
-  size_t nqe;
-  float *dqacc, **g, **cb;
-  int *pending;
-  MPI_Request *crq, *psq;
-  double t0, *cpost, *ppost;
+  size_t nqe = 0;
+  float *dqacc = NULL, **g = NULL, **cb = NULL;
+  int *pending = NULL;
+  MPI_Request *crq = NULL, *psq = NULL;
+  double t0, *cpost = NULL, *ppost = NULL;
+  FMErrorCode ierr;
 
   if (plan->ctx->size == 1) { /* a plain single call */
     FMAttnProblem p;
-    FMErrorCode ierr;
     FMCall(FMPlanGetProblem_Private(plan, &p));
     nqe = (size_t)p.batch * p.nq * p.heads_q * p.head_dim;
     FMCall(FMCalloc(nqe + 1, &dqacc));
@@ -840,45 +894,55 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
     FMCall(ierr);
     return FM_SUCCESS;
   }
-  FMCall(exec_init(plan, &e));
+  /* every local allocation (Exec state, dQ accumulator, chunk buffers, dK/dV partials) is
+     agreed before the first message, so one rank's failure is an error everywhere */
+  ierr = exec_init(plan, &e);
   d = e.d;
-  e.qptr = q;
-  C = d->ch.nchunks;
-  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
-  nqe = (size_t)B * plan->nlocal * plan->heads_q * plan->head_dim;
-  FMCall(FMCalloc(nqe + 1, &dqacc));
-  if (d->schedule == FM_DIST_SCHED_RING) {
-    FMErrorCode ierr;
-    FMCall(tr_begin(&e, "backward"));
-    ierr = ring_backward(&e, k, v, q, o, lse, dout, dqacc, dk, dv);
-    if (!ierr) to_dtype(dq, plan->dtype, dqacc, nqe);
-    if (!ierr) ierr = tr_end(&e, "backward");
-    free(dqacc);
-    exec_free(&e);
-    FMCall(ierr);
-    return FM_SUCCESS;
+  C = d ? d->ch.nchunks : 0;
+  if (!ierr) {
+    e.qptr = q;
+    nqe = (size_t)B * plan->nlocal * plan->heads_q * plan->head_dim;
+    ierr = FMCalloc(nqe + 1, &dqacc);
   }
-  FMCall(FMCalloc(C, &g));
-  FMCall(FMCalloc(d->nout + 1, &cb));
-  FMCall(FMCalloc(C, &pending));
-  FMCall(FMMalloc(d->nout + 1, &crq));
-  FMCall(FMMalloc(d->nin + 1, &psq));
+  if (!ierr && d->schedule == FM_DIST_SCHED_RING) {
+    TRY(FMAgree_Private(comm, ierr, __FILE__, __func__, __LINE__));
+    d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+    TRY(tr_begin(&e, "backward"));
+    TRY(ring_backward(&e, k, v, q, o, lse, dout, dqacc, dk, dv));
+    to_dtype(dq, plan->dtype, dqacc, nqe);
+    TRY(tr_end(&e, "backward"));
+    goto cleanup;
+  }
+  if (!ierr) ierr = FMCalloc(C, &g);
+  if (!ierr) ierr = FMCalloc(d->nout + 1, &cb);
+  if (!ierr) ierr = FMCalloc(C, &pending);
+  if (!ierr) ierr = FMMalloc(d->nout + 1, &crq);
+  if (!ierr) ierr = FMMalloc(d->nin + 1, &psq);
+  if (!ierr) ierr = FMCalloc(d->nout + 1, &cpost);
+  if (!ierr) ierr = FMCalloc(d->nin + 1, &ppost);
+  for (int i = 0; !ierr && i < d->nout; i++)
+    ierr = FMMalloc(2 * (size_t)B * chunk_len(d, d->out[i].chunk) * plan->heads_kv * plan->head_dim + 1, &cb[i]);
+  /* the dK/dV partial of every chunk held here: the owned ones and the incoming ones */
+  for (c = 0; !ierr && c < C; c++) {
+    int held = d->part.owner[c] == me;
+    for (int i = 0; !held && i < d->nin; i++) held = d->in[i].chunk == c;
+    if (held) ierr = FMCalloc(2 * (size_t)B * chunk_len(d, c) * plan->heads_kv * plan->head_dim + 1, &g[c]);
+  }
+  if (!ierr) ierr = gather_alloc(&e, k, v);
+  TRY(FMAgree_Private(comm, ierr, __FILE__, __func__, __LINE__));
   for (int i = 0; i <= d->nout; i++) crq[i] = MPI_REQUEST_NULL;
   for (int i = 0; i <= d->nin; i++) psq[i] = MPI_REQUEST_NULL;
-  FMCall(FMCalloc(d->nout + 1, &cpost));
-  FMCall(FMCalloc(d->nin + 1, &ppost));
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+  TRY(tr_begin(&e, "backward"));
 
   /* dK/dV partials come back from every rank this one sent a chunk to (the reverse route) */
   for (int i = 0; i < d->nout; i++) {
     size_t n = 2 * (size_t)B * chunk_len(d, d->out[i].chunk) * plan->heads_kv * plan->head_dim;
-    FMCheck(!too_big(4.0 * n), MPI_COMM_SELF, FM_ERR_SUP, "A dK/dV partial of %.0f bytes is more than one MPI message holds", 4.0 * n);
-    FMCall(FMMalloc(n + 1, &cb[i]));
-    FMCallMPI(MPI_Irecv(cb[i], (int)n, MPI_FLOAT, d->out[i].dst, C + d->out[i].chunk, comm, &crq[i]));
+    TRY_MPI(MPI_Irecv(cb[i], (int)n, MPI_FLOAT, d->out[i].dst, C + d->out[i].chunk, comm, &crq[i]));
     cpost[i] = FMTime();
     pending[d->out[i].chunk]++;
   }
-  FMCall(tr_begin(&e, "backward"));
-  FMCall(gather_begin(&e, k, v));
+  TRY(gather_post(&e));
   {
     /* recompute on each held chunk with the final O and LSE; dQ accumulates over chunks */
     int order_own = 1, b = d->part.rstart[me];
@@ -887,17 +951,17 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
       size_t len, n;
       int k0, k1;
       if (order_own && b < d->part.rstart[me + 1]) c = d->part.rchunks[b++];
-      else { order_own = 0; FMCall(gather_next(&e, &c)); if (c < 0) break; }
+      else { order_own = 0; TRY(gather_next(&e, &c)); if (c < 0) break; }
       len = chunk_len(d, c);
       n = (size_t)B * len * plan->heads_kv * plan->head_dim;
-      FMCall(FMCalloc(2 * n + 1, &g[c]));
+      /* g[c] was allocated (zeroed) before the agreement */
       if (!needs(&e, c)) continue;
       FMDistChunkKeys(&d->ch, c, &k0, &k1);
       p.k0 = k0; p.nk = (int)len;
       t0 = FMTime();
-      FMCall(FMCPUBackward(&p, q, e.buf[c], e.buf[c] + (size_t)B * len * e.row_kv, o, lse, dout, dqacc, g[c], g[c] + n, FM_DTYPE_FP32));
+      TRY(FMCPUBackward(&p, q, e.buf[c], e.buf[c] + (size_t)B * len * e.row_kv, o, lse, dout, dqacc, g[c], g[c] + n, FM_DTYPE_FP32));
       tr_rec(&e, FM_TRACE_COMPUTE, t0, FMTime(), 0, 10.0 * B * p.heads_q * p.nq * (double)len * p.head_dim, -1, c);
-      FMCall(poll_sends(&e));
+      TRY(poll_sends(&e));
     }
   }
   /* reduce: a chunk is final here when every child's partial arrived; then up to the parent or into dK/dV */
@@ -917,7 +981,7 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
         if (d->parent[c] >= 0) {
           int ii = 0;
           while (ii < d->nin && d->in[ii].chunk != c) ii++;
-          FMCallMPI(MPI_Isend(g[c], (int)n, MPI_FLOAT, d->parent[c], C + c, comm, &psq[ii]));
+          TRY_MPI(MPI_Isend(g[c], (int)n, MPI_FLOAT, d->parent[c], C + c, comm, &psq[ii]));
           ppost[ii] = FMTime();
         } else if (d->part.owner[c] == me) {
           size_t row = (size_t)plan->heads_kv * plan->head_dim, nk = (size_t)d->nkeys;
@@ -933,8 +997,12 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
       }
       if (left == 0) break;
       t0 = FMTime();
-      FMCallMPI(MPI_Waitany(d->nout, crq, &idx, MPI_STATUS_IGNORE));
-      FMCheck(idx != MPI_UNDEFINED, MPI_COMM_SELF, FM_ERR_LIB, "dK/dV reduction: %d chunks wait for partials that were never posted", left);
+      TRY_MPI(MPI_Waitany(d->nout, crq, &idx, MPI_STATUS_IGNORE));
+      if (idx == MPI_UNDEFINED) {
+        ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB,
+                               "dK/dV reduction: %d chunks wait for partials that were never posted", left);
+        goto cleanup;
+      }
       {
         double t1 = FMTime(), nb = 8.0 * B * chunk_len(d, d->out[idx].chunk) * plan->heads_kv * plan->head_dim;
         tr_rec(&e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
@@ -945,7 +1013,7 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
   }
   to_dtype(dq, plan->dtype, dqacc, nqe);
   t0 = FMTime();
-  FMCallMPI(MPI_Waitall(d->nin, psq, MPI_STATUSES_IGNORE));
+  TRY_MPI(MPI_Waitall(d->nin, psq, MPI_STATUSES_IGNORE));
   {
     double t1 = FMTime();
     tr_rec(&e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
@@ -954,13 +1022,16 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
       if (ppost[i] > 0) tr_rec(&e, FM_TRACE_REDUCE, ppost[i], t1, 8.0 * B * chunk_len(d, cc) * plan->heads_kv * plan->head_dim, 0, d->in[i].src, cc);
     }
   }
-  FMCall(finish_sends(&e));
-  FMCall(tr_end(&e, "backward"));
-  for (c = 0; c < C; c++) free(g[c]);
-  for (int i = 0; i < d->nout; i++) free(cb[i]);
+  TRY(finish_sends(&e));
+  TRY(tr_end(&e, "backward"));
+cleanup:
+  if (g)
+    for (c = 0; c < C; c++) free(g[c]);
+  if (cb)
+    for (int i = 0; i < d->nout; i++) free(cb[i]);
   free(g); free(cb); free(pending); free(crq); free(psq); free(dqacc); free(cpost); free(ppost);
   exec_free(&e);
-  return FM_SUCCESS;
+  return ierr;
 }
 
 FMErrorCode FMPlanView_Dist(FMPlan plan, FILE *fp)
@@ -1054,72 +1125,93 @@ static FMErrorCode kind_layout(FMPlan plan, FMPlanTensor kind, int r, int *n, in
   return FM_SUCCESS;
 }
 
-static FMErrorCode move(FMPlan plan, FMPlanTensor kind, int root, const void *global_in, void *global_out, const void *local_in,
+/*
+ * Scatter (global_in on root -> local_out) or gather (local_in -> global_out on root). Every
+ * argument check and root's allocations end in one FMAgree before any communication, so a
+ * bad pointer or an allocation failure on one rank is an error on every rank, never a hang.
+ * A NULL local buffer is accepted on a rank whose local count is 0.
+ */
+static FMErrorCode move(FMPlan plan, FMPlanTensor kind, int root, int scatter, const void *global_in, void *global_out, const void *local_in,
                         void *local_out)
 {
   MPI_Comm comm = plan->hdr.comm;
-  int P = plan->ctx->size, me = plan->ctx->rank, *cnt = NULL, *dsp = NULL, n, *idx, S;
-  size_t outer, unit, total;
+  int P = plan->ctx->size, me = plan->ctx->rank, *cnt = NULL, *dsp = NULL, n = 0, *idx = NULL, S = 0;
+  size_t outer = 0, unit = 0, total = 0, pos = 0;
   char *pk = NULL;
+  FMErrorCode ierr;
   FMCall(ensure_dist(plan));
   FMCheck(root >= 0 && root < P, comm, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (root) is %d; expected 0..%d", root, P - 1);
   FMCheck(kind == FM_PLAN_TENSOR_Q || kind == FM_PLAN_TENSOR_KV || kind == FM_PLAN_TENSOR_LSE, comm, FM_ERR_ARG_OUTOFRANGE,
           "Argument 2 (kind) is %d; expected FM_PLAN_TENSOR_Q, _KV or _LSE", (int)kind);
-  FMCall(kind_layout(plan, kind, me, &n, &idx, &outer, &unit, &S));
+  ierr = kind_layout(plan, kind, me, &n, &idx, &outer, &unit, &S);
   free(idx);
-  total = outer * (size_t)S * unit;
-  FMCheck(total <= 2147483647.0, comm, FM_ERR_SUP, "The global tensor has %zu bytes, more than one MPI call moves", total);
-  if (me == root) {
-    size_t pos = 0;
-    FMCheck(global_in || global_out, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Argument 4 (global) is NULL on the root rank %d", root);
-    FMCall(FMMalloc(P, &cnt));
-    FMCall(FMMalloc(P, &dsp));
-    FMCall(FMMalloc(total + 1, &pk));
+  total = outer * (size_t)S * unit; /* the same on every rank */
+  if (!ierr && total > 2147483647.0)
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_SUP, "The global tensor has %zu bytes, more than one MPI call moves",
+                           total);
+  if (!ierr && n > 0 && !(scatter ? (const void *)local_out : local_in))
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_ARG_NULL,
+                           "Null pointer: argument %d (local) on rank %d, whose local count is %d; expected a buffer of %zu bytes",
+                           scatter ? 5 : 4, me, n, outer * (size_t)n * unit);
+  if (!ierr && me == root && !(scatter ? global_in : (const void *)global_out))
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_ARG_NULL,
+                           "Null pointer: argument %d (global) on the root rank %d", scatter ? 4 : 5, root);
+  if (!ierr && me == root) ierr = FMMalloc(P, &cnt);
+  if (!ierr && me == root) ierr = FMMalloc(P, &dsp);
+  if (!ierr && me == root) ierr = FMMalloc(total + 1, &pk);
+  for (int r = 0; !ierr && me == root && r < P; r++) {
+    int nr, *ir = NULL, Sr;
+    ierr = kind_layout(plan, kind, r, &nr, &ir, &outer, &unit, &Sr);
+    if (ierr) break;
+    cnt[r] = (int)(outer * nr * unit);
+    dsp[r] = (int)pos;
+    if (scatter)
+      for (size_t o = 0; o < outer; o++)
+        for (int i = 0; i < nr; i++, pos += unit) memcpy(pk + pos, (const char *)global_in + (o * S + (size_t)ir[i]) * unit, unit);
+    else pos += outer * nr * unit;
+    free(ir);
+  }
+  ierr = FMAgree_Private(comm, ierr, __FILE__, __func__, __LINE__);
+  if (ierr) goto cleanup;
+  if (scatter) ierr = MPI_Scatterv(pk, cnt, dsp, MPI_BYTE, local_out, (int)(outer * n * unit), MPI_BYTE, root, comm);
+  else ierr = MPI_Gatherv(local_in, (int)(outer * n * unit), MPI_BYTE, pk, cnt, dsp, MPI_BYTE, root, comm);
+  if (ierr) {
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_MPI, "MPI error %d in %s", (int)ierr,
+                           scatter ? "MPI_Scatterv" : "MPI_Gatherv");
+    goto cleanup;
+  }
+  if (!scatter && me == root) {
+    pos = 0;
     for (int r = 0; r < P; r++) {
-      int nr, *ir, Sr;
-      FMCall(kind_layout(plan, kind, r, &nr, &ir, &outer, &unit, &Sr));
-      cnt[r] = (int)(outer * nr * unit);
-      dsp[r] = (int)pos;
-      if (global_in)
-        for (size_t o = 0; o < outer; o++)
-          for (int i = 0; i < nr; i++, pos += unit) memcpy(pk + pos, (const char *)global_in + (o * S + (size_t)ir[i]) * unit, unit);
-      else pos += outer * nr * unit;
+      int nr, *ir = NULL, Sr;
+      ierr = kind_layout(plan, kind, r, &nr, &ir, &outer, &unit, &Sr);
+      if (ierr) goto cleanup;
+      for (size_t o = 0; o < outer; o++)
+        for (int i = 0; i < nr; i++, pos += unit) memcpy((char *)global_out + (o * S + (size_t)ir[i]) * unit, pk + pos, unit);
       free(ir);
     }
   }
-  if (global_in) {
-    FMCallMPI(MPI_Scatterv(pk, cnt, dsp, MPI_BYTE, local_out, (int)(outer * n * unit), MPI_BYTE, root, comm));
-  } else {
-    FMCallMPI(MPI_Gatherv(local_in, (int)(outer * n * unit), MPI_BYTE, pk, cnt, dsp, MPI_BYTE, root, comm));
-    if (me == root) {
-      size_t pos = 0;
-      for (int r = 0; r < P; r++) {
-        int nr, *ir, Sr;
-        FMCall(kind_layout(plan, kind, r, &nr, &ir, &outer, &unit, &Sr));
-        for (size_t o = 0; o < outer; o++)
-          for (int i = 0; i < nr; i++, pos += unit) memcpy((char *)global_out + (o * S + (size_t)ir[i]) * unit, pk + pos, unit);
-        free(ir);
-      }
-    }
-  }
+cleanup:
   free(pk); free(cnt); free(dsp);
+  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
   return FM_SUCCESS;
 }
 
+/*
+ * FMPlanScatter / FMPlanGather: collective; argument errors on any rank are errors on every
+ * rank (see move()). local may be NULL where this rank's local count is 0; global is read
+ * only on root.
+ */
 FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *global, void *local)
 {
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMValidPointer(local, 5);
-  if (plan->ctx->rank == root) FMValidPointer(global, 4);
-  FMCall(move(plan, kind, root, global ? global : (const void *)"", NULL, NULL, local));
+  FMCall(move(plan, kind, root, 1, global, NULL, NULL, local));
   return FM_SUCCESS;
 }
 
 FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *local, void *global)
 {
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMValidPointer(local, 4);
-  if (plan->ctx->rank == root) FMValidPointer(global, 5);
-  FMCall(move(plan, kind, root, NULL, global ? global : (void *)"", local, NULL));
+  FMCall(move(plan, kind, root, 0, NULL, global, local, NULL));
   return FM_SUCCESS;
 }

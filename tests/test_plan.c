@@ -3,6 +3,7 @@
  * and forward/backward through the plan on one rank against a float64 dense reference.
  */
 #include "fmtest.h"
+#include <flashmask/private/fmkernels.h>
 
 static int masked_cb(void *ctx, int mh, int i, int j)
 {
@@ -38,27 +39,13 @@ static void check_problem(FMContext ctx, const char *type, int Sq, int Sk, int m
   FMT_CALL(FMPlanGetLocalRows(plan, &nlocal, NULL));
   FMT_CHECK(nlocal == Sq, "one rank owns all %d rows, got %d", Sq, nlocal);
 
-  /* Inputs rounded to dtype so the float64 reference sees exactly what the plan sees. */
+  /* Inputs rounded to dtype with the library's conversion (the same one test_cpu_attn uses), so
+     the float64 reference sees exactly what the plan sees. */
   struct { double *d; void *t; size_t n; } in[4] = {{q, tq, nq}, {k, tk, nk}, {v, tv, nk}, {dout, tdo, nq}};
   for (int a = 0; a < 4; a++)
     for (size_t i = 0; i < in[a].n; i++) {
-      float x = (float)fmt_uniform(seed);
-      if (dt == FM_DTYPE_FP32) ((float *)in[a].t)[i] = x;
-      else {
-        /* round through the library's own type by a plan-independent route: bf16/fp16 via bit ops */
-        uint32_t u; memcpy(&u, &x, 4);
-        if (dt == FM_DTYPE_BF16) { u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u; memcpy(&x, &u, 4); ((uint16_t *)in[a].t)[i] = (uint16_t)(u >> 16); }
-        else { /* fp16: values in [-1,1) quantized to 2^-11 steps are exact in fp16 */
-          x = roundf(x * 2048.0f) / 2048.0f; if (x == 0) x = 1.0f / 2048;
-          uint32_t s = (u >> 31) << 15; float ax = fabsf(x); int e; float mfr = frexpf(ax, &e); /* ax = mfr*2^e */
-          uint16_t h;
-          if (e - 1 + 15 <= 0) h = (uint16_t)(s | (uint32_t)lrintf(ax * 16777216.0f));
-          else h = (uint16_t)(s | ((uint32_t)(e - 1 + 15) << 10) | ((uint32_t)lrintf((mfr * 2 - 1) * 1024) & 0x3FF));
-          if (x < 0) h |= 0x8000; else h &= 0x7FFF;
-          ((uint16_t *)in[a].t)[i] = h;
-        }
-      }
-      in[a].d[i] = x;
+      FMFromFloat(in[a].t, i, dt, (float)fmt_uniform(seed));
+      in[a].d[i] = FMToFloat(in[a].t, i, dt); /* the reference sees the rounded value */
     }
   for (size_t i = 0; i < nq * es; i++) ((unsigned char *)to)[i] = 0xFF; /* poison: NaN in every type */
   for (size_t i = 0; i < nq * es; i++) ((unsigned char *)tdq)[i] = 0xFF;
@@ -69,17 +56,7 @@ static void check_problem(FMContext ctx, const char *type, int Sq, int Sk, int m
 
   struct { const char *name; void *t; double *ref; size_t n; } out[4] = {{"O", to, o, nq}, {"dQ", tdq, dq, nq}, {"dK", tdk, dk, nk}, {"dV", tdv, dv, nk}};
   for (int a = 0; a < 4; a++) {
-    for (size_t i = 0; i < out[a].n; i++) {
-      float x;
-      if (dt == FM_DTYPE_FP32) x = ((float *)out[a].t)[i];
-      else if (dt == FM_DTYPE_BF16) { uint32_t u = (uint32_t)((uint16_t *)out[a].t)[i] << 16; memcpy(&x, &u, 4); }
-      else {
-        uint16_t h = ((uint16_t *)out[a].t)[i]; int e = (h >> 10) & 31, m = h & 1023;
-        x = e == 0 ? ldexpf((float)m, -24) : e == 31 ? NAN : ldexpf((float)(m + 1024), e - 25);
-        if (h & 0x8000) x = -x;
-      }
-      got[i] = x;
-    }
+    for (size_t i = 0; i < out[a].n; i++) got[i] = FMToFloat(out[a].t, i, dt);
     double err = fmt_relerr(got, out[a].ref, out[a].n);
     FMT_CHECK(err <= tol, "%s %s Sq=%d Sk=%d heads %d/%d mh=%d d=%d: rel. error of %s = %.3e > %.1e", type, FMDTypeName(dt), Sq,
               Sk, Hq, Hkv, mh, D, out[a].name, err, tol);

@@ -122,6 +122,8 @@ int main(int argc, char **argv)
   FMT_EXPECT_ERR(FMPlanGetLocalRows(plan, NULL, NULL), FM_ERR_ARG_NULL, "argument 2");
   {
     int b, hq, hkv, d; FMDType dt;
+    FMT_EXPECT_ERR(FMPlanGetShape(NULL, &b, NULL, NULL, NULL, NULL), FM_ERR_ARG_NULL, "argument 1");
+    FMT_EXPECT_ERR(FMPlanGetLocalKeys(plan, NULL, NULL), FM_ERR_ARG_NULL, "argument 2");
     FMT_CALL(FMPlanGetShape(plan, &b, &hq, &hkv, &d, &dt));
     FMT_CHECK(b == 1 && hq == 4 && hkv == 2 && d == 8 && dt == FM_DTYPE_FP32, "GetShape");
   }

@@ -7,6 +7,7 @@
  * Runs on one rank; no MPI traffic. Usage: test_dist_plan [-iters N]
  */
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
+#include <limits.h>
 #include <flashmask/private/fmdist.h>
 #include "fmtest.h"
 
@@ -400,6 +401,49 @@ static void check_route(FMDistRouteType type, const FMDistTopo *topo, const FMDi
   FMDistRouteDestroy(&rt);
 }
 
+/*
+ * Exchange steps (steps.c): the steps are 0..nsteps-1 in order, each transfer of the schedule
+ * appears once, within a step the order is (src, chunk), and a rank only sends a chunk it owns
+ * or received in an EARLIER step. For the ring every rank receives every non-empty chunk it
+ * does not own exactly once.
+ */
+static void check_steps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistTopo *topo, const FMDistPartition *part,
+                        const FMDistRoute *rt)
+{
+  int n = 0, ns = 0, P = part->nranks, C = part->nchunks;
+  FMDistStepXfer *x = NULL;
+  int *when = (int *)malloc(sizeof(int) * (size_t)P * C);
+  const char *what = sched == FM_DIST_SCHED_RING ? "ring" : "gather";
+  FMT_CALL(FMDistExchangeSteps(sched, ch, part, topo, rt, &n, &x, &ns));
+  for (int r = 0; r < P; r++)
+    for (int c = 0; c < C; c++) when[(size_t)r * C + c] = part->owner[c] == r ? -1 : INT_MAX;
+  if (sched != FM_DIST_SCHED_RING) FMT_CHECK(n == rt->n, "%s steps hold %d transfers, the route %d", what, n, rt->n);
+  for (int k = 0; k < n; k++) {
+    const FMDistStepXfer *t = &x[k];
+    FMT_CHECK(t->step >= 0 && t->step < ns, "%s: step %d out of 0..%d", what, t->step, ns - 1);
+    if (k > 0) {
+      FMT_CHECK(t->step == x[k - 1].step || t->step == x[k - 1].step + 1, "%s: steps not consecutive at %d", what, k);
+      if (t->step == x[k - 1].step)
+        FMT_CHECK(t->src > x[k - 1].src || (t->src == x[k - 1].src && t->chunk > x[k - 1].chunk), "%s: step %d not in (src, chunk) order",
+                  what, t->step);
+    } else FMT_CHECK(t->step == 0, "%s: first step %d", what, t->step);
+    FMT_CHECK(t->src != t->dst && t->level == (topo->node[t->src] != topo->node[t->dst]), "%s: transfer %d bad ends/level", what, k);
+    FMT_CHECK(when[(size_t)t->src * C + t->chunk] < t->step, "%s: rank %d sends chunk %d at step %d but holds it from step %d", what,
+              t->src, t->chunk, t->step, when[(size_t)t->src * C + t->chunk]);
+    FMT_CHECK(when[(size_t)t->dst * C + t->chunk] == INT_MAX, "%s: rank %d receives chunk %d twice", what, t->dst, t->chunk);
+    when[(size_t)t->dst * C + t->chunk] = t->step;
+  }
+  if (sched == FM_DIST_SCHED_RING)
+    for (int r = 0; r < P; r++)
+      for (int c = 0; c < C; c++) {
+        int k0, k1;
+        FMDistChunkKeys(ch, c, &k0, &k1);
+        if (k1 > k0) FMT_CHECK(when[(size_t)r * C + c] != INT_MAX, "ring: rank %d never receives chunk %d", r, c);
+      }
+  free(x);
+  free(when);
+}
+
 static void test_routes(int iters)
 {
   for (int it = 0; it < iters; it++) {
@@ -425,6 +469,15 @@ static void test_routes(int iters)
     check_route(FM_DIST_ROUTE_HIER, &topo, &part, need, bytes);
     FMT_CALL(FMDistRouteBuild(FM_DIST_ROUTE_FLAT, &topo, &part, need, bytes, &flat));
     FMT_CALL(FMDistRouteBuild(FM_DIST_ROUTE_HIER, &topo, &part, need, bytes, &hier));
+    {
+      FMDistChunks ch; /* 4 keys per chunk, the last one or two short or empty */
+      FMT_CALL(FMDistChunksInit(4 * C - rnd(3), C > 1 ? 4 * C - rnd(6) : 4, 4, P, 4, &ch));
+      if (ch.nchunks == C) {
+        check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &flat);
+        check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &hier);
+        check_steps(FM_DIST_SCHED_RING, &ch, &topo, &part, NULL);
+      }
+    }
     FMT_CHECK(hier.bytes[1] <= flat.bytes[1], "hierarchical inter-node bytes %g above flat %g", hier.bytes[1], flat.bytes[1]);
     if (topo.nnodes == 1) FMT_CHECK(hier.n == flat.n && hier.bytes[0] == flat.bytes[0], "on one node the routes differ");
     FMDistRouteDestroy(&flat);

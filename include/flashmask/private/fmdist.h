@@ -234,6 +234,22 @@ void FMDistRankBytes(const FMDistPartition *part, const double *cbytes, double *
  */
 void FMDistRingBytes(const FMDistTopo *t, const double *rbytes, double bytes[2]);
 
+/* ---------------- exchange steps (steps.c) ---------------- */
+typedef struct {
+  int step, chunk, src, dst;
+  int level;   /* 0: inside a node, 1: across nodes */
+} FMDistStepXfer;
+
+/*
+ * FMDistExchangeSteps - cut a schedule's transfers into exchange steps that every rank
+ *   derives alike (the rules are at the top of steps.c): the gather's route (route) or the
+ *   ring's blocks (sched = FM_DIST_SCHED_RING; route unused, may be NULL). Deterministic, no MPI.
+ *   n, x    out: the transfers sorted by step, then source rank, then chunk (free x)
+ *   nsteps  out: the number of steps (steps are 0..nsteps-1, each non-empty)
+ */
+FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
+                                const FMDistRoute *route, int *n, FMDistStepXfer **x, int *nsteps);
+
 /* ---------------- execution statistics (exec.c) ---------------- */
 typedef struct {
   double sent_bytes[2];     /* K/V bytes this rank sent in the last gather (forward or backward), per link level */

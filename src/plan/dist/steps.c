@@ -1,0 +1,116 @@
+/*
+ * steps.c - the exchange steps of a schedule (used by the GPU executor, exec_gpu.c).
+ *
+ * Every transfer gets a step key that its sender and its receiver compute alike:
+ *   gather: (hop, (dst - src) mod P, position of the chunk among the transfers of that hop
+ *           from src to dst, in chunk order)
+ *   ring:   (t) - at step t = 1..P-1 rank r receives from r-1 every chunk owned by r-t.
+ * The distinct keys, sorted, are the steps 0..nsteps-1. A step is meant to be posted as one
+ * unit (an NCCL group) on every rank: then it completes as soon as every rank has posted it,
+ * whatever the other steps do, so executing the steps in order cannot deadlock. Within a step
+ * the transfers are ordered by (src, chunk), so the transfers between one pair of ranks are
+ * posted in the same order on both sides. A relay's second hop has a larger hop number than
+ * its first, and the ring forwards at step t what arrived at step t-1, so a rank only ever
+ * sends chunks it owns or received in an earlier step (test_dist_plan checks all of this).
+ * Pure: no MPI.
+ */
+#include <flashmask/private/fmdist.h>
+#include <stdlib.h>
+
+typedef struct {
+  int a, b, c;
+  FMDistStepXfer x;
+} Keyed;
+
+static int cmp_pair(const void *u, const void *v)
+{
+  const Keyed *p = (const Keyed *)u, *q = (const Keyed *)v;
+  if (p->a != q->a) return p->a < q->a ? -1 : 1;
+  if (p->x.src != q->x.src) return p->x.src < q->x.src ? -1 : 1;
+  if (p->x.dst != q->x.dst) return p->x.dst < q->x.dst ? -1 : 1;
+  return (p->x.chunk > q->x.chunk) - (p->x.chunk < q->x.chunk);
+}
+
+static int cmp_key(const Keyed *p, const Keyed *q)
+{
+  if (p->a != q->a) return p->a < q->a ? -1 : 1;
+  if (p->b != q->b) return p->b < q->b ? -1 : 1;
+  return (p->c > q->c) - (p->c < q->c);
+}
+
+static int cmp_step(const void *u, const void *v)
+{
+  const Keyed *p = (const Keyed *)u, *q = (const Keyed *)v;
+  int k = cmp_key(p, q);
+  if (k) return k;
+  if (p->x.src != q->x.src) return p->x.src < q->x.src ? -1 : 1;
+  return (p->x.chunk > q->x.chunk) - (p->x.chunk < q->x.chunk);
+}
+
+static int klen(const FMDistChunks *ch, int c)
+{
+  int k0, k1;
+  FMDistChunkKeys(ch, c, &k0, &k1);
+  return k1 - k0;
+}
+
+FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
+                                const FMDistRoute *route, int *n, FMDistStepXfer **x, int *nsteps)
+{
+  int P = part->nranks, m = 0, cnt = 0;
+  Keyed *t;
+  FMValidPointer(n, 6);
+  FMValidPointer(x, 7);
+  FMValidPointer(nsteps, 8);
+  *n = 0; *x = NULL; *nsteps = 0;
+  if (sched == FM_DIST_SCHED_RING) {
+    for (int s = 1; s < P; s++)
+      for (int r = 0; r < P; r++) {
+        int own = ((r - s) % P + P) % P;
+        for (int b = part->rstart[own]; b < part->rstart[own + 1]; b++) cnt += klen(ch, part->rchunks[b]) > 0;
+      }
+  } else {
+    FMValidPointer(route, 5);
+    cnt = route->n;
+  }
+  FMCall(FMMalloc(cnt + 1, &t));
+  if (sched == FM_DIST_SCHED_RING) {
+    for (int s = 1; s < P; s++)
+      for (int r = 0; r < P; r++) {
+        int own = ((r - s) % P + P) % P, src = (r - 1 + P) % P;
+        for (int b = part->rstart[own]; b < part->rstart[own + 1]; b++) {
+          int c = part->rchunks[b];
+          if (klen(ch, c) <= 0) continue;
+          t[m].a = s; t[m].b = 0; t[m].c = 0;
+          t[m].x.chunk = c; t[m].x.src = src; t[m].x.dst = r;
+          t[m].x.level = topo->node[src] != topo->node[r];
+          m++;
+        }
+      }
+  } else {
+    for (int k = 0; k < route->n; k++) {
+      const FMDistXfer *y = &route->x[k];
+      t[m].a = y->stage; t[m].b = ((y->dst - y->src) % P + P) % P; t[m].c = 0;
+      t[m].x.chunk = y->chunk; t[m].x.src = y->src; t[m].x.dst = y->dst; t[m].x.level = y->level;
+      m++;
+    }
+    qsort(t, (size_t)m, sizeof(Keyed), cmp_pair);
+    for (int k = 1; k < m; k++)
+      if (t[k].a == t[k - 1].a && t[k].x.src == t[k - 1].x.src && t[k].x.dst == t[k - 1].x.dst) t[k].c = t[k - 1].c + 1;
+  }
+  qsort(t, (size_t)m, sizeof(Keyed), cmp_step);
+  {
+    FMDistStepXfer *out;
+    int s = -1;
+    FMErrorCode ierr = FMMalloc(m + 1, &out);
+    if (ierr) { free(t); FMCall(ierr); }
+    for (int k = 0; k < m; k++) {
+      if (k == 0 || cmp_key(&t[k], &t[k - 1])) s++;
+      out[k] = t[k].x;
+      out[k].step = s;
+    }
+    *n = m; *x = out; *nsteps = s + 1;
+  }
+  free(t);
+  return FM_SUCCESS;
+}

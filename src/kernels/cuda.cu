@@ -227,6 +227,7 @@ FMErrorCode FMCudaMaskFree(void *dev)
 struct FallbackParams {
   const void *q, *k, *v;
   void *o;
+  float *o32; /* non-NULL: fp32 output here instead of o */
   float *lse;
   const int4 *packed;
   const int32_t *sum;
@@ -306,12 +307,15 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) fm_fwd_
       }
     }
   }
-  T *o = (T *)p.o + (((size_t)b * p.Sq + i) * p.Hq + hq) * D;
+  const size_t oo = (((size_t)b * p.Sq + i) * p.Hq + hq) * D;
   const float inv = l > 0.f ? 1.f / l : 0.f;
 #pragma unroll
   for (int t = 0; t < DPL; t++) {
     const int d = lane + 32 * t;
-    if (d < D) o[d] = from_f<T>(acc[t] * inv);
+    if (d < D) {
+      if (p.o32) p.o32[oo + d] = acc[t] * inv;
+      else ((T *)p.o)[oo + d] = from_f<T>(acc[t] * inv);
+    }
   }
   if (lane == 0) p.lse[((size_t)b * p.Hq + hq) * p.Sq + i] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
 }
@@ -330,33 +334,16 @@ template <typename T> static cudaError_t launch_fallback(const FallbackParams &f
 /* Which path the last FMCudaForward call took (for tests and fmbench): 1 sm90, 0 fallback. */
 extern "C" { int FMCudaLastPath_Private = -1; }
 
-/*
- * FMCudaForward - masked attention forward of the whole problem on the current device,
- *   asynchronously on stream (no device-wide synchronization). Not collective.
- *   p      problem: qrows must be NULL, k0 = 0, nq = mask seqlen_q, nk = mask seqlen_k;
- *          dtype bf16 or fp16; heads_q a multiple of heads_kv and of the mask heads
- *   dmask  handle from FMCudaMaskUpload for p->mask
- *   q, k, v, o, lse  device pointers, layouts as in fmkernels.h
- *   stream cudaStream_t (NULL = default stream)
- *   Chooses the Hopper kernel on sm_90 for head dims 64 and 128, else the SIMT fallback.
- *   The environment variable FM_CUDA_FORCE_FALLBACK=1 forces the fallback (for tests).
- */
-FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v, void *o,
-                          float *lse, void *stream)
+/* The forward of FMCudaForward / FMCudaForwardF32: o (dtype) or o32 (fp32) receives O. */
+static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v, void *o,
+                                float *o32, float *lse, void *stream)
 {
   const FMCudaMask *dm = (const FMCudaMask *)dmask;
   cudaStream_t st = (cudaStream_t)stream;
   int dev = 0, major = 0, minor = 0;
   const char *force;
-  FMValidPointer(p, 1);
-  FMValidPointer(dmask, 2);
-  FMValidPointer(q, 3);
-  FMValidPointer(k, 4);
-  FMValidPointer(v, 5);
-  FMValidPointer(o, 6);
-  FMValidPointer(lse, 7);
   FMCheck(p->qrows == NULL && p->k0 == 0, MPI_COMM_SELF, FM_ERR_SUP,
-          "FMCudaForward computes whole problems only; got qrows %s and k0 = %d", p->qrows ? "set" : "NULL", p->k0);
+          "The CUDA forward takes whole (or localized) problems only; got qrows %s and k0 = %d", p->qrows ? "set" : "NULL", p->k0);
   FMCheck(p->nq == dm->seqlen_q && p->nk == dm->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
           "Problem rows nq = %d, keys nk = %d do not match the uploaded mask (%d x %d)", p->nq, p->nk, dm->seqlen_q,
           dm->seqlen_k);
@@ -380,6 +367,7 @@ FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void 
     a.k = k;
     a.v = v;
     a.o = o;
+    a.o32 = o32;
     a.lse = lse;
     a.batch = p->batch;
     a.seqlen_q = p->nq;
@@ -408,6 +396,7 @@ FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void 
     fp.k = k;
     fp.v = v;
     fp.o = o;
+    fp.o32 = o32;
     fp.lse = lse;
     fp.packed = dm->packed;
     fp.sum = dm->sum;
@@ -424,6 +413,132 @@ FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void 
     else FMCallCUDA(launch_fallback<__nv_bfloat16>(fp, p->batch, st));
     FMCudaLastPath_Private = 0;
   }
+  return FM_SUCCESS;
+}
+
+/*
+ * FMCudaForward - masked attention forward of the whole problem on the current device,
+ *   asynchronously on stream (no device-wide synchronization). Not collective.
+ *   p      problem: qrows must be NULL, k0 = 0, nq = mask seqlen_q, nk = mask seqlen_k;
+ *          dtype bf16 or fp16; heads_q a multiple of heads_kv and of the mask heads
+ *   dmask  handle from FMCudaMaskUpload for p->mask
+ *   q, k, v, o, lse  device pointers, layouts as in fmkernels.h
+ *   stream cudaStream_t (NULL = default stream)
+ *   Chooses the Hopper kernel on sm_90 for head dims 64 and 128, else the SIMT fallback.
+ *   The environment variable FM_CUDA_FORCE_FALLBACK=1 forces the fallback (for tests).
+ */
+FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v, void *o,
+                          float *lse, void *stream)
+{
+  FMValidPointer(p, 1);
+  FMValidPointer(dmask, 2);
+  FMValidPointer(q, 3);
+  FMValidPointer(k, 4);
+  FMValidPointer(v, 5);
+  FMValidPointer(o, 6);
+  FMValidPointer(lse, 7);
+  FMCall(forward_impl(p, dmask, q, k, v, o, NULL, lse, stream));
+  return FM_SUCCESS;
+}
+
+/*
+ * FMCudaForwardF32 - as FMCudaForward, but O is written in fp32 to o32 ([batch][nq][heads_q]
+ *   [head_dim], device): the partial result of a key subset, to merge with FMCudaMergePartial.
+ *   Not collective.
+ */
+FMErrorCode FMCudaForwardF32(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v, float *o32,
+                             float *lse, void *stream)
+{
+  FMValidPointer(p, 1);
+  FMValidPointer(dmask, 2);
+  FMValidPointer(q, 3);
+  FMValidPointer(k, 4);
+  FMValidPointer(v, 5);
+  FMValidPointer(o32, 6);
+  FMValidPointer(lse, 7);
+  FMCall(forward_impl(p, dmask, q, k, v, NULL, o32, lse, stream));
+  return FM_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ partial results */
+
+/*
+ * One warp per (row, head) pair: merge (o_part, l_part) into (o_acc, l_acc) through the LSE.
+ * A side with LSE -inf contributes nothing; both -inf leave O = 0, LSE = -inf.
+ */
+__global__ void fm_merge_partial(float *oacc, float *lacc, const float *opart, const float *lpart, int nq, int H, int D,
+                                 size_t npairs)
+{
+  const size_t pair = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (pair >= npairs) return;
+  /* pair = (b * H + h) * nq + i: the LSE layout [B][H][nq] */
+  const size_t i = pair % nq, bh = pair / nq, h = bh % H, b = bh / H;
+  const float la = lacc[pair], lb = lpart[pair];
+  const float m = fmaxf(la, lb);
+  float wa = 0.f, wb = 0.f, lnew = -INFINITY;
+  if (m != -INFINITY) {
+    wa = expf(la - m);
+    wb = expf(lb - m);
+    const float s = wa + wb;
+    lnew = m + logf(s);
+    wa /= s;
+    wb /= s;
+  }
+  float *oa = oacc + ((b * nq + i) * H + h) * (size_t)D;
+  const float *ob = opart + ((b * nq + i) * H + h) * (size_t)D;
+  for (int d = lane; d < D; d += 32) oa[d] = wa * oa[d] + wb * ob[d];
+  if (lane == 0) lacc[pair] = lnew;
+}
+
+/*
+ * FMCudaMergePartial - merge a partial result (o_part, lse_part: fp32, device) into the
+ *   accumulated one (o_acc, lse_acc) exactly through the LSE, asynchronously on stream.
+ *   Shapes as FMCPUMergePartial (p->batch, p->nq, p->heads_q, p->head_dim). Not collective.
+ */
+FMErrorCode FMCudaMergePartial(const FMAttnProblem *p, float *o_acc, float *lse_acc, const float *o_part, const float *lse_part,
+                               void *stream)
+{
+  const size_t npairs = (size_t)p->batch * p->heads_q * p->nq;
+  if (npairs == 0) return FM_SUCCESS;
+  fm_merge_partial<<<(unsigned)((npairs * 32 + 255) / 256), 256, 0, (cudaStream_t)stream>>>(o_acc, lse_acc, o_part, lse_part, p->nq,
+                                                                                             p->heads_q, p->head_dim, npairs);
+  FMCallCUDA(cudaGetLastError());
+  return FM_SUCCESS;
+}
+
+__global__ void fm_convert_out(const float *src, void *dst, size_t n, int fp16)
+{
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    if (fp16) ((__half *)dst)[i] = __float2half_rn(src[i]);
+    else ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+  }
+}
+
+__global__ void fm_fill_f32(float *p, size_t n, float x)
+{
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = x;
+}
+
+/*
+ * FMCudaConvertOut - dst[i] = src[i] rounded to t (bf16 or fp16), n elements, device memory,
+ *   asynchronously on stream. Not collective.
+ */
+FMErrorCode FMCudaConvertOut(const float *src, void *dst, FMDType t, size_t n, void *stream)
+{
+  FMCheck(t == FM_DTYPE_BF16 || t == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP, "dtype %d; expected bf16 or fp16", (int)t);
+  if (n == 0) return FM_SUCCESS;
+  fm_convert_out<<<1024, 256, 0, (cudaStream_t)stream>>>(src, dst, n, t == FM_DTYPE_FP16);
+  FMCallCUDA(cudaGetLastError());
+  return FM_SUCCESS;
+}
+
+/* FMCudaFillFloat - p[0..n) = x (device memory), asynchronously on stream. Not collective. */
+FMErrorCode FMCudaFillFloat(float *p, size_t n, float x, void *stream)
+{
+  if (n == 0) return FM_SUCCESS;
+  fm_fill_f32<<<1024, 256, 0, (cudaStream_t)stream>>>(p, n, x);
+  FMCallCUDA(cudaGetLastError());
   return FM_SUCCESS;
 }
 

@@ -137,11 +137,11 @@ static FMErrorCode setup_local(FMPlan plan)
   if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
     FMAttnProblem p;
-    FMCheck(plan->ctx->size == 1, MPI_COMM_SELF, FM_ERR_SUP,
-            "Context parallelism over %d ranks on the CUDA backend is not implemented yet; use -fm_backend cpu", plan->ctx->size);
-    FMCall(FMPlanGetProblem_Private(plan, &p));
     if (plan->gpu) { FMCall(FMCudaMaskFree(plan->gpu)); plan->gpu = NULL; }
-    FMCall(FMCudaMaskUpload(&p.mask, &plan->gpu));
+    if (plan->ctx->size == 1) { /* over several ranks the distributed plan uploads localized masks */
+      FMCall(FMPlanGetProblem_Private(plan, &p));
+      FMCall(FMCudaMaskUpload(&p.mask, &plan->gpu));
+    }
 #endif
   }
   return FM_SUCCESS;
@@ -200,7 +200,7 @@ FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops)
 static FMErrorCode check_device_args(FMPlan plan, int n, const void *const *ptr, const char *const *name)
 {
   for (int i = 0; i < n; i++)
-    FMCheck(!ptr[i] || FMCudaIsDevicePointer(ptr[i]), plan->hdr.comm, FM_ERR_ARG_WRONG,
+    FMCheck(!ptr[i] || FMCudaIsDevicePointer(ptr[i]), MPI_COMM_SELF, FM_ERR_ARG_WRONG,
             "Argument %d (%s) is host memory, but the plan runs on the CUDA backend; pass device memory "
             "(cudaMalloc) or choose the CPU backend (-fm_backend cpu)", i + 2, name[i]);
   return FM_SUCCESS;
@@ -212,7 +212,7 @@ typedef struct { void *h; const void *d; size_t bytes; } FMStage;
 static FMErrorCode stage_in(FMStage *s, const void *d, size_t bytes, void *stream)
 {
   s->d = d; s->bytes = bytes; s->h = NULL;
-  FMCall(FMMalloc(bytes, (char **)&s->h));
+  FMCall(FMMalloc(bytes + 1, (char **)&s->h));
   if (d) FMCall(FMCudaMemcpyD2H(s->h, d, bytes, stream));
   return FM_SUCCESS;
 }
@@ -271,6 +271,10 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   FMAgree(plan->hdr.comm, check_run(plan, "FMPlanForward", 4, (const void *[]){q, k, v, o}, (const char *[]){"q", "k", "v", "o"},
                                     (const int[]){0, 1, 1, 0}));
+#if FM_HAVE_CUDA
+  if (plan->backend == FM_BACKEND_CUDA && plan->ctx->size > 1)
+    FMAgree(plan->hdr.comm, check_device_args(plan, 5, (const void *[]){q, k, v, o, lse}, (const char *[]){"q", "k", "v", "o", "lse"}));
+#endif
   FMCall(FMLogEventBegin(plan->ev_fwd));
   if (plan->ctx->size > 1) ierr = FMPlanForward_Dist(plan, q, k, v, o, lse);
   else ierr = forward_local(plan, q, k, v, o, lse);
@@ -296,7 +300,11 @@ static FMErrorCode backward_cpu(FMPlan plan, const FMAttnProblem *p, const void 
   return FM_SUCCESS;
 }
 
-/* Single-rank backward on the plan's backend (the CUDA backend stages through the host). */
+/*
+ * Backward on the plan's backend. The CUDA backend has no backward kernel yet: its device
+ * tensors are staged through host memory and the exact CPU backward runs on them (the
+ * single-rank one, or the distributed one over every rank; collective then).
+ */
 static FMErrorCode backward_local(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
                                   const void *dout, void *dq, void *dk, void *dv)
 {
@@ -304,28 +312,40 @@ static FMErrorCode backward_local(FMPlan plan, const void *q, const void *k, con
   FMCall(FMPlanGetProblem_Private(plan, &p));
   if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
-    /* No GPU backward kernel yet: stage through the host and run the exact CPU backward. */
     size_t es = FMDTypeSize(plan->dtype);
-    size_t nqe = (size_t)p.batch * p.nq * p.heads_q * p.head_dim * es, nke = (size_t)p.batch * p.nk * p.heads_kv * p.head_dim * es;
-    size_t nl = (size_t)p.batch * p.heads_q * p.nq * sizeof(float);
+    int nkeys = p.nk;
+    size_t nqe, nke, nl;
     const void *src[9] = {q, k, v, o, lse, dout, NULL, NULL, NULL};
-    size_t bytes[9] = {nqe, nke, nke, nqe, nl, nqe, nqe, nke, nke};
+    size_t bytes[9];
     FMStage s[9];
     FMErrorCode ierr = FM_SUCCESS;
-    FMCall(check_device_args(plan, 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
-                             (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}));
+    if (plan->ctx->size > 1) FMCall(FMPlanGetLocalKeys(plan, &nkeys, NULL));
+    nqe = (size_t)p.batch * plan->nlocal * p.heads_q * p.head_dim * es;
+    nke = (size_t)p.batch * nkeys * p.heads_kv * p.head_dim * es;
+    nl = (size_t)p.batch * p.heads_q * plan->nlocal * sizeof(float);
+    bytes[0] = nqe; bytes[1] = nke; bytes[2] = nke; bytes[3] = nqe; bytes[4] = nl; bytes[5] = nqe;
+    bytes[6] = nqe; bytes[7] = nke; bytes[8] = nke;
     memset(s, 0, sizeof(s));
+    ierr = check_device_args(plan, 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
+                             (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"});
     for (int i = 0; i < 9 && !ierr; i++) ierr = stage_in(&s[i], src[i], bytes[i], plan->stream);
-    if (!ierr)
+    if (plan->ctx->size > 1) {
+      ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
+      if (!ierr)
+        ierr = FMPlanBackward_Dist(plan, s[0].h, s[1].h, s[2].h, s[3].h, (const float *)s[4].h, s[5].h, s[6].h, s[7].h, s[8].h);
+    } else if (!ierr) {
       ierr = backward_cpu(plan, &p, s[0].h, s[1].h, s[2].h, s[3].h, (const float *)s[4].h, s[5].h, s[6].h, s[7].h, s[8].h);
-    if (!ierr) ierr = FMCudaMemcpyH2D(dq, s[6].h, nqe, plan->stream);
-    if (!ierr) ierr = FMCudaMemcpyH2D(dk, s[7].h, nke, plan->stream);
-    if (!ierr) ierr = FMCudaMemcpyH2D(dv, s[8].h, nke, plan->stream);
+    }
+    if (!ierr && nqe) ierr = FMCudaMemcpyH2D(dq, s[6].h, nqe, plan->stream);
+    if (!ierr && nke) ierr = FMCudaMemcpyH2D(dk, s[7].h, nke, plan->stream);
+    if (!ierr && nke) ierr = FMCudaMemcpyH2D(dv, s[8].h, nke, plan->stream);
     for (int i = 0; i < 9; i++) free(s[i].h);
     FMCall(ierr);
 #else
     FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
 #endif
+  } else if (plan->ctx->size > 1) {
+    FMCall(FMPlanBackward_Dist(plan, q, k, v, o, lse, dout, dq, dk, dv));
   } else {
     FMCall(backward_cpu(plan, &p, q, k, v, o, lse, dout, dq, dk, dv));
   }
@@ -342,8 +362,7 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
           check_run(plan, "FMPlanBackward", 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
                     (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}, (const int[]){0, 1, 1, 0, 0, 0, 0, 1, 1}));
   FMCall(FMLogEventBegin(plan->ev_bwd));
-  if (plan->ctx->size > 1) ierr = FMPlanBackward_Dist(plan, q, k, v, o, lse, dout, dq, dk, dv);
-  else ierr = backward_local(plan, q, k, v, o, lse, dout, dq, dk, dv);
+  ierr = backward_local(plan, q, k, v, o, lse, dout, dq, dk, dv);
   FMCall(FMPlanGetFlops(plan, &flops));
   FMCall(FMLogEventEnd(plan->ev_bwd, ierr ? 0 : 2.5 * flops / plan->ctx->size, 0));
   FMCall(ierr);

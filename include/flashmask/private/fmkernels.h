@@ -104,6 +104,22 @@ FMErrorCode FMCudaMaskFree(void *dev);
  */
 FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
                           const void *v, void *o, float *lse, void *stream);
+/*
+ * FMCudaForwardF32 - as FMCudaForward but O goes to o32 in fp32 (a partial result over the
+ *   uploaded key columns, to merge with FMCudaMergePartial). Asynchronous on stream.
+ */
+FMErrorCode FMCudaForwardF32(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
+                             const void *v, float *o32, float *lse, void *stream);
+/*
+ * FMCudaMergePartial - the device version of FMCPUMergePartial (fp32, exact through the LSE),
+ *   asynchronous on stream. Uses p->batch, nq, heads_q, head_dim.
+ */
+FMErrorCode FMCudaMergePartial(const FMAttnProblem *p, float *o_acc, float *lse_acc, const float *o_part,
+                               const float *lse_part, void *stream);
+/* FMCudaConvertOut - dst = src (n fp32 device elements) rounded to t (bf16/fp16); async on stream. */
+FMErrorCode FMCudaConvertOut(const float *src, void *dst, FMDType t, size_t n, void *stream);
+/* FMCudaFillFloat - p[0..n) = x on the device, asynchronously on stream. */
+FMErrorCode FMCudaFillFloat(float *p, size_t n, float x, void *stream);
 
 /* FMCudaDeviceInfo - number of devices and properties; ndev = 0 when no driver/GPU. */
 FMErrorCode FMCudaDeviceCount(int *ndev);

@@ -61,6 +61,7 @@ template <int D, int ST> struct Layout {
 
 struct Params {
   void *o;
+  float *o32; /* non-NULL: O in fp32 here (partial results for merging), o unused */
   float *lse;
   const int4 *packed;
   const int32_t *sum;
@@ -449,7 +450,17 @@ __global__ void __launch_bounds__(kThreads, 1)
      * S GEMM has retired) in the 128-byte-swizzled chunk layout (16-byte unit u of row r at
      * u ^ (r & 7): conflict-free), then writes whole 16-byte units, row by row, to global.
      */
-    {
+    if (p.o32) {
+      /* fp32 partial output: each thread stores its own fragments (row r, columns 8k + 2 q4, +1) */
+      const size_t ostride = (size_t)p.Hq * D;
+      float *or0 = p.o32 + ((size_t)b * p.Sq + row0) * ostride + (size_t)hq * D + q4 * 2;
+      float *or1 = or0 + 8 * ostride;
+#pragma unroll
+      for (int k = 0; k < D / 8; k++) {
+        if (row0 < p.Sq) *(float2 *)(or0 + k * 8) = make_float2(o[4 * k] * inv0, o[4 * k + 1] * inv0);
+        if (row1 < p.Sq) *(float2 *)(or1 + k * 8) = make_float2(o[4 * k + 2] * inv1, o[4 * k + 3] * inv1);
+      }
+    } else {
       unsigned char *stage = smem + L::OFF_Q + cw * 64 * 128;
       const int r0 = w * 16 + (lane >> 2), r1 = r0 + 8;
 #pragma unroll
@@ -520,6 +531,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMSm90Args *a
   if ((e = make_map(&tv, a->v, a->batch, a->seqlen_k, a->heads_kv, D, F16)) != cudaSuccess) return e;
   Params p;
   p.o = a->o;
+  p.o32 = a->o32;
   p.lse = a->lse;
   p.packed = a->packed;
   p.sum = a->sum;
@@ -572,6 +584,7 @@ int FMSm90ForwardSupported(const FMSm90Args *a)
   /* TMA: global addresses 16-byte aligned (strides are multiples of 128 bytes here) */
   if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 15) return 0;
   if (((uintptr_t)a->o) & 3) return 0;
+  if (((uintptr_t)a->o32) & 7) return 0;
   return 1;
 }
 

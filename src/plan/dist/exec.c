@@ -5,7 +5,7 @@
  * schedule baseline (-fm_plan_schedule ring), and the FMPlanScatter / FMPlanGather /
  * FMPlanGetLocalKeys helpers.
  */
-#include <flashmask/private/fmdist.h>
+#include "distimpl.h"
 #include <flashmask/private/fmtrace.h>
 #include <math.h>
 #include <stdlib.h>
@@ -19,28 +19,8 @@
 #define FM_DIST_TRACE 1
 #endif
 
-typedef struct {
-  int part_type, route_type, prune, overlap, chunk_opt, vnodes, schedule;
-  FMDistChunks ch;
-  FMDistPartition part;
-  FMDistBalanceInfo binfo;
-  int64_t *w;
-  FMDistTopo topo;
-  unsigned char *needed;  /* [P][C] */
-  double *cbytes;         /* [C] */
-  FMDistRoute route;
-  int nkeys, *keys;       /* local key positions */
-  int *kofs;              /* [C] offset of an owned chunk in the local key arrays, -1 otherwise */
-  int nin, nout;
-  FMDistXfer *in, *out;   /* transfers into / out of this rank */
-  int *parent;            /* [C] rank this rank receives chunk c from, -1 if none */
-  double *rbytes;         /* [P] K/V bytes of each rank's block (the ring's messages) */
-  double *boff;           /* [C] byte offset of chunk c inside its owner's ring block */
-  FMDistStats stats;
-  int tag_ub;
-  int trace_on, trace_view;
-  char trace_path[1024];
-} FMDist;
+
+const char *const FMDistTransportNames[] = {"auto", "nccl", "mpi", NULL};
 
 /* ---------------- helpers ---------------- */
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
@@ -53,12 +33,12 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, uint64_t *hash)
 {
   uint64_t h = 1469598103934665603ull;
-  int v[18];
+  int v[19];
   double sc = plan->scale;
   v[0] = m->seqlen_q; v[1] = m->seqlen_k; v[2] = m->mask_heads; v[3] = m->causal; v[4] = m->present; v[5] = m->block;
   v[6] = plan->batch; v[7] = plan->heads_q; v[8] = plan->heads_kv; v[9] = plan->head_dim; v[10] = (int)plan->dtype;
   v[11] = d->part_type; v[12] = d->route_type; v[13] = d->prune * 2 + d->overlap; v[14] = d->chunk_opt; v[15] = d->vnodes;
-  v[16] = d->trace_on; v[17] = d->schedule;
+  v[16] = d->trace_on; v[17] = d->schedule; v[18] = d->transport;
   h = fnv(h, v, sizeof(v));
   h = fnv(h, &sc, sizeof(sc));
   for (int b = 0; b < 4; b++) h = fnv(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
@@ -74,6 +54,9 @@ static FMErrorCode dist_free(FMDist *d)
   FMCall(FMDistRouteDestroy(&d->route));
   free(d->w); free(d->needed); free(d->cbytes); free(d->keys); free(d->kofs); free(d->in); free(d->out); free(d->parent);
   free(d->rbytes); free(d->boff);
+#if FM_HAVE_CUDA
+  FMCall(FMDistDestroyGPU_Private(d));
+#endif
   free(d);
   return FM_SUCCESS;
 }
@@ -208,6 +191,10 @@ static FMErrorCode read_options(FMDist *d)
   FMCall(FMOptionsGetBool("-fm_plan_overlap", "compute on arrived chunks while others are in flight", &overlap, NULL));
   FMCall(FMOptionsGetEnum_Private("-fm_plan_schedule", "K/V schedule: the pruned gather, or a ring baseline (every block visits every rank)",
                                    FMDistSchedNames, &d->schedule, NULL));
+  FMCall(FMOptionsGetEnum_Private("-fm_plan_transport",
+                                   "device K/V transport on the CUDA backend: nccl (a GPU per rank), mpi (through host memory), "
+                                   "auto = nccl when built with NCCL and no two ranks share a GPU",
+                                   FMDistTransportNames, &d->transport, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_nodes", "route over this many virtual nodes of consecutive ranks (0 = real topology)", &d->vnodes, NULL));
   {
     FMBool set = FM_FALSE, view = FM_FALSE;
@@ -275,6 +262,13 @@ FMErrorCode FMPlanSetUp_Dist(FMPlan plan)
   free(myneed);
   FMCallMPI((int)ierr);
   FMAgree(comm, setup_route(plan, d));
+  if (plan->backend == FM_BACKEND_CUDA) {
+#if FM_HAVE_CUDA
+    FMCall(FMDistSetUpGPU_Private(plan, d)); /* collective; agrees internally */
+#else
+    FMRaise(comm, FM_ERR_SUP, "This build has no CUDA support");
+#endif
+  }
   (void)me;
   return FM_SUCCESS;
 }
@@ -318,45 +312,49 @@ static void tr_rec(Exec *e, int kind, double t0, double t1, double bytes, double
 #endif
 }
 
-/* Collective: start a recorder for this call when -fm_trace was given. */
-static FMErrorCode tr_begin(Exec *e, const char *run)
+/* Collective: start a recorder for this call when -fm_trace was given (see distimpl.h). */
+FMErrorCode FMDistTraceBegin_Private(FMPlan plan, FMDist *d, const char *run, void **tr)
 {
+  *tr = NULL;
 #if FM_DIST_TRACE
-  if (e->d->trace_on) {
-    FMTrace tr = NULL;
-    FMCall(FMTraceCreate_Private(e->plan->hdr.comm, run, &e->plan->ctx->self, &tr));
-    e->tr = tr;
+  if (d->trace_on) {
+    FMTrace t = NULL;
+    FMCall(FMTraceCreate_Private(plan->hdr.comm, run, &plan->ctx->self, &t));
+    *tr = t;
   }
 #else
-  (void)e; (void)run;
+  (void)plan; (void)d; (void)run;
 #endif
   return FM_SUCCESS;
 }
 
 /* Collective: save the trace (replacing the run's group) and print the summary if asked. */
-static FMErrorCode tr_end(Exec *e, const char *run)
+FMErrorCode FMDistTraceEnd_Private(FMPlan plan, FMDist *d, const char *run, void **trp)
 {
 #if FM_DIST_TRACE
-  FMTrace tr = (FMTrace)e->tr;
-  if (!e->d->trace_on) return FM_SUCCESS;
-  FMCall(FMTraceSetBytes_Private(tr, e->d->stats.needed_bytes, e->d->stats.allgather_bytes));
-  FMCall(FMTraceSave_Private(tr, e->d->trace_path));
-  if (e->d->trace_view) {
+  FMTrace tr = (FMTrace)*trp;
+  if (!d->trace_on || !tr) return FM_SUCCESS;
+  FMCall(FMTraceSetBytes_Private(tr, d->stats.needed_bytes, d->stats.allgather_bytes));
+  FMCall(FMTraceSave_Private(tr, d->trace_path));
+  if (d->trace_view) {
     FMTraceStats st;
     FMCall(FMTraceSummary_Private(tr, &st));
-    FMCall(FMPrintf(e->plan->hdr.comm, stdout,
+    FMCall(FMPrintf(plan->hdr.comm, stdout,
                     "FMPlan %s trace (%s): %d ranks, overlap efficiency %.3f, exposed communication max %.3g s mean %.3g s, "
                     "compute imbalance %.4f; bytes moved %.0f, needed %.0f, unpruned all-gather %.0f\n",
-                    run, e->d->trace_path, st.nranks, st.overlap_efficiency, st.exposed_max, st.exposed_mean, st.imbalance,
+                    run, d->trace_path, st.nranks, st.overlap_efficiency, st.exposed_max, st.exposed_mean, st.imbalance,
                     st.bytes_moved, st.bytes_needed, st.bytes_allgather));
   }
   FMCall(FMTraceDestroy_Private(&tr));
-  e->tr = NULL;
+  *trp = NULL;
 #else
-  (void)e; (void)run;
+  (void)plan; (void)d; (void)run; (void)trp;
 #endif
   return FM_SUCCESS;
 }
+
+static FMErrorCode tr_begin(Exec *e, const char *run) { return FMDistTraceBegin_Private(e->plan, e->d, run, &e->tr); }
+static FMErrorCode tr_end(Exec *e, const char *run) { return FMDistTraceEnd_Private(e->plan, e->d, run, &e->tr); }
 
 /* Record the sends that completed since the last poll. */
 static FMErrorCode poll_sends(Exec *e)
@@ -404,8 +402,7 @@ static FMErrorCode exec_init(FMPlan plan, Exec *e)
   e->plan = plan;
   e->d = (FMDist *)plan->dist;
   FMCheck(e->d, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no distributed part (call FMPlanSetUp first)");
-  FMCheck(plan->backend == FM_BACKEND_CPU, plan->hdr.comm, FM_ERR_SUP,
-          "Context parallelism over %d ranks runs on the CPU backend only; use -fm_backend cpu", plan->ctx->size);
+  /* host tensors only: plan.c stages device tensors of the CUDA backend's backward through the host */
   e->p.batch = plan->batch; e->p.heads_q = plan->heads_q; e->p.heads_kv = plan->heads_kv; e->p.head_dim = plan->head_dim;
   e->p.dtype = plan->dtype;
   e->p.scale = (float)plan->scale;
@@ -817,6 +814,14 @@ FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const 
     FMCall(ierr);
     return FM_SUCCESS;
   }
+  if (plan->backend == FM_BACKEND_CUDA) {
+#if FM_HAVE_CUDA
+    FMCall(FMDistForwardGPU_Private(plan, q, k, v, o, lse));
+    return FM_SUCCESS;
+#else
+    FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
+#endif
+  }
   /* every local allocation (Exec state, accumulators, the gather's chunk buffers) is agreed
      before the first message, so one rank's failure is an error everywhere, not a hang */
   ierr = exec_init(plan, &e);
@@ -1080,6 +1085,9 @@ FMErrorCode FMPlanView_Dist(FMPlan plan, FILE *fp)
     FMCall(FMPrintf(comm, fp, "  ring schedule would move %.3f MB inside nodes, %.3f MB across nodes%s\n", rb[0] / 1048576.0, rb[1] / 1048576.0,
                     d->schedule == FM_DIST_SCHED_RING ? " (the schedule in use)" : ""));
   }
+#if FM_HAVE_CUDA
+  if (d->gpu) FMCall(FMDistViewGPU_Private(plan, d, fp));
+#endif
   return FM_SUCCESS;
 }
 

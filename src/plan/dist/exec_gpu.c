@@ -1,0 +1,586 @@
+/*
+ * exec_gpu.c - the context-parallel forward on the CUDA backend (built with CUDA only).
+ *
+ * Set-up (collective, at the end of FMPlanSetUp_Dist). The schedule's transfers are cut into
+ * exchange steps (FMDistExchangeSteps, steps.c). Each step is one NCCL group (or one set of
+ * MPI messages through pinned host memory) holding all of its sends and receives on every
+ * rank, so a step can always complete once every rank has posted it. What a rank receives in one step lands in that step's device buffer ([B][keys][Hkv][D]);
+ * the step is also a compute stage over those keys. For each stage the rank's localized mask
+ * (localize.c: local rows x global key columns) is restricted to the stage's key columns and
+ * uploaded as an ordinary non-causal mask: the causal triangle of the global mask becomes the
+ * local interval [0, cut) of each column and is folded into the lower or upper interval.
+ *
+ * Forward (collective). On the plan's stream: the local stage first (the rank's own K/V, in
+ * place), then each stage as soon as its step's event fired, while the communication stream
+ * moves the following steps; every stage writes an fp32 partial (O, LSE) merged exactly into
+ * the accumulator through the LSE, and the last step converts O to the plan's dtype. With
+ * -fm_plan_overlap 0 every stage waits for the whole exchange. With NCCL nothing blocks the
+ * host; with the MPI transport each step's messages are completed by the host (the stages
+ * already queued keep the GPU busy meanwhile).
+ */
+#include "distimpl.h"
+#include <flashmask/private/fmtrace.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#if FM_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+typedef struct {
+  int chunk, peer, level;
+} GXfer;
+
+typedef struct {
+  int nsend, nrecv;
+  GXfer *send, *recv;    /* this rank's transfers of the step, in the global order */
+  int nk;                /* keys received in the step (length of the stage buffer) */
+  void *kbuf, *vbuf;     /* device [B][nk][Hkv][D], or NULL when nothing arrives here */
+  void *dmask;           /* the stage's localized mask, NULL when no local row sees its keys */
+  size_t hsend, hrecv;   /* bytes of the step's host staging (mpi transport) */
+} GStep;
+
+typedef struct {
+  int transport;         /* FM_DIST_TRANSPORT_NCCL or _MPI */
+  void *nccl;            /* ncclComm_t of the context (world) */
+  int nsteps;
+  GStep *st;
+  void *dmask0;          /* the local stage (own keys), NULL if no local row sees them */
+  int *where, *woff;     /* [C] where chunk c is held: -1 the user's k/v, s >= 0 step s's buffer, -2 nowhere; key offset */
+  float *oacc, *lacc, *opart, *lpart;
+  cudaStream_t cs;       /* communication stream */
+  cudaEvent_t ev_in, ev_done;
+  cudaEvent_t *ev_c0, *ev_c1;        /* [nsteps] around each exchange on cs */
+  cudaEvent_t *ev_w0, *ev_k0, *ev_k1; /* [nsteps + 1] stage wait start, compute start, end (0 = local) */
+  int nev;               /* events created in the arrays */
+  char *hsend, *hrecv;   /* pinned host staging (mpi transport) */
+  double tsend[2], trecv[2]; /* host times of the current mpi step (for the trace) */
+} FMDistGPU;
+
+/* ------------------------------------------------------------------ set-up */
+
+static int klen(const FMDist *d, int c)
+{
+  int k0, k1;
+  FMDistChunkKeys(&d->ch, c, &k0, &k1);
+  return k1 - k0;
+}
+
+/*
+ * One column of the localized mask as two intervals: the causal cut [0, cut) is merged into
+ * an empty interval, or into one that starts inside it. Returns 0 when that is impossible
+ * (both intervals non-empty and starting past the cut).
+ */
+static int fold_column(int cut, int32_t b[4])
+{
+  if (cut <= 0) return 1;
+  if (b[1] <= b[0]) { b[0] = 0; b[1] = cut; return 1; }
+  if (b[3] <= b[2]) { b[2] = 0; b[3] = cut; return 1; }
+  if (b[0] <= cut) { b[0] = 0; b[1] = b[1] > cut ? b[1] : cut; return 1; }
+  if (b[2] <= cut) { b[2] = 0; b[3] = b[3] > cut ? b[3] : cut; return 1; }
+  return 0;
+}
+
+/* Upload the localized mask restricted to the key columns cols[0..n) (global indices). */
+static FMErrorCode upload_stage(const FMDistLocalMask *lm, int n, const int *cols, void **dmask)
+{
+  int32_t *b[4] = {NULL, NULL, NULL, NULL};
+  size_t N = (size_t)lm->mask_heads * n;
+  FMMaskDesc md;
+  FMErrorCode ierr = FM_SUCCESS;
+  *dmask = NULL;
+  for (int v = 0; v < 4 && !ierr; v++) ierr = FMMalloc(N + 1, &b[v]);
+  for (int h = 0; h < lm->mask_heads && !ierr; h++)
+    for (int x = 0; x < n && !ierr; x++) {
+      size_t o = (size_t)h * lm->seqlen_k + cols[x], t = (size_t)h * n + x;
+      int32_t w[4] = {lm->bnd[0][o], lm->bnd[1][o], lm->bnd[2][o], lm->bnd[3][o]};
+      if (!fold_column(lm->cut ? lm->cut[cols[x]] : 0, w))
+        ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_SUP,
+                               "Key %d of mask head %d: the causal triangle plus two masked intervals below the diagonal "
+                               "cannot be localized into the GPU kernels' two intervals; use -fm_backend cpu for this mask",
+                               cols[x], h);
+      for (int v = 0; v < 4; v++) b[v][t] = w[v];
+    }
+  if (!ierr) {
+    memset(&md, 0, sizeof(md));
+    md.seqlen_q = lm->nlocal;
+    md.seqlen_k = n;
+    md.mask_heads = lm->mask_heads;
+    md.causal = 0;
+    md.present = 15;
+    for (int v = 0; v < 4; v++) md.bnd[v] = b[v];
+    ierr = FMCudaMaskUpload(&md, dmask);
+  }
+  for (int v = 0; v < 4; v++) free(b[v]);
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+/* Whether a local row can see some key of chunk c. */
+static int sees(FMPlan plan, const FMDist *d, int c)
+{
+  return plan->nlocal > 0 && klen(d, c) > 0 && d->needed[(size_t)plan->ctx->rank * d->ch.nchunks + c];
+}
+
+static FMErrorCode resolve_transport(FMPlan plan, FMDist *d)
+{
+  FMContext ctx = plan->ctx;
+  int P = ctx->size, shared = -1;
+  for (int r = 0; r < P && shared < 0 && ctx->all; r++)
+    for (int s = r + 1; s < P; s++)
+      if (ctx->all[r].node == ctx->all[s].node && ctx->all[r].gpu_busid[0] && !strcmp(ctx->all[r].gpu_busid, ctx->all[s].gpu_busid)) {
+        shared = r;
+        break;
+      }
+#if FM_HAVE_NCCL
+  FMCheck(!(d->transport == FM_DIST_TRANSPORT_NCCL && shared >= 0), MPI_COMM_SELF, FM_ERR_SUP,
+          "-fm_plan_transport nccl: rank %d shares its GPU (%s) with another rank of its node, and NCCL needs one GPU per rank; "
+          "use -fm_plan_transport mpi or one rank per GPU",
+          shared, shared >= 0 ? ctx->all[shared].gpu_busid : "");
+  if (d->transport == FM_DIST_TRANSPORT_AUTO) d->transport = shared >= 0 ? FM_DIST_TRANSPORT_MPI : FM_DIST_TRANSPORT_NCCL;
+#else
+  FMCheck(d->transport != FM_DIST_TRANSPORT_NCCL, MPI_COMM_SELF, FM_ERR_SUP,
+          "-fm_plan_transport nccl: this build has no NCCL (configure --with-nccl); use -fm_plan_transport mpi");
+  d->transport = FM_DIST_TRANSPORT_MPI;
+#endif
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
+{
+  FMDistGPU *g = d ? (FMDistGPU *)d->gpu : NULL;
+  if (!g) return FM_SUCCESS;
+  if (g->cs) cudaStreamSynchronize(g->cs);
+  for (int s = 0; s < g->nsteps; s++) {
+    cudaFree(g->st[s].kbuf);
+    cudaFree(g->st[s].vbuf);
+    FMCudaMaskFree(g->st[s].dmask);
+    free(g->st[s].send);
+    free(g->st[s].recv);
+  }
+  FMCudaMaskFree(g->dmask0);
+  cudaFree(g->oacc); cudaFree(g->lacc); cudaFree(g->opart); cudaFree(g->lpart);
+  if (g->ev_in) cudaEventDestroy(g->ev_in);
+  if (g->ev_done) cudaEventDestroy(g->ev_done);
+  for (int s = 0; s < g->nev; s++) {
+    if (s < g->nsteps) { cudaEventDestroy(g->ev_c0[s]); cudaEventDestroy(g->ev_c1[s]); }
+    cudaEventDestroy(g->ev_w0[s]); cudaEventDestroy(g->ev_k0[s]); cudaEventDestroy(g->ev_k1[s]);
+  }
+  free(g->ev_c0); free(g->ev_c1); free(g->ev_w0); free(g->ev_k0); free(g->ev_k1);
+  if (g->hsend) cudaFreeHost(g->hsend);
+  if (g->hrecv) cudaFreeHost(g->hrecv);
+  if (g->cs) cudaStreamDestroy(g->cs);
+  free(g->st); free(g->where); free(g->woff);
+  free(g);
+  d->gpu = NULL;
+  (void)cudaGetLastError();
+  return FM_SUCCESS;
+}
+
+static FMErrorCode dev_alloc(size_t bytes, void **p)
+{
+  *p = NULL;
+  if (bytes == 0) return FM_SUCCESS;
+  if (cudaMalloc(p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *p = NULL;
+    FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Cannot allocate %zu bytes of device memory for the context-parallel plan", bytes);
+  }
+  return FM_SUCCESS;
+}
+
+/* The purely local part of the GPU set-up (agreed by the caller). */
+static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
+{
+  int P = plan->ctx->size, me = plan->ctx->rank, C = d->ch.nchunks, ntx = 0, *cols = NULL;
+  FMDistStepXfer *tx = NULL;
+  FMMaskDesc m;
+  FMDistLocalMask lm;
+  size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch;
+  size_t no = B * plan->nlocal * plan->heads_q * plan->head_dim, nl = B * plan->heads_q * plan->nlocal;
+  FMErrorCode ierr = FM_SUCCESS;
+  (void)P;
+
+  FMCheck(plan->dtype == FM_DTYPE_BF16 || plan->dtype == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP,
+          "The CUDA backend computes bf16 or fp16; the plan's dtype is %s", FMDTypeName(plan->dtype));
+  FMCallCUDA(cudaStreamCreateWithFlags(&g->cs, cudaStreamNonBlocking));
+  FMCallCUDA(cudaEventCreate(&g->ev_in));
+  FMCallCUDA(cudaEventCreate(&g->ev_done));
+  FMCall(FMDistExchangeSteps((FMDistSchedType)d->schedule, &d->ch, &d->part, &d->topo, &d->route, &ntx, &tx, &g->nsteps));
+  FMCall(FMCalloc(g->nsteps + 1, &g->st));
+  FMCall(FMMalloc(C, &g->where));
+  FMCall(FMMalloc(C, &g->woff));
+  for (int c = 0; c < C; c++) { g->where[c] = d->part.owner[c] == me ? -1 : -2; g->woff[c] = d->kofs[c]; }
+  for (int k = 0; k < ntx; k++) {
+    g->st[tx[k].step].nsend += tx[k].src == me;
+    g->st[tx[k].step].nrecv += tx[k].dst == me;
+  }
+  for (int s = 0; s < g->nsteps; s++) {
+    FMCall(FMMalloc(g->st[s].nsend + 1, &g->st[s].send));
+    FMCall(FMMalloc(g->st[s].nrecv + 1, &g->st[s].recv));
+    g->st[s].nsend = g->st[s].nrecv = 0;
+  }
+  for (int k = 0; k < ntx; k++) {
+    GStep *S = &g->st[tx[k].step];
+    if (tx[k].src == me) S->send[S->nsend++] = (GXfer){tx[k].chunk, tx[k].dst, tx[k].level};
+    if (tx[k].dst == me) {
+      S->recv[S->nrecv++] = (GXfer){tx[k].chunk, tx[k].src, tx[k].level};
+      g->where[tx[k].chunk] = tx[k].step;
+      g->woff[tx[k].chunk] = S->nk;
+      S->nk += klen(d, tx[k].chunk);
+    }
+  }
+  free(tx);
+  /* sends must leave from where the chunk is held at that step */
+  for (int s = 0; s < g->nsteps; s++)
+    for (int i = 0; i < g->st[s].nsend; i++) {
+      int c = g->st[s].send[i].chunk;
+      FMCheck(g->where[c] == -1 || (g->where[c] >= 0 && g->where[c] < s), MPI_COMM_SELF, FM_ERR_LIB,
+              "Step %d sends chunk %d that rank %d does not hold yet (internal error in the step order)", s, c, me);
+    }
+  /* stage buffers, host staging sizes, events */
+  for (int s = 0; s < g->nsteps; s++) {
+    GStep *S = &g->st[s];
+    FMCall(dev_alloc(B * S->nk * row, &S->kbuf));
+    FMCall(dev_alloc(B * S->nk * row, &S->vbuf));
+    for (int i = 0; i < S->nsend; i++) S->hsend += (size_t)d->cbytes[S->send[i].chunk];
+    for (int i = 0; i < S->nrecv; i++) S->hrecv += (size_t)d->cbytes[S->recv[i].chunk];
+  }
+  FMCall(FMMalloc(g->nsteps + 1, &g->ev_c0));
+  FMCall(FMMalloc(g->nsteps + 1, &g->ev_c1));
+  FMCall(FMMalloc(g->nsteps + 1, &g->ev_w0));
+  FMCall(FMMalloc(g->nsteps + 1, &g->ev_k0));
+  FMCall(FMMalloc(g->nsteps + 1, &g->ev_k1));
+  for (int s = 0; s <= g->nsteps; s++) {
+    if (s < g->nsteps) { FMCallCUDA(cudaEventCreate(&g->ev_c0[s])); FMCallCUDA(cudaEventCreate(&g->ev_c1[s])); }
+    FMCallCUDA(cudaEventCreate(&g->ev_w0[s]));
+    FMCallCUDA(cudaEventCreate(&g->ev_k0[s]));
+    FMCallCUDA(cudaEventCreate(&g->ev_k1[s]));
+    g->nev = s + 1;
+  }
+  if (g->transport == FM_DIST_TRANSPORT_MPI) {
+    size_t hs = 0, hr = 0;
+    for (int s = 0; s < g->nsteps; s++) {
+      hs = g->st[s].hsend > hs ? g->st[s].hsend : hs;
+      hr = g->st[s].hrecv > hr ? g->st[s].hrecv : hr;
+    }
+    FMCallCUDA(cudaMallocHost((void **)&g->hsend, hs + 1));
+    FMCallCUDA(cudaMallocHost((void **)&g->hrecv, hr + 1));
+  }
+  /* accumulators and the stage masks (local rows only) */
+  if (plan->nlocal > 0) {
+    int any;
+    FMCall(dev_alloc(no * sizeof(float), (void **)&g->oacc));
+    FMCall(dev_alloc(no * sizeof(float), (void **)&g->opart));
+    FMCall(dev_alloc(nl * sizeof(float), (void **)&g->lacc));
+    FMCall(dev_alloc(nl * sizeof(float), (void **)&g->lpart));
+    FMCall(FMMaskGetDesc_Private(plan->mask, &m));
+    FMCall(FMDistLocalize(&m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], &lm));
+    any = 0;
+    for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++) any |= sees(plan, d, d->part.rchunks[b]);
+    if (any && d->nkeys > 0) ierr = upload_stage(&lm, d->nkeys, d->keys, &g->dmask0);
+    if (!ierr) ierr = FMMalloc(d->ch.seqlen_k + 1, &cols);
+    for (int s = 0; s < g->nsteps && !ierr; s++) {
+      GStep *S = &g->st[s];
+      int n = 0;
+      any = 0;
+      for (int i = 0; i < S->nrecv; i++) {
+        int c = S->recv[i].chunk, k0, k1;
+        any |= sees(plan, d, c);
+        FMDistChunkKeys(&d->ch, c, &k0, &k1);
+        for (int j = k0; j < k1; j++) cols[n++] = j;
+      }
+      if (any && n > 0) ierr = upload_stage(&lm, n, cols, &S->dmask);
+    }
+    free(cols);
+    FMCall(FMDistLocalMaskDestroy(&lm));
+    FMCall(ierr);
+  }
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
+{
+  FMDistGPU *g;
+  FMErrorCode ierr;
+  FMCall(FMDistDestroyGPU_Private(d));
+  FMAgree(plan->hdr.comm, resolve_transport(plan, d));
+  if (d->transport == FM_DIST_TRANSPORT_NCCL) {
+    void *world = NULL;
+    FMCall(FMContextGetNCCL_Private(plan->ctx, &world, NULL, NULL)); /* collective, agreed inside */
+    FMAgree(plan->hdr.comm, FMCalloc(1, &g));
+    g->nccl = world;
+  } else {
+    FMAgree(plan->hdr.comm, FMCalloc(1, &g));
+  }
+  g->transport = d->transport;
+  d->gpu = g;
+  ierr = setup_gpu_local(plan, d, g);
+  ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
+  if (ierr) {
+    (void)FMDistDestroyGPU_Private(d);
+    return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+  }
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistViewGPU_Private(FMPlan plan, FMDist *d, FILE *fp)
+{
+  FMDistGPU *g = (FMDistGPU *)d->gpu;
+  int stages = 0;
+  for (int s = 0; s < g->nsteps; s++) stages += g->st[s].dmask != NULL;
+  FMCall(FMPrintf(plan->hdr.comm, fp, "  GPU: transport %s, %d exchange steps; on rank 0: local stage %s, %d arriving stages computed\n",
+                  FMDistTransportNames[g->transport], g->nsteps, g->dmask0 ? "computed" : "empty", stages));
+  return FM_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ forward */
+
+/* Device address of batch b of chunk c's K (kv = 0) or V (kv = 1) as held here. */
+static const char *held(const FMDist *d, const FMDistGPU *g, const void *k, const void *v, int kv, size_t b, size_t row, int c)
+{
+  if (g->where[c] == -1) return (const char *)(kv ? v : k) + (b * (size_t)d->nkeys + (size_t)g->woff[c]) * row;
+  {
+    const GStep *S = &g->st[g->where[c]];
+    return (const char *)(kv ? S->vbuf : S->kbuf) + (b * (size_t)S->nk + (size_t)g->woff[c]) * row;
+  }
+}
+
+static char *recv_addr(const FMDistGPU *g, int s, int kv, size_t b, size_t row, int c)
+{
+  const GStep *S = &g->st[s];
+  return (char *)(kv ? S->vbuf : S->kbuf) + (b * (size_t)S->nk + (size_t)g->woff[c]) * row;
+}
+
+#if FM_HAVE_NCCL
+/* One step over NCCL: one group with all of the step's sends and receives, on the comm stream. */
+static FMErrorCode exchange_nccl(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v)
+{
+  const GStep *S = &g->st[s];
+  size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch;
+  ncclComm_t comm = (ncclComm_t)g->nccl;
+  ncclResult_t r = ncclSuccess, r2;
+  FMCallCUDA(cudaEventRecord(g->ev_c0[s], g->cs));
+  if (ncclGroupStart() != ncclSuccess) FMRaise(MPI_COMM_SELF, FM_ERR_NCCL, "ncclGroupStart() failed");
+  for (int i = 0; i < S->nsend && r == ncclSuccess; i++) {
+    const GXfer *x = &S->send[i];
+    size_t len = (size_t)klen(d, x->chunk) * row;
+    for (size_t b = 0; b < B && r == ncclSuccess; b++)
+      for (int kv = 0; kv < 2 && r == ncclSuccess; kv++)
+        r = ncclSend(held(d, g, k, v, kv, b, row, x->chunk), len, ncclInt8, x->peer, comm, g->cs);
+  }
+  for (int i = 0; i < S->nrecv && r == ncclSuccess; i++) {
+    const GXfer *x = &S->recv[i];
+    size_t len = (size_t)klen(d, x->chunk) * row;
+    for (size_t b = 0; b < B && r == ncclSuccess; b++)
+      for (int kv = 0; kv < 2 && r == ncclSuccess; kv++) r = ncclRecv(recv_addr(g, s, kv, b, row, x->chunk), len, ncclInt8, x->peer, comm, g->cs);
+  }
+  r2 = ncclGroupEnd();
+  FMCheck(r == ncclSuccess && r2 == ncclSuccess, MPI_COMM_SELF, FM_ERR_NCCL, "NCCL send/recv of exchange step %d failed: %s", s,
+          ncclGetErrorString(r != ncclSuccess ? r : r2));
+  FMCallCUDA(cudaEventRecord(g->ev_c1[s], g->cs));
+  return FM_SUCCESS;
+}
+#endif
+
+/*
+ * One step over MPI through pinned host memory: copy the outgoing chunks down, exchange every
+ * message of the step (tag = chunk), copy the arrivals up. Blocks the host until the step's
+ * messages completed; the uploads finish on the comm stream (event ev_c1[s]).
+ */
+static FMErrorCode exchange_mpi(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v)
+{
+  const GStep *S = &g->st[s];
+  size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch, o;
+  MPI_Request *rq;
+  int nr = S->nsend + S->nrecv, err;
+  FMCallCUDA(cudaEventRecord(g->ev_c0[s], g->cs));
+  g->tsend[0] = FMTime();
+  o = 0;
+  for (int i = 0; i < S->nsend; i++) {
+    const GXfer *x = &S->send[i];
+    size_t len = (size_t)klen(d, x->chunk) * row;
+    for (int kv = 0; kv < 2; kv++)
+      for (size_t b = 0; b < B; b++, o += len)
+        FMCallCUDA(cudaMemcpyAsync(g->hsend + o, held(d, g, k, v, kv, b, row, x->chunk), len, cudaMemcpyDeviceToHost, g->cs));
+  }
+  FMCallCUDA(cudaStreamSynchronize(g->cs));
+  FMCall(FMMalloc(nr + 1, &rq));
+  o = 0;
+  for (int i = 0; i < S->nrecv; i++) {
+    const GXfer *x = &S->recv[i];
+    err = MPI_Irecv(g->hrecv + o, (int)d->cbytes[x->chunk], MPI_BYTE, x->peer, x->chunk, plan->hdr.comm, &rq[i]);
+    if (err) { free(rq); FMCallMPI(err); }
+    o += (size_t)d->cbytes[x->chunk];
+  }
+  o = 0;
+  for (int i = 0; i < S->nsend; i++) {
+    const GXfer *x = &S->send[i];
+    err = MPI_Isend(g->hsend + o, (int)d->cbytes[x->chunk], MPI_BYTE, x->peer, x->chunk, plan->hdr.comm, &rq[S->nrecv + i]);
+    if (err) { free(rq); FMCallMPI(err); }
+    o += (size_t)d->cbytes[x->chunk];
+  }
+  err = MPI_Waitall(nr, rq, MPI_STATUSES_IGNORE);
+  free(rq);
+  FMCallMPI(err);
+  g->tsend[1] = FMTime();
+  o = 0;
+  for (int i = 0; i < S->nrecv; i++) {
+    const GXfer *x = &S->recv[i];
+    size_t len = (size_t)klen(d, x->chunk) * row;
+    for (int kv = 0; kv < 2; kv++)
+      for (size_t b = 0; b < B; b++, o += len)
+        FMCallCUDA(cudaMemcpyAsync(recv_addr(g, s, kv, b, row, x->chunk), g->hrecv + o, len, cudaMemcpyHostToDevice, g->cs));
+  }
+  FMCallCUDA(cudaEventRecord(g->ev_c1[s], g->cs));
+  return FM_SUCCESS;
+}
+
+/* Compute stage s (-1: the local one) on the plan's stream once its data is there. */
+static FMErrorCode compute_stage(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *q, const void *k, const void *v, int *first,
+                                 int *ran)
+{
+  cudaStream_t us = (cudaStream_t)plan->stream;
+  void *dm = s < 0 ? g->dmask0 : g->st[s].dmask;
+  FMAttnProblem p;
+  if (!dm) return FM_SUCCESS;
+  memset(&p, 0, sizeof(p));
+  p.batch = plan->batch; p.heads_q = plan->heads_q; p.heads_kv = plan->heads_kv; p.head_dim = plan->head_dim;
+  p.dtype = plan->dtype;
+  p.scale = (float)plan->scale;
+  p.nq = plan->nlocal;
+  p.nk = s < 0 ? d->nkeys : g->st[s].nk;
+  p.nthreads = plan->ctx->nthreads;
+  FMCallCUDA(cudaEventRecord(g->ev_w0[s + 1], us));
+  if (s >= 0) FMCallCUDA(cudaStreamWaitEvent(us, g->ev_c1[s], 0));
+  FMCallCUDA(cudaEventRecord(g->ev_k0[s + 1], us));
+  if (s >= 0) { k = g->st[s].kbuf; v = g->st[s].vbuf; }
+  if (*first) {
+    FMCall(FMCudaForwardF32(&p, dm, q, k, v, g->oacc, g->lacc, us));
+    *first = 0;
+  } else {
+    FMCall(FMCudaForwardF32(&p, dm, q, k, v, g->opart, g->lpart, us));
+    FMCall(FMCudaMergePartial(&p, g->oacc, g->lacc, g->opart, g->lpart, us));
+  }
+  FMCallCUDA(cudaEventRecord(g->ev_k1[s + 1], us));
+  ran[s + 1] = 1;
+  return FM_SUCCESS;
+}
+
+/* Seconds from ev_in to ev (both completed). */
+static double since(const FMDistGPU *g, cudaEvent_t ev)
+{
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, g->ev_in, ev) != cudaSuccess) { (void)cudaGetLastError(); ms = 0; }
+  return 1e-3 * ms;
+}
+
+/* After the run (streams synchronized): the events of this rank into the recorder. */
+static FMErrorCode trace_events(FMPlan plan, FMDist *d, FMDistGPU *g, void *tr, double t0, const int *ran, const double (*hostt)[2])
+{
+  FMTrace T = (FMTrace)tr;
+  double fl = 4.0 * plan->batch * plan->heads_q * (double)plan->nlocal * plan->head_dim;
+  for (int s = 0; s < g->nsteps; s++) {
+    const GStep *S = &g->st[s];
+    double a, b;
+    if (g->transport == FM_DIST_TRANSPORT_MPI) { a = hostt[s][0]; b = hostt[s][1]; }
+    else { a = t0 + since(g, g->ev_c0[s]); b = t0 + since(g, g->ev_c1[s]); }
+    if (b < a) b = a;
+    for (int i = 0; i < S->nsend; i++)
+      FMCall(FMTraceRecord_Private(T, FM_TRACE_SEND, 1, a, b, d->cbytes[S->send[i].chunk], 0, S->send[i].peer, S->send[i].chunk));
+    for (int i = 0; i < S->nrecv; i++)
+      FMCall(FMTraceRecord_Private(T, FM_TRACE_RECV, 1, a, b, d->cbytes[S->recv[i].chunk], 0, S->recv[i].peer, S->recv[i].chunk));
+  }
+  for (int s = -1; s < g->nsteps; s++) {
+    double w0, k0, k1;
+    if (!ran[s + 1]) continue;
+    w0 = t0 + since(g, g->ev_w0[s + 1]);
+    k0 = t0 + since(g, g->ev_k0[s + 1]);
+    k1 = t0 + since(g, g->ev_k1[s + 1]);
+    if (k0 - w0 > 2e-6) FMCall(FMTraceRecord_Private(T, FM_TRACE_WAIT, 0, w0, k0, 0, 0, -1, -1));
+    FMCall(FMTraceRecord_Private(T, FM_TRACE_COMPUTE, 0, k0, k1 < k0 ? k0 : k1, 0,
+                                 fl * (s < 0 ? d->nkeys : g->st[s].nk), -1,
+                                 s < 0 ? -1 : (g->st[s].nrecv ? g->st[s].recv[0].chunk : -1)));
+  }
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
+{
+  FMDist *d = (FMDist *)plan->dist;
+  FMDistGPU *g = d ? (FMDistGPU *)d->gpu : NULL;
+  cudaStream_t us = (cudaStream_t)plan->stream;
+  int me = plan->ctx->rank, first = 1, *ran = NULL;
+  double (*hostt)[2] = NULL, t0 = 0;
+  void *tr = NULL;
+  size_t no = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
+  size_t nl = (size_t)plan->batch * plan->heads_q * plan->nlocal;
+  FMErrorCode ierr = FM_SUCCESS;
+
+  FMCheck(g, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no GPU executor (call FMPlanSetUp on the CUDA backend first)");
+  /* local state first, agreed: nothing below returns early on one rank only before the exchange */
+  ierr = FMCalloc(g->nsteps + 1, &ran);
+  if (!ierr) ierr = FMCalloc(g->nsteps + 1, &hostt);
+  ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
+  if (ierr) { free(ran); free(hostt); return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); }
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+  ierr = FMDistTraceBegin_Private(plan, d, "forward", &tr);
+  if (ierr) goto done;
+#define GTRY(expr) do { ierr = (expr); if (ierr) { ierr = FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); goto done; } } while (0)
+#define GCUDA(expr) do { cudaError_t ce_ = (expr); if (ce_ != cudaSuccess) { \
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "CUDA error in %s: %s", #expr, cudaGetErrorString(ce_)); goto done; } } while (0)
+  GCUDA(cudaEventRecord(g->ev_in, us));
+  GCUDA(cudaStreamWaitEvent(g->cs, g->ev_in, 0));
+  if (tr) { GCUDA(cudaEventSynchronize(g->ev_in)); t0 = FMTime(); }
+  if (d->overlap) GTRY(compute_stage(plan, d, g, -1, q, k, v, &first, ran));
+  for (int s = 0; s < g->nsteps; s++) {
+    const GStep *S = &g->st[s];
+#if FM_HAVE_NCCL
+    if (g->transport == FM_DIST_TRANSPORT_NCCL) GTRY(exchange_nccl(plan, d, g, s, k, v));
+    else
+#endif
+    {
+      GTRY(exchange_mpi(plan, d, g, s, k, v));
+      hostt[s][0] = g->tsend[0]; hostt[s][1] = g->tsend[1];
+    }
+    for (int i = 0; i < S->nsend; i++) {
+      d->stats.sent_bytes[S->send[i].level] += d->cbytes[S->send[i].chunk];
+      if (d->part.owner[S->send[i].chunk] != me) d->stats.relayed_bytes += d->cbytes[S->send[i].chunk];
+    }
+    for (int i = 0; i < S->nrecv; i++) d->stats.recv_bytes += d->cbytes[S->recv[i].chunk];
+    if (d->overlap) GTRY(compute_stage(plan, d, g, s, q, k, v, &first, ran));
+  }
+  if (!d->overlap) {
+    /* the unoverlapped baseline: nothing computes before the whole exchange is over */
+    if (g->nsteps > 0) GCUDA(cudaStreamWaitEvent(us, g->ev_c1[g->nsteps - 1], 0));
+    GTRY(compute_stage(plan, d, g, -1, q, k, v, &first, ran));
+    for (int s = 0; s < g->nsteps; s++) GTRY(compute_stage(plan, d, g, s, q, k, v, &first, ran));
+  }
+  if (plan->nlocal > 0) {
+    if (first) { /* no local row sees any key */
+      GTRY(FMCudaFillFloat(g->oacc, no, 0.f, us));
+      GTRY(FMCudaFillFloat(g->lacc, nl, -INFINITY, us));
+    }
+    GTRY(FMCudaConvertOut(g->oacc, o, plan->dtype, no, us));
+    if (lse) GCUDA(cudaMemcpyAsync(lse, g->lacc, nl * sizeof(float), cudaMemcpyDeviceToDevice, us));
+  }
+  /* the caller's K/V and our buffers are free again only after the last send left */
+  GCUDA(cudaEventRecord(g->ev_done, g->cs));
+  GCUDA(cudaStreamWaitEvent(us, g->ev_done, 0));
+  if (tr) {
+    GCUDA(cudaStreamSynchronize(us));
+    GTRY(trace_events(plan, d, g, tr, t0, ran, (const double(*)[2])hostt));
+  }
+done:
+  free(ran);
+  free(hostt);
+  /* the trace is saved collectively; an error on one rank must not leave the others waiting */
+  ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
+  if (!ierr) ierr = FMDistTraceEnd_Private(plan, d, "forward", &tr);
+  else if (tr) { FMTrace T = (FMTrace)tr; (void)FMTraceDestroy_Private(&T); }
+  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+  return FM_SUCCESS;
+#undef GTRY
+#undef GCUDA
+}

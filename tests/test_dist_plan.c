@@ -408,13 +408,13 @@ static void check_route(FMDistRouteType type, const FMDistTopo *topo, const FMDi
  * does not own exactly once.
  */
 static void check_steps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistTopo *topo, const FMDistPartition *part,
-                        const FMDistRoute *rt)
+                        const FMDistRoute *rt, int group)
 {
   int n = 0, ns = 0, P = part->nranks, C = part->nchunks;
   FMDistStepXfer *x = NULL;
   int *when = (int *)malloc(sizeof(int) * (size_t)P * C);
   const char *what = sched == FM_DIST_SCHED_RING ? "ring" : "gather";
-  FMT_CALL(FMDistExchangeSteps(sched, ch, part, topo, rt, &n, &x, &ns));
+  FMT_CALL(FMDistExchangeSteps(sched, ch, part, topo, rt, group, &n, &x, &ns));
   for (int r = 0; r < P; r++)
     for (int c = 0; c < C; c++) when[(size_t)r * C + c] = part->owner[c] == r ? -1 : INT_MAX;
   if (sched != FM_DIST_SCHED_RING) FMT_CHECK(n == rt->n, "%s steps hold %d transfers, the route %d", what, n, rt->n);
@@ -473,9 +473,10 @@ static void test_routes(int iters)
       FMDistChunks ch; /* 4 keys per chunk, the last one or two short or empty */
       FMT_CALL(FMDistChunksInit(4 * C - rnd(3), C > 1 ? 4 * C - rnd(6) : 4, 4, P, 4, &ch));
       if (ch.nchunks == C) {
-        check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &flat);
-        check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &hier);
-        check_steps(FM_DIST_SCHED_RING, &ch, &topo, &part, NULL);
+        check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &flat, 0);
+        check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &flat, 1 + rnd(3));
+        check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &hier, rnd(3));
+        check_steps(FM_DIST_SCHED_RING, &ch, &topo, &part, NULL, 0);
       }
     }
     FMT_CHECK(hier.bytes[1] <= flat.bytes[1], "hierarchical inter-node bytes %g above flat %g", hier.bytes[1], flat.bytes[1]);

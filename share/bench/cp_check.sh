@@ -8,47 +8,53 @@
 # usage: sh share/bench/cp_check.sh [fmbench -cp options]   (CP_SKIP_CHECK=1 skips make check)
 OUT=${OUT:-/tmp/fmout}
 NP=${NP:-2}
-mkdir -p "$OUT"
+W=${WORK:-/tmp/cpwork}   # logs and traces; only a few files are copied to $OUT at the end
+mkdir -p "$OUT" "$W"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[ -d .devdeps ] && sh .devdeps/install.sh > "$OUT/deps.log" 2>&1
+[ -d .devdeps ] && sh .devdeps/install.sh > "$W/deps.log" 2>&1
 nvidia-smi -L
 nvidia-smi topo -m 2>/dev/null | head -4
 t0=$(date +%s)
-if ! (./autogen.sh && ./configure CC=mpicc && make -j"$(nproc)") > "$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"; echo "cp_check: build failed"; exit 1
+if ! (./autogen.sh && ./configure CC=mpicc && make -j"$(nproc)") > "$W/build.log" 2>&1; then
+  tail -40 "$W/build.log"; echo "cp_check: build failed"; exit 1
 fi
 echo "build: $(($(date +%s) - t0)) s"
-grep -E "^  (CUDA|NCCL|HDF5|hwloc) " "$OUT/build.log"
+grep -E "^  (CUDA|NCCL|HDF5|hwloc) " "$W/build.log"
 MPI="mpiexec -n $NP --oversubscribe --bind-to none"
 if [ -z "$CP_SKIP_CHECK" ]; then
   t0=$(date +%s)
-  make -j8 check > "$OUT/check.log" 2>&1
+  make -j8 check > "$W/check.log" 2>&1
   echo "make check rc=$? ($(($(date +%s) - t0)) s)"
-  grep -E "^(PASS|FAIL|SKIP|ERROR|XPASS):" "$OUT/check.log" | sort | uniq -c | sort -rn | head -3
-  grep -E "^(FAIL|ERROR|XPASS|SKIP):" "$OUT/check.log"
-  for t in test_gpu_cp test_gpu_fwd test_context test_tutorials; do cp "tests/$t.log" "$OUT/" 2>/dev/null; done
+  grep -E "^(PASS|FAIL|SKIP|ERROR|XPASS):" "$W/check.log" | sort | uniq -c | sort -rn | head -3
+  grep -E "^(FAIL|ERROR|XPASS|SKIP):" "$W/check.log"
+  cat tests/test_gpu_cp.log tests/test_gpu_fwd.log > "$OUT/gpu_tests.log" 2>/dev/null
   grep -E "FAIL|transport|cases" tests/test_gpu_cp.log 2>/dev/null | head -12
 fi
 echo "== ex1 on $NP GPUs (each configuration against the CPU backend)"
 for cfg in "" "-fm_plan_transport mpi" "-fm_plan_schedule ring" "-fm_plan_prune 0 -fm_plan_overlap 0" \
   "-fm_plan_route flat -fm_plan_partition contiguous" "-seqlen 5000 -fm_plan_chunk 700"; do
   # shellcheck disable=SC2086
-  timeout 300 $MPI ./tutorials/ex1 -seqlen 4096 $cfg > "$OUT/ex1.log" 2>&1
+  timeout 300 $MPI ./tutorials/ex1 -seqlen 4096 $cfg > "$W/ex1.log" 2>&1
   rc=$?
-  printf "ex1 %-52s rc=%d %s\n" "[$cfg]" $rc "$(grep -E 'max \|O ' "$OUT/ex1.log" | sed 's/.*relative to max |O|: //' | cut -c1-40)"
-  [ $rc -ne 0 ] && tail -15 "$OUT/ex1.log"
+  printf "ex1 %-52s rc=%d %s\n" "[$cfg]" $rc "$(grep -E 'max \|O ' "$W/ex1.log" | sed 's/.*relative to max |O|: //' | cut -c1-40)"
+  [ $rc -ne 0 ] && tail -15 "$W/ex1.log"
 done
 echo "== traced run -> fmtrace"
-rm -f "$OUT/cp_trace.h5"
-timeout 300 $MPI ./tutorials/ex1 -seqlen 16384 -fm_plan_view -fm_trace "$OUT/cp_trace.h5" -fm_trace_view > "$OUT/ex1_trace.log" 2>&1
-echo "traced ex1 rc=$?"
-grep -E "trace|GPU:|imbalance|ex1:" "$OUT/ex1_trace.log" | cut -c1-200
-[ -x ./fmtrace ] && ./fmtrace "$OUT/cp_trace.h5" -json "$OUT/cp_trace.json" -svg "$OUT/cp_trace.svg" 2>&1 | tail -12
-if ./fmbench -help 2>&1 | grep -q -- "-cp"; then
-  echo "== fmbench -cp"
-  mkdir -p "$OUT/traces"
-  # shellcheck disable=SC2086
-  timeout "${BENCH_TIMEOUT:-420}" $MPI ./fmbench -cp -trace_dir "$OUT/traces" -csv "$OUT/cp.csv" "$@" > "$OUT/cp_bench.log" 2>&1
-  echo "fmbench -cp rc=$?"
-  tail -30 "$OUT/cp_bench.log" | cut -c1-200
+rm -f "$W/cp_trace.h5"
+timeout 300 $MPI ./tutorials/ex1 -seqlen 16384 -fm_plan_view -fm_trace "$W/cp_trace.h5" -fm_trace_view > "$W/ex1_trace.log" 2>&1
+echo "traced ex1 rc=$? (the GPU forward's summary is the first 'forward' line; the CPU re-run traces too)"
+grep -E "trace|GPU:|imbalance|ex1:" "$W/ex1_trace.log" | cut -c1-200
+echo "== fmbench -cp"
+mkdir -p "$W/traces"
+# shellcheck disable=SC2086
+timeout "${BENCH_TIMEOUT:-420}" $MPI ./fmbench -cp -trace_dir "$W/traces" -csv "$OUT/cp.csv" "$@" > "$OUT/cp_bench.log" 2>&1
+echo "fmbench -cp rc=$?"
+tail -40 "$OUT/cp_bench.log" | cut -c1-200
+# the timeline of one traced plan run (the first causal_document one, else the first)
+tf=$(ls "$W"/traces/causal_document_*_plan.h5 2>/dev/null | tail -1)
+[ -z "$tf" ] && tf=$(ls "$W"/traces/*_plan.h5 2>/dev/null | head -1)
+if [ -n "$tf" ] && [ -x ./fmtrace ]; then
+  echo "== fmtrace $(basename "$tf")"
+  ./fmtrace "$tf" -svg "$OUT/cp_trace.svg" -json "$W/cp_trace.json" 2>&1 | tail -8
+  cp "$tf" "$OUT/"
 fi

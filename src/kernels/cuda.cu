@@ -228,6 +228,7 @@ struct FallbackParams {
   const void *q, *k, *v;
   void *o;
   float *o32; /* non-NULL: fp32 output here instead of o */
+  int merge;  /* with o32: merge into (o32, lse) through the LSE */
   float *lse;
   const int4 *packed;
   const int32_t *sum;
@@ -307,17 +308,28 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) fm_fwd_
       }
     }
   }
-  const size_t oo = (((size_t)b * p.Sq + i) * p.Hq + hq) * D;
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const size_t oo = (((size_t)b * p.Sq + i) * p.Hq + hq) * D, lo = ((size_t)b * p.Hq + hq) * p.Sq + i;
+  float inv = l > 0.f ? 1.f / l : 0.f, wa = 0.f, lse = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
+  if (p.o32 && p.merge) { /* exact merge with the accumulated (O, LSE) through the LSE */
+    const float la = p.lse[lo], mm = fmaxf(la, lse);
+    __syncwarp();
+    if (mm == -INFINITY) inv = 0.f;
+    else {
+      const float ea = expf(la - mm), eb = expf(lse - mm), s = ea + eb;
+      wa = ea / s;
+      inv *= eb / s;
+      lse = mm + logf(s);
+    }
+  }
 #pragma unroll
   for (int t = 0; t < DPL; t++) {
     const int d = lane + 32 * t;
     if (d < D) {
-      if (p.o32) p.o32[oo + d] = acc[t] * inv;
+      if (p.o32) p.o32[oo + d] = acc[t] * inv + (wa != 0.f ? wa * p.o32[oo + d] : 0.f);
       else ((T *)p.o)[oo + d] = from_f<T>(acc[t] * inv);
     }
   }
-  if (lane == 0) p.lse[((size_t)b * p.Hq + hq) * p.Sq + i] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
+  if (lane == 0) p.lse[lo] = lse;
 }
 
 template <typename T> static cudaError_t launch_fallback(const FallbackParams &fp, int B, cudaStream_t st)
@@ -336,7 +348,7 @@ extern "C" { int FMCudaLastPath_Private = -1; }
 
 /* The forward of FMCudaForward / FMCudaForwardF32: o (dtype) or o32 (fp32) receives O. */
 static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v, void *o,
-                                float *o32, float *lse, void *stream)
+                                float *o32, int merge, float *lse, void *stream)
 {
   const FMCudaMask *dm = (const FMCudaMask *)dmask;
   cudaStream_t st = (cudaStream_t)stream;
@@ -368,6 +380,7 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
     a.v = v;
     a.o = o;
     a.o32 = o32;
+    a.merge = merge;
     a.lse = lse;
     a.batch = p->batch;
     a.seqlen_q = p->nq;
@@ -397,6 +410,7 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
     fp.v = v;
     fp.o = o;
     fp.o32 = o32;
+    fp.merge = merge;
     fp.lse = lse;
     fp.packed = dm->packed;
     fp.sum = dm->sum;
@@ -437,17 +451,18 @@ FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void 
   FMValidPointer(v, 5);
   FMValidPointer(o, 6);
   FMValidPointer(lse, 7);
-  FMCall(forward_impl(p, dmask, q, k, v, o, NULL, lse, stream));
+  FMCall(forward_impl(p, dmask, q, k, v, o, NULL, 0, lse, stream));
   return FM_SUCCESS;
 }
 
 /*
- * FMCudaForwardF32 - as FMCudaForward, but O is written in fp32 to o32 ([batch][nq][heads_q]
- *   [head_dim], device): the partial result of a key subset, to merge with FMCudaMergePartial.
- *   Not collective.
+ * FMCudaForwardF32 - as FMCudaForward over the uploaded key columns, but O is fp32 in o32
+ *   ([batch][nq][heads_q][head_dim], device). merge = 0: (o32, lse) are overwritten; merge = 1:
+ *   they hold an accumulated result over other keys, and this part is merged into it exactly
+ *   through the LSE in the kernel's epilogue. Asynchronous on stream. Not collective.
  */
 FMErrorCode FMCudaForwardF32(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v, float *o32,
-                             float *lse, void *stream)
+                             int merge, float *lse, void *stream)
 {
   FMValidPointer(p, 1);
   FMValidPointer(dmask, 2);
@@ -456,56 +471,11 @@ FMErrorCode FMCudaForwardF32(const FMAttnProblem *p, const void *dmask, const vo
   FMValidPointer(v, 5);
   FMValidPointer(o32, 6);
   FMValidPointer(lse, 7);
-  FMCall(forward_impl(p, dmask, q, k, v, NULL, o32, lse, stream));
+  FMCall(forward_impl(p, dmask, q, k, v, NULL, o32, merge != 0, lse, stream));
   return FM_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ partial results */
-
-/*
- * One warp per (row, head) pair: merge (o_part, l_part) into (o_acc, l_acc) through the LSE.
- * A side with LSE -inf contributes nothing; both -inf leave O = 0, LSE = -inf.
- */
-__global__ void fm_merge_partial(float *oacc, float *lacc, const float *opart, const float *lpart, int nq, int H, int D,
-                                 size_t npairs)
-{
-  const size_t pair = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (pair >= npairs) return;
-  /* pair = (b * H + h) * nq + i: the LSE layout [B][H][nq] */
-  const size_t i = pair % nq, bh = pair / nq, h = bh % H, b = bh / H;
-  const float la = lacc[pair], lb = lpart[pair];
-  const float m = fmaxf(la, lb);
-  float wa = 0.f, wb = 0.f, lnew = -INFINITY;
-  if (m != -INFINITY) {
-    wa = expf(la - m);
-    wb = expf(lb - m);
-    const float s = wa + wb;
-    lnew = m + logf(s);
-    wa /= s;
-    wb /= s;
-  }
-  float *oa = oacc + ((b * nq + i) * H + h) * (size_t)D;
-  const float *ob = opart + ((b * nq + i) * H + h) * (size_t)D;
-  for (int d = lane; d < D; d += 32) oa[d] = wa * oa[d] + wb * ob[d];
-  if (lane == 0) lacc[pair] = lnew;
-}
-
-/*
- * FMCudaMergePartial - merge a partial result (o_part, lse_part: fp32, device) into the
- *   accumulated one (o_acc, lse_acc) exactly through the LSE, asynchronously on stream.
- *   Shapes as FMCPUMergePartial (p->batch, p->nq, p->heads_q, p->head_dim). Not collective.
- */
-FMErrorCode FMCudaMergePartial(const FMAttnProblem *p, float *o_acc, float *lse_acc, const float *o_part, const float *lse_part,
-                               void *stream)
-{
-  const size_t npairs = (size_t)p->batch * p->heads_q * p->nq;
-  if (npairs == 0) return FM_SUCCESS;
-  fm_merge_partial<<<(unsigned)((npairs * 32 + 255) / 256), 256, 0, (cudaStream_t)stream>>>(o_acc, lse_acc, o_part, lse_part, p->nq,
-                                                                                             p->heads_q, p->head_dim, npairs);
-  FMCallCUDA(cudaGetLastError());
-  return FM_SUCCESS;
-}
 
 __global__ void fm_convert_out(const float *src, void *dst, size_t n, int fp16)
 {

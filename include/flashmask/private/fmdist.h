@@ -244,11 +244,12 @@ typedef struct {
  * FMDistExchangeSteps - cut a schedule's transfers into exchange steps that every rank
  *   derives alike (the rules are at the top of steps.c): the gather's route (route) or the
  *   ring's blocks (sched = FM_DIST_SCHED_RING; route unused, may be NULL). Deterministic, no MPI.
+ *   group   gather only: at most this many chunks per (hop, src, dst) in one step; <= 0 = all
  *   n, x    out: the transfers sorted by step, then source rank, then chunk (free x)
  *   nsteps  out: the number of steps (steps are 0..nsteps-1, each non-empty)
  */
 FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
-                                const FMDistRoute *route, int *n, FMDistStepXfer **x, int *nsteps);
+                                const FMDistRoute *route, int group, int *n, FMDistStepXfer **x, int *nsteps);
 
 /* ---------------- execution statistics (exec.c) ---------------- */
 typedef struct {

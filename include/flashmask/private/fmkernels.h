@@ -105,17 +105,12 @@ FMErrorCode FMCudaMaskFree(void *dev);
 FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
                           const void *v, void *o, float *lse, void *stream);
 /*
- * FMCudaForwardF32 - as FMCudaForward but O goes to o32 in fp32 (a partial result over the
- *   uploaded key columns, to merge with FMCudaMergePartial). Asynchronous on stream.
+ * FMCudaForwardF32 - as FMCudaForward but O is fp32 in o32. merge = 0 overwrites (o32, lse);
+ *   merge = 1 merges this part (the uploaded key columns) into the accumulated (o32, lse) of
+ *   other keys, exactly through the LSE, in the kernel's epilogue. Asynchronous on stream.
  */
 FMErrorCode FMCudaForwardF32(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
-                             const void *v, float *o32, float *lse, void *stream);
-/*
- * FMCudaMergePartial - the device version of FMCPUMergePartial (fp32, exact through the LSE),
- *   asynchronous on stream. Uses p->batch, nq, heads_q, head_dim.
- */
-FMErrorCode FMCudaMergePartial(const FMAttnProblem *p, float *o_acc, float *lse_acc, const float *o_part,
-                               const float *lse_part, void *stream);
+                             const void *v, float *o32, int merge, float *lse, void *stream);
 /* FMCudaConvertOut - dst = src (n fp32 device elements) rounded to t (bf16/fp16); async on stream. */
 FMErrorCode FMCudaConvertOut(const float *src, void *dst, FMDType t, size_t n, void *stream);
 /* FMCudaFillFloat - p[0..n) = x on the device, asynchronously on stream. */

@@ -62,6 +62,7 @@ template <int D, int ST> struct Layout {
 struct Params {
   void *o;
   float *o32; /* non-NULL: O in fp32 here (partial results for merging), o unused */
+  int merge;  /* with o32: merge into (o32, lse) through the LSE instead of overwriting */
   float *lse;
   const int4 *packed;
   const int32_t *sum;
@@ -238,6 +239,21 @@ __device__ __forceinline__ void release(uint64_t *bar, int lane)
 {
   __syncwarp();
   if (lane == 0) mbar_arrive(bar);
+}
+
+/*
+ * Weights of an exact merge through the LSE: the accumulated part (LSE la) and a new part
+ * (*lse, its O scaled by *wb = 1/l so far) become O = wa O_acc + wb O_new, LSE = log(e^la + e^lse).
+ * Both -inf: nothing is visible yet (wa = wb = 0, LSE -inf).
+ */
+__device__ __forceinline__ void merge_weights(float la, float *lse, float *wa, float *wb)
+{
+  const float lb = *lse, m = fmaxf(la, lb);
+  if (m == -INFINITY) { *wa = 0.f; *wb = 0.f; return; }
+  const float ea = __expf(la - m), eb = __expf(lb - m), inv = 1.f / (ea + eb);
+  *wa = ea * inv;
+  *wb *= eb * inv;
+  *lse = m + __logf(ea + eb);
 }
 
 template <int D, int ST, bool F16>
@@ -450,15 +466,37 @@ __global__ void __launch_bounds__(kThreads, 1)
      * S GEMM has retired) in the 128-byte-swizzled chunk layout (16-byte unit u of row r at
      * u ^ (r & 7): conflict-free), then writes whole 16-byte units, row by row, to global.
      */
+    float lse0 = l0 > 0.f ? mrow[0] * p.scale + logf(l0) : -INFINITY;
+    float lse1 = l1 > 0.f ? mrow[1] * p.scale + logf(l1) : -INFINITY;
     if (p.o32) {
-      /* fp32 partial output: each thread stores its own fragments (row r, columns 8k + 2 q4, +1) */
+      /*
+       * fp32 output: each thread stores its own fragments (row r, columns 8k + 2 q4, +1). With
+       * merge, the accumulated (O, LSE) already there is combined exactly through the LSE:
+       * O = wa O_acc + wb O_new with wa, wb = exp(lse_acc - lse), exp(lse_new - lse).
+       */
       const size_t ostride = (size_t)p.Hq * D;
       float *or0 = p.o32 + ((size_t)b * p.Sq + row0) * ostride + (size_t)hq * D + q4 * 2;
       float *or1 = or0 + 8 * ostride;
+      float wa0 = 0.f, wa1 = 0.f, wb0 = inv0, wb1 = inv1;
+      if (p.merge) {
+        const float *lacc = p.lse + ((size_t)b * p.Hq + hq) * p.Sq;
+        const float la0 = row0 < p.Sq ? lacc[row0] : -INFINITY, la1 = row1 < p.Sq ? lacc[row1] : -INFINITY;
+        __syncwarp(); /* every thread of the quad has its accumulated LSE before q4 = 0 rewrites it */
+        merge_weights(la0, &lse0, &wa0, &wb0);
+        merge_weights(la1, &lse1, &wa1, &wb1);
+      }
 #pragma unroll
       for (int k = 0; k < D / 8; k++) {
-        if (row0 < p.Sq) *(float2 *)(or0 + k * 8) = make_float2(o[4 * k] * inv0, o[4 * k + 1] * inv0);
-        if (row1 < p.Sq) *(float2 *)(or1 + k * 8) = make_float2(o[4 * k + 2] * inv1, o[4 * k + 3] * inv1);
+        if (row0 < p.Sq) {
+          float2 x = make_float2(o[4 * k] * wb0, o[4 * k + 1] * wb0);
+          if (p.merge) { const float2 a = *(const float2 *)(or0 + k * 8); x.x += wa0 * a.x; x.y += wa0 * a.y; }
+          *(float2 *)(or0 + k * 8) = x;
+        }
+        if (row1 < p.Sq) {
+          float2 x = make_float2(o[4 * k + 2] * wb1, o[4 * k + 3] * wb1);
+          if (p.merge) { const float2 a = *(const float2 *)(or1 + k * 8); x.x += wa1 * a.x; x.y += wa1 * a.y; }
+          *(float2 *)(or1 + k * 8) = x;
+        }
       }
     } else {
       unsigned char *stage = smem + L::OFF_Q + cw * 64 * 128;
@@ -485,8 +523,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (q4 == 0) {
       float *lse = p.lse + ((size_t)b * p.Hq + hq) * p.Sq;
-      if (row0 < p.Sq) lse[row0] = l0 > 0.f ? mrow[0] * p.scale + logf(l0) : -INFINITY;
-      if (row1 < p.Sq) lse[row1] = l1 > 0.f ? mrow[1] * p.scale + logf(l1) : -INFINITY;
+      if (row0 < p.Sq) lse[row0] = lse0;
+      if (row1 < p.Sq) lse[row1] = lse1;
     }
   }
 }
@@ -532,6 +570,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMSm90Args *a
   Params p;
   p.o = a->o;
   p.o32 = a->o32;
+  p.merge = a->merge;
   p.lse = a->lse;
   p.packed = a->packed;
   p.sum = a->sum;

@@ -13,6 +13,7 @@ typedef struct {
   const void *q, *k, *v;  /* [B][S][H][D], dtype */
   void *o;                /* [B][Sq][Hq][D], dtype */
   float *o32;             /* NULL, or [B][Sq][Hq][D] fp32: O goes here instead of o (partials to merge) */
+  int merge;              /* with o32: merge into (o32, lse), exactly through the LSE, instead of overwriting */
   float *lse;             /* [B][Hq][Sq] */
   int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
   int fp16;               /* 0 = bf16, 1 = fp16 */

@@ -13,6 +13,7 @@ extern const char *const FMDistTransportNames[]; /* "auto", "nccl", "mpi", NULL 
 typedef struct {
   int part_type, route_type, prune, overlap, chunk_opt, vnodes, schedule;
   int transport;          /* FMDistTransport; resolved (never AUTO) after set-up on the CUDA backend */
+  int step_chunks;        /* -fm_plan_step_chunks: chunks per pair in one GPU exchange step, 0 = all */
   FMDistChunks ch;
   FMDistPartition part;
   FMDistBalanceInfo binfo;

@@ -33,12 +33,12 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, uint64_t *hash)
 {
   uint64_t h = 1469598103934665603ull;
-  int v[19];
+  int v[20];
   double sc = plan->scale;
   v[0] = m->seqlen_q; v[1] = m->seqlen_k; v[2] = m->mask_heads; v[3] = m->causal; v[4] = m->present; v[5] = m->block;
   v[6] = plan->batch; v[7] = plan->heads_q; v[8] = plan->heads_kv; v[9] = plan->head_dim; v[10] = (int)plan->dtype;
   v[11] = d->part_type; v[12] = d->route_type; v[13] = d->prune * 2 + d->overlap; v[14] = d->chunk_opt; v[15] = d->vnodes;
-  v[16] = d->trace_on; v[17] = d->schedule; v[18] = d->transport;
+  v[16] = d->trace_on; v[17] = d->schedule; v[18] = d->transport; v[19] = d->step_chunks;
   h = fnv(h, v, sizeof(v));
   h = fnv(h, &sc, sizeof(sc));
   for (int b = 0; b < 4; b++) h = fnv(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
@@ -195,6 +195,9 @@ static FMErrorCode read_options(FMDist *d)
                                    "device K/V transport on the CUDA backend: nccl (a GPU per rank), mpi (through host memory), "
                                    "auto = nccl when built with NCCL and no two ranks share a GPU",
                                    FMDistTransportNames, &d->transport, NULL));
+  FMCall(FMOptionsGetInt("-fm_plan_step_chunks",
+                         "CUDA backend: at most this many K/V chunks per peer in one exchange step (0 = all: one step per peer and hop)",
+                         &d->step_chunks, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_nodes", "route over this many virtual nodes of consecutive ranks (0 = real topology)", &d->vnodes, NULL));
   {
     FMBool set = FM_FALSE, view = FM_FALSE;
@@ -209,6 +212,7 @@ static FMErrorCode read_options(FMDist *d)
   }
   FMCheck(d->chunk_opt >= 0, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_chunk is %d; expected >= 0 (0 = default)", d->chunk_opt);
   FMCheck(d->vnodes >= 0, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_nodes is %d; expected >= 0", d->vnodes);
+  FMCheck(d->step_chunks >= 0, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_step_chunks is %d; expected >= 0 (0 = all)", d->step_chunks);
   d->prune = prune == FM_TRUE; d->overlap = overlap == FM_TRUE;
   return FM_SUCCESS;
 }

@@ -9,11 +9,14 @@
  * (localize.c: local rows x global key columns) is restricted to the stage's key columns and
  * uploaded as an ordinary non-causal mask: the causal triangle of the global mask becomes the
  * local interval [0, cut) of each column and is folded into the lower or upper interval.
+ * Steps are whole (hop, pair) exchanges by default; -fm_plan_step_chunks n cuts them into
+ * steps of at most n chunks per pair (finer pipelining, one more merge per step).
  *
  * Forward (collective). On the plan's stream: the local stage first (the rank's own K/V, in
  * place), then each stage as soon as its step's event fired, while the communication stream
  * moves the following steps; every stage writes an fp32 partial (O, LSE) merged exactly into
- * the accumulator through the LSE, and the last step converts O to the plan's dtype. With
+ * the accumulator through the LSE (in the kernel's epilogue), and at the end O is converted
+ * to the plan's dtype. With
  * -fm_plan_overlap 0 every stage waits for the whole exchange. With NCCL nothing blocks the
  * host; with the MPI transport each step's messages are completed by the host (the stages
  * already queued keep the GPU busy meanwhile).
@@ -48,7 +51,7 @@ typedef struct {
   GStep *st;
   void *dmask0;          /* the local stage (own keys), NULL if no local row sees them */
   int *where, *woff;     /* [C] where chunk c is held: -1 the user's k/v, s >= 0 step s's buffer, -2 nowhere; key offset */
-  float *oacc, *lacc, *opart, *lpart;
+  float *oacc, *lacc;    /* fp32 accumulator of O and the LSE, merged into stage by stage */
   cudaStream_t cs;       /* communication stream */
   cudaEvent_t ev_in, ev_done;
   cudaEvent_t *ev_c0, *ev_c1;        /* [nsteps] around each exchange on cs */
@@ -160,7 +163,7 @@ FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
     free(g->st[s].recv);
   }
   FMCudaMaskFree(g->dmask0);
-  cudaFree(g->oacc); cudaFree(g->lacc); cudaFree(g->opart); cudaFree(g->lpart);
+  cudaFree(g->oacc); cudaFree(g->lacc);
   if (g->ev_in) cudaEventDestroy(g->ev_in);
   if (g->ev_done) cudaEventDestroy(g->ev_done);
   for (int s = 0; s < g->nev; s++) {
@@ -207,7 +210,7 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
   FMCallCUDA(cudaStreamCreateWithFlags(&g->cs, cudaStreamNonBlocking));
   FMCallCUDA(cudaEventCreate(&g->ev_in));
   FMCallCUDA(cudaEventCreate(&g->ev_done));
-  FMCall(FMDistExchangeSteps((FMDistSchedType)d->schedule, &d->ch, &d->part, &d->topo, &d->route, &ntx, &tx, &g->nsteps));
+  FMCall(FMDistExchangeSteps((FMDistSchedType)d->schedule, &d->ch, &d->part, &d->topo, &d->route, d->step_chunks, &ntx, &tx, &g->nsteps));
   FMCall(FMCalloc(g->nsteps + 1, &g->st));
   FMCall(FMMalloc(C, &g->where));
   FMCall(FMMalloc(C, &g->woff));
@@ -272,9 +275,7 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
   if (plan->nlocal > 0) {
     int any;
     FMCall(dev_alloc(no * sizeof(float), (void **)&g->oacc));
-    FMCall(dev_alloc(no * sizeof(float), (void **)&g->opart));
     FMCall(dev_alloc(nl * sizeof(float), (void **)&g->lacc));
-    FMCall(dev_alloc(nl * sizeof(float), (void **)&g->lpart));
     FMCall(FMMaskGetDesc_Private(plan->mask, &m));
     FMCall(FMDistLocalize(&m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], &lm));
     any = 0;
@@ -456,13 +457,8 @@ static FMErrorCode compute_stage(FMPlan plan, FMDist *d, FMDistGPU *g, int s, co
   if (s >= 0) FMCallCUDA(cudaStreamWaitEvent(us, g->ev_c1[s], 0));
   FMCallCUDA(cudaEventRecord(g->ev_k0[s + 1], us));
   if (s >= 0) { k = g->st[s].kbuf; v = g->st[s].vbuf; }
-  if (*first) {
-    FMCall(FMCudaForwardF32(&p, dm, q, k, v, g->oacc, g->lacc, us));
-    *first = 0;
-  } else {
-    FMCall(FMCudaForwardF32(&p, dm, q, k, v, g->opart, g->lpart, us));
-    FMCall(FMCudaMergePartial(&p, g->oacc, g->lacc, g->opart, g->lpart, us));
-  }
+  FMCall(FMCudaForwardF32(&p, dm, q, k, v, g->oacc, !*first, g->lacc, us));
+  *first = 0;
   FMCallCUDA(cudaEventRecord(g->ev_k1[s + 1], us));
   ran[s + 1] = 1;
   return FM_SUCCESS;

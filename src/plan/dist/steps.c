@@ -3,7 +3,7 @@
  *
  * Every transfer gets a step key that its sender and its receiver compute alike:
  *   gather: (hop, (dst - src) mod P, position of the chunk among the transfers of that hop
- *           from src to dst, in chunk order)
+ *           from src to dst, in chunk order, divided by group; 0 when group <= 0)
  *   ring:   (t) - at step t = 1..P-1 rank r receives from r-1 every chunk owned by r-t.
  * The distinct keys, sorted, are the steps 0..nsteps-1. A step is meant to be posted as one
  * unit (an NCCL group) on every rank: then it completes as soon as every rank has posted it,
@@ -55,13 +55,13 @@ static int klen(const FMDistChunks *ch, int c)
 }
 
 FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
-                                const FMDistRoute *route, int *n, FMDistStepXfer **x, int *nsteps)
+                                const FMDistRoute *route, int group, int *n, FMDistStepXfer **x, int *nsteps)
 {
   int P = part->nranks, m = 0, cnt = 0;
   Keyed *t;
-  FMValidPointer(n, 6);
-  FMValidPointer(x, 7);
-  FMValidPointer(nsteps, 8);
+  FMValidPointer(n, 7);
+  FMValidPointer(x, 8);
+  FMValidPointer(nsteps, 9);
   *n = 0; *x = NULL; *nsteps = 0;
   if (sched == FM_DIST_SCHED_RING) {
     for (int s = 1; s < P; s++)
@@ -97,6 +97,7 @@ FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, c
     qsort(t, (size_t)m, sizeof(Keyed), cmp_pair);
     for (int k = 1; k < m; k++)
       if (t[k].a == t[k - 1].a && t[k].x.src == t[k - 1].x.src && t[k].x.dst == t[k - 1].x.dst) t[k].c = t[k - 1].c + 1;
+    for (int k = 0; k < m; k++) t[k].c = group > 0 ? t[k].c / group : 0;
   }
   qsort(t, (size_t)m, sizeof(Keyed), cmp_step);
   {

@@ -434,6 +434,11 @@ FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows
  *   o    out: [batch][nlocal][heads_q][head_dim]      (dtype)
  *   lse  out: float [batch][heads_q][nlocal]; natural log; -inf for fully masked rows
  *        (whose O is 0). May be NULL if not needed (then Backward cannot run).
+ *   On the CUDA backend every tensor is device memory and the call is asynchronous on the
+ *   plan's stream (FMPlanSetStream): synchronize it before reading o and lse. Over several
+ *   ranks the K/V gather runs on a second stream (NCCL, or MPI through pinned host memory:
+ *   -fm_plan_transport) overlapped with the kernels; with -fm_plan_transport mpi the call
+ *   returns after the last message of the gather.
  */
 FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
 
@@ -444,6 +449,9 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  *   dq, dk, dv        out: same layouts as q, k, v (dtype); on several ranks dk, dv hold the
  *                     complete gradients of this rank's key positions (partials from the
  *                     ranks that gathered them are reduced back here)
+ *   On the CUDA backend (device memory) there is no backward kernel yet: the tensors are
+ *   staged through host memory and the exact CPU backward runs (distributed over MPI when the
+ *   plan spans several ranks); correct but slow, and synchronous.
  */
 FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void *v, const void *o,
                            const float *lse, const void *dout, void *dq, void *dk, void *dv);

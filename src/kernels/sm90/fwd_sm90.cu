@@ -591,12 +591,16 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMSm90Args *a
     p.vdesc_hi = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | ((uint64_t)1 << 62);
   }
   const size_t smem = L::bytes(a->nblk);
-  static size_t attr_set = 0;
-  if (smem > attr_set) {
+  /* the opt-in shared-memory size is a per-device attribute: remember it per device (a process
+     may launch on several devices, e.g. a one-GPU reference next to a context-parallel plan) */
+  static size_t attr_set[64];
+  int dev = 0;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if (dev < 0 || dev >= 64 || smem > attr_set[dev]) {
     if ((e = cudaFuncSetAttribute(fwd_kernel<D, ST, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
         cudaSuccess)
       return e;
-    attr_set = smem;
+    if (dev >= 0 && dev < 64) attr_set[dev] = smem;
   }
   dim3 grid((a->seqlen_q + kBM - 1) / kBM, a->heads_q, a->batch);
   fwd_kernel<D, ST, F16><<<grid, kThreads, smem, stream>>>(tq, tk, tv, p);

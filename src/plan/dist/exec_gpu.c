@@ -513,6 +513,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   size_t no = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
   size_t nl = (size_t)plan->batch * plan->heads_q * plan->nlocal;
   FMErrorCode ierr = FM_SUCCESS;
+  FMErrorCode cerr = FM_SUCCESS; /* the first compute error: recorded, and the exchange still runs so that no peer waits */
 
   FMCheck(g, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no GPU executor (call FMPlanSetUp on the CUDA backend first)");
   /* local state first, agreed: nothing below returns early on one rank only before the exchange */
@@ -526,10 +527,12 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
 #define GTRY(expr) do { ierr = (expr); if (ierr) { ierr = FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); goto done; } } while (0)
 #define GCUDA(expr) do { cudaError_t ce_ = (expr); if (ce_ != cudaSuccess) { \
     ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "CUDA error in %s: %s", #expr, cudaGetErrorString(ce_)); goto done; } } while (0)
+#define CSTAGE(s) do { if (!cerr) { cerr = compute_stage(plan, d, g, (s), q, k, v, &first, ran); \
+    if (cerr) cerr = FMTraceback_Private(__FILE__, __func__, __LINE__, cerr); } } while (0)
   GCUDA(cudaEventRecord(g->ev_in, us));
   GCUDA(cudaStreamWaitEvent(g->cs, g->ev_in, 0));
   if (tr) { GCUDA(cudaEventSynchronize(g->ev_in)); t0 = FMTime(); }
-  if (d->overlap) GTRY(compute_stage(plan, d, g, -1, q, k, v, &first, ran));
+  if (d->overlap) CSTAGE(-1);
   for (int s = 0; s < g->nsteps; s++) {
     const GStep *S = &g->st[s];
 #if FM_HAVE_NCCL
@@ -545,15 +548,15 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
       if (d->part.owner[S->send[i].chunk] != me) d->stats.relayed_bytes += d->cbytes[S->send[i].chunk];
     }
     for (int i = 0; i < S->nrecv; i++) d->stats.recv_bytes += d->cbytes[S->recv[i].chunk];
-    if (d->overlap) GTRY(compute_stage(plan, d, g, s, q, k, v, &first, ran));
+    if (d->overlap) CSTAGE(s);
   }
   if (!d->overlap) {
     /* the unoverlapped baseline: nothing computes before the whole exchange is over */
     if (g->nsteps > 0) GCUDA(cudaStreamWaitEvent(us, g->ev_c1[g->nsteps - 1], 0));
-    GTRY(compute_stage(plan, d, g, -1, q, k, v, &first, ran));
-    for (int s = 0; s < g->nsteps; s++) GTRY(compute_stage(plan, d, g, s, q, k, v, &first, ran));
+    CSTAGE(-1);
+    for (int s = 0; s < g->nsteps; s++) CSTAGE(s);
   }
-  if (plan->nlocal > 0) {
+  if (plan->nlocal > 0 && !cerr) {
     if (first) { /* no local row sees any key */
       GTRY(FMCudaFillFloat(g->oacc, no, 0.f, us));
       GTRY(FMCudaFillFloat(g->lacc, nl, -INFINITY, us));
@@ -564,19 +567,21 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   /* the caller's K/V and our buffers are free again only after the last send left */
   GCUDA(cudaEventRecord(g->ev_done, g->cs));
   GCUDA(cudaStreamWaitEvent(us, g->ev_done, 0));
-  if (tr) {
+  if (tr && !cerr) {
     GCUDA(cudaStreamSynchronize(us));
     GTRY(trace_events(plan, d, g, tr, t0, ran, (const double(*)[2])hostt));
   }
 done:
   free(ran);
   free(hostt);
+  if (!ierr) ierr = cerr;
   /* the trace is saved collectively; an error on one rank must not leave the others waiting */
   ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
   if (!ierr) ierr = FMDistTraceEnd_Private(plan, d, "forward", &tr);
   else if (tr) { FMTrace T = (FMTrace)tr; (void)FMTraceDestroy_Private(&T); }
   if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
   return FM_SUCCESS;
+#undef CSTAGE
 #undef GTRY
 #undef GCUDA
 }

@@ -15,6 +15,29 @@
  *   -dryrun   build, measure and save the masks only (no GPU needed; for checking a build)
  * Built standalone (share/bench/build_sa.sh, -DFMBENCH_STANDALONE) it uses the hand-built masks
  * of tests/gpu_masks.h and writes .npy files into the directory -o instead of HDF5.
+ *
+ * Context parallelism (-cp; src/bin/fmbench_cp.c, not in the standalone build):
+ *
+ *   mpiexec -n 2 fmbench -cp -masks causal,causal_document,document,share_question \
+ *           -seqlen 65536,131072 -heads 32 -heads_kv 32 -head_dim 128 -reps 5 -warmup 2 \
+ *           -csv cp.csv -trace_dir DIR
+ *
+ * For each mask and sequence length (batch 1, one sequence of S tokens, the library's builders
+ * with -seed, identical on every rank) it times, on the CUDA backend over all ranks, the
+ * distributed plan in three configurations: plan (the defaults: pruned, overlapped gather),
+ * allgather (-fm_plan_prune 0 -fm_plan_overlap 0) and ring (-fm_plan_schedule ring); partition,
+ * route, chunk and transport come from the -fm_plan_* options (defaults otherwise) and are shared
+ * by the three. Each rank fills its local Q, K, V with random values; -warmup runs, then -reps
+ * runs, each between MPI_Barrier + cudaDeviceSynchronize and MPI_Wtime, the time of a run being
+ * the maximum over the ranks; the median is reported, as ms and TFLOP/s of the global forward
+ * (FMPlanGetFlops, the FlashMask convention). One extra run per configuration with -fm_trace
+ * DIR/<mask>_<S>_<config>.h5 gives the overlap efficiency and the exposed communication (the
+ * fmtrace summary); bytes moved are the sum over ranks of the bytes sent (FMDistGetStats), beside
+ * the unpruned all-gather's. A 1-GPU row times the whole problem on rank 0 alone (a context on
+ * MPI_COMM_SELF). Then the speedups of plan over allgather, ring and one GPU, and at the end a
+ * summary table. Options: -masks -seqlen -heads -heads_kv -head_dim -dtype -warmup -reps -seed
+ * -csv as above, -trace_dir DIR (default fmbench_cp_traces; none: no traces), -single 0 (skip the
+ * one-GPU baseline). Exit status 77, with a message, when some rank sees no GPU.
  */
 #include <flashmask.h>
 #include <flashmask/private/fmimpl.h>
@@ -30,6 +53,9 @@
 #endif
 
 extern int FMCudaLastPath_Private;
+#ifndef FMBENCH_STANDALONE
+int FMBenchCP(int argc, char **argv); /* fmbench_cp.c */
+#endif
 FMErrorCode FMCudaFillRandom_Private(void *p, size_t n, FMDType t, unsigned long long seed, float amp, void *stream);
 
 static const char *const names[12] = {"full", "causal", "sliding_window", "causal_document", "document",
@@ -188,7 +214,19 @@ int main(int argc, char **argv)
   int dev = 0, sm = 0;
   char devname[256];
 
-  FC(FMInitialize(&argc, &argv, NULL, "fmbench: time the CUDA forward on the benchmark masks"));
+  FC(FMInitialize(&argc, &argv, NULL, "fmbench: time the CUDA forward on the benchmark masks (-cp: the context-parallel forward)"));
+  for (int a = 1; a < argc; a++)
+    if (!strcmp(argv[a], "-cp")) {
+#ifdef FMBENCH_STANDALONE
+      fprintf(stderr, "fmbench: -cp needs MPI and the library; it is not in the standalone build\n");
+      FMFinalize();
+      return 1;
+#else
+      int rc = FMBenchCP(argc, argv);
+      FMFinalize();
+      return rc;
+#endif
+    }
   for (int a = 1; a < argc; a++)
     if (!strcmp(argv[a], "-dryrun")) dry = 1;
   for (int a = 1; a + 1 < argc; a++) {

@@ -1,0 +1,772 @@
+/*
+ * test_gpu_cp - the context-parallel forward (and, at a tiny size, the backward) of a plan over
+ * P ranks on the CUDA backend, against a float64 CPU reference and against one GPU running the
+ * whole problem (a second context and plan over MPI_COMM_SELF, the mask rebuilt there).
+ *
+ * Cases: the 12 builder masks at odd lengths (1000, 1536) with chunks that do not divide the
+ * length (-fm_plan_chunk, or the default), GQA (4 query / 2 KV heads, one case 4 / 1), per-head
+ * user bounds (type bounds, mask_heads = heads_kv) with rows that see nothing, S_q != S_k both
+ * ways (640 x 1000, 1000 x 640: the first 360 rows see no key), batch 2, head_dim 64 and 128, bf16
+ * (one case fp16), and a plan with two chunks (on 3 ranks one rank holds no rows and no keys).
+ * Configurations: default; -fm_plan_prune 0 -fm_plan_overlap 0; -fm_plan_schedule ring;
+ * -fm_plan_partition contiguous; -fm_plan_route flat; dual_chunk on 2 virtual nodes, not
+ * overlapped. -fm_plan_transport comes from the command line (test_gpu_cp.sh runs nccl and mpi).
+ *
+ * Every rank builds the same global Q, K, V on the host (fixed seed; values k/256, 0 < |k| <= 256,
+ * exact in bf16 and fp16, never zero), picks its local rows (FMPlanGetLocalRows) and keys
+ * (FMPlanGetLocalKeys), copies them to its device, poisons O and LSE (0xFF bytes: NaN), runs
+ * FMPlanForward, synchronizes and checks every local row:
+ *   against float64:  |O - ref| <= 2e-2 (bf16) / 5e-3 (fp16) per element, ||O - ref|| / ||ref||
+ *                     <= 2e-2 / 5e-3 per case, |LSE - ref| <= 1e-2 + 1e-3 |ref|;
+ *   against one GPU:  |O - O_1| <= 2e-2 per element, |LSE - LSE_1| <= 1e-3;
+ *   rows that see no key: O = 0 exactly and LSE = -inf (also on the one GPU).
+ * Backward (384 x 384, 2 query / 1 KV heads, d = 64, bf16, every configuration): dQ on the local
+ * rows and dK, dV on the local keys equal one single-rank CPU backward (context over
+ * MPI_COMM_SELF, CPU backend) within bf16 tolerance (relative 2-norm error <= 2e-2 per tensor,
+ * every element within 5e-2 of the largest reference magnitude).
+ * Failures name the case, configuration, rank, row, head and values; the exit status is the same
+ * on every rank: 0 pass, 1 fail, 77 no CUDA in the build or no GPU on some rank, 99 hard error.
+ *
+ * Usage: test_gpu_cp [-quick] [-case N (the number printed before each case)] [-seed S] [-ngpus] [-fm_plan_transport nccl|mpi]
+ *   -ngpus  print "ngpus N" (the CUDA devices this process sees) and exit (77 when N = 0)
+ */
+#include <flashmask.h>
+#include "fmtest.h"
+
+#if !FM_HAVE_CUDA
+int main(int argc, char **argv)
+{
+  (void)argc;
+  (void)argv;
+  printf("SKIP: built without CUDA\n");
+  return 77;
+}
+#else
+#include <cuda_runtime_api.h>
+
+static int rank, size;
+
+/* Hard errors abort every rank (99): a rank left behind in a collective would hang the job. */
+#define CU(expr)                                                                     \
+  do {                                                                               \
+    cudaError_t cu_e_ = (expr);                                                      \
+    if (cu_e_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "HARD ERROR %s:%d rank %d: %s: %s\n", __FILE__, __LINE__, rank, #expr, cudaGetErrorString(cu_e_)); \
+      MPI_Abort(MPI_COMM_WORLD, 99);                                                 \
+    }                                                                                \
+  } while (0)
+#define CALL(expr)                                                                   \
+  do {                                                                               \
+    FMErrorCode call_e_ = (expr);                                                    \
+    if (call_e_ != FM_SUCCESS) {                                                     \
+      fprintf(stderr, "HARD ERROR %s:%d rank %d, case %s: %s returned %s\n", __FILE__, __LINE__, rank, current, #expr, FMErrorString(call_e_)); \
+      MPI_Abort(MPI_COMM_WORLD, 99);                                                 \
+    }                                                                                \
+  } while (0)
+static const char *current = "-"; /* the case and configuration running, for hard-error messages */
+static char current_buf[128];
+
+/* TRY(expr): return the error code of a failing library call (the library printed it). */
+#define TRY(expr)                                                                    \
+  do {                                                                               \
+    FMErrorCode try_e_ = (expr);                                                     \
+    if (try_e_ != FM_SUCCESS) return try_e_;                                         \
+  } while (0)
+
+typedef struct {
+  const char *name;  /* label in messages */
+  const char *type;  /* builder type or FMMASKBOUNDS */
+  int B, Sq, Sk, Hq, Hkv, D, mh;
+  FMDType dt;
+  const char *chunk; /* -fm_plan_chunk, "0" = default */
+  int quick;         /* in the -quick subset */
+} Case;
+
+typedef struct {
+  const char *name, *part, *route, *prune, *overlap, *sched;
+  int vnodes;
+} Config;
+
+static const Config confs[] = {
+  {"default", "balanced", "hierarchical", "1", "1", "gather", 0},
+  {"allgather", "balanced", "hierarchical", "0", "0", "gather", 0},
+  {"ring", "balanced", "hierarchical", "1", "1", "ring", 0},
+  {"contiguous", "contiguous", "hierarchical", "1", "1", "gather", 0},
+  {"flat", "balanced", "flat", "1", "1", "gather", 0},
+  {"dual_chunk_2nodes", "dual_chunk", "hierarchical", "1", "0", "gather", 2},
+};
+#define NCONF ((int)(sizeof(confs) / sizeof(confs[0])))
+
+/* ------------------------------------------------------------------ host data */
+/* bf16 / fp16 <-> float (round to nearest even), written here so the test needs the public API only */
+static uint16_t f2bf(float x)
+{
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h)
+{
+  uint32_t u = (uint32_t)h << 16;
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+static uint16_t f2h(float x)
+{
+  uint32_t u, sign, m, hm, rem;
+  int e;
+  memcpy(&u, &x, 4);
+  sign = (u >> 16) & 0x8000u;
+  e = (int)((u >> 23) & 0xff) - 127 + 15;
+  m = u & 0x7fffffu;
+  if ((u & 0x7fffffffu) == 0) return (uint16_t)sign;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+  if (e <= 0) { /* subnormal: value = hm * 2^-24 */
+    int shift = 14 - e;
+    if (shift > 24) return (uint16_t)sign;
+    m |= 0x800000u;
+    hm = m >> shift;
+    rem = m & ((1u << shift) - 1);
+    if (rem > (1u << (shift - 1)) || (rem == (1u << (shift - 1)) && (hm & 1))) hm++;
+    return (uint16_t)(sign | hm);
+  }
+  hm = m >> 13;
+  rem = m & 0x1fffu;
+  {
+    uint32_t h = sign | ((uint32_t)e << 10) | hm;
+    if (rem > 0x1000u || (rem == 0x1000u && (hm & 1))) h++;
+    return (uint16_t)h;
+  }
+}
+static float h2f(uint16_t h)
+{
+  uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+  float x;
+  if (e == 0) {
+    x = ldexpf((float)m, -24);
+    return s ? -x : x;
+  }
+  u = e == 31 ? (s | 0x7f800000u | (m << 13)) : (s | ((e - 15 + 127) << 23) | (m << 13));
+  memcpy(&x, &u, 4);
+  return x;
+}
+static void put(void *p, size_t i, FMDType t, float x) { ((uint16_t *)p)[i] = t == FM_DTYPE_FP16 ? f2h(x) : f2bf(x); }
+static float get(const void *p, size_t i, FMDType t)
+{
+  uint16_t h = ((const uint16_t *)p)[i];
+  return t == FM_DTYPE_FP16 ? h2f(h) : bf2f(h);
+}
+
+/* A value k/256 with 0 < |k| <= 256: exact in bf16 and fp16, in [-1, 1], never zero. */
+static float gridval(uint64_t *s)
+{
+  uint64_t r = fmt_next(s);
+  float k = (float)(1 + (int)(r % 256));
+  return (r >> 40) & 1 ? -k / 256.0f : k / 256.0f;
+}
+
+/* fill_tensor - n grid values into a dtype tensor t and their float copy f. */
+static void fill_tensor(void *t, float *f, size_t n, FMDType dt, uint64_t *s)
+{
+  for (size_t i = 0; i < n; i++) {
+    f[i] = gridval(s);
+    put(t, i, dt, f[i]);
+  }
+}
+
+/* pick - rows idx[0..n) of a global [outer][S][unit-byte] tensor into [outer][n][unit]. */
+static void pick(void *dst, const void *src, size_t outer, int S, size_t unit, int n, const int *idx)
+{
+  for (size_t o = 0; o < outer; o++)
+    for (int i = 0; i < n; i++) memcpy((char *)dst + (o * n + i) * unit, (const char *)src + (o * S + idx[i]) * unit, unit);
+}
+
+/* ------------------------------------------------------------------ masks */
+/*
+ * make_mask - the case's mask on ctx: a builder with seed 42, or (type bounds) per-head user
+ *   bounds from mseed: rows below e0 = 37 + 11 h see nothing under head h, document-like
+ *   segments, an eighth of the columns fully masked and some global columns.
+ *   Collective on ctx.
+ */
+static FMErrorCode make_mask(FMContext ctx, const Case *c, uint64_t mseed, FMMask *mask)
+{
+  FMErrorCode ierr;
+  TRY(FMMaskCreate(ctx, mask));
+  TRY(FMMaskSetSizes(*mask, c->Sq, c->Sk, c->mh));
+  TRY(FMMaskSetType(*mask, c->type));
+  TRY(FMMaskSetSeed(*mask, 42));
+  if (!strcmp(c->type, FMMASKBOUNDS)) {
+    int32_t *b = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)c->Sk);
+    uint64_t s = mseed * 7919u + 17u;
+    if (!b) return FM_ERR_MEM;
+    for (int h = 0; h < c->mh; h++) {
+      int32_t *lts = b, *lte = b + c->Sk, *uts = b + 2 * (size_t)c->Sk, *ute = b + 3 * (size_t)c->Sk;
+      int e0 = 37 + 11 * h, j = 0;
+      if (e0 > c->Sq) e0 = c->Sq;
+      while (j < c->Sk) {
+        int len = 1 + (int)(fmt_next(&s) % (uint64_t)(c->Sk / 4 + 1)), e = j + len > c->Sk ? c->Sk : j + len;
+        int rs = (int)((long)j * c->Sq / c->Sk), re = (int)((long)e * c->Sq / c->Sk);
+        for (int x = j; x < e; x++) {
+          uint64_t r = fmt_next(&s) % 16;
+          lts[x] = re; lte[x] = c->Sq; uts[x] = 0; ute[x] = rs > e0 ? rs : e0;
+          if (r < 2) { lts[x] = 0; ute[x] = 0; }              /* fully masked column */
+          else if (r < 4) { lts[x] = c->Sq; ute[x] = e0; }    /* global column (rows >= e0) */
+        }
+        j = e;
+      }
+      ierr = FMMaskSetBounds(*mask, h, lts, lte, uts, ute);
+      if (ierr) { free(b); return ierr; }
+    }
+    free(b);
+  }
+  TRY(FMMaskSetUp(*mask));
+  return FM_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ reference */
+/*
+ * ref_forward - float64 attention of every row: o [B][Sq][Hq][D], lse [B][Hq][Sq] (-inf and
+ *   O = 0 on rows that see no key). Masking through FMMaskIsMasked (exact). Not collective.
+ */
+static void ref_forward(const Case *c, FMMask mask, const float *q, const float *k, const float *v, double *o, double *lse)
+{
+  const int g = c->Hq / c->Hkv, gm = c->Hq / c->mh;
+  const double scale = 1.0 / sqrt((double)c->D);
+#pragma omp parallel
+  {
+    unsigned char *vis = (unsigned char *)malloc((size_t)c->Sk);
+    double *p = (double *)malloc(sizeof(double) * (size_t)c->Sk);
+#pragma omp for schedule(dynamic, 4)
+    for (int i = 0; i < c->Sq; i++)
+      for (int hm = 0; hm < c->mh; hm++) {
+        for (int j = 0; j < c->Sk; j++) {
+          FMBool m = FM_TRUE;
+          if (FMMaskIsMasked(mask, hm, i, j, &m)) m = FM_TRUE;
+          vis[j] = m == FM_FALSE;
+        }
+        for (int b = 0; b < c->B; b++)
+          for (int h = hm * gm; h < (hm + 1) * gm; h++) {
+            const float *qi = q + (((size_t)b * c->Sq + i) * c->Hq + h) * c->D;
+            double *oi = o + (((size_t)b * c->Sq + i) * c->Hq + h) * c->D, mx = -INFINITY, l = 0;
+            const int hk = h / g;
+            for (int d = 0; d < c->D; d++) oi[d] = 0;
+            for (int j = 0; j < c->Sk; j++) {
+              const float *kj = k + (((size_t)b * c->Sk + j) * c->Hkv + hk) * c->D;
+              double s = 0;
+              if (!vis[j]) continue;
+              for (int d = 0; d < c->D; d++) s += (double)qi[d] * kj[d];
+              p[j] = s * scale;
+              if (p[j] > mx) mx = p[j];
+            }
+            if (mx == -INFINITY) {
+              lse[((size_t)b * c->Hq + h) * c->Sq + i] = -INFINITY;
+              continue;
+            }
+            for (int j = 0; j < c->Sk; j++) {
+              const float *vj = v + (((size_t)b * c->Sk + j) * c->Hkv + hk) * c->D;
+              double e;
+              if (!vis[j]) continue;
+              e = exp(p[j] - mx);
+              l += e;
+              for (int d = 0; d < c->D; d++) oi[d] += e * vj[d];
+            }
+            for (int d = 0; d < c->D; d++) oi[d] /= l;
+            lse[((size_t)b * c->Hq + h) * c->Sq + i] = mx + log(l);
+          }
+      }
+    free(vis);
+    free(p);
+  }
+}
+
+/* ------------------------------------------------------------------ checks */
+typedef struct {
+  double o_ref, lse_ref, o_one, lse_one; /* largest errors */
+  double num, den;                        /* ||O - ref||^2 and ||ref||^2 */
+  double bad, empty, rows;                /* failed values, rows that see nothing, rows checked */
+} Stats;
+
+/*
+ * check_rows - compare nl rows of O (dtype, [B][nl][Hq][D]) and LSE ([B][Hq][nl]) whose global
+ *   indices are rows[] with the float64 reference and (one != NULL) with the one-GPU result
+ *   (global layout). Prints the first failures with case, configuration, rank, row, head and
+ *   values; accumulates into st. Not collective.
+ */
+static void check_rows(const Case *c, const char *cfg, int nl, const int *rows, const void *o, const float *lse, const double *ro,
+                       const double *rlse, const void *one, const float *one_lse, Stats *st)
+{
+  const double tol = c->dt == FM_DTYPE_FP16 ? 5e-3 : 2e-2;
+  int printed = 0;
+#define REPORT(...)                                                                  \
+  do {                                                                               \
+    st->bad++;                                                                       \
+    if (printed++ < 8) {                                                             \
+      fprintf(stderr, "FAIL case %s config %s rank %d: ", c->name, cfg, rank);       \
+      fprintf(stderr, __VA_ARGS__);                                                  \
+      fprintf(stderr, "\n");                                                         \
+    }                                                                                \
+  } while (0)
+  for (int b = 0; b < c->B; b++)
+    for (int li = 0; li < nl; li++) {
+      const int i = rows[li];
+      for (int h = 0; h < c->Hq; h++) {
+        const float got_l = lse[((size_t)b * c->Hq + h) * nl + li];
+        const double ref_l = rlse[((size_t)b * c->Hq + h) * c->Sq + i];
+        const float one_l = one ? one_lse[((size_t)b * c->Hq + h) * c->Sq + i] : 0.0f;
+        st->rows++;
+        if (ref_l == -INFINITY) {
+          st->empty++;
+          if (got_l != -INFINITY) REPORT("row %d (local %d) head %d batch %d sees no key: LSE = %g, expected -inf", i, li, h, b, got_l);
+          for (int d = 0; d < c->D; d++) {
+            const float x = get(o, (((size_t)b * nl + li) * c->Hq + h) * c->D + d, c->dt);
+            if (x != 0.0f) {
+              REPORT("row %d (local %d) head %d batch %d sees no key: O[%d] = %g, expected 0", i, li, h, b, d, x);
+              break;
+            }
+          }
+          if (one && one_l != -INFINITY) REPORT("row %d head %d batch %d sees no key: the one-GPU LSE is %g, expected -inf", i, h, b, one_l);
+          continue;
+        }
+        {
+          double e = fabs((double)got_l - ref_l);
+          if (!(e <= 1e-2 + 1e-3 * fabs(ref_l))) REPORT("row %d (local %d) head %d batch %d: LSE = %.6g, float64 reference %.6g", i, li, h, b, got_l, ref_l);
+          if (!(e <= st->lse_ref)) st->lse_ref = isnan(e) ? INFINITY : e;
+          if (one) {
+            e = fabs((double)got_l - one_l);
+            if (!(e <= 1e-3)) REPORT("row %d (local %d) head %d batch %d: LSE = %.7g, one GPU %.7g", i, li, h, b, got_l, one_l);
+            if (!(e <= st->lse_one)) st->lse_one = isnan(e) ? INFINITY : e;
+          }
+        }
+        for (int d = 0; d < c->D; d++) {
+          const double x = get(o, (((size_t)b * nl + li) * c->Hq + h) * c->D + d, c->dt);
+          const double r = ro[(((size_t)b * c->Sq + i) * c->Hq + h) * c->D + d];
+          double e = fabs(x - r);
+          st->num += isfinite(x) ? (x - r) * (x - r) : INFINITY;
+          st->den += r * r;
+          if (!(e <= tol)) REPORT("row %d (local %d) head %d batch %d: O[%d] = %.6g, float64 reference %.6g", i, li, h, b, d, x, r);
+          if (!(e <= st->o_ref)) st->o_ref = isnan(e) ? INFINITY : e;
+          if (one) {
+            const double y = get(one, (((size_t)b * c->Sq + i) * c->Hq + h) * c->D + d, c->dt);
+            e = fabs(x - y);
+            if (!(e <= 2e-2)) REPORT("row %d (local %d) head %d batch %d: O[%d] = %.6g, one GPU %.6g", i, li, h, b, d, x, y);
+            if (!(e <= st->o_one)) st->o_one = isnan(e) ? INFINITY : e;
+          }
+        }
+      }
+    }
+#undef REPORT
+}
+
+/*
+ * verdict - combine st over the ranks, print one line on rank 0 and record a failure on every
+ *   rank when any rank failed (or the case's relative error is over its tolerance).
+ *   Collective on MPI_COMM_WORLD.
+ */
+static void verdict(const Case *c, const char *cfg, const Stats *st)
+{
+  double mx[4] = {st->o_ref, st->lse_ref, st->o_one, st->lse_one}, sm[5] = {st->num, st->den, st->bad, st->empty, st->rows}, gmx[4], gsm[5];
+  double rel, tol = c->dt == FM_DTYPE_FP16 ? 5e-3 : 2e-2;
+  int ok;
+  MPI_Allreduce(mx, gmx, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(sm, gsm, 5, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  rel = gsm[1] > 0 ? sqrt(gsm[0] / gsm[1]) : sqrt(gsm[0]);
+  ok = gsm[2] == 0 && rel <= tol && !isnan(rel);
+  if (!ok) fmt_failures++;
+  if (rank == 0)
+    printf("%-4s %-26s %-18s B=%d %4dx%-4d H=%d/%d mh=%d D=%-3d %s chunk %-3s: O-ref %.1e (rel %.1e) LSE-ref %.1e O-1gpu %.1e LSE-1gpu %.1e; "
+           "%.0f rows, %.0f see nothing, %.0f bad\n",
+           ok ? "ok" : "FAIL", c->name, cfg, c->B, c->Sq, c->Sk, c->Hq, c->Hkv, c->mh, c->D, FMDTypeName(c->dt), c->chunk, gmx[0], rel, gmx[1], gmx[2],
+           gmx[3], gsm[4], gsm[3], gsm[2]);
+  fflush(stdout);
+}
+
+/* set_config - the -fm_plan_* options of configuration f with chunk (read at FMPlanSetUp). */
+static void set_config(const Config *f, const char *chunk)
+{
+  char buf[16];
+  snprintf(buf, sizeof(buf), "%d", f->vnodes < size ? f->vnodes : size);
+  CALL(FMOptionsSetValue("-fm_plan_partition", f->part));
+  CALL(FMOptionsSetValue("-fm_plan_route", f->route));
+  CALL(FMOptionsSetValue("-fm_plan_prune", f->prune));
+  CALL(FMOptionsSetValue("-fm_plan_overlap", f->overlap));
+  CALL(FMOptionsSetValue("-fm_plan_schedule", f->sched));
+  CALL(FMOptionsSetValue("-fm_plan_chunk", chunk));
+  CALL(FMOptionsSetValue("-fm_plan_nodes", buf));
+}
+
+/* use_device - make ctx's GPU current (each context's tensors live on its device). */
+static void use_device(FMContext ctx)
+{
+  int dev = -1;
+  CALL(FMContextGetDevice(ctx, &dev));
+  if (dev >= 0) CU(cudaSetDevice(dev));
+}
+
+/* dmalloc / upload / download - device buffers (NULL for 0 bytes), synchronous copies. */
+static void *dmalloc(size_t bytes)
+{
+  void *p = NULL;
+  if (bytes) CU(cudaMalloc(&p, bytes));
+  return p;
+}
+static void *upload(const void *h, size_t bytes)
+{
+  void *p = dmalloc(bytes);
+  if (bytes) CU(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+  return p;
+}
+static void download(void *h, const void *d, size_t bytes)
+{
+  if (bytes) CU(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* check_layout - local rows and keys are ascending and, over the ranks, Sq rows and Sk keys. */
+static void check_layout(const Case *c, const char *cfg, int nl, const int *rows, int nk, const int *keys)
+{
+  int loc[2] = {nl, nk}, tot[2], asc = 1;
+  for (int i = 1; i < nl; i++) asc &= rows[i] > rows[i - 1];
+  for (int i = 1; i < nk; i++) asc &= keys[i] > keys[i - 1];
+  for (int i = 0; i < nl; i++) asc &= rows[i] >= 0 && rows[i] < c->Sq;
+  for (int i = 0; i < nk; i++) asc &= keys[i] >= 0 && keys[i] < c->Sk;
+  MPI_Allreduce(loc, tot, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  FMT_CHECK(asc, "case %s config %s rank %d: local rows or keys not ascending inside the axes", c->name, cfg, rank);
+  FMT_CHECK(tot[0] == c->Sq && tot[1] == c->Sk, "case %s config %s: local rows sum to %d (Sq %d), keys to %d (Sk %d)", c->name, cfg, tot[0], c->Sq,
+            tot[1], c->Sk);
+}
+
+/* ------------------------------------------------------------------ forward */
+/*
+ * run_forward - one case: reference, one GPU, then every configuration on all ranks.
+ *   Collective on MPI_COMM_WORLD.
+ */
+static void run_forward(FMContext world, FMContext gpu1, const Case *c, uint64_t seed)
+{
+  const size_t es = FMDTypeSize(c->dt), uq = (size_t)c->Hq * c->D, uk = (size_t)c->Hkv * c->D;
+  const size_t nQ = (size_t)c->B * c->Sq * uq, nK = (size_t)c->B * c->Sk * uk, nL = (size_t)c->B * c->Hq * c->Sq;
+  float *fq = malloc(4 * nQ), *fk = malloc(4 * nK), *fv = malloc(4 * nK), *one_lse = malloc(4 * nL);
+  char *gq = malloc(es * nQ), *gk = malloc(es * nK), *gv = malloc(es * nK), *one = malloc(es * nQ);
+  double *ro = malloc(sizeof(double) * nQ), *rlse = malloc(sizeof(double) * nL);
+  uint64_t s = seed;
+  FMMask mask, mask1;
+  FMPlan plan;
+  Stats st;
+
+  if (!fq || !fk || !fv || !one_lse || !gq || !gk || !gv || !one || !ro || !rlse) {
+    fprintf(stderr, "HARD ERROR: out of memory in case %s\n", c->name);
+    MPI_Abort(MPI_COMM_WORLD, 99);
+  }
+  fill_tensor(gq, fq, nQ, c->dt, &s);
+  fill_tensor(gk, fk, nK, c->dt, &s);
+  fill_tensor(gv, fv, nK, c->dt, &s);
+  CALL(make_mask(world, c, seed, &mask));
+  ref_forward(c, mask, fq, fk, fv, ro, rlse);
+
+  /* one GPU, the whole problem: a plan over MPI_COMM_SELF, the mask rebuilt there. It runs on
+     this rank's device of the world context (one device per process, as applications run):
+     the SELF context's own choice is the node's first GPU for every rank. */
+  snprintf(current_buf, sizeof(current_buf), "%s on one GPU", c->name);
+  current = current_buf;
+  use_device(world);
+  {
+    void *dq = upload(gq, es * nQ), *dk = upload(gk, es * nK), *dv = upload(gv, es * nK), *doo = dmalloc(es * nQ);
+    float *dl = dmalloc(4 * nL);
+    CALL(make_mask(gpu1, c, seed, &mask1));
+    CALL(FMPlanCreate(gpu1, &plan));
+    CALL(FMPlanSetMask(plan, mask1));
+    CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dt));
+    CALL(FMPlanSetUp(plan));
+    CU(cudaMemset(doo, 0xff, es * nQ));
+    CU(cudaMemset(dl, 0xff, 4 * nL));
+    CALL(FMPlanForward(plan, dq, dk, dv, doo, dl));
+    CU(cudaDeviceSynchronize());
+    download(one, doo, es * nQ);
+    download(one_lse, dl, 4 * nL);
+    CALL(FMPlanDestroy(&plan));
+    CALL(FMMaskDestroy(&mask1));
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(doo); cudaFree(dl);
+  }
+  {
+    int *all = malloc(sizeof(int) * (size_t)c->Sq);
+    for (int i = 0; i < c->Sq; i++) all[i] = i;
+    memset(&st, 0, sizeof(st));
+    check_rows(c, "1-GPU", c->Sq, all, one, one_lse, ro, rlse, NULL, NULL, &st);
+    st.o_one = st.lse_one = 0;
+    verdict(c, "1-GPU", &st);
+    free(all);
+  }
+
+  /* the distributed plan, every configuration */
+  use_device(world);
+  for (int f = 0; f < NCONF; f++) {
+    int nl, nk;
+    const int *rows, *keys;
+    char *lq, *lk, *lv, *lo;
+    float *llse;
+    void *dq, *dk, *dv, *doo;
+    float *dl;
+    snprintf(current_buf, sizeof(current_buf), "%s config %s", c->name, confs[f].name);
+    current = current_buf;
+    set_config(&confs[f], c->chunk);
+    CALL(FMPlanCreate(world, &plan));
+    CALL(FMPlanSetMask(plan, mask));
+    CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dt));
+    CALL(FMPlanSetUp(plan));
+    CALL(FMPlanGetLocalRows(plan, &nl, &rows));
+    CALL(FMPlanGetLocalKeys(plan, &nk, &keys));
+    check_layout(c, confs[f].name, nl, rows, nk, keys);
+    lq = malloc(es * c->B * nl * uq + 1); lo = malloc(es * c->B * nl * uq + 1);
+    lk = malloc(es * c->B * nk * uk + 1); lv = malloc(es * c->B * nk * uk + 1);
+    llse = malloc(4 * ((size_t)c->B * c->Hq * nl + 1));
+    pick(lq, gq, c->B, c->Sq, es * uq, nl, rows);
+    pick(lk, gk, c->B, c->Sk, es * uk, nk, keys);
+    pick(lv, gv, c->B, c->Sk, es * uk, nk, keys);
+    dq = upload(lq, es * c->B * nl * uq);
+    dk = upload(lk, es * c->B * nk * uk);
+    dv = upload(lv, es * c->B * nk * uk);
+    doo = dmalloc(es * c->B * nl * uq);
+    dl = dmalloc(4 * (size_t)c->B * c->Hq * nl);
+    if (nl) CU(cudaMemset(doo, 0xff, es * c->B * nl * uq));
+    if (nl) CU(cudaMemset(dl, 0xff, 4 * (size_t)c->B * c->Hq * nl));
+    CU(cudaDeviceSynchronize());
+    CALL(FMPlanForward(plan, dq, dk, dv, doo, dl));
+    CU(cudaDeviceSynchronize());
+    download(lo, doo, es * c->B * nl * uq);
+    download(llse, dl, 4 * (size_t)c->B * c->Hq * nl);
+    memset(&st, 0, sizeof(st));
+    check_rows(c, confs[f].name, nl, rows, lo, llse, ro, rlse, one, one_lse, &st);
+    verdict(c, confs[f].name, &st);
+    CALL(FMPlanDestroy(&plan));
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(doo); cudaFree(dl);
+    free(lq); free(lk); free(lv); free(lo); free(llse);
+  }
+  CALL(FMMaskDestroy(&mask));
+  free(fq); free(fk); free(fv); free(one_lse); free(gq); free(gk); free(gv); free(one); free(ro); free(rlse);
+}
+
+/* ------------------------------------------------------------------ backward */
+/*
+ * cmp_grad - relative 2-norm error of n local values a (dtype) against the reference rows
+ *   idx[] of a global [B][S][unit] tensor ref (dtype), and the worst element; prints and
+ *   records a failure. Returns the relative error. Not collective (verdict via the caller).
+ */
+static double cmp_grad(const Case *c, const char *cfg, const char *what, const void *a, const void *ref, int n, const int *idx, int S, size_t unit,
+                       double *worst)
+{
+  double num = 0, den = 0, mref = 0, wdiff = -1;
+  size_t wat = 0;
+  for (int b = 0; b < c->B; b++)
+    for (int i = 0; i < n; i++)
+      for (size_t u = 0; u < unit; u++) {
+        const double r = get(ref, ((size_t)b * S + idx[i]) * unit + u, c->dt);
+        if (fabs(r) > mref) mref = fabs(r);
+      }
+  for (int b = 0; b < c->B; b++)
+    for (int i = 0; i < n; i++)
+      for (size_t u = 0; u < unit; u++) {
+        const size_t la = ((size_t)b * n + i) * unit + u;
+        const double x = get(a, la, c->dt), r = get(ref, ((size_t)b * S + idx[i]) * unit + u, c->dt), e = fabs(x - r);
+        num += isfinite(x) ? (x - r) * (x - r) : INFINITY;
+        den += r * r;
+        if (!(e <= wdiff)) { wdiff = isnan(e) ? INFINITY : e; wat = la; }
+      }
+  *worst = wdiff < 0 ? 0 : wdiff;
+  if (wdiff > 5e-2 * (mref > 0 ? mref : 1)) {
+    const size_t b = wat / ((size_t)n * unit), i = (wat / unit) % (size_t)n, u = wat % unit;
+    fprintf(stderr, "FAIL case %s config %s rank %d: %s of global position %d batch %zu element %zu = %.6g, CPU backward %.6g (largest |ref| %.3g)\n",
+            c->name, cfg, rank, what, idx[i], b, u, get(a, wat, c->dt), get(ref, (b * S + idx[i]) * unit + u, c->dt), mref);
+    fmt_failures++;
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/*
+ * run_backward - forward and backward of a tiny case with device pointers on all ranks, every
+ *   configuration, against one single-rank CPU backward (context over MPI_COMM_SELF).
+ *   Collective on MPI_COMM_WORLD.
+ */
+static void run_backward(FMContext world, FMContext cpu1, const Case *c, uint64_t seed)
+{
+  const size_t es = FMDTypeSize(c->dt), uq = (size_t)c->Hq * c->D, uk = (size_t)c->Hkv * c->D;
+  const size_t nQ = (size_t)c->B * c->Sq * uq, nK = (size_t)c->B * c->Sk * uk, nL = (size_t)c->B * c->Hq * c->Sq;
+  float *fq = malloc(4 * nQ), *fk = malloc(4 * nK), *fv = malloc(4 * nK), *fdo = malloc(4 * nQ), *glse = malloc(4 * nL);
+  char *gq = malloc(es * nQ), *gk = malloc(es * nK), *gv = malloc(es * nK), *gdo = malloc(es * nQ), *go = malloc(es * nQ);
+  char *rdq = malloc(es * nQ), *rdk = malloc(es * nK), *rdv = malloc(es * nK);
+  uint64_t s = seed;
+  FMMask mask, mask1;
+  FMPlan plan;
+
+  fill_tensor(gq, fq, nQ, c->dt, &s);
+  fill_tensor(gk, fk, nK, c->dt, &s);
+  fill_tensor(gv, fv, nK, c->dt, &s);
+  fill_tensor(gdo, fdo, nQ, c->dt, &s);
+  /* the single-rank CPU backward */
+  snprintf(current_buf, sizeof(current_buf), "%s CPU reference", c->name);
+  current = current_buf;
+  CALL(make_mask(cpu1, c, seed, &mask1));
+  CALL(FMPlanCreate(cpu1, &plan));
+  CALL(FMPlanSetMask(plan, mask1));
+  CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dt));
+  CALL(FMPlanSetUp(plan));
+  CALL(FMPlanForward(plan, gq, gk, gv, go, glse));
+  CALL(FMPlanBackward(plan, gq, gk, gv, go, glse, gdo, rdq, rdk, rdv));
+  CALL(FMPlanDestroy(&plan));
+  CALL(FMMaskDestroy(&mask1));
+
+  CALL(make_mask(world, c, seed, &mask));
+  use_device(world);
+  for (int f = 0; f < NCONF; f++) {
+    int nl, nk;
+    const int *rows, *keys;
+    char *lq, *lk, *lv, *ldo, *hdq, *hdk, *hdv;
+    void *dq, *dk, *dv, *ddo, *doo, *ddq, *ddk, *ddv;
+    float *dl;
+    double e[3], w[3];
+    snprintf(current_buf, sizeof(current_buf), "%s config %s", c->name, confs[f].name);
+    current = current_buf;
+    set_config(&confs[f], c->chunk);
+    CALL(FMPlanCreate(world, &plan));
+    CALL(FMPlanSetMask(plan, mask));
+    CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dt));
+    CALL(FMPlanSetUp(plan));
+    CALL(FMPlanGetLocalRows(plan, &nl, &rows));
+    CALL(FMPlanGetLocalKeys(plan, &nk, &keys));
+    {
+      const size_t sq = es * c->B * nl * uq, sk = es * c->B * nk * uk;
+      lq = malloc(sq + 1); ldo = malloc(sq + 1); hdq = malloc(sq + 1);
+      lk = malloc(sk + 1); lv = malloc(sk + 1); hdk = malloc(sk + 1); hdv = malloc(sk + 1);
+      pick(lq, gq, c->B, c->Sq, es * uq, nl, rows);
+      pick(ldo, gdo, c->B, c->Sq, es * uq, nl, rows);
+      pick(lk, gk, c->B, c->Sk, es * uk, nk, keys);
+      pick(lv, gv, c->B, c->Sk, es * uk, nk, keys);
+      dq = upload(lq, sq); ddo = upload(ldo, sq); dk = upload(lk, sk); dv = upload(lv, sk);
+      doo = dmalloc(sq); ddq = dmalloc(sq); ddk = dmalloc(sk); ddv = dmalloc(sk);
+      dl = dmalloc(4 * (size_t)c->B * c->Hq * nl);
+      if (sq) { CU(cudaMemset(doo, 0xff, sq)); CU(cudaMemset(ddq, 0xff, sq)); CU(cudaMemset(dl, 0xff, 4 * (size_t)c->B * c->Hq * nl)); }
+      if (sk) { CU(cudaMemset(ddk, 0xff, sk)); CU(cudaMemset(ddv, 0xff, sk)); }
+      CU(cudaDeviceSynchronize());
+      CALL(FMPlanForward(plan, dq, dk, dv, doo, dl));
+      CALL(FMPlanBackward(plan, dq, dk, dv, doo, dl, ddo, ddq, ddk, ddv));
+      CU(cudaDeviceSynchronize());
+      download(hdq, ddq, sq); download(hdk, ddk, sk); download(hdv, ddv, sk);
+    }
+    e[0] = cmp_grad(c, confs[f].name, "dQ", hdq, rdq, nl, rows, c->Sq, uq, &w[0]);
+    e[1] = cmp_grad(c, confs[f].name, "dK", hdk, rdk, nk, keys, c->Sk, uk, &w[1]);
+    e[2] = cmp_grad(c, confs[f].name, "dV", hdv, rdv, nk, keys, c->Sk, uk, &w[2]);
+    {
+      double ge[3], gw[3];
+      int ok;
+      MPI_Allreduce(e, ge, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      MPI_Allreduce(w, gw, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      ok = ge[0] <= 2e-2 && ge[1] <= 2e-2 && ge[2] <= 2e-2;
+      if (!ok) {
+        fmt_failures++;
+        if (rank == 0) fprintf(stderr, "FAIL case %s config %s: relative errors dQ %.2e dK %.2e dV %.2e (tolerance 2e-2)\n", c->name, confs[f].name, ge[0], ge[1], ge[2]);
+      }
+      if (rank == 0)
+        printf("%-4s %-26s %-18s backward %dx%d H=%d/%d D=%d %s: rel dQ %.1e dK %.1e dV %.1e (max abs %.1e %.1e %.1e)\n", ok ? "ok" : "FAIL", c->name,
+               confs[f].name, c->Sq, c->Sk, c->Hq, c->Hkv, c->D, FMDTypeName(c->dt), ge[0], ge[1], ge[2], gw[0], gw[1], gw[2]);
+    }
+    CALL(FMPlanDestroy(&plan));
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(ddo); cudaFree(doo); cudaFree(ddq); cudaFree(ddk); cudaFree(ddv); cudaFree(dl);
+    free(lq); free(lk); free(lv); free(ldo); free(hdq); free(hdk); free(hdv);
+  }
+  CALL(FMMaskDestroy(&mask));
+  free(fq); free(fk); free(fv); free(fdo); free(glse); free(gq); free(gk); free(gv); free(gdo); free(go); free(rdq); free(rdk); free(rdv);
+}
+
+/* ------------------------------------------------------------------ main */
+int main(int argc, char **argv)
+{
+  FMContext world, gpu1, cpu1;
+  int only = -1, quick = 0, ngpus = 0, have, all, fails, ncase = 0, probe = 0;
+  uint64_t seed = 1234567;
+  const char *env = getenv("FMTEST_SEED");
+  Case cs[32];
+  static const char *const builders[12] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT,
+                                           FMMASKSHAREQUESTION, FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT,
+                                           FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE, FMMASKRANDOMEVICTION};
+  static const char *const chunks[12] = {"0", "100", "176", "0", "0", "200", "0", "0", "144", "0", "0", "96"};
+
+  FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_cp: context-parallel forward/backward on GPUs against float64 and one GPU"));
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (env) seed = strtoull(env, NULL, 0);
+  for (int a = 1; a < argc; a++) {
+    if (!strcmp(argv[a], "-case") && a + 1 < argc) only = atoi(argv[++a]);
+    else if (!strcmp(argv[a], "-seed") && a + 1 < argc) seed = strtoull(argv[++a], NULL, 0);
+    else if (!strcmp(argv[a], "-quick")) quick = 1;
+    else if (!strcmp(argv[a], "-ngpus")) probe = 1;
+  }
+  if (cudaGetDeviceCount(&ngpus) != cudaSuccess) {
+    (void)cudaGetLastError();
+    ngpus = 0;
+  }
+  if (probe) {
+    if (rank == 0) printf("ngpus %d\n", ngpus);
+    FMFinalize();
+    return ngpus > 0 ? 0 : 77;
+  }
+  have = ngpus > 0;
+  MPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all) {
+    if (rank == 0) printf("SKIP: no CUDA device visible on some rank\n");
+    FMFinalize();
+    return 77;
+  }
+  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  if (rank == 0) printf("test_gpu_cp on %d rank(s), %d GPU(s) visible to rank 0, FMTEST_SEED=%llu\n", size, ngpus, (unsigned long long)seed);
+
+  /* the world plan; one GPU alone (whole problem); the CPU backward reference */
+  CALL(FMContextCreate(MPI_COMM_SELF, &gpu1));
+  CALL(FMContextSetBackend(gpu1, FM_BACKEND_CUDA));
+  CALL(FMContextSetUp(gpu1));
+  CALL(FMContextCreate(MPI_COMM_SELF, &cpu1));
+  CALL(FMContextSetBackend(cpu1, FM_BACKEND_CPU));
+  CALL(FMContextSetUp(cpu1));
+  CALL(FMContextCreate(MPI_COMM_WORLD, &world));
+  CALL(FMContextSetFromOptions(world));
+  CALL(FMContextSetBackend(world, FM_BACKEND_CUDA));
+  CALL(FMContextSetUp(world));
+
+  /* the 12 builders: odd lengths, chunks that do not divide them, GQA 2:1, d 64 / 128 */
+  for (int t = 0; t < 12; t++) {
+    Case c = {builders[t], builders[t], 1, t % 2 ? 1536 : 1000, 0, 4, 2, t % 3 == 1 ? 64 : 128, 1, FM_DTYPE_BF16, chunks[t], t % 3 == 0};
+    c.Sk = c.Sq;
+    if (t == 11) c.mh = c.Hkv; /* random eviction differs per head */
+    cs[ncase++] = c;
+  }
+  {
+    /* per-head user bounds with rows that see nothing; S_q != S_k; batch 2; fp16 and GQA 4:1; two chunks */
+    Case x[] = {
+      {"bounds_per_head", FMMASKBOUNDS, 1, 1000, 1000, 4, 2, 128, 2, FM_DTYPE_BF16, "100", 1},
+      {"bounds_777x1333", FMMASKBOUNDS, 1, 777, 1333, 4, 2, 64, 2, FM_DTYPE_BF16, "0", 0},
+      {"causal_640x1000", FMMASKCAUSAL, 1, 640, 1000, 4, 2, 128, 1, FM_DTYPE_BF16, "0", 1},
+      {"causal_1000x640", FMMASKCAUSAL, 1, 1000, 640, 4, 2, 64, 1, FM_DTYPE_BF16, "112", 1},
+      {"causal_document_batch2", FMMASKCAUSALDOCUMENT, 2, 640, 1000, 4, 2, 64, 1, FM_DTYPE_BF16, "0", 0},
+      {"document_fp16_gqa4", FMMASKDOCUMENT, 1, 1000, 1000, 4, 1, 128, 1, FM_DTYPE_FP16, "0", 0},
+      {"causal_two_chunks", FMMASKCAUSAL, 1, 200, 200, 4, 2, 128, 1, FM_DTYPE_BF16, "150", 1},
+    };
+    for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++) cs[ncase++] = x[i];
+  }
+  for (int i = 0; i < ncase; i++) {
+    if (only >= 0 && i != only) continue;
+    if (quick && !cs[i].quick) continue;
+    if (rank == 0) printf("-- case %d: %s\n", i, cs[i].name);
+    run_forward(world, gpu1, &cs[i], seed + 101 * (uint64_t)i);
+  }
+  if (only < 0 || only == ncase) {
+    Case b = {"backward_causal_document", FMMASKCAUSALDOCUMENT, 1, 384, 384, 2, 1, 64, 1, FM_DTYPE_BF16, "0", 1};
+    if (rank == 0) printf("-- case %d: %s\n", ncase, b.name);
+    run_backward(world, cpu1, &b, seed + 7777);
+  }
+  CALL(FMContextDestroy(&world));
+  CALL(FMContextDestroy(&gpu1));
+  CALL(FMContextDestroy(&cpu1));
+  MPI_Allreduce(&fmt_failures, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (fails && !fmt_failures) fmt_failures = 1; /* every rank returns the same verdict */
+  FMT_CALL(FMFinalize());
+  return fmt_finish("test_gpu_cp");
+}
+#endif /* FM_HAVE_CUDA */

@@ -61,6 +61,13 @@ static inline void FMDistChunkKeys(const FMDistChunks *ch, int c, int *k0, int *
   if (b > ch->seqlen_k) b = ch->seqlen_k;
   *k0 = (int)a; *k1 = (int)b;
 }
+/* FMDistChunkKeyLen - number of key columns of key chunk c (0 for an empty trailing chunk). */
+static inline int FMDistChunkKeyLen(const FMDistChunks *ch, int c)
+{
+  int k0, k1;
+  FMDistChunkKeys(ch, c, &k0, &k1);
+  return k1 - k0;
+}
 
 /* ---------------- partitions (partition.c, balance.c) ---------------- */
 typedef struct {
@@ -261,6 +268,10 @@ typedef struct {
   double needed_bytes;      /* remote chunks this rank needs */
   double allgather_bytes;   /* remote chunks an unpruned all-gather would bring here */
   int nchunks, nneeded, nremote;
+  /* the summary of the last call traced with -fm_trace (FMTraceSummary_Private; the same on
+     every rank): traced = 1 once there is one */
+  int traced;
+  double overlap_efficiency, exposed_max, exposed_mean, imbalance;
 } FMDistStats;
 
 /* FMDistGetStats - this rank's statistics (after SetUp; byte counts after a Forward). Not collective. */

@@ -340,10 +340,16 @@ FMErrorCode FMDistTraceEnd_Private(FMPlan plan, FMDist *d, const char *run, void
   if (!d->trace_on || !tr) return FM_SUCCESS;
   FMCall(FMTraceSetBytes_Private(tr, d->stats.needed_bytes, d->stats.allgather_bytes));
   FMCall(FMTraceSave_Private(tr, d->trace_path));
-  if (d->trace_view) {
+  {
     FMTraceStats st;
     FMCall(FMTraceSummary_Private(tr, &st));
-    FMCall(FMPrintf(plan->hdr.comm, stdout,
+    d->stats.traced = 1;
+    d->stats.overlap_efficiency = st.overlap_efficiency;
+    d->stats.exposed_max = st.exposed_max;
+    d->stats.exposed_mean = st.exposed_mean;
+    d->stats.imbalance = st.imbalance;
+    if (d->trace_view)
+      FMCall(FMPrintf(plan->hdr.comm, stdout,
                     "FMPlan %s trace (%s): %d ranks, overlap efficiency %.3f, exposed communication max %.3g s mean %.3g s, "
                     "compute imbalance %.4f; bytes moved %.0f, needed %.0f, unpruned all-gather %.0f\n",
                     run, d->trace_path, st.nranks, st.overlap_efficiency, st.exposed_max, st.exposed_mean, st.imbalance,
@@ -398,7 +404,7 @@ static FMErrorCode finish_sends(Exec *e)
   return FM_SUCCESS;
 }
 
-static size_t chunk_len(const FMDist *d, int c) { int k0, k1; FMDistChunkKeys(&d->ch, c, &k0, &k1); return (size_t)(k1 - k0); }
+static size_t chunk_len(const FMDist *d, int c) { return (size_t)FMDistChunkKeyLen(&d->ch, c); }
 
 static FMErrorCode exec_init(FMPlan plan, Exec *e)
 {

@@ -58,17 +58,9 @@ typedef struct {
   cudaEvent_t *ev_w0, *ev_k0, *ev_k1; /* [nsteps + 1] stage wait start, compute start, end (0 = local) */
   int nev;               /* events created in the arrays */
   char *hsend, *hrecv;   /* pinned host staging (mpi transport) */
-  double tsend[2], trecv[2]; /* host times of the current mpi step (for the trace) */
 } FMDistGPU;
 
 /* ------------------------------------------------------------------ set-up */
-
-static int klen(const FMDist *d, int c)
-{
-  int k0, k1;
-  FMDistChunkKeys(&d->ch, c, &k0, &k1);
-  return k1 - k0;
-}
 
 /*
  * One column of the localized mask as two intervals: the causal cut [0, cut) is merged into
@@ -123,7 +115,7 @@ static FMErrorCode upload_stage(const FMDistLocalMask *lm, int n, const int *col
 /* Whether a local row can see some key of chunk c. */
 static int sees(FMPlan plan, const FMDist *d, int c)
 {
-  return plan->nlocal > 0 && klen(d, c) > 0 && d->needed[(size_t)plan->ctx->rank * d->ch.nchunks + c];
+  return plan->nlocal > 0 && FMDistChunkKeyLen(&d->ch, c) > 0 && d->needed[(size_t)plan->ctx->rank * d->ch.nchunks + c];
 }
 
 static FMErrorCode resolve_transport(FMPlan plan, FMDist *d)
@@ -196,14 +188,13 @@ static FMErrorCode dev_alloc(size_t bytes, void **p)
 /* The purely local part of the GPU set-up (agreed by the caller). */
 static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
 {
-  int P = plan->ctx->size, me = plan->ctx->rank, C = d->ch.nchunks, ntx = 0, *cols = NULL;
+  int me = plan->ctx->rank, C = d->ch.nchunks, ntx = 0, *cols = NULL;
   FMDistStepXfer *tx = NULL;
   FMMaskDesc m;
   FMDistLocalMask lm;
   size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch;
   size_t no = B * plan->nlocal * plan->heads_q * plan->head_dim, nl = B * plan->heads_q * plan->nlocal;
   FMErrorCode ierr = FM_SUCCESS;
-  (void)P;
 
   FMCheck(plan->dtype == FM_DTYPE_BF16 || plan->dtype == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP,
           "The CUDA backend computes bf16 or fp16; the plan's dtype is %s", FMDTypeName(plan->dtype));
@@ -231,7 +222,7 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
       S->recv[S->nrecv++] = (GXfer){tx[k].chunk, tx[k].src, tx[k].level};
       g->where[tx[k].chunk] = tx[k].step;
       g->woff[tx[k].chunk] = S->nk;
-      S->nk += klen(d, tx[k].chunk);
+      S->nk += FMDistChunkKeyLen(&d->ch, tx[k].chunk);
     }
   }
   free(tx);
@@ -366,14 +357,14 @@ static FMErrorCode exchange_nccl(FMPlan plan, FMDist *d, FMDistGPU *g, int s, co
   if (ncclGroupStart() != ncclSuccess) FMRaise(MPI_COMM_SELF, FM_ERR_NCCL, "ncclGroupStart() failed");
   for (int i = 0; i < S->nsend && r == ncclSuccess; i++) {
     const GXfer *x = &S->send[i];
-    size_t len = (size_t)klen(d, x->chunk) * row;
+    size_t len = (size_t)FMDistChunkKeyLen(&d->ch, x->chunk) * row;
     for (size_t b = 0; b < B && r == ncclSuccess; b++)
       for (int kv = 0; kv < 2 && r == ncclSuccess; kv++)
         r = ncclSend(held(d, g, k, v, kv, b, row, x->chunk), len, ncclInt8, x->peer, comm, g->cs);
   }
   for (int i = 0; i < S->nrecv && r == ncclSuccess; i++) {
     const GXfer *x = &S->recv[i];
-    size_t len = (size_t)klen(d, x->chunk) * row;
+    size_t len = (size_t)FMDistChunkKeyLen(&d->ch, x->chunk) * row;
     for (size_t b = 0; b < B && r == ncclSuccess; b++)
       for (int kv = 0; kv < 2 && r == ncclSuccess; kv++) r = ncclRecv(recv_addr(g, s, kv, b, row, x->chunk), len, ncclInt8, x->peer, comm, g->cs);
   }
@@ -388,20 +379,21 @@ static FMErrorCode exchange_nccl(FMPlan plan, FMDist *d, FMDistGPU *g, int s, co
 /*
  * One step over MPI through pinned host memory: copy the outgoing chunks down, exchange every
  * message of the step (tag = chunk), copy the arrivals up. Blocks the host until the step's
- * messages completed; the uploads finish on the comm stream (event ev_c1[s]).
+ * messages completed; the uploads finish on the comm stream (event ev_c1[s]). t out: the host
+ * times around the exchange (for the trace).
  */
-static FMErrorCode exchange_mpi(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v)
+static FMErrorCode exchange_mpi(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v, double t[2])
 {
   const GStep *S = &g->st[s];
   size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch, o;
   MPI_Request *rq;
   int nr = S->nsend + S->nrecv, err;
   FMCallCUDA(cudaEventRecord(g->ev_c0[s], g->cs));
-  g->tsend[0] = FMTime();
+  t[0] = FMTime();
   o = 0;
   for (int i = 0; i < S->nsend; i++) {
     const GXfer *x = &S->send[i];
-    size_t len = (size_t)klen(d, x->chunk) * row;
+    size_t len = (size_t)FMDistChunkKeyLen(&d->ch, x->chunk) * row;
     for (int kv = 0; kv < 2; kv++)
       for (size_t b = 0; b < B; b++, o += len)
         FMCallCUDA(cudaMemcpyAsync(g->hsend + o, held(d, g, k, v, kv, b, row, x->chunk), len, cudaMemcpyDeviceToHost, g->cs));
@@ -425,11 +417,11 @@ static FMErrorCode exchange_mpi(FMPlan plan, FMDist *d, FMDistGPU *g, int s, con
   err = MPI_Waitall(nr, rq, MPI_STATUSES_IGNORE);
   free(rq);
   FMCallMPI(err);
-  g->tsend[1] = FMTime();
+  t[1] = FMTime();
   o = 0;
   for (int i = 0; i < S->nrecv; i++) {
     const GXfer *x = &S->recv[i];
-    size_t len = (size_t)klen(d, x->chunk) * row;
+    size_t len = (size_t)FMDistChunkKeyLen(&d->ch, x->chunk) * row;
     for (int kv = 0; kv < 2; kv++)
       for (size_t b = 0; b < B; b++, o += len)
         FMCallCUDA(cudaMemcpyAsync(recv_addr(g, s, kv, b, row, x->chunk), g->hrecv + o, len, cudaMemcpyHostToDevice, g->cs));
@@ -539,10 +531,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
     if (g->transport == FM_DIST_TRANSPORT_NCCL) GTRY(exchange_nccl(plan, d, g, s, k, v));
     else
 #endif
-    {
-      GTRY(exchange_mpi(plan, d, g, s, k, v));
-      hostt[s][0] = g->tsend[0]; hostt[s][1] = g->tsend[1];
-    }
+      GTRY(exchange_mpi(plan, d, g, s, k, v, hostt[s]));
     for (int i = 0; i < S->nsend; i++) {
       d->stats.sent_bytes[S->send[i].level] += d->cbytes[S->send[i].chunk];
       if (d->part.owner[S->send[i].chunk] != me) d->stats.relayed_bytes += d->cbytes[S->send[i].chunk];

@@ -47,13 +47,6 @@ static int cmp_step(const void *u, const void *v)
   return (p->x.chunk > q->x.chunk) - (p->x.chunk < q->x.chunk);
 }
 
-static int klen(const FMDistChunks *ch, int c)
-{
-  int k0, k1;
-  FMDistChunkKeys(ch, c, &k0, &k1);
-  return k1 - k0;
-}
-
 FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
                                 const FMDistRoute *route, int group, int *n, FMDistStepXfer **x, int *nsteps)
 {
@@ -67,7 +60,7 @@ FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, c
     for (int s = 1; s < P; s++)
       for (int r = 0; r < P; r++) {
         int own = ((r - s) % P + P) % P;
-        for (int b = part->rstart[own]; b < part->rstart[own + 1]; b++) cnt += klen(ch, part->rchunks[b]) > 0;
+        for (int b = part->rstart[own]; b < part->rstart[own + 1]; b++) cnt += FMDistChunkKeyLen(ch, part->rchunks[b]) > 0;
       }
   } else {
     FMValidPointer(route, 5);
@@ -80,7 +73,7 @@ FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, c
         int own = ((r - s) % P + P) % P, src = (r - 1 + P) % P;
         for (int b = part->rstart[own]; b < part->rstart[own + 1]; b++) {
           int c = part->rchunks[b];
-          if (klen(ch, c) <= 0) continue;
+          if (FMDistChunkKeyLen(ch, c) <= 0) continue;
           t[m].a = s; t[m].b = 0; t[m].c = 0;
           t[m].x.chunk = c; t[m].x.src = src; t[m].x.dst = r;
           t[m].x.level = topo->node[src] != topo->node[r];

@@ -31,6 +31,7 @@
  *   -ngpus  print "ngpus N" (the CUDA devices this process sees) and exit (77 when N = 0)
  */
 #include <flashmask.h>
+#include <flashmask/private/fmkernels.h>
 #include "fmtest.h"
 
 #if !FM_HAVE_CUDA
@@ -98,66 +99,9 @@ static const Config confs[] = {
 #define NCONF ((int)(sizeof(confs) / sizeof(confs[0])))
 
 /* ------------------------------------------------------------------ host data */
-/* bf16 / fp16 <-> float (round to nearest even), written here so the test needs the public API only */
-static uint16_t f2bf(float x)
-{
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t h)
-{
-  uint32_t u = (uint32_t)h << 16;
-  float x;
-  memcpy(&x, &u, 4);
-  return x;
-}
-static uint16_t f2h(float x)
-{
-  uint32_t u, sign, m, hm, rem;
-  int e;
-  memcpy(&u, &x, 4);
-  sign = (u >> 16) & 0x8000u;
-  e = (int)((u >> 23) & 0xff) - 127 + 15;
-  m = u & 0x7fffffu;
-  if ((u & 0x7fffffffu) == 0) return (uint16_t)sign;
-  if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-  if (e <= 0) { /* subnormal: value = hm * 2^-24 */
-    int shift = 14 - e;
-    if (shift > 24) return (uint16_t)sign;
-    m |= 0x800000u;
-    hm = m >> shift;
-    rem = m & ((1u << shift) - 1);
-    if (rem > (1u << (shift - 1)) || (rem == (1u << (shift - 1)) && (hm & 1))) hm++;
-    return (uint16_t)(sign | hm);
-  }
-  hm = m >> 13;
-  rem = m & 0x1fffu;
-  {
-    uint32_t h = sign | ((uint32_t)e << 10) | hm;
-    if (rem > 0x1000u || (rem == 0x1000u && (hm & 1))) h++;
-    return (uint16_t)h;
-  }
-}
-static float h2f(uint16_t h)
-{
-  uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-  float x;
-  if (e == 0) {
-    x = ldexpf((float)m, -24);
-    return s ? -x : x;
-  }
-  u = e == 31 ? (s | 0x7f800000u | (m << 13)) : (s | ((e - 15 + 127) << 23) | (m << 13));
-  memcpy(&x, &u, 4);
-  return x;
-}
-static void put(void *p, size_t i, FMDType t, float x) { ((uint16_t *)p)[i] = t == FM_DTYPE_FP16 ? f2h(x) : f2bf(x); }
-static float get(const void *p, size_t i, FMDType t)
-{
-  uint16_t h = ((const uint16_t *)p)[i];
-  return t == FM_DTYPE_FP16 ? h2f(h) : bf2f(h);
-}
+/* element access through the library's own conversion (round to nearest even) */
+static void put(void *p, size_t i, FMDType t, float x) { FMFromFloat(p, i, t, x); }
+static float get(const void *p, size_t i, FMDType t) { return FMToFloat(p, i, t); }
 
 /* A value k/256 with 0 < |k| <= 256: exact in bf16 and fp16, in [-1, 1], never zero. */
 static float gridval(uint64_t *s)
@@ -396,6 +340,21 @@ static void set_config(const Config *f, const char *chunk)
   CALL(FMOptionsSetValue("-fm_plan_nodes", buf));
 }
 
+/* world_plan - the distributed plan of case c in configuration f, with its local rows and keys. */
+static FMPlan world_plan(FMContext world, FMMask mask, const Case *c, const Config *f, int *nl, const int **rows, int *nk,
+                         const int **keys)
+{
+  FMPlan plan;
+  set_config(f, c->chunk);
+  CALL(FMPlanCreate(world, &plan));
+  CALL(FMPlanSetMask(plan, mask));
+  CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dt));
+  CALL(FMPlanSetUp(plan));
+  CALL(FMPlanGetLocalRows(plan, nl, rows));
+  CALL(FMPlanGetLocalKeys(plan, nk, keys));
+  return plan;
+}
+
 /* use_device - make ctx's GPU current (each context's tensors live on its device). */
 static void use_device(FMContext ctx)
 {
@@ -508,13 +467,7 @@ static void run_forward(FMContext world, FMContext gpu1, const Case *c, uint64_t
     float *dl;
     snprintf(current_buf, sizeof(current_buf), "%s config %s", c->name, confs[f].name);
     current = current_buf;
-    set_config(&confs[f], c->chunk);
-    CALL(FMPlanCreate(world, &plan));
-    CALL(FMPlanSetMask(plan, mask));
-    CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dt));
-    CALL(FMPlanSetUp(plan));
-    CALL(FMPlanGetLocalRows(plan, &nl, &rows));
-    CALL(FMPlanGetLocalKeys(plan, &nk, &keys));
+    plan = world_plan(world, mask, c, &confs[f], &nl, &rows, &nk, &keys);
     check_layout(c, confs[f].name, nl, rows, nk, keys);
     lq = malloc(es * c->B * nl * uq + 1); lo = malloc(es * c->B * nl * uq + 1);
     lk = malloc(es * c->B * nk * uk + 1); lv = malloc(es * c->B * nk * uk + 1);
@@ -625,13 +578,7 @@ static void run_backward(FMContext world, FMContext cpu1, const Case *c, uint64_
     double e[3], w[3];
     snprintf(current_buf, sizeof(current_buf), "%s config %s", c->name, confs[f].name);
     current = current_buf;
-    set_config(&confs[f], c->chunk);
-    CALL(FMPlanCreate(world, &plan));
-    CALL(FMPlanSetMask(plan, mask));
-    CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dt));
-    CALL(FMPlanSetUp(plan));
-    CALL(FMPlanGetLocalRows(plan, &nl, &rows));
-    CALL(FMPlanGetLocalKeys(plan, &nk, &keys));
+    plan = world_plan(world, mask, c, &confs[f], &nl, &rows, &nk, &keys);
     {
       const size_t sq = es * c->B * nl * uq, sk = es * c->B * nk * uk;
       lq = malloc(sq + 1); ldo = malloc(sq + 1); hdq = malloc(sq + 1);

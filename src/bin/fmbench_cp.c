@@ -10,14 +10,13 @@
  * (partition, route, chunk and transport come from the command line, defaults otherwise, and are
  * the same for the three), plus one GPU: rank 0 alone runs the whole problem on a context over
  * MPI_COMM_SELF. Each configuration also runs once more with -fm_trace DIR/<mask>_<S>_<config>.h5;
- * the trace file is read back on rank 0 and summarized with the library's metric functions
- * (FMTraceRankStatsCompute_Private, FMTraceStatsCombine_Private), exactly as fmtrace does.
+ * its summary is the library's own (FMTraceSummary_Private, kept in FMDistGetStats), the one
+ * fmtrace prints for the saved file.
  * The command line is documented in the header comment of fmbench.c; doc/distributed.md
  * ("Benchmarking context parallelism: fmbench -cp") explains the columns.
  */
 #include <flashmask/private/fmdist.h>
-#include <flashmask/private/fmtrace.h>
-#include <flashmask/private/fmh5.h>
+#include <flashmask/private/fmkernels.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>
@@ -29,13 +28,6 @@
 /* src/kernels/cuda.cu: uniform device values in [-amp, amp), never zeros */
 FMErrorCode FMCudaFillRandom_Private(void *p, size_t n, FMDType t, unsigned long long seed, float amp, void *stream);
 int FMBenchCP(int argc, char **argv);
-
-#define CPCallCUDA(expr)                                                             \
-  do {                                                                               \
-    cudaError_t cp_e_ = (expr);                                                      \
-    if (cp_e_ != cudaSuccess)                                                        \
-      FMRaise(MPI_COMM_SELF, FM_ERR_CUDA, "CUDA error in %s: %s (%s)", #expr, cudaGetErrorName(cp_e_), cudaGetErrorString(cp_e_)); \
-  } while (0)
 
 static const char *const cp_masks[12] = {"full", "causal", "sliding_window", "causal_document", "document",
                                          "share_question", "global_sliding_window", "causal_blockwise",
@@ -301,10 +293,12 @@ static FMErrorCode cp_time(FMPlan plan, MPI_Comm comm, const CPBuf *b, int warm,
  * cp_bench_plan - set up a plan of mask on ctx with the options now in the database, allocate
  *   and fill its local tensors on this rank's device (a->dev, made current first), time it (cp_time) and, on several ranks,
  *   sum FMDistGetStats over the ranks. Collective on ctx. moved / allgather may be NULL.
+ *   stats      out (may be NULL; several ranks only): this rank's FMDistGetStats after the runs,
+ *              with the trace summary of the last run when -fm_trace was set
  *   fill_seed  base of the random inputs (the rank is mixed in)
  */
 static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, int warm, int reps, unsigned long long fill_seed, double *ms,
-                                 double *flops, double *moved, double *allgather)
+                                 double *flops, double *moved, double *allgather, FMDistStats *stats)
 {
   MPI_Comm comm;
   FMPlan plan = NULL;
@@ -317,7 +311,7 @@ static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, in
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
   /* one device per process: the world context's (the one-GPU context runs there too) */
-  if (a->dev >= 0) CPCallCUDA(cudaSetDevice(a->dev));
+  if (a->dev >= 0) FMCallCUDA(cudaSetDevice(a->dev));
   FMCall(FMPlanCreate(ctx, &plan));
   ierr = FMPlanSetMask(plan, mask);
   if (!ierr) ierr = FMPlanSetShape(plan, 1, a->H, a->Hkv, a->D, a->dt);
@@ -328,6 +322,7 @@ static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, in
   ierr = FMAgree_Private(comm, ierr, __FILE__, __func__, __LINE__);
   if (!ierr) ierr = cp_time(plan, comm, &b, warm, reps, ms);
   if (!ierr) ierr = FMPlanGetFlops(plan, flops);
+  if (!ierr && size > 1 && stats) ierr = FMDistGetStats(plan, stats);
   if (!ierr && size > 1 && (moved || allgather)) {
     FMDistStats st;
     double loc[2] = {0, 0}, tot[2];
@@ -352,84 +347,6 @@ static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, in
 }
 
 /*
- * cp_trace_summary - read /traces/forward of a trace file written with -fm_trace and compute its
- *   summary with the library's metric functions, as fmtrace does. Not collective (rank 0 calls
- *   it). FM_ERR_SUP without HDF5, FM_ERR_HDF5 / FM_ERR_FILE when the file is not a trace.
- */
-static FMErrorCode cp_trace_summary(const char *path, FMTraceStats *st)
-{
-#if FM_HAVE_HDF5
-  const char *where = "/traces/forward";
-  hid_t f = -1, g = -1, d = -1, sp = -1, mt = -1;
-  hsize_t n = 0;
-  FMTraceEvent *ev = NULL;
-  FMTraceRankStats *rs = NULL;
-  double need = 0, ag = 0;
-  int nranks = 0;
-  FMErrorCode ierr = FM_SUCCESS;
-  FMH5Quiet quiet;
-
-  memset(st, 0, sizeof(*st));
-  FMH5QuietPush(&quiet);
-  f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) { ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_FILE, "Cannot open trace file \"%s\"", path); goto done; }
-  if (H5Lexists(f, "traces", H5P_DEFAULT) <= 0 || H5Lexists(f, where, H5P_DEFAULT) <= 0) {
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5, "\"%s\" has no %s", path, where);
-    goto done;
-  }
-  g = H5Gopen2(f, where, H5P_DEFAULT);
-  if (g < 0) { ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5, "Cannot open %s in \"%s\"", where, path); goto done; }
-  ierr = FMH5AttrReadInt(g, where, "nranks", FM_TRUE, &nranks);
-  if (!ierr) ierr = FMH5AttrReadDouble(g, where, "bytes_needed", FM_FALSE, &need);
-  if (!ierr) ierr = FMH5AttrReadDouble(g, where, "bytes_allgather", FM_FALSE, &ag);
-  if (ierr) goto done;
-  d = H5Dopen2(g, "events", H5P_DEFAULT);
-  sp = d >= 0 ? H5Dget_space(d) : -1;
-  if (sp < 0 || H5Sget_simple_extent_ndims(sp) != 1 || H5Sget_simple_extent_dims(sp, &n, NULL) < 0) {
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5, "%s/events in \"%s\" is missing or not 1-D", where, path);
-    goto done;
-  }
-  ierr = FMCalloc(n ? n : 1, &ev);
-  if (ierr) goto done;
-  /* the members fmtrace reads, matched by name */
-  mt = H5Tcreate(H5T_COMPOUND, sizeof(FMTraceEvent));
-  H5Tinsert(mt, "rank", HOFFSET(FMTraceEvent, rank), H5T_NATIVE_INT);
-  H5Tinsert(mt, "kind", HOFFSET(FMTraceEvent, kind), H5T_NATIVE_INT);
-  H5Tinsert(mt, "stream", HOFFSET(FMTraceEvent, stream), H5T_NATIVE_INT);
-  H5Tinsert(mt, "t_begin", HOFFSET(FMTraceEvent, t_begin), H5T_NATIVE_DOUBLE);
-  H5Tinsert(mt, "t_end", HOFFSET(FMTraceEvent, t_end), H5T_NATIVE_DOUBLE);
-  H5Tinsert(mt, "bytes", HOFFSET(FMTraceEvent, bytes), H5T_NATIVE_DOUBLE);
-  H5Tinsert(mt, "flops", HOFFSET(FMTraceEvent, flops), H5T_NATIVE_DOUBLE);
-  H5Tinsert(mt, "peer", HOFFSET(FMTraceEvent, peer), H5T_NATIVE_INT);
-  H5Tinsert(mt, "chunk", HOFFSET(FMTraceEvent, chunk), H5T_NATIVE_INT);
-  if (n && H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, ev) < 0) {
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5, "Cannot read %s/events in \"%s\"", where, path);
-    goto done;
-  }
-  for (hsize_t i = 0; i < n; i++)
-    if (ev[i].rank >= nranks) nranks = ev[i].rank + 1;
-  ierr = FMCalloc(nranks > 0 ? nranks : 1, &rs);
-  for (int r = 0; !ierr && r < nranks; r++) ierr = FMTraceRankStatsCompute_Private(ev, (size_t)n, r, &rs[r]);
-  if (!ierr) FMTraceStatsCombine_Private(nranks, rs, need, ag, st);
-done:
-  if (mt >= 0) H5Tclose(mt);
-  if (sp >= 0) H5Sclose(sp);
-  if (d >= 0) H5Dclose(d);
-  if (g >= 0) H5Gclose(g);
-  if (f >= 0) H5Fclose(f);
-  FMH5QuietPop(&quiet);
-  free(ev);
-  free(rs);
-  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
-  return FM_SUCCESS;
-#else
-  (void)path;
-  (void)st;
-  FMRaise(MPI_COMM_SELF, FM_ERR_SUP, "Reading trace files needs HDF5 (configure --with-hdf5)");
-#endif
-}
-
-/*
  * cp_run_config - configuration c of one (mask, S): time it, then (trace_dir set, several ranks)
  *   run it once more with -fm_trace DIR/<mask>_<S>_<config>.h5 and summarize the file on rank 0.
  *   Collective on ctx. The options are restored on return.
@@ -445,7 +362,7 @@ static FMErrorCode cp_run_config(FMContext ctx, FMMask mask, const CPArgs *a, co
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   memset(row, 0, sizeof(*row));
   ierr = cp_options_set(c, NULL);
-  if (!ierr) ierr = cp_bench_plan(ctx, mask, a, a->warm, a->reps, a->seed, &ms, &flops, &row->moved, &row->allgather);
+  if (!ierr) ierr = cp_bench_plan(ctx, mask, a, a->warm, a->reps, a->seed, &ms, &flops, &row->moved, &row->allgather, NULL);
   if (!ierr) {
     row->done = 1;
     row->ms = ms;
@@ -456,19 +373,14 @@ static FMErrorCode cp_run_config(FMContext ctx, FMMask mask, const CPArgs *a, co
     if (rank == 0) remove(path);
     MPI_Barrier(MPI_COMM_WORLD);
     ierr = cp_options_set(c, path);
-    if (!ierr) ierr = cp_bench_plan(ctx, mask, a, 1, 1, a->seed, &dummy, &dummy, NULL, NULL);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (!ierr && rank == 0) {
-      FMTraceStats st;
-      if (cp_trace_summary(path, &st) == FM_SUCCESS) {
-        row->traced = 1;
-        row->overlap = st.overlap_efficiency;
-        row->exposed_max = st.exposed_max;
-        row->exposed_mean = st.exposed_mean;
-        row->imbalance = st.imbalance;
-      } else {
-        fprintf(stderr, "fmbench -cp: no trace summary for %s (see the message above); continuing\n", path);
-      }
+    FMDistStats st;
+    if (!ierr) ierr = cp_bench_plan(ctx, mask, a, 1, 1, a->seed, &dummy, &dummy, NULL, NULL, &st);
+    if (!ierr && st.traced) { /* the library's summary of the traced run (the file holds its events) */
+      row->traced = 1;
+      row->overlap = st.overlap_efficiency;
+      row->exposed_max = st.exposed_max;
+      row->exposed_mean = st.exposed_mean;
+      row->imbalance = st.imbalance;
     }
   }
   {
@@ -492,7 +404,7 @@ static FMErrorCode cp_run_single(FMContext self, const CPArgs *a, const char *mn
   memset(row, 0, sizeof(*row));
   ierr = cp_options_set(-1, NULL);
   if (!ierr) ierr = cp_make_mask(self, mname, S, mh, a->seed, &mask);
-  if (!ierr) ierr = cp_bench_plan(self, mask, a, a->warm, a->reps, a->seed + 1, &ms, &flops, NULL, NULL);
+  if (!ierr) ierr = cp_bench_plan(self, mask, a, a->warm, a->reps, a->seed + 1, &ms, &flops, NULL, NULL, NULL);
   if (!ierr) {
     row->done = 1;
     row->ms = ms;

@@ -58,3 +58,13 @@ if [ -n "$tf" ] && [ -x ./fmtrace ]; then
   ./fmtrace "$tf" -svg "$OUT/cp_trace.svg" -json "$W/cp_trace.json" 2>&1 | tail -8
   cp "$tf" "$OUT/"
 fi
+# per-rank compute/communication of every traced configuration, and all traces in one archive
+# (the device tool returns a handful of files) for a closer look with fmtrace elsewhere
+if [ -x ./fmtrace ]; then
+  for f in "$W"/traces/*.h5; do
+    [ -f "$f" ] || continue
+    echo "-- $(basename "$f")"
+    ./fmtrace "$f" 2>&1 | grep -E "^ *(rank|[0-9]+ )|overlap|exposed" | head -6 | cut -c1-160
+  done
+  tar -C "$W" -czf "$OUT/traces.tgz" traces 2>/dev/null
+fi

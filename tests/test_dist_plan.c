@@ -517,6 +517,35 @@ static void test_document_pruning(void)
   tmask_free(&t);
 }
 
+/*
+ * Messages longer than the plain-count limit go as derived types (src/sys/mpiutil.c). With the
+ * limit lowered to a few thousand elements, self-messages of random lengths (with and without
+ * a remainder block) must arrive whole and report their byte count.
+ */
+static void test_long_messages(void)
+{
+  for (int k = 0; k < 6; k++) {
+    size_t n = k == 0 ? 4000 : k == 1 ? 4096 : (size_t)(1000 + rnd(20000));
+    MPI_Datatype t = k % 2 ? MPI_FLOAT : MPI_BYTE;
+    size_t es = k % 2 ? sizeof(float) : 1;
+    unsigned char *a = malloc(n * es), *b = malloc(n * es + 1);
+    MPI_Request rq[2];
+    MPI_Status st[2];
+    for (size_t i = 0; i < n * es; i++) { a[i] = (unsigned char)(1 + fmt_next(&seed) % 251); b[i] = 0; }
+    b[n * es] = 0x5a;
+    FMMPISetMaxCount_Private(1000 + (size_t)rnd(1000));
+    FMT_CHECK(FMMPIIrecv_Private(b, n, t, 0, 7, MPI_COMM_SELF, &rq[0]) == MPI_SUCCESS, "long Irecv of %zu", n);
+    FMT_CHECK(FMMPIIsend_Private(a, n, t, 0, 7, MPI_COMM_SELF, &rq[1]) == MPI_SUCCESS, "long Isend of %zu", n);
+    MPI_Waitall(2, rq, st);
+    FMT_CHECK(!memcmp(a, b, n * es) && b[n * es] == 0x5a, "long message of %zu elements arrived damaged", n);
+    FMT_CHECK(FMMPIStatusBytes_Private(&st[0], t) == (double)(n * es), "long message: %g bytes reported, %zu sent",
+              FMMPIStatusBytes_Private(&st[0], t), n * es);
+    FMMPISetMaxCount_Private(0);
+    free(a);
+    free(b);
+  }
+}
+
 int main(int argc, char **argv)
 {
   int iters = 200;
@@ -531,6 +560,7 @@ int main(int argc, char **argv)
   test_localize_needed(iters);
   test_routes(iters);
   test_document_pruning();
+  test_long_messages();
   FMT_CALL(FMFinalize());
   return fmt_finish("test_dist_plan");
 }

@@ -37,6 +37,13 @@ FMErrorCode FMTraceback_Private(const char *file, const char *func, int line, FM
 /* FMRaise(comm, code, fmt, ...): unconditional error. */
 #define FMRaise(comm, code, ...) return FMError_Private((comm), __FILE__, __func__, __LINE__, (code), __VA_ARGS__)
 
+/* Point-to-point of any length (src/sys/mpiutil.c); MPI error codes, wrap in FMCallMPI. */
+int FMMPIIsend_Private(const void *buf, size_t count, MPI_Datatype t, int dest, int tag, MPI_Comm comm, MPI_Request *req);
+int FMMPIIrecv_Private(void *buf, size_t count, MPI_Datatype t, int src, int tag, MPI_Comm comm, MPI_Request *req);
+int FMMPIRecv_Private(void *buf, size_t count, MPI_Datatype t, int src, int tag, MPI_Comm comm, MPI_Status *st);
+double FMMPIStatusBytes_Private(const MPI_Status *st, MPI_Datatype t);
+void FMMPISetMaxCount_Private(size_t n);
+
 /* FMCallMPI(expr): wrap an MPI call. */
 #define FMCallMPI(expr)                                                              \
   do {                                                                               \

@@ -148,21 +148,6 @@ static FMErrorCode setup_route(FMPlan plan, FMDist *d)
     double o = 0;
     for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) { d->boff[d->part.rchunks[b]] = o; o += d->cbytes[d->part.rchunks[b]]; }
   }
-  if (plan->ctx->size > 1) {
-    /* every MPI message size must fit in an int: the K/V chunks (gather) or blocks (ring) and
-       their fp32 dK/dV partials. The sizes are the same on every rank (the plan hash agreed),
-       so this is the only check; the executor's messages cannot overflow afterwards. */
-    double mx = 0;
-    const char *what = d->schedule == FM_DIST_SCHED_RING ? "ring block" : "K/V chunk";
-    if (d->schedule == FM_DIST_SCHED_RING)
-      for (int r = 0; r < plan->ctx->size; r++) mx = d->rbytes[r] > mx ? d->rbytes[r] : mx;
-    else
-      for (int c = 0; c < C; c++) mx = d->cbytes[c] > mx ? d->cbytes[c] : mx;
-    FMCheck(mx <= 2147483647.0 && 4.0 * (mx / (double)elsize(plan)) <= 2147483647.0, MPI_COMM_SELF, FM_ERR_SUP,
-            "The largest %s has %.0f bytes (%.0f bytes of fp32 dK/dV partials); one MPI message holds at most 2147483647; "
-            "lower -fm_plan_chunk or use more ranks",
-            what, mx, 4.0 * (mx / (double)elsize(plan)));
-  }
   if (d->schedule == FM_DIST_SCHED_RING && plan->ctx->size > 1) {
     /* P-1 steps: everything but our own block arrives; we forward all but the block of me+1 */
     int P = plan->ctx->size;
@@ -488,7 +473,7 @@ static FMErrorCode gather_alloc(Exec *e, const void *k, const void *v)
 
 /*
  * Post the K/V gather (after gather_alloc, agreed): receives for every incoming chunk, sends
- * of owned chunks. Message sizes fit in an int (checked once at set-up, FMPlanSetUp_Dist).
+ * of owned chunks (any length: FMMPIIsend_Private).
  */
 static FMErrorCode gather_post(Exec *e)
 {
@@ -496,13 +481,13 @@ static FMErrorCode gather_post(Exec *e)
   MPI_Comm comm = e->plan->hdr.comm;
   for (int i = 0; i < d->nin; i++) {
     int c = d->in[i].chunk;
-    FMCallMPI(MPI_Irecv(e->buf[c], (int)d->cbytes[c], MPI_BYTE, d->in[i].src, c, comm, &e->rreq[i]));
+    FMCallMPI(FMMPIIrecv_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->in[i].src, c, comm, &e->rreq[i]));
     e->rpost[i] = FMTime();
   }
   for (int i = 0; i < d->nout; i++)
     if (d->out[i].stage == 0) {
       int c = d->out[i].chunk;
-      FMCallMPI(MPI_Isend(e->buf[c], (int)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, comm, &e->sreq[i]));
+      FMCallMPI(FMMPIIsend_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, comm, &e->sreq[i]));
       e->spost[i] = FMTime();
       d->stats.sent_bytes[d->out[i].level] += d->cbytes[c];
     }
@@ -515,7 +500,7 @@ static FMErrorCode relay(Exec *e, int c)
   FMDist *d = e->d;
   for (int i = 0; i < d->nout; i++)
     if (d->out[i].stage == 1 && d->out[i].chunk == c) {
-      FMCallMPI(MPI_Isend(e->buf[c], (int)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, e->plan->hdr.comm, &e->sreq[i]));
+      FMCallMPI(FMMPIIsend_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, e->plan->hdr.comm, &e->sreq[i]));
       e->spost[i] = FMTime();
       d->stats.sent_bytes[d->out[i].level] += d->cbytes[c];
       d->stats.relayed_bytes += d->cbytes[c];
@@ -537,8 +522,7 @@ static FMErrorCode gather_next(Exec *e, int *c)
   if (idx == MPI_UNDEFINED) return FM_SUCCESS;
   tr_rec(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
   {
-    int cnt = 0;
-    MPI_Get_count(&st, MPI_BYTE, &cnt);
+    double cnt = FMMPIStatusBytes_Private(&st, MPI_BYTE);
     e->d->stats.recv_bytes += cnt;
     tr_rec(e, FM_TRACE_RECV, e->rpost[idx], t1, cnt, 0, e->d->in[idx].src, e->d->in[idx].chunk);
   }
@@ -632,9 +616,9 @@ static FMErrorCode ring_post(Exec *e, const Ring *R, int r, int rn, char *cur, c
 {
   FMDist *d = e->d;
   MPI_Comm comm = e->plan->hdr.comm;
-  FMCallMPI(MPI_Irecv(nxt, (int)d->rbytes[rn], MPI_BYTE, R->prev, R->tag_kv, comm, &rq[0]));
+  FMCallMPI(FMMPIIrecv_Private(nxt, (size_t)d->rbytes[rn], MPI_BYTE, R->prev, R->tag_kv, comm, &rq[0]));
   post[0] = FMTime();
-  FMCallMPI(MPI_Isend(cur, (int)d->rbytes[r], MPI_BYTE, R->next, R->tag_kv, comm, &rq[1]));
+  FMCallMPI(FMMPIIsend_Private(cur, (size_t)d->rbytes[r], MPI_BYTE, R->next, R->tag_kv, comm, &rq[1]));
   post[1] = FMTime();
   d->stats.sent_bytes[R->level] += d->rbytes[r];
   if (r != R->me) d->stats.relayed_bytes += d->rbytes[r];
@@ -646,12 +630,12 @@ static FMErrorCode ring_wait(Exec *e, const Ring *R, int r, int rn, MPI_Request 
 {
   MPI_Status st;
   double t0 = FMTime(), t1, t2;
-  int cnt = 0;
+  double cnt;
   FMCallMPI(MPI_Wait(&rq[0], &st));
   t1 = FMTime();
   FMCallMPI(MPI_Wait(&rq[1], MPI_STATUS_IGNORE));
   t2 = FMTime();
-  MPI_Get_count(&st, MPI_BYTE, &cnt);
+  cnt = FMMPIStatusBytes_Private(&st, MPI_BYTE);
   e->d->stats.recv_bytes += cnt;
   tr_rec(e, FM_TRACE_WAIT, t0, t2, 0, 0, -1, -1);
   tr_rec(e, FM_TRACE_RECV, post[0], t1, cnt, 0, R->prev, ring_first_chunk(e->d, rn));
@@ -737,7 +721,7 @@ static FMErrorCode ring_backward(Exec *e, const void *k, const void *v, const vo
     double post[2];
     if (comm_kv) TRY(ring_post(e, &R, r, rn, cur, nxt, rq, post));
     if (s > 0) { /* the running dK/dV sum of block r from its previous holders */
-      TRY_MPI(MPI_Irecv(gin, (int)nr, MPI_FLOAT, R.prev, R.tag_g, comm, &grq));
+      TRY_MPI(FMMPIIrecv_Private(gin, (size_t)nr, MPI_FLOAT, R.prev, R.tag_g, comm, &grq));
       grpost = FMTime();
     }
     if (!d->overlap && comm_kv) TRY(ring_wait(e, &R, r, rn, rq, post));
@@ -772,7 +756,7 @@ static FMErrorCode ring_backward(Exec *e, const void *k, const void *v, const vo
       tr_rec(e, FM_TRACE_REDUCE, gpost, t1, d->rbytes[gsr] / e->es * 4.0, 0, R.next, ring_first_chunk(d, gsr));
     }
     ft = gsend; gsend = gpart; gpart = ft;
-    TRY_MPI(MPI_Isend(gsend, (int)nr, MPI_FLOAT, R.next, R.tag_g, comm, &gsq));
+    TRY_MPI(FMMPIIsend_Private(gsend, (size_t)nr, MPI_FLOAT, R.next, R.tag_g, comm, &gsq));
     gpost = FMTime(); gsr = r;
     t = cur; cur = nxt; nxt = t;
   }
@@ -782,7 +766,7 @@ static FMErrorCode ring_backward(Exec *e, const void *k, const void *v, const vo
     MPI_Status st;
     double t1;
     t0 = FMTime();
-    TRY_MPI(MPI_Recv(gin, (int)nme, MPI_FLOAT, R.prev, R.tag_g, comm, &st));
+    TRY_MPI(FMMPIRecv_Private(gin, (size_t)nme, MPI_FLOAT, R.prev, R.tag_g, comm, &st));
     TRY_MPI(MPI_Wait(&gsq, MPI_STATUS_IGNORE));
     t1 = FMTime();
     tr_rec(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
@@ -953,7 +937,7 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
   /* dK/dV partials come back from every rank this one sent a chunk to (the reverse route) */
   for (int i = 0; i < d->nout; i++) {
     size_t n = 2 * (size_t)B * chunk_len(d, d->out[i].chunk) * plan->heads_kv * plan->head_dim;
-    TRY_MPI(MPI_Irecv(cb[i], (int)n, MPI_FLOAT, d->out[i].dst, C + d->out[i].chunk, comm, &crq[i]));
+    TRY_MPI(FMMPIIrecv_Private(cb[i], (size_t)n, MPI_FLOAT, d->out[i].dst, C + d->out[i].chunk, comm, &crq[i]));
     cpost[i] = FMTime();
     pending[d->out[i].chunk]++;
   }
@@ -996,7 +980,7 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
         if (d->parent[c] >= 0) {
           int ii = 0;
           while (ii < d->nin && d->in[ii].chunk != c) ii++;
-          TRY_MPI(MPI_Isend(g[c], (int)n, MPI_FLOAT, d->parent[c], C + c, comm, &psq[ii]));
+          TRY_MPI(FMMPIIsend_Private(g[c], (size_t)n, MPI_FLOAT, d->parent[c], C + c, comm, &psq[ii]));
           ppost[ii] = FMTime();
         } else if (d->part.owner[c] == me) {
           size_t row = (size_t)plan->heads_kv * plan->head_dim, nk = (size_t)d->nkeys;

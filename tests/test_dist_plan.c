@@ -227,7 +227,7 @@ static void test_weights_causal(void)
         tmask_make(&t, 1, S, S, 1, 64);
         FMT_CALL(FMDistChunksInit(S, S, chunk, P, 64, &ch));
         w = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
-        FMT_CALL(FMDistChunkWeights(&t.d, &ch, w));
+        FMT_CALL(FMDistChunkWeights(&t.d, &ch, 1.0, 0.0, w));
         if (S % 64 == 0 && ch.chunk % 64 == 0)
           for (int c = 0; c < ch.nchunks; c++) {
             int64_t e = 0;
@@ -258,7 +258,7 @@ static void test_weights_dense(int iters)
     tmask_make(&t, rnd(7), Sq, Sk, heads, block);
     FMT_CALL(FMDistChunksInit(Sq, Sk, 0, P, block, &ch));
     w = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
-    FMT_CALL(FMDistChunkWeights(&t.d, &ch, w));
+    FMT_CALL(FMDistChunkWeights(&t.d, &ch, 1.0, 0.0, w));
     for (int c = 0; c < ch.nchunks; c++) {
       int r0, r1;
       int64_t lo = 0, hi = 0;
@@ -276,6 +276,24 @@ static void test_weights_dense(int iters)
         }
       FMT_CHECK(w[c] >= lo && w[c] <= hi, "weight of chunk %d is %lld; expected in [%lld, %lld]", c, (long long)w[c], (long long)lo,
                 (long long)hi);
+    }
+    {
+      /* the cost terms: a partial tile weighs 3 (so w3 - w1 = 2 x partial tile rows and w1 - partial
+         rows = full tile rows, both >= 0), and a query tile's fixed cost of 5 adds 5 x rows x heads */
+      int64_t *w3 = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks), *wr = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
+      FMT_CALL(FMDistChunkWeights(&t.d, &ch, 3.0, 0.0, w3));
+      FMT_CALL(FMDistChunkWeights(&t.d, &ch, 1.0, 5.0, wr));
+      for (int c = 0; c < ch.nchunks; c++) {
+        int r0, r1;
+        int64_t part = w3[c] - w[c];
+        FMDistChunkRows(&ch, c, &r0, &r1);
+        FMT_CHECK(part >= 0 && part % 2 == 0 && part / 2 <= w[c], "partial cost 3: chunk %d weighs %lld, %lld at cost 1", c, (long long)w3[c],
+                  (long long)w[c]);
+        FMT_CHECK(wr[c] - w[c] == 5 * (int64_t)(r1 - r0) * heads, "row cost 5: chunk %d of %d rows x %d heads weighs %lld, %lld without", c,
+                  r1 - r0, heads, (long long)wr[c], (long long)w[c]);
+      }
+      free(w3);
+      free(wr);
     }
     free(w);
     tmask_free(&t);
@@ -503,7 +521,7 @@ static void test_document_pruning(void)
   double bytes[64];
   tmask_make(&t, 2, S, S, 1, 64);
   FMT_CALL(FMDistChunksInit(S, S, 64, P, 64, &ch));
-  FMT_CALL(FMDistChunkWeights(&t.d, &ch, w));
+  FMT_CALL(FMDistChunkWeights(&t.d, &ch, 1.0, 0.0, w));
   FMT_CALL(FMDistPartitionCreate(FM_DIST_CONTIGUOUS, ch.nchunks, P, w, &part, NULL));
   FMT_CALL(FMDistNeededAll(&t.d, &ch, &part, 1, need));
   for (int c = 0; c < ch.nchunks; c++) bytes[c] = FMDistChunkBytes(&ch, c, 1, 1, 16, 4);

@@ -27,7 +27,10 @@ if [ -z "$CP_SKIP_CHECK" ]; then
   echo "make check rc=$? ($(($(date +%s) - t0)) s)"
   grep -E "^(PASS|FAIL|SKIP|ERROR|XPASS):" "$W/check.log" | sort | uniq -c | sort -rn | head -3
   grep -E "^(FAIL|ERROR|XPASS|SKIP):" "$W/check.log"
-  cat tests/test_gpu_cp.log tests/test_gpu_fwd.log > "$OUT/gpu_tests.log" 2>/dev/null
+  # the GPU tests' logs and those of every failed test come back
+  for t in tests/test_gpu_cp tests/test_gpu_fwd $(sed -n 's/^\(FAIL\|ERROR\): \(.*\)\.sh$/\2/p' "$W/check.log"); do
+    echo "==== $t.log"; cat "$t.log"
+  done > "$OUT/gpu_tests.log" 2>&1
   grep -E "FAIL|transport|cases" tests/test_gpu_cp.log 2>/dev/null | head -12
 fi
 echo "== ex1 on $NP GPUs (each configuration against the CPU backend)"

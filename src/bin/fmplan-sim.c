@@ -33,7 +33,7 @@ static FMErrorCode run(void)
   FMDistChunks ch;
   FMDistTopo topo;
   int64_t *w;
-  double *bytes, t0;
+  double *bytes, t0, pcost = 1.0, rcost = 0.0;
   unsigned char *need;
   static const char *const starts[] = {"improved contiguous", "improved LPT", "improved dual_chunk"};
 
@@ -49,9 +49,13 @@ static FMErrorCode run(void)
   FMCall(FMOptionsGetString("-dtype", "element type of K and V", dts, sizeof(dts), NULL));
   FMCall(FMOptionsGetInt("-chunk", "query rows per chunk (0: default, about seqlen/(4P))", &chunk, NULL));
   FMCall(FMOptionsGetInt("-block", "block size of the mask summaries", &block, NULL));
+  FMCall(FMOptionsGetReal("-row_cost", "fixed cost of each query tile, in full tiles (as -fm_plan_row_cost)", &rcost, NULL));
+  FMCall(FMOptionsGetReal("-partial_cost", "cost of a partially masked tile, in full tiles (as -fm_plan_partial_cost)", &pcost, NULL));
   FMCall(FMOptionsGetBool("-prune", "prune K/V chunks no local query sees", &prune, NULL));
   FMCall(FMOptionsGetBool("-view_ranks", "print every rank's work and bytes", &view, NULL));
   if (!set || Sk <= 0) Sk = S;
+  FMCheck(pcost > 0 && pcost <= 64, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-partial_cost %g; expected a cost in (0, 64] full tiles", pcost);
+  FMCheck(rcost >= 0 && rcost <= 1e6, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-row_cost %g; expected a cost in [0, 1e6] full tiles", rcost);
   FMCheck(nodes >= 1 && gpn >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-nodes %d -gpus_per_node %d; expected both >= 1", nodes, gpn);
   es = !strcmp(dts, "fp32") ? 4 : 2;
   P = nodes * gpn;
@@ -75,7 +79,7 @@ static FMErrorCode run(void)
   FMCall(FMMalloc(ch.nchunks, &w));
   FMCall(FMMalloc(ch.nchunks, &bytes));
   FMCall(FMMalloc((size_t)P * ch.nchunks, &need));
-  FMCall(FMDistChunkWeights(&m, &ch, w));
+  FMCall(FMDistChunkWeights(&m, &ch, pcost, rcost, w));
   for (int c = 0; c < ch.nchunks; c++) bytes[c] = FMDistChunkBytes(&ch, c, batch, hkv, d, es);
   FMCall(FMDistTopoVirtual(P, nodes, &topo));
   printf("\n  %-10s %12s %12s %9s %12s %12s %7s  %-12s %11s %11s %13s\n", "partition", "max tiles", "mean tiles", "max/mean",

@@ -440,7 +440,7 @@ static void write_svg(const Trace *T, const char *out)
     double x = left + plot_w * (t - tlo) / span;
     fprintf(fp, " <line x1=\"%.2f\" y1=\"%.0f\" x2=\"%.2f\" y2=\"%.0f\"/>\n", x, top - 8, x, top + T->nranks * lane_h);
     fprintf(fp, " <text x=\"%.2f\" y=\"%.0f\" stroke=\"none\" fill=\"black\" text-anchor=\"middle\">%g</text>\n", x,
-            top + T->nranks * lane_h + 15, t * unit);
+            top + T->nranks * lane_h + 15, fabs(t) < step * 1e-6 ? 0.0 : t * unit); /* no "-0" */
   }
   fprintf(fp, " <text x=\"%.0f\" y=\"%.0f\" stroke=\"none\" fill=\"black\" text-anchor=\"middle\">time (%s)</text>\n", left + plot_w / 2,
           top + T->nranks * lane_h + 34, uname);

@@ -92,9 +92,13 @@ typedef struct {
  * FMDistChunkWeights - weight of each query chunk: the number of (query tile, key block)
  *   tiles it really computes (not FM_TILE_SKIP), summed over the mask heads, counted in
  *   rows x key blocks so that short tiles count in proportion (divide by block for tiles).
+ *   partial  cost of a partially masked tile relative to a full one (1: count tiles; a partial
+ *            tile's rows are multiplied by it and rounded)
+ *   rowcost  fixed cost of every query tile (Q load, epilogue, output merge), in full tiles
+ *            (0: count tiles only)
  *   w out: [nchunks].
  */
-FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, int64_t *w);
+FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, double partial, double rowcost, int64_t *w);
 
 /* FMDistAssignContiguous / DualChunk - owner[c] for nchunks chunks on P ranks. */
 void FMDistAssignContiguous(int nchunks, int P, int *owner);

@@ -5,13 +5,14 @@
  * Deterministic and message free (doc/distributed.md gives the bounds).
  */
 #include <flashmask/private/fmdist.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define FM_PAIR_EXACT_MAX 40   /* meet in the middle: 2 x 2^20 subset sums at most */
 #define FM_TRIPLE_EXACT_MAX 12 /* 3^12 = 531441 assignments */
 
-FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, int64_t *w)
+FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, double partial, double rowcost, int64_t *w)
 {
   int block = m->block > 0 ? m->block : 128;
   FMCheck(m->summary != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "The mask descriptor has no block summaries");
@@ -25,8 +26,12 @@ FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, int6
       const int32_t *sh = m->summary + (size_t)h * m->nblocks_k * FM_SUM_N;
       for (int t0 = r0; t0 < r1; t0 += block) {
         int t1 = t0 + block < r1 ? t0 + block : r1;
-        for (int kb = 0; kb < m->nblocks_k; kb++)
-          if (FMClassifyTileInline(sh, m->causal, m->seqlen_q, m->seqlen_k, block, t0, t1, kb) != FM_TILE_SKIP) s += t1 - t0;
+        int64_t wp = partial == 1.0 ? t1 - t0 : (int64_t)llround(partial * (t1 - t0));
+        s += (int64_t)llround(rowcost * (t1 - t0));
+        for (int kb = 0; kb < m->nblocks_k; kb++) {
+          FMTileClass tc = FMClassifyTileInline(sh, m->causal, m->seqlen_q, m->seqlen_k, block, t0, t1, kb);
+          s += tc == FM_TILE_FULL ? t1 - t0 : tc == FM_TILE_PARTIAL ? wp : 0;
+        }
       }
     }
     w[c] = s;

@@ -18,6 +18,8 @@ typedef struct {
   FMDistPartition part;
   FMDistBalanceInfo binfo;
   int64_t *w;
+  double partial_cost;    /* -fm_plan_partial_cost: a partial tile's weight in the balancer (full tile = 1) */
+  double row_cost;        /* -fm_plan_row_cost: fixed cost of a query tile in the balancer, in full tiles */
   FMDistTopo topo;
   unsigned char *needed;  /* [P][C] */
   double *cbytes;         /* [C] */

@@ -41,6 +41,8 @@ static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, 
   v[16] = d->trace_on; v[17] = d->schedule; v[18] = d->transport; v[19] = d->step_chunks;
   h = fnv(h, v, sizeof(v));
   h = fnv(h, &sc, sizeof(sc));
+  h = fnv(h, &d->partial_cost, sizeof(d->partial_cost));
+  h = fnv(h, &d->row_cost, sizeof(d->row_cost));
   for (int b = 0; b < 4; b++) h = fnv(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
   *hash = h;
   return FM_SUCCESS;
@@ -74,7 +76,7 @@ static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsi
           "%d chunks need MPI tags up to %d but MPI_TAG_UB is %d; use a larger -fm_plan_chunk", d->ch.nchunks, 2 * d->ch.nchunks + 1,
           d->tag_ub);
   FMCall(FMMalloc(d->ch.nchunks, &d->w));
-  FMCall(FMDistChunkWeights(m, &d->ch, d->w));
+  FMCall(FMDistChunkWeights(m, &d->ch, d->partial_cost, d->row_cost, d->w));
   FMCall(FMDistPartitionCreate((FMDistPartType)d->part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo));
   if (P > 1 || !plan->rows) { /* on one rank plan.c's identity rows stay (callers may hold them) */
     free(plan->rows); plan->rows = NULL;
@@ -171,6 +173,10 @@ static FMErrorCode read_options(FMDist *d)
   FMBool prune = FM_TRUE, overlap = FM_TRUE;
   FMCall(FMOptionsGetEnum_Private("-fm_plan_partition", "query-chunk partition over ranks", FMDistPartNames, &d->part_type, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_chunk", "query rows per chunk, 0 = about seqlen/(4P) rounded to the block", &d->chunk_opt, NULL));
+  d->partial_cost = 1.0;
+  FMCall(FMOptionsGetReal("-fm_plan_partial_cost", "balancer: cost of a partially masked tile, in full tiles", &d->partial_cost, NULL));
+  d->row_cost = 0.0;
+  FMCall(FMOptionsGetReal("-fm_plan_row_cost", "balancer: fixed cost of each query tile (load, epilogue), in full tiles", &d->row_cost, NULL));
   FMCall(FMOptionsGetEnum_Private("-fm_plan_route", "K/V gather route", FMDistRouteNames, &d->route_type, NULL));
   FMCall(FMOptionsGetBool("-fm_plan_prune", "never transfer K/V chunks no local query can see", &prune, NULL));
   FMCall(FMOptionsGetBool("-fm_plan_overlap", "compute on arrived chunks while others are in flight", &overlap, NULL));
@@ -196,6 +202,10 @@ static FMErrorCode read_options(FMDist *d)
 #endif
   }
   FMCheck(d->chunk_opt >= 0, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_chunk is %d; expected >= 0 (0 = default)", d->chunk_opt);
+  FMCheck(d->partial_cost > 0 && d->partial_cost <= 64, MPI_COMM_SELF, FM_ERR_OPT,
+          "-fm_plan_partial_cost is %g; expected a cost in (0, 64] full tiles", d->partial_cost);
+  FMCheck(d->row_cost >= 0 && d->row_cost <= 1e6, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_row_cost is %g; expected a cost in [0, 1e6] full tiles",
+          d->row_cost);
   FMCheck(d->vnodes >= 0, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_nodes is %d; expected >= 0", d->vnodes);
   FMCheck(d->step_chunks >= 0, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_step_chunks is %d; expected >= 0 (0 = all)", d->step_chunks);
   d->prune = prune == FM_TRUE; d->overlap = overlap == FM_TRUE;

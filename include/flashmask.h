@@ -438,7 +438,9 @@ FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows
  *   plan's stream (FMPlanSetStream): synchronize it before reading o and lse. Over several
  *   ranks the K/V gather runs on a second stream (NCCL, or MPI through pinned host memory:
  *   -fm_plan_transport) overlapped with the kernels; with -fm_plan_transport mpi the call
- *   returns after the last message of the gather.
+ *   returns after the last message of the gather. -fm_gpu_aware_mpi auto|0|1 (default auto:
+ *   MPIX_Query_cuda_support() on every rank) lets the mpi transport send and receive the
+ *   device buffers directly, without host staging.
  */
 FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
 

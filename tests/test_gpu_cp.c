@@ -10,7 +10,8 @@
  * (one case fp16), and a plan with two chunks (on 3 ranks one rank holds no rows and no keys).
  * Configurations: default; -fm_plan_prune 0 -fm_plan_overlap 0; -fm_plan_schedule ring;
  * -fm_plan_partition contiguous; -fm_plan_route flat; dual_chunk on 2 virtual nodes, not
- * overlapped. -fm_plan_transport comes from the command line (test_gpu_cp.sh runs nccl and mpi).
+ * overlapped. -fm_plan_transport and -fm_gpu_aware_mpi come from the command line (test_gpu_cp.sh
+ * runs nccl, mpi staged through host memory, and mpi on device buffers when the MPI is CUDA-aware).
  *
  * Every rank builds the same global Q, K, V on the host (fixed seed; values k/256, 0 < |k| <= 256,
  * exact in bf16 and fp16, never zero), picks its local rows (FMPlanGetLocalRows) and keys
@@ -28,10 +29,14 @@
  * on every rank: 0 pass, 1 fail, 77 no CUDA in the build or no GPU on some rank, 99 hard error.
  *
  * Usage: test_gpu_cp [-quick] [-case N (the number printed before each case)] [-seed S] [-ngpus] [-fm_plan_transport nccl|mpi]
- *   -ngpus  print "ngpus N" (the CUDA devices this process sees) and exit (77 when N = 0)
+ *                    [-fm_gpu_aware_mpi auto|0|1]
+ *   -ngpus  print "ngpus N" (the CUDA devices this process sees) and "cuda_aware_mpi A" (1 when
+ *           MPIX_Query_cuda_support() says the MPI takes device pointers, else 0) and exit (77
+ *           when N = 0)
  */
 #include <flashmask.h>
 #include <flashmask/private/fmkernels.h>
+#include <flashmask/private/fmimpl.h>
 #include "fmtest.h"
 
 #if !FM_HAVE_CUDA
@@ -651,7 +656,7 @@ int main(int argc, char **argv)
     ngpus = 0;
   }
   if (probe) {
-    if (rank == 0) printf("ngpus %d\n", ngpus);
+    if (rank == 0) printf("ngpus %d\ncuda_aware_mpi %d\n", ngpus, FMMPICUDAAware_Private());
     FMFinalize();
     return ngpus > 0 ? 0 : 77;
   }

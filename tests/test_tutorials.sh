@@ -8,6 +8,11 @@ echo "$out" | grep -q "ex1: OK"
 out=$(fm_run 2 ./tutorials/ex1 -seqlen 700 -fm_plan_heads 2 -fm_plan_kv_heads 1 -fm_plan_head_dim 32 -fm_backend cpu)
 echo "$out"
 echo "$out" | grep -q "ex1: OK"
+# -help lists the distributed plan's options, the CUDA backend's included
+out=$(fm_run 2 ./tutorials/ex1 -seqlen 700 -fm_plan_heads 2 -fm_plan_kv_heads 1 -fm_plan_head_dim 32 -fm_backend cpu -help)
+for o in -fm_plan_transport -fm_plan_step_chunks -fm_gpu_aware_mpi; do
+  echo "$out" | grep -q -- "$o <" || { echo "FAIL: ex1 -help does not list $o"; exit 1; }
+done
 h5=ex2_test_$$.h5
 rm -f $h5
 out=$(fm_run 1 ./tutorials/ex2 -seqlen 2000 -o $h5)

@@ -2,10 +2,14 @@
  * mpiutil.c - point-to-point messages of any length. MPI counts are ints; a K/V block or its
  * fp32 dK/dV partials at 128K tokens passes 2^31 - 1 elements. Longer messages are described by
  * a derived type (blocks of 2^20 elements plus the remainder), freed as soon as the operation
- * is posted, which MPI allows for pending operations.
+ * is posted, which MPI allows for pending operations. Also: whether this process's MPI takes
+ * device pointers (CUDA-aware MPI).
  */
 #include <flashmask/private/fmimpl.h>
 #include <limits.h>
+#if FM_HAVE_MPIX_CUDA
+#include <mpi-ext.h>
+#endif
 
 static size_t max_count = INT_MAX;
 
@@ -95,4 +99,20 @@ double FMMPIStatusBytes_Private(const MPI_Status *st, MPI_Datatype t)
   MPI_Get_elements_x(st, t, &n);
   MPI_Type_size(t, &sz);
   return n == MPI_UNDEFINED ? 0.0 : (double)n * sz;
+}
+
+/*
+ * FMMPICUDAAware_Private - whether this process's MPI accepts CUDA device pointers, as the MPI
+ *   says at run time: 1 when the build has Open MPI's extension (<mpi-ext.h>,
+ *   FM_HAVE_MPIX_CUDA) and MPIX_Query_cuda_support() returns 1; 0 otherwise (also when the
+ *   MPI cannot tell). Not collective: callers that need one answer on every rank reduce it
+ *   with MPI_MIN. Call after MPI_Init.
+ */
+int FMMPICUDAAware_Private(void)
+{
+#if FM_HAVE_MPIX_CUDA
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return 0;
+#endif
 }

@@ -43,6 +43,8 @@ int FMMPIIrecv_Private(void *buf, size_t count, MPI_Datatype t, int src, int tag
 int FMMPIRecv_Private(void *buf, size_t count, MPI_Datatype t, int src, int tag, MPI_Comm comm, MPI_Status *st);
 double FMMPIStatusBytes_Private(const MPI_Status *st, MPI_Datatype t);
 void FMMPISetMaxCount_Private(size_t n);
+/* 1 when MPI says at run time that it takes CUDA device pointers (MPIX_Query_cuda_support), else 0; local. */
+int FMMPICUDAAware_Private(void);
 
 /* FMCallMPI(expr): wrap an MPI call. */
 #define FMCallMPI(expr)                                                              \

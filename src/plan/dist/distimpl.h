@@ -10,10 +10,15 @@
 typedef enum { FM_DIST_TRANSPORT_AUTO = 0, FM_DIST_TRANSPORT_NCCL = 1, FM_DIST_TRANSPORT_MPI = 2 } FMDistTransport;
 extern const char *const FMDistTransportNames[]; /* "auto", "nccl", "mpi", NULL */
 
+/* -fm_gpu_aware_mpi: whether the mpi transport hands device pointers to MPI (CUDA-aware MPI). */
+typedef enum { FM_DIST_GPU_AWARE_NO = 0, FM_DIST_GPU_AWARE_YES = 1, FM_DIST_GPU_AWARE_AUTO = 2 } FMDistGPUAware;
+extern const char *const FMDistGPUAwareNames[]; /* "0", "1", "auto", NULL */
+
 typedef struct {
   int part_type, route_type, prune, overlap, chunk_opt, vnodes, schedule;
   int transport;          /* FMDistTransport; resolved (never AUTO) after set-up on the CUDA backend */
   int step_chunks;        /* -fm_plan_step_chunks: chunks per pair in one GPU exchange step, 0 = all */
+  int gpu_aware;          /* -fm_gpu_aware_mpi as given (FMDistGPUAware); the executor resolves AUTO */
   FMDistChunks ch;
   FMDistPartition part;
   FMDistBalanceInfo binfo;

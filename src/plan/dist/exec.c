@@ -21,6 +21,7 @@
 
 
 const char *const FMDistTransportNames[] = {"auto", "nccl", "mpi", NULL};
+const char *const FMDistGPUAwareNames[] = {"0", "1", "auto", NULL};
 
 /* ---------------- helpers ---------------- */
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
@@ -33,12 +34,13 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, uint64_t *hash)
 {
   uint64_t h = 1469598103934665603ull;
-  int v[20];
+  int v[21];
   double sc = plan->scale;
   v[0] = m->seqlen_q; v[1] = m->seqlen_k; v[2] = m->mask_heads; v[3] = m->causal; v[4] = m->present; v[5] = m->block;
   v[6] = plan->batch; v[7] = plan->heads_q; v[8] = plan->heads_kv; v[9] = plan->head_dim; v[10] = (int)plan->dtype;
   v[11] = d->part_type; v[12] = d->route_type; v[13] = d->prune * 2 + d->overlap; v[14] = d->chunk_opt; v[15] = d->vnodes;
   v[16] = d->trace_on; v[17] = d->schedule; v[18] = d->transport; v[19] = d->step_chunks;
+  v[20] = d->gpu_aware;
   h = fnv(h, v, sizeof(v));
   h = fnv(h, &sc, sizeof(sc));
   h = fnv(h, &d->partial_cost, sizeof(d->partial_cost));
@@ -183,12 +185,16 @@ static FMErrorCode read_options(FMDist *d)
   FMCall(FMOptionsGetEnum_Private("-fm_plan_schedule", "K/V schedule: the pruned gather, or a ring baseline (every block visits every rank)",
                                    FMDistSchedNames, &d->schedule, NULL));
   FMCall(FMOptionsGetEnum_Private("-fm_plan_transport",
-                                   "device K/V transport on the CUDA backend: nccl (a GPU per rank), mpi (through host memory), "
+                                   "device K/V transport on the CUDA backend: nccl (a GPU per rank), mpi (through host memory, or device buffers: -fm_gpu_aware_mpi), "
                                    "auto = nccl when built with NCCL and no two ranks share a GPU",
                                    FMDistTransportNames, &d->transport, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_step_chunks",
                          "CUDA backend: at most this many K/V chunks per peer in one exchange step (0 = all: one step per peer and hop)",
                          &d->step_chunks, NULL));
+  FMCall(FMOptionsGetEnum_Private("-fm_gpu_aware_mpi",
+                                   "CUDA backend, -fm_plan_transport mpi: pass device buffers to MPI instead of staging them through "
+                                   "pinned host memory; 1 = the MPI is CUDA-aware, auto = when MPIX_Query_cuda_support() says so on every rank",
+                                   FMDistGPUAwareNames, &d->gpu_aware, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_nodes", "route over this many virtual nodes of consecutive ranks (0 = real topology)", &d->vnodes, NULL));
   {
     FMBool set = FM_FALSE, view = FM_FALSE;
@@ -228,6 +234,7 @@ FMErrorCode FMPlanSetUp_Dist(FMPlan plan)
   d->part_type = FM_DIST_BALANCED;
   d->route_type = FM_DIST_ROUTE_HIER;
   d->schedule = FM_DIST_SCHED_GATHER;
+  d->gpu_aware = FM_DIST_GPU_AWARE_AUTO;
   FMAgree(comm, read_options(d));
   FMCallMPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tagub, &flag));
   d->tag_ub = flag && tagub ? *tagub : 32767;

@@ -3,8 +3,9 @@
  *
  * Set-up (collective, at the end of FMPlanSetUp_Dist). The schedule's transfers are cut into
  * exchange steps (FMDistExchangeSteps, steps.c). Each step is one NCCL group (or one set of
- * MPI messages through pinned host memory) holding all of its sends and receives on every
- * rank, so a step can always complete once every rank has posted it. What a rank receives in one step lands in that step's device buffer ([B][keys][Hkv][D]);
+ * MPI messages, through pinned host memory or, with CUDA-aware MPI, on the device buffers
+ * themselves) holding all of its sends and receives on every rank, so a step can always
+ * complete once every rank has posted it. What a rank receives in one step lands in that step's device buffer ([B][keys][Hkv][D]);
  * the step is also a compute stage over those keys. For each stage the rank's localized mask
  * (localize.c: local rows x global key columns) is restricted to the stage's key columns and
  * uploaded as an ordinary non-causal mask: the causal triangle of the global mask becomes the
@@ -20,10 +21,19 @@
  * -fm_plan_overlap 0 every stage waits for the whole exchange. With NCCL nothing blocks the
  * host; with the MPI transport each step's messages are completed by the host (the stages
  * already queued keep the GPU busy meanwhile).
+ *
+ * CUDA-aware MPI (-fm_gpu_aware_mpi auto|0|1, resolved at set-up to one answer on every rank):
+ * the mpi transport then posts each step's messages on device addresses, one message per
+ * (chunk, K or V, batch) piece from where the chunk is held and into the stage buffer (the
+ * NCCL path's addresses), with no host staging. The host waits for the plan's stream to reach
+ * the forward (event ev_in) before the first step: the caller's K/V are then ready and the
+ * previous call's stages no longer read the stage buffers; a relayed chunk is ready once the
+ * host completed the step that received it.
  */
 #include "distimpl.h"
 #include <flashmask/private/fmtrace.h>
 #include <cuda_runtime_api.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,11 +51,13 @@ typedef struct {
   int nk;                /* keys received in the step (length of the stage buffer) */
   void *kbuf, *vbuf;     /* device [B][nk][Hkv][D], or NULL when nothing arrives here */
   void *dmask;           /* the stage's localized mask, NULL when no local row sees its keys */
-  size_t hsend, hrecv;   /* bytes of the step's host staging (mpi transport) */
+  size_t hsend, hrecv;   /* bytes of the step's host staging (mpi transport, staged) */
 } GStep;
 
 typedef struct {
   int transport;         /* FM_DIST_TRANSPORT_NCCL or _MPI */
+  int direct;            /* mpi transport on device buffers (CUDA-aware MPI), the same on every rank */
+  const char *direct_why; /* how -fm_gpu_aware_mpi was resolved (for FMPlanView) */
   void *nccl;            /* ncclComm_t of the context (world) */
   int nsteps;
   GStep *st;
@@ -57,7 +69,8 @@ typedef struct {
   cudaEvent_t *ev_c0, *ev_c1;        /* [nsteps] around each exchange on cs */
   cudaEvent_t *ev_w0, *ev_k0, *ev_k1; /* [nsteps + 1] stage wait start, compute start, end (0 = local) */
   int nev;               /* events created in the arrays */
-  char *hsend, *hrecv;   /* pinned host staging (mpi transport) */
+  char *hsend, *hrecv;   /* pinned host staging (mpi transport, unless direct) */
+  MPI_Request *rq;       /* direct: room for the largest step's messages (allocated at set-up) */
 } FMDistGPU;
 
 /* ------------------------------------------------------------------ set-up */
@@ -142,6 +155,42 @@ static FMErrorCode resolve_transport(FMPlan plan, FMDist *d)
   return FM_SUCCESS;
 }
 
+/* Tag of batch b of chunk c's K (kv = 0) or V (kv = 1) on device buffers: unique per piece. */
+static int piece_tag(int c, int kv, size_t b, size_t B) { return (int)(((size_t)c * 2 + (size_t)kv) * B + b); }
+
+/*
+ * This rank's answer to -fm_gpu_aware_mpi (not collective; the caller takes the minimum over
+ * the ranks, so one rank without CUDA-aware MPI makes every rank stage). 1 forces it, 0 stages,
+ * auto asks the MPI (FMMPICUDAAware_Private). The device path needs a tag per piece below
+ * MPI_TAG_UB: forced, too many pieces is an error; auto stages.
+ */
+static FMErrorCode resolve_gpu_aware(FMPlan plan, FMDist *d, int *direct, const char **why)
+{
+  long long ntags = 2LL * plan->batch * d->ch.nchunks;
+  int fits = ntags - 1 <= (long long)d->tag_ub;
+  *direct = 0;
+  *why = "staged";
+  if (d->transport != FM_DIST_TRANSPORT_MPI) return FM_SUCCESS;
+  if (d->gpu_aware == FM_DIST_GPU_AWARE_NO) { *why = "-fm_gpu_aware_mpi 0"; return FM_SUCCESS; }
+  if (d->gpu_aware == FM_DIST_GPU_AWARE_YES) {
+    FMCheck(fits, MPI_COMM_SELF, FM_ERR_SUP,
+            "-fm_gpu_aware_mpi 1: %d chunks x 2 (K, V) x batch %d need MPI tags up to %lld but MPI_TAG_UB is %d; "
+            "use a larger -fm_plan_chunk or -fm_gpu_aware_mpi 0",
+            d->ch.nchunks, plan->batch, ntags - 1, d->tag_ub);
+    *direct = 1;
+    *why = "-fm_gpu_aware_mpi 1 (forced)";
+    return FM_SUCCESS;
+  }
+#if FM_HAVE_MPIX_CUDA
+  *direct = FMMPICUDAAware_Private();
+  *why = *direct ? "auto: MPIX_Query_cuda_support() = 1 on every rank" : "auto: MPIX_Query_cuda_support() = 0 on some rank";
+#else
+  *why = "auto: this MPI has no MPIX_Query_cuda_support()";
+#endif
+  if (*direct && !fits) { *direct = 0; *why = "auto: CUDA-aware, but the pieces need tags past MPI_TAG_UB"; }
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
 {
   FMDistGPU *g = d ? (FMDistGPU *)d->gpu : NULL;
@@ -165,6 +214,7 @@ FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
   free(g->ev_c0); free(g->ev_c1); free(g->ev_w0); free(g->ev_k0); free(g->ev_k1);
   if (g->hsend) cudaFreeHost(g->hsend);
   if (g->hrecv) cudaFreeHost(g->hrecv);
+  free(g->rq);
   if (g->cs) cudaStreamDestroy(g->cs);
   free(g->st); free(g->where); free(g->woff);
   free(g);
@@ -262,7 +312,7 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
     FMCallCUDA(cudaEventCreate(&g->ev_k1[s]));
     g->nev = s + 1;
   }
-  if (g->transport == FM_DIST_TRANSPORT_MPI) {
+  if (g->transport == FM_DIST_TRANSPORT_MPI && !g->direct) {
     size_t hs = 0, hr = 0;
     for (int s = 0; s < g->nsteps; s++) {
       hs = g->st[s].hsend > hs ? g->st[s].hsend : hs;
@@ -270,6 +320,17 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
     }
     FMCallCUDA(cudaMallocHost((void **)&g->hsend, hs + 1));
     FMCallCUDA(cudaMallocHost((void **)&g->hrecv, hr + 1));
+  }
+  if (g->transport == FM_DIST_TRANSPORT_MPI && g->direct) {
+    /* one request per piece: (sends + receives) x 2 x batch, the largest step */
+    size_t nr = 0;
+    for (int s = 0; s < g->nsteps; s++) {
+      size_t n = (size_t)(g->st[s].nsend + g->st[s].nrecv) * 2 * B;
+      nr = n > nr ? n : nr;
+    }
+    FMCheck(nr <= (size_t)INT_MAX, MPI_COMM_SELF, FM_ERR_SUP,
+            "-fm_gpu_aware_mpi: an exchange step of %zu messages is more than MPI_Waitall takes; use -fm_plan_step_chunks or -fm_gpu_aware_mpi 0", nr);
+    FMCall(FMMalloc(nr + 1, &g->rq));
   }
   /* accumulators and the stage masks (local rows only) */
   if (plan->nlocal > 0) {
@@ -305,8 +366,13 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
 {
   FMDistGPU *g;
   FMErrorCode ierr;
+  int direct = 0, all = 0;
+  const char *why = "staged";
   FMCall(FMDistDestroyGPU_Private(d));
   FMAgree(plan->hdr.comm, resolve_transport(plan, d));
+  FMAgree(plan->hdr.comm, resolve_gpu_aware(plan, d, &direct, &why));
+  FMCallMPI(MPI_Allreduce(&direct, &all, 1, MPI_INT, MPI_MIN, plan->hdr.comm));
+  if (direct && !all) why = "auto: MPIX_Query_cuda_support() = 0 on some rank";
   if (d->transport == FM_DIST_TRANSPORT_NCCL) {
     void *world = NULL;
     FMCall(FMContextGetNCCL_Private(plan->ctx, &world, NULL, NULL)); /* collective, agreed inside */
@@ -316,6 +382,8 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
     FMAgree(plan->hdr.comm, FMCalloc(1, &g));
   }
   g->transport = d->transport;
+  g->direct = all;
+  g->direct_why = why;
   d->gpu = g;
   ierr = setup_gpu_local(plan, d, g);
   ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
@@ -330,9 +398,13 @@ FMErrorCode FMDistViewGPU_Private(FMPlan plan, FMDist *d, FILE *fp)
 {
   FMDistGPU *g = (FMDistGPU *)d->gpu;
   int stages = 0;
+  char how[160] = "";
   for (int s = 0; s < g->nsteps; s++) stages += g->st[s].dmask != NULL;
-  FMCall(FMPrintf(plan->hdr.comm, fp, "  GPU: transport %s, %d exchange steps; on rank 0: local stage %s, %d arriving stages computed\n",
-                  FMDistTransportNames[g->transport], g->nsteps, g->dmask0 ? "computed" : "empty", stages));
+  if (g->transport == FM_DIST_TRANSPORT_MPI)
+    snprintf(how, sizeof(how), " (%s; %s)", g->direct ? "CUDA-aware MPI on device buffers" : "staged through pinned host memory",
+             g->direct_why);
+  FMCall(FMPrintf(plan->hdr.comm, fp, "  GPU: transport %s%s, %d exchange steps; on rank 0: local stage %s, %d arriving stages computed\n",
+                  FMDistTransportNames[g->transport], how, g->nsteps, g->dmask0 ? "computed" : "empty", stages));
   return FM_SUCCESS;
 }
 
@@ -439,6 +511,61 @@ static FMErrorCode exchange_mpi(FMPlan plan, FMDist *d, FMDistGPU *g, int s, con
   return FM_SUCCESS;
 }
 
+/*
+ * One step over CUDA-aware MPI on device buffers: every piece (chunk, K or V, batch) is one
+ * message, tag piece_tag(), sent from where the chunk is held and received into the stage
+ * buffer; receives are posted first, then sends, in the step's order on both sides. The data
+ * sent is ready (the caller waited for ev_in; relayed chunks arrived in an earlier step that
+ * the host completed). Blocks the host until the step's messages completed; ev_c1[s] then marks
+ * the arrivals on the comm stream. A failure does not stop the step: every message that can be
+ * posted is posted (the peers still get theirs) and every posted request is completed before
+ * returning, so no message is left writing into a buffer; the first error is returned. t out:
+ * the host times around the exchange (for the trace).
+ */
+static FMErrorCode exchange_mpi_device(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v, double t[2])
+{
+  const GStep *S = &g->st[s];
+  size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch;
+  MPI_Comm comm = plan->hdr.comm;
+  MPI_Request *rq = g->rq;
+  cudaError_t ce;
+  int n = 0, err = MPI_SUCCESS, e;
+  const char *what = NULL;
+  ce = cudaEventRecord(g->ev_c0[s], g->cs);
+  t[0] = FMTime();
+  for (int i = 0; i < S->nrecv; i++) {
+    const GXfer *x = &S->recv[i];
+    size_t len = (size_t)FMDistChunkKeyLen(&d->ch, x->chunk) * row;
+    for (int kv = 0; kv < 2; kv++)
+      for (size_t b = 0; b < B; b++, n++) {
+        e = FMMPIIrecv_Private(recv_addr(g, s, kv, b, row, x->chunk), len, MPI_BYTE, x->peer, piece_tag(x->chunk, kv, b, B), comm, &rq[n]);
+        if (e) { rq[n] = MPI_REQUEST_NULL; if (!err) { err = e; what = "MPI_Irecv"; } }
+      }
+  }
+  for (int i = 0; i < S->nsend; i++) {
+    const GXfer *x = &S->send[i];
+    size_t len = (size_t)FMDistChunkKeyLen(&d->ch, x->chunk) * row;
+    for (int kv = 0; kv < 2; kv++)
+      for (size_t b = 0; b < B; b++, n++) {
+        e = FMMPIIsend_Private(held(d, g, k, v, kv, b, row, x->chunk), len, MPI_BYTE, x->peer, piece_tag(x->chunk, kv, b, B), comm, &rq[n]);
+        if (e) { rq[n] = MPI_REQUEST_NULL; if (!err) { err = e; what = "MPI_Isend"; } }
+      }
+  }
+  e = MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
+  if (e && !err) { err = e; what = "MPI_Waitall"; }
+  t[1] = FMTime();
+  if (ce == cudaSuccess) ce = cudaEventRecord(g->ev_c1[s], g->cs);
+  if (err) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, msg, &len);
+    FMRaise(MPI_COMM_SELF, FM_ERR_MPI, "MPI error in %s on device buffers (CUDA-aware MPI), exchange step %d: %s; "
+            "-fm_gpu_aware_mpi 0 stages through host memory", what, s, msg);
+  }
+  FMCheck(ce == cudaSuccess, MPI_COMM_SELF, FM_ERR_CUDA, "CUDA error recording the events of exchange step %d: %s", s, cudaGetErrorString(ce));
+  return FM_SUCCESS;
+}
+
 /* Compute stage s (-1: the local one) on the plan's stream once its data is there. */
 static FMErrorCode compute_stage(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *q, const void *k, const void *v, int *first,
                                  int *ran)
@@ -515,6 +642,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   size_t nl = (size_t)plan->batch * plan->heads_q * plan->nlocal;
   FMErrorCode ierr = FM_SUCCESS;
   FMErrorCode cerr = FM_SUCCESS; /* the first compute error: recorded, and the exchange still runs so that no peer waits */
+  FMErrorCode xerr = FM_SUCCESS; /* the first error of a CUDA-aware MPI step: recorded, the later steps still run */
 
   FMCheck(g, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no GPU executor (call FMPlanSetUp on the CUDA backend first)");
   /* local state first, agreed: nothing below returns early on one rank only before the exchange */
@@ -534,13 +662,24 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   GCUDA(cudaStreamWaitEvent(g->cs, g->ev_in, 0));
   if (tr) { GCUDA(cudaEventSynchronize(g->ev_in)); t0 = FMTime(); }
   if (d->overlap) CSTAGE(-1);
+  /* CUDA-aware MPI reads the caller's K/V and writes the stage buffers outside any stream:
+     wait until the plan's stream reached this call (the local stage, queued after ev_in, runs on) */
+  if (g->direct && g->nsteps > 0) {
+    cudaError_t ce = cudaEventSynchronize(g->ev_in);
+    if (ce != cudaSuccess)
+      xerr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "CUDA error waiting for the plan's stream: %s",
+                             cudaGetErrorString(ce));
+  }
   for (int s = 0; s < g->nsteps; s++) {
     const GStep *S = &g->st[s];
 #if FM_HAVE_NCCL
     if (g->transport == FM_DIST_TRANSPORT_NCCL) GTRY(exchange_nccl(plan, d, g, s, k, v));
     else
 #endif
-      GTRY(exchange_mpi(plan, d, g, s, k, v, hostt[s]));
+    if (g->direct) {
+      FMErrorCode xe = exchange_mpi_device(plan, d, g, s, k, v, hostt[s]);
+      if (xe && !xerr) xerr = FMTraceback_Private(__FILE__, __func__, __LINE__, xe);
+    } else GTRY(exchange_mpi(plan, d, g, s, k, v, hostt[s]));
     for (int i = 0; i < S->nsend; i++) {
       d->stats.sent_bytes[S->send[i].level] += d->cbytes[S->send[i].chunk];
       if (d->part.owner[S->send[i].chunk] != me) d->stats.relayed_bytes += d->cbytes[S->send[i].chunk];
@@ -554,6 +693,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
     CSTAGE(-1);
     for (int s = 0; s < g->nsteps; s++) CSTAGE(s);
   }
+  if (xerr && !cerr) cerr = xerr; /* what arrived cannot be trusted: no output, no trace */
   if (plan->nlocal > 0 && !cerr) {
     if (first) { /* no local row sees any key */
       GTRY(FMCudaFillFloat(g->oacc, no, 0.f, us));

@@ -503,6 +503,62 @@ static void run_forward(FMContext world, FMContext gpu1, const Case *c, uint64_t
   free(fq); free(fk); free(fv); free(one_lse); free(gq); free(gk); free(gv); free(one); free(ro); free(rlse);
 }
 
+
+/*
+ * run_fail - the K/V exchange fails on rank 1 (-fm_debug_fail_exchange 1: over NCCL it never
+ *   posts its first step, over MPI its first step is marked failed after the messages moved).
+ *   Every rank must return an error from FMPlanForward, none may wait for ever (the shell runs
+ *   the test under a timeout), and the forwards that follow (the cases run after this one)
+ *   must be right again: over NCCL the executor aborted the communicators and bootstraps new
+ *   ones. Collective; skipped on one rank.
+ */
+static void run_fail(FMContext world, const Case *c, uint64_t seed)
+{
+  const size_t es = FMDTypeSize(c->dt), uq = (size_t)c->Hq * c->D, uk = (size_t)c->Hkv * c->D;
+  int nl, nk, failed, everyone;
+  const int *rows, *keys;
+  uint64_t s = seed;
+  FMMask mask;
+  FMPlan plan;
+  FMErrorCode e;
+  void *dq, *dk, *dv, *doo;
+  float *dl, *f;
+  char *h;
+  if (size < 2) return;
+  snprintf(current_buf, sizeof(current_buf), "%s, exchange failing on rank 1", c->name);
+  current = current_buf;
+  use_device(world);
+  CALL(make_mask(world, c, seed, &mask));
+  CALL(FMOptionsSetValue("-fm_debug_fail_exchange", "1"));
+  plan = world_plan(world, mask, c, &confs[0], &nl, &rows, &nk, &keys);
+  CALL(FMOptionsSetValue("-fm_debug_fail_exchange", "-1"));
+  h = malloc(es * ((size_t)c->B * (nl > nk ? nl : nk) * (uq > uk ? uq : uk)) + 1);
+  f = malloc(4 * ((size_t)c->B * (nl > nk ? nl : nk) * (uq > uk ? uq : uk)) + 4);
+  fill_tensor(h, f, (size_t)c->B * nl * uq, c->dt, &s);
+  dq = upload(h, es * c->B * nl * uq);
+  fill_tensor(h, f, (size_t)c->B * nk * uk, c->dt, &s);
+  dk = upload(h, es * c->B * nk * uk);
+  fill_tensor(h, f, (size_t)c->B * nk * uk, c->dt, &s);
+  dv = upload(h, es * c->B * nk * uk);
+  doo = dmalloc(es * c->B * nl * uq);
+  dl = dmalloc(4 * (size_t)c->B * c->Hq * nl);
+  CU(cudaDeviceSynchronize());
+  CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
+  e = FMPlanForward(plan, dq, dk, dv, doo, dl);
+  CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
+  CU(cudaDeviceSynchronize());
+  failed = e != FM_SUCCESS;
+  MPI_Allreduce(&failed, &everyone, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  FMT_CHECK(failed, "rank %d: FMPlanForward returned success although the exchange failed on rank 1", rank);
+  if (rank == 0)
+    printf("   exchange failing on rank 1: %s on every rank (rank 0 got %s)\n", everyone ? "an error" : "NOT an error", FMErrorString(e));
+  CALL(FMPlanDestroy(&plan));
+  CALL(FMMaskDestroy(&mask));
+  cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(doo); cudaFree(dl);
+  free(h);
+  free(f);
+}
+
 /* ------------------------------------------------------------------ backward */
 /*
  * cmp_grad - relative 2-norm error of n local values a (dtype) against the reference rows
@@ -702,6 +758,8 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++) cs[ncase++] = x[i];
   }
+  /* first a failing exchange: every case after it also checks that the plan recovers */
+  if (only < 0) run_fail(world, &cs[3], seed + 99);
   for (int i = 0; i < ncase; i++) {
     if (only >= 0 && i != only) continue;
     if (quick && !cs[i].quick) continue;

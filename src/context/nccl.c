@@ -61,6 +61,19 @@ FMErrorCode FMContextGetNCCL_Private(FMContext ctx, void **world, void **node, v
   return FM_SUCCESS;
 }
 
+/*
+ * FMContextAbortNCCL_Private - abort the context's NCCL communicators after a failed exchange:
+ * ncclCommAbort ends the operations still waiting on the device (for a peer that never posted
+ * its part), and the next FMContextGetNCCL_Private bootstraps new ones. Not collective by
+ * itself; the executor calls it on every rank once they agreed that an exchange failed.
+ */
+FMErrorCode FMContextAbortNCCL_Private(FMContext ctx)
+{
+  FMNCCL *n = (FMNCCL *)ctx->nccl;
+  if (n) n->failed = 1;
+  return FMContextDestroyNCCL_Private(ctx);
+}
+
 FMErrorCode FMContextDestroyNCCL_Private(FMContext ctx)
 {
   FMNCCL *n = (FMNCCL *)ctx->nccl;
@@ -84,6 +97,11 @@ FMErrorCode FMContextGetNCCL_Private(FMContext ctx, void **world, void **node, v
   FMRaise(ctx->comm, FM_ERR_SUP, "This build has no NCCL (configure --with-nccl)");
 }
 FMErrorCode FMContextDestroyNCCL_Private(FMContext ctx)
+{
+  (void)ctx;
+  return FM_SUCCESS;
+}
+FMErrorCode FMContextAbortNCCL_Private(FMContext ctx)
 {
   (void)ctx;
   return FM_SUCCESS;

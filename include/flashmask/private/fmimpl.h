@@ -176,6 +176,7 @@ struct _p_FMContext {
  */
 FMErrorCode FMContextGetNCCL_Private(FMContext ctx, void **world, void **node, void **cross);
 FMErrorCode FMContextDestroyNCCL_Private(FMContext ctx);
+FMErrorCode FMContextAbortNCCL_Private(FMContext ctx); /* after a failed exchange: abort, re-bootstrap on next use */
 
 /* ---------------- mask ---------------- */
 /* Block summary layout: for each mask head and key block, 8 int32 numbers. */

@@ -18,6 +18,7 @@ typedef struct {
   int part_type, route_type, prune, overlap, chunk_opt, vnodes, schedule;
   int transport;          /* FMDistTransport; resolved (never AUTO) after set-up on the CUDA backend */
   int step_chunks;        /* -fm_plan_step_chunks: chunks per pair in one GPU exchange step, 0 = all */
+  int debug_fail;         /* -fm_debug_fail_exchange: testing, this rank's GPU exchange fails at step 0 (-1: none) */
   int gpu_aware;          /* -fm_gpu_aware_mpi as given (FMDistGPUAware); the executor resolves AUTO */
   FMDistChunks ch;
   FMDistPartition part;

@@ -195,6 +195,10 @@ static FMErrorCode read_options(FMDist *d)
                                    "CUDA backend, -fm_plan_transport mpi: pass device buffers to MPI instead of staging them through "
                                    "pinned host memory; 1 = the MPI is CUDA-aware, auto = when MPIX_Query_cuda_support() says so on every rank",
                                    FMDistGPUAwareNames, &d->gpu_aware, NULL));
+  FMCall(FMOptionsGetInt("-fm_debug_fail_exchange",
+                         "testing: the CUDA executor's exchange fails on this rank at its first step (-1: never), to check that "
+                         "every rank returns the error and none waits",
+                         &d->debug_fail, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_nodes", "route over this many virtual nodes of consecutive ranks (0 = real topology)", &d->vnodes, NULL));
   {
     FMBool set = FM_FALSE, view = FM_FALSE;
@@ -235,6 +239,7 @@ FMErrorCode FMPlanSetUp_Dist(FMPlan plan)
   d->route_type = FM_DIST_ROUTE_HIER;
   d->schedule = FM_DIST_SCHED_GATHER;
   d->gpu_aware = FM_DIST_GPU_AWARE_AUTO;
+  d->debug_fail = -1;
   FMAgree(comm, read_options(d));
   FMCallMPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tagub, &flag));
   d->tag_ub = flag && tagub ? *tagub : 32767;

@@ -460,8 +460,10 @@ static FMErrorCode exchange_nccl(FMPlan plan, FMDist *d, FMDistGPU *g, int s, co
 /*
  * One step over MPI through pinned host memory: copy the outgoing chunks down, exchange every
  * message of the step (tag = chunk), copy the arrivals up. Blocks the host until the step's
- * messages completed; the uploads finish on the comm stream (event ev_c1[s]). t out: the host
- * times around the exchange (for the trace).
+ * messages completed; the uploads finish on the comm stream (event ev_c1[s]). A failure does
+ * not stop the step: its messages are posted and completed anyway, so the peers never wait,
+ * and the first error is returned (the arrivals are then not uploaded). t out: the host times
+ * around the exchange (for the trace).
  */
 static FMErrorCode exchange_mpi(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v, double t[2])
 {
@@ -469,7 +471,12 @@ static FMErrorCode exchange_mpi(FMPlan plan, FMDist *d, FMDistGPU *g, int s, con
   size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch, o;
   MPI_Request *rq;
   int nr = S->nsend + S->nrecv, err;
-  FMCallCUDA(cudaEventRecord(g->ev_c0[s], g->cs));
+  FMErrorCode ierr = FM_SUCCESS; /* the first failure; the step's messages are posted regardless */
+#define XCUDA(expr) do { cudaError_t ce_ = (expr); if (ce_ != cudaSuccess && !ierr) \
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "CUDA error in %s: %s", #expr, cudaGetErrorString(ce_)); } while (0)
+#define XMPI(expr) do { int me_ = (expr); if (me_ != MPI_SUCCESS && !ierr) \
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_MPI, "MPI error %d in %s", me_, #expr); } while (0)
+  XCUDA(cudaEventRecord(g->ev_c0[s], g->cs));
   t[0] = FMTime();
   o = 0;
   for (int i = 0; i < S->nsend; i++) {
@@ -477,38 +484,42 @@ static FMErrorCode exchange_mpi(FMPlan plan, FMDist *d, FMDistGPU *g, int s, con
     size_t len = (size_t)FMDistChunkKeyLen(&d->ch, x->chunk) * row;
     for (int kv = 0; kv < 2; kv++)
       for (size_t b = 0; b < B; b++, o += len)
-        FMCallCUDA(cudaMemcpyAsync(g->hsend + o, held(d, g, k, v, kv, b, row, x->chunk), len, cudaMemcpyDeviceToHost, g->cs));
+        XCUDA(cudaMemcpyAsync(g->hsend + o, held(d, g, k, v, kv, b, row, x->chunk), len, cudaMemcpyDeviceToHost, g->cs));
   }
-  FMCallCUDA(cudaStreamSynchronize(g->cs));
-  FMCall(FMMalloc(nr + 1, &rq));
+  XCUDA(cudaStreamSynchronize(g->cs));
+  /* the peers wait for these messages: they are posted even after a failure above (the data
+     is then not trusted: the error is returned and agreed at the end of the forward) */
+  rq = (MPI_Request *)malloc(sizeof(MPI_Request) * (size_t)(nr + 1));
+  if (!rq) FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Out of memory for %d MPI requests (the peers' messages of step %d cannot be matched)", nr, s);
+  for (int i = 0; i < nr; i++) rq[i] = MPI_REQUEST_NULL;
   o = 0;
   for (int i = 0; i < S->nrecv; i++) {
     const GXfer *x = &S->recv[i];
-    err = FMMPIIrecv_Private(g->hrecv + o, (size_t)d->cbytes[x->chunk], MPI_BYTE, x->peer, x->chunk, plan->hdr.comm, &rq[i]);
-    if (err) { free(rq); FMCallMPI(err); }
+    XMPI(FMMPIIrecv_Private(g->hrecv + o, (size_t)d->cbytes[x->chunk], MPI_BYTE, x->peer, x->chunk, plan->hdr.comm, &rq[i]));
     o += (size_t)d->cbytes[x->chunk];
   }
   o = 0;
   for (int i = 0; i < S->nsend; i++) {
     const GXfer *x = &S->send[i];
-    err = FMMPIIsend_Private(g->hsend + o, (size_t)d->cbytes[x->chunk], MPI_BYTE, x->peer, x->chunk, plan->hdr.comm, &rq[S->nrecv + i]);
-    if (err) { free(rq); FMCallMPI(err); }
+    XMPI(FMMPIIsend_Private(g->hsend + o, (size_t)d->cbytes[x->chunk], MPI_BYTE, x->peer, x->chunk, plan->hdr.comm, &rq[S->nrecv + i]));
     o += (size_t)d->cbytes[x->chunk];
   }
   err = MPI_Waitall(nr, rq, MPI_STATUSES_IGNORE);
   free(rq);
-  FMCallMPI(err);
+  XMPI(err);
   t[1] = FMTime();
   o = 0;
-  for (int i = 0; i < S->nrecv; i++) {
+  for (int i = 0; i < S->nrecv && !ierr; i++) {
     const GXfer *x = &S->recv[i];
     size_t len = (size_t)FMDistChunkKeyLen(&d->ch, x->chunk) * row;
     for (int kv = 0; kv < 2; kv++)
       for (size_t b = 0; b < B; b++, o += len)
-        FMCallCUDA(cudaMemcpyAsync(recv_addr(g, s, kv, b, row, x->chunk), g->hrecv + o, len, cudaMemcpyHostToDevice, g->cs));
+        XCUDA(cudaMemcpyAsync(recv_addr(g, s, kv, b, row, x->chunk), g->hrecv + o, len, cudaMemcpyHostToDevice, g->cs));
   }
-  FMCallCUDA(cudaEventRecord(g->ev_c1[s], g->cs));
-  return FM_SUCCESS;
+  XCUDA(cudaEventRecord(g->ev_c1[s], g->cs));
+#undef XCUDA
+#undef XMPI
+  return ierr;
 }
 
 /*
@@ -642,7 +653,8 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   size_t nl = (size_t)plan->batch * plan->heads_q * plan->nlocal;
   FMErrorCode ierr = FM_SUCCESS;
   FMErrorCode cerr = FM_SUCCESS; /* the first compute error: recorded, and the exchange still runs so that no peer waits */
-  FMErrorCode xerr = FM_SUCCESS; /* the first error of a CUDA-aware MPI step: recorded, the later steps still run */
+  FMErrorCode xerr = FM_SUCCESS; /* the first exchange error: recorded; MPI steps still run, NCCL ones stop (xstop) */
+  int xstop = 0, nposted = 0;    /* NCCL steps this rank posted, all of them unless one failed */
 
   FMCheck(g, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no GPU executor (call FMPlanSetUp on the CUDA backend first)");
   /* local state first, agreed: nothing below returns early on one rank only before the exchange */
@@ -651,6 +663,13 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
   if (ierr) { free(ran); free(hostt); return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); }
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+#if FM_HAVE_NCCL
+  if (g->transport == FM_DIST_TRANSPORT_NCCL) {
+    /* the context's communicator, new after an aborted exchange (of any plan): collective, agreed */
+    ierr = FMContextGetNCCL_Private(plan->ctx, &g->nccl, NULL, NULL);
+    if (ierr) { free(ran); free(hostt); return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); }
+  }
+#endif
   ierr = FMDistTraceBegin_Private(plan, d, "forward", &tr);
   if (ierr) goto done;
 #define GTRY(expr) do { ierr = (expr); if (ierr) { ierr = FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); goto done; } } while (0)
@@ -672,14 +691,29 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   }
   for (int s = 0; s < g->nsteps; s++) {
     const GStep *S = &g->st[s];
+    FMErrorCode xe = FM_SUCCESS;
+    int fail = s == 0 && d->debug_fail == me; /* -fm_debug_fail_exchange */
+    /* NCCL: a rank whose step failed posts no later step (the pairing would shift); its peers'
+       operations then wait on the device until the communicator is aborted below. MPI: every
+       step's messages are posted whatever failed, so the host never waits for a lost peer. */
+    if (xstop) break;
 #if FM_HAVE_NCCL
-    if (g->transport == FM_DIST_TRANSPORT_NCCL) GTRY(exchange_nccl(plan, d, g, s, k, v));
-    else
+    if (g->transport == FM_DIST_TRANSPORT_NCCL) {
+      xe = fail ? FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_NCCL,
+                                  "Exchange step 0 not posted on rank %d (-fm_debug_fail_exchange)", me)
+                : exchange_nccl(plan, d, g, s, k, v);
+      if (xe) xstop = 1;
+      else nposted++;
+    } else
 #endif
-    if (g->direct) {
-      FMErrorCode xe = exchange_mpi_device(plan, d, g, s, k, v, hostt[s]);
-      if (xe && !xerr) xerr = FMTraceback_Private(__FILE__, __func__, __LINE__, xe);
-    } else GTRY(exchange_mpi(plan, d, g, s, k, v, hostt[s]));
+    {
+      xe = g->direct ? exchange_mpi_device(plan, d, g, s, k, v, hostt[s]) : exchange_mpi(plan, d, g, s, k, v, hostt[s]);
+      if (fail && !xe)
+        xe = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_MPI,
+                             "Exchange step 0 marked failed on rank %d after its messages moved (-fm_debug_fail_exchange)", me);
+      nposted++;
+    }
+    if (xe && !xerr) xerr = FMTraceback_Private(__FILE__, __func__, __LINE__, xe);
     for (int i = 0; i < S->nsend; i++) {
       d->stats.sent_bytes[S->send[i].level] += d->cbytes[S->send[i].chunk];
       if (d->part.owner[S->send[i].chunk] != me) d->stats.relayed_bytes += d->cbytes[S->send[i].chunk];
@@ -713,6 +747,21 @@ done:
   free(ran);
   free(hostt);
   if (!ierr) ierr = cerr;
+  if (g->transport == FM_DIST_TRANSPORT_NCCL) {
+    /* a rank that did not post every step leaves its peers' NCCL operations waiting on the
+       device for good: every rank then aborts the context's communicators (which ends them),
+       and the next forward bootstraps new ones */
+    int mine = nposted < g->nsteps, any = 0;
+    if (MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, plan->hdr.comm) != MPI_SUCCESS) any = 1;
+    if (any) {
+      FMErrorCode ae = FMContextAbortNCCL_Private(plan->ctx);
+      g->nccl = NULL;
+      (void)cudaStreamSynchronize(g->cs);
+      (void)cudaStreamSynchronize(us);
+      if (!ierr) ierr = ae ? ae : FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_NCCL,
+                                                 "The K/V exchange failed on another rank; the NCCL communicators were aborted (a new one is made on the next call)");
+    }
+  }
   /* the trace is saved collectively; an error on one rank must not leave the others waiting */
   ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
   if (!ierr) ierr = FMDistTraceEnd_Private(plan, d, "forward", &tr);

@@ -22,7 +22,10 @@
 typedef struct {
   ncclComm_t world, node, cross;
   int failed;
+  long gen; /* which bootstrap of this process made them (never reused, unlike an address) */
 } FMNCCL;
+
+static long fm_nccl_gen = 0;
 
 static FMErrorCode join(FMContext ctx, FMNCCL *n, const ncclUniqueId *id)
 {
@@ -50,6 +53,7 @@ FMErrorCode FMContextGetNCCL_Private(FMContext ctx, void **world, void **node, v
     FMCallMPI(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, ctx->comm));
     FMCheck(memcmp(&id, &zero, sizeof(id)) != 0, ctx->comm, FM_ERR_NCCL, "ncclGetUniqueId() failed on rank 0 (the broadcast id is all zero)");
     FMCall(FMCalloc(1, &n));
+    n->gen = ++fm_nccl_gen;
     ierr = join(ctx, n, &id);
     if (ierr) n->failed = 1;
     ctx->nccl = n;
@@ -59,6 +63,17 @@ FMErrorCode FMContextGetNCCL_Private(FMContext ctx, void **world, void **node, v
   if (node) *node = n->node;
   if (cross) *cross = n->cross;
   return FM_SUCCESS;
+}
+
+/*
+ * FMContextNCCLGeneration_Private - an id of the context's current NCCL communicators, new
+ * after every bootstrap (0 when there are none). Not collective; equal ids on one rank mean
+ * the same communicators, so every rank of the context draws the same conclusion from it.
+ */
+long FMContextNCCLGeneration_Private(FMContext ctx)
+{
+  const FMNCCL *n = ctx ? (const FMNCCL *)ctx->nccl : NULL;
+  return n ? n->gen : 0;
 }
 
 /*
@@ -105,5 +120,10 @@ FMErrorCode FMContextAbortNCCL_Private(FMContext ctx)
 {
   (void)ctx;
   return FM_SUCCESS;
+}
+long FMContextNCCLGeneration_Private(FMContext ctx)
+{
+  (void)ctx;
+  return 0;
 }
 #endif

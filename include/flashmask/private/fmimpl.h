@@ -177,6 +177,7 @@ struct _p_FMContext {
 FMErrorCode FMContextGetNCCL_Private(FMContext ctx, void **world, void **node, void **cross);
 FMErrorCode FMContextDestroyNCCL_Private(FMContext ctx);
 FMErrorCode FMContextAbortNCCL_Private(FMContext ctx); /* after a failed exchange: abort, re-bootstrap on next use */
+long FMContextNCCLGeneration_Private(FMContext ctx);    /* id of the current communicators, new per bootstrap */
 
 /* ---------------- mask ---------------- */
 /* Block summary layout: for each mask head and key block, 8 int32 numbers. */

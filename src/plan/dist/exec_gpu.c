@@ -59,6 +59,8 @@ typedef struct {
   int direct;            /* mpi transport on device buffers (CUDA-aware MPI), the same on every rank */
   const char *direct_why; /* how -fm_gpu_aware_mpi was resolved (for FMPlanView) */
   void *nccl;            /* ncclComm_t of the context (world) */
+  char *ping;            /* device bytes for nccl_connect */
+  long gen;              /* FMContextNCCLGeneration_Private of nccl */
   int nsteps;
   GStep *st;
   void *dmask0;          /* the local stage (own keys), NULL if no local row sees them */
@@ -214,6 +216,7 @@ FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
   free(g->ev_c0); free(g->ev_c1); free(g->ev_w0); free(g->ev_k0); free(g->ev_k1);
   if (g->hsend) cudaFreeHost(g->hsend);
   if (g->hrecv) cudaFreeHost(g->hrecv);
+  if (g->ping) cudaFree(g->ping);
   free(g->rq);
   if (g->cs) cudaStreamDestroy(g->cs);
   free(g->st); free(g->where); free(g->woff);
@@ -362,6 +365,48 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
   return FM_SUCCESS;
 }
 
+#if FM_HAVE_NCCL
+/*
+ * nccl_connect - one byte each way with every peer of the exchange, in one group. NCCL opens
+ * a pair's point-to-point connection at its first operation, and that set-up blocks the host
+ * until the peer takes part: a rank whose step failed would then stall its peers on the host,
+ * before they can learn of the failure. Connecting here, while every rank is in the same
+ * collective call (set-up, or the first forward on a new communicator), leaves only device-side
+ * waits, which an abort ends. Collective; the peer relation is symmetric (a transfer a -> b is
+ * a send on a and a receive on b), so every rank posts the matching pairs.
+ */
+static FMErrorCode nccl_connect(FMPlan plan, FMDistGPU *g)
+{
+  int P = plan->ctx->size, me = plan->ctx->rank, n = 0;
+  unsigned char *peer;
+  ncclResult_t r = ncclSuccess, r2;
+  FMErrorCode ierr = FMCalloc(P, &peer);
+  if (!ierr && !g->ping && cudaMalloc((void **)&g->ping, 2 * (size_t)P) != cudaSuccess)
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "cudaMalloc of %d bytes failed", 2 * P);
+  FMAgree(plan->hdr.comm, ierr);
+  for (int s = 0; s < g->nsteps; s++) {
+    for (int i = 0; i < g->st[s].nsend; i++) peer[g->st[s].send[i].peer] = 1;
+    for (int i = 0; i < g->st[s].nrecv; i++) peer[g->st[s].recv[i].peer] = 1;
+  }
+  peer[me] = 0;
+  if (ncclGroupStart() != ncclSuccess) r = ncclInternalError;
+  for (int p = 0; p < P && r == ncclSuccess; p++)
+    if (peer[p]) {
+      n++;
+      r = ncclSend(g->ping + p, 1, ncclInt8, p, (ncclComm_t)g->nccl, g->cs);
+      if (r == ncclSuccess) r = ncclRecv(g->ping + P + p, 1, ncclInt8, p, (ncclComm_t)g->nccl, g->cs);
+    }
+  r2 = ncclGroupEnd();
+  free(peer);
+  if (r == ncclSuccess && r2 == ncclSuccess && cudaStreamSynchronize(g->cs) != cudaSuccess) r = ncclUnhandledCudaError;
+  ierr = r == ncclSuccess && r2 == ncclSuccess ? FM_SUCCESS
+         : FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_NCCL, "Connecting to the %d exchange peers failed: %s", n,
+                           ncclGetErrorString(r != ncclSuccess ? r : r2));
+  FMAgree(plan->hdr.comm, ierr);
+  return FM_SUCCESS;
+}
+#endif
+
 FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
 {
   FMDistGPU *g;
@@ -378,6 +423,7 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
     FMCall(FMContextGetNCCL_Private(plan->ctx, &world, NULL, NULL)); /* collective, agreed inside */
     FMAgree(plan->hdr.comm, FMCalloc(1, &g));
     g->nccl = world;
+    g->gen = FMContextNCCLGeneration_Private(plan->ctx);
   } else {
     FMAgree(plan->hdr.comm, FMCalloc(1, &g));
   }
@@ -387,6 +433,9 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
   d->gpu = g;
   ierr = setup_gpu_local(plan, d, g);
   ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
+#if FM_HAVE_NCCL
+  if (!ierr && g->transport == FM_DIST_TRANSPORT_NCCL) ierr = nccl_connect(plan, g);
+#endif
   if (ierr) {
     (void)FMDistDestroyGPU_Private(d);
     return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
@@ -666,7 +715,13 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
 #if FM_HAVE_NCCL
   if (g->transport == FM_DIST_TRANSPORT_NCCL) {
     /* the context's communicator, new after an aborted exchange (of any plan): collective, agreed */
-    ierr = FMContextGetNCCL_Private(plan->ctx, &g->nccl, NULL, NULL);
+    void *w = NULL;
+    ierr = FMContextGetNCCL_Private(plan->ctx, &w, NULL, NULL);
+    if (!ierr && FMContextNCCLGeneration_Private(plan->ctx) != g->gen) {
+      g->nccl = w;
+      g->gen = FMContextNCCLGeneration_Private(plan->ctx);
+      ierr = nccl_connect(plan, g);
+    }
     if (ierr) { free(ran); free(hostt); return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); }
   }
 #endif
@@ -756,6 +811,7 @@ done:
     if (any) {
       FMErrorCode ae = FMContextAbortNCCL_Private(plan->ctx);
       g->nccl = NULL;
+      g->gen = 0;
       (void)cudaStreamSynchronize(g->cs);
       (void)cudaStreamSynchronize(us);
       if (!ierr) ierr = ae ? ae : FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_NCCL,

@@ -59,7 +59,7 @@ typedef struct {
   int direct;            /* mpi transport on device buffers (CUDA-aware MPI), the same on every rank */
   const char *direct_why; /* how -fm_gpu_aware_mpi was resolved (for FMPlanView) */
   void *nccl;            /* ncclComm_t of the context (world) */
-  char *ping;            /* device bytes for nccl_connect */
+  char *ping;            /* nccl_connect's send buffer (freed after it) */
   long gen;              /* FMContextNCCLGeneration_Private of nccl */
   int nsteps;
   GStep *st;
@@ -76,6 +76,10 @@ typedef struct {
 } FMDistGPU;
 
 /* ------------------------------------------------------------------ set-up */
+#if FM_HAVE_NCCL
+static FMErrorCode nccl_connect(FMPlan plan, FMDist *d, FMDistGPU *g);
+#endif
+#define DBG(...) do { if (d->debug_fail >= 0) { fprintf(stderr, "[%d] fail-exchange test: ", plan->ctx->rank); fprintf(stderr, __VA_ARGS__); fflush(stderr); } } while (0)
 
 /*
  * One column of the localized mask as two intervals: the causal cut [0, cut) is merged into
@@ -365,48 +369,6 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
   return FM_SUCCESS;
 }
 
-#if FM_HAVE_NCCL
-/*
- * nccl_connect - one byte each way with every peer of the exchange, in one group. NCCL opens
- * a pair's point-to-point connection at its first operation, and that set-up blocks the host
- * until the peer takes part: a rank whose step failed would then stall its peers on the host,
- * before they can learn of the failure. Connecting here, while every rank is in the same
- * collective call (set-up, or the first forward on a new communicator), leaves only device-side
- * waits, which an abort ends. Collective; the peer relation is symmetric (a transfer a -> b is
- * a send on a and a receive on b), so every rank posts the matching pairs.
- */
-static FMErrorCode nccl_connect(FMPlan plan, FMDistGPU *g)
-{
-  int P = plan->ctx->size, me = plan->ctx->rank, n = 0;
-  unsigned char *peer;
-  ncclResult_t r = ncclSuccess, r2;
-  FMErrorCode ierr = FMCalloc(P, &peer);
-  if (!ierr && !g->ping && cudaMalloc((void **)&g->ping, 2 * (size_t)P) != cudaSuccess)
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "cudaMalloc of %d bytes failed", 2 * P);
-  FMAgree(plan->hdr.comm, ierr);
-  for (int s = 0; s < g->nsteps; s++) {
-    for (int i = 0; i < g->st[s].nsend; i++) peer[g->st[s].send[i].peer] = 1;
-    for (int i = 0; i < g->st[s].nrecv; i++) peer[g->st[s].recv[i].peer] = 1;
-  }
-  peer[me] = 0;
-  if (ncclGroupStart() != ncclSuccess) r = ncclInternalError;
-  for (int p = 0; p < P && r == ncclSuccess; p++)
-    if (peer[p]) {
-      n++;
-      r = ncclSend(g->ping + p, 1, ncclInt8, p, (ncclComm_t)g->nccl, g->cs);
-      if (r == ncclSuccess) r = ncclRecv(g->ping + P + p, 1, ncclInt8, p, (ncclComm_t)g->nccl, g->cs);
-    }
-  r2 = ncclGroupEnd();
-  free(peer);
-  if (r == ncclSuccess && r2 == ncclSuccess && cudaStreamSynchronize(g->cs) != cudaSuccess) r = ncclUnhandledCudaError;
-  ierr = r == ncclSuccess && r2 == ncclSuccess ? FM_SUCCESS
-         : FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_NCCL, "Connecting to the %d exchange peers failed: %s", n,
-                           ncclGetErrorString(r != ncclSuccess ? r : r2));
-  FMAgree(plan->hdr.comm, ierr);
-  return FM_SUCCESS;
-}
-#endif
-
 FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
 {
   FMDistGPU *g;
@@ -434,7 +396,7 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
   ierr = setup_gpu_local(plan, d, g);
   ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
 #if FM_HAVE_NCCL
-  if (!ierr && g->transport == FM_DIST_TRANSPORT_NCCL) ierr = nccl_connect(plan, g);
+  if (!ierr && g->transport == FM_DIST_TRANSPORT_NCCL) ierr = nccl_connect(plan, d, g);
 #endif
   if (ierr) {
     (void)FMDistDestroyGPU_Private(d);
@@ -480,6 +442,7 @@ static char *recv_addr(const FMDistGPU *g, int s, int kv, size_t b, size_t row, 
 static FMErrorCode exchange_nccl(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v)
 {
   const GStep *S = &g->st[s];
+  const int dry = k == NULL; /* nccl_connect: every send reads g->ping */
   size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch;
   ncclComm_t comm = (ncclComm_t)g->nccl;
   ncclResult_t r = ncclSuccess, r2;
@@ -490,7 +453,7 @@ static FMErrorCode exchange_nccl(FMPlan plan, FMDist *d, FMDistGPU *g, int s, co
     size_t len = (size_t)FMDistChunkKeyLen(&d->ch, x->chunk) * row;
     for (size_t b = 0; b < B && r == ncclSuccess; b++)
       for (int kv = 0; kv < 2 && r == ncclSuccess; kv++)
-        r = ncclSend(held(d, g, k, v, kv, b, row, x->chunk), len, ncclInt8, x->peer, comm, g->cs);
+        r = ncclSend(dry ? g->ping : held(d, g, k, v, kv, b, row, x->chunk), len, ncclInt8, x->peer, comm, g->cs);
   }
   for (int i = 0; i < S->nrecv && r == ncclSuccess; i++) {
     const GXfer *x = &S->recv[i];
@@ -502,6 +465,37 @@ static FMErrorCode exchange_nccl(FMPlan plan, FMDist *d, FMDistGPU *g, int s, co
   FMCheck(r == ncclSuccess && r2 == ncclSuccess, MPI_COMM_SELF, FM_ERR_NCCL, "NCCL send/recv of exchange step %d failed: %s", s,
           ncclGetErrorString(r != ncclSuccess ? r : r2));
   FMCallCUDA(cudaEventRecord(g->ev_c1[s], g->cs));
+  return FM_SUCCESS;
+}
+
+/*
+ * nccl_connect - a dry run of every exchange step (the same operations and sizes; the sends
+ * read a scratch buffer, the receives fill the stage buffers). NCCL sets up a pair's
+ * point-to-point connections (channels, protocols) at the first operations that need them, and
+ * that set-up blocks the host until the peer takes part: a rank whose step failed would then
+ * stall its peers on the host before they learn of the failure. After this run, done while
+ * every rank is in the same collective call (set-up, or the first forward on new
+ * communicators), a lost peer leaves only device-side waits, which the abort ends. Collective.
+ */
+static FMErrorCode nccl_connect(FMPlan plan, FMDist *d, FMDistGPU *g)
+{
+  size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), mx = 1;
+  FMErrorCode ierr = FM_SUCCESS;
+  for (int s = 0; s < g->nsteps; s++)
+    for (int i = 0; i < g->st[s].nsend; i++) {
+      size_t len = (size_t)FMDistChunkKeyLen(&d->ch, g->st[s].send[i].chunk) * row;
+      mx = len > mx ? len : mx;
+    }
+  if (g->ping) { cudaFree(g->ping); g->ping = NULL; }
+  if (cudaMalloc((void **)&g->ping, mx) != cudaSuccess)
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "cudaMalloc of %zu bytes (a send buffer for connecting NCCL) failed", mx);
+  FMAgree(plan->hdr.comm, ierr);
+  for (int s = 0; s < g->nsteps && !ierr; s++) ierr = exchange_nccl(plan, d, g, s, NULL, NULL);
+  if (!ierr && cudaStreamSynchronize(g->cs) != cudaSuccess)
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "The NCCL connection run failed on the device");
+  cudaFree(g->ping);
+  g->ping = NULL;
+  FMAgree(plan->hdr.comm, ierr);
   return FM_SUCCESS;
 }
 #endif
@@ -720,7 +714,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
     if (!ierr && FMContextNCCLGeneration_Private(plan->ctx) != g->gen) {
       g->nccl = w;
       g->gen = FMContextNCCLGeneration_Private(plan->ctx);
-      ierr = nccl_connect(plan, g);
+      ierr = nccl_connect(plan, d, g);
     }
     if (ierr) { free(ran); free(hostt); return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); }
   }
@@ -768,6 +762,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
                              "Exchange step 0 marked failed on rank %d after its messages moved (-fm_debug_fail_exchange)", me);
       nposted++;
     }
+    DBG("step %d of %d %s\n", s, g->nsteps, xe ? "failed" : "posted");
     if (xe && !xerr) xerr = FMTraceback_Private(__FILE__, __func__, __LINE__, xe);
     for (int i = 0; i < S->nsend; i++) {
       d->stats.sent_bytes[S->send[i].level] += d->cbytes[S->send[i].chunk];
@@ -807,13 +802,18 @@ done:
        device for good: every rank then aborts the context's communicators (which ends them),
        and the next forward bootstraps new ones */
     int mine = nposted < g->nsteps, any = 0;
+    DBG("posted %d of %d steps; agreeing\n", nposted, g->nsteps);
     if (MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, plan->hdr.comm) != MPI_SUCCESS) any = 1;
     if (any) {
-      FMErrorCode ae = FMContextAbortNCCL_Private(plan->ctx);
+      FMErrorCode ae;
+      DBG("aborting the NCCL communicators\n");
+      ae = FMContextAbortNCCL_Private(plan->ctx);
       g->nccl = NULL;
       g->gen = 0;
+      DBG("aborted; waiting for the streams\n");
       (void)cudaStreamSynchronize(g->cs);
       (void)cudaStreamSynchronize(us);
+      DBG("streams done\n");
       if (!ierr) ierr = ae ? ae : FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_NCCL,
                                                  "The K/V exchange failed on another rank; the NCCL communicators were aborted (a new one is made on the next call)");
     }

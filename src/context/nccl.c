@@ -94,7 +94,10 @@ FMErrorCode FMContextDestroyNCCL_Private(FMContext ctx)
   FMNCCL *n = (FMNCCL *)ctx->nccl;
   ncclComm_t c[3];
   if (!n) return FM_SUCCESS;
-  c[0] = n->cross; c[1] = n->node; c[2] = n->world;
+  /* after a failure the world communicator, which holds the operations left waiting on the
+     device, is aborted first: aborting the others frees memory, and a free waits for the device */
+  if (n->failed) { c[0] = n->world; c[1] = n->node; c[2] = n->cross; }
+  else { c[0] = n->cross; c[1] = n->node; c[2] = n->world; }
   for (int i = 0; i < 3; i++) {
     if (!c[i]) continue;
     if (n->failed || ncclCommFinalize(c[i]) != ncclSuccess) ncclCommAbort(c[i]);

@@ -45,7 +45,7 @@ done
 echo "== traced run -> fmtrace"
 rm -f "$W/cp_trace.h5"
 timeout 300 $MPI ./tutorials/ex1 -seqlen 16384 -fm_plan_view -fm_trace "$W/cp_trace.h5" -fm_trace_view > "$W/ex1_trace.log" 2>&1
-echo "traced ex1 rc=$? (the GPU forward's summary is the first 'forward' line; the CPU re-run traces too)"
+echo "traced ex1 rc=$?"
 grep -E "trace|GPU:|imbalance|ex1:" "$W/ex1_trace.log" | cut -c1-200
 echo "== fmbench -cp"
 mkdir -p "$W/traces"

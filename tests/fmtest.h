@@ -16,6 +16,16 @@
 static int fmt_failures;
 
 /* FMT_CHECK(cond, fmt, ...): record a failure with a message; never aborts. */
+/* FMT_SKIP_MAIN(why): the whole main() of a test this build cannot run: prints SKIP, exits 77. */
+#define FMT_SKIP_MAIN(why)                                                           \
+  int main(int argc, char **argv)                                                    \
+  {                                                                                  \
+    (void)argc;                                                                      \
+    (void)argv;                                                                      \
+    printf("SKIP: %s\n", why);                                                       \
+    return 77;                                                                       \
+  }
+
 #define FMT_CHECK(cond, ...)                                                         \
   do {                                                                               \
     if (!(cond)) {                                                                   \

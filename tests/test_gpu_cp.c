@@ -40,13 +40,7 @@
 #include "fmtest.h"
 
 #if !FM_HAVE_CUDA
-int main(int argc, char **argv)
-{
-  (void)argc;
-  (void)argv;
-  printf("SKIP: built without CUDA\n");
-  return 77;
-}
+FMT_SKIP_MAIN("built without CUDA")
 #else
 #include <cuda_runtime_api.h>
 

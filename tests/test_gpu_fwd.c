@@ -20,13 +20,7 @@
 #include "gpu_masks.h"
 
 #if !FM_HAVE_CUDA
-int main(int argc, char **argv)
-{
-  (void)argc;
-  (void)argv;
-  printf("SKIP: built without CUDA\n");
-  return 77;
-}
+FMT_SKIP_MAIN("built without CUDA")
 #else
 extern int FMCudaLastPath_Private;
 

@@ -438,11 +438,11 @@ static char *recv_addr(const FMDistGPU *g, int s, int kv, size_t b, size_t row, 
 }
 
 #if FM_HAVE_NCCL
-/* One step over NCCL: one group with all of the step's sends and receives, on the comm stream. */
-static FMErrorCode exchange_nccl(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v)
+/* One step over NCCL: one group with all of the step's sends and receives, on the comm stream.
+   k and v may be NULL on a rank that owns no keys (it then only relays). */
+static FMErrorCode exchange_nccl(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v, int dry)
 {
-  const GStep *S = &g->st[s];
-  const int dry = k == NULL; /* nccl_connect: every send reads g->ping */
+  const GStep *S = &g->st[s]; /* dry (nccl_connect): every send reads g->ping, k and v are unused */
   size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch;
   ncclComm_t comm = (ncclComm_t)g->nccl;
   ncclResult_t r = ncclSuccess, r2;
@@ -486,11 +486,14 @@ static FMErrorCode nccl_connect(FMPlan plan, FMDist *d, FMDistGPU *g)
       size_t len = (size_t)FMDistChunkKeyLen(&d->ch, g->st[s].send[i].chunk) * row;
       mx = len > mx ? len : mx;
     }
-  if (g->ping) { cudaFree(g->ping); g->ping = NULL; }
   if (cudaMalloc((void **)&g->ping, mx) != cudaSuccess)
     ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "cudaMalloc of %zu bytes (a send buffer for connecting NCCL) failed", mx);
+  /* the receives fill the stage buffers: after the plan's stream is done with them (a forward
+     of this plan may still be computing when another plan's abort brings new communicators) */
+  if (!ierr && cudaStreamSynchronize((cudaStream_t)plan->stream) != cudaSuccess)
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "Waiting for the plan's stream before connecting NCCL failed");
   FMAgree(plan->hdr.comm, ierr);
-  for (int s = 0; s < g->nsteps && !ierr; s++) ierr = exchange_nccl(plan, d, g, s, NULL, NULL);
+  for (int s = 0; s < g->nsteps && !ierr; s++) ierr = exchange_nccl(plan, d, g, s, NULL, NULL, 1);
   if (!ierr && cudaStreamSynchronize(g->cs) != cudaSuccess)
     ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "The NCCL connection run failed on the device");
   cudaFree(g->ping);
@@ -750,7 +753,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
     if (g->transport == FM_DIST_TRANSPORT_NCCL) {
       xe = fail ? FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_NCCL,
                                   "Exchange step 0 not posted on rank %d (-fm_debug_fail_exchange)", me)
-                : exchange_nccl(plan, d, g, s, k, v);
+                : exchange_nccl(plan, d, g, s, k, v, 0);
       if (xe) xstop = 1;
       else nposted++;
     } else

@@ -185,6 +185,17 @@ FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads);
 
 /* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_context_view. Collective. */
 FMErrorCode FMContextSetFromOptions(FMContext ctx);
+/*
+ * FMContextSetOptionsPrefix - set the prefix that FMContextSetFromOptions puts after the dash of
+ *   every option it reads, so that a program holds several objects with their own options:
+ *   with prefix "a_", -fm_backend is read as -a_fm_backend. NULL or "" clears it. The prefix may not
+ *   start with '-' or contain blanks. Not collective (give every rank the same prefix).
+ *   ctx     the object
+ *   prefix  the prefix (copied), or NULL
+ * FMContextGetOptionsPrefix - the current prefix (borrowed; NULL when none). Not collective.
+ */
+FMErrorCode FMContextSetOptionsPrefix(FMContext ctx, const char *prefix);
+FMErrorCode FMContextGetOptionsPrefix(FMContext ctx, const char **prefix);
 
 /*
  * FMContextSetUp - detect the topology (hwloc: node, package, NUMA of this rank, GPUs
@@ -321,6 +332,17 @@ FMErrorCode FMMaskSetBlockSize(FMMask mask, int block);
 
 /* FMMaskSetFromOptions - read every -fm_mask_* option. Collective. */
 FMErrorCode FMMaskSetFromOptions(FMMask mask);
+/*
+ * FMMaskSetOptionsPrefix - set the prefix that FMMaskSetFromOptions puts after the dash of
+ *   every option it reads, so that a program holds several objects with their own options:
+ *   with prefix "a_", -fm_mask_type is read as -a_fm_mask_type. NULL or "" clears it. The prefix may not
+ *   start with '-' or contain blanks. Not collective (give every rank the same prefix).
+ *   mask     the object
+ *   prefix  the prefix (copied), or NULL
+ * FMMaskGetOptionsPrefix - the current prefix (borrowed; NULL when none). Not collective.
+ */
+FMErrorCode FMMaskSetOptionsPrefix(FMMask mask, const char *prefix);
+FMErrorCode FMMaskGetOptionsPrefix(FMMask mask, const char **prefix);
 
 /*
  * FMMaskSetUp - build the bounds (for builder types), validate them (0 <= start <= seqlen_q,
@@ -411,6 +433,17 @@ FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream);
 
 /* FMPlanSetFromOptions - read every -fm_plan_* option. Collective. */
 FMErrorCode FMPlanSetFromOptions(FMPlan plan);
+/*
+ * FMPlanSetOptionsPrefix - set the prefix that FMPlanSetFromOptions puts after the dash of
+ *   every option it reads, so that a program holds several objects with their own options:
+ *   with prefix "a_", -fm_plan_batch is read as -a_fm_plan_batch. NULL or "" clears it. The prefix may not
+ *   start with '-' or contain blanks. Not collective (give every rank the same prefix).
+ *   plan     the object
+ *   prefix  the prefix (copied), or NULL
+ * FMPlanGetOptionsPrefix - the current prefix (borrowed; NULL when none). Not collective.
+ */
+FMErrorCode FMPlanSetOptionsPrefix(FMPlan plan, const char *prefix);
+FMErrorCode FMPlanGetOptionsPrefix(FMPlan plan, const char **prefix);
 
 /*
  * FMPlanSetUp - check the mask against the shape (mask heads 1 or heads_kv), decide which

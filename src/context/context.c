@@ -24,11 +24,11 @@ FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx)
   *ctx = NULL;
   FMCheck(comm != MPI_COMM_NULL, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Argument 1 (comm) is MPI_COMM_NULL; expected a valid communicator");
   FMCall(FMCalloc(1, &c));
-  c->hdr.classid = FM_CLASSID_CONTEXT;
-  c->hdr.class_name = "FMContext";
-  c->hdr.refct = 1;
-  FMCallMPI(MPI_Comm_dup(comm, &c->comm));
-  c->hdr.comm = c->comm;
+  {
+    int err = MPI_Comm_dup(comm, &c->comm);
+    if (err != MPI_SUCCESS) { free(c); return FMMPIError_Private(err, "MPI_Comm_dup(comm, &c->comm)", __FILE__, __func__, __LINE__); }
+  }
+  FMHeaderCreate(c, FM_CLASSID_CONTEXT, "FMContext", c->comm);
   MPI_Comm_rank(c->comm, &c->rank);
   MPI_Comm_size(c->comm, &c->size);
   c->nodecomm = c->crosscomm = MPI_COMM_NULL;
@@ -58,7 +58,7 @@ FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads)
   return FM_SUCCESS;
 }
 
-FMErrorCode FMContextSetFromOptions(FMContext ctx)
+static FMErrorCode setfromoptions(FMContext ctx)
 {
   int b;
   FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
@@ -286,7 +286,36 @@ FMErrorCode FMContextDestroy(FMContext *ctx)
   if (c->nodecomm != MPI_COMM_NULL) MPI_Comm_free(&c->nodecomm);
   MPI_Comm_free(&c->comm);
   free(c->all);
-  c->hdr.classid = 0;
+  FMHeaderDestroy(c);
   free(c);
+  return FM_SUCCESS;
+}
+
+/* FMContextSetFromOptions - see flashmask.h: the lookups above, under the object's options prefix. */
+FMErrorCode FMContextSetFromOptions(FMContext ctx)
+{
+  FMErrorCode ierr;
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMCall(FMOptionsPushPrefix_Private(ctx->hdr.prefix));
+  ierr = setfromoptions(ctx);
+  FMCall(FMOptionsPopPrefix_Private());
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+/* FMContextSetOptionsPrefix - see flashmask.h. */
+FMErrorCode FMContextSetOptionsPrefix(FMContext ctx, const char *prefix)
+{
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMCall(FMHeaderSetOptionsPrefix(ctx, prefix));
+  return FM_SUCCESS;
+}
+
+/* FMContextGetOptionsPrefix - see flashmask.h. */
+FMErrorCode FMContextGetOptionsPrefix(FMContext ctx, const char **prefix)
+{
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMValidPointer(prefix, 2);
+  *prefix = ctx->hdr.prefix;
   return FM_SUCCESS;
 }

@@ -59,10 +59,7 @@ FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask)
   FMValidPointer(mask, 2);
   *mask = NULL;
   FMCall(FMCalloc(1, &m));
-  m->hdr.classid = FM_CLASSID_MASK;
-  m->hdr.class_name = "FMMask";
-  m->hdr.comm = ctx->comm;
-  m->hdr.refct = 1;
+  FMHeaderCreate(m, FM_CLASSID_MASK, "FMMask", ctx->comm);
   {
     FMErrorCode ierr = FMStrdup(FMMASKFULL, &m->hdr.type_name);
     if (ierr) { free(m); FMCall(ierr); }
@@ -337,7 +334,7 @@ FMErrorCode FMMaskSetBlockSize(FMMask mask, int block)
  *   -fm_mask_segments, -fm_mask_spans (start,len pairs), -fm_mask_seed, -fm_mask_block_size;
  *   -fm_mask_view is read by FMMaskSetUp.
  */
-FMErrorCode FMMaskSetFromOptions(FMMask mask)
+static FMErrorCode setfromoptions(FMMask mask)
 {
   int t, sq, sk, s, h, n, w, wl, wr, v, *buf = NULL, *buf2 = NULL;
   FMBool set, set1, set2, set3, b;
@@ -693,9 +690,37 @@ FMErrorCode FMMaskDestroy(FMMask *mask)
   free(m->span_start);
   free(m->span_len);
   free(m->summary);
-  free(m->hdr.type_name);
+  FMHeaderDestroy(m);
   FMCall(FMContextDestroy(&m->ctx));
-  m->hdr.classid = 0;
   free(m);
+  return FM_SUCCESS;
+}
+
+/* FMMaskSetFromOptions - see flashmask.h: the lookups above, under the object's options prefix. */
+FMErrorCode FMMaskSetFromOptions(FMMask mask)
+{
+  FMErrorCode ierr;
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCall(FMOptionsPushPrefix_Private(mask->hdr.prefix));
+  ierr = setfromoptions(mask);
+  FMCall(FMOptionsPopPrefix_Private());
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+/* FMMaskSetOptionsPrefix - see flashmask.h. */
+FMErrorCode FMMaskSetOptionsPrefix(FMMask mask, const char *prefix)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCall(FMHeaderSetOptionsPrefix(mask, prefix));
+  return FM_SUCCESS;
+}
+
+/* FMMaskGetOptionsPrefix - see flashmask.h. */
+FMErrorCode FMMaskGetOptionsPrefix(FMMask mask, const char **prefix)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMValidPointer(prefix, 2);
+  *prefix = mask->hdr.prefix;
   return FM_SUCCESS;
 }

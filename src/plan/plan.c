@@ -23,10 +23,7 @@ FMErrorCode FMPlanCreate(FMContext ctx, FMPlan *plan)
   FMCall(FMCalloc(1, &p));
   p->ev_fwd = ev_fwd;
   p->ev_bwd = ev_bwd;
-  p->hdr.classid = FM_CLASSID_PLAN;
-  p->hdr.class_name = "FMPlan";
-  p->hdr.refct = 1;
-  p->hdr.comm = ctx->comm;
+  FMHeaderCreate(p, FM_CLASSID_PLAN, "FMPlan", ctx->comm);
   p->ctx = ctx;
   ctx->hdr.refct++;
   p->batch = 1; p->heads_q = 1; p->heads_kv = 1; p->head_dim = 64;
@@ -96,7 +93,7 @@ FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream)
   return FM_SUCCESS;
 }
 
-FMErrorCode FMPlanSetFromOptions(FMPlan plan)
+static FMErrorCode setfromoptions(FMPlan plan)
 {
   int b, hq, hkv, d, dt;
   double scale;
@@ -404,7 +401,36 @@ FMErrorCode FMPlanDestroy(FMPlan *plan)
   FMCall(FMMaskDestroy(&p->mask));
   FMCall(FMContextDestroy(&p->ctx));
   free(p->rows);
-  p->hdr.classid = 0;
+  FMHeaderDestroy(p);
   free(p);
+  return FM_SUCCESS;
+}
+
+/* FMPlanSetFromOptions - see flashmask.h: the lookups above, under the object's options prefix. */
+FMErrorCode FMPlanSetFromOptions(FMPlan plan)
+{
+  FMErrorCode ierr;
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCall(FMOptionsPushPrefix_Private(plan->hdr.prefix));
+  ierr = setfromoptions(plan);
+  FMCall(FMOptionsPopPrefix_Private());
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+/* FMPlanSetOptionsPrefix - see flashmask.h. */
+FMErrorCode FMPlanSetOptionsPrefix(FMPlan plan, const char *prefix)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCall(FMHeaderSetOptionsPrefix(plan, prefix));
+  return FM_SUCCESS;
+}
+
+/* FMPlanGetOptionsPrefix - see flashmask.h. */
+FMErrorCode FMPlanGetOptionsPrefix(FMPlan plan, const char **prefix)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(prefix, 2);
+  *prefix = plan->hdr.prefix;
   return FM_SUCCESS;
 }

@@ -148,10 +148,14 @@ FMErrorCode FMOptionsFinalize_Private(void)
 }
 
 /* Print one -help line per option name, on world rank 0. */
-static void help_line(const char *name, const char *help, const char *current)
+static const char *prefixed(const char *name, char *buf, size_t len);
+static void help_line(const char *name0, const char *help, const char *current)
 {
   int rank = 0, init = 0;
+  char buf[320];
+  const char *name;
   if (fm_help != 1) return;
+  name = prefixed(name0, buf, sizeof(buf));
   for (int i = 0; i < fm_nhelped; i++)
     if (!strcmp(fm_helped[i], name)) return;
   if (fm_nhelped == fm_caphelped) {
@@ -167,9 +171,40 @@ static void help_line(const char *name, const char *help, const char *current)
   if (rank == 0) printf("  %s <%s>: %s\n", name, current ? current : "", help ? help : "");
 }
 
+/* The prefix stack (FMOptionsPushPrefix_Private); "" entries push no prefix. */
+#define FM_PREFIX_DEPTH 8
+static char fm_prefix[FM_PREFIX_DEPTH][64];
+static int fm_nprefix;
+
+FMErrorCode FMOptionsPushPrefix_Private(const char *prefix)
+{
+  FMCheck(fm_nprefix < FM_PREFIX_DEPTH, MPI_COMM_SELF, FM_ERR_LIB, "Options prefixes nested deeper than %d", FM_PREFIX_DEPTH);
+  FMCheck(!prefix || strlen(prefix) < sizeof(fm_prefix[0]), MPI_COMM_SELF, FM_ERR_ARG_WRONG,
+          "Options prefix \"%s\" is longer than %zu characters", prefix, sizeof(fm_prefix[0]) - 1);
+  strcpy(fm_prefix[fm_nprefix++], prefix ? prefix : "");
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMOptionsPopPrefix_Private(void)
+{
+  FMCheck(fm_nprefix > 0, MPI_COMM_SELF, FM_ERR_LIB, "Options prefix popped without a push");
+  fm_nprefix--;
+  return FM_SUCCESS;
+}
+
+/* The name a lookup of `name` reads under the current prefix ("-" prefix name+1); buf holds it. */
+static const char *prefixed(const char *name, char *buf, size_t len)
+{
+  const char *pre = fm_nprefix ? fm_prefix[fm_nprefix - 1] : "";
+  if (!pre[0] || name[0] != '-') return name;
+  snprintf(buf, len, "-%s%s", pre, name + 1);
+  return buf;
+}
+
 static FMOption *lookup(const char *name)
 {
-  FMOption *o = find(name);
+  char buf[320];
+  FMOption *o = find(prefixed(name, buf, sizeof(buf)));
   if (o) o->used = 1;
   return o;
 }

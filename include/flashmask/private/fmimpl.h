@@ -9,6 +9,8 @@
 #include <flashmask.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,6 +20,8 @@ extern "C" {
 /* Raise an error: records and (per the handler) prints the message, returns code. */
 FMErrorCode FMError_Private(MPI_Comm comm, const char *file, const char *func, int line, FMErrorCode code,
                             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Raise FM_ERR_MPI for an MPI error code, with MPI's text and the failing expression. */
+FMErrorCode FMMPIError_Private(int mpierr, const char *expr, const char *file, const char *func, int line);
 /* Add one traceback line for an error passing through; returns code. */
 FMErrorCode FMTraceback_Private(const char *file, const char *func, int line, FMErrorCode code);
 
@@ -50,11 +54,7 @@ int FMMPICUDAAware_Private(void);
 #define FMCallMPI(expr)                                                              \
   do {                                                                               \
     int fm_mpierr_ = (expr);                                                         \
-    if (fm_mpierr_ != MPI_SUCCESS) {                                                 \
-      char fm_mpimsg_[MPI_MAX_ERROR_STRING]; int fm_mpilen_ = 0;                     \
-      MPI_Error_string(fm_mpierr_, fm_mpimsg_, &fm_mpilen_);                         \
-      return FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_MPI, "MPI error in %s: %s", #expr, fm_mpimsg_); \
-    }                                                                                \
+    if (fm_mpierr_ != MPI_SUCCESS) return FMMPIError_Private(fm_mpierr_, #expr, __FILE__, __func__, __LINE__); \
   } while (0)
 
 /* FMMalloc(n, &p) / FMCalloc(n, &p): allocate n elements of *p's type; FM_ERR_MEM on failure. */
@@ -80,6 +80,61 @@ FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, 
     if (fm_all_ != FM_SUCCESS) return FMTraceback_Private(__FILE__, __func__, __LINE__, fm_all_); \
   } while (0)
 
+/*
+ * The goto-to-cleanup idiom (HDF5's HGOTO_ERROR ... done: shape). A function that owns
+ * resources declares `FMErrorCode ierr = FM_SUCCESS;`, ends with
+ *     cleanup:
+ *       ... free what was taken (every pointer starts NULL) ...
+ *       return ierr;
+ * and uses these macros in its body: on error each sets ierr (adding a traceback line or
+ * raising the message) and jumps to cleanup.
+ *   FMCallGoto(expr)                    expr returns FMErrorCode
+ *   FMCheckGoto(cond, comm, code, ...)  user-input or state check, message as FMCheck's
+ *   FMCallMPIGoto(expr)                 expr returns an MPI error code
+ *   FMAgreeGoto(comm)                   collective: every rank agrees on its ierr (see
+ *                                       FMAgree_Private); any rank's failure sends all to cleanup
+ * FMCallCUDAGoto is in fmkernels.h, next to FMCallCUDA.
+ */
+#define FMCallGoto(expr)                                                             \
+  do {                                                                               \
+    ierr = (expr);                                                                   \
+    if (ierr != FM_SUCCESS) { ierr = FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); goto cleanup; } \
+  } while (0)
+#define FMCheckGoto(cond, comm, code, ...)                                           \
+  do {                                                                               \
+    if (!(cond)) { ierr = FMError_Private((comm), __FILE__, __func__, __LINE__, (code), __VA_ARGS__); goto cleanup; } \
+  } while (0)
+#define FMRaiseGoto(comm, code, ...)                                                 \
+  do { ierr = FMError_Private((comm), __FILE__, __func__, __LINE__, (code), __VA_ARGS__); goto cleanup; } while (0)
+#define FMCallMPIGoto(expr)                                                          \
+  do {                                                                               \
+    int fm_mpierr_ = (expr);                                                         \
+    if (fm_mpierr_ != MPI_SUCCESS) { ierr = FMMPIError_Private(fm_mpierr_, #expr, __FILE__, __func__, __LINE__); goto cleanup; } \
+  } while (0)
+#define FMAgreeGoto(comm)                                                            \
+  do {                                                                               \
+    ierr = FMAgree_Private((comm), ierr, __FILE__, __func__, __LINE__);              \
+    if (ierr != FM_SUCCESS) goto cleanup;                                            \
+  } while (0)
+/* FMAgreeCode(comm, local): the agreed code of a local code (FMAgree_Private at this line). */
+#define FMAgreeCode(comm, local) FMAgree_Private((comm), (local), __FILE__, __func__, __LINE__)
+
+/*
+ * Agreement helpers (src/sys/agree.c); collective on comm, never hang on bad input.
+ * FMAgreeSame_Private - every rank passes a value that must be equal on all ranks (a hash of
+ *   the scalars of a collective call, say); if any rank's differs, every rank raises
+ *   FM_ERR_MISMATCH naming `what` and the values on the lowest and highest ranks that differ.
+ * FMAgreeRootOutcome_Private - root's code reaches every rank: root returns its own code, the
+ *   others FM_ERR_COLLECTIVE when root failed (for steps only root does, like reading a file).
+ */
+FMErrorCode FMAgreeSame_Private(MPI_Comm comm, uint64_t value, const char *what, const char *file, const char *func, int line);
+#define FMAgreeSame(comm, value, what) FMAgreeSame_Private((comm), (value), (what), __FILE__, __func__, __LINE__)
+FMErrorCode FMAgreeRootOutcome_Private(MPI_Comm comm, int root, FMErrorCode ierr, const char *file, const char *func, int line);
+#define FMAgreeRootOutcome(comm, root, ierr) FMAgreeRootOutcome_Private((comm), (root), (ierr), __FILE__, __func__, __LINE__)
+/* FMHash_Private - FNV-1a over n bytes, continuing from h (start with FM_HASH_INIT). */
+#define FM_HASH_INIT 0xcbf29ce484222325ULL
+uint64_t FMHash_Private(uint64_t h, const void *p, size_t n);
+
 /* ---------------- object header ---------------- */
 typedef enum { FM_CLASSID_CONTEXT = 0x46D001, FM_CLASSID_MASK = 0x46D002, FM_CLASSID_PLAN = 0x46D003 } FMClassId;
 
@@ -89,8 +144,19 @@ typedef struct {
   MPI_Comm    comm;         /* borrowed from the context (the context owns its dup) */
   int         refct;
   char       *type_name;    /* owned; may be NULL */
+  char       *prefix;       /* owned options prefix (FM<Class>SetOptionsPrefix); may be NULL */
   int         setupcalled;
 } FMObjectHeader;
+
+/*
+ * FMHeaderCreate - the common start of every Create: fill obj's header (class id, name,
+ *   borrowed communicator, one reference). obj points at a zeroed object whose first member
+ *   is the header. FMHeaderDestroy frees what the header owns (type name, prefix).
+ */
+void FMHeaderCreate(void *obj, FMClassId classid, const char *class_name, MPI_Comm comm);
+void FMHeaderDestroy(void *obj);
+/* FMHeaderSetOptionsPrefix - set (copy) or clear (NULL) the header's options prefix. */
+FMErrorCode FMHeaderSetOptionsPrefix(void *obj, const char *prefix);
 
 /* FMValidHeader(obj, CLASSID, argnum): NULL and class check for a public handle argument. */
 #define FMValidHeader(obj, cid, argnum)                                              \
@@ -120,6 +186,14 @@ typedef struct {
           "Must call %sSetUp() first", (what))
 
 /* ---------------- options and logging internals ---------------- */
+/*
+ * FMOptionsPushPrefix_Private / FMOptionsPopPrefix_Private - while a prefix is pushed, every
+ *   lookup of "-name" (public or private getter) reads "-<prefix>name" instead, and -help lists
+ *   that name: an object's SetFromOptions pushes its header's prefix (NULL pushes none) around
+ *   its lookups, as PETSc's PetscOptionsBegin does. Nesting depth at most 8. Not collective.
+ */
+FMErrorCode FMOptionsPushPrefix_Private(const char *prefix);
+FMErrorCode FMOptionsPopPrefix_Private(void);
 /* Object option lookups: same as the public ones; -help lists them with the object name. */
 FMErrorCode FMOptionsGetEnum_Private(const char *name, const char *help, const char *const *list, int *value, FMBool *set);
 /* FMOptionsGetView_Private - whether -name (e.g. -fm_mask_view) was given. */

@@ -90,6 +90,17 @@ void  FMFromFloat(void *base, size_t idx, FMDType t, float x);
       FMRaise(MPI_COMM_SELF, FM_ERR_CUDA, "CUDA error in %s: %s (%s)", #expr, cudaGetErrorName(fm_cerr_), cudaGetErrorString(fm_cerr_)); \
   } while (0)
 
+/* FMCallCUDAGoto(expr): the goto-to-cleanup form (see FMCallGoto in fmimpl.h). */
+#define FMCallCUDAGoto(expr)                                                         \
+  do {                                                                               \
+    cudaError_t fm_cerr_ = (expr);                                                   \
+    if (fm_cerr_ != cudaSuccess) {                                                   \
+      ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "CUDA error in %s: %s (%s)", #expr, \
+                             cudaGetErrorName(fm_cerr_), cudaGetErrorString(fm_cerr_));  \
+      goto cleanup;                                                                  \
+    }                                                                                \
+  } while (0)
+
 /*
  * FMCudaMaskUpload - copy the mask's bounds and summaries to the current device.
  *   *dev receives an opaque handle to free with FMCudaMaskFree.

@@ -1,0 +1,100 @@
+/*
+ * agree.c - agreement across the ranks of a communicator, owned by src/sys so that the
+ * objects above make no MPI call of their own to agree: one code from all (FMAgree_Private,
+ * in error.c), one value on all (FMAgreeSame_Private), root's outcome to all
+ * (FMAgreeRootOutcome_Private); the one FNV-1a hash used for the values; the MPI error text.
+ */
+#include <flashmask/private/fmimpl.h>
+#include <string.h>
+
+uint64_t FMHash_Private(uint64_t h, const void *p, size_t n)
+{
+  const unsigned char *c = (const unsigned char *)p;
+  for (size_t i = 0; i < n; i++) { h ^= c[i]; h *= 0x100000001b3ULL; }
+  return h;
+}
+
+FMErrorCode FMMPIError_Private(int mpierr, const char *expr, const char *file, const char *func, int line)
+{
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  msg[0] = 0;
+  if (MPI_Error_string(mpierr, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof(msg), "MPI error code %d", mpierr);
+  return FMError_Private(MPI_COMM_SELF, file, func, line, FM_ERR_MPI, "MPI error in %s: %s", expr, msg);
+}
+
+FMErrorCode FMAgreeSame_Private(MPI_Comm comm, uint64_t value, const char *what, const char *file, const char *func, int line)
+{
+  int size = 1, rank = 0, err;
+  unsigned long long in[2], lo[1], hi[1]; /* in: the value and this rank */
+  MPI_Comm_size(comm, &size);
+  MPI_Comm_rank(comm, &rank);
+  if (size == 1) return FM_SUCCESS;
+  in[0] = (unsigned long long)value; in[1] = (unsigned long long)rank;
+  err = MPI_Allreduce(&in[0], &lo[0], 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm);
+  if (err == MPI_SUCCESS) err = MPI_Allreduce(&in[0], &hi[0], 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
+  if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Allreduce (agreeing on a value)", file, func, line);
+  if (lo[0] == hi[0]) return FM_SUCCESS;
+  {
+    /* the lowest rank holding the minimum and the lowest holding the maximum, for the message */
+    unsigned long long mine[2], who[2];
+    mine[0] = (in[0] == lo[0]) ? in[1] : (unsigned long long)size;
+    mine[1] = (in[0] == hi[0]) ? in[1] : (unsigned long long)size;
+    err = MPI_Allreduce(mine, who, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm);
+    if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Allreduce (agreeing on a value)", file, func, line);
+    return FMError_Private(comm, file, func, line, FM_ERR_MISMATCH,
+                           "Ranks disagree on %s: rank %llu has %#llx, rank %llu has %#llx; it must be the same on every rank",
+                           what ? what : "a value", who[0], lo[0], who[1], hi[0]);
+  }
+}
+
+FMErrorCode FMAgreeRootOutcome_Private(MPI_Comm comm, int root, FMErrorCode ierr, const char *file, const char *func, int line)
+{
+  int size = 1, rank = 0, code = (int)ierr, err;
+  MPI_Comm_size(comm, &size);
+  MPI_Comm_rank(comm, &rank);
+  if (size == 1) return ierr;
+  err = MPI_Bcast(&code, 1, MPI_INT, root, comm);
+  if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Bcast (root's outcome)", file, func, line);
+  if (rank == root) return ierr;
+  if (code != FM_SUCCESS)
+    return FMError_Private(comm, file, func, line, FM_ERR_COLLECTIVE, "Rank %d (the root) failed with %s; this rank stops too", root,
+                           FMErrorString((FMErrorCode)code));
+  return FM_SUCCESS;
+}
+
+void FMHeaderCreate(void *obj, FMClassId classid, const char *class_name, MPI_Comm comm)
+{
+  FMObjectHeader *h = (FMObjectHeader *)obj;
+  h->classid = classid;
+  h->class_name = class_name;
+  h->comm = comm;
+  h->refct = 1;
+  h->type_name = NULL;
+  h->prefix = NULL;
+  h->setupcalled = 0;
+}
+
+void FMHeaderDestroy(void *obj)
+{
+  FMObjectHeader *h = (FMObjectHeader *)obj;
+  FMFree(h->type_name);
+  FMFree(h->prefix);
+  h->classid = 0;
+}
+
+FMErrorCode FMHeaderSetOptionsPrefix(void *obj, const char *prefix)
+{
+  FMObjectHeader *h = (FMObjectHeader *)obj;
+  char *p = NULL;
+  if (prefix && prefix[0]) {
+    FMCheck(prefix[0] != '-', h->comm, FM_ERR_ARG_WRONG,
+            "Argument 2 (prefix) is \"%s\"; a prefix must not start with '-' (it goes after the option's dash)", prefix);
+    for (const char *c = prefix; *c; c++)
+      FMCheck(*c > ' ', h->comm, FM_ERR_ARG_WRONG, "Argument 2 (prefix) is \"%s\"; a prefix may not contain blanks", prefix);
+    FMCall(FMStrdup(prefix, &p));
+  }
+  FMFree(h->prefix);
+  h->prefix = p;
+  return FM_SUCCESS;
+}

@@ -250,3 +250,35 @@ int main(int argc, char **argv)
   CHKERR(FMFinalize());
   return ok ? 0 : 1;
 }
+
+/*TEST
+
+  # ex1 exits 0 when O, dQ, dK and dV agree with the CPU backend within tolerance, 1 when not.
+  test:
+    suffix: 1
+    nsize: 1
+    args: -seqlen 1024 -fm_plan_heads 4 -fm_plan_kv_heads 2 -fm_plan_head_dim 64
+
+  test:
+    suffix: cpu_2
+    nsize: 2
+    args: -seqlen 700 -fm_plan_heads 2 -fm_plan_kv_heads 1 -fm_plan_head_dim 32 -fm_backend cpu
+
+  # -help lists the distributed plan's options, the CUDA backend's included
+  test:
+    suffix: help
+    nsize: 2
+    args: -seqlen 700 -fm_plan_heads 2 -fm_plan_kv_heads 1 -fm_plan_head_dim 32 -fm_backend cpu -help
+    output: -fm_plan_transport <
+    output: -fm_plan_step_chunks <
+    output: -fm_gpu_aware_mpi <
+
+  # a bad argument ends every rank with status 1
+  test:
+    suffix: bad_iters
+    nsize: 2
+    args: -iters 0 -fm_backend cpu
+    returncode: 1
+    output: -iters is 0; expected >= 1
+
+TEST*/

@@ -70,3 +70,25 @@ int main(int argc, char **argv)
   CHKERR(FMFinalize());
   return 0;
 }
+
+/*TEST
+
+  test:
+    suffix: all
+    nsize: 1
+    args: -seqlen 2000 -o ex2.h5
+
+  # every mask built is saved: as many groups under /masks as there are mask types
+  test:
+    suffix: saved
+    requires: hdf5
+    args: -seqlen 2000 -o ex2.h5
+    output: ex2: saved 12 masks to ex2.h5
+
+  test:
+    suffix: file
+    requires: hdf5 h5dump
+    args: -seqlen 2000 -o ex2.h5
+    check: test "$("$H5DUMP" -n ex2.h5 | grep -E -c 'group +/masks/')" = 12
+
+TEST*/

@@ -388,7 +388,8 @@ FMErrorCode FMMaskView(FMMask mask, FILE *fp);
 
 /*
  * FMMaskSave - write the mask to an HDF5 file as /masks/<name> (created or appended).
- *   Collective; rank 0 writes. Needs HDF5 (FM_ERR_SUP otherwise).
+ *   Collective; rank 0 writes. When rank 0 fails, it returns its code and the other ranks
+ *   FM_ERR_COLLECTIVE with rank 0's message. Needs HDF5 (FM_ERR_SUP otherwise).
  */
 FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name);
 

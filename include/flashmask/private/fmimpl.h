@@ -125,12 +125,17 @@ FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, 
  *   the scalars of a collective call, say); if any rank's differs, every rank raises
  *   FM_ERR_MISMATCH naming `what` and the values on the lowest and highest ranks that differ.
  * FMAgreeRootOutcome_Private - root's code reaches every rank: root returns its own code, the
- *   others FM_ERR_COLLECTIVE when root failed (for steps only root does, like reading a file).
+ *   others FM_ERR_COLLECTIVE when root failed, with root's code and message in theirs (for steps
+ *   only root does, like writing a file).
+ * FMAgreeAny_Private - *any = 1 on every rank when flag is nonzero on at least one rank, else 0
+ *   (a logical OR; for "does any rank need to redo this collective step?").
  */
 FMErrorCode FMAgreeSame_Private(MPI_Comm comm, uint64_t value, const char *what, const char *file, const char *func, int line);
 #define FMAgreeSame(comm, value, what) FMAgreeSame_Private((comm), (value), (what), __FILE__, __func__, __LINE__)
 FMErrorCode FMAgreeRootOutcome_Private(MPI_Comm comm, int root, FMErrorCode ierr, const char *file, const char *func, int line);
 #define FMAgreeRootOutcome(comm, root, ierr) FMAgreeRootOutcome_Private((comm), (root), (ierr), __FILE__, __func__, __LINE__)
+FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *file, const char *func, int line);
+#define FMAgreeAny(comm, flag, any) FMAgreeAny_Private((comm), (flag), (any), __FILE__, __func__, __LINE__)
 /* FMHash_Private - FNV-1a over n bytes, continuing from h (start with FM_HASH_INIT). */
 #define FM_HASH_INIT 0xcbf29ce484222325ULL
 uint64_t FMHash_Private(uint64_t h, const void *p, size_t n);
@@ -282,6 +287,16 @@ struct _p_FMMask {
   unsigned char *user_head_set;
   int user_causal;        /* FMMaskSetCausal (type "bounds"); builders set causal themselves */
   int state;              /* incremented by every successful FMMaskSetUp (plans compare it) */
+  /*
+   * hash: FNV-1a (FMHash_Private from FM_HASH_INIT) of what a set-up mask is, computed once by
+   * FMMaskSetUp and agreed on (FMAgreeSame), so it is the same on every rank of the mask's
+   * communicator: the ints {seqlen_q, seqlen_k, mask_heads, causal, present, block} in that
+   * order, the type name with its NUL, then the four bound vectors bnd[0..3] (int32
+   * [mask_heads][seqlen_k] each, absent ones in their default form). Two set-up masks with
+   * the same hash have the same tiles, so a plan may hash this value instead of re-hashing the
+   * bounds. Valid while hdr.setupcalled; 0 before the first SetUp.
+   */
+  uint64_t hash;
   /* summaries */
   int block;              /* block size (both axes), default 128 */
   int nblocks_k;          /* ceil(seqlen_k / block) */

@@ -8,6 +8,17 @@
 
 static int fm_initialized;
 static int fm_we_initialized_mpi;
+static FMInitSettings fm_settings;
+
+const FMInitSettings *FMGetInitSettings_Private(void) { return &fm_settings; }
+
+/* The settings of FMInitSettings, read once. */
+static FMErrorCode read_settings(void)
+{
+  memset(&fm_settings, 0, sizeof(fm_settings));
+  FMCall(FMOptionsGetBool("-fm_trace_serial", "write -fm_trace files through rank 0 even with parallel HDF5", &fm_settings.trace_serial, NULL));
+  return FM_SUCCESS;
+}
 
 int FMIsInitialized_Private(void) { return fm_initialized; }
 
@@ -49,6 +60,7 @@ FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *
     printf("  -fm_error_abort: call MPI_Abort on the first error\n");
     printf("  -options_left: list options that were set but never used\n");
   }
+  FMCall(read_settings());
   return FM_SUCCESS;
 }
 

@@ -208,6 +208,18 @@ FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file)
 FMErrorCode FMOptionsFinalize_Private(void);
 FMErrorCode FMLogInitialize_Private(void);
 FMErrorCode FMLogFinalize_Private(void);
+/*
+ * FMInitSettings - the library-wide settings read once from the options database at
+ *   FMInitialize (instead of environment variables read deep in the code), passed down from
+ *   here as parameters. Zeroed before FMInitialize.
+ *   trace_serial  -fm_trace_serial: write -fm_trace files through rank 0 even with parallel
+ *                 HDF5 (the default of each recorder; FMTraceSetSerial_Private overrides it)
+ */
+typedef struct {
+  FMBool trace_serial;
+} FMInitSettings;
+const FMInitSettings *FMGetInitSettings_Private(void);
+
 /* Whether FMInitialize was called; objects refuse to be created otherwise. */
 int FMIsInitialized_Private(void);
 #define FMCheckInitialized()                                                         \

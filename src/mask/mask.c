@@ -7,20 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const FMMaskTypeNames_Private[FM_MT_N + 1] = {
-  FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT, FMMASKSHAREQUESTION,
-  FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE,
-  FMMASKRANDOMEVICTION, FMMASKBOUNDS, NULL};
-
 static const char *const bound_names[4] = {"lts", "lte", "uts", "ute"};
-
-int FMMaskTypeIndex_Private(const char *name)
-{
-  if (!name) return -1;
-  for (int t = 0; t < FM_MT_N; t++)
-    if (!strcmp(name, FMMaskTypeNames_Private[t])) return t;
-  return -1;
-}
 
 /* Any change of sizes, type or parameters invalidates the set-up. */
 static void changed(FMMask m) { m->hdr.setupcalled = 0; }

@@ -106,6 +106,8 @@ FMErrorCode FMHeaderSetOptionsPrefix(void *obj, const char *prefix)
   if (prefix && prefix[0]) {
     FMCheck(prefix[0] != '-', h->comm, FM_ERR_ARG_WRONG,
             "Argument 2 (prefix) is \"%s\"; a prefix must not start with '-' (it goes after the option's dash)", prefix);
+    FMCheck(strlen(prefix) <= FM_OPTIONS_PREFIX_MAX, h->comm, FM_ERR_ARG_WRONG, "Argument 2 (prefix) is %zu characters long; expected at most %d",
+            strlen(prefix), FM_OPTIONS_PREFIX_MAX);
     for (const char *c = prefix; *c; c++)
       FMCheck(*c > ' ', h->comm, FM_ERR_ARG_WRONG, "Argument 2 (prefix) is \"%s\"; a prefix may not contain blanks", prefix);
     FMCall(FMStrdup(prefix, &p));

@@ -87,7 +87,7 @@ FMErrorCode FMError_Private(MPI_Comm comm, const char *file, const char *func, i
   return code;
 }
 
-FMErrorCode FMTraceback_Private(const char *file, const char *func, int line, FMErrorCode code)
+FMErrorCode FMErrorTraceback(const char *file, const char *func, int line, FMErrorCode code)
 {
   fm_depth++;
   if (fm_handler != FM_ERROR_HANDLER_SILENT) {

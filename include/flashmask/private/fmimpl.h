@@ -22,15 +22,9 @@ FMErrorCode FMError_Private(MPI_Comm comm, const char *file, const char *func, i
                             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Raise FM_ERR_MPI for an MPI error code, with MPI's text and the failing expression. */
 FMErrorCode FMMPIError_Private(int mpierr, const char *expr, const char *file, const char *func, int line);
-/* Add one traceback line for an error passing through; returns code. */
-FMErrorCode FMTraceback_Private(const char *file, const char *func, int line, FMErrorCode code);
-
-/* FMCall(expr): evaluate a call returning FMErrorCode; on error add a traceback line and return. */
-#define FMCall(expr)                                                                 \
-  do {                                                                               \
-    FMErrorCode fm_ierr_ = (expr);                                                   \
-    if (fm_ierr_ != FM_SUCCESS) return FMTraceback_Private(__FILE__, __func__, __LINE__, fm_ierr_); \
-  } while (0)
+/* FMTraceback_Private: the former name of the public FMErrorTraceback (flashmask.h), which is
+   also where FMCall(expr) is defined, once, for the library and for applications. */
+#define FMTraceback_Private FMErrorTraceback
 
 /* FMCheck(cond, comm, code, fmt, ...): user-input check, always compiled in. */
 #define FMCheck(cond, comm, code, ...)                                               \
@@ -77,7 +71,7 @@ FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, 
   do {                                                                               \
     FMErrorCode fm_loc_ = (expr);                                                    \
     FMErrorCode fm_all_ = FMAgree_Private((comm), fm_loc_, __FILE__, __func__, __LINE__); \
-    if (fm_all_ != FM_SUCCESS) return FMTraceback_Private(__FILE__, __func__, __LINE__, fm_all_); \
+    if (fm_all_ != FM_SUCCESS) return FMErrorTraceback(__FILE__, __func__, __LINE__, fm_all_); \
   } while (0)
 
 /*
@@ -98,7 +92,7 @@ FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, 
 #define FMCallGoto(expr)                                                             \
   do {                                                                               \
     ierr = (expr);                                                                   \
-    if (ierr != FM_SUCCESS) { ierr = FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); goto cleanup; } \
+    if (ierr != FM_SUCCESS) { ierr = FMErrorTraceback(__FILE__, __func__, __LINE__, ierr); goto cleanup; } \
   } while (0)
 #define FMCheckGoto(cond, comm, code, ...)                                           \
   do {                                                                               \
@@ -197,6 +191,7 @@ FMErrorCode FMHeaderSetOptionsPrefix(void *obj, const char *prefix);
  *   that name: an object's SetFromOptions pushes its header's prefix (NULL pushes none) around
  *   its lookups, as PETSc's PetscOptionsBegin does. Nesting depth at most 8. Not collective.
  */
+#define FM_OPTIONS_PREFIX_MAX 63 /* longest options prefix, in characters */
 FMErrorCode FMOptionsPushPrefix_Private(const char *prefix);
 FMErrorCode FMOptionsPopPrefix_Private(void);
 /* Object option lookups: same as the public ones; -help lists them with the object name. */

@@ -14,8 +14,6 @@
 #include <hwloc.h>
 #endif
 
-static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
-
 FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx)
 {
   FMContext c = NULL;
@@ -64,7 +62,7 @@ static FMErrorCode setfromoptions(FMContext ctx)
   int b;
   FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
   b = (int)ctx->backend_req;
-  FMCall(FMOptionsGetEnum_Private("-fm_backend", "compute backend (FMContextSetBackend)", backend_names, &b, NULL));
+  FMCall(FMOptionsGetEnum_Private("-fm_backend", "compute backend (FMContextSetBackend)", FMBackendNames, &b, NULL));
   FMCall(FMContextSetBackend(ctx, (FMBackend)b));
   FMCall(FMOptionsGetInt("-fm_num_threads", "CPU threads per rank, 0 = OpenMP default (FMContextSetNumThreads)", &ctx->nthreads, NULL));
   FMCall(FMContextSetNumThreads(ctx, ctx->nthreads));

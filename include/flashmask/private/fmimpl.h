@@ -220,8 +220,16 @@ int FMIsInitialized_Private(void);
 #define FMCheckInitialized()                                                         \
   FMCheck(FMIsInitialized_Private(), MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMInitialize() first")
 
-/* Wall clock in seconds. */
+/* Wall clock in seconds (src/sys/util.c). */
 double FMTime(void);
+
+/*
+ * FMBackendNames / FMDTypeNames - the one name table of each enum (util.c), indexed by the enum
+ *   value and NULL-terminated: FMBackendName/FMDTypeName print from them and the options
+ *   parser (FMOptionsGetEnum_Private) reads -fm_backend and -fm_plan_dtype with them.
+ */
+extern const char *const FMBackendNames[];
+extern const char *const FMDTypeNames[];
 
 /* Printing from rank 0 of comm, and ordered per-rank printing (collective). */
 FMErrorCode FMPrintf(MPI_Comm comm, FILE *fp, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

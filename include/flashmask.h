@@ -394,7 +394,10 @@ FMErrorCode FMMaskGetOptionsPrefix(FMMask mask, const char **prefix);
 /*
  * FMMaskSetUp - build the bounds (for builder types), validate them (0 <= start <= seqlen_q,
  *   start <= end, sizes, heads, parameters) and compute the per-block summaries.
- *   Collective; an error on any rank is returned on every rank.
+ *   Collective; an error on any rank is returned on every rank, and ranks whose masks differ
+ *   (sizes, type, causal flag, block size or bounds) all get FM_ERR_MISMATCH. Call it on every
+ *   rank even when only some ranks changed their mask since the last SetUp: those rebuild, and
+ *   every rank checks the result. Nothing is rebuilt when no rank changed its mask.
  */
 FMErrorCode FMMaskSetUp(FMMask mask);
 

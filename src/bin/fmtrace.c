@@ -58,7 +58,10 @@ static void load(Trace *T, const char *run_opt)
   FMTraceData td;
   /* This program reports its own errors (die), with the library's message. */
   FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
-  if (FMTraceLoad_Private(T->path, run_opt, &td)) die("%s%s", FMGetLastErrorMessage(), "");
+  {
+    FMErrorCode e = FMTraceLoad_Private(T->path, run_opt, &td);
+    if (e) die("%s%s", FMGetLastErrorMessage(), !run_opt && e == FM_ERR_ARG_WRONG ? "; choose one with -run NAME" : "");
+  }
   snprintf(T->run, sizeof(T->run), "%s", td.run);
   snprintf(T->created, sizeof(T->created), "%s", td.created);
   snprintf(T->version, sizeof(T->version), "%s", td.version);

@@ -226,7 +226,7 @@ double FMTime(void);
 /*
  * FMBackendNames / FMDTypeNames - the one name table of each enum (util.c), indexed by the enum
  *   value and NULL-terminated: FMBackendName/FMDTypeName print from them and the options
- *   parser (FMOptionsGetEnum_Private) reads -fm_backend and -fm_plan_dtype with them.
+ *   parser (FMOptionsGetEnum_Private) reads -fm_backend (and -fm_plan_dtype) with them.
  */
 extern const char *const FMBackendNames[];
 extern const char *const FMDTypeNames[];
@@ -308,8 +308,8 @@ struct _p_FMMask {
    * communicator: the ints {seqlen_q, seqlen_k, mask_heads, causal, present, block} in that
    * order, the type name with its NUL, then the four bound vectors bnd[0..3] (int32
    * [mask_heads][seqlen_k] each, absent ones in their default form). Two set-up masks with
-   * the same hash have the same tiles, so a plan may hash this value instead of re-hashing the
-   * bounds. Valid while hdr.setupcalled; 0 before the first SetUp.
+   * the same hash have (up to a 64-bit collision) the same tiles, so a plan may hash this value
+   * instead of re-hashing the bounds. Valid while hdr.setupcalled; 0 before the first SetUp.
    */
   uint64_t hash;
   /* summaries */

@@ -74,6 +74,29 @@ FMErrorCode FMPushErrorHandler(FMErrorHandler h);
  */
 const char *FMGetLastErrorMessage(void);
 
+/*
+ * FMErrorTraceback - add one line to the traceback of an error passing through the caller:
+ *   "#n func() at file:line" on stderr under the TRACEBACK handler, nothing under SILENT.
+ *   Not collective. Returns code, so that FMCall can return it.
+ *   file, func, line  where the error passed (__FILE__, __func__, __LINE__)
+ *   code              the error code passing through (not FM_SUCCESS)
+ */
+FMErrorCode FMErrorTraceback(const char *file, const char *func, int line, FMErrorCode code);
+
+/*
+ * FMCall(expr) - call a flashmask function (or any function returning FMErrorCode) from a
+ *   function that returns FMErrorCode, main included: on an error, add a traceback line for
+ *   the caller (FMErrorTraceback) and return the code. Applications use it as PETSc programs
+ *   use PetscCall:
+ *     FMCall(FMMaskSetUp(mask));
+ *   In main the code becomes the exit status. The library uses the same macro internally.
+ */
+#define FMCall(expr)                                                                 \
+  do {                                                                               \
+    FMErrorCode fm_ierr_ = (expr);                                                   \
+    if (fm_ierr_ != FM_SUCCESS) return FMErrorTraceback(__FILE__, __func__, __LINE__, fm_ierr_); \
+  } while (0)
+
 /* ------------------------------------------------------------------------ */
 /* Initialization, options, logging                                          */
 /* ------------------------------------------------------------------------ */
@@ -156,6 +179,21 @@ const char *FMBackendName(FMBackend b);
 const char *FMDTypeName(FMDType t);
 /* FMDTypeSize - bytes per element (2, 2, 4). */
 size_t FMDTypeSize(FMDType t);
+
+/*
+ * FMToFloat - element idx of a host array of type t, as a float. Not collective.
+ *   base  the array (host memory)
+ *   idx   the element index (not a byte offset)
+ *   t     FM_DTYPE_BF16, FM_DTYPE_FP16 or FM_DTYPE_FP32
+ *   Exact for every dtype (a float holds every bf16 and fp16 value); an unknown t gives NaN.
+ * FMFromFloat - store x as element idx of a host array of type t. Not collective.
+ *   base, idx, t  as in FMToFloat
+ *   x     the value: rounded to nearest even for bf16 and fp16 (subnormals kept), values beyond
+ *         the format's range become +-Inf, NaN stays NaN; an unknown t stores nothing.
+ *   These are the conversions the CPU backend uses, so data made with them matches it exactly.
+ */
+float FMToFloat(const void *base, size_t idx, FMDType t);
+void FMFromFloat(void *base, size_t idx, FMDType t, float x);
 
 /* ------------------------------------------------------------------------ */
 /* FMContext                                                                 */
@@ -266,6 +304,15 @@ FMErrorCode FMMaskSetType(FMMask mask, FMMaskType type);
 FMErrorCode FMMaskGetType(FMMask mask, FMMaskType *type);
 
 /*
+ * FMMaskTypeList - the names FMMaskSetType accepts, in the order of the FMMASK* macros above:
+ *   the 12 builders ("full", "causal", ..., "random_eviction") and then "bounds" (user bounds).
+ *   Not collective; no FMInitialize needed.
+ *   n      out: the number of names (13)
+ *   names  out: a borrowed array of n static strings, followed by a NULL entry
+ */
+FMErrorCode FMMaskTypeList(int *n, const char *const **names);
+
+/*
  * FMMaskSetCausal - for type "bounds": add the causal triangle (bottom-right aligned)
  *   on top of the bounds. Not collective. Option: -fm_mask_causal
  */
@@ -347,7 +394,10 @@ FMErrorCode FMMaskGetOptionsPrefix(FMMask mask, const char **prefix);
 /*
  * FMMaskSetUp - build the bounds (for builder types), validate them (0 <= start <= seqlen_q,
  *   start <= end, sizes, heads, parameters) and compute the per-block summaries.
- *   Collective; an error on any rank is returned on every rank.
+ *   Collective; an error on any rank is returned on every rank, and ranks whose masks differ
+ *   (sizes, type, causal flag, block size or bounds) all get FM_ERR_MISMATCH. Call it on every
+ *   rank even when only some ranks changed their mask since the last SetUp: those rebuild, and
+ *   every rank checks the result. Nothing is rebuilt when no rank changed its mask.
  */
 FMErrorCode FMMaskSetUp(FMMask mask);
 
@@ -388,7 +438,8 @@ FMErrorCode FMMaskView(FMMask mask, FILE *fp);
 
 /*
  * FMMaskSave - write the mask to an HDF5 file as /masks/<name> (created or appended).
- *   Collective; rank 0 writes. Needs HDF5 (FM_ERR_SUP otherwise).
+ *   Collective; rank 0 writes. When rank 0 fails, it returns its code and the other ranks
+ *   FM_ERR_COLLECTIVE with rank 0's message. Needs HDF5 (FM_ERR_SUP otherwise).
  */
 FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name);
 

@@ -1,13 +1,62 @@
 /*
  * test_context - FMContext on 1..4 ranks: communicator duplication, node split, view of
  * every rank, backend choice, bad input, and a collective error (a bad mask on one rank)
- * that must reach every rank instead of hanging.
+ * that must reach every rank instead of hanging; the agreement helpers of src/sys/agree.c on
+ * the context's communicator (FMAgreeSame, FMAgreeRootOutcome, FMAgreeAny, FMAgreeCode).
  */
 #include "fmtest.h"
 #include <flashmask/private/fmimpl.h>
 #if FM_HAVE_NCCL
 #include <nccl.h>
 #endif
+
+/* The agreement helpers on the context's communicator: every rank gets the outcome. */
+static void agreement(FMContext ctx, int rank, int size)
+{
+  MPI_Comm comm = ctx->comm;
+  FMErrorCode e;
+  int any = -1;
+  char what[64];
+
+  FMT_CALL(FMAgreeSame(comm, 0x1234abcdULL, "a shared value"));
+  /* one rank differs (the last, and on 3+ ranks one in the middle too): every rank fails,
+     naming the field and the two values */
+  for (int odd = size - 1; odd >= 1; odd = odd == size - 1 && size > 2 ? size / 2 : 0) {
+    snprintf(what, sizeof(what), "the test field %d", odd);
+    e = FMAgreeSame(comm, rank == odd ? 0x99ULL : 0x42ULL, what);
+    FMT_CHECK(size == 1 ? e == FM_SUCCESS : e == FM_ERR_MISMATCH, "[rank %d] FMAgreeSame, rank %d differs: %s", rank, odd, FMErrorString(e));
+    if (e == FM_ERR_MISMATCH) {
+      char r0[32], rodd[32];
+      snprintf(r0, sizeof(r0), "rank %d has 0x99", odd);
+      snprintf(rodd, sizeof(rodd), "rank 0 has 0x42");
+      FMT_CHECK(fmt_msg_has(what) && fmt_msg_has(r0) && fmt_msg_has(rodd), "[rank %d] FMAgreeSame message: %s", rank, FMGetLastErrorMessage());
+    }
+  }
+  /* root's outcome: success, then a failure of root only (root 0, then the last rank) */
+  FMT_CALL(FMAgreeRootOutcome(comm, 0, FM_SUCCESS));
+  for (int root = 0; root < size; root += size > 1 ? size - 1 : 1) {
+    FMErrorCode mine = FM_SUCCESS;
+    if (rank == root) mine = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_FILE, "the root's own failure %d", root);
+    e = FMAgreeRootOutcome(comm, root, mine);
+    FMT_CHECK(rank == root ? e == FM_ERR_FILE : e == FM_ERR_COLLECTIVE, "[rank %d] FMAgreeRootOutcome(root %d): %s", rank, root, FMErrorString(e));
+    snprintf(what, sizeof(what), "the root's own failure %d", root);
+    FMT_CHECK(fmt_msg_has(what), "[rank %d] FMAgreeRootOutcome(root %d) message: %s", rank, root, FMGetLastErrorMessage());
+    if (rank != root) {
+      snprintf(what, sizeof(what), "Rank %d (the root)", root);
+      FMT_CHECK(fmt_msg_has(what) && fmt_msg_has("FM_ERR_FILE"), "[rank %d] message: %s", rank, FMGetLastErrorMessage());
+    }
+  }
+  /* a failure on root must not be hidden by the other ranks' success: they learn it even when
+     they did nothing (the error above was raised on root alone) */
+  FMT_CALL(FMAgreeAny(comm, 0, &any));
+  FMT_CHECK(any == 0, "[rank %d] FMAgreeAny of zeros gave %d", rank, any);
+  FMT_CALL(FMAgreeAny(comm, rank == size - 1, &any));
+  FMT_CHECK(any == 1, "[rank %d] FMAgreeAny with the last rank set gave %d", rank, any);
+  /* the code of one failing rank reaches every rank */
+  e = FMAgreeCode(comm, rank == size - 1 ? FM_ERR_ARG_SIZ : FM_SUCCESS);
+  FMT_CHECK(rank == size - 1 ? e == FM_ERR_ARG_SIZ : e == FM_ERR_COLLECTIVE, "[rank %d] FMAgreeCode: %s", rank, FMErrorString(e));
+  if (rank != size - 1) FMT_CHECK(fmt_msg_has("FM_ERR_ARG_SIZ"), "[rank %d] FMAgreeCode message: %s", rank, FMGetLastErrorMessage());
+}
 
 int main(int argc, char **argv)
 {
@@ -154,6 +203,8 @@ int main(int argc, char **argv)
     FMT_CALL(FMMaskDestroy(&selfmask));
     FMT_CALL(FMContextDestroy(&selfctx));
   }
+
+  agreement(ctx, rank, size);
 
   FMT_CALL(FMContextDestroy(&ctx));
   FMT_CHECK(ctx == NULL, "Destroy must NULL the handle");

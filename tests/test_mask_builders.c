@@ -9,9 +9,7 @@
 #include <flashmask/private/fmimpl.h>
 
 enum { T_FULL, T_CAUSAL, T_SW, T_CDOC, T_DOC, T_SQ, T_GSW, T_CBW, T_PLD, T_PLC, T_QK, T_RE, T_N };
-static const char *tname[T_N] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT,
-                                 FMMASKSHAREQUESTION, FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT,
-                                 FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE, FMMASKRANDOMEVICTION};
+static const char *tname[T_N]; /* the builders' names, the first T_N of FMMaskTypeList (main) */
 /* expected vectors and causal flag per type (doc/masks.md) */
 static const int tpresent[T_N] = {0, 0, FM_BOUND_LTS, FM_BOUND_LTS, FM_BOUND_LTS | FM_BOUND_UTE, FM_BOUND_LTS, 15,
                                   FM_BOUND_LTS | FM_BOUND_LTE, FM_BOUND_LTS | FM_BOUND_UTE, FM_BOUND_LTS | FM_BOUND_UTE,
@@ -577,7 +575,16 @@ int main(int argc, char **argv)
 {
   FMContext ctx;
   uint64_t rs;
+  const char *const *names;
+  int ntypes = 0;
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_mask_builders"));
+  /* the enum T_* follows the builder order of FMMaskTypeList (test_sys checks it against FMMASK*) */
+  FMT_CALL(FMMaskTypeList(&ntypes, &names));
+  if (ntypes < T_N) {
+    fprintf(stderr, "FMMaskTypeList gives %d types, expected at least %d builders\n", ntypes, T_N);
+    return 99;
+  }
+  for (int t = 0; t < T_N; t++) tname[t] = names[t];
   FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
   FMT_CALL(FMContextSetUp(ctx));
   rs = fmt_seed();

@@ -295,9 +295,26 @@ static void mismatch(FMContext ctx)
   FMT_CALL(FMMaskSetSizes(m, 256, 256, 1));
   FMT_CALL(FMMaskSetType(m, FMMASKRANDOMEVICTION));
   FMT_CALL(FMMaskSetSeed(m, rank == size - 1 ? 7 : 8));
-  E(FMMaskSetUp(m), FM_ERR_MISMATCH, "differs between ranks");
+  E(FMMaskSetUp(m), FM_ERR_MISMATCH, "Ranks disagree on the mask");
   FMT_CALL(FMMaskSetSeed(m, 8));
   FMT_CALL(FMMaskSetUp(m));
+  {
+    /* Changed after set-up on one rank only: every rank still enters the same agreement (no
+       hang), the change is a mismatch on every rank, and the mask state advances everywhere. */
+    const int state = m->state;
+    uint64_t hash = m->hash;
+    FMT_CHECK(hash != 0, "a set-up mask has a hash");
+    if (rank == 0) FMT_CALL(FMMaskSetSeed(m, 9));
+    E(FMMaskSetUp(m), FM_ERR_MISMATCH, "Ranks disagree on the mask");
+    FMT_CHECK(rank == 0 ? !m->hdr.setupcalled : m->hdr.setupcalled && m->hash == hash,
+              "after the mismatch: rank 0 must be not set up, the others unchanged (set up %d)", m->hdr.setupcalled);
+    if (rank == 0) FMT_CALL(FMMaskSetSeed(m, 8));
+    FMT_CALL(FMMaskSetUp(m));
+    FMT_CHECK(m->hash == hash && m->state == state + 1, "the rebuilt mask: hash %#llx (expected %#llx), state %d (expected %d)",
+              (unsigned long long)m->hash, (unsigned long long)hash, m->state, state + 1);
+    FMT_CALL(FMMaskSetUp(m)); /* nothing changed anywhere: no new state */
+    FMT_CHECK(m->state == state + 1, "SetUp of an unchanged mask advanced the state to %d", m->state);
+  }
   FMT_CALL(FMMaskDestroy(&m));
 }
 

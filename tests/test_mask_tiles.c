@@ -11,9 +11,7 @@
 #include <flashmask/private/fmkernels.h>
 #include <unistd.h>
 
-static const char *types[] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT,
-                              FMMASKSHAREQUESTION, FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT,
-                              FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE, FMMASKRANDOMEVICTION, FMMASKBOUNDS, NULL};
+static const char *const *types; /* every type, from FMMaskTypeList (NULL-terminated) */
 
 static int is_exact_type(const char *t)
 {
@@ -200,7 +198,10 @@ int main(int argc, char **argv)
   struct { int Sq, Sk, B; } shapes[] = {{1024, 1024, 128}, {1024, 1024, 64}, {1000, 1000, 128}, {777, 1000, 64},
                                        {1000, 777, 100}, {600, 600, 16}, {130, 1300, 128}, {1, 1, 128}, {3, 5, 2},
                                        {17, 2, 4}, {2, 17, 3}};
+  int ntypes = 0;
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_mask_tiles"));
+  FMT_CALL(FMMaskTypeList(&ntypes, &types));
+  FMT_CHECK(ntypes == 13 && types[ntypes] == NULL, "FMMaskTypeList: %d types", ntypes);
   FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
   FMT_CALL(FMContextSetUp(ctx));
   rs = fmt_seed();

@@ -1,9 +1,93 @@
 /*
- * test_sys - the options database (argv, FM_OPTIONS, options file), error codes, handlers
- * and messages, and the event log.
+ * test_sys - the options database (argv, FM_OPTIONS, options file), options prefixes, error
+ * codes, handlers and messages, the public FMCall, FMMaskTypeList, and the event log.
  */
 #include "fmtest.h"
 #include <unistd.h>
+
+static int fmcall_reached; /* how far through_fmcall got */
+
+/* An application function in the PETSc style: FMCall returns the first error with a traceback. */
+static FMErrorCode through_fmcall(FMMask mask, int bad)
+{
+  fmcall_reached = 1;
+  FMCall(FMMaskSetSizes(mask, 64, 64, 1));
+  fmcall_reached = 2;
+  FMCall(FMMaskSetWindow(mask, bad ? -5 : 3, 3));
+  fmcall_reached = 3;
+  return FM_SUCCESS;
+}
+
+/* FMCall, FMMaskTypeList and options prefixes (the masks live on ctx). */
+static void public_helpers(FMContext ctx)
+{
+  static const char *const expected[] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT,
+                                         FMMASKSHAREQUESTION, FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT,
+                                         FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE, FMMASKRANDOMEVICTION, FMMASKBOUNDS};
+  const char *const *names = NULL;
+  const char *pre;
+  FMMaskType type;
+  FMMask a, b;
+  int n = -1, qa = 0, qb = 0;
+
+  /* FMCall: stops at the first error and returns its code; runs through on success */
+  FMT_CALL(FMMaskCreate(ctx, &a));
+  FMT_CHECK(through_fmcall(a, 1) == FM_ERR_ARG_OUTOFRANGE && fmcall_reached == 2, "FMCall: returned at step %d, expected 2", fmcall_reached);
+  FMT_CHECK(fmt_msg_has("left"), "FMCall kept the callee's message: %s", FMGetLastErrorMessage());
+  FMT_CHECK(through_fmcall(a, 0) == FM_SUCCESS && fmcall_reached == 3, "FMCall: stopped at step %d without an error", fmcall_reached);
+  FMT_CHECK(FMErrorTraceback(__FILE__, __func__, __LINE__, FM_ERR_FILE) == FM_ERR_FILE, "FMErrorTraceback must return its code");
+  FMT_CALL(FMMaskDestroy(&a));
+
+  /* FMMaskTypeList: the 12 builders, then "bounds", NULL-terminated; each one is accepted */
+  FMT_CALL(FMMaskTypeList(&n, &names));
+  FMT_CHECK(n == 13 && names && names[n] == NULL, "FMMaskTypeList: n = %d, expected 13 and a NULL after the last", n);
+  for (int t = 0; names && t < n && t < 13; t++) FMT_CHECK(!strcmp(names[t], expected[t]), "FMMaskTypeList[%d] = %s, expected %s", t, names[t], expected[t]);
+  FMT_EXPECT_ERR(FMMaskTypeList(NULL, &names), FM_ERR_ARG_NULL, "argument 1");
+  FMT_CALL(FMMaskCreate(ctx, &a));
+  for (int t = 0; names && t < n; t++) {
+    FMT_CALL(FMMaskSetType(a, names[t]));
+    FMT_CALL(FMMaskGetType(a, &type));
+    FMT_CHECK(!strcmp(type, names[t]), "FMMaskSetType(%s) gave type %s", names[t], type);
+  }
+  FMT_CALL(FMMaskDestroy(&a));
+
+  /* Options prefixes: two masks read different -fm_mask_* options; no prefix reads the plain ones */
+  FMT_CALL(FMOptionsSetValue("-fm_mask_seqlen", "96"));
+  FMT_CALL(FMOptionsSetValue("-pa_fm_mask_seqlen", "200"));
+  FMT_CALL(FMOptionsSetValue("-pa_fm_mask_type", FMMASKCAUSAL));
+  FMT_CALL(FMOptionsSetValue("-pb_fm_mask_seqlen_q", "50"));
+  FMT_CALL(FMOptionsSetValue("-pb_fm_mask_seqlen_k", "70"));
+  FMT_CALL(FMMaskCreate(ctx, &a));
+  FMT_CALL(FMMaskCreate(ctx, &b));
+  FMT_CALL(FMMaskSetOptionsPrefix(a, "pa_"));
+  FMT_CALL(FMMaskSetOptionsPrefix(b, "pb_"));
+  FMT_CALL(FMMaskGetOptionsPrefix(a, &pre));
+  FMT_CHECK(pre && !strcmp(pre, "pa_"), "FMMaskGetOptionsPrefix gave \"%s\"", pre ? pre : "(null)");
+  FMT_CALL(FMMaskSetFromOptions(a));
+  FMT_CALL(FMMaskSetFromOptions(b));
+  FMT_CALL(FMMaskGetSizes(a, &qa, NULL, NULL));
+  FMT_CALL(FMMaskGetType(a, &type));
+  FMT_CHECK(qa == 200 && !strcmp(type, FMMASKCAUSAL), "mask with prefix pa_: seqlen_q %d type %s, expected 200 causal", qa, type);
+  FMT_CALL(FMMaskGetSizes(b, &qb, &n, NULL));
+  FMT_CALL(FMMaskGetType(b, &type));
+  FMT_CHECK(qb == 50 && n == 70 && !strcmp(type, FMMASKFULL), "mask with prefix pb_: %d x %d type %s, expected 50 x 70 full", qb, n, type);
+  FMT_CALL(FMMaskSetOptionsPrefix(b, NULL));
+  FMT_CALL(FMMaskGetOptionsPrefix(b, &pre));
+  FMT_CHECK(pre == NULL, "a cleared prefix reads back as \"%s\"", pre);
+  FMT_CALL(FMMaskSetFromOptions(b));
+  FMT_CALL(FMMaskGetSizes(b, &qb, NULL, NULL));
+  FMT_CHECK(qb == 96, "without a prefix the mask reads -fm_mask_seqlen: seqlen_q %d, expected 96", qb);
+  /* bad prefixes are refused and the old one kept */
+  FMT_EXPECT_ERR(FMMaskSetOptionsPrefix(a, "-pa_"), FM_ERR_ARG_WRONG, "must not start with '-'");
+  FMT_EXPECT_ERR(FMMaskSetOptionsPrefix(a, "p a_"), FM_ERR_ARG_WRONG, "blanks");
+  FMT_EXPECT_ERR(FMMaskSetOptionsPrefix(a, "a_very_long_prefix_that_goes_on_and_on_past_the_sixty_three_characters_"), FM_ERR_ARG_WRONG,
+                 "at most 63");
+  FMT_EXPECT_ERR(FMMaskSetOptionsPrefix(NULL, "x_"), FM_ERR_ARG_NULL, "argument 1");
+  FMT_CALL(FMMaskGetOptionsPrefix(a, &pre));
+  FMT_CHECK(pre && !strcmp(pre, "pa_"), "a refused prefix replaced the old one: \"%s\"", pre ? pre : "(null)");
+  FMT_CALL(FMMaskDestroy(&a));
+  FMT_CALL(FMMaskDestroy(&b));
+}
 
 int main(int argc, char **argv)
 {
@@ -82,6 +166,13 @@ int main(int argc, char **argv)
   {
     FMContext none = NULL;
     FMT_CALL(FMContextDestroy(&none)); /* a NULL handle is accepted */
+  }
+
+  {
+    FMContext ctx;
+    FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+    public_helpers(ctx);
+    FMT_CALL(FMContextDestroy(&ctx));
   }
 
   /* Event log. */

@@ -4,10 +4,11 @@
  * Every rank records a synthetic set of events whose metrics are known exactly (times are
  * dyadic offsets from the recorder's origin, so they survive the subtraction exactly), in a
  * random order, and checks FMTraceSummary_Private against the closed forms below. It then
- * saves the run with parallel HDF5 and again with -fm_trace_serial (gather to rank 0),
- * reads both files back with the HDF5 API (root and run attributes, the ranks table, the
- * event count and each rank's events at its offset), saves a second run in which only the
- * last rank has events, and checks the error paths.
+ * saves the run with parallel HDF5 and again serially (FMTraceSetSerial_Private: gather to
+ * rank 0), checks both files with the HDF5 API (root and run attributes, the dataset layout)
+ * and reads them back with FMTraceLoad_Private (the ranks table, the event count and each
+ * rank's events at its offset), saves a second run in which only the last rank has events and
+ * whose ranks table is the context's numbering, and checks the error paths.
  *
  * Per rank r of P (stream in parentheses):
  *   COMPUTE (0) [0,1] 100 flops, (0) [2, 3 + r/2] 200 flops, (2) [1/4, 3/4] 50 flops
@@ -21,7 +22,7 @@
  * Usage: test_trace -o file.h5   (also writes file.h5 with ".serial.h5" appended)
  */
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
-#include <flashmask/private/fmtrace.h>
+#include <flashmask/private/fmtracing.h>
 #include "fmtest.h"
 #include <hdf5.h>
 #include <math.h>
@@ -31,48 +32,7 @@ static int rank, size;
 
 #define CLOSE_TO(a, b) (fabs((a) - (b)) <= 1e-12 * (1 + fabs(b)))
 
-/* A reader's own view of an event, in a different field order (HDF5 converts by name). */
-typedef struct {
-  double t_end, t_begin, flops, bytes;
-  int chunk, peer, stream, kind, rank;
-} RdEvent;
-
-typedef struct {
-  int numa, local_rank, node, rank;
-  char gpu_busid[32];
-  char hostname[64];
-} RdRow;
-
-static hid_t rd_event_type(void)
-{
-  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(RdEvent));
-  H5Tinsert(t, "t_begin", HOFFSET(RdEvent, t_begin), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t, "t_end", HOFFSET(RdEvent, t_end), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t, "bytes", HOFFSET(RdEvent, bytes), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t, "flops", HOFFSET(RdEvent, flops), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t, "rank", HOFFSET(RdEvent, rank), H5T_NATIVE_INT);
-  H5Tinsert(t, "kind", HOFFSET(RdEvent, kind), H5T_NATIVE_INT);
-  H5Tinsert(t, "stream", HOFFSET(RdEvent, stream), H5T_NATIVE_INT);
-  H5Tinsert(t, "peer", HOFFSET(RdEvent, peer), H5T_NATIVE_INT);
-  H5Tinsert(t, "chunk", HOFFSET(RdEvent, chunk), H5T_NATIVE_INT);
-  return t;
-}
-
-static hid_t rd_row_type(void)
-{
-  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(RdRow)), s32 = H5Tcopy(H5T_C_S1), s64 = H5Tcopy(H5T_C_S1);
-  H5Tset_size(s32, 32);
-  H5Tset_size(s64, 64);
-  H5Tinsert(t, "rank", HOFFSET(RdRow, rank), H5T_NATIVE_INT);
-  H5Tinsert(t, "node", HOFFSET(RdRow, node), H5T_NATIVE_INT);
-  H5Tinsert(t, "local_rank", HOFFSET(RdRow, local_rank), H5T_NATIVE_INT);
-  H5Tinsert(t, "numa", HOFFSET(RdRow, numa), H5T_NATIVE_INT);
-  H5Tinsert(t, "gpu_busid", HOFFSET(RdRow, gpu_busid), s32);
-  H5Tinsert(t, "hostname", HOFFSET(RdRow, hostname), s64);
-  H5Tclose(s32);
-  H5Tclose(s64);
-  return t;
-}
+static FMContext ctx; /* the recorders' context: its numbering goes into the ranks table */
 
 /* Read a string attribute (fixed or variable length) into buf; returns 0 if absent. */
 static int read_str_attr(hid_t obj, const char *name, char *buf, size_t len)
@@ -149,7 +109,7 @@ static int same_event(const FMTraceEvent *a, const FMTraceEvent *b)
 static void verify_file(const char *path, const char *run, size_t n, const FMTraceEvent *mine, int rows_custom, double need,
                         double ag)
 {
-  hid_t f, g, d, sp, dcpl, t;
+  hid_t f, g, d, sp, dcpl;
   hsize_t dims = 0, maxd = 0;
   char buf[256], gname[300];
   double v;
@@ -194,43 +154,7 @@ static void verify_file(const char *path, const char *run, size_t n, const FMTra
     H5Aclose(a);
   }
 
-  /* ranks */
-  d = H5Dopen2(g, "ranks", H5P_DEFAULT);
-  FMT_CHECK(d >= 0, "%s: no dataset ranks", gname);
-  if (d >= 0) {
-    RdRow *rows = calloc((size_t)size, sizeof(*rows));
-    sp = H5Dget_space(d);
-    H5Sget_simple_extent_dims(sp, &dims, NULL);
-    FMT_CHECK(dims == (hsize_t)size, "%s/ranks has %llu rows, expected %d", gname, (unsigned long long)dims, size);
-    t = rd_row_type();
-    if (dims == (hsize_t)size && H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows) >= 0) {
-      for (int q = 0; q < size; q++) {
-        FMT_CHECK(rows[q].rank == q, "%s/ranks[%d].rank = %d", gname, q, rows[q].rank);
-        if (rows_custom) {
-          char bus[32], host[64];
-          snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0x19 + q);
-          snprintf(host, sizeof(host), "testhost%d", q / 2);
-          FMT_CHECK(rows[q].node == 10 + q / 2 && rows[q].local_rank == q % 2 && rows[q].numa == 3 * q + 1 && !strcmp(rows[q].gpu_busid, bus) &&
-                        !strcmp(rows[q].hostname, host),
-                    "%s/ranks[%d] = {node %d, local %d, numa %d, bus \"%s\", host \"%s\"}", gname, q, rows[q].node, rows[q].local_rank,
-                    rows[q].numa, rows[q].gpu_busid, rows[q].hostname);
-        } else {
-          /* no FMRankInfo: a single-node test run gives node 0, local rank = rank, numa -1, no GPU */
-          FMT_CHECK(rows[q].node == 0 && rows[q].local_rank == q && rows[q].numa == -1 && rows[q].gpu_busid[0] == '\0',
-                    "%s/ranks[%d] = {node %d, local %d, numa %d, bus \"%s\"}", gname, q, rows[q].node, rows[q].local_rank, rows[q].numa,
-                    rows[q].gpu_busid);
-        }
-      }
-    } else {
-      FMT_CHECK(0, "%s/ranks: cannot read", gname);
-    }
-    H5Tclose(t);
-    H5Sclose(sp);
-    H5Dclose(d);
-    free(rows);
-  }
-
-  /* events */
+  /* the layout of the events dataset */
   d = H5Dopen2(g, "events", H5P_DEFAULT);
   FMT_CHECK(d >= 0, "%s: no dataset events", gname);
   if (d >= 0) {
@@ -241,32 +165,54 @@ static void verify_file(const char *path, const char *run, size_t n, const FMTra
     dcpl = H5Dget_create_plist(d);
     FMT_CHECK(H5Pget_layout(dcpl) == H5D_CHUNKED, "%s/events is not chunked", gname);
     H5Pclose(dcpl);
-    if (dims == (hsize_t)total && total > 0) {
-      RdEvent *all = malloc(sizeof(*all) * (size_t)total);
-      t = rd_event_type();
-      if (H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) >= 0) {
-        int bad = 0;
-        for (size_t i = 0; i < n; i++) {
-          const RdEvent *x = &all[off + (long long)i];
-          FMTraceEvent y = {x->rank, x->kind, x->stream, x->t_begin, x->t_end, x->bytes, x->flops, x->peer, x->chunk};
-          if (!same_event(&y, &mine[i])) bad++;
-        }
-        FMT_CHECK(!bad, "%s/events: %d of this rank's %zu events at offset %lld differ from those recorded", gname, bad, n, off);
-        /* events are grouped by rank, in rank order */
-        for (long long i = 1; i < total; i++)
-          if (all[i].rank < all[i - 1].rank) bad++;
-        FMT_CHECK(!bad, "%s/events are not in rank order", gname);
-      } else {
-        FMT_CHECK(0, "%s/events: cannot read", gname);
-      }
-      H5Tclose(t);
-      free(all);
-    }
     H5Sclose(sp);
     H5Dclose(d);
   }
   H5Gclose(g);
   H5Fclose(f);
+
+  /* rows and events through the library's reader, the one fmtrace uses */
+  {
+    FMTraceData td;
+    FMErrorCode e = FMTraceLoad_Private(path, run, &td);
+    FMT_CHECK(e == FM_SUCCESS, "FMTraceLoad_Private(%s, %s): %s", path, run, FMGetLastErrorMessage());
+    if (e) return;
+    FMT_CHECK(!strcmp(td.run, run) && td.nranks == size && td.n == (size_t)total && td.bytes_needed == need && td.bytes_allgather == ag,
+              "%s: loaded run \"%s\", %d ranks, %zu events, bytes %g/%g; expected %s, %d, %lld, %g/%g", gname, td.run, td.nranks, td.n,
+              td.bytes_needed, td.bytes_allgather, run, size, total, need, ag);
+    FMT_CHECK(!strcmp(td.version, FMGetVersion()) && strlen(td.created) >= 19, "%s: loaded version \"%s\", created \"%s\"", path, td.version,
+              td.created);
+    for (int q = 0; q < size && q < td.nranks; q++) {
+      const FMTraceRankRow *w = &td.rows[q];
+      FMT_CHECK(w->rank == q, "%s/ranks[%d].rank = %d", gname, q, w->rank);
+      if (rows_custom) {
+        char bus[32], host[64];
+        snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0x19 + q);
+        snprintf(host, sizeof(host), "testhost%d", q / 2);
+        FMT_CHECK(w->node == 10 + q / 2 && w->local_rank == q % 2 && w->numa == 3 * q + 1 && !strcmp(w->gpu_busid, bus) && !strcmp(w->hostname, host),
+                  "%s/ranks[%d] = {node %d, local %d, numa %d, bus \"%s\", host \"%s\"}", gname, q, w->node, w->local_rank, w->numa,
+                  w->gpu_busid, w->hostname);
+      } else {
+        /* the context's numbering of rank q */
+        const FMRankInfo *ri = &ctx->all[q];
+        FMT_CHECK(w->node == ri->node && w->local_rank == ri->node_rank && w->numa == ri->numa && !strcmp(w->gpu_busid, ri->gpu_busid) &&
+                      !strcmp(w->hostname, ri->hostname),
+                  "%s/ranks[%d] = {node %d, local %d, numa %d, bus \"%s\"}; the context says {%d, %d, %d, \"%s\"}", gname, q, w->node,
+                  w->local_rank, w->numa, w->gpu_busid, ri->node, ri->node_rank, ri->numa, ri->gpu_busid);
+      }
+    }
+    if (td.n == (size_t)total) {
+      int bad = 0;
+      for (size_t i = 0; i < n; i++)
+        if (!same_event(&td.ev[off + (long long)i], &mine[i])) bad++;
+      FMT_CHECK(!bad, "%s/events: %d of this rank's %zu events at offset %lld differ from those recorded", gname, bad, n, off);
+      /* events are grouped by rank, in rank order */
+      for (size_t i = 1; i < td.n; i++)
+        if (td.ev[i].rank < td.ev[i - 1].rank) bad++;
+      FMT_CHECK(!bad, "%s/events are not in rank order", gname);
+    }
+    FMTraceDataFree_Private(&td);
+  }
 }
 
 int main(int argc, char **argv)
@@ -291,11 +237,19 @@ int main(int argc, char **argv)
   P = size;
   seed = fmt_seed() + (uint64_t)rank * 7919;
 
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMT_CALL(FMContextSetUp(ctx));
+
   /* ---- argument errors */
   FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
-  FMT_EXPECT_ERR(FMTraceCreate_Private(MPI_COMM_WORLD, "a/b", NULL, &tr), FM_ERR_ARG_WRONG, "without '/'");
+  FMT_EXPECT_ERR(FMTraceCreateFromContext_Private(ctx, "a/b", &tr), FM_ERR_ARG_WRONG, "without '/'");
   FMT_CHECK(tr == NULL, "failed Create left a recorder");
-  FMT_EXPECT_ERR(FMTraceCreate_Private(MPI_COMM_WORLD, "", NULL, &tr), FM_ERR_ARG_WRONG, "empty");
+  FMT_EXPECT_ERR(FMTraceCreateFromContext_Private(ctx, "", &tr), FM_ERR_ARG_WRONG, "empty");
+  FMT_EXPECT_ERR(FMTraceCreateFromContext_Private(NULL, "x", &tr), FM_ERR_ARG_NULL, "argument 1");
+  {
+    FMTraceData td;
+    FMT_EXPECT_ERR(FMTraceLoad_Private("/nonexistent-dir-fmtrace/x.h5", NULL, &td), FM_ERR_FILE, "cannot open");
+  }
   FMT_CHECK(FMTraceRecord_Private(NULL, 99, 0, 0, 1, 0, 0, -1, -1) == FM_SUCCESS, "Record on a NULL recorder must be a no-op");
   FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
 
@@ -308,7 +262,13 @@ int main(int argc, char **argv)
   info.gpu = rank;
   snprintf(info.gpu_busid, sizeof(info.gpu_busid), "0000:%02x:00.0", 0x19 + rank);
   snprintf(info.hostname, sizeof(info.hostname), "testhost%d", rank / 2);
-  FMT_CALL(FMTraceCreate_Private(MPI_COMM_WORLD, "synthetic", &info, &tr));
+  {
+    /* a made-up placement, through the context the recorder takes its numbering from */
+    FMRankInfo real = ctx->self;
+    ctx->self = info;
+    FMT_CALL(FMTraceCreateFromContext_Private(ctx, "synthetic", &tr));
+    ctx->self = real;
+  }
   FMT_CALL(FMTraceGetOrigin_Private(tr, &t0));
   exp = calloc(64, sizeof(*exp));
   shuf = calloc(64, sizeof(*shuf));
@@ -375,16 +335,23 @@ int main(int argc, char **argv)
   MPI_Barrier(MPI_COMM_WORLD);
   FMT_CALL(FMTraceSave_Private(tr, path));
   verify_file(path, "synthetic", n, got, 1, 500.0 * P * (P + 1), 2500.0 * P * (P + 1));
-  FMT_CALL(FMOptionsSetValue("-fm_trace_serial", "1"));
+  {
+    /* the default of every recorder: -fm_trace_serial as read once at FMInitialize */
+    FMBool opt = FM_FALSE;
+    FMT_CALL(FMOptionsGetBool("-fm_trace_serial", "write traces through rank 0", &opt, NULL));
+    FMT_CHECK(FMGetInitSettings_Private()->trace_serial == opt, "FMInitSettings.trace_serial %d, the option says %d",
+              (int)FMGetInitSettings_Private()->trace_serial, (int)opt);
+  }
+  FMT_CALL(FMTraceSetSerial_Private(tr, FM_TRUE));
   FMT_CALL(FMTraceSave_Private(tr, spath));
   verify_file(spath, "synthetic", n, got, 1, 500.0 * P * (P + 1), 2500.0 * P * (P + 1));
   /* saving again replaces the run */
   FMT_CALL(FMTraceSave_Private(tr, spath));
   verify_file(spath, "synthetic", n, got, 1, 500.0 * P * (P + 1), 2500.0 * P * (P + 1));
-  FMT_CALL(FMOptionsSetValue("-fm_trace_serial", "0"));
+  FMT_CALL(FMTraceSetSerial_Private(tr, FM_FALSE));
 
-  /* ---- a second run in the same files: no FMRankInfo, only the last rank has events */
-  FMT_CALL(FMTraceCreate_Private(MPI_COMM_WORLD, "sparse", NULL, &tr2));
+  /* ---- a second run in the same files: the context's own placement, only the last rank has events */
+  FMT_CALL(FMTraceCreateFromContext_Private(ctx, "sparse", &tr2));
   {
     double o;
     FMT_CALL(FMTraceGetOrigin_Private(tr2, &o));
@@ -393,10 +360,9 @@ int main(int argc, char **argv)
     FMT_CALL(FMTraceGetEvents_Private(tr2, &n, &got));
     FMT_CALL(FMTraceSave_Private(tr2, path));
     verify_file(path, "sparse", n, got, 0, 0, 0);
-    FMT_CALL(FMOptionsSetValue("-fm_trace_serial", "1"));
+    FMT_CALL(FMTraceSetSerial_Private(tr2, FM_TRUE));
     FMT_CALL(FMTraceSave_Private(tr2, spath));
     verify_file(spath, "sparse", n, got, 0, 0, 0);
-    FMT_CALL(FMOptionsSetValue("-fm_trace_serial", "0"));
     /* the first run is still there and intact */
     FMT_CALL(FMTraceGetEvents_Private(tr, &n, &got));
     verify_file(path, "synthetic", n, got, 1, 500.0 * P * (P + 1), 2500.0 * P * (P + 1));
@@ -411,7 +377,7 @@ int main(int argc, char **argv)
   FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
   for (int serial = 0; serial < 2; serial++) {
     char bad[600];
-    FMT_CALL(FMOptionsSetValue("-fm_trace_serial", serial ? "1" : "0"));
+    FMT_CALL(FMTraceSetSerial_Private(tr, serial ? FM_TRUE : FM_FALSE));
     e = FMTraceSave_Private(tr, "/nonexistent-dir-fmtrace/x.h5");
     FMT_CHECK(e == FM_ERR_FILE || (rank != 0 && e == FM_ERR_COLLECTIVE), "missing directory (serial %d): %s", serial, FMErrorString(e));
     FMT_CHECK(e != FM_SUCCESS, "missing directory (serial %d) must fail on every rank", serial);
@@ -447,13 +413,13 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) unlink(bad);
   }
-  FMT_CALL(FMOptionsSetValue("-fm_trace_serial", "0"));
   FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
 
   FMT_CALL(FMTraceDestroy_Private(&tr));
   FMT_CALL(FMTraceDestroy_Private(&tr2));
   FMT_CHECK(tr == NULL && tr2 == NULL, "Destroy must NULL the handle");
   FMT_CALL(FMTraceDestroy_Private(&tr));
+  FMT_CALL(FMContextDestroy(&ctx));
   free(exp);
   free(shuf);
   {

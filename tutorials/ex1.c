@@ -11,6 +11,8 @@ static const char help[] =
  *   FMPlan (shape + mask, ready to run) -> Forward/Backward -> View -> Destroy.
  * Every rank builds the same global tensors from a seed and keeps the query rows the
  * plan gives it (FMPlanGetLocalRows), so the program runs unchanged on any number of ranks.
+ * Every call goes through FMCall: on an error it adds a traceback line and returns the code
+ * (from main, as the exit status). FMFromFloat/FMToFloat convert the data to and from dtype.
  */
 #include <flashmask.h>
 #include <math.h>
@@ -19,9 +21,6 @@ static const char help[] =
 #if FM_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
-
-/* Abort the tutorial on error (the library already printed a traceback). */
-#define CHKERR(expr) do { FMErrorCode e_ = (expr); if (e_) { fprintf(stderr, "ex1: %s failed\n", #expr); MPI_Abort(MPI_COMM_WORLD, (int)e_); } } while (0)
 
 /* splitmix64: a small deterministic generator, so every rank makes the same global data. */
 static uint64_t mix(uint64_t *s)
@@ -32,49 +31,6 @@ static uint64_t mix(uint64_t *s)
   return z ^ (z >> 31);
 }
 
-/* Store x in element i of a buffer of the given type (round to nearest even). */
-static void store(void *buf, size_t i, FMDType t, float x)
-{
-  if (t == FM_DTYPE_FP32) { ((float *)buf)[i] = x; return; }
-  if (t == FM_DTYPE_BF16) {
-    uint32_t u; memcpy(&u, &x, 4);
-    u += 0x7FFF + ((u >> 16) & 1);
-    ((uint16_t *)buf)[i] = (uint16_t)(u >> 16);
-    return;
-  }
-  { /* fp16; inputs here are small normal numbers */
-    uint32_t u; memcpy(&u, &x, 4);
-    uint32_t sign = (u >> 16) & 0x8000, e = (u >> 23) & 0xFF, m = u & 0x7FFFFF;
-    int ne = (int)e - 127 + 15;
-    uint16_t h;
-    if (e == 0 || ne <= 0) h = (uint16_t)sign;
-    else if (ne >= 31) h = (uint16_t)(sign | 0x7C00);
-    else {
-      uint32_t r = m + 0xFFF + ((m >> 13) & 1);
-      if (r & 0x800000) { r = 0; ne++; }
-      h = (uint16_t)(sign | ((uint32_t)ne << 10) | (r >> 13));
-    }
-    ((uint16_t *)buf)[i] = h;
-  }
-}
-
-static float load(const void *buf, size_t i, FMDType t)
-{
-  uint32_t u;
-  float x;
-  if (t == FM_DTYPE_FP32) return ((const float *)buf)[i];
-  if (t == FM_DTYPE_BF16) { u = (uint32_t)((const uint16_t *)buf)[i] << 16; memcpy(&x, &u, 4); return x; }
-  {
-    uint16_t h = ((const uint16_t *)buf)[i];
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
-    if (e == 0) { x = ldexpf((float)m, -24); return sign ? -x : x; }
-    if (e == 31) u = sign | 0x7F800000 | (m << 13);
-    else u = sign | ((e - 15 + 127) << 23) | (m << 13);
-    memcpy(&x, &u, 4);
-    return x;
-  }
-}
-
 /* Fill the local rows of a [batch][seq][heads][dim] tensor with the global random values. */
 static void fill(void *buf, FMDType t, int batch, int nrows, const int *rows, int heads, int dim, uint64_t seed)
 {
@@ -83,7 +39,7 @@ static void fill(void *buf, FMDType t, int batch, int nrows, const int *rows, in
       uint64_t s = seed * 1000003ull + ((uint64_t)b << 40) + (uint64_t)rows[r];
       for (int e = 0; e < heads * dim; e++) {
         float x = (float)((double)(mix(&s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-        store(buf, ((size_t)b * nrows + r) * heads * dim + e, t, x);
+        FMFromFloat(buf, ((size_t)b * nrows + r) * heads * dim + e, t, x); /* round to nearest even */
       }
     }
 }
@@ -93,7 +49,7 @@ static void compare(const void *a, const void *b, size_t n, FMDType t, double *m
 {
   *maxdiff = 0; *maxref = 0;
   for (size_t i = 0; i < n; i++) {
-    double x = load(a, i, t), y = load(b, i, t);
+    double x = FMToFloat(a, i, t), y = FMToFloat(b, i, t);
     double d = fabs(x - y);
     if (!(d <= *maxdiff)) *maxdiff = d; /* NaN propagates */
     if (fabs(y) > *maxref) *maxref = fabs(y);
@@ -112,46 +68,46 @@ int main(int argc, char **argv)
   double tf, tb, flops, tol;
   MPI_Comm comm;
 
-  CHKERR(FMInitialize(&argc, &argv, NULL, help));
-  CHKERR(FMOptionsGetInt("-seqlen", "sequence length (queries and keys)", &seqlen, NULL));
-  CHKERR(FMOptionsGetInt("-iters", "timed repetitions of the forward pass", &iters, NULL));
+  FMCall(FMInitialize(&argc, &argv, NULL, help));
+  FMCall(FMOptionsGetInt("-seqlen", "sequence length (queries and keys)", &seqlen, NULL));
+  FMCall(FMOptionsGetInt("-iters", "timed repetitions of the forward pass", &iters, NULL));
   if (iters < 1) {
     fprintf(stderr, "ex1: -iters is %d; expected >= 1\n", iters);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
 
   /* 1. Context: communicator, topology, backend (GPU if present). */
-  CHKERR(FMContextCreate(MPI_COMM_WORLD, &ctx));
-  CHKERR(FMContextSetFromOptions(ctx));
-  CHKERR(FMContextSetUp(ctx));
-  CHKERR(FMContextGetBackend(ctx, &backend));
-  CHKERR(FMContextGetComm(ctx, &comm));
+  FMCall(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMCall(FMContextSetFromOptions(ctx));
+  FMCall(FMContextSetUp(ctx));
+  FMCall(FMContextGetBackend(ctx, &backend));
+  FMCall(FMContextGetComm(ctx, &comm));
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
 
   /* 2. Mask: causal documents; lengths drawn from the seed unless -fm_mask_docs is given. */
-  CHKERR(FMMaskCreate(ctx, &mask));
-  CHKERR(FMMaskSetSizes(mask, seqlen, seqlen, 1));
-  CHKERR(FMMaskSetType(mask, FMMASKCAUSALDOCUMENT));
-  CHKERR(FMMaskSetFromOptions(mask));
-  CHKERR(FMMaskSetUp(mask));
+  FMCall(FMMaskCreate(ctx, &mask));
+  FMCall(FMMaskSetSizes(mask, seqlen, seqlen, 1));
+  FMCall(FMMaskSetType(mask, FMMASKCAUSALDOCUMENT));
+  FMCall(FMMaskSetFromOptions(mask));
+  FMCall(FMMaskSetUp(mask));
 
   /* 3. Plan: the shape; bf16 by default on the GPU, fp32 on the CPU. */
-  CHKERR(FMPlanCreate(ctx, &plan));
-  CHKERR(FMPlanSetMask(plan, mask));
-  CHKERR(FMPlanSetShape(plan, batch, hq, hkv, dim, backend == FM_BACKEND_CUDA ? FM_DTYPE_BF16 : FM_DTYPE_FP32));
-  CHKERR(FMPlanSetFromOptions(plan));
-  CHKERR(FMPlanSetUp(plan));
-  CHKERR(FMPlanGetLocalRows(plan, &nlocal, &rows));
+  FMCall(FMPlanCreate(ctx, &plan));
+  FMCall(FMPlanSetMask(plan, mask));
+  FMCall(FMPlanSetShape(plan, batch, hq, hkv, dim, backend == FM_BACKEND_CUDA ? FM_DTYPE_BF16 : FM_DTYPE_FP32));
+  FMCall(FMPlanSetFromOptions(plan));
+  FMCall(FMPlanSetUp(plan));
+  FMCall(FMPlanGetLocalRows(plan, &nlocal, &rows));
   /* The options may have changed the shape: read it back. */
-  CHKERR(FMPlanGetShape(plan, &batch, &hq, &hkv, &dim, &dtype));
-  CHKERR(FMMaskGetSizes(mask, &seqlen, NULL, NULL));
+  FMCall(FMPlanGetShape(plan, &batch, &hq, &hkv, &dim, &dtype));
+  FMCall(FMMaskGetSizes(mask, &seqlen, NULL, NULL));
 
   /* 4. Data: this rank's query rows and its share of the key/value positions (all of them on
         one rank). Each rank fills them from the same global random tensors. */
   const int *krows;
   int nkrows;
-  CHKERR(FMPlanGetLocalKeys(plan, &nkrows, &krows));
+  FMCall(FMPlanGetLocalKeys(plan, &nkrows, &krows));
   size_t es = FMDTypeSize(dtype);
   size_t nq = (size_t)batch * nlocal * hq * dim, nk = (size_t)batch * nkrows * hkv * dim, nl = (size_t)batch * hq * nlocal;
   void *q = malloc(nq * es), *k = malloc(nk * es), *v = malloc(nk * es), *dout = malloc(nq * es);
@@ -164,7 +120,7 @@ int main(int argc, char **argv)
   fill(dout, dtype, batch, nlocal, rows, hq, dim, 4);
 
   /* 5. Run on the chosen backend (device buffers on CUDA), timed. */
-  CHKERR(FMPlanGetFlops(plan, &flops));
+  FMCall(FMPlanGetFlops(plan, &flops));
   if (backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
     void *dq_[12]; void *hsrc[4] = {q, k, v, dout};
@@ -172,14 +128,14 @@ int main(int argc, char **argv)
     for (int i = 0; i < 9; i++) if (cudaMalloc(&dq_[i], bytes[i]) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); MPI_Abort(comm, 1); }
     for (int i = 0; i < 4; i++) cudaMemcpy(dq_[i], hsrc[i], bytes[i], cudaMemcpyHostToDevice);
     /* warm-up, then time */
-    CHKERR(FMPlanForward(plan, dq_[0], dq_[1], dq_[2], dq_[4], (float *)dq_[5]));
+    FMCall(FMPlanForward(plan, dq_[0], dq_[1], dq_[2], dq_[4], (float *)dq_[5]));
     cudaDeviceSynchronize();
     double t0 = MPI_Wtime();
-    for (int it = 0; it < iters; it++) CHKERR(FMPlanForward(plan, dq_[0], dq_[1], dq_[2], dq_[4], (float *)dq_[5]));
+    for (int it = 0; it < iters; it++) FMCall(FMPlanForward(plan, dq_[0], dq_[1], dq_[2], dq_[4], (float *)dq_[5]));
     cudaDeviceSynchronize();
     tf = (MPI_Wtime() - t0) / iters;
     t0 = MPI_Wtime();
-    CHKERR(FMPlanBackward(plan, dq_[0], dq_[1], dq_[2], dq_[4], (float *)dq_[5], dq_[3], dq_[6], dq_[7], dq_[8]));
+    FMCall(FMPlanBackward(plan, dq_[0], dq_[1], dq_[2], dq_[4], (float *)dq_[5], dq_[3], dq_[6], dq_[7], dq_[8]));
     cudaDeviceSynchronize();
     tb = MPI_Wtime() - t0;
     cudaMemcpy(o, dq_[4], bytes[4], cudaMemcpyDeviceToHost);
@@ -191,10 +147,10 @@ int main(int argc, char **argv)
 #endif
   } else {
     double t0 = MPI_Wtime();
-    for (int it = 0; it < iters; it++) CHKERR(FMPlanForward(plan, q, k, v, o, lse));
+    for (int it = 0; it < iters; it++) FMCall(FMPlanForward(plan, q, k, v, o, lse));
     tf = (MPI_Wtime() - t0) / iters;
     t0 = MPI_Wtime();
-    CHKERR(FMPlanBackward(plan, q, k, v, o, lse, dout, dq, dk, dv));
+    FMCall(FMPlanBackward(plan, q, k, v, o, lse, dout, dq, dk, dv));
     tb = MPI_Wtime() - t0;
   }
   MPI_Allreduce(MPI_IN_PLACE, &tf, 1, MPI_DOUBLE, MPI_MAX, comm);
@@ -202,17 +158,17 @@ int main(int argc, char **argv)
 
   /* 6. Re-run on the exact CPU backend and compare. The check is not traced: its events would
         replace the plan's under the same run names in the -fm_trace file. */
-  CHKERR(FMOptionsSetValue("-fm_trace", ""));
-  CHKERR(FMContextCreate(MPI_COMM_WORLD, &cpuctx));
-  CHKERR(FMContextSetBackend(cpuctx, FM_BACKEND_CPU));
-  CHKERR(FMContextSetUp(cpuctx));
-  CHKERR(FMPlanCreate(cpuctx, &cpuplan));
-  CHKERR(FMPlanSetMask(cpuplan, mask));
-  CHKERR(FMPlanSetShape(cpuplan, batch, hq, hkv, dim, dtype));
-  CHKERR(FMPlanSetFromOptions(cpuplan)); /* the same -fm_plan_* options as the plan under test */
-  CHKERR(FMPlanSetUp(cpuplan));
-  CHKERR(FMPlanForward(cpuplan, q, k, v, o2, lse2));
-  CHKERR(FMPlanBackward(cpuplan, q, k, v, o2, lse2, dout, dq2, dk2, dv2));
+  FMCall(FMOptionsSetValue("-fm_trace", ""));
+  FMCall(FMContextCreate(MPI_COMM_WORLD, &cpuctx));
+  FMCall(FMContextSetBackend(cpuctx, FM_BACKEND_CPU));
+  FMCall(FMContextSetUp(cpuctx));
+  FMCall(FMPlanCreate(cpuctx, &cpuplan));
+  FMCall(FMPlanSetMask(cpuplan, mask));
+  FMCall(FMPlanSetShape(cpuplan, batch, hq, hkv, dim, dtype));
+  FMCall(FMPlanSetFromOptions(cpuplan)); /* the same -fm_plan_* options as the plan under test */
+  FMCall(FMPlanSetUp(cpuplan));
+  FMCall(FMPlanForward(cpuplan, q, k, v, o2, lse2));
+  FMCall(FMPlanBackward(cpuplan, q, k, v, o2, lse2, dout, dq2, dk2, dv2));
   {
     double d[4], r[4];
     const char *name[4] = {"O", "dQ", "dK", "dV"};
@@ -240,14 +196,14 @@ int main(int argc, char **argv)
     MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
   }
 
-  CHKERR(FMPlanDestroy(&cpuplan));
-  CHKERR(FMContextDestroy(&cpuctx));
-  CHKERR(FMPlanDestroy(&plan));
-  CHKERR(FMMaskDestroy(&mask));
-  CHKERR(FMContextDestroy(&ctx));
+  FMCall(FMPlanDestroy(&cpuplan));
+  FMCall(FMContextDestroy(&cpuctx));
+  FMCall(FMPlanDestroy(&plan));
+  FMCall(FMMaskDestroy(&mask));
+  FMCall(FMContextDestroy(&ctx));
   free(q); free(k); free(v); free(dout); free(o); free(dq); free(dk); free(dv);
   free(o2); free(dq2); free(dk2); free(dv2); free(lse); free(lse2);
-  CHKERR(FMFinalize());
+  FMCall(FMFinalize());
   return ok ? 0 : 1;
 }
 

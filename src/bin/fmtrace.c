@@ -4,13 +4,13 @@
  *
  *   fmtrace trace.h5 [-run NAME] [-json out.json] [-svg out.svg]
  *
- * The file layout and the metrics are described in doc/traces.md; the metrics are computed
- * by the library's own functions (FMTraceRankStatsCompute_Private, FMTraceStatsCombine_Private)
- * so fmtrace and FMTraceSummary_Private agree by construction. Serial: no MPI is started.
+ * The file layout and the metrics are described in doc/traces.md; the file is read and the
+ * metrics computed by the library's own functions (FMTraceLoad_Private, next to the writer;
+ * FMTraceRankStatsCompute_Private, FMTraceStatsCombine_Private), so fmtrace and
+ * FMTraceSummary_Private agree by construction. Serial: no MPI is started.
  * Exit status: 0 on success, 1 on a usage or file error (a message on stderr).
  */
-#include <flashmask/private/fmtrace.h>
-#include <flashmask/private/fmh5.h>
+#include <flashmask/private/fmtracing.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +27,7 @@ typedef struct {
   int nranks;
   size_t n;
   FMTraceEvent *ev;      /* sorted by (rank, t_begin) */
-  FMTraceRankRow *rows;  /* [nranks] */
+  FMTraceRankRow *rows;  /* [nranks] (FMTraceLoad_Private's) */
   double bytes_needed, bytes_allgather;
   char created[64], version[64];
   FMTraceRankStats *rs;  /* [nranks] */
@@ -44,69 +44,6 @@ static void die(const char *fmt, const char *a, const char *b)
 }
 
 /* ---------------------------------------------------------------- reading */
-static herr_t list_cb(hid_t g, const char *name, const H5L_info_t *info, void *ctx)
-{
-  char *list = (char *)ctx;
-  (void)g;
-  (void)info;
-  if (strlen(list) + strlen(name) + 3 < 4096) {
-    if (list[0]) strcat(list, ", ");
-    strcat(list, name);
-  }
-  return 0;
-}
-
-static int count_cb_n;
-static char count_cb_first[256];
-static herr_t count_cb(hid_t g, const char *name, const H5L_info_t *info, void *ctx)
-{
-  (void)g;
-  (void)info;
-  (void)ctx;
-  if (count_cb_n++ == 0) snprintf(count_cb_first, sizeof(count_cb_first), "%s", name);
-  return 0;
-}
-
-/* Optional numeric attribute of group where: 0 when missing or not one number. */
-static double opt_double(hid_t obj, const char *where, const char *name)
-{
-  double v = 0;
-  if (FMH5AttrReadDouble(obj, where, name, FM_FALSE, &v)) v = 0;
-  return v;
-}
-
-static hid_t mem_event_type(void)
-{
-  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(FMTraceEvent));
-  H5Tinsert(t, "rank", HOFFSET(FMTraceEvent, rank), H5T_NATIVE_INT);
-  H5Tinsert(t, "kind", HOFFSET(FMTraceEvent, kind), H5T_NATIVE_INT);
-  H5Tinsert(t, "stream", HOFFSET(FMTraceEvent, stream), H5T_NATIVE_INT);
-  H5Tinsert(t, "t_begin", HOFFSET(FMTraceEvent, t_begin), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t, "t_end", HOFFSET(FMTraceEvent, t_end), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t, "bytes", HOFFSET(FMTraceEvent, bytes), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t, "flops", HOFFSET(FMTraceEvent, flops), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t, "peer", HOFFSET(FMTraceEvent, peer), H5T_NATIVE_INT);
-  H5Tinsert(t, "chunk", HOFFSET(FMTraceEvent, chunk), H5T_NATIVE_INT);
-  return t;
-}
-
-/* Only the members the file has are read (HDF5 converts compounds by member name). */
-static hid_t mem_row_type(hid_t ftype)
-{
-  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(FMTraceRankRow)), s32 = H5Tcopy(H5T_C_S1), s64 = H5Tcopy(H5T_C_S1);
-  H5Tset_size(s32, 32);
-  H5Tset_size(s64, 64);
-  H5Tinsert(t, "rank", HOFFSET(FMTraceRankRow, rank), H5T_NATIVE_INT);
-  if (H5Tget_member_index(ftype, "node") >= 0) H5Tinsert(t, "node", HOFFSET(FMTraceRankRow, node), H5T_NATIVE_INT);
-  if (H5Tget_member_index(ftype, "local_rank") >= 0) H5Tinsert(t, "local_rank", HOFFSET(FMTraceRankRow, local_rank), H5T_NATIVE_INT);
-  if (H5Tget_member_index(ftype, "numa") >= 0) H5Tinsert(t, "numa", HOFFSET(FMTraceRankRow, numa), H5T_NATIVE_INT);
-  if (H5Tget_member_index(ftype, "gpu_busid") >= 0) H5Tinsert(t, "gpu_busid", HOFFSET(FMTraceRankRow, gpu_busid), s32);
-  if (H5Tget_member_index(ftype, "hostname") >= 0) H5Tinsert(t, "hostname", HOFFSET(FMTraceRankRow, hostname), s64);
-  H5Tclose(s32);
-  H5Tclose(s64);
-  return t;
-}
-
 static int event_cmp(const void *x, const void *y)
 {
   const FMTraceEvent *a = (const FMTraceEvent *)x, *b = (const FMTraceEvent *)y;
@@ -115,117 +52,30 @@ static int event_cmp(const void *x, const void *y)
   return (a->stream > b->stream) - (a->stream < b->stream);
 }
 
+/* Read the run with the library's reader (FMTraceLoad_Private), sort, compute the metrics. */
 static void load(Trace *T, const char *run_opt)
 {
-  hid_t f, traces, g, d, sp, ft, mt;
-  hsize_t dims = 0;
-  char gname[300];
-  FMH5Quiet q;
-
-  /* This program reports its own errors (die); the optional attributes below are skipped
-     quietly when missing or malformed (the readers then leave an empty string). */
-  FMH5QuietPush(&q);
+  FMTraceData td;
+  /* This program reports its own errors (die), with the library's message. */
   FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
-  f = H5Fopen(T->path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) die("cannot open \"%s\" as an HDF5 file%s", T->path, "");
-  FMH5AttrReadStr(f, "/", "created", FM_FALSE, T->created, sizeof(T->created));
-  FMH5AttrReadStr(f, "/", "library_version", FM_FALSE, T->version, sizeof(T->version));
-  if (H5Lexists(f, "traces", H5P_DEFAULT) <= 0) die("\"%s\" has no /traces group (was it written with -fm_trace?)%s", T->path, "");
-  traces = H5Gopen2(f, "traces", H5P_DEFAULT);
-  if (run_opt) {
-    snprintf(T->run, sizeof(T->run), "%s", run_opt);
-  } else {
-    count_cb_n = 0;
-    H5Literate(traces, H5_INDEX_NAME, H5_ITER_INC, NULL, count_cb, NULL);
-    if (count_cb_n == 0) die("\"%s\" has no runs under /traces%s", T->path, "");
-    if (count_cb_n > 1) {
-      static char list[4096];
-      list[0] = '\0';
-      H5Literate(traces, H5_INDEX_NAME, H5_ITER_INC, NULL, list_cb, list);
-      die("\"%s\" holds several runs; choose one with -run NAME (runs: %s)", T->path, list);
-    }
-    snprintf(T->run, sizeof(T->run), "%s", count_cb_first);
+  {
+    FMErrorCode e = FMTraceLoad_Private(T->path, run_opt, &td);
+    if (e) die("%s%s", FMGetLastErrorMessage(), !run_opt && e == FM_ERR_ARG_WRONG ? "; choose one with -run NAME" : "");
   }
-  if (H5Lexists(traces, T->run, H5P_DEFAULT) <= 0) {
-    static char list[4096];
-    list[0] = '\0';
-    H5Literate(traces, H5_INDEX_NAME, H5_ITER_INC, NULL, list_cb, list);
-    fprintf(stderr, "fmtrace: \"%s\" has no run \"%s\" (runs: %s)\n", T->path, T->run, list);
-    exit(1);
-  }
-  snprintf(gname, sizeof(gname), "/traces/%s", T->run);
-  g = H5Gopen2(f, gname, H5P_DEFAULT);
-  if (g < 0) die("cannot open %s in \"%s\"", gname, T->path);
-  T->bytes_needed = opt_double(g, gname, "bytes_needed");
-  T->bytes_allgather = opt_double(g, gname, "bytes_allgather");
-  T->nranks = (int)opt_double(g, gname, "nranks");
-
-  /* events */
-  d = H5Dopen2(g, "events", H5P_DEFAULT);
-  if (d < 0) die("%s has no dataset events (in \"%s\")", gname, T->path);
-  sp = H5Dget_space(d);
-  if (H5Sget_simple_extent_ndims(sp) != 1) die("%s/events is not one-dimensional (in \"%s\")", gname, T->path);
-  H5Sget_simple_extent_dims(sp, &dims, NULL);
-  T->n = (size_t)dims;
-  T->ev = (FMTraceEvent *)calloc(T->n ? T->n : 1, sizeof(FMTraceEvent));
-  if (!T->ev) die("out of memory reading %s/events%s", gname, "");
-  mt = mem_event_type();
-  if (T->n && H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, T->ev) < 0)
-    die("cannot read %s/events in \"%s\" (is it a flashmask trace?)", gname, T->path);
-  H5Tclose(mt);
-  H5Sclose(sp);
-  H5Dclose(d);
-  for (size_t i = 0; i < T->n; i++) {
-    FMTraceEvent *e = &T->ev[i];
-    if (e->rank < 0 || !isfinite(e->t_begin) || !isfinite(e->t_end) || e->t_end < e->t_begin) {
-      char b[128];
-      snprintf(b, sizeof(b), "%zu (rank %d, t %g..%g)", i, e->rank, e->t_begin, e->t_end);
-      die("%s/events: event %s is invalid", gname, b);
-    }
-    if (e->rank + 1 > T->nranks) T->nranks = e->rank + 1;
-  }
+  snprintf(T->run, sizeof(T->run), "%s", td.run);
+  snprintf(T->created, sizeof(T->created), "%s", td.created);
+  snprintf(T->version, sizeof(T->version), "%s", td.version);
+  T->nranks = td.nranks;
+  T->n = td.n;
+  T->ev = td.ev;
+  T->rows = td.rows;
+  T->bytes_needed = td.bytes_needed;
+  T->bytes_allgather = td.bytes_allgather;
   qsort(T->ev, T->n, sizeof(FMTraceEvent), event_cmp);
-
-  /* ranks (optional: lanes are labelled by rank alone without it) */
-  T->rows = (FMTraceRankRow *)calloc((size_t)(T->nranks ? T->nranks : 1), sizeof(FMTraceRankRow));
-  for (int r = 0; r < T->nranks; r++) {
-    T->rows[r].rank = r;
-    T->rows[r].node = T->rows[r].local_rank = T->rows[r].numa = -1;
-  }
-  if (H5Lexists(g, "ranks", H5P_DEFAULT) > 0) {
-    d = H5Dopen2(g, "ranks", H5P_DEFAULT);
-    sp = H5Dget_space(d);
-    H5Sget_simple_extent_dims(sp, &dims, NULL);
-    ft = H5Dget_type(d);
-    if (H5Tget_class(ft) == H5T_COMPOUND && dims > 0) {
-      FMTraceRankRow *tmp = (FMTraceRankRow *)calloc((size_t)dims, sizeof(FMTraceRankRow));
-      mt = mem_row_type(ft);
-      if (tmp && H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp) >= 0)
-        for (hsize_t i = 0; i < dims; i++)
-          if (tmp[i].rank >= 0 && tmp[i].rank < T->nranks) {
-            int r = tmp[i].rank;
-            FMTraceRankRow *o = &T->rows[r];
-            if (H5Tget_member_index(ft, "node") >= 0) o->node = tmp[i].node;
-            if (H5Tget_member_index(ft, "local_rank") >= 0) o->local_rank = tmp[i].local_rank;
-            if (H5Tget_member_index(ft, "numa") >= 0) o->numa = tmp[i].numa;
-            memcpy(o->gpu_busid, tmp[i].gpu_busid, sizeof(o->gpu_busid));
-            memcpy(o->hostname, tmp[i].hostname, sizeof(o->hostname));
-            o->gpu_busid[sizeof(o->gpu_busid) - 1] = o->hostname[sizeof(o->hostname) - 1] = '\0';
-          }
-      H5Tclose(mt);
-      free(tmp);
-    }
-    H5Tclose(ft);
-    H5Sclose(sp);
-    H5Dclose(d);
-  }
-  H5Gclose(g);
-  H5Gclose(traces);
-  H5Fclose(f);
-  FMH5QuietPop(&q);
 
   /* metrics, with the library's definitions */
   T->rs = (FMTraceRankStats *)calloc((size_t)(T->nranks ? T->nranks : 1), sizeof(FMTraceRankStats));
+  if (!T->rs) die("out of memory computing the metrics%s%s", "", "");
   {
     size_t i = 0;
     for (int r = 0; r < T->nranks; r++) {

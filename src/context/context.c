@@ -14,20 +14,16 @@
 #include <hwloc.h>
 #endif
 
-static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
-
 FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx)
 {
-  FMContext c;
+  FMContext c = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
   FMCheckInitialized();
   FMValidPointer(ctx, 2);
   *ctx = NULL;
   FMCheck(comm != MPI_COMM_NULL, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Argument 1 (comm) is MPI_COMM_NULL; expected a valid communicator");
   FMCall(FMCalloc(1, &c));
-  {
-    int err = MPI_Comm_dup(comm, &c->comm);
-    if (err != MPI_SUCCESS) { free(c); return FMMPIError_Private(err, "MPI_Comm_dup(comm, &c->comm)", __FILE__, __func__, __LINE__); }
-  }
+  FMCallMPIGoto(MPI_Comm_dup(comm, &c->comm));
   FMHeaderCreate(c, FM_CLASSID_CONTEXT, "FMContext", c->comm);
   MPI_Comm_rank(c->comm, &c->rank);
   MPI_Comm_size(c->comm, &c->size);
@@ -37,7 +33,10 @@ FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx)
   c->device = -1;
   c->self.gpu = -1;
   *ctx = c;
-  return FM_SUCCESS;
+  c = NULL;
+cleanup:
+  free(c);
+  return ierr;
 }
 
 FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend)
@@ -63,7 +62,7 @@ static FMErrorCode setfromoptions(FMContext ctx)
   int b;
   FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
   b = (int)ctx->backend_req;
-  FMCall(FMOptionsGetEnum_Private("-fm_backend", "compute backend (FMContextSetBackend)", backend_names, &b, NULL));
+  FMCall(FMOptionsGetEnum_Private("-fm_backend", "compute backend (FMContextSetBackend)", FMBackendNames, &b, NULL));
   FMCall(FMContextSetBackend(ctx, (FMBackend)b));
   FMCall(FMOptionsGetInt("-fm_num_threads", "CPU threads per rank, 0 = OpenMP default (FMContextSetNumThreads)", &ctx->nthreads, NULL));
   FMCall(FMContextSetNumThreads(ctx, ctx->nthreads));

@@ -14,6 +14,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---------------------------------------------------------------- the type names */
+const char *const FMMaskTypeNames_Private[FM_MT_N + 1] = {
+  FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT, FMMASKSHAREQUESTION,
+  FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE,
+  FMMASKRANDOMEVICTION, FMMASKBOUNDS, NULL};
+
+int FMMaskTypeIndex_Private(const char *name)
+{
+  if (!name) return -1;
+  for (int t = 0; t < FM_MT_N; t++)
+    if (!strcmp(name, FMMaskTypeNames_Private[t])) return t;
+  return -1;
+}
+
+/* FMMaskTypeList - see flashmask.h. */
+FMErrorCode FMMaskTypeList(int *n, const char *const **names)
+{
+  FMValidPointer(n, 1);
+  FMValidPointer(names, 2);
+  *n = FM_MT_N;
+  *names = FMMaskTypeNames_Private;
+  return FM_SUCCESS;
+}
+
 /* ---------------------------------------------------------------- random numbers */
 typedef struct { uint64_t s; } FMRng;
 

@@ -1,26 +1,13 @@
 /*
  * mask.c - FMMask: life cycle, setters and getters, options, set-up (build, validate,
- * summarize, agree across ranks), queries and viewing.
+ * summarize, agree across ranks) and queries. Viewing: maskview.c.
  */
 #include "maskimpl.h"
 #include <flashmask/private/fmkernels.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char *const FMMaskTypeNames_Private[FM_MT_N + 1] = {
-  FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT, FMMASKSHAREQUESTION,
-  FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE,
-  FMMASKRANDOMEVICTION, FMMASKBOUNDS, NULL};
-
 static const char *const bound_names[4] = {"lts", "lte", "uts", "ute"};
-
-int FMMaskTypeIndex_Private(const char *name)
-{
-  if (!name) return -1;
-  for (int t = 0; t < FM_MT_N; t++)
-    if (!strcmp(name, FMMaskTypeNames_Private[t])) return t;
-  return -1;
-}
 
 /* Any change of sizes, type or parameters invalidates the set-up. */
 static void changed(FMMask m) { m->hdr.setupcalled = 0; }
@@ -35,6 +22,33 @@ static FMErrorCode copy_ints(int n, const int *src, int **dst)
   }
   free(*dst);
   *dst = p;
+  return FM_SUCCESS;
+}
+
+/*
+ * check_int_list - an int-list argument of a setter: n >= 0 values (n counted by argument
+ *   nargnum, named nname), src argument argnum named arg, each value >= min.
+ * set_int_list - the same check, then *dst becomes a copy of src[0..n) and *ndst = n (ndst may be
+ *   NULL); the mask is no longer set up. Nothing changes when the check fails.
+ */
+static FMErrorCode check_int_list(int n, const int *src, int nargnum, const char *nname, int argnum, const char *arg, int min)
+{
+  FMCheck(n >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument %d (%s) is %d; expected >= 0 (0 = default)", nargnum, nname, n);
+  if (n == 0) return FM_SUCCESS;
+  FMCheck(src != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Null pointer: argument %d (%s) with %s = %d", argnum, arg, nname, n);
+  for (int k = 0; k < n; k++)
+    FMCheck(src[k] >= min, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument %d (%s): %s[%d] is %d; expected >= %d", argnum, arg, arg, k, src[k],
+            min);
+  return FM_SUCCESS;
+}
+
+static FMErrorCode set_int_list(FMMask mask, int n, const int *src, int nargnum, const char *nname, int argnum, const char *arg, int min,
+                                int **dst, int *ndst)
+{
+  FMCall(check_int_list(n, src, nargnum, nname, argnum, arg, min));
+  FMCall(copy_ints(n, src, dst));
+  if (ndst) *ndst = n;
+  changed(mask);
   return FM_SUCCESS;
 }
 
@@ -53,17 +67,15 @@ static void free_user_bounds(FMMask m)
  */
 FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask)
 {
-  FMMask m;
+  FMMask m = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
   FMCheckInitialized();
   FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
   FMValidPointer(mask, 2);
   *mask = NULL;
   FMCall(FMCalloc(1, &m));
   FMHeaderCreate(m, FM_CLASSID_MASK, "FMMask", ctx->comm);
-  {
-    FMErrorCode ierr = FMStrdup(FMMASKFULL, &m->hdr.type_name);
-    if (ierr) { free(m); FMCall(ierr); }
-  }
+  FMCallGoto(FMStrdup(FMMASKFULL, &m->hdr.type_name));
   ctx->hdr.refct++;
   m->ctx = ctx;
   m->mask_heads = 1;
@@ -73,7 +85,10 @@ FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask)
   m->block = 128;
   m->user_present = -1;
   *mask = m;
-  return FM_SUCCESS;
+  m = NULL;
+cleanup:
+  free(m);
+  return ierr;
 }
 
 /*
@@ -146,16 +161,7 @@ FMErrorCode FMMaskSetCausal(FMMask mask, FMBool causal)
 FMErrorCode FMMaskSetDocuments(FMMask mask, int ndocs, const int lengths[])
 {
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCheck(ndocs >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (ndocs) is %d; expected >= 0 (0 = default)", ndocs);
-  if (ndocs > 0) {
-    FMValidPointer(lengths, 3);
-    for (int d = 0; d < ndocs; d++)
-      FMCheck(lengths[d] >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (lengths): lengths[%d] is %d; expected >= 1", d,
-              lengths[d]);
-  }
-  FMCall(copy_ints(ndocs, lengths, &mask->docs));
-  mask->ndocs = ndocs;
-  changed(mask);
+  FMCall(set_int_list(mask, ndocs, lengths, 2, "ndocs", 3, "lengths", 1, &mask->docs, &mask->ndocs));
   return FM_SUCCESS;
 }
 
@@ -189,16 +195,7 @@ FMErrorCode FMMaskSetGlobalTokens(FMMask mask, int nglobal)
 FMErrorCode FMMaskSetPrefixLengths(FMMask mask, int ndocs, const int prefix[])
 {
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCheck(ndocs >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (ndocs) is %d; expected >= 0 (0 = default)", ndocs);
-  if (ndocs > 0) {
-    FMValidPointer(prefix, 3);
-    for (int d = 0; d < ndocs; d++)
-      FMCheck(prefix[d] >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (prefix): prefix[%d] is %d; expected >= 0", d,
-              prefix[d]);
-  }
-  FMCall(copy_ints(ndocs, prefix, &mask->prefix));
-  mask->nprefix = ndocs;
-  changed(mask);
+  FMCall(set_int_list(mask, ndocs, prefix, 2, "ndocs", 3, "prefix", 0, &mask->prefix, &mask->nprefix));
   return FM_SUCCESS;
 }
 
@@ -211,24 +208,14 @@ FMErrorCode FMMaskSetShareQuestion(FMMask mask, int ndocs, const int nseg[], con
 {
   int tot = 0;
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCheck(ndocs >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (ndocs) is %d; expected >= 0 (0 = default)", ndocs);
-  if (ndocs > 0) {
-    FMValidPointer(nseg, 3);
-    FMValidPointer(seglen, 4);
-    for (int d = 0; d < ndocs; d++) {
-      FMCheck(nseg[d] >= 2, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-              "Argument 3 (nseg): nseg[%d] is %d; expected >= 2 (a question and at least one answer)", d, nseg[d]);
-      FMCheck(tot <= 0x3FFFFFFF - nseg[d], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (nseg): total number of segments overflows");
-      tot += nseg[d];
-    }
-    for (int s = 0; s < tot; s++)
-      FMCheck(seglen[s] >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 4 (seglen): seglen[%d] is %d; expected >= 1", s, seglen[s]);
+  FMCall(check_int_list(ndocs, nseg, 2, "ndocs", 3, "nseg", 2)); /* a question and at least one answer */
+  for (int d = 0; d < ndocs; d++) {
+    FMCheck(tot <= 0x3FFFFFFF - nseg[d], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (nseg): total number of segments overflows");
+    tot += nseg[d];
   }
-  FMCall(copy_ints(ndocs, nseg, &mask->sq_nseg));
-  FMCall(copy_ints(tot, seglen, &mask->sq_seglen));
-  mask->nsq = ndocs;
-  mask->nsqseg = tot;
-  changed(mask);
+  FMCall(check_int_list(tot, seglen, 3, "the sum of nseg", 4, "seglen", 1));
+  FMCall(set_int_list(mask, ndocs, nseg, 2, "ndocs", 3, "nseg", 2, &mask->sq_nseg, &mask->nsq));
+  FMCall(set_int_list(mask, tot, seglen, 3, "the sum of nseg", 4, "seglen", 1, &mask->sq_seglen, &mask->nsqseg));
   return FM_SUCCESS;
 }
 
@@ -240,19 +227,9 @@ FMErrorCode FMMaskSetShareQuestion(FMMask mask, int ndocs, const int nseg[], con
 FMErrorCode FMMaskSetQKSparseSpans(FMMask mask, int nspans, const int start[], const int len[])
 {
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCheck(nspans >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (nspans) is %d; expected >= 0 (0 = default)", nspans);
-  if (nspans > 0) {
-    FMValidPointer(start, 3);
-    FMValidPointer(len, 4);
-    for (int s = 0; s < nspans; s++) {
-      FMCheck(start[s] >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (start): start[%d] is %d; expected >= 0", s, start[s]);
-      FMCheck(len[s] >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 4 (len): len[%d] is %d; expected >= 0", s, len[s]);
-    }
-  }
-  FMCall(copy_ints(nspans, start, &mask->span_start));
-  FMCall(copy_ints(nspans, len, &mask->span_len));
-  mask->nspans = nspans;
-  changed(mask);
+  FMCall(check_int_list(nspans, len, 2, "nspans", 4, "len", 0));
+  FMCall(set_int_list(mask, nspans, start, 2, "nspans", 3, "start", 0, &mask->span_start, &mask->nspans));
+  FMCall(set_int_list(mask, nspans, len, 2, "nspans", 4, "len", 0, &mask->span_len, NULL));
   return FM_SUCCESS;
 }
 
@@ -326,6 +303,45 @@ FMErrorCode FMMaskSetBlockSize(FMMask mask, int block)
 /* Room for the array options (-fm_mask_docs, -fm_mask_segments, ...). */
 #define FM_MASK_OPT_CAP 65536
 
+/* The list options of FMMaskSetFromOptions (-fm_mask_docs, -fm_mask_prefix, -fm_mask_spans,
+   -fm_mask_nsegments with -fm_mask_segments). */
+static FMErrorCode setfromoptions_lists(FMMask mask)
+{
+  int n, nd, *buf = NULL, *buf2 = NULL;
+  FMBool set, set2;
+  FMErrorCode ierr = FM_SUCCESS;
+
+  FMCallGoto(FMMalloc(FM_MASK_OPT_CAP, &buf));
+  FMCallGoto(FMMalloc(FM_MASK_OPT_CAP, &buf2));
+  n = FM_MASK_OPT_CAP;
+  FMCallGoto(FMOptionsGetIntArray("-fm_mask_docs", "document lengths, comma separated (FMMaskSetDocuments)", buf, &n, &set));
+  if (set) FMCallGoto(FMMaskSetDocuments(mask, n, buf));
+  n = FM_MASK_OPT_CAP;
+  FMCallGoto(FMOptionsGetIntArray("-fm_mask_prefix", "prefix length per document, or one for prefix_lm_causal (FMMaskSetPrefixLengths)", buf, &n, &set));
+  if (set) FMCallGoto(FMMaskSetPrefixLengths(mask, n, buf));
+  n = FM_MASK_OPT_CAP;
+  FMCallGoto(FMOptionsGetIntArray("-fm_mask_spans", "qk_sparse spans start0,len0,start1,len1,... (FMMaskSetQKSparseSpans)", buf, &n, &set));
+  if (set) {
+    FMCheckGoto(n % 2 == 0, MPI_COMM_SELF, FM_ERR_OPT, "Option -fm_mask_spans has %d values; expected start,length pairs", n);
+    for (int k = 0; k < n / 2; k++) { buf2[k] = buf[2 * k + 1]; buf[k] = buf[2 * k]; }
+    FMCallGoto(FMMaskSetQKSparseSpans(mask, n / 2, buf, buf2));
+  }
+  nd = n = FM_MASK_OPT_CAP;
+  FMCallGoto(FMOptionsGetIntArray("-fm_mask_nsegments", "share_question: segments per document (FMMaskSetShareQuestion)", buf2, &nd, &set));
+  FMCallGoto(FMOptionsGetIntArray("-fm_mask_segments", "share_question: segment lengths q0,a0,a1,... (FMMaskSetShareQuestion)", buf, &n, &set2));
+  if (set || set2) {
+    int tot = 0;
+    FMCheckGoto(set && set2, MPI_COMM_SELF, FM_ERR_OPT, "Options -fm_mask_nsegments and -fm_mask_segments must be given together");
+    for (int d = 0; d < nd; d++) tot += buf2[d] > 0 ? buf2[d] : 0;
+    FMCheckGoto(tot == n, MPI_COMM_SELF, FM_ERR_OPT, "Option -fm_mask_segments has %d values but -fm_mask_nsegments adds up to %d", n, tot);
+    FMCallGoto(FMMaskSetShareQuestion(mask, nd, buf2, buf));
+  }
+cleanup:
+  free(buf);
+  free(buf2);
+  return ierr;
+}
+
 /*
  * FMMaskSetFromOptions - read the -fm_mask_* options. Collective (call it on every rank).
  *   -fm_mask_type, -fm_mask_seqlen (both), -fm_mask_seqlen_q, -fm_mask_seqlen_k, -fm_mask_heads,
@@ -336,10 +352,9 @@ FMErrorCode FMMaskSetBlockSize(FMMask mask, int block)
  */
 static FMErrorCode setfromoptions(FMMask mask)
 {
-  int t, sq, sk, s, h, n, w, wl, wr, v, *buf = NULL, *buf2 = NULL;
+  int t, sq, sk, s, h, w, wl, wr, v;
   FMBool set, set1, set2, set3, b;
   char seedstr[32];
-  FMErrorCode ierr = FM_SUCCESS;
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
 
   t = FMMaskTypeIndex_Private(mask->hdr.type_name);
@@ -395,68 +410,19 @@ static FMErrorCode setfromoptions(FMMask mask)
     FMCall(FMMaskSetSeed(mask, (unsigned long)x));
   }
 
-  FMCall(FMMalloc(FM_MASK_OPT_CAP, &buf));
-  n = FM_MASK_OPT_CAP;
-  ierr = FMOptionsGetIntArray("-fm_mask_docs", "document lengths, comma separated (FMMaskSetDocuments)", buf, &n, &set);
-  if (!ierr && set) ierr = FMMaskSetDocuments(mask, n, buf);
-  if (!ierr) {
-    n = FM_MASK_OPT_CAP;
-    ierr = FMOptionsGetIntArray("-fm_mask_prefix", "prefix length per document, or one for prefix_lm_causal (FMMaskSetPrefixLengths)", buf, &n, &set);
-    if (!ierr && set) ierr = FMMaskSetPrefixLengths(mask, n, buf);
-  }
-  if (!ierr) {
-    n = FM_MASK_OPT_CAP;
-    ierr = FMOptionsGetIntArray("-fm_mask_spans", "qk_sparse spans start0,len0,start1,len1,... (FMMaskSetQKSparseSpans)", buf, &n, &set);
-    if (!ierr && set) {
-      if (n % 2) ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_OPT,
-                                        "Option -fm_mask_spans has %d values; expected start,length pairs", n);
-      else {
-        ierr = FMMalloc(n / 2 + 1, &buf2);
-        if (!ierr) {
-          for (int k = 0; k < n / 2; k++) { buf2[k] = buf[2 * k + 1]; buf[k] = buf[2 * k]; }
-          ierr = FMMaskSetQKSparseSpans(mask, n / 2, buf, buf2);
-        }
-        FMFree(buf2);
-      }
-    }
-  }
-  if (!ierr) {
-    int nd = FM_MASK_OPT_CAP, ns = FM_MASK_OPT_CAP, tot = 0;
-    ierr = FMMalloc(FM_MASK_OPT_CAP, &buf2);
-    if (!ierr) ierr = FMOptionsGetIntArray("-fm_mask_nsegments", "share_question: segments per document (FMMaskSetShareQuestion)", buf2, &nd, &set1);
-    if (!ierr) ierr = FMOptionsGetIntArray("-fm_mask_segments", "share_question: segment lengths q0,a0,a1,... (FMMaskSetShareQuestion)", buf, &ns, &set2);
-    if (!ierr && (set1 || set2)) {
-      if (set1 && set2) for (int d = 0; d < nd; d++) tot += buf2[d] > 0 ? buf2[d] : 0;
-      if (!(set1 && set2))
-        ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_OPT,
-                               "Options -fm_mask_nsegments and -fm_mask_segments must be given together");
-      else if (tot != ns)
-        ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_OPT,
-                               "Option -fm_mask_segments has %d values but -fm_mask_nsegments adds up to %d", ns, tot);
-      else ierr = FMMaskSetShareQuestion(mask, nd, buf2, buf);
-    }
-    FMFree(buf2);
-  }
-  free(buf);
-  FMCall(ierr);
+  FMCall(setfromoptions_lists(mask));
   return FM_SUCCESS;
 }
 
-/* 64-bit FNV-1a over the set-up mask, to check that every rank built the same one. */
-static uint64_t mask_hash(FMMask m)
+/* mask->hash (see the struct in fmimpl.h): sizes, flags, type name, then the bound vectors. */
+static void compute_hash(FMMask m)
 {
-  uint64_t hsh = 0xcbf29ce484222325ull;
-  int hdr[6] = {m->seqlen_q, m->seqlen_k, m->mask_heads, m->causal, m->present, m->block};
-#define FM_HASH_INT(x)                                                               \
-  do {                                                                               \
-    uint32_t u_ = (uint32_t)(x);                                                     \
-    for (int b_ = 0; b_ < 4; b_++) { hsh ^= (u_ >> (8 * b_)) & 0xFF; hsh *= 0x100000001b3ull; } \
-  } while (0)
-  for (int k = 0; k < 6; k++) FM_HASH_INT(hdr[k]);
-  for (int v = 0; v < 4; v++)
-    for (size_t i = 0; i < (size_t)m->mask_heads * m->seqlen_k; i++) FM_HASH_INT(m->bnd[v][i]);
-#undef FM_HASH_INT
-  return hsh;
+  const int v[6] = {m->seqlen_q, m->seqlen_k, m->mask_heads, m->causal, m->present, m->block};
+  const char *type = m->hdr.type_name ? m->hdr.type_name : FMMASKFULL;
+  uint64_t h = FMHash_Private(FM_HASH_INIT, v, sizeof(v));
+  h = FMHash_Private(h, type, strlen(type) + 1);
+  for (int b = 0; b < 4; b++) h = FMHash_Private(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
+  m->hash = h;
 }
 
 static FMErrorCode setup_local(FMMask m)
@@ -466,35 +432,34 @@ static FMErrorCode setup_local(FMMask m)
   FMCall(FMMaskBuild_Private(m));
   FMCall(FMMaskValidate_Private(m));
   FMCall(FMMaskComputeSummaries_Private(m));
+  compute_hash(m);
   return FM_SUCCESS;
 }
 
 /*
  * FMMaskSetUp - build, validate and summarize the mask. Collective: a failure on any rank is
  *   returned on every rank, and ranks that built different masks get FM_ERR_MISMATCH.
+ *   Every rank takes part in the same agreements: when any rank's mask changed since its last
+ *   SetUp, the changed ranks rebuild, every rank checks mask->hash against the others and the
+ *   state of the mask advances on every rank (so the plans of all ranks see the change).
  */
 FMErrorCode FMMaskSetUp(FMMask mask)
 {
+  FMErrorCode ierr = FM_SUCCESS;
   FMBool view = FM_FALSE;
-  int size = 1;
+  int redo = 0;
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  if (mask->hdr.setupcalled) return FM_SUCCESS;
-  FMAgree(mask->hdr.comm, setup_local(mask));
-  MPI_Comm_size(mask->hdr.comm, &size);
-  if (size > 1) {
-    uint64_t in[2], out[2];
-    in[0] = mask_hash(mask);
-    in[1] = ~in[0];
-    FMCallMPI(MPI_Allreduce(in, out, 2, MPI_UINT64_T, MPI_MAX, mask->hdr.comm));
-    FMCheck(out[0] == in[0] && out[1] == in[1], mask->hdr.comm, FM_ERR_MISMATCH,
-            "The mask differs between ranks (checksum %016llx here); every rank must give the same sizes, type, parameters and bounds",
-            (unsigned long long)in[0]);
-  }
+  FMCall(FMAgreeAny(mask->hdr.comm, !mask->hdr.setupcalled, &redo));
+  if (!redo) return FM_SUCCESS;
+  if (!mask->hdr.setupcalled) ierr = setup_local(mask);
+  FMAgreeGoto(mask->hdr.comm);
+  FMCallGoto(FMAgreeSame(mask->hdr.comm, mask->hash, "the mask (its sizes, type, causal flag, block size and bounds)"));
   mask->hdr.setupcalled = 1;
   mask->state++;
-  FMCall(FMOptionsGetView_Private("-fm_mask_view", "print the mask at set-up (FMMaskView)", &view));
-  if (view) FMCall(FMMaskView(mask, stdout));
-  return FM_SUCCESS;
+  FMCallGoto(FMOptionsGetView_Private("-fm_mask_view", "print the mask at set-up (FMMaskView)", &view));
+  if (view) FMCallGoto(FMMaskView(mask, stdout));
+cleanup:
+  return ierr;
 }
 
 /* FMMaskGetSizes - sizes as set. Not collective. Any output may be NULL. */
@@ -554,107 +519,6 @@ FMErrorCode FMMaskGetDensity(FMMask mask, double *element_density, double *block
   FMCheckSetUp(mask, "FMMask");
   if (element_density) *element_density = mask->density;
   if (block_sparsity) *block_sparsity = mask->sparsity;
-  return FM_SUCCESS;
-}
-
-/* Print up to max values of an int list on one line, "a b c ... (n in all)". */
-static FMErrorCode print_list(MPI_Comm comm, FILE *fp, const char *label, int n, const int *x, const int *y)
-{
-  char line[640];
-  size_t len = (size_t)snprintf(line, sizeof(line), "  %s:", label);
-  const int max = 16;
-  for (int k = 0; k < n && k < max && len < sizeof(line) - 40; k++) {
-    if (y) len += (size_t)snprintf(line + len, sizeof(line) - len, " [%d,%d)", x[k], x[k] + y[k]);
-    else len += (size_t)snprintf(line + len, sizeof(line) - len, " %d", x[k]);
-  }
-  if (n > max) snprintf(line + len, sizeof(line) - len, " ... (%d in all)", n);
-  FMCall(FMPrintf(comm, fp, "%s\n", line));
-  return FM_SUCCESS;
-}
-
-/*
- * FMMaskView - print type, sizes, causal, vectors, parameters, density, sparsity and a picture
- *   of the tile classes of head 0 (at most 32 x 32 characters: '.' skip, '#' full, '+' partial
- *   or mixed). Collective; rank 0 prints. fp NULL means stdout.
- */
-FMErrorCode FMMaskView(FMMask mask, FILE *fp)
-{
-  MPI_Comm comm;
-  FMMaskParams p;
-  int t, nqb, nkb, gq, gk, counts[3] = {0, 0, 0};
-  char vec[32] = "";
-  FMErrorCode ierr;
-  FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCheckSetUp(mask, "FMMask");
-  if (!fp) fp = stdout;
-  comm = mask->hdr.comm;
-  t = FMMaskTypeIndex_Private(mask->hdr.type_name);
-  for (int v = 0; v < 4; v++)
-    if (mask->present & (1 << v)) {
-      if (vec[0]) strcat(vec, ",");
-      strcat(vec, bound_names[v]);
-    }
-  FMCall(FMPrintf(comm, fp, "FMMask \"%s\": seqlen_q %d, seqlen_k %d, %d mask head%s, causal %s, vectors {%s}\n", mask->hdr.type_name,
-                  mask->seqlen_q, mask->seqlen_k, mask->mask_heads, mask->mask_heads > 1 ? "s" : "", mask->causal ? "yes" : "no", vec));
-  if (t != FM_MT_BOUNDS && t != FM_MT_FULL && t != FM_MT_CAUSAL) {
-    FMCall(FMMaskGetParams_Private(mask, &p));
-    ierr = FM_SUCCESS;
-    if (p.docs) {
-      char lab[64];
-      snprintf(lab, sizeof(lab), "%d documents%s", p.ndocs, p.docs_default ? " (drawn from the seed)" : "");
-      ierr = print_list(comm, fp, lab, p.ndocs, p.docs, NULL);
-    }
-    if (!ierr && p.nseg) {
-      char lab[64];
-      snprintf(lab, sizeof(lab), "segments per document%s", p.segs_default ? " (drawn from the seed)" : "");
-      ierr = print_list(comm, fp, lab, p.ndocs, p.nseg, NULL);
-      if (!ierr) ierr = print_list(comm, fp, "segment lengths (question, answers...)", p.nsegtot, p.seglen, NULL);
-    }
-    if (!ierr && p.window_left >= 0) ierr = FMPrintf(comm, fp, "  window: left %d, right %d\n", p.window_left, p.window_right);
-    if (!ierr && p.nglobal >= 0) ierr = FMPrintf(comm, fp, "  global tokens: %d\n", p.nglobal);
-    if (!ierr && p.prefix)
-      ierr = print_list(comm, fp, p.prefix_default ? "prefix lengths (default: half of each document)" : "prefix lengths", p.nprefix, p.prefix,
-                        NULL);
-    if (!ierr && p.span_start)
-      ierr = print_list(comm, fp, p.spans_default ? "masked key spans (drawn from the seed)" : "masked key spans", p.nspans, p.span_start,
-                        p.span_len);
-    FMMaskParamsFree_Private(&p);
-    FMCall(ierr);
-  }
-  if (t == FM_MT_RANDOMEVICTION)
-    FMCall(FMPrintf(comm, fp, "  evictions: per head, one column at each row position %d..%d\n", mask->seqlen_k / 2, mask->seqlen_k - 1));
-  FMCall(FMPrintf(comm, fp, "  seed %lu; element density %.6f, block sparsity %.6f (block %d)\n", mask->seed, mask->density, mask->sparsity,
-                  mask->block));
-
-  /* tile classes of head 0, grouped to at most 32 x 32 characters */
-  nqb = (mask->seqlen_q + mask->block - 1) / mask->block;
-  nkb = mask->nblocks_k;
-  gq = (nqb + 31) / 32;
-  gk = (nkb + 31) / 32;
-  {
-    char line[40];
-    int ierr2 = 0;
-    FMCall(FMPrintf(comm, fp, "  tile classes of head 0 (%d x %d tiles, %d x %d per character; '.' skip, '#' full, '+' partial or mixed):\n",
-                    nqb, nkb, gq, gk));
-    for (int qg = 0; qg < nqb; qg += gq) {
-      int c = 0;
-      for (int kg = 0; kg < nkb; kg += gk) {
-        int seen = 0;
-        for (int qb = qg; qb < qg + gq && qb < nqb; qb++)
-          for (int kb = kg; kb < kg + gk && kb < nkb; kb++) {
-            FMTileClass cls = FMMaskClassifyTile_Private(mask, 0, qb * mask->block, (qb + 1) * mask->block, kb);
-            seen |= 1 << cls;
-            counts[cls]++;
-          }
-        line[c++] = seen == (1 << FM_TILE_SKIP) ? '.' : seen == (1 << FM_TILE_FULL) ? '#' : '+';
-      }
-      line[c] = 0;
-      if (!ierr2) ierr2 = FMPrintf(comm, fp, "    %s\n", line);
-    }
-    FMCall((FMErrorCode)ierr2);
-  }
-  FMCall(FMPrintf(comm, fp, "  head 0 by the summaries: %d skip, %d partial, %d full tiles\n", counts[FM_TILE_SKIP], counts[FM_TILE_PARTIAL],
-                  counts[FM_TILE_FULL]));
   return FM_SUCCESS;
 }
 

@@ -16,7 +16,7 @@ typedef enum {
   FM_MT_RANDOMEVICTION, FM_MT_BOUNDS, FM_MT_N
 } FMMaskTypeId;
 
-/* NULL-terminated names indexed by FMMaskTypeId (mask.c). */
+/* NULL-terminated names indexed by FMMaskTypeId (builders.c; public as FMMaskTypeList). */
 extern const char *const FMMaskTypeNames_Private[FM_MT_N + 1];
 
 /* Index of a type name, or -1 when unknown. */

@@ -12,7 +12,7 @@
  *                    whose bit is set in present
  *
  * Saving is done by rank 0 with the serial HDF5 API (a mask is replicated on every rank);
- * the outcome is broadcast so every rank returns the same code. Loading is done by every
+ * its outcome reaches every rank (FMAgreeRootOutcome). Loading is done by every
  * rank; the ranks agree on the outcome before the collective FMMaskSetUp.
  * HDF5's own error-stack printing is switched off around our calls; failures are reported
  * through FMError with the innermost HDF5 message appended. The HDF5 plumbing (quiet error
@@ -107,44 +107,29 @@ static FMErrorCode open_for_write(const char *path, hid_t *file)
 static FMErrorCode save_local(FMMask m, const char *path, const char *name, int mpi_size)
 {
   hid_t file = -1, masks = -1, grp = -1;
-  FMErrorCode ierr;
+  htri_t ex;
+  FMErrorCode ierr = FM_SUCCESS;
   FMH5Quiet q;
   FMH5QuietPush(&q);
-  ierr = open_for_write(path, &file);
-  if (!ierr) ierr = FMH5CheckFormat_Private(file, path, "a mask");
-  if (!ierr) ierr = FMH5WriteRootAttrs_Private(file, mpi_size, NULL);
-  if (!ierr) {
-    htri_t ex = H5Lexists(file, "masks", H5P_DEFAULT);
-    masks = ex > 0 ? H5Gopen2(file, "masks", H5P_DEFAULT) : ex == 0 ? H5Gcreate2(file, "masks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
-    if (masks < 0) {
-      char b[256];
-      ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5, "Cannot open or create group /masks in \"%s\"; HDF5 says: %s",
-                             path, FMH5LastMessage(b));
-    }
-  }
-  if (!ierr) {
-    htri_t ex = H5Lexists(masks, name, H5P_DEFAULT);
-    if (ex > 0 && H5Ldelete(masks, name, H5P_DEFAULT) < 0) ex = -1;
-    if (ex >= 0) grp = H5Gcreate2(masks, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (grp < 0) {
-      char b[256];
-      ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5, "Cannot create group /masks/%s in \"%s\"; HDF5 says: %s",
-                             name, path, FMH5LastMessage(b));
-    }
-  }
-  if (!ierr) ierr = write_mask_attrs(grp, m);
-  for (int v = 0; v < 4 && !ierr; v++)
-    if (m->present & (1 << v)) ierr = write_vector(grp, m, v);
+  FMCallGoto(open_for_write(path, &file));
+  FMCallGoto(FMH5CheckFormat_Private(file, path, "a mask"));
+  FMCallGoto(FMH5WriteRootAttrs_Private(file, mpi_size, NULL));
+  ex = H5Lexists(file, "masks", H5P_DEFAULT);
+  masks = ex > 0 ? H5Gopen2(file, "masks", H5P_DEFAULT) : ex == 0 ? H5Gcreate2(file, "masks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
+  FMH5CheckGoto(masks >= 0, FM_ERR_HDF5, "Cannot open or create group /masks in \"%s\"", path);
+  ex = H5Lexists(masks, name, H5P_DEFAULT);
+  if (ex > 0 && H5Ldelete(masks, name, H5P_DEFAULT) < 0) ex = -1;
+  if (ex >= 0) grp = H5Gcreate2(masks, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  FMH5CheckGoto(grp >= 0, FM_ERR_HDF5, "Cannot create group /masks/%s in \"%s\"", name, path);
+  FMCallGoto(write_mask_attrs(grp, m));
+  for (int v = 0; v < 4; v++)
+    if (m->present & (1 << v)) FMCallGoto(write_vector(grp, m, v));
+cleanup:
   if (grp >= 0) H5Gclose(grp);
   if (masks >= 0) H5Gclose(masks);
-  if (file >= 0 && H5Fclose(file) < 0 && !ierr) {
-    char b[256];
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_FILE, "Cannot close (flush) \"%s\"; HDF5 says: %s", path,
-                           FMH5LastMessage(b));
-  }
+  ierr = FMH5FileClose_Private(file, path, ierr);
   FMH5QuietPop(&q);
-  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
-  return FM_SUCCESS;
+  return ierr;
 }
 
 /* ---------------------------------------------------------------- reading helpers */
@@ -211,6 +196,50 @@ static void list_masks(hid_t file, char *buf, size_t cap)
   H5Gclose(mg);
 }
 
+/* Open the group gname (/masks/<name>) of an open file; a missing one lists the masks present. */
+static FMErrorCode open_mask_group(hid_t file, const char *path, const char *gname, hid_t *grp)
+{
+  htri_t ex = H5Lexists(file, "masks", H5P_DEFAULT);
+  char list[512];
+  *grp = -1;
+  if (ex > 0) ex = H5Lexists(file, gname, H5P_DEFAULT);
+  if (ex > 0) {
+    *grp = H5Oopen(file, gname, H5P_DEFAULT);
+    if (*grp >= 0 && H5Iget_type(*grp) != H5I_GROUP) {
+      H5Oclose(*grp);
+      *grp = -1;
+    }
+  }
+  if (*grp >= 0) return FM_SUCCESS;
+  H5Eclear2(H5E_DEFAULT);
+  list_masks(file, list, sizeof(list));
+  H5Eclear2(H5E_DEFAULT);
+  FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Argument 3 (name): group %s not found in \"%s\"; masks in this file: %s", gname, path,
+          list[0] ? list : "(none)");
+}
+
+/* Hand the vectors read from the file to the (created) mask m; its own checks report bad bounds. */
+static FMErrorCode fill_mask(FMMask m, const char *path, const char *gname, int Sq, int Sk, int H, int causal, int block, int32_t *const vec[4])
+{
+  FMCall(FMMaskSetSizes(m, Sq, Sk, H));
+  FMCall(FMMaskSetType(m, FMMASKBOUNDS));
+  FMCall(FMMaskSetCausal(m, causal ? FM_TRUE : FM_FALSE));
+  FMCall(FMMaskSetBlockSize(m, block));
+  for (int h = 0; h < H; h++) {
+    const int32_t *p[4];
+    FMErrorCode ierr;
+    for (int v = 0; v < 4; v++) p[v] = vec[v] ? vec[v] + (size_t)h * Sk : NULL;
+    ierr = FMMaskSetBounds(m, h, p[0], p[1], p[2], p[3]);
+    if (ierr) {
+      /* Restate the error with the file context (copy: the message buffer is reused). */
+      char msg[1024];
+      snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
+      FMRaise(MPI_COMM_SELF, ierr, "Mask head %d of %s in \"%s\": %s", h, gname, path, msg);
+    }
+  }
+  return FM_SUCCESS;
+}
+
 /* Every rank's part of FMMaskLoad: read the file and fill the (created) mask m. */
 static FMErrorCode load_local(FMMask m, const char *path, const char *name)
 {
@@ -225,92 +254,41 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
   FMCheck(access(path, R_OK) == 0, MPI_COMM_SELF, FM_ERR_FILE, "Argument 2 (path): cannot read \"%s\" (%s)", path, strerror(errno));
   FMH5QuietPush(&q);
   file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file < 0) {
-    char b[256];
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_FILE,
-                           "Argument 2 (path): cannot open \"%s\" as an HDF5 file; HDF5 says: %s", path, FMH5LastMessage(b));
-    goto done;
-  }
+  FMH5CheckGoto(file >= 0, FM_ERR_FILE, "Argument 2 (path): cannot open \"%s\" as an HDF5 file", path);
   if (H5Aexists(file, "format_version") > 0) {
-    ierr = FMH5AttrReadInt(file, "/", "format_version", FM_TRUE, &version);
-    if (!ierr && version > FMH5_FORMAT_VERSION)
-      ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5,
-                             "File \"%s\" has format_version %d; this library reads format_version <= %d", path, version,
-                             FMH5_FORMAT_VERSION);
-    if (ierr) goto done;
+    FMCallGoto(FMH5AttrReadInt(file, "/", "format_version", FM_TRUE, &version));
+    FMCheckGoto(version <= FMH5_FORMAT_VERSION, MPI_COMM_SELF, FM_ERR_HDF5,
+                "File \"%s\" has format_version %d; this library reads format_version <= %d", path, version, FMH5_FORMAT_VERSION);
   }
   H5Eclear2(H5E_DEFAULT);
-  {
-    htri_t ex = H5Lexists(file, "masks", H5P_DEFAULT);
-    if (ex > 0) ex = H5Lexists(file, gname, H5P_DEFAULT);
-    if (ex > 0) {
-      grp = H5Oopen(file, gname, H5P_DEFAULT);
-      if (grp >= 0 && H5Iget_type(grp) != H5I_GROUP) {
-        H5Oclose(grp);
-        grp = -1;
-      }
-    }
-    if (grp < 0) {
-      char list[512];
-      H5Eclear2(H5E_DEFAULT);
-      list_masks(file, list, sizeof(list));
-      H5Eclear2(H5E_DEFAULT);
-      ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5,
-                             "Argument 3 (name): group %s not found in \"%s\"; masks in this file: %s", gname, path,
-                             list[0] ? list : "(none)");
-      goto done;
-    }
-  }
-  ierr = FMH5AttrReadInt(grp, gname, "seqlen_q", FM_TRUE, &Sq);
-  if (!ierr) ierr = FMH5AttrReadInt(grp, gname, "seqlen_k", FM_TRUE, &Sk);
-  if (!ierr) ierr = FMH5AttrReadInt(grp, gname, "mask_heads", FM_TRUE, &H);
-  if (!ierr) ierr = FMH5AttrReadInt(grp, gname, "causal", FM_TRUE, &causal);
-  if (!ierr) ierr = FMH5AttrReadInt(grp, gname, "present", FM_TRUE, &present);
-  if (!ierr) ierr = FMH5AttrReadInt(grp, gname, "block", FM_FALSE, &block);
-  if (ierr) goto done;
-  if (Sq <= 0 || Sk <= 0 || H <= 0) {
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5,
-                           "Group %s has seqlen_q %d, seqlen_k %d, mask_heads %d; expected all > 0", gname, Sq, Sk, H);
-    goto done;
-  }
-  if (present < 0 || present > 15 || (causal != 0 && causal != 1) || block < 1) {
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_HDF5,
-                           "Group %s has present %d, causal %d, block %d; expected present in 0..15 (FM_BOUND_* bits), causal 0 or 1, block >= 1",
-                           gname, present, causal, block);
-    goto done;
-  }
-  for (int v = 0; v < 4 && !ierr; v++) {
+  FMCallGoto(open_mask_group(file, path, gname, &grp));
+  FMCallGoto(FMH5AttrReadInt(grp, gname, "seqlen_q", FM_TRUE, &Sq));
+  FMCallGoto(FMH5AttrReadInt(grp, gname, "seqlen_k", FM_TRUE, &Sk));
+  FMCallGoto(FMH5AttrReadInt(grp, gname, "mask_heads", FM_TRUE, &H));
+  FMCallGoto(FMH5AttrReadInt(grp, gname, "causal", FM_TRUE, &causal));
+  FMCallGoto(FMH5AttrReadInt(grp, gname, "present", FM_TRUE, &present));
+  FMCallGoto(FMH5AttrReadInt(grp, gname, "block", FM_FALSE, &block));
+  FMCheckGoto(Sq > 0 && Sk > 0 && H > 0, MPI_COMM_SELF, FM_ERR_HDF5, "Group %s has seqlen_q %d, seqlen_k %d, mask_heads %d; expected all > 0",
+              gname, Sq, Sk, H);
+  FMCheckGoto(present >= 0 && present <= 15 && (causal == 0 || causal == 1) && block >= 1, MPI_COMM_SELF, FM_ERR_HDF5,
+              "Group %s has present %d, causal %d, block %d; expected present in 0..15 (FM_BOUND_* bits), causal 0 or 1, block >= 1", gname,
+              present, causal, block);
+  for (int v = 0; v < 4; v++) {
     if (!(present & (1 << v))) continue;
-    ierr = FMMalloc((size_t)H * Sk, &vec[v]);
-    if (!ierr) ierr = read_vector(grp, gname, vec_names[v], H, Sk, vec[v]);
+    FMCallGoto(FMMalloc((size_t)H * Sk, &vec[v]));
+    FMCallGoto(read_vector(grp, gname, vec_names[v], H, Sk, vec[v]));
   }
-  if (ierr) goto done;
-  /* Hand the vectors to the mask; its own checks report out-of-range bounds. */
   H5Eclear2(H5E_DEFAULT);
-  ierr = FMMaskSetSizes(m, Sq, Sk, H);
-  if (!ierr) ierr = FMMaskSetType(m, FMMASKBOUNDS);
-  if (!ierr) ierr = FMMaskSetCausal(m, causal ? FM_TRUE : FM_FALSE);
-  if (!ierr) ierr = FMMaskSetBlockSize(m, block);
-  for (int h = 0; h < H && !ierr; h++) {
-    const int32_t *p[4];
-    for (int v = 0; v < 4; v++) p[v] = vec[v] ? vec[v] + (size_t)h * Sk : NULL;
-    ierr = FMMaskSetBounds(m, h, p[0], p[1], p[2], p[3]);
-    if (ierr) {
-      /* Restate the error with the file context (copy: the message buffer is reused). */
-      char msg[1024];
-      snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
-      ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, ierr, "Mask head %d of %s in \"%s\": %s", h, gname, path, msg);
-    }
-  }
-done:
+  FMCallGoto(fill_mask(m, path, gname, Sq, Sk, H, causal, block, vec));
+cleanup:
   for (int v = 0; v < 4; v++) free(vec[v]);
   if (grp >= 0) H5Oclose(grp);
   if (file >= 0) H5Fclose(file);
   H5Eclear2(H5E_DEFAULT);
   FMH5QuietPop(&q);
-  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
-  return FM_SUCCESS;
+  return ierr;
 }
+
 /* A group name must be one non-empty link name: no '/', not "." or "..". */
 static FMErrorCode check_name(const char *name)
 {
@@ -327,8 +305,8 @@ static FMErrorCode check_name(const char *name)
 /*
  * FMMaskSave - write a set-up mask to an HDF5 file as the group /masks/<name>.
  *   Collective on the mask's communicator: rank 0 writes (serial HDF5), the other ranks wait
- *   for the outcome, and every rank returns the same error code (the other ranks' message
- *   repeats rank 0's).
+ *   for the outcome (FMAgreeRootOutcome): when rank 0 fails it returns its code and the other
+ *   ranks FM_ERR_COLLECTIVE, their message repeating rank 0's code and message.
  *   mask  a set-up mask (FMMaskSetUp)
  *   path  the file; created if missing, otherwise opened read-write (the root attributes are
  *         refreshed and other groups kept)
@@ -344,29 +322,14 @@ FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name)
   FMRaise(MPI_COMM_SELF, FM_ERR_SUP, "FMMaskSave(\"%s\", \"%s\"): flashmask was built without HDF5; reconfigure with --with-hdf5", path, name);
 #else
   {
-    MPI_Comm comm = mask->hdr.comm;
-    int rank = 0, size = 1, code;
     FMErrorCode ierr = FM_SUCCESS;
-    char msg[1024];
     FMCheckSetUp(mask, "FMMask");
     FMCall(check_name(name));
     FMCheck(path[0] != '\0', MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Argument 2 (path) is empty; expected a file name");
-    FMCallMPI(MPI_Comm_rank(comm, &rank));
-    FMCallMPI(MPI_Comm_size(comm, &size));
-    if (rank == 0) ierr = save_local(mask, path, name, size);
-    if (size == 1) {
-      if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
-      return FM_SUCCESS;
-    }
-    /* Broadcast rank 0's outcome (code and message) so every rank returns the same code. */
-    code = (int)ierr;
-    FMCallMPI(MPI_Bcast(&code, 1, MPI_INT, 0, comm));
-    if (code == FM_SUCCESS) return FM_SUCCESS;
-    if (rank == 0) snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
-    FMCallMPI(MPI_Bcast(msg, (int)sizeof(msg), MPI_CHAR, 0, comm));
-    msg[sizeof(msg) - 1] = '\0';
-    if (rank == 0) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
-    FMRaise(MPI_COMM_SELF, (FMErrorCode)code, "Rank 0 failed to save mask \"%s\" to \"%s\": %s", name, path, msg);
+    if (mask->ctx->rank == 0) ierr = save_local(mask, path, name, mask->ctx->size);
+    FMCallGoto(FMAgreeRootOutcome(mask->hdr.comm, 0, ierr));
+  cleanup:
+    return ierr;
   }
 #endif
 }
@@ -396,18 +359,17 @@ FMErrorCode FMMaskLoad(FMContext ctx, const char *path, const char *name, FMMask
 #else
   {
     FMMask m = NULL;
-    FMErrorCode ierr;
+    FMErrorCode ierr = FM_SUCCESS;
     FMCall(check_name(name));
     FMCall(FMMaskCreate(ctx, &m));
     ierr = load_local(m, path, name);
-    ierr = FMAgree_Private(m->hdr.comm, ierr, __FILE__, __func__, __LINE__);
-    if (!ierr) ierr = FMMaskSetUp(m);
-    if (ierr) {
-      FMMaskDestroy(&m);
-      return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
-    }
+    FMAgreeGoto(m->hdr.comm);
+    FMCallGoto(FMMaskSetUp(m));
     *mask = m;
-    return FM_SUCCESS;
+    m = NULL;
+  cleanup:
+    FMMaskDestroy(&m);
+    return ierr;
   }
 #endif
 }

@@ -51,15 +51,31 @@ FMErrorCode FMAgreeSame_Private(MPI_Comm comm, uint64_t value, const char *what,
 FMErrorCode FMAgreeRootOutcome_Private(MPI_Comm comm, int root, FMErrorCode ierr, const char *file, const char *func, int line)
 {
   int size = 1, rank = 0, code = (int)ierr, err;
+  char msg[1024];
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
   if (size == 1) return ierr;
   err = MPI_Bcast(&code, 1, MPI_INT, root, comm);
   if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Bcast (root's outcome)", file, func, line);
+  if (code == FM_SUCCESS) return rank == root ? ierr : FM_SUCCESS;
+  /* root failed: its message goes with it, so every rank can say what went wrong */
+  if (rank == root) snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
+  err = MPI_Bcast(msg, (int)sizeof(msg), MPI_CHAR, root, comm);
+  if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Bcast (root's error message)", file, func, line);
   if (rank == root) return ierr;
-  if (code != FM_SUCCESS)
-    return FMError_Private(comm, file, func, line, FM_ERR_COLLECTIVE, "Rank %d (the root) failed with %s; this rank stops too", root,
-                           FMErrorString((FMErrorCode)code));
+  msg[sizeof(msg) - 1] = '\0';
+  return FMError_Private(comm, file, func, line, FM_ERR_COLLECTIVE, "Rank %d (the root) failed with %s: %s", root,
+                         FMErrorString((FMErrorCode)code), msg);
+}
+
+FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *file, const char *func, int line)
+{
+  int size = 1, in = flag ? 1 : 0, err;
+  *any = in;
+  MPI_Comm_size(comm, &size);
+  if (size == 1) return FM_SUCCESS;
+  err = MPI_Allreduce(&in, any, 1, MPI_INT, MPI_MAX, comm);
+  if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Allreduce (whether any rank has a flag)", file, func, line);
   return FM_SUCCESS;
 }
 
@@ -90,6 +106,8 @@ FMErrorCode FMHeaderSetOptionsPrefix(void *obj, const char *prefix)
   if (prefix && prefix[0]) {
     FMCheck(prefix[0] != '-', h->comm, FM_ERR_ARG_WRONG,
             "Argument 2 (prefix) is \"%s\"; a prefix must not start with '-' (it goes after the option's dash)", prefix);
+    FMCheck(strlen(prefix) <= FM_OPTIONS_PREFIX_MAX, h->comm, FM_ERR_ARG_WRONG, "Argument 2 (prefix) is %zu characters long; expected at most %d",
+            strlen(prefix), FM_OPTIONS_PREFIX_MAX);
     for (const char *c = prefix; *c; c++)
       FMCheck(*c > ' ', h->comm, FM_ERR_ARG_WRONG, "Argument 2 (prefix) is \"%s\"; a prefix may not contain blanks", prefix);
     FMCall(FMStrdup(prefix, &p));

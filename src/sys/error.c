@@ -37,9 +37,8 @@ const char *FMErrorString(FMErrorCode code)
 
 FMErrorCode FMPushErrorHandler(FMErrorHandler h)
 {
-  if (h != FM_ERROR_HANDLER_TRACEBACK && h != FM_ERROR_HANDLER_ABORT && h != FM_ERROR_HANDLER_SILENT)
-    return FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_ARG_OUTOFRANGE,
-                           "Argument 1 (handler) is %d; expected FM_ERROR_HANDLER_TRACEBACK, _ABORT or _SILENT", (int)h);
+  FMCheck(h == FM_ERROR_HANDLER_TRACEBACK || h == FM_ERROR_HANDLER_ABORT || h == FM_ERROR_HANDLER_SILENT, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 1 (handler) is %d; expected FM_ERROR_HANDLER_TRACEBACK, _ABORT or _SILENT", (int)h);
   fm_handler = h;
   return FM_SUCCESS;
 }
@@ -88,7 +87,7 @@ FMErrorCode FMError_Private(MPI_Comm comm, const char *file, const char *func, i
   return code;
 }
 
-FMErrorCode FMTraceback_Private(const char *file, const char *func, int line, FMErrorCode code)
+FMErrorCode FMErrorTraceback(const char *file, const char *func, int line, FMErrorCode code)
 {
   fm_depth++;
   if (fm_handler != FM_ERROR_HANDLER_SILENT) {

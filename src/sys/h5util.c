@@ -301,4 +301,12 @@ FMErrorCode FMH5CheckFormat_Private(hid_t file, const char *path, const char *wh
   return FM_SUCCESS;
 }
 
+FMErrorCode FMH5FileClose_Private(hid_t file, const char *path, FMErrorCode ierr)
+{
+  char b[256];
+  if (file < 0) return ierr;
+  if (H5Fclose(file) >= 0 || ierr != FM_SUCCESS) return ierr;
+  FMRaise(MPI_COMM_SELF, FM_ERR_FILE, "Cannot close (flush) \"%s\"; HDF5 says: %s", path, FMH5LastMessage(b));
+}
+
 #endif /* FM_HAVE_HDF5 */

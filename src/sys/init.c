@@ -1,17 +1,26 @@
 /*
- * init.c - FMInitialize/FMFinalize, version, names of enums, time and printing helpers.
+ * init.c - FMInitialize/FMFinalize and the settings read once at initialization
+ * (FMInitSettings). Version, enum names, time and printing: util.c.
  */
 #include <flashmask/private/fmimpl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static int fm_initialized;
 static int fm_we_initialized_mpi;
+static FMInitSettings fm_settings;
+
+const FMInitSettings *FMGetInitSettings_Private(void) { return &fm_settings; }
+
+/* The settings of FMInitSettings, read once. */
+static FMErrorCode read_settings(void)
+{
+  memset(&fm_settings, 0, sizeof(fm_settings));
+  FMCall(FMOptionsGetBool("-fm_trace_serial", "write -fm_trace files through rank 0 even with parallel HDF5", &fm_settings.trace_serial, NULL));
+  return FM_SUCCESS;
+}
 
 int FMIsInitialized_Private(void) { return fm_initialized; }
-
-const char *FMGetVersion(void) { return FM_VERSION_STRING; }
 
 FMErrorCode FMInitialized(FMBool *flag)
 {
@@ -49,6 +58,7 @@ FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *
     printf("  -fm_error_abort: call MPI_Abort on the first error\n");
     printf("  -options_left: list options that were set but never used\n");
   }
+  FMCall(read_settings());
   return FM_SUCCESS;
 }
 
@@ -65,71 +75,5 @@ FMErrorCode FMFinalize(void)
   MPI_Finalized(&fin);
   if (fm_we_initialized_mpi && !fin) MPI_Finalize();
   fm_we_initialized_mpi = 0;
-  return FM_SUCCESS;
-}
-
-double FMTime(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-const char *FMBackendName(FMBackend b)
-{
-  switch (b) {
-  case FM_BACKEND_AUTO: return "auto";
-  case FM_BACKEND_CPU: return "cpu";
-  case FM_BACKEND_CUDA: return "cuda";
-  }
-  return "unknown";
-}
-
-const char *FMDTypeName(FMDType t)
-{
-  switch (t) {
-  case FM_DTYPE_BF16: return "bf16";
-  case FM_DTYPE_FP16: return "fp16";
-  case FM_DTYPE_FP32: return "fp32";
-  }
-  return "unknown";
-}
-
-size_t FMDTypeSize(FMDType t) { return t == FM_DTYPE_FP32 ? 4 : (t == FM_DTYPE_BF16 || t == FM_DTYPE_FP16) ? 2 : 0; }
-
-FMErrorCode FMPrintf(MPI_Comm comm, FILE *fp, const char *fmt, ...)
-{
-  int rank = 0;
-  va_list ap;
-  MPI_Comm_rank(comm, &rank);
-  if (rank) return FM_SUCCESS;
-  if (!fp) fp = stdout;
-  va_start(ap, fmt);
-  vfprintf(fp, fmt, ap);
-  va_end(ap);
-  return FM_SUCCESS;
-}
-
-FMErrorCode FMSynchronizedPrintf(MPI_Comm comm, FILE *fp, const char *fmt, ...)
-{
-  int rank, size, len;
-  char buf[4096];
-  va_list ap;
-  if (!fp) fp = stdout;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  len = (int)strlen(buf) + 1;
-  if (rank == 0) {
-    fputs(buf, fp);
-    for (int r = 1; r < size; r++) {
-      char other[4096];
-      FMCallMPI(MPI_Recv(other, (int)sizeof(other), MPI_CHAR, r, 7701, comm, MPI_STATUS_IGNORE));
-      fputs(other, fp);
-    }
-    fflush(fp);
-  } else FMCallMPI(MPI_Send(buf, len, MPI_CHAR, 0, 7701, comm));
   return FM_SUCCESS;
 }

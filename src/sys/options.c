@@ -173,7 +173,7 @@ static void help_line(const char *name0, const char *help, const char *current)
 
 /* The prefix stack (FMOptionsPushPrefix_Private); "" entries push no prefix. */
 #define FM_PREFIX_DEPTH 8
-static char fm_prefix[FM_PREFIX_DEPTH][64];
+static char fm_prefix[FM_PREFIX_DEPTH][FM_OPTIONS_PREFIX_MAX + 1];
 static int fm_nprefix;
 
 FMErrorCode FMOptionsPushPrefix_Private(const char *prefix)

@@ -65,6 +65,18 @@ const char *FMH5ClassName(H5T_class_t c);
     if (!(cond)) FMH5Raise((code), fmt, __VA_ARGS__);                                \
   } while (0)
 
+/* FMH5RaiseGoto(code, fmt, ...) / FMH5CheckGoto(cond, code, fmt, ...): the same in a function of
+   the goto-to-cleanup shape (fmimpl.h): set ierr and jump to cleanup. */
+#define FMH5RaiseGoto(code, fmt, ...)                                                \
+  do {                                                                               \
+    char fm_h5buf_[256];                                                             \
+    FMRaiseGoto(MPI_COMM_SELF, (code), fmt "; HDF5 says: %s", __VA_ARGS__, FMH5LastMessage(fm_h5buf_)); \
+  } while (0)
+#define FMH5CheckGoto(cond, code, fmt, ...)                                          \
+  do {                                                                               \
+    if (!(cond)) FMH5RaiseGoto((code), fmt, __VA_ARGS__);                            \
+  } while (0)
+
 /* ---------------------------------------------------------------- attribute writers */
 /*
  * FMH5AttrWrite - write attribute name on obj, replacing an existing one of any shape.
@@ -141,6 +153,13 @@ FMErrorCode FMH5WriteRootAttrs_Private(hid_t file, int mpi_size, const char *cre
  *   what  what the caller was about to write, for the message (e.g. "a mask", "a trace")
  */
 FMErrorCode FMH5CheckFormat_Private(hid_t file, const char *path, const char *what);
+
+/*
+ * FMH5FileClose_Private - the last step of a writer's cleanup: close file (nothing when < 0)
+ *   and return ierr, or FM_ERR_FILE naming path when ierr was FM_SUCCESS and the close (the
+ *   final flush) failed. Collective exactly when H5Fclose is (an MPI-IO file).
+ */
+FMErrorCode FMH5FileClose_Private(hid_t file, const char *path, FMErrorCode ierr);
 
 #endif /* FM_HAVE_HDF5 */
 #endif /* FLASHMASK_FMH5_H */

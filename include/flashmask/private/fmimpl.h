@@ -22,15 +22,9 @@ FMErrorCode FMError_Private(MPI_Comm comm, const char *file, const char *func, i
                             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Raise FM_ERR_MPI for an MPI error code, with MPI's text and the failing expression. */
 FMErrorCode FMMPIError_Private(int mpierr, const char *expr, const char *file, const char *func, int line);
-/* Add one traceback line for an error passing through; returns code. */
-FMErrorCode FMTraceback_Private(const char *file, const char *func, int line, FMErrorCode code);
-
-/* FMCall(expr): evaluate a call returning FMErrorCode; on error add a traceback line and return. */
-#define FMCall(expr)                                                                 \
-  do {                                                                               \
-    FMErrorCode fm_ierr_ = (expr);                                                   \
-    if (fm_ierr_ != FM_SUCCESS) return FMTraceback_Private(__FILE__, __func__, __LINE__, fm_ierr_); \
-  } while (0)
+/* FMTraceback_Private: the former name of the public FMErrorTraceback (flashmask.h), which is
+   also where FMCall(expr) is defined, once, for the library and for applications. */
+#define FMTraceback_Private FMErrorTraceback
 
 /* FMCheck(cond, comm, code, fmt, ...): user-input check, always compiled in. */
 #define FMCheck(cond, comm, code, ...)                                               \
@@ -77,7 +71,7 @@ FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, 
   do {                                                                               \
     FMErrorCode fm_loc_ = (expr);                                                    \
     FMErrorCode fm_all_ = FMAgree_Private((comm), fm_loc_, __FILE__, __func__, __LINE__); \
-    if (fm_all_ != FM_SUCCESS) return FMTraceback_Private(__FILE__, __func__, __LINE__, fm_all_); \
+    if (fm_all_ != FM_SUCCESS) return FMErrorTraceback(__FILE__, __func__, __LINE__, fm_all_); \
   } while (0)
 
 /*
@@ -98,7 +92,7 @@ FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, 
 #define FMCallGoto(expr)                                                             \
   do {                                                                               \
     ierr = (expr);                                                                   \
-    if (ierr != FM_SUCCESS) { ierr = FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); goto cleanup; } \
+    if (ierr != FM_SUCCESS) { ierr = FMErrorTraceback(__FILE__, __func__, __LINE__, ierr); goto cleanup; } \
   } while (0)
 #define FMCheckGoto(cond, comm, code, ...)                                           \
   do {                                                                               \
@@ -125,12 +119,17 @@ FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, 
  *   the scalars of a collective call, say); if any rank's differs, every rank raises
  *   FM_ERR_MISMATCH naming `what` and the values on the lowest and highest ranks that differ.
  * FMAgreeRootOutcome_Private - root's code reaches every rank: root returns its own code, the
- *   others FM_ERR_COLLECTIVE when root failed (for steps only root does, like reading a file).
+ *   others FM_ERR_COLLECTIVE when root failed, with root's code and message in theirs (for steps
+ *   only root does, like writing a file).
+ * FMAgreeAny_Private - *any = 1 on every rank when flag is nonzero on at least one rank, else 0
+ *   (a logical OR; for "does any rank need to redo this collective step?").
  */
 FMErrorCode FMAgreeSame_Private(MPI_Comm comm, uint64_t value, const char *what, const char *file, const char *func, int line);
 #define FMAgreeSame(comm, value, what) FMAgreeSame_Private((comm), (value), (what), __FILE__, __func__, __LINE__)
 FMErrorCode FMAgreeRootOutcome_Private(MPI_Comm comm, int root, FMErrorCode ierr, const char *file, const char *func, int line);
 #define FMAgreeRootOutcome(comm, root, ierr) FMAgreeRootOutcome_Private((comm), (root), (ierr), __FILE__, __func__, __LINE__)
+FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *file, const char *func, int line);
+#define FMAgreeAny(comm, flag, any) FMAgreeAny_Private((comm), (flag), (any), __FILE__, __func__, __LINE__)
 /* FMHash_Private - FNV-1a over n bytes, continuing from h (start with FM_HASH_INIT). */
 #define FM_HASH_INIT 0xcbf29ce484222325ULL
 uint64_t FMHash_Private(uint64_t h, const void *p, size_t n);
@@ -192,6 +191,7 @@ FMErrorCode FMHeaderSetOptionsPrefix(void *obj, const char *prefix);
  *   that name: an object's SetFromOptions pushes its header's prefix (NULL pushes none) around
  *   its lookups, as PETSc's PetscOptionsBegin does. Nesting depth at most 8. Not collective.
  */
+#define FM_OPTIONS_PREFIX_MAX 63 /* longest options prefix, in characters */
 FMErrorCode FMOptionsPushPrefix_Private(const char *prefix);
 FMErrorCode FMOptionsPopPrefix_Private(void);
 /* Object option lookups: same as the public ones; -help lists them with the object name. */
@@ -203,13 +203,33 @@ FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file)
 FMErrorCode FMOptionsFinalize_Private(void);
 FMErrorCode FMLogInitialize_Private(void);
 FMErrorCode FMLogFinalize_Private(void);
+/*
+ * FMInitSettings - the library-wide settings read once from the options database at
+ *   FMInitialize (instead of environment variables read deep in the code), passed down from
+ *   here as parameters. Zeroed before FMInitialize.
+ *   trace_serial  -fm_trace_serial: write -fm_trace files through rank 0 even with parallel
+ *                 HDF5 (the default of each recorder; FMTraceSetSerial_Private overrides it)
+ */
+typedef struct {
+  FMBool trace_serial;
+} FMInitSettings;
+const FMInitSettings *FMGetInitSettings_Private(void);
+
 /* Whether FMInitialize was called; objects refuse to be created otherwise. */
 int FMIsInitialized_Private(void);
 #define FMCheckInitialized()                                                         \
   FMCheck(FMIsInitialized_Private(), MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMInitialize() first")
 
-/* Wall clock in seconds. */
+/* Wall clock in seconds (src/sys/util.c). */
 double FMTime(void);
+
+/*
+ * FMBackendNames / FMDTypeNames - the one name table of each enum (util.c), indexed by the enum
+ *   value and NULL-terminated: FMBackendName/FMDTypeName print from them and the options
+ *   parser (FMOptionsGetEnum_Private) reads -fm_backend (and -fm_plan_dtype) with them.
+ */
+extern const char *const FMBackendNames[];
+extern const char *const FMDTypeNames[];
 
 /* Printing from rank 0 of comm, and ordered per-rank printing (collective). */
 FMErrorCode FMPrintf(MPI_Comm comm, FILE *fp, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -282,6 +302,16 @@ struct _p_FMMask {
   unsigned char *user_head_set;
   int user_causal;        /* FMMaskSetCausal (type "bounds"); builders set causal themselves */
   int state;              /* incremented by every successful FMMaskSetUp (plans compare it) */
+  /*
+   * hash: FNV-1a (FMHash_Private from FM_HASH_INIT) of what a set-up mask is, computed once by
+   * FMMaskSetUp and agreed on (FMAgreeSame), so it is the same on every rank of the mask's
+   * communicator: the ints {seqlen_q, seqlen_k, mask_heads, causal, present, block} in that
+   * order, the type name with its NUL, then the four bound vectors bnd[0..3] (int32
+   * [mask_heads][seqlen_k] each, absent ones in their default form). Two set-up masks with
+   * the same hash have (up to a 64-bit collision) the same tiles, so a plan may hash this value
+   * instead of re-hashing the bounds. Valid while hdr.setupcalled; 0 before the first SetUp.
+   */
+  uint64_t hash;
   /* summaries */
   int block;              /* block size (both axes), default 128 */
   int nblocks_k;          /* ceil(seqlen_k / block) */

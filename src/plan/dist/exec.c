@@ -6,7 +6,7 @@
  * FMPlanGetLocalKeys helpers.
  */
 #include "distimpl.h"
-#include <flashmask/private/fmtrace.h>
+#include <flashmask/private/fmtracing.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -31,7 +31,7 @@
  * host completed the step that received it.
  */
 #include "distimpl.h"
-#include <flashmask/private/fmtrace.h>
+#include <flashmask/private/fmtracing.h>
 #include <cuda_runtime_api.h>
 #include <limits.h>
 #include <math.h>

@@ -1,11 +1,12 @@
 /*
- * fmtrace.h - private interface of the per-rank event trace (src/sys/trace.c), used by the
- * distributed planner for -fm_trace file.h5 and by the fmtrace program. Not installed.
+ * fmtracing.h - private interface of the per-rank event trace (src/sys/trace.c, the HDF5 side in
+ * src/sys/traceio.c), used by the distributed planner for -fm_trace file.h5, by the fmtrace
+ * program and by the tests. Not installed.
  *
  * Usage (the planner, once per traced run):
  *
  *   FMTrace tr = NULL;
- *   FMTraceCreate_Private(comm, "fwd", &ctx->self, &tr);         collective
+ *   FMTraceCreateFromContext_Private(ctx, "fwd", &tr);            collective
  *   double t = FMTime();
  *   ... compute chunk c ...
  *   FMTraceRecord_Private(tr, FM_TRACE_COMPUTE, 0, t, FMTime(), 0, flops, -1, c);   local, cheap
@@ -102,16 +103,31 @@ typedef struct {
 typedef struct _p_FMTrace *FMTrace;
 
 /*
- * FMTraceCreate_Private - a new, empty event recorder on comm.
- *   Collective on comm (a barrier, two small allreduces and a node split).
- *   comm      the communicator of the traced run; borrowed, must outlive the recorder
+ * FMTraceCreateFromContext_Private - a new, empty event recorder on the context's communicator.
+ *   Collective on the context (a barrier and an allreduce over its node communicator).
+ *   ctx       a set-up context: it gives the communicator (borrowed: the context must outlive
+ *             the recorder), the node communicator of the time origin and this rank's row
+ *             (node, node_rank, numa, gpu_busid, hostname: the context's numbering)
  *   run_name  the run's name: the group /traces/<run_name> of the saved file (no '/',
  *             not empty, fewer than 256 characters)
- *   self      this rank's placement (node, node_rank, numa, gpu_busid, hostname) or NULL:
- *             then node and local rank come from MPI_Comm_split_type, numa = -1, no GPU
- *   tr        out: the recorder
+ *   tr        out: the recorder; it writes through rank 0 when -fm_trace_serial was given at
+ *             FMInitialize (FMTraceSetSerial_Private changes that)
+ */
+FMErrorCode FMTraceCreateFromContext_Private(FMContext ctx, const char *run_name, FMTrace *tr);
+
+/*
+ * FMTraceCreate_Private - deprecated, kept until the planner calls FMTraceCreateFromContext_Private:
+ *   the same on a bare communicator, with this rank's row from self (required: &ctx->self).
+ *   Collective on comm (it splits comm by node for the time origin).
  */
 FMErrorCode FMTraceCreate_Private(MPI_Comm comm, const char *run_name, const FMRankInfo *self, FMTrace *tr);
+
+/*
+ * FMTraceSetSerial_Private - whether FMTraceSave_Private gathers to rank 0 and writes with the
+ *   serial API (FM_TRUE) or writes with parallel HDF5 where the build has it (FM_FALSE). Not
+ *   collective (give every rank the same value; rank 0's decides). Default: -fm_trace_serial.
+ */
+FMErrorCode FMTraceSetSerial_Private(FMTrace tr, FMBool serial);
 
 /*
  * FMTraceRecord_Private - append one event. Not collective; O(1) amortized, no messages.
@@ -160,13 +176,52 @@ FMErrorCode FMTraceSummary_Private(FMTrace tr, FMTraceStats *st);
  *   root attribute format is not "flashmask" is refused (FM_ERR_HDF5).
  *   Collective on the recorder's communicator; every rank returns the same code.
  *   With parallel HDF5 every rank writes its events at an MPI_Exscan offset; otherwise, or
- *   with the option -fm_trace_serial (or FM_TRACE_SERIAL=1 in the environment), the events
- *   are gathered to rank 0 which writes alone. Without HDF5 in the build: FM_ERR_SUP.
+ *   when the recorder is serial (FMTraceSetSerial_Private; default -fm_trace_serial), the
+ *   events are gathered to rank 0 which writes alone; rank 0's failure is then FM_ERR_COLLECTIVE
+ *   elsewhere. Without HDF5 in the build: FM_ERR_SUP.
  */
 FMErrorCode FMTraceSave_Private(FMTrace tr, const char *path);
 
 /* FMTraceDestroy_Private - free the recorder and set *tr = NULL. Not collective; NULL is fine. */
 FMErrorCode FMTraceDestroy_Private(FMTrace *tr);
+
+/* ---------------- reading a saved trace (no communication) ---------------- */
+/* One run of a trace file, as FMTraceLoad_Private reads it. */
+typedef struct {
+  char run[256];           /* the run read */
+  char created[64];        /* root attribute created ("" when absent) */
+  char version[64];        /* root attribute library_version ("" when absent) */
+  int nranks;              /* the run's nranks attribute, or 1 + the highest rank of an event if more */
+  size_t n;                /* events */
+  FMTraceEvent *ev;        /* [n], in file order: grouped by rank, in rank order */
+  FMTraceRankRow *rows;    /* [nranks]: rows[r] describes rank r (node, local_rank, numa -1 and
+                              strings "" where the file has no row or column for it) */
+  double bytes_needed, bytes_allgather; /* the run's attributes (0 when absent) */
+} FMTraceData;
+
+/*
+ * FMTraceLoad_Private - read /traces/<run> of a trace file. Not collective, sends no messages
+ *   (usable before MPI_Init).
+ *   path  the file (not an HDF5 file: FM_ERR_FILE)
+ *   run   the run's name, or NULL for the only run (a file with several: FM_ERR_ARG_WRONG, the
+ *         message lists them; a missing run: FM_ERR_HDF5, the message lists those present)
+ *   td    out: the run; free with FMTraceDataFree_Private (nothing to free after an error)
+ *   An events dataset that is missing, not one-dimensional, of another layout, or holding an
+ *   event with a negative rank or times that are not finite and in order, is FM_ERR_HDF5.
+ *   Without HDF5 in the build: FM_ERR_SUP.
+ */
+FMErrorCode FMTraceLoad_Private(const char *path, const char *run, FMTraceData *td);
+void FMTraceDataFree_Private(FMTraceData *td);
+
+#if FM_HAVE_HDF5
+#include <hdf5.h>
+/*
+ * FMTraceEventType_Private - the HDF5 compound type of an FMTraceEvent: file = 1 the packed
+ *   little-endian type stored in /traces/<run>/events, file = 0 the native memory type of the
+ *   struct (members matched by name). The caller closes it (H5Tclose); < 0 on failure.
+ */
+hid_t FMTraceEventType_Private(int file);
+#endif
 
 /* ---------------- helpers shared with the fmtrace program (no communication) ---------------- */
 /*

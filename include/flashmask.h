@@ -410,6 +410,31 @@ typedef struct _p_FMPlan *FMPlan;
 /* FMPlanCreate - create a plan on the context. Collective. */
 FMErrorCode FMPlanCreate(FMContext ctx, FMPlan *plan);
 
+/*
+ * Plan types (FMPlanSetType), as PETSc's VECSTANDARD chooses seq or mpi by size:
+ *   FMPLANLOCAL  one rank holds every query row and key (CPU or CUDA backend); on several
+ *                ranks it is refused with FM_ERR_ARG_INCOMP
+ *   FMPLANCP     context parallel: query chunks spread over the ranks, K/V moved by a pruned
+ *                gather or a ring (MPI, or NCCL on the CUDA backend); runs on one rank too
+ * Default: FMPLANLOCAL on one rank, FMPLANCP on several.
+ */
+typedef const char *FMPlanType;
+#define FMPLANLOCAL "local"
+#define FMPLANCP    "cp"
+
+/*
+ * FMPlanSetType - choose how the plan runs. Not collective (give every rank the same type;
+ *   FMPlanSetUp checks that they agree). Changing the type drops the previous type's settings
+ *   (FMPlanSetPartition and the like) and needs a new FMPlanSetUp.
+ *   plan  the plan
+ *   type  FMPLANLOCAL or FMPLANCP; "local" on a communicator of several ranks is FM_ERR_ARG_INCOMP
+ *   Option: -fm_plan_type local|cp
+ * FMPlanGetType - the type (borrowed); NULL before a type is set or defaulted (FMPlanSetFromOptions,
+ *   FMPlanSetUp). Not collective.
+ */
+FMErrorCode FMPlanSetType(FMPlan plan, FMPlanType type);
+FMErrorCode FMPlanGetType(FMPlan plan, FMPlanType *type);
+
 /* FMPlanSetMask - set the mask (the plan takes a reference). Not collective. */
 FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask);
 
@@ -431,7 +456,11 @@ FMErrorCode FMPlanSetScale(FMPlan plan, double scale);
 /* FMPlanSetStream - CUDA stream (cudaStream_t) to run on; NULL = default stream. Not collective. */
 FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream);
 
-/* FMPlanSetFromOptions - read every -fm_plan_* option. Collective. */
+/*
+ * FMPlanSetFromOptions - read every -fm_plan_* option: the shape, -fm_plan_type (which sets the
+ *   default type if none was set), then the type's own options. Collective; an error on any rank
+ *   is returned on every rank.
+ */
 FMErrorCode FMPlanSetFromOptions(FMPlan plan);
 /*
  * FMPlanSetOptionsPrefix - set the prefix that FMPlanSetFromOptions puts after the dash of
@@ -446,8 +475,11 @@ FMErrorCode FMPlanSetOptionsPrefix(FMPlan plan, const char *prefix);
 FMErrorCode FMPlanGetOptionsPrefix(FMPlan plan, const char **prefix);
 
 /*
- * FMPlanSetUp - check the mask against the shape (mask heads 1 or heads_kv), decide which
- *   query rows this rank owns, and prepare the backend. Collective.
+ * FMPlanSetUp - check the mask against the shape (mask heads 1 or heads_kv), set the default
+ *   type if none was set (FMPlanSetType), decide which query rows and keys this rank owns, and
+ *   prepare the backend. Collective; every rank must give the same type, and what a type does
+ *   not support is refused here on every rank count alike (FM_ERR_SUP: fp32 on the CUDA
+ *   backend, which computes bf16 and fp16). Errors on any rank are returned on every rank.
  */
 FMErrorCode FMPlanSetUp(FMPlan plan);
 
@@ -497,7 +529,7 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
  *   for these positions only, in this order: [batch][nkeys][heads_kv][head_dim]. The key
  *   axis is cut into as many chunks as the query axis (kchunk = ceil(seqlen_k * chunk /
  *   seqlen_q) columns each, equal to the query chunk when seqlen_q = seqlen_k) and key chunk
- *   c lives with query chunk c. On one rank these are all seqlen_k positions.
+ *   c lives with query chunk c. A "local" plan holds all seqlen_k positions, in order.
  *   nkeys        out: number of local key positions
  *   global_keys  out (may be NULL): borrowed array of nkeys global key indices
  */
@@ -537,7 +569,7 @@ FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *l
 /* FMPlanGetFlops - forward FLOPs under the FlashMask convention 4*B*H*Sq*Sk*d*(1-rho). */
 FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops);
 
-/* FMPlanView - print the plan. Collective; rank 0 prints. Option: -fm_plan_view */
+/* FMPlanView - print the plan (its type first). Collective; rank 0 prints. Option: -fm_plan_view */
 FMErrorCode FMPlanView(FMPlan plan, FILE *fp);
 
 /* FMPlanDestroy - drop a reference; frees at zero and sets *plan = NULL. Collective. */

@@ -170,6 +170,7 @@ static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, doubl
   set_opts(c);
   FMT_CALL(make_mask(ctx, c, 42, &mask));
   FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetType(plan, FMPLANCP)); /* the context-parallel executor on every rank count, 1 included */
   FMT_CALL(FMPlanSetMask(plan, mask));
   FMT_CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dtype));
   FMT_CALL(FMPlanSetUp(plan));
@@ -325,6 +326,7 @@ static void test_mismatch(FMContext ctx)
     set_opts(&c);
     FMT_CALL(make_mask(ctx, &c, 42, &mask));
     FMT_CALL(FMPlanCreate(ctx, &plan));
+    FMT_CALL(FMPlanSetType(plan, FMPLANCP)); /* the context-parallel executor on every rank count, 1 included */
     FMT_CALL(FMPlanSetMask(plan, mask));
     FMT_CALL(FMPlanSetShape(plan, c.B, c.Hq, c.Hkv, c.D, c.dtype));
     if (variant == 1) FMT_CALL(FMPlanSetScale(plan, rank == size - 1 ? 0.5 : 0.25));
@@ -375,6 +377,7 @@ static void test_move_errors(FMContext ctx)
     set_opts(c);
     FMT_CALL(make_mask(ctx, c, 7, &mask));
     FMT_CALL(FMPlanCreate(ctx, &plan));
+    FMT_CALL(FMPlanSetType(plan, FMPLANCP)); /* the context-parallel executor on every rank count, 1 included */
     FMT_CALL(FMPlanSetMask(plan, mask));
     FMT_CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dtype));
     FMT_CALL(FMPlanSetUp(plan));

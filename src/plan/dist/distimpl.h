@@ -1,10 +1,11 @@
 /*
- * distimpl.h - the context-parallel plan's state (FMDist, behind plan->dist) shared by the
+ * distimpl.h - the context-parallel plan's state (FMDist, behind plan->data of a "cp" plan) shared by the
  * CPU executor (exec.c) and the GPU executor (exec_gpu.c). Private to src/plan/dist.
  */
 #ifndef FLASHMASK_DIST_DISTIMPL_H
 #define FLASHMASK_DIST_DISTIMPL_H
 #include <flashmask/private/fmdist.h>
+#include <flashmask/private/planimpl.h>
 
 /* -fm_plan_transport: how device K/V chunks move on the CUDA backend. */
 typedef enum { FM_DIST_TRANSPORT_AUTO = 0, FM_DIST_TRANSPORT_NCCL = 1, FM_DIST_TRANSPORT_MPI = 2 } FMDistTransport;
@@ -43,6 +44,19 @@ typedef struct {
   char trace_path[1024];
   void *gpu;              /* the GPU executor's state (exec_gpu.c) on the CUDA backend, else NULL */
 } FMDist;
+
+/*
+ * The "cp" type's ops (exec.c; the table is filled by FMPlanCreate_CP): SetUp_CP is
+ * collective and fills plan->nlocal/rows and the FMDist; Forward_CP runs the CPU executor
+ * or, on the CUDA backend, the GPU one; Backward_CP the CPU one (device tensors staged
+ * through host memory); View_CP prints the partition; Destroy_CP frees the FMDist.
+ */
+FMErrorCode FMPlanSetUp_CP(FMPlan plan);
+FMErrorCode FMPlanForward_CP(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
+FMErrorCode FMPlanBackward_CP(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+                              const void *dout, void *dq, void *dk, void *dv);
+FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp);
+FMErrorCode FMPlanDestroy_CP(FMPlan plan);
 
 /*
  * FMDistTraceBegin_Private / FMDistTraceEnd_Private - start a recorder for one traced call

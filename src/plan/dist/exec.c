@@ -1,9 +1,9 @@
 /*
- * exec.c - the context-parallel plan on the CPU backend over MPI: set-up (partition,
- * consistency check, needed set, route), the overlapped pruned forward with exact LSE
- * merging, the backward with dK/dV reduced to the owners over the reverse route, the ring
- * schedule baseline (-fm_plan_schedule ring), and the FMPlanScatter / FMPlanGather /
- * FMPlanGetLocalKeys helpers.
+ * exec.c - the "cp" plan type (context parallel) and its CPU executor over MPI: set-up
+ * (partition, consistency check, needed set, route), the overlapped pruned forward with exact
+ * LSE merging, the backward with dK/dV reduced to the owners over the reverse route, the ring
+ * schedule baseline (-fm_plan_schedule ring), and the type's layout queries. Runs on any
+ * number of ranks, one included.
  */
 #include "distimpl.h"
 #include <flashmask/private/fmtrace.h>
@@ -24,16 +24,10 @@ const char *const FMDistTransportNames[] = {"auto", "nccl", "mpi", NULL};
 const char *const FMDistGPUAwareNames[] = {"0", "1", "auto", NULL};
 
 /* ---------------- helpers ---------------- */
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-  const unsigned char *b = (const unsigned char *)p;
-  for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
-  return h;
-}
-
+/* The plan's scalars, cp settings and mask bounds: every rank must set up the same plan. */
 static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, uint64_t *hash)
 {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = FM_HASH_INIT;
   int v[21];
   double sc = plan->scale;
   v[0] = m->seqlen_q; v[1] = m->seqlen_k; v[2] = m->mask_heads; v[3] = m->causal; v[4] = m->present; v[5] = m->block;
@@ -41,16 +35,18 @@ static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, 
   v[11] = d->part_type; v[12] = d->route_type; v[13] = d->prune * 2 + d->overlap; v[14] = d->chunk_opt; v[15] = d->vnodes;
   v[16] = d->trace_on; v[17] = d->schedule; v[18] = d->transport; v[19] = d->step_chunks;
   v[20] = d->gpu_aware;
-  h = fnv(h, v, sizeof(v));
-  h = fnv(h, &sc, sizeof(sc));
-  h = fnv(h, &d->partial_cost, sizeof(d->partial_cost));
-  h = fnv(h, &d->row_cost, sizeof(d->row_cost));
-  for (int b = 0; b < 4; b++) h = fnv(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
+  h = FMHash_Private(h, v, sizeof(v));
+  h = FMHash_Private(h, &sc, sizeof(sc));
+  h = FMHash_Private(h, &d->partial_cost, sizeof(d->partial_cost));
+  h = FMHash_Private(h, &d->row_cost, sizeof(d->row_cost));
+  /* TODO(merge): use mask->hash */
+  for (int b = 0; b < 4; b++) h = FMHash_Private(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
   *hash = h;
   return FM_SUCCESS;
 }
 
-static FMErrorCode dist_free(FMDist *d)
+/* Free the set-up state of d (not d itself) and zero it. */
+static FMErrorCode dist_reset(FMDist *d)
 {
   if (!d) return FM_SUCCESS;
   FMCall(FMDistPartitionDestroy(&d->part));
@@ -61,7 +57,7 @@ static FMErrorCode dist_free(FMDist *d)
 #if FM_HAVE_CUDA
   FMCall(FMDistDestroyGPU_Private(d));
 #endif
-  free(d);
+  memset(d, 0, sizeof(*d));
   return FM_SUCCESS;
 }
 
@@ -80,10 +76,9 @@ static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsi
   FMCall(FMMalloc(d->ch.nchunks, &d->w));
   FMCall(FMDistChunkWeights(m, &d->ch, d->partial_cost, d->row_cost, d->w));
   FMCall(FMDistPartitionCreate((FMDistPartType)d->part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo));
-  if (P > 1 || !plan->rows) { /* on one rank plan.c's identity rows stay (callers may hold them) */
-    free(plan->rows); plan->rows = NULL;
-    FMCall(FMDistRankRows(&d->ch, &d->part, me, &plan->nlocal, &plan->rows));
-  }
+  FMFree(plan->rows);
+  plan->nlocal = 0;
+  FMCall(FMDistRankRows(&d->ch, &d->part, me, &plan->nlocal, &plan->rows));
   FMCall(FMDistRankKeys(&d->ch, &d->part, me, &d->nkeys, &d->keys));
   FMCall(FMMalloc(d->ch.nchunks, &d->kofs));
   for (int c = 0, o = 0; c < d->ch.nchunks; c++) {
@@ -222,19 +217,28 @@ static FMErrorCode read_options(FMDist *d)
   return FM_SUCCESS;
 }
 
-FMErrorCode FMPlanSetUp_Dist(FMPlan plan)
+/* The cp type's supported plans: the same refusals on one rank and on several (agreed by the caller). */
+static FMErrorCode check_supported(FMPlan plan)
+{
+  FMCall(FMPlanCheckCUDADType_Private(plan));
+#if !FM_HAVE_CUDA
+  FMCheck(plan->backend != FM_BACKEND_CUDA, MPI_COMM_SELF, FM_ERR_SUP, "This build has no CUDA support");
+#endif
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanSetUp_CP(FMPlan plan)
 {
   MPI_Comm comm = plan->hdr.comm;
   int P = plan->ctx->size, me = plan->ctx->rank, flag = 0, *tagub = NULL;
   FMMaskDesc m;
-  FMDist *d;
+  FMDist *d = (FMDist *)plan->data;
   uint64_t hash, *all;
   unsigned char *myneed = NULL;
   FMErrorCode ierr;
 
-  if (plan->dist) { FMCall(dist_free((FMDist *)plan->dist)); plan->dist = NULL; }
-  FMCall(FMCalloc(1, &d));
-  plan->dist = d;
+  FMAgree(comm, check_supported(plan));
+  FMCall(dist_reset(d));
   d->part_type = FM_DIST_BALANCED;
   d->route_type = FM_DIST_ROUTE_HIER;
   d->schedule = FM_DIST_SCHED_GATHER;
@@ -273,13 +277,9 @@ FMErrorCode FMPlanSetUp_Dist(FMPlan plan)
   free(myneed);
   FMCallMPI((int)ierr);
   FMAgree(comm, setup_route(plan, d));
-  if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
-    FMCall(FMDistSetUpGPU_Private(plan, d)); /* collective; agrees internally */
-#else
-    FMRaise(comm, FM_ERR_SUP, "This build has no CUDA support");
+  if (plan->backend == FM_BACKEND_CUDA) FMCall(FMDistSetUpGPU_Private(plan, d)); /* collective; agrees internally */
 #endif
-  }
   (void)me;
   return FM_SUCCESS;
 }
@@ -288,15 +288,18 @@ FMErrorCode FMDistGetStats(FMPlan plan, FMDistStats *stats)
 {
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   FMValidPointer(stats, 2);
-  FMCheck(plan->dist, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no distributed part (call FMPlanSetUp first)");
-  *stats = ((FMDist *)plan->dist)->stats;
+  FMCheck(plan->ops && plan->hdr.type_name && !strcmp(plan->hdr.type_name, FMPLANCP), MPI_COMM_SELF, FM_ERR_ARG_WRONG,
+          "Argument 1 (plan) is of type %s; FMDistGetStats needs a \"%s\" plan (FMPlanSetType)",
+          plan->hdr.type_name ? plan->hdr.type_name : "(none)", FMPLANCP);
+  FMCheckSetUp(plan, "FMPlan");
+  *stats = ((FMDist *)plan->data)->stats;
   return FM_SUCCESS;
 }
 
-FMErrorCode FMPlanDestroy_Dist(FMPlan plan)
+FMErrorCode FMPlanDestroy_CP(FMPlan plan)
 {
-  FMCall(dist_free((FMDist *)plan->dist));
-  plan->dist = NULL;
+  FMCall(dist_reset((FMDist *)plan->data));
+  FMFree(plan->data);
   return FM_SUCCESS;
 }
 
@@ -417,9 +420,8 @@ static FMErrorCode exec_init(FMPlan plan, Exec *e)
 {
   memset(e, 0, sizeof(*e));
   e->plan = plan;
-  e->d = (FMDist *)plan->dist;
-  FMCheck(e->d, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no distributed part (call FMPlanSetUp first)");
-  /* host tensors only: plan.c stages device tensors of the CUDA backend's backward through the host */
+  e->d = (FMDist *)plan->data;
+  /* host tensors only: FMPlanBackward_CP stages device tensors of the CUDA backend through the host */
   e->p.batch = plan->batch; e->p.heads_q = plan->heads_q; e->p.heads_kv = plan->heads_kv; e->p.head_dim = plan->head_dim;
   e->p.dtype = plan->dtype;
   e->p.scale = (float)plan->scale;
@@ -811,7 +813,7 @@ cleanup:
   return ierr;
 }
 
-FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
+FMErrorCode FMPlanForward_CP(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
 {
   Exec e;
   FMDist *d;
@@ -820,16 +822,6 @@ FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const 
   int first = 1, me = plan->ctx->rank, c;
   FMErrorCode ierr;
 
-  if (plan->ctx->size == 1) { /* a plain single call */
-    FMAttnProblem p;
-    float *tmp = NULL;
-    FMCall(FMPlanGetProblem_Private(plan, &p));
-    if (!lse) FMCall(FMMalloc((size_t)p.batch * p.heads_q * p.nq + 1, &tmp));
-    ierr = FMCPUForward(&p, q, k, v, o, plan->dtype, lse ? lse : tmp);
-    free(tmp);
-    FMCall(ierr);
-    return FM_SUCCESS;
-  }
   if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
     FMCall(FMDistForwardGPU_Private(plan, q, k, v, o, lse));
@@ -890,7 +882,8 @@ cleanup:
   return ierr;
 }
 
-FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+/* The backward on host tensors over MPI (the CUDA backend stages its tensors around it). */
+static FMErrorCode backward_host(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
                                 const void *dout, void *dq, void *dk, void *dv)
 {
   Exec e;
@@ -904,17 +897,6 @@ FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const
   double t0, *cpost = NULL, *ppost = NULL;
   FMErrorCode ierr;
 
-  if (plan->ctx->size == 1) { /* a plain single call */
-    FMAttnProblem p;
-    FMCall(FMPlanGetProblem_Private(plan, &p));
-    nqe = (size_t)p.batch * p.nq * p.heads_q * p.head_dim;
-    FMCall(FMCalloc(nqe + 1, &dqacc));
-    ierr = FMCPUBackward(&p, q, k, v, o, lse, dout, dqacc, dk, dv, plan->dtype);
-    if (!ierr) to_dtype(dq, plan->dtype, dqacc, nqe);
-    free(dqacc);
-    FMCall(ierr);
-    return FM_SUCCESS;
-  }
   /* every local allocation (Exec state, dQ accumulator, chunk buffers, dK/dV partials) is
      agreed before the first message, so one rank's failure is an error everywhere */
   ierr = exec_init(plan, &e);
@@ -1055,9 +1037,9 @@ cleanup:
   return ierr;
 }
 
-FMErrorCode FMPlanView_Dist(FMPlan plan, FILE *fp)
+FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
 {
-  FMDist *d = (FMDist *)plan->dist;
+  FMDist *d = (FMDist *)plan->data;
   MPI_Comm comm = plan->hdr.comm;
   int P = plan->ctx->size, C, block = plan->mask->block > 0 ? plan->mask->block : 128;
   int64_t mx;
@@ -1107,135 +1089,41 @@ FMErrorCode FMPlanView_Dist(FMPlan plan, FILE *fp)
   return FM_SUCCESS;
 }
 
-/* ---------------- local layout helpers ---------------- */
-static FMErrorCode ensure_dist(FMPlan plan)
+FMErrorCode FMPlanBackward_CP(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+                              const void *dout, void *dq, void *dk, void *dv)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCheckSetUp(plan, "FMPlan");
-  if (!plan->dist) FMCall(FMPlanSetUp_Dist(plan)); /* one rank: plan.c plans without us */
+  if (plan->backend == FM_BACKEND_CUDA)
+    FMCall(FMPlanBackwardStaged_Private(plan, ((FMDist *)plan->data)->nkeys, backward_host, q, k, v, o, lse, dout, dq, dk, dv));
+  else FMCall(backward_host(plan, q, k, v, o, lse, dout, dq, dk, dv));
   return FM_SUCCESS;
 }
 
-FMErrorCode FMPlanGetLocalKeys(FMPlan plan, int *nkeys, const int **global_keys)
+/* ---------------- layout queries ---------------- */
+static FMErrorCode getlocalkeys(FMPlan plan, int *nkeys, const int **global_keys)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMValidPointer(nkeys, 2);
-  FMCall(ensure_dist(plan));
-  *nkeys = ((FMDist *)plan->dist)->nkeys;
-  if (global_keys) *global_keys = ((FMDist *)plan->dist)->keys;
+  FMDist *d = (FMDist *)plan->data;
+  *nkeys = d->nkeys;
+  if (global_keys) *global_keys = d->keys;
   return FM_SUCCESS;
 }
 
-/* Layout of a tensor kind: outer x S x unit bytes globally, outer x n x unit locally. */
-static FMErrorCode kind_layout(FMPlan plan, FMPlanTensor kind, int r, int *n, int **idx, size_t *outer, size_t *unit, int *S)
+static FMErrorCode getlayout(FMPlan plan, int keys, int r, int *n, int **idx)
 {
-  FMDist *d = (FMDist *)plan->dist;
-  size_t es = elsize(plan);
-  switch (kind) {
-  case FM_PLAN_TENSOR_Q:
-    *outer = (size_t)plan->batch; *unit = (size_t)plan->heads_q * plan->head_dim * es; *S = d->ch.seqlen_q;
-    FMCall(FMDistRankRows(&d->ch, &d->part, r, n, idx));
-    break;
-  case FM_PLAN_TENSOR_KV:
-    *outer = (size_t)plan->batch; *unit = (size_t)plan->heads_kv * plan->head_dim * es; *S = d->ch.seqlen_k;
-    FMCall(FMDistRankKeys(&d->ch, &d->part, r, n, idx));
-    break;
-  case FM_PLAN_TENSOR_LSE:
-    *outer = (size_t)plan->batch * plan->heads_q; *unit = sizeof(float); *S = d->ch.seqlen_q;
-    FMCall(FMDistRankRows(&d->ch, &d->part, r, n, idx));
-    break;
-  default: FMRaise(MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (kind) is %d; expected FM_PLAN_TENSOR_Q, _KV or _LSE", (int)kind);
-  }
+  FMDist *d = (FMDist *)plan->data;
+  if (keys) FMCall(FMDistRankKeys(&d->ch, &d->part, r, n, idx));
+  else FMCall(FMDistRankRows(&d->ch, &d->part, r, n, idx));
   return FM_SUCCESS;
 }
 
-/*
- * Scatter (global_in on root -> local_out) or gather (local_in -> global_out on root). Every
- * argument check and root's allocations end in one FMAgree before any communication, so a
- * bad pointer or an allocation failure on one rank is an error on every rank, never a hang.
- * A NULL local buffer is accepted on a rank whose local count is 0.
- */
-static FMErrorCode move(FMPlan plan, FMPlanTensor kind, int root, int scatter, const void *global_in, void *global_out, const void *local_in,
-                        void *local_out)
-{
-  MPI_Comm comm = plan->hdr.comm;
-  int P = plan->ctx->size, me = plan->ctx->rank, *cnt = NULL, *dsp = NULL, n = 0, *idx = NULL, S = 0;
-  size_t outer = 0, unit = 0, total = 0, pos = 0;
-  char *pk = NULL;
-  FMErrorCode ierr;
-  FMCall(ensure_dist(plan));
-  FMCheck(root >= 0 && root < P, comm, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (root) is %d; expected 0..%d", root, P - 1);
-  FMCheck(kind == FM_PLAN_TENSOR_Q || kind == FM_PLAN_TENSOR_KV || kind == FM_PLAN_TENSOR_LSE, comm, FM_ERR_ARG_OUTOFRANGE,
-          "Argument 2 (kind) is %d; expected FM_PLAN_TENSOR_Q, _KV or _LSE", (int)kind);
-  ierr = kind_layout(plan, kind, me, &n, &idx, &outer, &unit, &S);
-  free(idx);
-  total = outer * (size_t)S * unit; /* the same on every rank */
-  if (!ierr && total > 2147483647.0)
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_SUP, "The global tensor has %zu bytes, more than one MPI call moves",
-                           total);
-  if (!ierr && n > 0 && !(scatter ? (const void *)local_out : local_in))
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_ARG_NULL,
-                           "Null pointer: argument %d (local) on rank %d, whose local count is %d; expected a buffer of %zu bytes",
-                           scatter ? 5 : 4, me, n, outer * (size_t)n * unit);
-  if (!ierr && me == root && !(scatter ? global_in : (const void *)global_out))
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_ARG_NULL,
-                           "Null pointer: argument %d (global) on the root rank %d", scatter ? 4 : 5, root);
-  if (!ierr && me == root) ierr = FMMalloc(P, &cnt);
-  if (!ierr && me == root) ierr = FMMalloc(P, &dsp);
-  if (!ierr && me == root) ierr = FMMalloc(total + 1, &pk);
-  for (int r = 0; !ierr && me == root && r < P; r++) {
-    int nr, *ir = NULL, Sr;
-    ierr = kind_layout(plan, kind, r, &nr, &ir, &outer, &unit, &Sr);
-    if (ierr) break;
-    cnt[r] = (int)(outer * nr * unit);
-    dsp[r] = (int)pos;
-    if (scatter)
-      for (size_t o = 0; o < outer; o++)
-        for (int i = 0; i < nr; i++, pos += unit) memcpy(pk + pos, (const char *)global_in + (o * S + (size_t)ir[i]) * unit, unit);
-    else pos += outer * nr * unit;
-    free(ir);
-  }
-  ierr = FMAgree_Private(comm, ierr, __FILE__, __func__, __LINE__);
-  if (ierr) goto cleanup;
-  if (scatter) ierr = MPI_Scatterv(pk, cnt, dsp, MPI_BYTE, local_out, (int)(outer * n * unit), MPI_BYTE, root, comm);
-  else ierr = MPI_Gatherv(local_in, (int)(outer * n * unit), MPI_BYTE, pk, cnt, dsp, MPI_BYTE, root, comm);
-  if (ierr) {
-    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_MPI, "MPI error %d in %s", (int)ierr,
-                           scatter ? "MPI_Scatterv" : "MPI_Gatherv");
-    goto cleanup;
-  }
-  if (!scatter && me == root) {
-    pos = 0;
-    for (int r = 0; r < P; r++) {
-      int nr, *ir = NULL, Sr;
-      ierr = kind_layout(plan, kind, r, &nr, &ir, &outer, &unit, &Sr);
-      if (ierr) goto cleanup;
-      for (size_t o = 0; o < outer; o++)
-        for (int i = 0; i < nr; i++, pos += unit) memcpy((char *)global_out + (o * S + (size_t)ir[i]) * unit, pk + pos, unit);
-      free(ir);
-    }
-  }
-cleanup:
-  free(pk); free(cnt); free(dsp);
-  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
-  return FM_SUCCESS;
-}
+static const FMPlanOps cp_ops = {NULL, FMPlanSetUp_CP, FMPlanForward_CP, FMPlanBackward_CP, FMPlanView_CP, FMPlanDestroy_CP, getlocalkeys,
+                                 getlayout};
 
-/*
- * FMPlanScatter / FMPlanGather: collective; argument errors on any rank are errors on every
- * rank (see move()). local may be NULL where this rank's local count is 0; global is read
- * only on root.
- */
-FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *global, void *local)
+/* FMPlanCreate_CP - see planimpl.h. */
+FMErrorCode FMPlanCreate_CP(FMPlan plan)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCall(move(plan, kind, root, 1, global, NULL, NULL, local));
-  return FM_SUCCESS;
-}
-
-FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *local, void *global)
-{
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCall(move(plan, kind, root, 0, NULL, global, local, NULL));
+  FMDist *d;
+  FMCall(FMCalloc(1, &d));
+  plan->data = d;
+  plan->ops = &cp_ops;
   return FM_SUCCESS;
 }

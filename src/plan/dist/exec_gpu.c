@@ -1,7 +1,7 @@
 /*
  * exec_gpu.c - the context-parallel forward on the CUDA backend (built with CUDA only).
  *
- * Set-up (collective, at the end of FMPlanSetUp_Dist). The schedule's transfers are cut into
+ * Set-up (collective, at the end of FMPlanSetUp_CP). The schedule's transfers are cut into
  * exchange steps (FMDistExchangeSteps, steps.c). Each step is one NCCL group (or one set of
  * MPI messages, through pinned host memory or, with CUDA-aware MPI, on the device buffers
  * themselves) holding all of its sends and receives on every rank, so a step can always
@@ -253,8 +253,6 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
   size_t no = B * plan->nlocal * plan->heads_q * plan->head_dim, nl = B * plan->heads_q * plan->nlocal;
   FMErrorCode ierr = FM_SUCCESS;
 
-  FMCheck(plan->dtype == FM_DTYPE_BF16 || plan->dtype == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP,
-          "The CUDA backend computes bf16 or fp16; the plan's dtype is %s", FMDTypeName(plan->dtype));
   {
     /* The exchange stream gets the highest priority: NCCL moves data with kernels, and behind
        an attention kernel that fills every SM with queued CTAs a normal-priority NCCL kernel
@@ -689,7 +687,7 @@ static FMErrorCode trace_events(FMPlan plan, FMDist *d, FMDistGPU *g, void *tr, 
 
 FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
 {
-  FMDist *d = (FMDist *)plan->dist;
+  FMDist *d = (FMDist *)plan->data;
   FMDistGPU *g = d ? (FMDistGPU *)d->gpu : NULL;
   cudaStream_t us = (cudaStream_t)plan->stream;
   int me = plan->ctx->rank, first = 1, *ran = NULL;

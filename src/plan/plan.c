@@ -2,7 +2,7 @@
  * plan.c - FMPlan: an attention problem (shape, dtype, scale, mask) bound to a context.
  * This file keeps what every plan type shares: the setters, argument and call-order checks,
  * logging, and the dispatch through plan->ops to the type ("local": local.c; "cp", context
- * parallel: src/plan/dist), chosen by FMPlanSetType or by size as PETSc's VECSTANDARD.
+ * parallel: src/plan/cp), chosen by FMPlanSetType or by size as PETSc's VECSTANDARD.
  */
 #include <flashmask/private/planimpl.h>
 #include <flashmask/private/fmkernels.h>
@@ -164,30 +164,6 @@ static FMErrorCode setfromoptions(FMPlan plan)
   return FM_SUCCESS;
 }
 
-/* FMPlanGetProblem_Private - see fmkernels.h. */
-FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p)
-{
-  memset(p, 0, sizeof(*p));
-  p->batch = plan->batch; p->heads_q = plan->heads_q; p->heads_kv = plan->heads_kv; p->head_dim = plan->head_dim;
-  p->dtype = plan->dtype;
-  p->scale = (float)plan->scale;
-  FMCall(FMMaskGetDesc_Private(plan->mask, &p->mask));
-  p->nq = p->mask.seqlen_q; p->qrows = NULL;
-  p->k0 = 0; p->nk = p->mask.seqlen_k;
-  p->nthreads = plan->ctx->nthreads;
-  return FM_SUCCESS;
-}
-
-
-/* FMPlanCheckCUDADType_Private - see planimpl.h. */
-FMErrorCode FMPlanCheckCUDADType_Private(FMPlan plan)
-{
-  FMCheck(plan->backend != FM_BACKEND_CUDA || plan->dtype == FM_DTYPE_BF16 || plan->dtype == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP,
-          "The CUDA backend computes bf16 or fp16; the plan's dtype is %s (FMPlanSetShape, -fm_plan_dtype; or -fm_backend cpu)",
-          FMDTypeName(plan->dtype));
-  return FM_SUCCESS;
-}
-
 static FMErrorCode check_mask_heads(FMPlan plan)
 {
   FMMask m = plan->mask;
@@ -239,22 +215,6 @@ FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops)
   *fwd_flops = 4.0 * plan->batch * plan->heads_q * (double)plan->mask->seqlen_q * (double)plan->mask->seqlen_k * plan->head_dim *
                (1.0 - plan->mask->sparsity);
   return FM_SUCCESS;
-}
-
-/* FMPlanCheckDeviceArgs_Private - see planimpl.h. */
-FMErrorCode FMPlanCheckDeviceArgs_Private(FMPlan plan, int n, const void *const *ptr, const char *const *name)
-{
-  if (plan->backend != FM_BACKEND_CUDA) return FM_SUCCESS;
-#if FM_HAVE_CUDA
-  for (int i = 0; i < n; i++)
-    FMCheck(!ptr[i] || FMCudaIsDevicePointer(ptr[i]), MPI_COMM_SELF, FM_ERR_ARG_WRONG,
-            "Argument %d (%s) is host memory, but the plan runs on the CUDA backend; pass device memory "
-            "(cudaMalloc) or choose the CPU backend (-fm_backend cpu)", i + 2, name[i]);
-  return FM_SUCCESS;
-#else
-  (void)n; (void)ptr; (void)name;
-  FMRaise(MPI_COMM_SELF, FM_ERR_SUP, "This build has no CUDA support");
-#endif
 }
 
 /*

@@ -1,5 +1,5 @@
 /*
- * fmdist.h - private interface of the context-parallel planner (src/plan/dist).
+ * fmdist.h - private interface of the context-parallel planner (src/plan/cp).
  * Not installed.
  *
  * Phase 1 is pure planning: every function below except FMDistGetStats is a deterministic

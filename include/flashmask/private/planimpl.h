@@ -54,7 +54,7 @@ struct _p_FMPlan {
 
 /* The type constructors: set plan->ops and allocate plan->data with the type's defaults. */
 FMErrorCode FMPlanCreate_Local(FMPlan plan);   /* src/plan/local.c */
-FMErrorCode FMPlanCreate_CP(FMPlan plan);      /* src/plan/dist (context parallel) */
+FMErrorCode FMPlanCreate_CP(FMPlan plan);      /* src/plan/cp/setup.c (context parallel) */
 
 /*
  * FMPlanCheckCUDADType_Private - the CUDA backend computes bf16 or fp16: FM_ERR_SUP naming the

@@ -95,17 +95,18 @@ static FMErrorCode make_mask(FMContext ctx, const Case *c, unsigned long mseed, 
   return FM_SUCCESS;
 }
 
-static void set_opts(const Case *c)
+/* The case's context-parallel settings through the setters, then the options (-fm_trace from FM_OPTIONS). */
+static void set_opts(FMPlan plan, const Case *c)
 {
-  char buf[32];
-  FMOptionsSetValue("-fm_plan_partition", c->part);
-  FMOptionsSetValue("-fm_plan_route", c->route);
-  FMOptionsSetValue("-fm_plan_chunk", c->chunk);
-  FMOptionsSetValue("-fm_plan_prune", c->prune ? "1" : "0");
-  FMOptionsSetValue("-fm_plan_overlap", c->overlap ? "1" : "0");
-  snprintf(buf, sizeof(buf), "%d", c->vnodes);
-  FMOptionsSetValue("-fm_plan_nodes", buf);
-  FMOptionsSetValue("-fm_plan_schedule", c->sched ? c->sched : "gather");
+  FMT_CALL(FMPlanSetType(plan, FMPLANCP)); /* the context-parallel executor on every rank count, 1 included */
+  FMT_CALL(FMPlanSetPartition(plan, c->part));
+  FMT_CALL(FMPlanSetRoute(plan, c->route));
+  FMT_CALL(FMPlanSetChunk(plan, atoi(c->chunk)));
+  FMT_CALL(FMPlanSetPrune(plan, c->prune ? FM_TRUE : FM_FALSE));
+  FMT_CALL(FMPlanSetOverlap(plan, c->overlap ? FM_TRUE : FM_FALSE));
+  FMT_CALL(FMPlanSetVirtualNodes(plan, c->vnodes));
+  FMT_CALL(FMPlanSetSchedule(plan, c->sched ? c->sched : "gather"));
+  FMT_CALL(FMPlanSetFromOptions(plan));
 }
 
 /*
@@ -167,10 +168,9 @@ static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, doubl
 
   fill(fq, nQ, &s); fill(fk, nK, &s); fill(fv, nK, &s); fill(fdo, nQ, &s);
   to_t(gq, c->dtype, fq, nQ); to_t(gk, c->dtype, fk, nK); to_t(gv, c->dtype, fv, nK); to_t(gdo, c->dtype, fdo, nQ);
-  set_opts(c);
   FMT_CALL(make_mask(ctx, c, 42, &mask));
   FMT_CALL(FMPlanCreate(ctx, &plan));
-  FMT_CALL(FMPlanSetType(plan, FMPLANCP)); /* the context-parallel executor on every rank count, 1 included */
+  set_opts(plan, c);
   FMT_CALL(FMPlanSetMask(plan, mask));
   FMT_CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dtype));
   FMT_CALL(FMPlanSetUp(plan));
@@ -311,7 +311,7 @@ static void test_ring(FMContext ctx, int *ndoc)
 
 /*
  * One rank sets up a different plan (the mask itself is checked by FMMaskSetUp): a different
- * -fm_plan_partition option, or a different softmax scale. FMPlanSetUp must fail with
+ * partition (FMPlanSetPartition), or a different softmax scale. FMPlanSetUp must fail with
  * FM_ERR_MISMATCH on every rank, never hang.
  */
 static void test_mismatch(FMContext ctx)
@@ -323,10 +323,9 @@ static void test_mismatch(FMContext ctx)
     FMErrorCode e;
     int ok, all;
     if (variant == 0 && rank == size - 1) c.part = "contiguous";
-    set_opts(&c);
     FMT_CALL(make_mask(ctx, &c, 42, &mask));
     FMT_CALL(FMPlanCreate(ctx, &plan));
-    FMT_CALL(FMPlanSetType(plan, FMPLANCP)); /* the context-parallel executor on every rank count, 1 included */
+    set_opts(plan, &c);
     FMT_CALL(FMPlanSetMask(plan, mask));
     FMT_CALL(FMPlanSetShape(plan, c.B, c.Hq, c.Hkv, c.D, c.dtype));
     if (variant == 1) FMT_CALL(FMPlanSetScale(plan, rank == size - 1 ? 0.5 : 0.25));
@@ -374,10 +373,9 @@ static void test_move_errors(FMContext ctx)
     FMMask mask;
     FMPlan plan;
     FMErrorCode e;
-    set_opts(c);
     FMT_CALL(make_mask(ctx, c, 7, &mask));
     FMT_CALL(FMPlanCreate(ctx, &plan));
-    FMT_CALL(FMPlanSetType(plan, FMPLANCP)); /* the context-parallel executor on every rank count, 1 included */
+    set_opts(plan, c);
     FMT_CALL(FMPlanSetMask(plan, mask));
     FMT_CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dtype));
     FMT_CALL(FMPlanSetUp(plan));

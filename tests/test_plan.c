@@ -155,9 +155,12 @@ static void check_types(FMContext ctx)
     FMT_CHECK(!memcmp(g, l, sizeof(g)) && !memcmp(g, back, sizeof(g)), "local Scatter/Gather are not copies");
     FMT_EXPECT_ERR(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, 1, g, l), FM_ERR_ARG_OUTOFRANGE, "root");
   }
-  /* a new type drops the set-up; cp runs on one rank */
+  /* a new type drops the set-up; cp runs on one rank, with the same rules as on several */
   FMT_CALL(FMPlanSetType(plan, FMPLANCP));
   FMT_EXPECT_ERR(FMPlanForward(plan, buf, buf, buf, buf, lse), FM_ERR_ORDER, "FMPlanSetUp");
+  FMT_CALL(FMPlanSetVirtualNodes(plan, 2));
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_OPT, "-fm_plan_nodes");
+  FMT_CALL(FMPlanSetVirtualNodes(plan, 0));
   FMT_CALL(FMPlanSetUp(plan));
   FMT_CALL(FMPlanGetType(plan, &t));
   FMT_CHECK(t && !strcmp(t, FMPLANCP), "type %s after FMPlanSetType(cp)", t ? t : "(null)");
@@ -170,8 +173,111 @@ static void check_types(FMContext ctx)
   FMT_CALL(FMMaskDestroy(&mask));
 }
 
+/* A set-up cp plan's chunk count (FMDistGetStats). */
+static int nchunks_of(FMPlan plan)
+{
+  FMDistStats st;
+  memset(&st, 0, sizeof(st));
+  FMT_CALL(FMDistGetStats(plan, &st));
+  return st.nchunks;
+}
+
+/*
+ * Options belong to objects: two plans with their own prefixes read their own options; a
+ * setter and its option give the same plan; an option overrides an earlier setter; bad values
+ * name the argument or the option; a local plan takes the settings without effect.
+ */
+static void check_settings(FMContext ctx)
+{
+  FMMask mask;
+  FMPlan a, b, c, l;
+  FMPlanType t = NULL;
+  const char *str = NULL;
+  int chunk = -1;
+  double cost = 0;
+  FMT_CALL(FMMaskCreate(ctx, &mask));
+  FMT_CALL(FMMaskSetSizes(mask, 256, 256, 1));
+  FMT_CALL(FMMaskSetType(mask, FMMASKCAUSALDOCUMENT));
+  FMT_CALL(FMMaskSetBlockSize(mask, 32));
+  FMT_CALL(FMMaskSetUp(mask));
+  FMT_CALL(FMOptionsSetValue("-pa_fm_plan_type", "cp"));
+  FMT_CALL(FMOptionsSetValue("-pa_fm_plan_partition", "contiguous"));
+  FMT_CALL(FMOptionsSetValue("-pa_fm_plan_chunk", "32"));
+  FMT_CALL(FMOptionsSetValue("-pa_fm_plan_partial_cost", "2.5"));
+  FMT_CALL(FMOptionsSetValue("-pb_fm_plan_type", "cp"));
+  FMT_CALL(FMOptionsSetValue("-pb_fm_plan_partition", "dual_chunk"));
+  FMT_CALL(FMOptionsSetValue("-pb_fm_plan_chunk", "64"));
+  FMT_CALL(FMOptionsSetValue("-pb_fm_plan_schedule", "ring"));
+  a = new_plan(ctx, mask, 1);
+  b = new_plan(ctx, mask, 1);
+  FMT_CALL(FMPlanSetOptionsPrefix(a, "pa_"));
+  FMT_CALL(FMPlanSetOptionsPrefix(b, "pb_"));
+  FMT_CALL(FMPlanSetChunk(b, 16)); /* the option given later wins, as in PETSc */
+  FMT_CALL(FMPlanSetFromOptions(a));
+  FMT_CALL(FMPlanSetFromOptions(b));
+  FMT_CALL(FMPlanGetType(a, &t));
+  FMT_CHECK(t && !strcmp(t, FMPLANCP), "-pa_fm_plan_type cp gave type %s", t ? t : "(null)");
+  FMT_CALL(FMPlanGetPartition(a, &str));
+  FMT_CHECK(!strcmp(str, "contiguous"), "plan a (prefix pa_) has partition %s, expected contiguous", str);
+  FMT_CALL(FMPlanGetPartition(b, &str));
+  FMT_CHECK(!strcmp(str, "dual_chunk"), "plan b (prefix pb_) has partition %s, expected dual_chunk", str);
+  FMT_CALL(FMPlanGetChunk(a, &chunk));
+  FMT_CHECK(chunk == 32, "plan a has chunk %d, expected 32", chunk);
+  FMT_CALL(FMPlanGetChunk(b, &chunk));
+  FMT_CHECK(chunk == 64, "plan b has chunk %d, expected 64 (-pb_fm_plan_chunk over FMPlanSetChunk 16)", chunk);
+  FMT_CALL(FMPlanGetSchedule(a, &str));
+  FMT_CHECK(!strcmp(str, "gather"), "plan a has schedule %s, expected the default gather", str);
+  FMT_CALL(FMPlanGetSchedule(b, &str));
+  FMT_CHECK(!strcmp(str, "ring"), "plan b has schedule %s, expected ring", str);
+  FMT_CALL(FMPlanGetPartialCost(a, &cost));
+  FMT_CHECK(cost == 2.5, "plan a has partial cost %g, expected 2.5", cost);
+  FMT_CALL(FMPlanGetPartialCost(b, &cost));
+  FMT_CHECK(cost == 1.0, "plan b has partial cost %g, expected the default 1", cost);
+  FMT_CALL(FMPlanSetUp(a));
+  FMT_CALL(FMPlanSetUp(b));
+  FMT_CHECK(nchunks_of(a) == 8 && nchunks_of(b) == 4, "chunks of 32 and 64 rows over 256: %d and %d, expected 8 and 4", nchunks_of(a),
+            nchunks_of(b));
+  /* the setters give what the options gave */
+  c = new_plan(ctx, mask, 1);
+  FMT_CALL(FMPlanSetType(c, FMPLANCP));
+  FMT_CALL(FMPlanSetPartition(c, "contiguous"));
+  FMT_CALL(FMPlanSetChunk(c, 32));
+  FMT_CALL(FMPlanSetPartialCost(c, 2.5));
+  FMT_CALL(FMPlanSetFromOptions(c)); /* no prefix: no -fm_plan_* option given, the settings stay */
+  FMT_CALL(FMPlanGetPartition(c, &str));
+  FMT_CHECK(!strcmp(str, "contiguous"), "FMPlanSetPartition(contiguous) then FMPlanSetFromOptions gave %s", str);
+  FMT_CALL(FMPlanSetUp(c));
+  FMT_CHECK(nchunks_of(c) == nchunks_of(a), "FMPlanSetChunk(32) gives %d chunks, -pa_fm_plan_chunk 32 gives %d", nchunks_of(c), nchunks_of(a));
+  /* bad values name the argument and the choices, or the option */
+  FMT_EXPECT_ERR(FMPlanSetPartition(c, "zigzag"), FM_ERR_ARG_OUTOFRANGE, "\"contiguous\", \"dual_chunk\" or \"balanced\"");
+  FMT_EXPECT_ERR(FMPlanSetRoute(c, NULL), FM_ERR_ARG_NULL, "argument 2");
+  FMT_EXPECT_ERR(FMPlanSetChunk(c, -1), FM_ERR_ARG_OUTOFRANGE, "rows");
+  FMT_EXPECT_ERR(FMPlanSetPartialCost(c, 0), FM_ERR_ARG_OUTOFRANGE, "(0, 64]");
+  FMT_EXPECT_ERR(FMPlanSetTransport(c, "tcp"), FM_ERR_ARG_OUTOFRANGE, "\"nccl\"");
+  FMT_EXPECT_ERR(FMPlanSetGPUAwareMPI(c, "yes"), FM_ERR_ARG_OUTOFRANGE, "\"auto\"");
+  FMT_CALL(FMOptionsSetValue("-pc_fm_plan_chunk", "-3"));
+  FMT_CALL(FMPlanSetOptionsPrefix(c, "pc_"));
+  FMT_EXPECT_ERR(FMPlanSetFromOptions(c), FM_ERR_OPT, "-fm_plan_chunk is -3");
+  FMT_CALL(FMPlanGetChunk(c, &chunk));
+  FMT_CHECK(chunk == 32, "a refused option changed the chunk to %d", chunk);
+  /* a local plan takes every setter without effect; its getters give the defaults */
+  l = new_plan(ctx, mask, 1);
+  FMT_CALL(FMPlanSetPartition(l, "contiguous"));
+  FMT_CALL(FMPlanSetTrace(l, "never_written.h5", FM_TRUE));
+  FMT_CALL(FMPlanGetType(l, &t));
+  FMT_CHECK(t && !strcmp(t, FMPLANLOCAL), "a setter on a new one-rank plan set type %s, expected local", t ? t : "(null)");
+  FMT_CALL(FMPlanGetPartition(l, &str));
+  FMT_CHECK(!strcmp(str, "balanced"), "a local plan reports partition %s, expected the default balanced", str);
+  FMT_CALL(FMPlanSetUp(l));
+  FMT_CALL(FMPlanDestroy(&a));
+  FMT_CALL(FMPlanDestroy(&b));
+  FMT_CALL(FMPlanDestroy(&c));
+  FMT_CALL(FMPlanDestroy(&l));
+  FMT_CALL(FMMaskDestroy(&mask));
+}
+
 /* Plan types on several ranks: local is refused on every rank; the default is cp. */
-static void check_types_many(FMContext ctx)
+static void check_types_many(FMContext ctx, int size)
 {
   FMMask mask;
   FMPlan plan;
@@ -182,6 +288,15 @@ static void check_types_many(FMContext ctx)
   FMT_CALL(FMMaskSetUp(mask));
   plan = new_plan(ctx, mask, 1);
   FMT_EXPECT_ERR(FMPlanSetType(plan, FMPLANLOCAL), FM_ERR_ARG_INCOMP, "one rank only");
+  /* -fm_plan_type local through the options: refused on every rank, at FMPlanSetFromOptions */
+  FMT_CALL(FMOptionsSetValue("-many_fm_plan_type", "local"));
+  FMT_CALL(FMPlanSetOptionsPrefix(plan, "many_"));
+  FMT_EXPECT_ERR(FMPlanSetFromOptions(plan), FM_ERR_ARG_INCOMP, "one rank only");
+  FMT_CALL(FMPlanSetOptionsPrefix(plan, NULL));
+  /* the cp type's rules at FMPlanSetUp, as on one rank: more virtual nodes than ranks */
+  FMT_CALL(FMPlanSetVirtualNodes(plan, size + 1));
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_OPT, "-fm_plan_nodes");
+  FMT_CALL(FMPlanSetVirtualNodes(plan, 0));
   FMT_CALL(FMPlanSetUp(plan));
   FMT_CALL(FMPlanGetType(plan, &t));
   FMT_CHECK(t && !strcmp(t, FMPLANCP), "default type on several ranks is %s, expected cp", t ? t : "(null)");
@@ -206,7 +321,7 @@ int main(int argc, char **argv)
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size > 1) { /* the checks that need several ranks, on every rank */
     FMT_CALL(FMContextSetUp(ctx));
-    check_types_many(ctx);
+    check_types_many(ctx, size);
     FMT_CALL(FMContextDestroy(&ctx));
     {
       int fails = fmt_failures, all = 0;
@@ -300,6 +415,7 @@ int main(int argc, char **argv)
   }
 
   check_types(ctx);
+  check_settings(ctx);
   /* Numerics through the plan (CPU backend). */
   check_problem(ctx, FMMASKCAUSALDOCUMENT, 300, 300, 1, 2, 4, 2, 32, FM_DTYPE_FP32, NULL, &seed);
   check_problem(ctx, FMMASKCAUSAL, 200, 333, 2, 1, 4, 2, 64, FM_DTYPE_FP32, NULL, &seed);

@@ -200,16 +200,33 @@ int main(int argc, char **argv)
   MPI_Allreduce(MPI_IN_PLACE, &tf, 1, MPI_DOUBLE, MPI_MAX, comm);
   MPI_Allreduce(MPI_IN_PLACE, &tb, 1, MPI_DOUBLE, MPI_MAX, comm);
 
-  /* 6. Re-run on the exact CPU backend and compare. The check is not traced: its events would
-        replace the plan's under the same run names in the -fm_trace file. */
-  CHKERR(FMOptionsSetValue("-fm_trace", ""));
+  /* 6. Re-run on the exact CPU backend and compare. The check plan reads its own options
+        (prefix check_: -check_fm_plan_*), so -fm_trace traces the plan under test only; it takes
+        the plan's layout settings, so that both own the same rows and keys. */
   CHKERR(FMContextCreate(MPI_COMM_WORLD, &cpuctx));
   CHKERR(FMContextSetBackend(cpuctx, FM_BACKEND_CPU));
   CHKERR(FMContextSetUp(cpuctx));
   CHKERR(FMPlanCreate(cpuctx, &cpuplan));
   CHKERR(FMPlanSetMask(cpuplan, mask));
   CHKERR(FMPlanSetShape(cpuplan, batch, hq, hkv, dim, dtype));
-  CHKERR(FMPlanSetFromOptions(cpuplan)); /* the same -fm_plan_* options as the plan under test */
+  {
+    FMPlanType type;
+    const char *part;
+    int chunk;
+    double pcost, rcost;
+    CHKERR(FMPlanGetType(plan, &type));
+    CHKERR(FMPlanGetPartition(plan, &part));
+    CHKERR(FMPlanGetChunk(plan, &chunk));
+    CHKERR(FMPlanGetPartialCost(plan, &pcost));
+    CHKERR(FMPlanGetRowCost(plan, &rcost));
+    CHKERR(FMPlanSetType(cpuplan, type));
+    CHKERR(FMPlanSetPartition(cpuplan, part));
+    CHKERR(FMPlanSetChunk(cpuplan, chunk));
+    CHKERR(FMPlanSetPartialCost(cpuplan, pcost));
+    CHKERR(FMPlanSetRowCost(cpuplan, rcost));
+  }
+  CHKERR(FMPlanSetOptionsPrefix(cpuplan, "check_"));
+  CHKERR(FMPlanSetFromOptions(cpuplan));
   CHKERR(FMPlanSetUp(cpuplan));
   CHKERR(FMPlanForward(cpuplan, q, k, v, o2, lse2));
   CHKERR(FMPlanBackward(cpuplan, q, k, v, o2, lse2, dout, dq2, dk2, dv2));

@@ -134,8 +134,8 @@ FMErrorCode FMPlanGetType(FMPlan plan, FMPlanType *type)
   return FM_SUCCESS;
 }
 
-/* The default type when none was set: local on one rank, cp on several (VECSTANDARD). */
-static FMErrorCode set_default_type(FMPlan plan)
+/* FMPlanSetDefaultType_Private - see planimpl.h. */
+FMErrorCode FMPlanSetDefaultType_Private(FMPlan plan)
 {
   if (!plan->ops) FMCall(FMPlanSetType(plan, plan->ctx->size > 1 ? FMPLANCP : FMPLANLOCAL));
   return FM_SUCCESS;
@@ -179,7 +179,7 @@ FMErrorCode FMPlanSetUp(FMPlan plan)
   FMCheck(plan->mask, plan->hdr.comm, FM_ERR_ORDER, "Must call FMPlanSetMask() before FMPlanSetUp()");
   FMCheck(plan->ctx->hdr.setupcalled, plan->hdr.comm, FM_ERR_ORDER, "Must call FMContextSetUp() before FMPlanSetUp()");
   FMCheck(plan->mask->hdr.setupcalled, plan->hdr.comm, FM_ERR_ORDER, "Must call FMMaskSetUp() before FMPlanSetUp()");
-  FMAgree(plan->hdr.comm, set_default_type(plan));
+  FMAgree(plan->hdr.comm, FMPlanSetDefaultType_Private(plan));
   FMCall(FMAgreeSame(plan->hdr.comm, FMHash_Private(FM_HASH_INIT, plan->hdr.type_name, strlen(plan->hdr.type_name)), "the plan type"));
   if (!plan->scale_set) plan->scale = 1.0 / sqrt((double)plan->head_dim);
   plan->backend = plan->ctx->backend;

@@ -3,7 +3,8 @@
  * constructors of the two types (PETSc's vecimpl.h pattern). Private to src/plan; not installed.
  *
  * A type ("local" or "cp", FMPlanSetType) owns plan->data and answers every ops entry:
- *   setfromoptions  read the type's options (the plan's prefix is pushed); may be NULL
+ *   setfromoptions  read the type's options (the plan's prefix is pushed), starting from the
+ *                   current settings; may be NULL
  *   setup           collective: check what the type supports (the same refusals on every rank
  *                   count), build plan->nlocal/rows and the type's data; errors agreed
  *   forward         collective: FMPlanForward after plan.c's checks and logging
@@ -55,6 +56,10 @@ struct _p_FMPlan {
 /* The type constructors: set plan->ops and allocate plan->data with the type's defaults. */
 FMErrorCode FMPlanCreate_Local(FMPlan plan);   /* src/plan/local.c */
 FMErrorCode FMPlanCreate_CP(FMPlan plan);      /* src/plan/cp/setup.c (context parallel) */
+
+/* FMPlanSetDefaultType_Private - the default type when none was set: local on one rank, cp on
+   several (as VECSTANDARD); nothing when the plan has a type (plan.c). Not collective. */
+FMErrorCode FMPlanSetDefaultType_Private(FMPlan plan);
 
 /*
  * FMPlanCheckCUDADType_Private - the CUDA backend computes bf16 or fp16: FM_ERR_SUP naming the

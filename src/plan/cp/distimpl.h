@@ -31,18 +31,35 @@ extern const char *const FMDistTransportNames[]; /* "auto", "nccl", "mpi", NULL 
 typedef enum { FM_DIST_GPU_AWARE_NO = 0, FM_DIST_GPU_AWARE_YES = 1, FM_DIST_GPU_AWARE_AUTO = 2 } FMDistGPUAware;
 extern const char *const FMDistGPUAwareNames[]; /* "0", "1", "auto", NULL */
 
+/* The cp type's settings: the setters (FMPlanSetPartition, ...) and FMPlanSetFromOptions fill
+   them; they survive FMPlanSetUp, which reads them. */
 typedef struct {
-  int part_type, route_type, prune, overlap, chunk_opt, vnodes, schedule;
-  int transport;          /* FMDistTransport; resolved (never AUTO) after set-up on the CUDA backend */
+  int part_type;          /* FMDistPartType (-fm_plan_partition, FMPlanSetPartition) */
+  int route_type;         /* FMDistRouteType (-fm_plan_route) */
+  int prune, overlap;     /* -fm_plan_prune, -fm_plan_overlap: 0 or 1 */
+  int chunk_opt;          /* -fm_plan_chunk: query rows per chunk, 0 = the default */
+  int vnodes;             /* -fm_plan_nodes: virtual nodes, 0 = the real topology */
+  int schedule;           /* FMDistSchedType (-fm_plan_schedule) */
+  int transport;          /* FMDistTransport as asked (-fm_plan_transport; AUTO allowed) */
   int step_chunks;        /* -fm_plan_step_chunks: chunks per pair in one GPU exchange step, 0 = all */
   int debug_fail;         /* -fm_debug_fail_exchange: testing, this rank's GPU exchange fails at step 0 (-1: none) */
   int gpu_aware;          /* -fm_gpu_aware_mpi as given (FMDistGPUAware); the executor resolves AUTO */
+  double partial_cost;    /* -fm_plan_partial_cost: a partial tile's weight in the balancer (full tile = 1) */
+  double row_cost;        /* -fm_plan_row_cost: fixed cost of a query tile in the balancer, in full tiles */
+  int trace_on, trace_view; /* -fm_trace file (trace_path), -fm_trace_view */
+  char trace_path[1024];
+} FMDistOptions;
+
+/* FMDistOptionsDefault_Private - the defaults (balanced, hierarchical, pruned, overlapped gather, ...). */
+void FMDistOptionsDefault_Private(FMDistOptions *o);
+
+typedef struct {
+  FMDistOptions opt;      /* the settings (kept across set-ups) */
+  int transport;          /* opt.transport resolved (never AUTO) after set-up on the CUDA backend */
   FMDistChunks ch;
   FMDistPartition part;
   FMDistBalanceInfo binfo;
   int64_t *w;
-  double partial_cost;    /* -fm_plan_partial_cost: a partial tile's weight in the balancer (full tile = 1) */
-  double row_cost;        /* -fm_plan_row_cost: fixed cost of a query tile in the balancer, in full tiles */
   FMDistTopo topo;
   unsigned char *needed;  /* [P][C] */
   double *cbytes;         /* [C] */
@@ -56,13 +73,12 @@ typedef struct {
   double *boff;           /* [C] byte offset of chunk c inside its owner's ring block */
   FMDistStats stats;
   int tag_ub;
-  int trace_on, trace_view;
-  char trace_path[1024];
   void *gpu;              /* the GPU executor's state (FMDistGPU, gpuimpl.h) on the CUDA backend, else NULL */
 } FMDist;
 
-/* FMDistReadOptions_Private - the -fm_plan_* options of the cp type into d (options.c). Not collective. */
-FMErrorCode FMDistReadOptions_Private(FMDist *d);
+/* FMPlanSetFromOptions_CP - the cp type's ops->setfromoptions (options.c): its -fm_plan_*
+   options, under the plan's prefix (pushed by the caller). Not collective (agreed by the caller). */
+FMErrorCode FMPlanSetFromOptions_CP(FMPlan plan);
 
 /* Number of key columns of chunk c, as a size. */
 static inline size_t FMDistChunkLen_Private(const FMDist *d, int c) { return (size_t)FMDistChunkKeyLen(&d->ch, c); }

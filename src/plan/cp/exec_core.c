@@ -26,7 +26,7 @@ FMErrorCode FMDistExecPollSends_Private(FMDistExec *e)
 {
   int n = 0, *idx;
   double t;
-  if (!e->tr || e->d->nout == 0 || e->d->schedule == FM_DIST_SCHED_RING) return FM_SUCCESS;
+  if (!e->tr || e->d->nout == 0 || e->d->opt.schedule == FM_DIST_SCHED_RING) return FM_SUCCESS;
   FMCall(FMMalloc(e->d->nout, &idx));
   FMCallMPI(MPI_Testsome(e->d->nout, e->sreq, &n, idx, MPI_STATUSES_IGNORE));
   t = FMTime();
@@ -43,7 +43,7 @@ FMErrorCode FMDistExecFinishSends_Private(FMDistExec *e)
 {
   double t0 = FMTime(), t1;
   int *open = NULL;
-  if (e->d->schedule == FM_DIST_SCHED_RING) return FM_SUCCESS; /* the ring completes its sends step by step */
+  if (e->d->opt.schedule == FM_DIST_SCHED_RING) return FM_SUCCESS; /* the ring completes its sends step by step */
   if (e->tr) {
     FMCall(FMMalloc(e->d->nout + 1, &open));
     for (int i = 0; i < e->d->nout; i++) open[i] = e->sreq[i] != MPI_REQUEST_NULL;

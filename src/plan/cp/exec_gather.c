@@ -124,16 +124,16 @@ FMErrorCode FMPlanForward_CP(FMPlan plan, const void *q, const void *k, const vo
     if (!ierr) ierr = FMMalloc(no + 1, &opart);
     if (!ierr) ierr = FMMalloc(nl + 1, &lacc);
     if (!ierr) ierr = FMMalloc(nl + 1, &lpart);
-    if (!ierr && d->schedule != FM_DIST_SCHED_RING) ierr = gather_alloc(&e, k, v);
+    if (!ierr && d->opt.schedule != FM_DIST_SCHED_RING) ierr = gather_alloc(&e, k, v);
   }
   FMAgreeGoto(plan->hdr.comm);
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
   FMCallGoto(FMDistExecTraceBegin_Private(&e, "forward"));
-  if (d->schedule == FM_DIST_SCHED_RING) {
+  if (d->opt.schedule == FM_DIST_SCHED_RING) {
     FMCallGoto(FMDistRingForward_Private(&e, k, v, oacc, lacc, opart, lpart, &first));
   } else {
     FMCallGoto(gather_post(&e));
-    if (d->overlap) {
+    if (d->opt.overlap) {
       /* local K/V first, then each chunk as it arrives while the rest are in flight */
       for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
         FMCallGoto(FMDistExecForwardChunk_Private(&e, d->part.rchunks[b], oacc, lacc, opart, lpart, &first));
@@ -205,7 +205,7 @@ static FMErrorCode backward_host(FMPlan plan, const void *q, const void *k, cons
   FMDistExec e;
   FMDistReduce R;
   FMDist *d = (FMDist *)plan->data;
-  int ring = d->schedule == FM_DIST_SCHED_RING;
+  int ring = d->opt.schedule == FM_DIST_SCHED_RING;
   size_t nqe = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
   float *dqacc = NULL;
   FMErrorCode ierr;

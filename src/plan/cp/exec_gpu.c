@@ -115,7 +115,7 @@ static void exchange_all(FMPlan plan, FMDist *d, FMDistGPU *g, Run *R)
   for (int s = 0; s < g->nsteps; s++) {
     const GStep *S = &g->st[s];
     FMErrorCode xe = FM_SUCCESS;
-    int fail = s == 0 && d->debug_fail == me; /* -fm_debug_fail_exchange */
+    int fail = s == 0 && d->opt.debug_fail == me; /* -fm_debug_fail_exchange */
 #if FM_HAVE_NCCL
     if (g->transport == FM_DIST_TRANSPORT_NCCL) {
       xe = fail ? FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_NCCL,
@@ -139,7 +139,7 @@ static void exchange_all(FMPlan plan, FMDist *d, FMDistGPU *g, Run *R)
     }
     for (int i = 0; i < S->nrecv; i++) d->stats.recv_bytes += d->cbytes[S->recv[i].chunk];
     if (xe && g->transport == FM_DIST_TRANSPORT_NCCL) break;
-    if (d->overlap) stage(plan, d, g, R, s);
+    if (d->opt.overlap) stage(plan, d, g, R, s);
   }
 }
 
@@ -211,7 +211,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   FMCallCUDAGoto(cudaEventRecord(g->ev_in, us));
   FMCallCUDAGoto(cudaStreamWaitEvent(g->cs, g->ev_in, 0));
   if (tr) { FMCallCUDAGoto(cudaEventSynchronize(g->ev_in)); t0 = FMTime(); }
-  if (d->overlap) stage(plan, d, g, &R, -1);
+  if (d->opt.overlap) stage(plan, d, g, &R, -1);
   /* CUDA-aware MPI reads the caller's K/V and writes the stage buffers outside any stream:
      wait until the plan's stream reached this call (the local stage, queued after ev_in, runs on) */
   if (g->direct && g->nsteps > 0) {
@@ -221,7 +221,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
                                cudaGetErrorString(ce));
   }
   exchange_all(plan, d, g, &R);
-  if (!d->overlap) {
+  if (!d->opt.overlap) {
     /* the unoverlapped baseline: nothing computes before the whole exchange is over */
     if (g->nsteps > 0) FMCallCUDAGoto(cudaStreamWaitEvent(us, g->ev_c1[g->nsteps - 1], 0));
     stage(plan, d, g, &R, -1);

@@ -113,9 +113,9 @@ FMErrorCode FMDistRingForward_Private(FMDistExec *e, const void *k, const void *
     MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     double post[2];
     if (comm) FMCallGoto(ring_post(e, &R, r, rn, cur, nxt, rq, post));
-    if (e->d->overlap || !comm) FMCallGoto(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
+    if (e->d->opt.overlap || !comm) FMCallGoto(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
     if (comm) FMCallGoto(ring_wait(e, &R, r, rn, rq, post));
-    if (!e->d->overlap && comm) FMCallGoto(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
+    if (!e->d->opt.overlap && comm) FMCallGoto(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
     t = cur; cur = nxt; nxt = t;
   }
 cleanup:
@@ -164,7 +164,7 @@ FMErrorCode FMDistRingBackward_Private(FMDistExec *e, const void *k, const void 
       FMCallMPIGoto(FMMPIIrecv_Private(gin, (size_t)nr, MPI_FLOAT, R.prev, R.tag_g, comm, &grq));
       grpost = FMTime();
     }
-    if (!d->overlap && comm_kv) FMCallGoto(ring_wait(e, &R, r, rn, rq, post));
+    if (!d->opt.overlap && comm_kv) FMCallGoto(ring_wait(e, &R, r, rn, rq, post));
     memset(gpart, 0, nr * sizeof(float));
     for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) {
       int c = d->part.rchunks[b], k0, k1;
@@ -179,7 +179,7 @@ FMErrorCode FMDistRingBackward_Private(FMDistExec *e, const void *k, const void 
       FMCallGoto(FMCPUBackward(&p, q, kc, kc + B * len * e->row_kv, o, lse, dout, dqacc, gc, gc + n, FM_DTYPE_FP32));
       FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, 10.0 * B * p.heads_q * p.nq * (double)len * p.head_dim, -1, c);
     }
-    if (d->overlap && comm_kv) FMCallGoto(ring_wait(e, &R, r, rn, rq, post));
+    if (d->opt.overlap && comm_kv) FMCallGoto(ring_wait(e, &R, r, rn, rq, post));
     if (s > 0) {
       t0 = FMTime();
       FMCallMPIGoto(MPI_Wait(&grq, MPI_STATUS_IGNORE));

@@ -16,23 +16,25 @@ static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, 
   double sc = plan->scale;
   v[0] = m->seqlen_q; v[1] = m->seqlen_k; v[2] = m->mask_heads; v[3] = m->causal; v[4] = m->present; v[5] = m->block;
   v[6] = plan->batch; v[7] = plan->heads_q; v[8] = plan->heads_kv; v[9] = plan->head_dim; v[10] = (int)plan->dtype;
-  v[11] = d->part_type; v[12] = d->route_type; v[13] = d->prune * 2 + d->overlap; v[14] = d->chunk_opt; v[15] = d->vnodes;
-  v[16] = d->trace_on; v[17] = d->schedule; v[18] = d->transport; v[19] = d->step_chunks;
-  v[20] = d->gpu_aware;
+  v[11] = d->opt.part_type; v[12] = d->opt.route_type; v[13] = d->opt.prune * 2 + d->opt.overlap; v[14] = d->opt.chunk_opt; v[15] = d->opt.vnodes;
+  v[16] = d->opt.trace_on; v[17] = d->opt.schedule; v[18] = d->opt.transport; v[19] = d->opt.step_chunks;
+  v[20] = d->opt.gpu_aware;
   h = FMHash_Private(h, v, sizeof(v));
   h = FMHash_Private(h, &sc, sizeof(sc));
-  h = FMHash_Private(h, &d->partial_cost, sizeof(d->partial_cost));
-  h = FMHash_Private(h, &d->row_cost, sizeof(d->row_cost));
+  h = FMHash_Private(h, &d->opt.partial_cost, sizeof(d->opt.partial_cost));
+  h = FMHash_Private(h, &d->opt.row_cost, sizeof(d->opt.row_cost));
   /* TODO(merge): use mask->hash */
   for (int b = 0; b < 4; b++) h = FMHash_Private(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
   *hash = h;
   return FM_SUCCESS;
 }
 
-/* Free the set-up state of d (not d itself) and zero it. */
+/* Free the set-up state of d (not d itself) and zero it; the settings d->opt stay. */
 static FMErrorCode dist_reset(FMDist *d)
 {
+  FMDistOptions opt;
   if (!d) return FM_SUCCESS;
+  opt = d->opt;
   FMCall(FMDistPartitionDestroy(&d->part));
   FMCall(FMDistTopoDestroy(&d->topo));
   FMCall(FMDistRouteDestroy(&d->route));
@@ -42,6 +44,7 @@ static FMErrorCode dist_reset(FMDist *d)
   FMCall(FMDistDestroyGPU_Private(d));
 #endif
   memset(d, 0, sizeof(*d));
+  d->opt = opt;
   return FM_SUCCESS;
 }
 
@@ -51,13 +54,13 @@ static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsi
   int P = plan->ctx->size, me = plan->ctx->rank;
   FMDistLocalMask lm;
   FMErrorCode ierr;
-  FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, d->chunk_opt, P, m->block, &d->ch));
+  FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, d->opt.chunk_opt, P, m->block, &d->ch));
   FMCheck(2L * d->ch.nchunks + 2 <= (long)d->tag_ub, MPI_COMM_SELF, FM_ERR_SUP,
           "%d chunks need MPI tags up to %d but MPI_TAG_UB is %d; use a larger -fm_plan_chunk", d->ch.nchunks, 2 * d->ch.nchunks + 1,
           d->tag_ub);
   FMCall(FMMalloc(d->ch.nchunks, &d->w));
-  FMCall(FMDistChunkWeights(m, &d->ch, d->partial_cost, d->row_cost, d->w));
-  FMCall(FMDistPartitionCreate((FMDistPartType)d->part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo));
+  FMCall(FMDistChunkWeights(m, &d->ch, d->opt.partial_cost, d->opt.row_cost, d->w));
+  FMCall(FMDistPartitionCreate((FMDistPartType)d->opt.part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo));
   FMFree(plan->rows);
   plan->nlocal = 0;
   FMCall(FMDistRankRows(&d->ch, &d->part, me, &plan->nlocal, &plan->rows));
@@ -74,13 +77,13 @@ static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsi
     d->cbytes[c] = FMDistChunkBytes(&d->ch, c, plan->batch, plan->heads_kv, plan->head_dim, FMDTypeSize(plan->dtype));
   /* this rank's needed chunks, from its localized bounds */
   FMCall(FMDistLocalize(m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], &lm));
-  ierr = FMDistNeeded(&lm, &d->ch, d->prune, myneed);
+  ierr = FMDistNeeded(&lm, &d->ch, d->opt.prune, myneed);
   FMCall(FMDistLocalMaskDestroy(&lm));
   FMCall(ierr);
   /* topology: the context's nodes, or -fm_plan_nodes virtual nodes of consecutive ranks */
-  if (d->vnodes > 0) {
-    FMCheck(d->vnodes <= P, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_nodes is %d; expected 0 (real topology) or 1..%d", d->vnodes, P);
-    FMCall(FMDistTopoVirtual(P, d->vnodes, &d->topo));
+  if (d->opt.vnodes > 0) {
+    FMCheck(d->opt.vnodes <= P, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_nodes is %d; expected 0 (real topology) or 1..%d", d->opt.vnodes, P);
+    FMCall(FMDistTopoVirtual(P, d->opt.vnodes, &d->topo));
   } else {
     int *node, *local;
     FMCall(FMMalloc(P, &node));
@@ -103,7 +106,7 @@ static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsi
 static FMErrorCode setup_route(FMPlan plan, FMDist *d)
 {
   int me = plan->ctx->rank, C = d->ch.nchunks;
-  FMCall(FMDistRouteBuild((FMDistRouteType)d->route_type, &d->topo, &d->part, d->needed, d->cbytes, &d->route));
+  FMCall(FMDistRouteBuild((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->needed, d->cbytes, &d->route));
   d->nin = d->nout = 0;
   for (int k = 0; k < d->route.n; k++) {
     d->nin += d->route.x[k].dst == me;
@@ -129,7 +132,7 @@ static FMErrorCode setup_route(FMPlan plan, FMDist *d)
     double o = 0;
     for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) { d->boff[d->part.rchunks[b]] = o; o += d->cbytes[d->part.rchunks[b]]; }
   }
-  if (d->schedule == FM_DIST_SCHED_RING && plan->ctx->size > 1) {
+  if (d->opt.schedule == FM_DIST_SCHED_RING && plan->ctx->size > 1) {
     /* P-1 steps: everything but our own block arrives; we forward all but the block of me+1 */
     int P = plan->ctx->size;
     double total = 0;
@@ -169,12 +172,6 @@ FMErrorCode FMPlanSetUp_CP(FMPlan plan)
 
   FMAgree(comm, check_supported(plan));
   FMCall(dist_reset(d));
-  d->part_type = FM_DIST_BALANCED;
-  d->route_type = FM_DIST_ROUTE_HIER;
-  d->schedule = FM_DIST_SCHED_GATHER;
-  d->gpu_aware = FM_DIST_GPU_AWARE_AUTO;
-  d->debug_fail = -1;
-  FMAgree(comm, FMDistReadOptions_Private(d));
   FMCallMPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tagub, &flag));
   d->tag_ub = flag && tagub ? *tagub : 32767;
   FMCall(FMMaskGetDesc_Private(plan->mask, &m));
@@ -196,7 +193,7 @@ FMErrorCode FMPlanSetUp_CP(FMPlan plan)
   free(all);
 
   {
-    FMErrorCode loc = FMDistChunksInit(m.seqlen_q, m.seqlen_k, d->chunk_opt, P, m.block, &d->ch);
+    FMErrorCode loc = FMDistChunksInit(m.seqlen_q, m.seqlen_k, d->opt.chunk_opt, P, m.block, &d->ch);
     if (!loc) loc = FMMalloc(d->ch.nchunks, &myneed);
     if (!loc) loc = setup_local(plan, d, &m, myneed);
     if (!loc) loc = FMMalloc((size_t)P * d->ch.nchunks, &d->needed);
@@ -245,11 +242,11 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
   C = d->ch.nchunks;
   FMDistPartitionImbalance(&d->part, &mx, &mean, &imb);
   FMCall(FMPrintf(comm, fp, "  context parallel over %d ranks on %d node%s%s: partition %s, %d chunks of %d rows (key chunks of %d), schedule %s, route %s, prune %s, overlap %s\n",
-                  P, d->topo.nnodes, d->topo.nnodes > 1 ? "s" : "", d->vnodes > 0 ? " (virtual)" : "", FMDistPartNames[d->part_type], C,
-                  d->ch.chunk, d->ch.kchunk, FMDistSchedNames[d->schedule], FMDistRouteNames[d->route_type], d->prune ? "on" : "off",
-                  d->overlap ? "on" : "off"));
+                  P, d->topo.nnodes, d->topo.nnodes > 1 ? "s" : "", d->opt.vnodes > 0 ? " (virtual)" : "", FMDistPartNames[d->opt.part_type], C,
+                  d->ch.chunk, d->ch.kchunk, FMDistSchedNames[d->opt.schedule], FMDistRouteNames[d->opt.route_type], d->opt.prune ? "on" : "off",
+                  d->opt.overlap ? "on" : "off"));
   FMCall(FMPrintf(comm, fp, "  work (tiles): max %.1f, mean %.1f, max/mean imbalance %.4f", (double)mx / block, mean / block, imb));
-  if (d->part_type == FM_DIST_BALANCED)
+  if (d->opt.part_type == FM_DIST_BALANCED)
     FMCall(FMPrintf(comm, fp, " (LPT %.1f, dual_chunk %.1f; %d pair and %d three-way moves)", (double)d->binfo.lpt_max / block,
                     (double)d->binfo.dual_max / block, d->binfo.pair_moves, d->binfo.triple_moves));
   FMCall(FMPrintf(comm, fp, "\n"));
@@ -277,7 +274,7 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
     double rb[2];
     FMDistRingBytes(&d->topo, d->rbytes, rb);
     FMCall(FMPrintf(comm, fp, "  ring schedule would move %.3f MB inside nodes, %.3f MB across nodes%s\n", rb[0] / 1048576.0, rb[1] / 1048576.0,
-                    d->schedule == FM_DIST_SCHED_RING ? " (the schedule in use)" : ""));
+                    d->opt.schedule == FM_DIST_SCHED_RING ? " (the schedule in use)" : ""));
   }
 #if FM_HAVE_CUDA
   if (d->gpu) FMCall(FMDistViewGPU_Private(plan, d, fp));
@@ -302,7 +299,7 @@ static FMErrorCode getlayout(FMPlan plan, int keys, int r, int *n, int **idx)
   return FM_SUCCESS;
 }
 
-static const FMPlanOps cp_ops = {NULL, FMPlanSetUp_CP, FMPlanForward_CP, FMPlanBackward_CP, FMPlanView_CP, FMPlanDestroy_CP, getlocalkeys,
+static const FMPlanOps cp_ops = {FMPlanSetFromOptions_CP, FMPlanSetUp_CP, FMPlanForward_CP, FMPlanBackward_CP, FMPlanView_CP, FMPlanDestroy_CP, getlocalkeys,
                                  getlayout};
 
 /* FMPlanCreate_CP - see planimpl.h. */
@@ -310,6 +307,7 @@ FMErrorCode FMPlanCreate_CP(FMPlan plan)
 {
   FMDist *d;
   FMCall(FMCalloc(1, &d));
+  FMDistOptionsDefault_Private(&d->opt);
   plan->data = d;
   plan->ops = &cp_ops;
   return FM_SUCCESS;

@@ -86,12 +86,14 @@ static FMErrorCode resolve_transport(FMPlan plan, FMDist *d)
         break;
       }
 #if FM_HAVE_NCCL
+  d->transport = d->opt.transport;
   FMCheck(!(d->transport == FM_DIST_TRANSPORT_NCCL && shared >= 0), MPI_COMM_SELF, FM_ERR_SUP,
           "-fm_plan_transport nccl: rank %d shares its GPU (%s) with another rank of its node, and NCCL needs one GPU per rank; "
           "use -fm_plan_transport mpi or one rank per GPU",
           shared, shared >= 0 ? ctx->all[shared].gpu_busid : "");
   if (d->transport == FM_DIST_TRANSPORT_AUTO) d->transport = shared >= 0 ? FM_DIST_TRANSPORT_MPI : FM_DIST_TRANSPORT_NCCL;
 #else
+  d->transport = d->opt.transport;
   FMCheck(d->transport != FM_DIST_TRANSPORT_NCCL, MPI_COMM_SELF, FM_ERR_SUP,
           "-fm_plan_transport nccl: this build has no NCCL (configure --with-nccl); use -fm_plan_transport mpi");
   d->transport = FM_DIST_TRANSPORT_MPI;
@@ -112,8 +114,8 @@ static FMErrorCode resolve_gpu_aware(FMPlan plan, FMDist *d, int *direct, const 
   *direct = 0;
   *why = "staged";
   if (d->transport != FM_DIST_TRANSPORT_MPI) return FM_SUCCESS;
-  if (d->gpu_aware == FM_DIST_GPU_AWARE_NO) { *why = "-fm_gpu_aware_mpi 0"; return FM_SUCCESS; }
-  if (d->gpu_aware == FM_DIST_GPU_AWARE_YES) {
+  if (d->opt.gpu_aware == FM_DIST_GPU_AWARE_NO) { *why = "-fm_gpu_aware_mpi 0"; return FM_SUCCESS; }
+  if (d->opt.gpu_aware == FM_DIST_GPU_AWARE_YES) {
     FMCheck(fits, MPI_COMM_SELF, FM_ERR_SUP,
             "-fm_gpu_aware_mpi 1: %d chunks x 2 (K, V) x batch %d need MPI tags up to %lld but MPI_TAG_UB is %d; "
             "use a larger -fm_plan_chunk or -fm_gpu_aware_mpi 0",
@@ -230,7 +232,7 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
   }
   FMCallCUDA(cudaEventCreate(&g->ev_in));
   FMCallCUDA(cudaEventCreate(&g->ev_done));
-  FMCall(FMDistExchangeSteps((FMDistSchedType)d->schedule, &d->ch, &d->part, &d->topo, &d->route, d->step_chunks, &ntx, &tx, &g->nsteps));
+  FMCall(FMDistExchangeSteps((FMDistSchedType)d->opt.schedule, &d->ch, &d->part, &d->topo, &d->route, d->opt.step_chunks, &ntx, &tx, &g->nsteps));
   FMCall(FMCalloc(g->nsteps + 1, &g->st));
   FMCall(FMMalloc(C, &g->where));
   FMCall(FMMalloc(C, &g->woff));

@@ -10,7 +10,7 @@ FMErrorCode FMDistTraceBegin_Private(FMPlan plan, FMDist *d, const char *run, vo
 {
   *tr = NULL;
 #if FM_DIST_TRACE
-  if (d->trace_on) {
+  if (d->opt.trace_on) {
     FMTrace t = NULL;
     FMCall(FMTraceCreate_Private(plan->hdr.comm, run, &plan->ctx->self, &t));
     *tr = t;
@@ -26,9 +26,9 @@ FMErrorCode FMDistTraceEnd_Private(FMPlan plan, FMDist *d, const char *run, void
 {
 #if FM_DIST_TRACE
   FMTrace tr = (FMTrace)*trp;
-  if (!d->trace_on || !tr) return FM_SUCCESS;
+  if (!d->opt.trace_on || !tr) return FM_SUCCESS;
   FMCall(FMTraceSetBytes_Private(tr, d->stats.needed_bytes, d->stats.allgather_bytes));
-  FMCall(FMTraceSave_Private(tr, d->trace_path));
+  FMCall(FMTraceSave_Private(tr, d->opt.trace_path));
   {
     FMTraceStats st;
     FMCall(FMTraceSummary_Private(tr, &st));
@@ -37,11 +37,11 @@ FMErrorCode FMDistTraceEnd_Private(FMPlan plan, FMDist *d, const char *run, void
     d->stats.exposed_max = st.exposed_max;
     d->stats.exposed_mean = st.exposed_mean;
     d->stats.imbalance = st.imbalance;
-    if (d->trace_view)
+    if (d->opt.trace_view)
       FMCall(FMPrintf(plan->hdr.comm, stdout,
                     "FMPlan %s trace (%s): %d ranks, overlap efficiency %.3f, exposed communication max %.3g s mean %.3g s, "
                     "compute imbalance %.4f; bytes moved %.0f, needed %.0f, unpruned all-gather %.0f\n",
-                    run, d->trace_path, st.nranks, st.overlap_efficiency, st.exposed_max, st.exposed_mean, st.imbalance,
+                    run, d->opt.trace_path, st.nranks, st.overlap_efficiency, st.exposed_max, st.exposed_mean, st.imbalance,
                     st.bytes_moved, st.bytes_needed, st.bytes_allgather));
   }
   FMCall(FMTraceDestroy_Private(&tr));

@@ -88,7 +88,7 @@ static FMErrorCode mpi_code(int e, const char *what, int s)
 void FMDistGPUDebug_Private(FMPlan plan, const FMDist *d, const char *fmt, ...)
 {
   va_list ap;
-  if (d->debug_fail < 0) return;
+  if (d->opt.debug_fail < 0) return;
   fprintf(stderr, "[%d] fail-exchange test: ", plan->ctx->rank);
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);

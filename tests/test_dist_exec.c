@@ -9,7 +9,9 @@
  * > 0 in FMPlanScatter/FMPlanGather fails on every rank (NULL is fine where the count is 0). The ring schedule baseline (-fm_plan_schedule ring) gives the
  * same results; its bytes are (P-1) x the K/V of all ranks in all, each rank receiving every
  * block but its own, per link level as FMDistRingBytes predicts; on document masks the pruned
- * gather moves strictly fewer bytes than the ring. Run on 1, 2, 3 and 4 ranks.
+ * gather moves strictly fewer bytes than the ring. Every case is a "cp" plan set through the
+ * setters (FMPlanSetPartition, ...), on one rank too; on several ranks -fm_plan_type local is
+ * refused on every rank. Run on 1, 2, 3 and 4 ranks.
  */
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
 #include <flashmask/private/fmdist.h>
@@ -416,6 +418,35 @@ static void test_move_errors(FMContext ctx)
   }
 }
 
+/*
+ * Plan types on several ranks: -fm_plan_type local (under a prefix) is refused with
+ * FM_ERR_ARG_INCOMP at FMPlanSetFromOptions on every rank; the default type is cp.
+ */
+static void test_types(FMContext ctx)
+{
+  FMPlan plan;
+  FMPlanType t = NULL;
+  FMErrorCode e;
+  int ok, all;
+  FMT_CALL(FMOptionsSetValue("-loc_fm_plan_type", "local"));
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetOptionsPrefix(plan, "loc_"));
+  FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
+  e = FMPlanSetFromOptions(plan);
+  FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+  ok = e == FM_ERR_ARG_INCOMP && fmt_msg_has("one rank only");
+  FMT_CHECK(ok, "rank %d: -loc_fm_plan_type local on %d ranks gave %s (\"%s\"), expected FM_ERR_ARG_INCOMP", rank, size, FMErrorString(e),
+            FMGetLastErrorMessage());
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  FMT_CHECK(all, "-fm_plan_type local on %d ranks was not refused on every rank", size);
+  FMT_CALL(FMPlanGetType(plan, &t));
+  FMT_CHECK(t == NULL, "the refused option left type %s", t);
+  FMT_CALL(FMPlanSetPartition(plan, "contiguous")); /* a setter on a plan without a type: the default */
+  FMT_CALL(FMPlanGetType(plan, &t));
+  FMT_CHECK(t && !strcmp(t, FMPLANCP), "the default type on %d ranks is %s, expected cp", size, t ? t : "(null)");
+  FMT_CALL(FMPlanDestroy(&plan));
+}
+
 int main(int argc, char **argv)
 {
   FMContext ctx;
@@ -463,6 +494,7 @@ int main(int argc, char **argv)
   if (size > 1) {
     FMT_CHECK(ndoc > 0, "no pruned document case was compared with the all-gather");
     test_mismatch(ctx);
+    test_types(ctx);
     test_move_errors(ctx);
     test_ring(ctx, &ndoc);
     if (size >= 3) FMT_CHECK(relayed_total > 0, "no hierarchical case on %d ranks relayed a chunk inside a virtual node", size);

@@ -58,11 +58,6 @@ static int piece_tag(const FMDistPiece *pc, size_t B) { return (int)(((size_t)pc
 
 static size_t row_bytes(FMPlan plan) { return (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype); }
 
-/* A step keeps its first failure and goes on (its messages must be posted anyway). */
-static void keep_first(FMErrorCode *first, FMErrorCode e)
-{
-  if (e && !*first) *first = e;
-}
 
 /* FM_ERR_CUDA naming what failed (and the exchange step s, when s >= 0). */
 static FMErrorCode cuda_code(cudaError_t ce, const char *what, int s)
@@ -82,6 +77,18 @@ static FMErrorCode mpi_code(int e, const char *what, int s)
   if (e == MPI_SUCCESS) return FM_SUCCESS;
   MPI_Error_string(e, msg, &len);
   FMRaise(MPI_COMM_SELF, FM_ERR_MPI, "MPI error in %s, exchange step %d: %s", what, s, msg);
+}
+
+/* A step keeps its first failure (raised here, once) and goes on: its messages must be posted anyway. */
+static void keep_cuda(FMErrorCode *first, cudaError_t ce, const char *what, int s)
+{
+  if (ce == cudaSuccess) return;
+  if (!*first) *first = cuda_code(ce, what, s);
+  else (void)cudaGetLastError();
+}
+static void keep_mpi(FMErrorCode *first, int e, const char *what, int s)
+{
+  if (e != MPI_SUCCESS && !*first) *first = mpi_code(e, what, s);
 }
 
 /* FMDistGPUDebug_Private - see gpuimpl.h. */
@@ -164,12 +171,12 @@ static FMErrorCode exchange_staged(FMPlan plan, FMDist *d, FMDistGPU *g, int s, 
   FMErrorCode ierr = FM_SUCCESS; /* the first failure; the step's messages are posted regardless */
   FMDistPieces it;
   FMDistPiece pc;
-  keep_first(&ierr, cuda_code(cudaEventRecord(g->ev_c0[s], g->cs), "cudaEventRecord", s));
+  keep_cuda(&ierr, cudaEventRecord(g->ev_c0[s], g->cs), "cudaEventRecord", s);
   t[0] = FMTime();
   for (FMDistPiecesBegin_Private(&it, d, S->send, S->nsend, B, row); FMDistPiecesNext_Private(&it, &pc); o += pc.len)
-    keep_first(&ierr, cuda_code(cudaMemcpyAsync(g->hsend + o, held(d, g, k, v, &pc, row), pc.len, cudaMemcpyDeviceToHost, g->cs),
-                                "cudaMemcpyAsync (device to host)", s));
-  keep_first(&ierr, cuda_code(cudaStreamSynchronize(g->cs), "cudaStreamSynchronize", s));
+    keep_cuda(&ierr, cudaMemcpyAsync(g->hsend + o, held(d, g, k, v, &pc, row), pc.len, cudaMemcpyDeviceToHost, g->cs),
+              "cudaMemcpyAsync (device to host)", s);
+  keep_cuda(&ierr, cudaStreamSynchronize(g->cs), "cudaStreamSynchronize", s);
   /* the peers wait for these messages: they are posted even after a failure above (the data
      is then not trusted: the error is returned and agreed at the end of the forward) */
   rq = (MPI_Request *)malloc(sizeof(MPI_Request) * (size_t)(nr + 1));
@@ -178,26 +185,26 @@ static FMErrorCode exchange_staged(FMPlan plan, FMDist *d, FMDistGPU *g, int s, 
   o = 0;
   for (int i = 0; i < S->nrecv; i++) {
     const GXfer *x = &S->recv[i];
-    keep_first(&ierr, mpi_code(FMMPIIrecv_Private(g->hrecv + o, (size_t)d->cbytes[x->chunk], MPI_BYTE, x->peer, x->chunk, plan->hdr.comm, &rq[i]),
-                               "MPI_Irecv", s));
+    keep_mpi(&ierr, FMMPIIrecv_Private(g->hrecv + o, (size_t)d->cbytes[x->chunk], MPI_BYTE, x->peer, x->chunk, plan->hdr.comm, &rq[i]),
+             "MPI_Irecv", s);
     o += (size_t)d->cbytes[x->chunk];
   }
   o = 0;
   for (int i = 0; i < S->nsend; i++) {
     const GXfer *x = &S->send[i];
-    keep_first(&ierr, mpi_code(FMMPIIsend_Private(g->hsend + o, (size_t)d->cbytes[x->chunk], MPI_BYTE, x->peer, x->chunk, plan->hdr.comm,
-                                                  &rq[S->nrecv + i]),
-                               "MPI_Isend", s));
+    keep_mpi(&ierr, FMMPIIsend_Private(g->hsend + o, (size_t)d->cbytes[x->chunk], MPI_BYTE, x->peer, x->chunk, plan->hdr.comm,
+                                        &rq[S->nrecv + i]),
+             "MPI_Isend", s);
     o += (size_t)d->cbytes[x->chunk];
   }
-  keep_first(&ierr, mpi_code(MPI_Waitall(nr, rq, MPI_STATUSES_IGNORE), "MPI_Waitall", s));
+  keep_mpi(&ierr, MPI_Waitall(nr, rq, MPI_STATUSES_IGNORE), "MPI_Waitall", s);
   free(rq);
   t[1] = FMTime();
   o = 0;
   for (FMDistPiecesBegin_Private(&it, d, S->recv, S->nrecv, B, row); !ierr && FMDistPiecesNext_Private(&it, &pc); o += pc.len)
-    keep_first(&ierr, cuda_code(cudaMemcpyAsync(recv_addr(g, s, &pc, row), g->hrecv + o, pc.len, cudaMemcpyHostToDevice, g->cs),
-                                "cudaMemcpyAsync (host to device)", s));
-  keep_first(&ierr, cuda_code(cudaEventRecord(g->ev_c1[s], g->cs), "cudaEventRecord", s));
+    keep_cuda(&ierr, cudaMemcpyAsync(recv_addr(g, s, &pc, row), g->hrecv + o, pc.len, cudaMemcpyHostToDevice, g->cs),
+              "cudaMemcpyAsync (host to device)", s);
+  keep_cuda(&ierr, cudaEventRecord(g->ev_c1[s], g->cs), "cudaEventRecord", s);
   return ierr;
 }
 
@@ -223,17 +230,17 @@ static FMErrorCode exchange_device(FMPlan plan, FMDist *d, FMDistGPU *g, int s, 
   for (FMDistPiecesBegin_Private(&it, d, S->recv, S->nrecv, B, row); FMDistPiecesNext_Private(&it, &pc); n++) {
     int e = FMMPIIrecv_Private(recv_addr(g, s, &pc, row), pc.len, MPI_BYTE, pc.peer, piece_tag(&pc, B), comm, &rq[n]);
     if (e) rq[n] = MPI_REQUEST_NULL;
-    keep_first(&ierr, mpi_code(e, "MPI_Irecv on device buffers (CUDA-aware MPI; -fm_gpu_aware_mpi 0 stages through host memory)", s));
+    keep_mpi(&ierr, e, "MPI_Irecv on device buffers (CUDA-aware MPI; -fm_gpu_aware_mpi 0 stages through host memory)", s);
   }
   for (FMDistPiecesBegin_Private(&it, d, S->send, S->nsend, B, row); FMDistPiecesNext_Private(&it, &pc); n++) {
     int e = FMMPIIsend_Private(held(d, g, k, v, &pc, row), pc.len, MPI_BYTE, pc.peer, piece_tag(&pc, B), comm, &rq[n]);
     if (e) rq[n] = MPI_REQUEST_NULL;
-    keep_first(&ierr, mpi_code(e, "MPI_Isend on device buffers (CUDA-aware MPI; -fm_gpu_aware_mpi 0 stages through host memory)", s));
+    keep_mpi(&ierr, e, "MPI_Isend on device buffers (CUDA-aware MPI; -fm_gpu_aware_mpi 0 stages through host memory)", s);
   }
-  keep_first(&ierr, mpi_code(MPI_Waitall(n, rq, MPI_STATUSES_IGNORE), "MPI_Waitall on device buffers (CUDA-aware MPI)", s));
+  keep_mpi(&ierr, MPI_Waitall(n, rq, MPI_STATUSES_IGNORE), "MPI_Waitall on device buffers (CUDA-aware MPI)", s);
   t[1] = FMTime();
   if (!cerr) cerr = cuda_code(cudaEventRecord(g->ev_c1[s], g->cs), "cudaEventRecord", s);
-  keep_first(&ierr, cerr);
+  if (!ierr) ierr = cerr;
   return ierr;
 }
 

@@ -461,6 +461,31 @@ typedef struct _p_FMPlan *FMPlan;
 /* FMPlanCreate - create a plan on the context. Collective. */
 FMErrorCode FMPlanCreate(FMContext ctx, FMPlan *plan);
 
+/*
+ * Plan types (FMPlanSetType), as PETSc's VECSTANDARD chooses seq or mpi by size:
+ *   FMPLANLOCAL  one rank holds every query row and key (CPU or CUDA backend); on several
+ *                ranks it is refused with FM_ERR_ARG_INCOMP
+ *   FMPLANCP     context parallel: query chunks spread over the ranks, K/V moved by a pruned
+ *                gather or a ring (MPI, or NCCL on the CUDA backend); runs on one rank too
+ * Default: FMPLANLOCAL on one rank, FMPLANCP on several.
+ */
+typedef const char *FMPlanType;
+#define FMPLANLOCAL "local"
+#define FMPLANCP    "cp"
+
+/*
+ * FMPlanSetType - choose how the plan runs. Not collective (give every rank the same type;
+ *   FMPlanSetUp checks that they agree). Changing the type drops the previous type's settings
+ *   (FMPlanSetPartition and the like) and needs a new FMPlanSetUp.
+ *   plan  the plan
+ *   type  FMPLANLOCAL or FMPLANCP; "local" on a communicator of several ranks is FM_ERR_ARG_INCOMP
+ *   Option: -fm_plan_type local|cp
+ * FMPlanGetType - the type (borrowed); NULL before a type is set or defaulted (FMPlanSetFromOptions,
+ *   FMPlanSetUp). Not collective.
+ */
+FMErrorCode FMPlanSetType(FMPlan plan, FMPlanType type);
+FMErrorCode FMPlanGetType(FMPlan plan, FMPlanType *type);
+
 /* FMPlanSetMask - set the mask (the plan takes a reference). Not collective. */
 FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask);
 
@@ -482,7 +507,11 @@ FMErrorCode FMPlanSetScale(FMPlan plan, double scale);
 /* FMPlanSetStream - CUDA stream (cudaStream_t) to run on; NULL = default stream. Not collective. */
 FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream);
 
-/* FMPlanSetFromOptions - read every -fm_plan_* option. Collective. */
+/*
+ * FMPlanSetFromOptions - read every -fm_plan_* option: the shape, -fm_plan_type (which sets the
+ *   default type if none was set), then the type's own options. Collective; an error on any rank
+ *   is returned on every rank.
+ */
 FMErrorCode FMPlanSetFromOptions(FMPlan plan);
 /*
  * FMPlanSetOptionsPrefix - set the prefix that FMPlanSetFromOptions puts after the dash of
@@ -497,8 +526,70 @@ FMErrorCode FMPlanSetOptionsPrefix(FMPlan plan, const char *prefix);
 FMErrorCode FMPlanGetOptionsPrefix(FMPlan plan, const char **prefix);
 
 /*
- * FMPlanSetUp - check the mask against the shape (mask heads 1 or heads_kv), decide which
- *   query rows this rank owns, and prepare the backend. Collective.
+ * Context-parallel settings. Each setter mirrors an option that FMPlanSetFromOptions reads
+ * (under the plan's prefix) and overrides; call the setters first. They apply to a "cp" plan
+ * (FMPLANCP) and take effect at the next FMPlanSetUp; on a "local" plan they are accepted and
+ * have no effect, and the getters return the defaults. A plan without a type gets the default
+ * one (FMPlanSetType) at the first setter or getter. Not collective: every rank must give the
+ * same settings (FMPlanSetUp checks). Strings are copied; a bad value is FM_ERR_ARG_OUTOFRANGE
+ * naming the choices.
+ *
+ * FMPlanSetPartition - how query chunks are given to ranks: "contiguous", "dual_chunk" or
+ *   "balanced" (default: the balancer, on the predicted tile work). Option: -fm_plan_partition
+ * FMPlanGetPartition - the partition (a borrowed string).
+ * FMPlanSetChunk - query rows per chunk, rows >= 0 (0, the default: about seqlen_q / (4 P),
+ *   rounded to the mask block). Option: -fm_plan_chunk.  FMPlanGetChunk - the value set.
+ * FMPlanSetPartialCost - the balancer's cost of a partially masked tile, in full tiles, in
+ *   (0, 64] (default 1). Option: -fm_plan_partial_cost.  FMPlanGetPartialCost - the value.
+ * FMPlanSetRowCost - the balancer's fixed cost of every query tile, in full tiles, in [0, 1e6]
+ *   (default 0). Option: -fm_plan_row_cost.  FMPlanGetRowCost - the value.
+ * FMPlanSetRoute - the K/V gather's route: "flat" (owner to rank) or "hierarchical" (default:
+ *   once across nodes, then relayed inside). Option: -fm_plan_route.  FMPlanGetRoute - the route.
+ * FMPlanSetVirtualNodes - route over nodes >= 0 virtual nodes of consecutive ranks (0, the
+ *   default: the real topology; at most the number of ranks, checked at SetUp). Option: -fm_plan_nodes
+ * FMPlanSetSchedule - "gather" (default: the pruned, routed gather) or "ring" (every K/V block
+ *   visits every rank, nothing pruned). Option: -fm_plan_schedule.  FMPlanGetSchedule - the schedule.
+ * FMPlanSetPrune - FM_TRUE (default): never move K/V chunks no local query sees. Option: -fm_plan_prune
+ * FMPlanSetOverlap - FM_TRUE (default): compute on arrived chunks while others are in flight.
+ *   Option: -fm_plan_overlap
+ * FMPlanSetTransport - the CUDA backend's K/V transport: "nccl" (a GPU per rank), "mpi" (staged
+ *   through pinned host memory, or device buffers: FMPlanSetGPUAwareMPI) or "auto" (default: nccl
+ *   when built with NCCL and no two ranks share a GPU). Option: -fm_plan_transport
+ * FMPlanSetGPUAwareMPI - with the mpi transport, hand device buffers to MPI: "1" (the MPI is
+ *   CUDA-aware), "0" (stage) or "auto" (default: MPIX_Query_cuda_support() on every rank).
+ *   Option: -fm_gpu_aware_mpi
+ * FMPlanSetStepChunks - the CUDA backend's exchange steps carry at most chunks >= 0 K/V chunks
+ *   per peer (0, the default: one step per peer and hop). Option: -fm_plan_step_chunks
+ * FMPlanSetTrace - record every rank's events of each forward and backward in the HDF5 file
+ *   path (NULL or "": no trace, the default) and, when view is FM_TRUE, print the summary.
+ *   Options: -fm_trace path, -fm_trace_view
+ */
+FMErrorCode FMPlanSetPartition(FMPlan plan, const char *partition);
+FMErrorCode FMPlanGetPartition(FMPlan plan, const char **partition);
+FMErrorCode FMPlanSetChunk(FMPlan plan, int rows);
+FMErrorCode FMPlanGetChunk(FMPlan plan, int *rows);
+FMErrorCode FMPlanSetPartialCost(FMPlan plan, double cost);
+FMErrorCode FMPlanGetPartialCost(FMPlan plan, double *cost);
+FMErrorCode FMPlanSetRowCost(FMPlan plan, double cost);
+FMErrorCode FMPlanGetRowCost(FMPlan plan, double *cost);
+FMErrorCode FMPlanSetRoute(FMPlan plan, const char *route);
+FMErrorCode FMPlanGetRoute(FMPlan plan, const char **route);
+FMErrorCode FMPlanSetVirtualNodes(FMPlan plan, int nodes);
+FMErrorCode FMPlanSetSchedule(FMPlan plan, const char *schedule);
+FMErrorCode FMPlanGetSchedule(FMPlan plan, const char **schedule);
+FMErrorCode FMPlanSetPrune(FMPlan plan, FMBool prune);
+FMErrorCode FMPlanSetOverlap(FMPlan plan, FMBool overlap);
+FMErrorCode FMPlanSetTransport(FMPlan plan, const char *transport);
+FMErrorCode FMPlanSetGPUAwareMPI(FMPlan plan, const char *aware);
+FMErrorCode FMPlanSetStepChunks(FMPlan plan, int chunks);
+FMErrorCode FMPlanSetTrace(FMPlan plan, const char *path, FMBool view);
+
+/*
+ * FMPlanSetUp - check the mask against the shape (mask heads 1 or heads_kv), set the default
+ *   type if none was set (FMPlanSetType), decide which query rows and keys this rank owns, and
+ *   prepare the backend. Collective; every rank must give the same type, and what a type does
+ *   not support is refused here on every rank count alike (FM_ERR_SUP: fp32 on the CUDA
+ *   backend, which computes bf16 and fp16). Errors on any rank are returned on every rank.
  */
 FMErrorCode FMPlanSetUp(FMPlan plan);
 
@@ -548,7 +639,7 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
  *   for these positions only, in this order: [batch][nkeys][heads_kv][head_dim]. The key
  *   axis is cut into as many chunks as the query axis (kchunk = ceil(seqlen_k * chunk /
  *   seqlen_q) columns each, equal to the query chunk when seqlen_q = seqlen_k) and key chunk
- *   c lives with query chunk c. On one rank these are all seqlen_k positions.
+ *   c lives with query chunk c. A "local" plan holds all seqlen_k positions, in order.
  *   nkeys        out: number of local key positions
  *   global_keys  out (may be NULL): borrowed array of nkeys global key indices
  */
@@ -588,7 +679,7 @@ FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *l
 /* FMPlanGetFlops - forward FLOPs under the FlashMask convention 4*B*H*Sq*Sk*d*(1-rho). */
 FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops);
 
-/* FMPlanView - print the plan. Collective; rank 0 prints. Option: -fm_plan_view */
+/* FMPlanView - print the plan (its type first). Collective; rank 0 prints. Option: -fm_plan_view */
 FMErrorCode FMPlanView(FMPlan plan, FILE *fp);
 
 /* FMPlanDestroy - drop a reference; frees at zero and sets *plan = NULL. Collective. */

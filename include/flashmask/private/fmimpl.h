@@ -374,35 +374,7 @@ FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc);
 
 /* ---------------- HDF5 files: the shared helpers (FMH5*) are in fmh5.h ---------------- */
 
-/* ---------------- plan ---------------- */
-struct _p_FMPlan {
-  FMObjectHeader hdr;
-  FMContext ctx;
-  FMMask mask;
-  int batch, heads_q, heads_kv, head_dim;
-  FMDType dtype;
-  double scale; int scale_set;
-  void *stream;
-  int nlocal; int *rows;  /* global query rows owned here */
-  FMBackend backend;
-  void *gpu;              /* backend data (device copies of bounds/summaries), or NULL */
-  void *dist;             /* context-parallel plan (src/plan/dist), or NULL */
-  int mask_state;         /* mask->state at FMPlanSetUp */
-  FMLogEvent ev_fwd, ev_bwd;
-};
-
-/*
- * Context-parallel planner hooks (src/plan/dist/exec.c). Called by plan.c for every
- * communicator size (size 1 included): SetUp_Dist fills plan->nlocal/rows and plan->dist;
- * Forward/Backward_Dist run the distributed algorithm on the CPU backend; View_Dist prints
- * the partition; Destroy_Dist frees plan->dist.
- */
-FMErrorCode FMPlanSetUp_Dist(FMPlan plan);
-FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
-FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const void *v, const void *o,
-                                const float *lse, const void *dout, void *dq, void *dk, void *dv);
-FMErrorCode FMPlanView_Dist(FMPlan plan, FILE *fp);
-FMErrorCode FMPlanDestroy_Dist(FMPlan plan);
+/* ---------------- plan: the struct and its ops table are in planimpl.h ---------------- */
 
 #ifdef __cplusplus
 }

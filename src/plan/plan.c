@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const dtype_names[] = {"bf16", "fp16", "fp32", NULL};
 
 FMErrorCode FMPlanCreate(FMContext ctx, FMPlan *plan)
 {
@@ -151,7 +150,7 @@ static FMErrorCode setfromoptions(FMPlan plan)
   FMCall(FMOptionsGetInt("-fm_plan_heads", "query heads (FMPlanSetShape)", &hq, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_kv_heads", "key/value heads, divides the query heads (FMPlanSetShape)", &hkv, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_head_dim", "head dimension (FMPlanSetShape)", &d, NULL));
-  FMCall(FMOptionsGetEnum_Private("-fm_plan_dtype", "element type (FMPlanSetShape)", dtype_names, &dt, NULL));
+  FMCall(FMOptionsGetEnum_Private("-fm_plan_dtype", "element type (FMPlanSetShape)", FMDTypeNames, &dt, NULL));
   FMCall(FMPlanSetShape(plan, b, hq, hkv, d, (FMDType)dt));
   scale = plan->scale_set ? plan->scale : 1.0 / sqrt((double)plan->head_dim);
   FMCall(FMOptionsGetReal("-fm_plan_scale", "softmax scale, default 1/sqrt(head_dim) (FMPlanSetScale)", &scale, &set));

@@ -23,8 +23,8 @@ static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, 
   h = FMHash_Private(h, &sc, sizeof(sc));
   h = FMHash_Private(h, &d->opt.partial_cost, sizeof(d->opt.partial_cost));
   h = FMHash_Private(h, &d->opt.row_cost, sizeof(d->opt.row_cost));
-  /* TODO(merge): use mask->hash */
-  for (int b = 0; b < 4; b++) h = FMHash_Private(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
+  /* the mask's own hash (sizes, type, causal, bounds), computed and agreed at FMMaskSetUp */
+  h = FMHash_Private(h, &plan->mask->hash, sizeof(plan->mask->hash));
   *hash = h;
   return FM_SUCCESS;
 }

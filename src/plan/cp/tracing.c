@@ -12,7 +12,7 @@ FMErrorCode FMDistTraceBegin_Private(FMPlan plan, FMDist *d, const char *run, vo
 #if FM_DIST_TRACE
   if (d->opt.trace_on) {
     FMTrace t = NULL;
-    FMCall(FMTraceCreate_Private(plan->hdr.comm, run, &plan->ctx->self, &t));
+    FMCall(FMTraceCreateFromContext_Private(plan->ctx, run, &t));
     *tr = t;
   }
 #else

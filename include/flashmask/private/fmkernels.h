@@ -16,7 +16,7 @@ extern "C" {
  * The mask as the kernels see it (global coordinates; borrowed pointers).
  * bnd[v] + h * seqlen_k is head h's vector v (v = 0..3: lts, lte, uts, ute); all four are
  * always valid (absent vectors in default form). summary + (h * nblocks_k + kb) * 8 holds
- * the block summary (see FM_SUM_* in fmimpl.h).
+ * the block summary (see FM_SUM_* in fmtile.h).
  */
 typedef struct FMMaskDesc_s {
   int seqlen_q, seqlen_k, mask_heads, causal, present;

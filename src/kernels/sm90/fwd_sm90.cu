@@ -32,7 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
-#include <flashmask/private/fmimpl.h>
+#include <flashmask/private/fmtile.h>
 #include "fwd_sm90.cuh"
 #include "ptx.cuh"
 #include "wgmma_gen.cuh"

@@ -59,23 +59,6 @@ template <int D, int ST> struct Layout {
   static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + (size_t)nblk * 4; }
 };
 
-struct Params {
-  void *o;
-  float *o32; /* non-NULL: O in fp32 here (partial results for merging), o unused */
-  int merge;  /* with o32: merge into (o32, lse) through the LSE instead of overwriting */
-  float *lse;
-  const int4 *packed;
-  const int32_t *sum;
-  const int2 *vis;
-  const int *simple;
-  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk;
-  float scale, scale_log2;
-  /* V (MN-major, 128B swizzle) descriptor bits without the address: LBO = 64-column chunk
-     stride (128 rows x 128 B), SBO = 8-row group stride (1024 B). FM_SM90_VDESC_SWAP=1 swaps
-     the two (a diagnostic for the descriptor convention). */
-  uint64_t vdesc_hi;
-};
-
 template <bool F16> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
 {
   if constexpr (F16) {
@@ -101,7 +84,7 @@ template <bool F16> __device__ __forceinline__ void gemm_qk(float *s, uint32_t q
   }
 }
 
-/* vhi: the LBO/SBO/layout bits of the V descriptor (Params::vdesc_hi). */
+/* vhi: the LBO/SBO/layout bits of the V descriptor (FMGpuFwdCore::vdesc_hi, see launch()). */
 template <int D, bool F16> __device__ __forceinline__ void gemm_pv(float *o, const uint32_t *p, uint32_t vaddr, uint64_t vhi)
 {
 #pragma unroll
@@ -259,15 +242,15 @@ __device__ __forceinline__ void merge_weights(float la, float *lse, float *wa, f
 template <int D, int ST, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
   fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-             const __grid_constant__ CUtensorMap tmV, const Params p)
+             const __grid_constant__ CUtensorMap tmV, const FMGpuFwdCore p)
 {
   using L = Layout<D, ST>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
   const int mblk = gridDim.x - 1 - blockIdx.x; /* heaviest (causal) tiles first */
   const int hq = blockIdx.y, b = blockIdx.z;
-  const int hkv = hq / (p.Hq / p.Hkv);
-  const int mh = hq / (p.Hq / p.mask_heads);
+  const int hkv = hq / (p.heads_q / p.heads_kv);
+  const int mh = hq / (p.heads_q / p.mask_heads);
   const int m0 = mblk * kBM;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = tid >> 7;
 
@@ -299,17 +282,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   int n = 0;
   {
     const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FM_SUM_N;
-    const int m1 = m0 + kBM < p.Sq ? m0 + kBM : p.Sq, off = p.Sk - p.Sq;
-    const bool ragged = (p.Sk % kBN) != 0;
+    const int m1 = m0 + kBM < p.seqlen_q ? m0 + kBM : p.seqlen_q, off = p.seqlen_k - p.seqlen_q;
+    const bool ragged = (p.seqlen_k % kBN) != 0;
     int *wcnt = (int *)(smem + L::OFF_CNT);
     for (int base = p.nblk - 1; base >= 0; base -= kThreads) {
       const int kb = base - tid;
       int entry = -1;
       if (kb >= 0) {
-        const int cls = FMClassifyTileInline(sumh, p.causal, p.Sq, p.Sk, kBN, m0, m0 + kBM, kb);
+        const int cls = FMClassifyTileInline(sumh, p.causal, p.seqlen_q, p.seqlen_k, kBN, m0, m0 + kBM, kb);
         if (cls != FM_TILE_SKIP) {
           const int32_t *sm = sumh + (size_t)kb * FM_SUM_N;
-          const int c1 = (kb + 1) * kBN < p.Sk ? (kb + 1) * kBN : p.Sk;
+          const int c1 = (kb + 1) * kBN < p.seqlen_k ? (kb + 1) * kBN : p.seqlen_k;
           entry = kb;
           if (m0 < sm[FM_SUM_LTE_MAX] && m1 > sm[FM_SUM_LTS_MIN]) entry |= kLower;
           if (m0 < sm[FM_SUM_UTE_MAX] && m1 > sm[FM_SUM_UTS_MIN]) entry |= kUpper;
@@ -370,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int row0 = m0 + cw * 64 + w * 16 + (lane >> 2), row1 = row0 + 8;
     const float c = p.scale_log2;
     /* causal offset for the element test; a non-causal mask gets one no column exceeds */
-    const int off = p.causal ? p.Sk - p.Sq : (1 << 29);
+    const int off = p.causal ? p.seqlen_k - p.seqlen_q : (1 << 29);
     float o[D / 2];
     float s[kBN / 2];
     uint32_t pr[kBN / 4];
@@ -474,25 +457,25 @@ __global__ void __launch_bounds__(kThreads, 1)
        * merge, the accumulated (O, LSE) already there is combined exactly through the LSE:
        * O = wa O_acc + wb O_new with wa, wb = exp(lse_acc - lse), exp(lse_new - lse).
        */
-      const size_t ostride = (size_t)p.Hq * D;
-      float *or0 = p.o32 + ((size_t)b * p.Sq + row0) * ostride + (size_t)hq * D + q4 * 2;
+      const size_t ostride = (size_t)p.heads_q * D;
+      float *or0 = p.o32 + ((size_t)b * p.seqlen_q + row0) * ostride + (size_t)hq * D + q4 * 2;
       float *or1 = or0 + 8 * ostride;
       float wa0 = 0.f, wa1 = 0.f, wb0 = inv0, wb1 = inv1;
       if (p.merge) {
-        const float *lacc = p.lse + ((size_t)b * p.Hq + hq) * p.Sq;
-        const float la0 = row0 < p.Sq ? lacc[row0] : -INFINITY, la1 = row1 < p.Sq ? lacc[row1] : -INFINITY;
+        const float *lacc = p.lse + ((size_t)b * p.heads_q + hq) * p.seqlen_q;
+        const float la0 = row0 < p.seqlen_q ? lacc[row0] : -INFINITY, la1 = row1 < p.seqlen_q ? lacc[row1] : -INFINITY;
         __syncwarp(); /* every thread of the quad has its accumulated LSE before q4 = 0 rewrites it */
         merge_weights(la0, &lse0, &wa0, &wb0);
         merge_weights(la1, &lse1, &wa1, &wb1);
       }
 #pragma unroll
       for (int k = 0; k < D / 8; k++) {
-        if (row0 < p.Sq) {
+        if (row0 < p.seqlen_q) {
           float2 x = make_float2(o[4 * k] * wb0, o[4 * k + 1] * wb0);
           if (p.merge) { const float2 a = *(const float2 *)(or0 + k * 8); x.x += wa0 * a.x; x.y += wa0 * a.y; }
           *(float2 *)(or0 + k * 8) = x;
         }
-        if (row1 < p.Sq) {
+        if (row1 < p.seqlen_q) {
           float2 x = make_float2(o[4 * k + 2] * wb1, o[4 * k + 3] * wb1);
           if (p.merge) { const float2 a = *(const float2 *)(or1 + k * 8); x.x += wa1 * a.x; x.y += wa1 * a.y; }
           *(float2 *)(or1 + k * 8) = x;
@@ -511,20 +494,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       named_sync(3 + cw, 128);
       const int rowbase = m0 + cw * 64;
-      const size_t ostride = (size_t)p.Hq * D;
+      const size_t ostride = (size_t)p.heads_q * D;
 #pragma unroll
       for (int it = 0; it < 64 * (D / 8) / 128; it++) {
         const int idx = it * 128 + wt, r = idx / (D / 8), k = idx % (D / 8);
         const int ch = k >> 3, u = k & 7;
         const uint4 val = *(const uint4 *)(stage + ch * kChunkBytes + r * 128 + ((u ^ (r & 7)) << 4));
-        if (rowbase + r < p.Sq)
-          *(uint4 *)((char *)p.o + (((size_t)b * p.Sq + rowbase + r) * ostride + (size_t)hq * D + k * 8) * 2) = val;
+        if (rowbase + r < p.seqlen_q)
+          *(uint4 *)((char *)p.o + (((size_t)b * p.seqlen_q + rowbase + r) * ostride + (size_t)hq * D + k * 8) * 2) = val;
       }
     }
     if (q4 == 0) {
-      float *lse = p.lse + ((size_t)b * p.Hq + hq) * p.Sq;
-      if (row0 < p.Sq) lse[row0] = lse0;
-      if (row1 < p.Sq) lse[row1] = lse1;
+      float *lse = p.lse + ((size_t)b * p.heads_q + hq) * p.seqlen_q;
+      if (row0 < p.seqlen_q) lse[row0] = lse0;
+      if (row1 < p.seqlen_q) lse[row1] = lse1;
     }
   }
 }
@@ -544,13 +527,17 @@ static PFN_cuTensorMapEncodeTiled_v12000 get_encode(void)
   return fn;
 }
 
-/* 4-D map over a [B][S][H][D] tensor: dims {D, H, S, B}; box {64, 1, 128, 1}; 128-byte swizzle. */
-static cudaError_t make_map(CUtensorMap *map, const void *base, int B, int S, int H, int D, int f16)
+/*
+ * 4-D map over a [B][S][H][D] tensor with element strides bs, ss, hs (D contiguous): dims
+ * {D, H, S, B}; box {64, 1, 128, 1}; 128-byte swizzle.
+ */
+static cudaError_t make_map(CUtensorMap *map, const void *base, int B, int S, int H, int D, int f16, int64_t bs, int64_t ss,
+                            int64_t hs)
 {
   PFN_cuTensorMapEncodeTiled_v12000 enc = get_encode();
   if (!enc) return cudaErrorNotSupported;
   cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
-  cuuint64_t strides[3] = {(cuuint64_t)D * 2, (cuuint64_t)H * D * 2, (cuuint64_t)S * H * D * 2};
+  cuuint64_t strides[3] = {(cuuint64_t)hs * 2, (cuuint64_t)ss * 2, (cuuint64_t)bs * 2};
   cuuint32_t box[4] = {64, 1, 128, 1};
   cuuint32_t estr[4] = {1, 1, 1, 1};
   CUresult r = enc(map, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base, dims,
@@ -559,38 +546,29 @@ static cudaError_t make_map(CUtensorMap *map, const void *base, int B, int S, in
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <int D, int ST, bool F16> static cudaError_t launch(const FMSm90Args *a, cudaStream_t stream)
+template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParams *a, cudaStream_t stream)
 {
   using L = Layout<D, ST>;
   CUtensorMap tq, tk, tv;
   cudaError_t e;
-  if ((e = make_map(&tq, a->q, a->batch, a->seqlen_q, a->heads_q, D, F16)) != cudaSuccess) return e;
-  if ((e = make_map(&tk, a->k, a->batch, a->seqlen_k, a->heads_kv, D, F16)) != cudaSuccess) return e;
-  if ((e = make_map(&tv, a->v, a->batch, a->seqlen_k, a->heads_kv, D, F16)) != cudaSuccess) return e;
-  Params p;
-  p.o = a->o;
-  p.o32 = a->o32;
-  p.merge = a->merge;
-  p.lse = a->lse;
-  p.packed = a->packed;
-  p.sum = a->sum;
-  p.vis = a->vis;
-  p.simple = a->simple;
-  p.Sq = a->seqlen_q;
-  p.Sk = a->seqlen_k;
-  p.Hq = a->heads_q;
-  p.Hkv = a->heads_kv;
-  p.mask_heads = a->mask_heads;
-  p.causal = a->causal;
-  p.nblk = a->nblk;
-  p.scale = a->scale;
-  p.scale_log2 = a->scale * 1.4426950408889634f;
+  if ((e = make_map(&tq, a->q, a->batch, a->c.seqlen_q, a->c.heads_q, D, F16, a->q_batch_stride, a->q_row_stride,
+                    a->q_head_stride)) != cudaSuccess)
+    return e;
+  if ((e = make_map(&tk, a->k, a->batch, a->c.seqlen_k, a->c.heads_kv, D, F16, a->k_batch_stride, a->k_row_stride,
+                    a->k_head_stride)) != cudaSuccess)
+    return e;
+  if ((e = make_map(&tv, a->v, a->batch, a->c.seqlen_k, a->c.heads_kv, D, F16, a->v_batch_stride, a->v_row_stride,
+                    a->v_head_stride)) != cudaSuccess)
+    return e;
+  /* V (MN-major, 128B swizzle) descriptor bits without the address: LBO = 64-column chunk
+     stride (128 rows x 128 B), SBO = 8-row group stride (1024 B); vdesc_swap swaps the two (a
+     diagnostic for the descriptor convention) */
+  FMGpuFwdCore p = a->c;
   {
-    const char *sw = getenv("FM_SM90_VDESC_SWAP");
-    const uint64_t lbo = (sw && sw[0] == '1') ? 1024 : kChunkBytes, sbo = (sw && sw[0] == '1') ? kChunkBytes : 1024;
+    const uint64_t lbo = a->vdesc_swap ? 1024 : kChunkBytes, sbo = a->vdesc_swap ? kChunkBytes : 1024;
     p.vdesc_hi = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | ((uint64_t)1 << 62);
   }
-  const size_t smem = L::bytes(a->nblk);
+  const size_t smem = L::bytes(a->c.nblk);
   /* the opt-in shared-memory size is a per-device attribute: remember it per device (a process
      may launch on several devices, e.g. a one-GPU reference next to a context-parallel plan) */
   static size_t attr_set[64];
@@ -602,7 +580,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMSm90Args *a
       return e;
     if (dev >= 0 && dev < 64) attr_set[dev] = smem;
   }
-  dim3 grid((a->seqlen_q + kBM - 1) / kBM, a->heads_q, a->batch);
+  dim3 grid((a->c.seqlen_q + kBM - 1) / kBM, a->c.heads_q, a->batch);
   fwd_kernel<D, ST, F16><<<grid, kThreads, smem, stream>>>(tq, tk, tv, p);
   return cudaGetLastError();
 }
@@ -613,25 +591,32 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMSm90Args *a
 #define FM_SM90_ST128 2
 #define FM_SM90_ST64 4
 
-int FMSm90ForwardSupported(const FMSm90Args *a)
+int FMSm90ForwardSupported(const FMGpuFwdParams *a)
 {
   size_t need;
   int dev, maxsm = 0;
-  if (a->head_dim == 128) need = fmsm90::Layout<128, FM_SM90_ST128>::bytes(a->nblk);
-  else if (a->head_dim == 64) need = fmsm90::Layout<64, FM_SM90_ST64>::bytes(a->nblk);
+  if (a->head_dim == 128) need = fmsm90::Layout<128, FM_SM90_ST128>::bytes(a->c.nblk);
+  else if (a->head_dim == 64) need = fmsm90::Layout<64, FM_SM90_ST64>::bytes(a->c.nblk);
   else return 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   if (cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
   if (need > (size_t)maxsm) return 0;
-  if (a->seqlen_q < 1 || a->seqlen_k < 1 || a->batch > 65535 || a->heads_q > 65535) return 0;
-  /* TMA: global addresses 16-byte aligned (strides are multiples of 128 bytes here) */
+  if (a->c.seqlen_q < 1 || a->c.seqlen_k < 1 || a->batch > 65535 || a->c.heads_q > 65535) return 0;
+  /* TMA: global addresses and strides 16-byte aligned (8 elements) */
   if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 15) return 0;
-  if (((uintptr_t)a->o) & 3) return 0;
-  if (((uintptr_t)a->o32) & 7) return 0;
+  if ((a->q_batch_stride | a->q_row_stride | a->q_head_stride | a->k_batch_stride | a->k_row_stride | a->k_head_stride |
+       a->v_batch_stride | a->v_row_stride | a->v_head_stride) & 7)
+    return 0;
+  /* the epilogue writes O and LSE in today's dense layouts (16-byte stores of O, 8-byte ones of o32) */
+  if (a->o_head_stride != a->head_dim || a->o_row_stride != (int64_t)a->c.heads_q * a->head_dim ||
+      a->o_batch_stride != (int64_t)a->c.seqlen_q * a->o_row_stride || a->lse_head_stride != a->c.seqlen_q ||
+      a->lse_batch_stride != (int64_t)a->c.heads_q * a->c.seqlen_q)
+    return 0;
+  if (a->c.o32 ? ((uintptr_t)a->c.o32 & 7) != 0 : ((uintptr_t)a->c.o & 15) != 0) return 0;
   return 1;
 }
 
-cudaError_t FMSm90Forward(const FMSm90Args *a, cudaStream_t stream)
+cudaError_t FMSm90Forward(const FMGpuFwdParams *a, cudaStream_t stream)
 {
   if (!FMSm90ForwardSupported(a)) return cudaErrorNotSupported;
   if (a->head_dim == 128)

@@ -95,8 +95,7 @@ static int run_case(const Case *c, uint64_t seed, int verbose)
   p.k0 = 0;
   p.nk = Sk;
   p.mask = md;
-  if (c->force_fallback) setenv("FM_CUDA_FORCE_FALLBACK", "1", 1);
-  else unsetenv("FM_CUDA_FORCE_FALLBACK");
+  p.opts.cuda_fallback = c->force_fallback;
   FMT_CALL(FMCudaForward(&p, dmask, dq, dk, dv, dout, dl, NULL));
   path = FMCudaLastPath_Private;
   FMT_CALL(FMCudaMemcpyD2H(ho, dout, nq * es, NULL));

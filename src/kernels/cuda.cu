@@ -155,10 +155,7 @@ static void fill_params(const FMAttnProblem *p, const FMGpuMask *dm, const void 
   gp->batch = p->batch;
   gp->head_dim = p->head_dim;
   gp->fp16 = p->dtype == FM_DTYPE_FP16;
-  {
-    const char *sw = getenv("FM_SM90_VDESC_SWAP");
-    gp->vdesc_swap = sw && sw[0] == '1';
-  }
+  gp->vdesc_swap = p->opts.sm90_vdesc_swap;
 }
 
 /* The forward of FMCudaForward / FMCudaForwardF32: o (dtype) or o32 (fp32) receives O. */
@@ -169,7 +166,6 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
   FMGpuFwdParams gp;
   cudaStream_t st = (cudaStream_t)stream;
   int dev = 0, major = 0, minor = 0;
-  const char *force;
   FMCheck(p->qrows == NULL && p->k0 == 0, MPI_COMM_SELF, FM_ERR_SUP,
           "The CUDA forward takes whole (or localized) problems only; got qrows %s and k0 = %d", p->qrows ? "set" : "NULL", p->k0);
   FMCheck(p->nq == dm->seqlen_q && p->nk == dm->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
@@ -189,8 +185,7 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
   FMCallCUDA(cudaGetDevice(&dev));
   FMCallCUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   FMCallCUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  force = getenv("FM_CUDA_FORCE_FALLBACK");
-  if (major == 9 && minor == 0 && !(force && force[0] == '1') && FMSm90ForwardSupported(&gp)) {
+  if (major == 9 && minor == 0 && !p->opts.cuda_fallback && FMSm90ForwardSupported(&gp)) {
     FMCallCUDA(FMSm90Forward(&gp, st));
     FMCudaLastPath_Private = 1;
     return FM_SUCCESS;
@@ -209,7 +204,7 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
  *   q, k, v, o, lse  device pointers, layouts as in fmkernels.h
  *   stream cudaStream_t (NULL = default stream)
  *   Chooses the Hopper kernel on sm_90 for head dims 64 and 128, else the SIMT fallback.
- *   The environment variable FM_CUDA_FORCE_FALLBACK=1 forces the fallback (for tests).
+ *   p->opts.cuda_fallback (-fm_cuda_fallback) forces the fallback (for tests).
  */
 FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v, void *o,
                           float *lse, void *stream)

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <flashmask/private/fmtile.h>
+#include <flashmask/private/fmkernels.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -241,6 +242,7 @@ struct _p_FMContext {
   FMRankInfo *all;        /* [size], filled at SetUp */
   void *topology;         /* hwloc_topology_t, or NULL */
   void *nccl;             /* NCCL communicators (src/context/nccl.c), created on first use */
+  FMKernelOptions kopts;  /* -fm_cuda_fallback, -fm_sm90_vdesc_swap, -fm_cpu_* (FMContextSetFromOptions) */
 };
 
 /*

@@ -26,6 +26,26 @@ typedef struct FMMaskDesc_s {
 } FMMaskDesc;
 
 /*
+ * FMKernelOptions - the kernels' tuning and diagnostic switches, read once from the options
+ * database by FMContextSetFromOptions into the context and passed down in every FMAttnProblem
+ * (the kernels read no environment). Zero means the default.
+ *   cuda_fallback     -fm_cuda_fallback: 1 runs the SIMT fallback even where the Hopper kernel
+ *                     covers the shape (tests)
+ *   sm90_vdesc_swap   -fm_sm90_vdesc_swap: 1 swaps the Hopper kernel's V descriptor strides (a
+ *                     diagnostic of the descriptor convention; gives wrong results otherwise)
+ *   cpu_vector_width  -fm_cpu_vector_width 4|8|16: the CPU kernels' vector width when this CPU
+ *                     runs it (0: the widest it runs)
+ *   cpu_stage_bytes   -fm_cpu_stage_bytes: the CPU forward/backward's fp32 staging budget per call
+ *                     in bytes (0: 256 MiB)
+ */
+typedef struct {
+  int cuda_fallback;
+  int sm90_vdesc_swap;
+  int cpu_vector_width;
+  size_t cpu_stage_bytes;
+} FMKernelOptions;
+
+/*
  * One attention problem, possibly a piece of a bigger one (for context parallelism):
  * nq local query rows whose global indices are qrows[0..nq) (NULL = rows 0..nq-1), against
  * the key columns [k0, k0 + nk) of the global sequence.
@@ -40,12 +60,13 @@ typedef struct {
   int k0, nk;
   FMMaskDesc mask;
   int nthreads;           /* CPU threads, <= 0 = OpenMP default */
+  FMKernelOptions opts;   /* the context's kernel options (zero: defaults) */
 } FMAttnProblem;
 
 /*
  * FMPlanGetProblem_Private - the whole problem of a set-up plan as one FMAttnProblem: all
  *   seqlen_q rows (qrows NULL) against all seqlen_k keys, with the plan's shape, dtype, scale,
- *   mask and thread count. Not collective.
+ *   mask, thread count and its context's kernel options. Not collective.
  */
 FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p);
 
@@ -111,7 +132,8 @@ FMErrorCode FMCudaMaskFree(void *dev);
 /*
  * FMCudaForward - forward on the current device, asynchronously on stream.
  *   p->qrows must be NULL and k0 = 0 (whole problem); q, k, v, o, lse are device pointers;
- *   dmask from FMCudaMaskUpload. Chooses the Hopper kernel on sm_90, else a fallback.
+ *   dmask from FMCudaMaskUpload. Chooses the Hopper kernel on sm_90, else a fallback (always
+ *   the fallback with p->opts.cuda_fallback).
  */
 FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
                           const void *v, void *o, float *lse, void *stream);

@@ -153,11 +153,39 @@ FMErrorCode FMCudaFillFloat(float *p, size_t n, float x, void *stream);
 FMErrorCode FMCudaDeviceCount(int *ndev);
 FMErrorCode FMCudaDeviceInfo(int dev, char *name, size_t namelen, char *busid, size_t buslen, int *sm);
 FMErrorCode FMCudaSetDevice(int dev);
-/* Device memory helpers (src/kernels/cudamem.c): synchronous on the given stream. */
+/*
+ * CUDA resource helpers (src/kernels/cudamem.c), on the current device. Streams and events are
+ * cudaStream_t / cudaEvent_t passed as void * (NULL = the default stream). Not collective.
+ * Every Destroy/Free accepts NULL.
+ *   FMCudaMalloc, FMCudaFree         device memory (bytes = 0 allocates a valid 1-byte block);
+ *                                    FM_ERR_MEM when the device is full
+ *   FMCudaHostAlloc, FMCudaHostFree  pinned (page-locked) host memory, for staged transfers
+ *   FMCudaMemcpyD2H, FMCudaMemcpyH2D copy on stream and wait for it (synchronous)
+ *   FMCudaStreamCreate               a non-blocking stream; high_priority = 1 gives it the
+ *                                    device's highest priority (exchange streams whose kernels
+ *                                    must not queue behind the attention kernels), 0 the lowest
+ *   FMCudaStreamWaitEvent            later work on stream waits for event (asynchronous)
+ *   FMCudaStreamSynchronize          the host waits for the stream
+ *   FMCudaEventCreate/Destroy        an event with timing
+ *   FMCudaEventRecord                record event on stream
+ *   FMCudaEventSynchronize           the host waits for the event
+ *   FMCudaEventElapsed               seconds from start to end (both recorded and completed)
+ */
 FMErrorCode FMCudaMalloc(size_t bytes, void **p);
 FMErrorCode FMCudaFree(void *p);
+FMErrorCode FMCudaHostAlloc(size_t bytes, void **p);
+FMErrorCode FMCudaHostFree(void *p);
 FMErrorCode FMCudaMemcpyD2H(void *dst, const void *src, size_t bytes, void *stream);
 FMErrorCode FMCudaMemcpyH2D(void *dst, const void *src, size_t bytes, void *stream);
+FMErrorCode FMCudaStreamCreate(int high_priority, void **stream);
+FMErrorCode FMCudaStreamDestroy(void *stream);
+FMErrorCode FMCudaStreamWaitEvent(void *stream, void *event);
+FMErrorCode FMCudaStreamSynchronize(void *stream);
+FMErrorCode FMCudaEventCreate(void **event);
+FMErrorCode FMCudaEventDestroy(void *event);
+FMErrorCode FMCudaEventRecord(void *event, void *stream);
+FMErrorCode FMCudaEventSynchronize(void *event);
+FMErrorCode FMCudaEventElapsed(void *start, void *end, double *seconds);
 /* FMCudaIsDevicePointer - whether p is device (or managed) memory; 0 for host memory. */
 int FMCudaIsDevicePointer(const void *p);
 /* Which forward path runs on this device ("sm90 wgmma/tma", "fallback simt", ...). */

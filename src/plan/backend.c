@@ -20,6 +20,7 @@ FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p)
   p->nq = p->mask.seqlen_q; p->qrows = NULL;
   p->k0 = 0; p->nk = p->mask.seqlen_k;
   p->nthreads = plan->ctx->nthreads;
+  p->opts = plan->ctx->kopts;
   return FM_SUCCESS;
 }
 

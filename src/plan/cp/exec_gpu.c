@@ -34,6 +34,7 @@ static FMErrorCode compute_stage(FMPlan plan, FMDist *d, FMDistGPU *g, int s, co
   p.nq = plan->nlocal;
   p.nk = s < 0 ? d->nkeys : g->st[s].nk;
   p.nthreads = plan->ctx->nthreads;
+  p.opts = plan->ctx->kopts;
   FMCallCUDA(cudaEventRecord(g->ev_w0[s + 1], us));
   if (s >= 0) FMCallCUDA(cudaStreamWaitEvent(us, g->ev_c1[s], 0));
   FMCallCUDA(cudaEventRecord(g->ev_k0[s + 1], us));

@@ -53,7 +53,7 @@ def load_masks(path):
 
 
 def tile_classes(b, causal, Sq, Sk, blk=128):
-    """skip, partial masks [mh, nq, nk] from the block summaries (flashmask-format.md section 2)."""
+    """skip, partial masks [mh, nq, nk] from the block summaries (doc/format.md section 2)."""
     lts, lte, uts, ute = b
     mh = lts.shape[0]
     nk = (Sk + blk - 1) // blk

@@ -30,7 +30,7 @@ FMTileClass FMClassifyTile(const int32_t *summary_head, int causal, int seqlen_q
 
 /*
  * FMClassifyTileInline - the one definition of the tile-class logic (FMClassifyTile calls it;
- *   kernels may inline it in their tile loops). flashmask-format.md section 2 plus the
+ *   kernels may inline it in their tile loops). doc/format.md section 2 plus the
  *   bottom-right aligned causal diagonal (key j visible to row i iff j <= i + seqlen_k - seqlen_q).
  *   Rows are clipped to [0, seqlen_q); an empty tile or a block past seqlen_k is FM_TILE_SKIP.
  */

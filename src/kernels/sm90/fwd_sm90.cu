@@ -13,7 +13,7 @@
  *     softmax of S_j runs while the P.V product is in flight.
  *     The two consumers alternate their wgmma issue through named barriers 1 and 2
  *     (ping-pong), so one warpgroup's softmax overlaps the other one's GEMMs.
- * The list of key blocks to visit (skip / unmasked / partial, flashmask-format.md section 2,
+ * The list of key blocks to visit (skip / unmasked / partial, doc/format.md section 2,
  * FMClassifyTileInline) is built once per CTA by all 384 threads before the roles split and is
  * read by the producer and both consumers, so their iteration counts always agree. Unmasked
  * blocks take the dense path; partial blocks (this includes the causal diagonal and the key

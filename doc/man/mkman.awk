@@ -190,7 +190,8 @@ function overview(   file, s, i, n, L, d, g, sm) {
   n = split(docs, L, " ")
   printf("the guides:") > file
   for (i = 1; i <= n; i++) printf(" %s%s", esc(L[i]), i < n ? "," : ".") > file
-  printf("\n.SH SEE ALSO\n.BR fmtrace (1)\nand\n.BR fmplan\\-sim (1)\nprint their options with \\-help.\n") > file
+  printf("\n.PP\nThe programs fmtrace and fmplan\\-sim print their options with \\-help, as does any program\n") > file
+  printf("that calls FMInitialize.\n") > file
   close(file)
   print "flashmask.3"
 }

@@ -118,7 +118,8 @@ FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *
  */
 FMErrorCode FMFinalize(void);
 
-/* FMInitialized - whether FMInitialize has been called (and FMFinalize not yet). */
+/* FMInitialized - whether FMInitialize has been called (and FMFinalize not yet). Not collective.
+ *   flag  out: FM_TRUE or FM_FALSE */
 FMErrorCode FMInitialized(FMBool *flag);
 
 /*
@@ -145,6 +146,8 @@ FMErrorCode FMOptionsGetIntArray(const char *name, const char *help, int *value,
 
 /*
  * FMOptionsHasName - whether an option (e.g. "-help") is present. Not collective.
+ *   name  full option name including the leading '-'
+ *   set   out: whether the option was given
  */
 FMErrorCode FMOptionsHasName(const char *name, FMBool *set);
 
@@ -174,10 +177,11 @@ const char *FMGetVersion(void);
 typedef enum { FM_BACKEND_AUTO = 0, FM_BACKEND_CPU = 1, FM_BACKEND_CUDA = 2 } FMBackend;
 typedef enum { FM_DTYPE_BF16 = 0, FM_DTYPE_FP16 = 1, FM_DTYPE_FP32 = 2 } FMDType;
 
-/* FMBackendName / FMDTypeName - names as used by the options ("cpu", "bf16", ...). */
+/* FMBackendName / FMDTypeName - names as used by the options ("cpu", "bf16", ...) of backend b
+ *   and dtype t. Not collective. */
 const char *FMBackendName(FMBackend b);
 const char *FMDTypeName(FMDType t);
-/* FMDTypeSize - bytes per element (2, 2, 4). */
+/* FMDTypeSize - bytes per element of dtype t (2, 2, 4). Not collective. */
 size_t FMDTypeSize(FMDType t);
 
 /*
@@ -210,7 +214,8 @@ FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx);
 
 /*
  * FMContextSetBackend - choose the compute backend. Not collective (call identically).
- *   FM_BACKEND_AUTO picks CUDA when a usable GPU is present, otherwise CPU.
+ *   ctx      the context
+ *   backend  FM_BACKEND_AUTO picks CUDA when a usable GPU is present, otherwise CPU.
  *   Option: -fm_backend auto|cpu|cuda
  */
 FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend);
@@ -218,10 +223,13 @@ FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend);
 /*
  * FMContextSetNumThreads - CPU backend threads per rank (default: OpenMP's default).
  *   Not collective. Option: -fm_num_threads
+ *   ctx       the context
+ *   nthreads  >= 0; 0 means OpenMP's default
  */
 FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads);
 
-/* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_context_view. Collective. */
+/* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_context_view into ctx.
+ *   Collective. */
 FMErrorCode FMContextSetFromOptions(FMContext ctx);
 /*
  * FMContextSetOptionsPrefix - set the prefix that FMContextSetFromOptions puts after the dash of
@@ -240,20 +248,23 @@ FMErrorCode FMContextGetOptionsPrefix(FMContext ctx, const char **prefix);
  *   with PCI bus ids), split node-local ranks (MPI_Comm_split_type), choose a GPU near
  *   this rank's cores when CUDA is present, and resolve the backend. Collective; an
  *   error on any rank is returned on every rank.
+ *   ctx  the context
  */
 FMErrorCode FMContextSetUp(FMContext ctx);
 
 /*
- * FMContextView - print the context (every rank's topology and device) to fp.
+ * FMContextView - print the context ctx (every rank's topology and device) to fp.
  *   Collective; rank 0 prints. fp NULL means stdout.
  */
 FMErrorCode FMContextView(FMContext ctx, FILE *fp);
 
-/* FMContextGetComm - the context's (duplicated) communicator. Not collective. */
+/* FMContextGetComm - comm out: the context ctx's (duplicated) communicator; the context owns
+ *   it (do not free it). Not collective. */
 FMErrorCode FMContextGetComm(FMContext ctx, MPI_Comm *comm);
-/* FMContextGetBackend - the resolved backend (after SetUp). Not collective. */
+/* FMContextGetBackend - backend out: the resolved backend of ctx (after SetUp). Not collective. */
 FMErrorCode FMContextGetBackend(FMContext ctx, FMBackend *backend);
-/* FMContextGetDevice - the CUDA device chosen for this rank, -1 if none. Not collective. */
+/* FMContextGetDevice - device out: the CUDA device ctx chose for this rank, -1 if none.
+ *   Not collective. */
 FMErrorCode FMContextGetDevice(FMContext ctx, int *device);
 
 /* FMContextDestroy - drop a reference; frees at zero and sets *ctx = NULL. Collective. */
@@ -298,9 +309,10 @@ FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask);
  */
 FMErrorCode FMMaskSetSizes(FMMask mask, int seqlen_q, int seqlen_k, int mask_heads);
 
-/* FMMaskSetType - choose a builder (FMMASK* names). Not collective. Option: -fm_mask_type */
+/* FMMaskSetType - choose the builder of mask: type is one of the FMMASK* names. Not collective.
+ *   Option: -fm_mask_type */
 FMErrorCode FMMaskSetType(FMMask mask, FMMaskType type);
-/* FMMaskGetType - the type name. Not collective. */
+/* FMMaskGetType - type out: the type name of mask (borrowed). Not collective. */
 FMErrorCode FMMaskGetType(FMMask mask, FMMaskType *type);
 
 /*
@@ -315,11 +327,16 @@ FMErrorCode FMMaskTypeList(int *n, const char *const **names);
 /*
  * FMMaskSetCausal - for type "bounds": add the causal triangle (bottom-right aligned)
  *   on top of the bounds. Not collective. Option: -fm_mask_causal
+ *   mask    the mask
+ *   causal  FM_TRUE to add the triangle
  */
 FMErrorCode FMMaskSetCausal(FMMask mask, FMBool causal);
 
 /*
  * FMMaskSetDocuments - document lengths (they must sum to seqlen_k). Not collective.
+ *   mask     the mask
+ *   ndocs    number of documents (0 restores the default)
+ *   lengths  ndocs lengths, each >= 1 (copied)
  *   Used by causal_document, document, share_question, causal_blockwise,
  *   prefix_lm_document. Option: -fm_mask_docs 2538,1742,3213
  *   If no documents are set, SetUp draws them as in the FlashMask paper from the seed.
@@ -327,19 +344,24 @@ FMErrorCode FMMaskSetCausal(FMMask mask, FMBool causal);
 FMErrorCode FMMaskSetDocuments(FMMask mask, int ndocs, const int lengths[]);
 
 /*
- * FMMaskSetWindow - sliding-window sizes in tokens (>= 0). Not collective.
+ * FMMaskSetWindow - sliding-window sizes in tokens. Not collective.
+ *   mask         the mask
+ *   left, right  tokens before and after the diagonal (>= 0)
  *   Options: -fm_mask_window_left, -fm_mask_window_right (default seqlen/16)
  */
 FMErrorCode FMMaskSetWindow(FMMask mask, int left, int right);
 
-/* FMMaskSetGlobalTokens - number of global tokens (global_sliding_window; default 16).
- *   Option: -fm_mask_global_tokens */
+/* FMMaskSetGlobalTokens - nglobal (>= 0), the number of global tokens of mask
+ *   (global_sliding_window; default 16). Not collective. Option: -fm_mask_global_tokens */
 FMErrorCode FMMaskSetGlobalTokens(FMMask mask, int nglobal);
 
 /*
  * FMMaskSetPrefixLengths - prefix length of each document (prefix_lm_document;
  *   default: the first half of each document) or, with ndocs = 1, the prefix of
  *   prefix_lm_causal (default seqlen/2). Not collective. Option: -fm_mask_prefix
+ *   mask    the mask
+ *   ndocs   number of prefix lengths (0 restores the default)
+ *   prefix  ndocs lengths, each >= 0 (copied)
  */
 FMErrorCode FMMaskSetPrefixLengths(FMMask mask, int ndocs, const int prefix[]);
 
@@ -347,6 +369,9 @@ FMErrorCode FMMaskSetPrefixLengths(FMMask mask, int ndocs, const int prefix[]);
  * FMMaskSetShareQuestion - for share_question: per document, the number of segments
  *   (1 question + answers) and their lengths, concatenated. nseg[d] >= 2 and the
  *   lengths of document d sum to its length. Not collective.
+ *   mask    the mask
+ *   ndocs   number of documents (0 restores the default)
+ *   nseg    ndocs segment counts; seglen  their segment lengths, concatenated (copied)
  *   Option: -fm_mask_segments q0,a0,a1,...  (with -fm_mask_nsegments 3,4,...)
  *   Default: each document is split into a question and 2..6 answers from the seed.
  */
@@ -354,12 +379,15 @@ FMErrorCode FMMaskSetShareQuestion(FMMask mask, int ndocs, const int nseg[], con
 
 /*
  * FMMaskSetQKSparseSpans - masked key spans [start, start+len) for qk_sparse. Not collective.
+ *   mask        the mask
+ *   nspans      number of spans (0 restores the default)
+ *   start, len  nspans starts (>= 0) and lengths (copied)
  *   Option: -fm_mask_spans start0,len0,start1,len1,...  Default: drawn from the seed.
  */
 FMErrorCode FMMaskSetQKSparseSpans(FMMask mask, int nspans, const int start[], const int len[]);
 
-/* FMMaskSetSeed - seed for every random default (documents, evictions, spans). Default 42.
- *   Option: -fm_mask_seed */
+/* FMMaskSetSeed - seed of mask for every random default (documents, evictions, spans).
+ *   Default 42. Not collective. Option: -fm_mask_seed */
 FMErrorCode FMMaskSetSeed(FMMask mask, unsigned long seed);
 
 /*
@@ -373,11 +401,11 @@ FMErrorCode FMMaskSetSeed(FMMask mask, unsigned long seed);
 FMErrorCode FMMaskSetBounds(FMMask mask, int head, const int32_t *lts, const int32_t *lte,
                             const int32_t *uts, const int32_t *ute);
 
-/* FMMaskSetBlockSize - key/query block size of the summaries (default 128). Not collective.
- *   Option: -fm_mask_block_size */
+/* FMMaskSetBlockSize - block (>= 1), the key/query block size of the summaries of mask
+ *   (default 128). Not collective. Option: -fm_mask_block_size */
 FMErrorCode FMMaskSetBlockSize(FMMask mask, int block);
 
-/* FMMaskSetFromOptions - read every -fm_mask_* option. Collective. */
+/* FMMaskSetFromOptions - read every -fm_mask_* option into mask. Collective. */
 FMErrorCode FMMaskSetFromOptions(FMMask mask);
 /*
  * FMMaskSetOptionsPrefix - set the prefix that FMMaskSetFromOptions puts after the dash of
@@ -398,11 +426,13 @@ FMErrorCode FMMaskGetOptionsPrefix(FMMask mask, const char **prefix);
  *   (sizes, type, causal flag, block size or bounds) all get FM_ERR_MISMATCH. Call it on every
  *   rank even when only some ranks changed their mask since the last SetUp: those rebuild, and
  *   every rank checks the result. Nothing is rebuilt when no rank changed its mask.
+ *   mask  the mask
  */
 FMErrorCode FMMaskSetUp(FMMask mask);
 
 /*
  * FMMaskGetSizes - sizes set on the mask. Not collective. Any output may be NULL.
+ *   seqlen_q, seqlen_k, mask_heads  out: as given to FMMaskSetSizes
  */
 FMErrorCode FMMaskGetSizes(FMMask mask, int *seqlen_q, int *seqlen_k, int *mask_heads);
 
@@ -410,6 +440,7 @@ FMErrorCode FMMaskGetSizes(FMMask mask, int *seqlen_q, int *seqlen_k, int *mask_
  * FMMaskGetBounds - borrowed pointers to one head's bound vectors (after SetUp).
  *   Not collective. Every pointer is always valid after SetUp: absent vectors are
  *   returned in their default form (lts = lte = seqlen_q, uts = ute = 0).
+ *   mask, head  the mask and the mask head (0 <= head < mask_heads)
  *   present  out (may be NULL): FM_BOUND_* bits of the vectors that are meaningful
  *   causal   out (may be NULL): whether the causal triangle is added
  *   Any of lts, lte, uts, ute may be NULL when that vector is not wanted.
@@ -420,32 +451,33 @@ FMErrorCode FMMaskGetBounds(FMMask mask, int head, const int32_t **lts, const in
 /*
  * FMMaskIsMasked - whether query row i may NOT attend key j for a mask head (after SetUp).
  *   Not collective. Exact, O(1); meant for tests and tools.
+ *   masked  out: FM_TRUE when the entry is masked
  */
 FMErrorCode FMMaskIsMasked(FMMask mask, int head, int i, int j, FMBool *masked);
 
 /*
- * FMMaskGetDensity - after SetUp. Not collective.
+ * FMMaskGetDensity - the density of mask, after SetUp. Not collective.
  *   element_density  out (may be NULL): fraction of (i, j, head) entries NOT masked
  *   block_sparsity   out (may be NULL): fraction of block x block tiles fully masked
  */
 FMErrorCode FMMaskGetDensity(FMMask mask, double *element_density, double *block_sparsity);
 
 /*
- * FMMaskView - print the type, sizes, parameters, density and a coarse picture. Collective;
- *   rank 0 prints. fp NULL means stdout. Option: -fm_mask_view
+ * FMMaskView - print the type, sizes, parameters, density and a coarse picture of mask to fp.
+ *   Collective; rank 0 prints. fp NULL means stdout. Option: -fm_mask_view
  */
 FMErrorCode FMMaskView(FMMask mask, FILE *fp);
 
 /*
- * FMMaskSave - write the mask to an HDF5 file as /masks/<name> (created or appended).
+ * FMMaskSave - write the mask to the HDF5 file path as /masks/<name> (created or appended).
  *   Collective; rank 0 writes. When rank 0 fails, it returns its code and the other ranks
  *   FM_ERR_COLLECTIVE with rank 0's message. Needs HDF5 (FM_ERR_SUP otherwise).
  */
 FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name);
 
 /*
- * FMMaskLoad - read /masks/<name> from an HDF5 file into a new, set-up mask of type
- *   "bounds". Collective on the context; every rank reads. A missing dataset, a wrong
+ * FMMaskLoad - read /masks/<name> from the HDF5 file path into a new, set-up mask of type
+ *   "bounds" on the context ctx. Collective on ctx; every rank reads. A missing dataset, a wrong
  *   shape or type, or bounds out of range is an FM_ERR_HDF5 / FM_ERR_ARG_OUTOFRANGE error.
  */
 FMErrorCode FMMaskLoad(FMContext ctx, const char *path, const char *name, FMMask *mask);
@@ -458,7 +490,7 @@ FMErrorCode FMMaskDestroy(FMMask *mask);
 /* ------------------------------------------------------------------------ */
 typedef struct _p_FMPlan *FMPlan;
 
-/* FMPlanCreate - create a plan on the context. Collective. */
+/* FMPlanCreate - create a plan on the context ctx. Collective. plan out: the new plan. */
 FMErrorCode FMPlanCreate(FMContext ctx, FMPlan *plan);
 
 /*
@@ -490,7 +522,7 @@ FMErrorCode FMPlanGetType(FMPlan plan, FMPlanType *type);
 FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask);
 
 /*
- * FMPlanSetShape - problem shape. Not collective.
+ * FMPlanSetShape - the problem shape of plan. Not collective.
  *   batch >= 1; heads_q a multiple of heads_kv; head_dim a multiple of 8 (on the CUDA backend at
  *   most 256: 64 and 128 run the Hopper kernel, other sizes a slower fallback kernel)
  *   dtype  element type of Q, K, V, O, dO, dQ, dK, dV
@@ -498,19 +530,23 @@ FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask);
  */
 FMErrorCode FMPlanSetShape(FMPlan plan, int batch, int heads_q, int heads_kv, int head_dim, FMDType dtype);
 
-/* FMPlanGetShape - the shape as set (after options). Not collective. Any output may be NULL. */
+/* FMPlanGetShape - the shape of plan as set (after options). Not collective. Any output may be
+ *   NULL: batch, heads_q, heads_kv, head_dim, dtype as in FMPlanSetShape. */
 FMErrorCode FMPlanGetShape(FMPlan plan, int *batch, int *heads_q, int *heads_kv, int *head_dim, FMDType *dtype);
 
-/* FMPlanSetScale - softmax scale (default 1/sqrt(head_dim)). Not collective. Option: -fm_plan_scale */
+/* FMPlanSetScale - the softmax scale of plan, finite and > 0 (default 1/sqrt(head_dim)).
+ *   Not collective. Option: -fm_plan_scale */
 FMErrorCode FMPlanSetScale(FMPlan plan, double scale);
 
-/* FMPlanSetStream - CUDA stream (cudaStream_t) to run on; NULL = default stream. Not collective. */
+/* FMPlanSetStream - cuda_stream: the CUDA stream (cudaStream_t) plan runs on; NULL = default
+ *   stream. Not collective. */
 FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream);
 
 /*
  * FMPlanSetFromOptions - read every -fm_plan_* option: the shape, -fm_plan_type (which sets the
  *   default type if none was set), then the type's own options. Collective; an error on any rank
  *   is returned on every rank.
+ *   plan  the plan
  */
 FMErrorCode FMPlanSetFromOptions(FMPlan plan);
 /*
@@ -549,8 +585,8 @@ FMErrorCode FMPlanGetOptionsPrefix(FMPlan plan, const char **prefix);
  *   default: the real topology; at most the number of ranks, checked at SetUp). Option: -fm_plan_nodes
  * FMPlanSetSchedule - "gather" (default: the pruned, routed gather) or "ring" (every K/V block
  *   visits every rank, nothing pruned). Option: -fm_plan_schedule.  FMPlanGetSchedule - the schedule.
- * FMPlanSetPrune - FM_TRUE (default): never move K/V chunks no local query sees. Option: -fm_plan_prune
- * FMPlanSetOverlap - FM_TRUE (default): compute on arrived chunks while others are in flight.
+ * FMPlanSetPrune - prune FM_TRUE (default): never move K/V chunks no local query sees. Option: -fm_plan_prune
+ * FMPlanSetOverlap - overlap FM_TRUE (default): compute on arrived chunks while others are in flight.
  *   Option: -fm_plan_overlap
  * FMPlanSetTransport - the CUDA backend's K/V transport: "nccl" (a GPU per rank), "mpi" (staged
  *   through pinned host memory, or device buffers: FMPlanSetGPUAwareMPI) or "auto" (default: nccl
@@ -590,11 +626,12 @@ FMErrorCode FMPlanSetTrace(FMPlan plan, const char *path, FMBool view);
  *   prepare the backend. Collective; every rank must give the same type, and what a type does
  *   not support is refused here on every rank count alike (FM_ERR_SUP: fp32 on the CUDA
  *   backend, which computes bf16 and fp16). Errors on any rank are returned on every rank.
+ *   plan  the plan
  */
 FMErrorCode FMPlanSetUp(FMPlan plan);
 
 /*
- * FMPlanGetLocalRows - the query rows this rank owns. Not collective.
+ * FMPlanGetLocalRows - the query rows this rank owns in plan (after SetUp). Not collective.
  *   nlocal       out: number of local rows
  *   global_rows  out (may be NULL): borrowed array of nlocal global row indices; the
  *                local tensors hold these rows in this order
@@ -634,7 +671,7 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
                            const float *lse, const void *dout, void *dq, void *dk, void *dv);
 
 /*
- * FMPlanGetLocalKeys - the key positions whose K and V this rank holds (context parallelism).
+ * FMPlanGetLocalKeys - the key positions of plan whose K and V this rank holds (context parallelism).
  *   Not collective. On several ranks, FMPlanForward/Backward take k, v (and return dk, dv)
  *   for these positions only, in this order: [batch][nkeys][heads_kv][head_dim]. The key
  *   axis is cut into as many chunks as the query axis (kchunk = ceil(seqlen_k * chunk /
@@ -676,10 +713,12 @@ FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *
  */
 FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *local, void *global);
 
-/* FMPlanGetFlops - forward FLOPs under the FlashMask convention 4*B*H*Sq*Sk*d*(1-rho). */
+/* FMPlanGetFlops - fwd_flops out: the forward FLOPs of plan under the FlashMask convention
+ *   4*B*H*Sq*Sk*d*(1-rho), after SetUp. Not collective. */
 FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops);
 
-/* FMPlanView - print the plan (its type first). Collective; rank 0 prints. Option: -fm_plan_view */
+/* FMPlanView - print the plan (its type first) to fp (NULL means stdout). Collective; rank 0
+ *   prints. Option: -fm_plan_view */
 FMErrorCode FMPlanView(FMPlan plan, FILE *fp);
 
 /* FMPlanDestroy - drop a reference; frees at zero and sets *plan = NULL. Collective. */

@@ -1,0 +1,453 @@
+/*
+ * bwd_sm90.cu - FlashMask backward for Hopper (sm_90a): TMA + wgmma + warp specialization, one
+ * CTA per (128-key block, kv head, batch), walking only the query blocks its column bounds
+ * leave visible.
+ *
+ * 384 threads:
+ *   warpgroup 0: producer (setmaxnreg.dec 24). One thread loads K and V of the key block once,
+ *     then streams, per visited (query head of the group, 64-row query block), Q, dO (TMA) and
+ *     the block's log2 LSE and D rows (1-D bulk copies) into a ST-stage mbarrier ring.
+ *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
+ *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued, the exponentials of S overlap the
+ *     dP product); P^T = exp2(S^T c - lse2) (the element test only on partial tiles);
+ *     dS^T = P^T (dP^T - D); dV += P^T dO and dK += dS^T Q (RS wgmma, P and dS from registers);
+ *     dS^T goes to shared memory (swizzled), and dQ = dS K (SS wgmma, both operands MN-major):
+ *     for d = 128 each consumer computes 64 of the 128 columns over all 128 keys (a named
+ *     barrier over both consumers publishes dS), for d = 64 each computes all columns over its
+ *     own keys. dQ (fp32) is staged in shared memory and added to the global accumulator with
+ *     one cp.reduce.async.bulk per consumer and step.
+ *   dK, dV stay in registers over every query head of the group (GQA) and are written once.
+ * The block walk (bwd_sm90.cuh, fmbwd_walk_next) is a pure function of the key block's
+ * summaries, evaluated by each role, so the producer and consumers always agree on it.
+ * Shared memory: [K: D/64 chunks of 128 rows][V][Q: ST x D/64 chunks of 64 rows][dO: same]
+ * [dS: 2 x 128 rows x 64][dQ staging: 2 x 64 x 64 fp32][lse2: ST x 64][D: ST x 64][barriers];
+ * every bf16 chunk has 128-byte rows with the TMA 128-byte swizzle.
+ */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include "bwd_sm90.cuh"
+#include "ptx.cuh"
+#include "bwd_wgmma.cuh"
+
+namespace fmbwd {
+using namespace fmsm90;
+
+constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
+constexpr int kBM = FMBWD_BM;      /* query rows per step */
+constexpr int kThreads = 384;
+
+template <int D, int ST> struct Layout {
+  static constexpr int KB = kBN * D * 2;  /* K or V tile; chunks of 128 x 64 (16 KB) */
+  static constexpr int QB = kBM * D * 2;  /* Q or dO tile; chunks of 64 x 64 (8 KB) */
+  static constexpr int DSB = kBN * kBM * 2;
+  static constexpr int DQB = kBM * 64 * 4;
+  static constexpr int OFF_K = 0;
+  static constexpr int OFF_V = OFF_K + KB;
+  static constexpr int OFF_Q = OFF_V + KB;
+  static constexpr int OFF_DO = OFF_Q + ST * QB;
+  static constexpr int OFF_DS = OFF_DO + ST * QB;
+  static constexpr int OFF_DQ = OFF_DS + 2 * DSB;
+  static constexpr int OFF_L = OFF_DQ + 2 * DQB;
+  static constexpr int OFF_DD = OFF_L + ST * kBM * 4;
+  static constexpr int OFF_BAR = OFF_DD + ST * kBM * 4;
+  static constexpr int BYTES = OFF_BAR + (1 + 2 * ST) * 8 + 1024; /* + alignment slack */
+};
+
+struct Params {
+  void *dk, *dv;
+  FMGpuStrides sdk, sdv;
+  const float *lse2, *dsum;
+  float *dqacc;
+  const int4 *packed;
+  const int32_t *sum;
+  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb;
+  float scale, c; /* c = scale * log2(e) */
+};
+
+template <bool F16> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+  if constexpr (F16) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+  }
+}
+
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_reduce_add(float *gdst, const void *ssrc, uint32_t bytes)
+{
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"((uint64_t)gdst),
+               "r"(smem_u32(ssrc)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+/* acc[32] = A B^T over D: A = 64 rows of a 128-row K/V tile (K-major), B = a 64-row Q/dO tile. */
+template <int D, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
+{
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const uint64_t da = make_desc(a + (kk / 4) * 16384 + (kk % 4) * 32, 16, 1024);
+    const uint64_t db = make_desc(b + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024);
+    if constexpr (F16) fmbwd_ss_m64n64k16_f16_t00(acc, da, db, kk > 0);
+    else fmbwd_ss_m64n64k16_bf16_t00(acc, da, db, kk > 0);
+  }
+}
+
+/* acc[D/2] += A B: A (64 keys x 64 queries) from registers, B = a 64-row Q/dO tile (MN-major). */
+template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, const uint32_t *a, uint32_t b)
+{
+#pragma unroll
+  for (int u = 0; u < kBM / 16; u++) {
+    const uint64_t db = make_desc(b + u * 2048, 8192, 1024);
+    if constexpr (D == 128) {
+      if constexpr (F16) fmbwd_rs_m64n128k16_f16(acc, a + 4 * u, db);
+      else fmbwd_rs_m64n128k16_bf16(acc, a + 4 * u, db);
+    } else {
+      if constexpr (F16) fmbwd_rs_m64n64k16_f16(acc, a + 4 * u, db);
+      else fmbwd_rs_m64n64k16_bf16(acc, a + 4 * u, db);
+    }
+  }
+}
+
+/* dq[32] = dS K over NT k16 slices: A = dS^T rows (keys) from ds (MN-major), B = K rows from k. */
+template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, uint32_t ds, uint32_t k)
+{
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+    const uint64_t da = make_desc(ds + t * 2048, 8192, 1024);
+    const uint64_t db = make_desc(k + t * 2048, 16384, 1024);
+    if constexpr (F16) fmbwd_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
+    else fmbwd_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
+  }
+}
+
+template <int D, int ST, bool F16>
+__global__ void __launch_bounds__(kThreads, 1)
+  bwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+             const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmDO, const Params p)
+{
+  using L = Layout<D, ST>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  const int kb = blockIdx.x, hkv = blockIdx.y, b = blockIdx.z;
+  const int G = p.Hq / p.Hkv, hpm = p.Hq / p.mask_heads;
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
+  uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
+  uint64_t *kv_full = bars, *full = bars + 1, *empty = bars + 1 + ST;
+
+  if (tid == 0) {
+    mbar_init(kv_full, 1);
+    for (int s = 0; s < ST; s++) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 8); /* one arrival per consumer warp */
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    /* ------------------------------ producer ------------------------------ */
+    setmaxnreg_dec<24>();
+    if (tid == 0) {
+      mbar_expect_tx(kv_full, 2 * L::KB);
+#pragma unroll
+      for (int c = 0; c < D / 64; c++) {
+        tma_load_4d(smem + L::OFF_K + c * 16384, &tmK, kv_full, c * 64, hkv, kb * kBN, b);
+        tma_load_4d(smem + L::OFF_V + c * 16384, &tmV, kv_full, c * 64, hkv, kb * kBN, b);
+      }
+      int i = 0;
+      for (int g = 0; g < G; g++) {
+        const int hq = hkv * G + g, mh = hq / hpm;
+        FMBwdWalk w;
+        fmbwd_walk_init(&w, p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N, kb, p.Sq, p.Sk, p.causal);
+        const size_t lrow = ((size_t)b * p.Hq + hq) * p.nqb * kBM;
+        int part;
+        for (int qb = fmbwd_walk_next(&w, 0, &part); qb < w.nqb; qb = fmbwd_walk_next(&w, qb + 1, &part), i++) {
+          const int st = i % ST;
+          mbar_wait(&empty[st], ((i / ST) & 1) ^ 1);
+          mbar_expect_tx(&full[st], 2 * L::QB + 2 * kBM * 4);
+#pragma unroll
+          for (int c = 0; c < D / 64; c++) {
+            tma_load_4d(smem + L::OFF_Q + st * L::QB + c * 8192, &tmQ, &full[st], c * 64, hq, qb * kBM, b);
+            tma_load_4d(smem + L::OFF_DO + st * L::QB + c * 8192, &tmDO, &full[st], c * 64, hq, qb * kBM, b);
+          }
+          bulk_load(smem + L::OFF_L + st * kBM * 4, p.lse2 + lrow + (size_t)qb * kBM, kBM * 4, &full[st]);
+          bulk_load(smem + L::OFF_DD + st * kBM * 4, p.dsum + lrow + (size_t)qb * kBM, kBM * 4, &full[st]);
+        }
+      }
+    }
+  } else {
+    /* ------------------------------ consumers ------------------------------ */
+    setmaxnreg_inc<240>();
+    const int cw = wg - 1, wt = tid - 128 * wg, w = wt >> 5, t4 = lane & 3;
+    const int kr0 = cw * 64 + w * 16 + (lane >> 2); /* this thread's key rows kr0, kr0 + 8 in the block */
+    const int j0 = kb * kBN + kr0, j1 = j0 + 8;
+    const int off = p.Sk - p.Sq;
+    const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
+    float dk[D / 2], dv[D / 2];
+    float s[32], dp[32], dq[32];
+    uint32_t pp[16], ps[16];
+#pragma unroll
+    for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
+    mbar_wait(kv_full, 0);
+    int i = 0;
+    for (int g = 0; g < G; g++) {
+      const int hq = hkv * G + g, mh = hq / hpm;
+      FMBwdWalk wk;
+      fmbwd_walk_init(&wk, p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N, kb, p.Sq, p.Sk, p.causal);
+      const int4 *pk = p.packed + ((size_t)mh * p.nblk + kb) * kBN;
+      const int4 bnd0 = pk[kr0], bnd1 = pk[kr0 + 8];
+      float *dqbase = p.dqacc + ((size_t)b * p.Hq + hq) * p.nqb * (size_t)(kBM * D);
+      int part;
+      for (int qb = fmbwd_walk_next(&wk, 0, &part); qb < wk.nqb; qb = fmbwd_walk_next(&wk, qb + 1, &part), i++) {
+        const int st = i % ST;
+        const uint32_t qaddr = smem_u32(smem + L::OFF_Q + st * L::QB), doaddr = smem_u32(smem + L::OFF_DO + st * L::QB);
+        const float *ls = (const float *)(smem + L::OFF_L + st * kBM * 4);
+        const float *dd = (const float *)(smem + L::OFF_DD + st * kBM * 4);
+        mbar_wait(&full[st], (i / ST) & 1);
+#pragma unroll
+        for (int t = 0; t < 32; t++) s[t] = dp[t] = 0.f;
+        wgmma_fence();
+        gemm_nt<D, F16>(s, kaddr + cw * 8192, qaddr);
+        wgmma_commit();
+        gemm_nt<D, F16>(dp, vaddr + cw * 8192, doaddr);
+        wgmma_commit();
+        wgmma_wait<1>();
+#pragma unroll
+        for (int t = 0; t < 32; t++) reg_fence(s[t]);
+        /* P^T: s[4k + e] is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1) */
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          const float2 l2 = *(const float2 *)(ls + 8 * k + 2 * t4);
+          s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
+          s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
+          s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
+          s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
+        }
+        if (part) {
+          const int qrow = qb * kBM + 2 * t4;
+#pragma unroll
+          for (int k = 0; k < 8; k++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              const int qi = qrow + 8 * k + e;
+              if (fmbwd_masked(bnd0, qi, j0, p.causal, off)) s[4 * k + e] = 0.f;
+              if (fmbwd_masked(bnd1, qi, j1, p.causal, off)) s[4 * k + 2 + e] = 0.f;
+            }
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int t = 0; t < 32; t++) reg_fence(dp[t]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          const float2 d2 = *(const float2 *)(dd + 8 * k + 2 * t4);
+          dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
+          dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
+          dp[4 * k + 2] = s[4 * k + 2] * (dp[4 * k + 2] - d2.x);
+          dp[4 * k + 3] = s[4 * k + 3] * (dp[4 * k + 3] - d2.y);
+        }
+#pragma unroll
+        for (int t = 0; t < 16; t++) {
+          pp[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
+          ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
+        }
+        wgmma_fence();
+        gemm_rs<D, F16>(dv, pp, doaddr);
+        gemm_rs<D, F16>(dk, ps, qaddr);
+        wgmma_commit();
+        /* dS^T to shared memory: row kr (key), 16-byte unit k ^ (kr & 7), word t4 */
+        {
+          unsigned char *dsb = smem + L::OFF_DS + (i & 1) * L::DSB;
+          const int r0 = kr0, r1 = kr0 + 8;
+#pragma unroll
+          for (int k = 0; k < 8; k++) {
+            *(uint32_t *)(dsb + r0 * 128 + ((k ^ (r0 & 7)) << 4) + t4 * 4) = ps[2 * k];
+            *(uint32_t *)(dsb + r1 * 128 + ((k ^ (r1 & 7)) << 4) + t4 * 4) = ps[2 * k + 1];
+          }
+        }
+        if (wt == 0) bulk_wait_read0(); /* this consumer's dQ staging buffer is free again */
+        fence_proxy_async();
+        if constexpr (D == 128) named_sync(1, 256);
+        else named_sync(2 + cw, 128);
+#pragma unroll
+        for (int t = 0; t < 32; t++) dq[t] = 0.f;
+        wgmma_fence();
+        {
+          const uint32_t dsaddr = smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB);
+          if constexpr (D == 128) gemm_dq<8, F16>(dq, dsaddr, kaddr + cw * 16384);
+          else gemm_dq<4, F16>(dq, dsaddr + cw * 8192, kaddr + cw * 8192);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int t = 0; t < 32; t++) reg_fence(dq[t]);
+#pragma unroll
+        for (int t = 0; t < D / 2; t++) {
+          reg_fence(dk[t]);
+          reg_fence(dv[t]);
+        }
+#pragma unroll
+        for (int t = 0; t < 16; t++) { /* the RS products read pp, ps until here */
+          reg_fence(pp[t]);
+          reg_fence(ps[t]);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[st]);
+        /* dQ staging: row rq (query), column c at c ^ ((rq & 7) << 3), as in the accumulator */
+        {
+          float *stg = (float *)(smem + L::OFF_DQ + cw * L::DQB);
+          const int r0 = w * 16 + (lane >> 2), r1 = r0 + 8;
+#pragma unroll
+          for (int k = 0; k < 8; k++) {
+            *(float2 *)(stg + r0 * 64 + ((8 * k + 2 * t4) ^ ((r0 & 7) << 3))) = make_float2(dq[4 * k], dq[4 * k + 1]);
+            *(float2 *)(stg + r1 * 64 + ((8 * k + 2 * t4) ^ ((r1 & 7) << 3))) = make_float2(dq[4 * k + 2], dq[4 * k + 3]);
+          }
+          fence_proxy_async();
+          named_sync(4 + cw, 128);
+          if (wt == 0) {
+            const int chunk = D == 128 ? cw : 0;
+            bulk_reduce_add(dqbase + ((size_t)qb * (D / 64) + chunk) * (kBM * 64), stg, L::DQB);
+            bulk_commit();
+          }
+        }
+      }
+    }
+    if (wt == 0) bulk_wait0();
+    /* epilogue: dK (times scale) and dV rows of this thread, straight to global */
+    {
+      const int r0 = cw * 64 + w * 16 + (lane >> 2);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int j = kb * kBN + r0 + 8 * h;
+        if (j < p.Sk) {
+          char *gk = (char *)p.dk + ((size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh) * 2;
+          char *gv = (char *)p.dv + ((size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh) * 2;
+#pragma unroll
+          for (int k = 0; k < D / 8; k++) {
+            *(uint32_t *)(gk + (8 * k + 2 * t4) * 2) = pack2<F16>(dk[4 * k + 2 * h] * p.scale, dk[4 * k + 2 * h + 1] * p.scale);
+            *(uint32_t *)(gv + (8 * k + 2 * t4) * 2) = pack2<F16>(dv[4 * k + 2 * h], dv[4 * k + 2 * h + 1]);
+          }
+        }
+      }
+    }
+  }
+}
+
+/* ------------------------------ host side ------------------------------ */
+static PFN_cuTensorMapEncodeTiled_v12000 get_encode(void)
+{
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
+  if (!fn) {
+    void *ptr = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return NULL;
+    fn = (PFN_cuTensorMapEncodeTiled_v12000)ptr;
+  }
+  return fn;
+}
+
+/* 4-D map over a [B][S][H][D] tensor with element strides st: dims {D, H, S, B}, box {64, 1, rows, 1}. */
+static cudaError_t make_map(CUtensorMap *map, const void *base, const FMGpuStrides *st, int B, int S, int H, int D, int rows,
+                            int f16)
+{
+  PFN_cuTensorMapEncodeTiled_v12000 enc = get_encode();
+  if (!enc) return cudaErrorNotSupported;
+  cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
+  cuuint64_t strides[3] = {(cuuint64_t)st->sh * 2, (cuuint64_t)st->ss * 2, (cuuint64_t)st->sb * 2};
+  cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1};
+  cuuint32_t estr[4] = {1, 1, 1, 1};
+  CUresult r = enc(map, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base, dims,
+                   strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t stream)
+{
+  using L = Layout<D, ST>;
+  CUtensorMap tq, tk, tv, tdo;
+  cudaError_t e;
+  if ((e = make_map(&tq, a->q, &a->sq, a->batch, a->seqlen_q, a->heads_q, D, kBM, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tdo, a->dout, &a->sdo, a->batch, a->seqlen_q, a->heads_q, D, kBM, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tk, a->k, &a->sk, a->batch, a->seqlen_k, a->heads_kv, D, kBN, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tv, a->v, &a->sv, a->batch, a->seqlen_k, a->heads_kv, D, kBN, F16)) != cudaSuccess) return e;
+  Params p;
+  p.dk = a->dk;
+  p.dv = a->dv;
+  p.sdk = a->sdk;
+  p.sdv = a->sdv;
+  p.lse2 = w->lse2;
+  p.dsum = w->dsum;
+  p.dqacc = w->dqacc;
+  p.packed = a->packed;
+  p.sum = a->sum;
+  p.Sq = a->seqlen_q;
+  p.Sk = a->seqlen_k;
+  p.Hq = a->heads_q;
+  p.Hkv = a->heads_kv;
+  p.mask_heads = a->mask_heads;
+  p.causal = a->causal;
+  p.nblk = a->nblk;
+  p.nqb = w->nqb;
+  p.scale = a->scale;
+  p.c = a->scale * 1.4426950408889634f;
+  static int attr_done[64];
+  int dev = 0;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if (dev < 0 || dev >= 64 || !attr_done[dev]) {
+    if ((e = cudaFuncSetAttribute(bwd_kernel<D, ST, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES)) != cudaSuccess)
+      return e;
+    if (dev >= 0 && dev < 64) attr_done[dev] = 1;
+  }
+  dim3 grid(a->nblk, a->heads_kv, a->batch);
+  bwd_kernel<D, ST, F16><<<grid, kThreads, L::BYTES, stream>>>(tq, tk, tv, tdo, p);
+  return cudaGetLastError();
+}
+
+} /* namespace fmbwd */
+
+#define FMBWD_ST128 2
+#define FMBWD_ST64 3
+
+static int strides_ok(const FMGpuStrides *s) { return s->sb % 8 == 0 && s->ss % 8 == 0 && s->sh % 8 == 0; }
+
+int FMBwdSm90Supported(const FMGpuBwdParams *a)
+{
+  int dev, maxsm = 0, major = 0, minor = 0;
+  size_t need;
+  if (a->head_dim == 128) need = fmbwd::Layout<128, FMBWD_ST128>::BYTES;
+  else if (a->head_dim == 64) need = fmbwd::Layout<64, FMBWD_ST64>::BYTES;
+  else return 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return 0;
+  if (major != 9 || minor != 0 || need > (size_t)maxsm) return 0;
+  if (a->batch > 65535 || a->heads_kv > 65535 || a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N) return 0;
+  /* TMA: 16-byte aligned bases and strides */
+  if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->dout) & 15) return 0;
+  if (!strides_ok(&a->sq) || !strides_ok(&a->sk) || !strides_ok(&a->sv) || !strides_ok(&a->sdo)) return 0;
+  if (((uintptr_t)a->dk | (uintptr_t)a->dv) & 3 || a->sdk.sh % 2 || a->sdk.ss % 2 || a->sdk.sb % 2 || a->sdv.sh % 2 ||
+      a->sdv.ss % 2 || a->sdv.sb % 2)
+    return 0;
+  return 1;
+}
+
+cudaError_t FMBwdSm90Launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t s)
+{
+  if (a->head_dim == 128)
+    return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, false>(a, w, s);
+  return a->fp16 ? fmbwd::launch<64, FMBWD_ST64, true>(a, w, s) : fmbwd::launch<64, FMBWD_ST64, false>(a, w, s);
+}

@@ -406,6 +406,10 @@ static void bench(int S, int reps)
 int main(int argc, char **argv)
 {
   const std::string mode = argc > 1 ? argv[1] : "check";
+  if (mode == "probe") {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 2;
+  }
   if (mode == "small") {
     Case c = {"small bf16 d128 GQA2 300x390", 1, 300, 390, 4, 2, 128, 0, 1, 0, M_RANDOM, 0.1f};
     Case c2 = {"small fp16 d64 causal 200x130", 2, 200, 130, 2, 1, 64, 1, 0, 0, M_CAUSAL, 0.125f};

@@ -8,9 +8,9 @@ OUT=${OUT:-.}
 export LD_LIBRARY_PATH=$PWD/lib:$LD_LIBRARY_PATH
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-16}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader > $OUT/gpu.txt 2>&1
-if ! ./bwd_bench none >/dev/null 2>&1 && [ $? -ne 1 ]; then
+if ! ./bwd_bench probe >/dev/null 2>&1; then
   echo "carried binary does not start: rebuilding"
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -DFM_SM90_HANG_CHECK -Iinclude \
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude \
     -Xcompiler -fopenmp share/bench/bwd/bwd_bench.cu src/kernels/cuda_bwd.cu src/kernels/sm90/bwd_sm90.cu -o bwd_bench || exit 1
 fi
 rc=0

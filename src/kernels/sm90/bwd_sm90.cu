@@ -205,7 +205,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       FMBwdWalk wk;
       fmbwd_walk_init(&wk, p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N, kb, p.Sq, p.Sk, p.causal);
       const int4 *pk = p.packed + ((size_t)mh * p.nblk + kb) * kBN;
-      const int4 bnd0 = pk[kr0], bnd1 = pk[kr0 + 8];
       float *dqbase = p.dqacc + ((size_t)b * p.Hq + hq) * p.nqb * (size_t)(kBM * D);
       int part;
       for (int qb = fmbwd_walk_next(&wk, 0, &part); qb < wk.nqb; qb = fmbwd_walk_next(&wk, qb + 1, &part), i++) {
@@ -234,6 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
         }
         if (part) {
+          const int4 bnd0 = pk[kr0], bnd1 = pk[kr0 + 8];
           const int qrow = qb * kBM + 2 * t4;
 #pragma unroll
           for (int k = 0; k < 8; k++)

@@ -54,16 +54,14 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
  * in O(1) each, so skipped blocks cost nothing.
  */
 struct FMBwdWalk {
-  int s[FMBWD_SUM_N];
+  const int32_t *s; /* the key block's summaries (read at each step: no registers held) */
   int Sq, off, causal, c0, c1, nqb, ragged;
 };
 
 __host__ __device__ __forceinline__ void fmbwd_walk_init(FMBwdWalk *w, const int32_t *sum_head, int kb, int Sq, int Sk,
                                                          int causal)
 {
-  const int32_t *s = sum_head + (size_t)kb * FMBWD_SUM_N;
-#pragma unroll
-  for (int t = 0; t < FMBWD_SUM_N; t++) w->s[t] = s[t];
+  w->s = sum_head + (size_t)kb * FMBWD_SUM_N;
   w->Sq = Sq;
   w->off = Sk - Sq;
   w->causal = causal;

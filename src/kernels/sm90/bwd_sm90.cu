@@ -3,13 +3,17 @@
  * CTA per (128-key block, kv head, batch), walking only the query blocks its column bounds
  * leave visible.
  *
+ * Persistent: a grid of one CTA per multiprocessor walks the work items (key block, kv head,
+ * batch), the key blocks with the most query rows first, so that one item's K/V loads and
+ * first Q/dO stages overlap the previous item's last steps and dK/dV epilogue.
  * 384 threads:
- *   warpgroup 0: producer (setmaxnreg.dec 24). One thread loads K and V of the key block once,
+ *   warpgroup 0: producer (setmaxnreg.dec 24). One thread loads K and V of an item once,
  *     then streams, per visited (query head of the group, 64-row query block), Q, dO (TMA) and
  *     the block's log2 LSE and D rows (1-D bulk copies) into a ST-stage mbarrier ring.
  *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
  *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued, the exponentials of S overlap the
  *     dP product); P^T = exp2(S^T c - lse2) (the element test only on partial tiles);
+ *     (a partial tile's element test: one 64-bit row mask per key column from its bounds);
  *     dS^T = P^T (dP^T - D); dV += P^T dO and dK += dS^T Q (RS wgmma, P and dS from registers);
  *     dS^T goes to shared memory (swizzled), and dQ = dS K (SS wgmma, both operands MN-major):
  *     for d = 128 each consumer computes 64 of the 128 columns over all 128 keys (a named
@@ -29,6 +33,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdlib.h>
 #include "bwd_sm90.cuh"
 #include "ptx.cuh"
 #include "bwd_wgmma.cuh"
@@ -54,7 +59,7 @@ template <int D, int ST> struct Layout {
   static constexpr int OFF_L = OFF_DQ + 2 * DQB;
   static constexpr int OFF_DD = OFF_L + ST * kBM * 4;
   static constexpr int OFF_BAR = OFF_DD + ST * kBM * 4;
-  static constexpr int BYTES = OFF_BAR + (1 + 2 * ST) * 8 + 1024; /* + alignment slack */
+  static constexpr int BYTES = OFF_BAR + (2 + 2 * ST) * 8 + 1024; /* + alignment slack */
 };
 
 struct Params {
@@ -64,9 +69,33 @@ struct Params {
   float *dqacc;
   const int4 *packed;
   const int32_t *sum;
-  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb;
+  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B;
+  int nitems; /* nblk * Hkv * B work items, key block slowest */
   float scale, c; /* c = scale * log2(e) */
 };
+
+/* Item t: key block t / (Hkv B) (the causal-heaviest first), then kv head, then batch. */
+__device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int *hkv, int *b)
+{
+  const int per = p.Hkv * p.B, r = t % per;
+  *kb = t / per;
+  *hkv = r % p.Hkv;
+  *b = r / p.Hkv;
+}
+
+/* Rows [0, n) of a 64-row tile as bits (n clamped to [0, 64]). */
+__device__ __forceinline__ uint64_t upto(int n)
+{
+  n = n < 0 ? 0 : n > 64 ? 64 : n;
+  return n >= 64 ? ~0ull : ((1ull << n) - 1ull);
+}
+/* Masked rows of the tile starting at row m0 for key column j with bounds b (bit r = row m0 + r). */
+__device__ __forceinline__ uint64_t tile_rows_masked(int4 b, int m0, int j, int causal, int off)
+{
+  uint64_t m = (upto(b.y - m0) & ~upto(b.x - m0)) | (upto(b.w - m0) & ~upto(b.z - m0));
+  if (causal) m |= upto(j - off - m0); /* j > i + off  <=>  i < j - off */
+  return m;
+}
 
 template <bool F16> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
 {
@@ -77,6 +106,20 @@ template <bool F16> __device__ __forceinline__ uint32_t pack2(float lo, float hi
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&h);
   }
+}
+
+/* Shared-memory accesses through 32-bit addresses (the compiler would otherwise hoist and spill
+   64-bit generic addresses of these loop-invariant patterns). */
+__device__ __forceinline__ void st_u32(uint32_t a, uint32_t v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory"); }
+__device__ __forceinline__ void st_f2(uint32_t a, float x, float y)
+{
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");
+}
+__device__ __forceinline__ float2 ld_f2(uint32_t a)
+{
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
+  return v;
 }
 
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -138,14 +181,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = Layout<D, ST>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-  const int kb = blockIdx.x, hkv = blockIdx.y, b = blockIdx.z;
   const int G = p.Hq / p.Hkv, hpm = p.Hq / p.mask_heads;
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
   uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
-  uint64_t *kv_full = bars, *full = bars + 1, *empty = bars + 1 + ST;
+  uint64_t *kv_full = bars, *kv_empty = bars + 1, *full = bars + 2, *empty = bars + 2 + ST;
 
   if (tid == 0) {
     mbar_init(kv_full, 1);
+    mbar_init(kv_empty, 8);
     for (int s = 0; s < ST; s++) {
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], 8); /* one arrival per consumer warp */
@@ -158,13 +201,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* ------------------------------ producer ------------------------------ */
     setmaxnreg_dec<24>();
     if (tid == 0) {
+      int i = 0;
+      for (int t = blockIdx.x, n = 0; t < p.nitems; t += gridDim.x, n++) {
+      int kb, hkv, b;
+      decode_item(p, t, &kb, &hkv, &b);
+      mbar_wait(kv_empty, (n & 1) ^ 1);
       mbar_expect_tx(kv_full, 2 * L::KB);
 #pragma unroll
       for (int c = 0; c < D / 64; c++) {
         tma_load_4d(smem + L::OFF_K + c * 16384, &tmK, kv_full, c * 64, hkv, kb * kBN, b);
         tma_load_4d(smem + L::OFF_V + c * 16384, &tmV, kv_full, c * 64, hkv, kb * kBN, b);
       }
-      int i = 0;
       for (int g = 0; g < G; g++) {
         const int hq = hkv * G + g, mh = hq / hpm;
         FMBwdWalk w;
@@ -184,41 +231,56 @@ __global__ void __launch_bounds__(kThreads, 1)
           bulk_load(smem + L::OFF_DD + st * kBM * 4, p.dsum + lrow + (size_t)qb * kBM, kBM * 4, &full[st]);
         }
       }
+      }
     }
   } else {
     /* ------------------------------ consumers ------------------------------ */
     setmaxnreg_inc<240>();
     const int cw = wg - 1, wt = tid - 128 * wg, w = wt >> 5, t4 = lane & 3;
     const int kr0 = cw * 64 + w * 16 + (lane >> 2); /* this thread's key rows kr0, kr0 + 8 in the block */
-    const int j0 = kb * kBN + kr0, j1 = j0 + 8;
     const int off = p.Sk - p.Sq;
     const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
     float dk[D / 2], dv[D / 2];
     float s[32], dp[32], dq[32];
     uint32_t pp[16], ps[16];
+    int i = 0;
+    for (int item = blockIdx.x, n = 0; item < p.nitems; item += gridDim.x, n++) {
+    int kb, hkv, b;
+    decode_item(p, item, &kb, &hkv, &b);
+    const int j0 = kb * kBN + kr0, j1 = j0 + 8;
 #pragma unroll
     for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
-    mbar_wait(kv_full, 0);
-    int i = 0;
+    mbar_wait(kv_full, n & 1);
     for (int g = 0; g < G; g++) {
       const int hq = hkv * G + g, mh = hq / hpm;
-      FMBwdWalk wk;
-      fmbwd_walk_init(&wk, p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N, kb, p.Sq, p.Sk, p.causal);
+      const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
+      /* the walk is rebuilt from the parameters at each step (no registers held across a step) */
+      auto next = [&](int q, int *pt) {
+        FMBwdWalk wk;
+        fmbwd_walk_init(&wk, sumh, kb, p.Sq, p.Sk, p.causal);
+        return fmbwd_walk_next(&wk, q, pt);
+      };
       const int4 *pk = p.packed + ((size_t)mh * p.nblk + kb) * kBN;
       float *dqbase = p.dqacc + ((size_t)b * p.Hq + hq) * p.nqb * (size_t)(kBM * D);
       int part;
-      for (int qb = fmbwd_walk_next(&wk, 0, &part); qb < wk.nqb; qb = fmbwd_walk_next(&wk, qb + 1, &part), i++) {
+      for (int qb = next(0, &part); qb < p.nqb; qb = next(qb + 1, &part), i++) {
         const int st = i % ST;
         const uint32_t qaddr = smem_u32(smem + L::OFF_Q + st * L::QB), doaddr = smem_u32(smem + L::OFF_DO + st * L::QB);
-        const float *ls = (const float *)(smem + L::OFF_L + st * kBM * 4);
-        const float *dd = (const float *)(smem + L::OFF_DD + st * kBM * 4);
+        uint32_t ls = smem_u32(smem + L::OFF_L + st * kBM * 4) + 8 * t4;
+        reg_fence(ls);
         mbar_wait(&full[st], (i / ST) & 1);
+        /* opaque copies: keeps ptxas from hoisting (and spilling) the loop-invariant descriptors */
+        uint32_t ka = kaddr, va = vaddr, qa = qaddr, da = doaddr;
+        reg_fence(ka);
+        reg_fence(va);
+        reg_fence(qa);
+        reg_fence(da);
 #pragma unroll
         for (int t = 0; t < 32; t++) s[t] = dp[t] = 0.f;
         wgmma_fence();
-        gemm_nt<D, F16>(s, kaddr + cw * 8192, qaddr);
+        gemm_nt<D, F16>(s, ka + cw * 8192, qa);
         wgmma_commit();
-        gemm_nt<D, F16>(dp, vaddr + cw * 8192, doaddr);
+        gemm_nt<D, F16>(dp, va + cw * 8192, da);
         wgmma_commit();
         wgmma_wait<1>();
 #pragma unroll
@@ -226,22 +288,23 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* P^T: s[4k + e] is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1) */
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-          const float2 l2 = *(const float2 *)(ls + 8 * k + 2 * t4);
+          const float2 l2 = ld_f2(ls + 32 * k);
           s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
           s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
           s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
           s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
         }
         if (part) {
-          const int4 bnd0 = pk[kr0], bnd1 = pk[kr0 + 8];
-          const int qrow = qb * kBM + 2 * t4;
+          /* row bit masks of the two key columns, shifted so that bit 8k + e is query column 8k + 2 t4 + e */
+          const uint64_t mk0 = tile_rows_masked(pk[kr0], qb * kBM, j0, p.causal, off) >> (2 * t4);
+          const uint64_t mk1 = tile_rows_masked(pk[kr0 + 8], qb * kBM, j1, p.causal, off) >> (2 * t4);
+          const uint32_t w0[2] = {(uint32_t)mk0, (uint32_t)(mk0 >> 32)}, w1[2] = {(uint32_t)mk1, (uint32_t)(mk1 >> 32)};
 #pragma unroll
           for (int k = 0; k < 8; k++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-              const int qi = qrow + 8 * k + e;
-              if (fmbwd_masked(bnd0, qi, j0, p.causal, off)) s[4 * k + e] = 0.f;
-              if (fmbwd_masked(bnd1, qi, j1, p.causal, off)) s[4 * k + 2 + e] = 0.f;
+              if ((w0[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + e] = 0.f;
+              if ((w1[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + 2 + e] = 0.f;
             }
         }
         wgmma_wait<0>();
@@ -249,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int t = 0; t < 32; t++) reg_fence(dp[t]);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-          const float2 d2 = *(const float2 *)(dd + 8 * k + 2 * t4);
+          const float2 d2 = ld_f2(ls + (L::OFF_DD - L::OFF_L) + 32 * k);
           dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
           dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
           dp[4 * k + 2] = s[4 * k + 2] * (dp[4 * k + 2] - d2.x);
@@ -261,55 +324,65 @@ __global__ void __launch_bounds__(kThreads, 1)
           ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
         }
         wgmma_fence();
-        gemm_rs<D, F16>(dv, pp, doaddr);
-        gemm_rs<D, F16>(dk, ps, qaddr);
+        gemm_rs<D, F16>(dv, pp, da);
+        gemm_rs<D, F16>(dk, ps, qa);
         wgmma_commit();
         /* dS^T to shared memory: row kr (key), 16-byte unit k ^ (kr & 7), word t4 */
         {
-          unsigned char *dsb = smem + L::OFF_DS + (i & 1) * L::DSB;
-          const int r0 = kr0, r1 = kr0 + 8;
+          uint32_t dsb = smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB) + t4 * 4;
+          reg_fence(dsb);
+          uint32_t r0 = kr0, r1 = kr0 + 8; /* opaque: the swizzled offsets are recomputed, not held */
+          reg_fence(r0);
+          reg_fence(r1);
 #pragma unroll
           for (int k = 0; k < 8; k++) {
-            *(uint32_t *)(dsb + r0 * 128 + ((k ^ (r0 & 7)) << 4) + t4 * 4) = ps[2 * k];
-            *(uint32_t *)(dsb + r1 * 128 + ((k ^ (r1 & 7)) << 4) + t4 * 4) = ps[2 * k + 1];
+            st_u32(dsb + r0 * 128 + ((k ^ (r0 & 7)) << 4), ps[2 * k]);
+            st_u32(dsb + r1 * 128 + ((k ^ (r1 & 7)) << 4), ps[2 * k + 1]);
           }
         }
         if (wt == 0) bulk_wait_read0(); /* this consumer's dQ staging buffer is free again */
         fence_proxy_async();
         if constexpr (D == 128) named_sync(1, 256);
         else named_sync(2 + cw, 128);
-#pragma unroll
-        for (int t = 0; t < 32; t++) dq[t] = 0.f;
-        wgmma_fence();
-        {
-          const uint32_t dsaddr = smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB);
-          if constexpr (D == 128) gemm_dq<8, F16>(dq, dsaddr, kaddr + cw * 16384);
-          else gemm_dq<4, F16>(dq, dsaddr + cw * 8192, kaddr + cw * 8192);
-        }
-        wgmma_commit();
+        /* retire the RS products first: P and dS registers die before dQ's accumulators live */
         wgmma_wait<0>();
 #pragma unroll
-        for (int t = 0; t < 32; t++) reg_fence(dq[t]);
+        for (int t = 0; t < 16; t++) {
+          reg_fence(pp[t]);
+          reg_fence(ps[t]);
+        }
 #pragma unroll
         for (int t = 0; t < D / 2; t++) {
           reg_fence(dk[t]);
           reg_fence(dv[t]);
         }
 #pragma unroll
-        for (int t = 0; t < 16; t++) { /* the RS products read pp, ps until here */
-          reg_fence(pp[t]);
-          reg_fence(ps[t]);
+        for (int t = 0; t < 32; t++) dq[t] = 0.f;
+        wgmma_fence();
+        {
+          uint32_t dsaddr = smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB);
+          reg_fence(dsaddr);
+          if constexpr (D == 128) gemm_dq<8, F16>(dq, dsaddr, ka + cw * 16384);
+          else gemm_dq<4, F16>(dq, dsaddr + cw * 8192, ka + cw * 8192);
         }
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int t = 0; t < 32; t++) reg_fence(dq[t]);
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[st]);
         /* dQ staging: row rq (query), column c at c ^ ((rq & 7) << 3), as in the accumulator */
         {
           float *stg = (float *)(smem + L::OFF_DQ + cw * L::DQB);
-          const int r0 = w * 16 + (lane >> 2), r1 = r0 + 8;
+          uint32_t sa = smem_u32(stg);
+          reg_fence(sa);
+          uint32_t r0 = w * 16 + (lane >> 2), r1 = r0 + 8;
+          reg_fence(r0);
+          reg_fence(r1);
 #pragma unroll
           for (int k = 0; k < 8; k++) {
-            *(float2 *)(stg + r0 * 64 + ((8 * k + 2 * t4) ^ ((r0 & 7) << 3))) = make_float2(dq[4 * k], dq[4 * k + 1]);
-            *(float2 *)(stg + r1 * 64 + ((8 * k + 2 * t4) ^ ((r1 & 7) << 3))) = make_float2(dq[4 * k + 2], dq[4 * k + 3]);
+            st_f2(sa + 4 * (r0 * 64 + ((8 * k + 2 * t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
+            st_f2(sa + 4 * (r1 * 64 + ((8 * k + 2 * t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
           }
           fence_proxy_async();
           named_sync(4 + cw, 128);
@@ -321,7 +394,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    if (wt == 0) bulk_wait0();
+    /* every product reading K and V has retired (each step ends with wait_group 0) */
+    __syncwarp();
+    if (lane == 0) mbar_arrive(kv_empty);
     /* epilogue: dK (times scale) and dV rows of this thread, straight to global */
     {
       const int r0 = cw * 64 + w * 16 + (lane >> 2);
@@ -339,6 +414,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    }
+    if (wt == 0) bulk_wait0();
   }
 }
 
@@ -400,17 +477,24 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   p.causal = a->causal;
   p.nblk = a->nblk;
   p.nqb = w->nqb;
+  p.B = a->batch;
+  p.nitems = a->nblk * a->heads_kv * a->batch;
   p.scale = a->scale;
   p.c = a->scale * 1.4426950408889634f;
-  static int attr_done[64];
-  int dev = 0;
+  static int attr_done[64], nsm[64];
+  int dev = 0, sms = 0;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
   if (dev < 0 || dev >= 64 || !attr_done[dev]) {
     if ((e = cudaFuncSetAttribute(bwd_kernel<D, ST, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES)) != cudaSuccess)
       return e;
-    if (dev >= 0 && dev < 64) attr_done[dev] = 1;
+    if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+    if (dev >= 0 && dev < 64) attr_done[dev] = 1, nsm[dev] = sms;
+  } else sms = nsm[dev];
+  {
+    const char *g = getenv("FMBWD_GRID"); /* development: a grid size other than one CTA per multiprocessor */
+    if (g && atoi(g) > 0) sms = atoi(g);
   }
-  dim3 grid(a->nblk, a->heads_kv, a->batch);
+  dim3 grid(p.nitems < sms ? p.nitems : sms);
   bwd_kernel<D, ST, F16><<<grid, kThreads, L::BYTES, stream>>>(tq, tk, tv, tdo, p);
   return cudaGetLastError();
 }
@@ -435,7 +519,8 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
       cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     return 0;
   if (major != 9 || minor != 0 || need > (size_t)maxsm) return 0;
-  if (a->batch > 65535 || a->heads_kv > 65535 || a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N) return 0;
+  if (a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N || (long long)a->nblk * a->heads_kv * a->batch > (1ll << 30))
+    return 0;
   /* TMA: 16-byte aligned bases and strides */
   if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->dout) & 15) return 0;
   if (!strides_ok(&a->sq) || !strides_ok(&a->sk) || !strides_ok(&a->sv) || !strides_ok(&a->sdo)) return 0;

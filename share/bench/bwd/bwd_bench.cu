@@ -23,6 +23,7 @@
 #include <vector>
 #include <omp.h>
 #include <flashmask/private/fmbwd.h>
+#include "../../../src/kernels/sm90/bwd_sm90.cuh" /* the walk, to count steps on the host */
 
 #define CK(x)                                                                                     \
   do {                                                                                            \
@@ -42,6 +43,7 @@ struct HostMask {
 };
 
 static unsigned long long rng_state = 0x1234567ull;
+static int g_window = 300; /* sliding window size of M_SWA; 0 in the sweep: every key masked */
 static double urand()
 {
   rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
@@ -67,8 +69,8 @@ static HostMask build_mask(MaskKind kind, int Sq, int Sk, int H)
     for (int j = 0; j < Sk; j++) {
       const size_t o = (size_t)h * Sk + j;
       switch (kind) {
-      case M_SWA: { /* window 300: row i sees j iff j <= i + off and i + off - j < 300 */
-        m.lts[o] = std::max(0, std::min(Sq, j - off + 300));
+      case M_SWA: { /* window W: row i sees j iff j <= i + off and i + off - j < W */
+        m.lts[o] = g_window ? std::max(0, std::min(Sq, j - off + g_window)) : 0;
         break;
       }
       case M_DOC: { /* documents of ~700 keys: rows past the document's end masked */
@@ -349,7 +351,32 @@ __global__ void fill_f(float *p, size_t n, float x)
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = x;
 }
 
-static void bench(int S, int reps)
+/* steps (visited 64-row query blocks) per key block, from the device summaries' walk */
+static double steps_per_block(const HostMask &m)
+{
+  DevMask d;
+  const int nblk = (m.Sk + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N;
+  std::vector<int32_t> sm((size_t)nblk * 8);
+  for (int kb = 0; kb < nblk; kb++) {
+    int mn[4] = {INT_MAX, INT_MAX, INT_MAX, INT_MAX}, mx[4] = {INT_MIN, INT_MIN, INT_MIN, INT_MIN};
+    for (int j = kb * FMBWD_BLOCK_N; j < std::min(m.Sk, (kb + 1) * FMBWD_BLOCK_N); j++) {
+      const int a[4] = {m.lts[j], m.lte[j], m.uts[j], m.ute[j]};
+      for (int c = 0; c < 4; c++) mn[c] = std::min(mn[c], a[c]), mx[c] = std::max(mx[c], a[c]);
+    }
+    for (int c = 0; c < 4; c++) sm[kb * 8 + 2 * c] = mn[c], sm[kb * 8 + 2 * c + 1] = mx[c];
+  }
+  (void)d;
+  long n = 0;
+  for (int kb = 0; kb < nblk; kb++) {
+    FMBwdWalk w;
+    int part;
+    fmbwd_walk_init(&w, sm.data(), kb, m.Sq, m.Sk, m.causal);
+    for (int qb = fmbwd_walk_next(&w, 0, &part); qb < w.nqb; qb = fmbwd_walk_next(&w, qb + 1, &part)) n++;
+  }
+  return (double)n / nblk;
+}
+
+static void bench(int S, int reps, int only_swa = 0)
 {
   const int B = 131072 / S, H = 32, D = 128;
   const size_t n = (size_t)B * S * H * D;
@@ -361,9 +388,10 @@ static void bench(int S, int reps)
   fill_f<<<2048, 256>>>(lse, (size_t)B * H * S, logf((float)S) * 0.5f);
   CK(cudaGetLastError());
   for (int kind = 0; kind < M_NKIND; kind++) {
+    if (only_swa && kind != M_SWA) continue;
     HostMask m = build_mask((MaskKind)kind, S, S, 1);
     DevMask dm = upload_mask(m);
-    const double flops = 2.5 * 4.0 * visible_pairs(m, 0) * D * H * B;
+    const double flops = std::max(1.0, 2.5 * 4.0 * visible_pairs(m, 0) * D * H * B);
     FMGpuBwdParams p;
     memset(&p, 0, sizeof(p));
     p.q = buf[0], p.k = buf[1], p.v = buf[2], p.o = buf[3], p.dout = buf[4], p.lse = lse;
@@ -393,8 +421,13 @@ static void bench(int S, int reps)
     }
     std::sort(ms.begin(), ms.end());
     const float med = ms[ms.size() / 2];
-    printf("bench S=%-6d B=%-3d %-16s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms)\n", S, B, mask_name[kind], med,
-           flops / (med * 1e-3) / 1e12, ms.front(), ms.back());
+    const double steps = steps_per_block(m) * dm.nblk * H * B;
+    if (only_swa)
+      printf("sweep S=%d window %5d: %8.3f ms %7.1f TFLOP/s, %.2f steps per item, %.3f us per step per SM\n", S, g_window,
+             med, flops / (med * 1e-3) / 1e12, steps / ((double)dm.nblk * H * B), steps > 0 ? med * 1e3 * 132 / steps : 0.0);
+    else
+      printf("bench S=%-6d B=%-3d %-16s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms)\n", S, B, mask_name[kind], med,
+             flops / (med * 1e-3) / 1e12, ms.front(), ms.back());
     fflush(stdout);
     cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
@@ -415,6 +448,14 @@ int main(int argc, char **argv)
     Case c2 = {"small fp16 d64 causal 200x130", 2, 200, 130, 2, 1, 64, 1, 0, 0, M_CAUSAL, 0.125f};
     const int ok = run_case(c, 2e-2) & run_case(c2, 5e-3);
     return ok ? 0 : 1;
+  }
+  if (mode == "sweep") { /* per-item overhead: sliding windows of several sizes at 8K */
+    const int ws[] = {0, 64, 300, 1000, 3000, 8192};
+    for (int w : ws) {
+      g_window = w;
+      bench(8192, 3, 1);
+    }
+    return 0;
   }
   if (mode == "bench") {
     const int reps = argc > 2 ? atoi(argv[2]) : 5;

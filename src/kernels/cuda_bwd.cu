@@ -92,7 +92,7 @@ struct FbArgs {
 };
 
 /* Fallback pass 1: one warp per (key j, kv head, batch); dK, dV summed over the group's heads. */
-template <typename T, int DPL> __global__ void __launch_bounds__(128) bwd_fb_dkdv(const FbArgs a)
+template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_dkdv(const FbArgs a)
 {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int j = blockIdx.x * 4 + warp, hkv = blockIdx.y, b = blockIdx.z;
@@ -153,7 +153,7 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128) bwd_fb_dkd
 }
 
 /* Fallback pass 2: one warp per (query row, query head, batch); dQ over the visible keys. */
-template <typename T, int DPL> __global__ void __launch_bounds__(128) bwd_fb_dq(const FbArgs a)
+template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_dq(const FbArgs a)
 {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int i = blockIdx.x * 4 + warp, hq = blockIdx.y, b = blockIdx.z;
@@ -290,7 +290,8 @@ extern "C" cudaError_t FMGpuBackward(const FMGpuBwdParams *p, cudaStream_t st)
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
   if (path == 0) return p->fp16 ? fallback<__half>(p, &w, st) : fallback<__nv_bfloat16>(p, &w, st);
-  if ((e = cudaMemsetAsync(w.dqacc, 0, (size_t)p->batch * p->heads_q * w.nqb * FMBWD_BM * w.dp * sizeof(float), st)) != cudaSuccess)
+  if ((e = cudaMemsetAsync(w.counter, 0, 256 + (size_t)p->batch * p->heads_q * w.nqb * FMBWD_BM * w.dp * sizeof(float), st)) !=
+      cudaSuccess)
     return e;
   if ((e = FMBwdSm90Launch(p, &w, st)) != cudaSuccess) return e;
   {

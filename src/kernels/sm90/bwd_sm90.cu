@@ -3,9 +3,11 @@
  * CTA per (128-key block, kv head, batch), walking only the query blocks its column bounds
  * leave visible.
  *
- * Persistent: a grid of one CTA per multiprocessor walks the work items (key block, kv head,
- * batch), key block fastest, so that one item's K/V loads and
- * first Q/dO stages overlap the previous item's last steps and dK/dV epilogue.
+ * Persistent: a grid of one CTA per multiprocessor takes the work items (key block, kv head,
+ * batch; key block fastest) in order from an atomic counter, so that the items in flight are
+ * always about 132 consecutive ones (their Q, dO and dQ accumulator rows stay in L2: a static
+ * round robin let CTAs with light items run ahead, and causal 8K read 160 GB from DRAM), and
+ * one item's K/V loads and first Q/dO stages overlap the previous item's dK/dV epilogue.
  * 384 threads:
  *   warpgroup 0: producer (setmaxnreg.dec 24). One thread loads K and V of an item once,
  *     then streams, per visited (query head of the group, 64-row query block), Q, dO (TMA) and
@@ -59,8 +61,9 @@ template <int D, int ST> struct Layout {
   static constexpr int OFF_L = OFF_DQ + 2 * DQB;
   static constexpr int OFF_DD = OFF_L + ST * kBM * 4;
   static constexpr int OFF_BND = OFF_DD + ST * kBM * 4; /* the item's column bounds, 128 x int4 */
-  static constexpr int OFF_BAR = OFF_BND + kBN * 16;
-  static constexpr int BYTES = OFF_BAR + (2 + 2 * ST) * 8 + 1024; /* + alignment slack */
+  static constexpr int OFF_ITEM = OFF_BND + kBN * 16; /* 2 item slots {t, kb, hkv, b}, the producer's step count */
+  static constexpr int OFF_BAR = OFF_ITEM + 64;
+  static constexpr int BYTES = OFF_BAR + (3 + 2 * ST) * 8 + 1024; /* + alignment slack */
 };
 
 struct Params {
@@ -71,7 +74,9 @@ struct Params {
   const int4 *packed;
   const int32_t *sum;
   int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B;
-  int nitems; /* nblk * Hkv * B work items, key block slowest */
+  int G, hpm;   /* query heads per kv head, per mask head (host-divided: no registers held) */
+  int nitems;   /* nblk * Hkv * B work items, key block fastest */
+  int *counter; /* items handed out so far (zero at launch) */
   float scale, c; /* c = scale * log2(e) */
 };
 
@@ -186,14 +191,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = Layout<D, ST>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-  const int G = p.Hq / p.Hkv, hpm = p.Hq / p.mask_heads;
+  const int G = p.G, hpm = p.hpm;
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
   uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
-  uint64_t *kv_full = bars, *kv_empty = bars + 1, *full = bars + 2, *empty = bars + 2 + ST;
+  uint64_t *kv_full = bars, *kv_empty = bars + 1, *item_full = bars + 2, *full = bars + 3, *empty = bars + 3 + ST;
+  volatile int *item_s = (volatile int *)(smem + L::OFF_ITEM);
 
   if (tid == 0) {
     mbar_init(kv_full, 1);
     mbar_init(kv_empty, 8);
+    mbar_init(item_full, 1);
     for (int s = 0; s < ST; s++) {
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], 8); /* one arrival per consumer warp */
@@ -206,24 +213,50 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* ------------------------------ producer ------------------------------ */
     setmaxnreg_dec<24>();
     if (tid == 0) {
-      int i = 0;
-      for (int t = blockIdx.x, n = 0; t < p.nitems; t += gridDim.x, n++) {
+      /* the step counter lives in shared memory (24 registers: it would be spilled otherwise) */
+      volatile int *pi = item_s + 8, *pn = item_s + 9;
+      *pi = 0;
+      for (*pn = 0;; *pn = *pn + 1) {
+      const int n = *pn;
+      /* the next item, published to the consumers once they are done with K/V of the last one */
+      const int t = atomicAdd(p.counter, 1);
+      mbar_wait(kv_empty, (n & 1) ^ 1);
       int kb, hkv, b;
       decode_item(p, t, &kb, &hkv, &b);
-      mbar_wait(kv_empty, (n & 1) ^ 1);
+      item_s[4 * (n & 1)] = t;
+      item_s[4 * (n & 1) + 1] = kb;
+      item_s[4 * (n & 1) + 2] = hkv;
+      item_s[4 * (n & 1) + 3] = b;
+      mbar_arrive(item_full);
+      if (t >= p.nitems) break;
       mbar_expect_tx(kv_full, 2 * L::KB);
 #pragma unroll
       for (int c = 0; c < D / 64; c++) {
         tma_load_4d(smem + L::OFF_K + c * 16384, &tmK, kv_full, c * 64, hkv, kb * kBN, b);
         tma_load_4d(smem + L::OFF_V + c * 16384, &tmV, kv_full, c * 64, hkv, kb * kBN, b);
       }
-      for (int g = 0; g < G; g++) {
-        const int hq = hkv * G + g, mh = hq / hpm;
+      /* with 24 registers nothing is held across a step: the item is re-read from shared memory */
+      auto cur = [&](int *kb_, int *hkv_, int *b_) {
+        const int sl = 4 * (*pn & 1);
+        *kb_ = item_s[sl + 1];
+        *hkv_ = item_s[sl + 2];
+        *b_ = item_s[sl + 3];
+      };
+      auto pnext = [&](int g, int q, int *pt) {
+        int kb_, hkv_, b_;
+        cur(&kb_, &hkv_, &b_);
         FMBwdWalk w;
-        fmbwd_walk_init(&w, p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N, kb, p.Sq, p.Sk, p.causal);
-        const size_t lrow = ((size_t)b * p.Hq + hq) * p.nqb * kBM;
+        fmbwd_walk_init(&w, p.sum + (size_t)((hkv_ * G + g) / hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
+        return fmbwd_walk_next(&w, q, pt);
+      };
+      for (int g = 0; g < G; g++) {
         int part;
-        for (int qb = fmbwd_walk_next(&w, 0, &part); qb < w.nqb; qb = fmbwd_walk_next(&w, qb + 1, &part), i++) {
+        for (int qb = pnext(g, 0, &part); qb < p.nqb; qb = pnext(g, qb + 1, &part)) {
+          const int i = *pi;
+          *pi = i + 1;
+          cur(&kb, &hkv, &b);
+          const int hq = hkv * G + g;
+          const size_t lrow = ((size_t)b * p.Hq + hq) * p.nqb * kBM;
           const int st = i % ST;
           mbar_wait(&empty[st], ((i / ST) & 1) ^ 1);
           mbar_expect_tx(&full[st], 2 * L::QB + 2 * kBM * 4);
@@ -249,9 +282,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     float s[32], dp[32], dq[32];
     uint32_t pp[16], ps[16];
     int i = 0;
-    for (int item = blockIdx.x, n = 0; item < p.nitems; item += gridDim.x, n++) {
-    int kb, hkv, b;
-    decode_item(p, item, &kb, &hkv, &b);
+    for (int n = 0;; n++) {
+    mbar_wait(item_full, n & 1);
+    if (item_s[4 * (n & 1)] >= p.nitems) break;
+    const int kb = item_s[4 * (n & 1) + 1], hkv = item_s[4 * (n & 1) + 2], b = item_s[4 * (n & 1) + 3];
     const int j0 = kb * kBN + kr0, j1 = j0 + 8;
 #pragma unroll
     for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
@@ -494,6 +528,9 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   p.nqb = w->nqb;
   p.B = a->batch;
   p.nitems = a->nblk * a->heads_kv * a->batch;
+  p.counter = w->counter;
+  p.G = a->heads_q / a->heads_kv;
+  p.hpm = a->heads_q / a->mask_heads;
   p.scale = a->scale;
   p.c = a->scale * 1.4426950408889634f;
   static int attr_done[64], nsm[64];

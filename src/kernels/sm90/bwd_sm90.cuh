@@ -24,6 +24,7 @@ enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
  */
 typedef struct {
   float *lse2, *dsum, *dqacc;
+  int *counter; /* the main kernel's work-item counter, zeroed with dqacc (just before it) */
   int nqb, dp;
 } FMBwdWork;
 
@@ -34,12 +35,13 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
   const int nqb = (p->seqlen_q + FMBWD_BM - 1) / FMBWD_BM, dp = (p->head_dim + 63) / 64 * 64;
   const size_t rows = (size_t)p->batch * p->heads_q * nqb * FMBWD_BM;
   const size_t a = fmbwd_align256(rows * sizeof(float));
-  const size_t total = 2 * a + fmbwd_align256(rows * dp * sizeof(float));
+  const size_t total = 2 * a + 256 + fmbwd_align256(rows * dp * sizeof(float));
   if (w) {
     char *base = (char *)p->workspace;
     w->lse2 = (float *)base;
     w->dsum = (float *)(base + a);
-    w->dqacc = (float *)(base + 2 * a);
+    w->counter = (int *)(base + 2 * a);
+    w->dqacc = (float *)(base + 2 * a + 256);
     w->nqb = nqb;
     w->dp = dp;
   }

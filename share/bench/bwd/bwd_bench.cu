@@ -376,19 +376,20 @@ static double steps_per_block(const HostMask &m)
   return (double)n / nblk;
 }
 
-static void bench(int S, int reps, int only_swa = 0)
+static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
 {
   const int B = 131072 / S, H = 32, D = 128;
-  const size_t n = (size_t)B * S * H * D;
+  const size_t n = (size_t)B * S * H * D, nkv = (size_t)B * S * Hkv * D;
   uint16_t *buf[8];
   for (int t = 0; t < 8; t++) CK(cudaMalloc(&buf[t], n * 2));
-  for (int t = 0; t < 5; t++) fill_rand<<<2048, 256>>>(buf[t], n, 1000 + t, 0);
+  for (int t = 0; t < 5; t++) fill_rand<<<2048, 256>>>(buf[t], t == 1 || t == 2 ? nkv : n, 1000 + t, 0);
   float *lse;
   CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
   fill_f<<<2048, 256>>>(lse, (size_t)B * H * S, logf((float)S) * 0.5f);
   CK(cudaGetLastError());
   for (int kind = 0; kind < M_NKIND; kind++) {
     if (only_swa && kind != M_SWA) continue;
+    if (Hkv != H && kind != M_FULL && kind != M_CAUSAL) continue;
     HostMask m = build_mask((MaskKind)kind, S, S, 1);
     DevMask dm = upload_mask(m);
     const double flops = std::max(1.0, 2.5 * 4.0 * visible_pairs(m, 0) * D * H * B);
@@ -397,8 +398,10 @@ static void bench(int S, int reps, int only_swa = 0)
     p.q = buf[0], p.k = buf[1], p.v = buf[2], p.o = buf[3], p.dout = buf[4], p.lse = lse;
     p.dq = buf[5], p.dk = buf[6], p.dv = buf[7];
     const FMGpuStrides st = {(long long)S * H * D, (long long)H * D, D};
-    p.sq = p.so = p.sdo = p.sdq = p.sk = p.sv = p.sdk = p.sdv = st;
-    p.batch = B, p.seqlen_q = S, p.seqlen_k = S, p.heads_q = H, p.heads_kv = H, p.head_dim = D, p.fp16 = 0;
+    const FMGpuStrides stk = {(long long)S * Hkv * D, (long long)Hkv * D, D};
+    p.sq = p.so = p.sdo = p.sdq = st;
+    p.sk = p.sv = p.sdk = p.sdv = stk;
+    p.batch = B, p.seqlen_q = S, p.seqlen_k = S, p.heads_q = H, p.heads_kv = Hkv, p.head_dim = D, p.fp16 = 0;
     p.scale = 1.f / sqrtf((float)D);
     p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = 1, p.causal = m.causal, p.nblk = dm.nblk;
     void *ws;
@@ -426,8 +429,8 @@ static void bench(int S, int reps, int only_swa = 0)
       printf("sweep S=%d window %5d: %8.3f ms %7.1f TFLOP/s, %.2f steps per item, %.3f us per step per SM\n", S, g_window,
              med, flops / (med * 1e-3) / 1e12, steps / ((double)dm.nblk * H * B), steps > 0 ? med * 1e3 * 132 / steps : 0.0);
     else
-      printf("bench S=%-6d B=%-3d %-16s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms)\n", S, B, mask_name[kind], med,
-             flops / (med * 1e-3) / 1e12, ms.front(), ms.back());
+      printf("bench S=%-6d B=%-3d %-16s%s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms)\n", S, B, mask_name[kind],
+             Hkv != H ? " GQA4" : "", med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back());
     fflush(stdout);
     cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
@@ -461,6 +464,7 @@ int main(int argc, char **argv)
     const int reps = argc > 2 ? atoi(argv[2]) : 5;
     bench(8192, reps);
     bench(32768, reps);
+    bench(8192, reps, 0, 8); /* GQA 4:1 */
     return 0;
   }
   const float s128 = 0.08838834764831845f, s64 = 0.125f;

@@ -35,7 +35,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
-#include <stdlib.h>
 #include "bwd_sm90.cuh"
 #include "ptx.cuh"
 #include "bwd_wgmma.cuh"
@@ -183,130 +182,289 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, u
   }
 }
 
+/* Barriers and the item slots in shared memory. */
+template <int D, int ST> struct Sync {
+  uint64_t *kv_full, *kv_empty, *item_full, *full, *empty;
+  volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
+  __device__ __forceinline__ explicit Sync(unsigned char *smem)
+  {
+    uint64_t *bars = (uint64_t *)(smem + Layout<D, ST>::OFF_BAR);
+    kv_full = bars;
+    kv_empty = bars + 1;
+    item_full = bars + 2;
+    full = bars + 3;
+    empty = bars + 3 + ST;
+    item = (volatile int *)(smem + Layout<D, ST>::OFF_ITEM);
+  }
+};
+
+/*
+ * Producer (one thread, 24 registers: its counters and the current item live in shared memory,
+ * nothing is held across a step). Per item: take the next one from the counter, publish it once
+ * the consumers are done with K/V of the last one, load K and V, then per visited (head, query
+ * block) Q, dO, lse2 and D into the stage ring.
+ */
 template <int D, int ST, bool F16>
-__global__ void __launch_bounds__(kThreads, 1)
-  bwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-             const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmDO, const Params p)
+__device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap *tmQ, const CUtensorMap *tmK,
+                                         const CUtensorMap *tmV, const CUtensorMap *tmDO, const Params &p)
 {
   using L = Layout<D, ST>;
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-  const int G = p.G, hpm = p.hpm;
-  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
-  uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
-  uint64_t *kv_full = bars, *kv_empty = bars + 1, *item_full = bars + 2, *full = bars + 3, *empty = bars + 3 + ST;
-  volatile int *item_s = (volatile int *)(smem + L::OFF_ITEM);
-
-  if (tid == 0) {
-    mbar_init(kv_full, 1);
-    mbar_init(kv_empty, 8);
-    mbar_init(item_full, 1);
-    for (int s = 0; s < ST; s++) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 8); /* one arrival per consumer warp */
+  Sync<D, ST> sy(smem);
+  volatile int *pi = sy.item + 8, *pn = sy.item + 9;
+  *pi = 0;
+  for (*pn = 0;; *pn = *pn + 1) {
+    const int n = *pn, t = atomicAdd(p.counter, 1);
+    int kb, hkv, b;
+    mbar_wait(sy.kv_empty, (n & 1) ^ 1);
+    decode_item(p, t, &kb, &hkv, &b);
+    sy.item[4 * (n & 1)] = t;
+    sy.item[4 * (n & 1) + 1] = kb;
+    sy.item[4 * (n & 1) + 2] = hkv;
+    sy.item[4 * (n & 1) + 3] = b;
+    mbar_arrive(sy.item_full);
+    if (t >= p.nitems) break;
+    mbar_expect_tx(sy.kv_full, 2 * L::KB);
+#pragma unroll
+    for (int c = 0; c < D / 64; c++) {
+      tma_load_4d(smem + L::OFF_K + c * 16384, tmK, sy.kv_full, c * 64, hkv, kb * kBN, b);
+      tma_load_4d(smem + L::OFF_V + c * 16384, tmV, sy.kv_full, c * 64, hkv, kb * kBN, b);
     }
-    fence_barrier_init();
-  }
-  __syncthreads();
-
-  if (wg == 0) {
-    /* ------------------------------ producer ------------------------------ */
-    setmaxnreg_dec<24>();
-    if (tid == 0) {
-      /* the step counter lives in shared memory (24 registers: it would be spilled otherwise) */
-      volatile int *pi = item_s + 8, *pn = item_s + 9;
-      *pi = 0;
-      for (*pn = 0;; *pn = *pn + 1) {
-      const int n = *pn;
-      /* the next item, published to the consumers once they are done with K/V of the last one */
-      const int t = atomicAdd(p.counter, 1);
-      mbar_wait(kv_empty, (n & 1) ^ 1);
-      int kb, hkv, b;
-      decode_item(p, t, &kb, &hkv, &b);
-      item_s[4 * (n & 1)] = t;
-      item_s[4 * (n & 1) + 1] = kb;
-      item_s[4 * (n & 1) + 2] = hkv;
-      item_s[4 * (n & 1) + 3] = b;
-      mbar_arrive(item_full);
-      if (t >= p.nitems) break;
-      mbar_expect_tx(kv_full, 2 * L::KB);
+    auto cur = [&](int *kb_, int *hkv_, int *b_) {
+      const int sl = 4 * (*pn & 1);
+      *kb_ = sy.item[sl + 1];
+      *hkv_ = sy.item[sl + 2];
+      *b_ = sy.item[sl + 3];
+    };
+    auto next = [&](int g, int q, int *pt) {
+      int kb_, hkv_, b_;
+      cur(&kb_, &hkv_, &b_);
+      FMBwdWalk w;
+      fmbwd_walk_init(&w, p.sum + (size_t)((hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
+      return fmbwd_walk_next(&w, q, pt);
+    };
+    for (int g = 0; g < p.G; g++) {
+      int part;
+      for (int qb = next(g, 0, &part); qb < p.nqb; qb = next(g, qb + 1, &part)) {
+        const int i = *pi, st = i % ST;
+        *pi = i + 1;
+        cur(&kb, &hkv, &b);
+        const int hq = hkv * p.G + g;
+        const size_t lrow = ((size_t)b * p.Hq + hq) * p.nqb * kBM + (size_t)qb * kBM;
+        mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
+        mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * kBM * 4);
 #pragma unroll
-      for (int c = 0; c < D / 64; c++) {
-        tma_load_4d(smem + L::OFF_K + c * 16384, &tmK, kv_full, c * 64, hkv, kb * kBN, b);
-        tma_load_4d(smem + L::OFF_V + c * 16384, &tmV, kv_full, c * 64, hkv, kb * kBN, b);
-      }
-      /* with 24 registers nothing is held across a step: the item is re-read from shared memory */
-      auto cur = [&](int *kb_, int *hkv_, int *b_) {
-        const int sl = 4 * (*pn & 1);
-        *kb_ = item_s[sl + 1];
-        *hkv_ = item_s[sl + 2];
-        *b_ = item_s[sl + 3];
-      };
-      auto pnext = [&](int g, int q, int *pt) {
-        int kb_, hkv_, b_;
-        cur(&kb_, &hkv_, &b_);
-        FMBwdWalk w;
-        fmbwd_walk_init(&w, p.sum + (size_t)((hkv_ * G + g) / hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
-        return fmbwd_walk_next(&w, q, pt);
-      };
-      for (int g = 0; g < G; g++) {
-        int part;
-        for (int qb = pnext(g, 0, &part); qb < p.nqb; qb = pnext(g, qb + 1, &part)) {
-          const int i = *pi;
-          *pi = i + 1;
-          cur(&kb, &hkv, &b);
-          const int hq = hkv * G + g;
-          const size_t lrow = ((size_t)b * p.Hq + hq) * p.nqb * kBM;
-          const int st = i % ST;
-          mbar_wait(&empty[st], ((i / ST) & 1) ^ 1);
-          mbar_expect_tx(&full[st], 2 * L::QB + 2 * kBM * 4);
-#pragma unroll
-          for (int c = 0; c < D / 64; c++) {
-            tma_load_4d(smem + L::OFF_Q + st * L::QB + c * 8192, &tmQ, &full[st], c * 64, hq, qb * kBM, b);
-            tma_load_4d(smem + L::OFF_DO + st * L::QB + c * 8192, &tmDO, &full[st], c * 64, hq, qb * kBM, b);
-          }
-          bulk_load(smem + L::OFF_L + st * kBM * 4, p.lse2 + lrow + (size_t)qb * kBM, kBM * 4, &full[st]);
-          bulk_load(smem + L::OFF_DD + st * kBM * 4, p.dsum + lrow + (size_t)qb * kBM, kBM * 4, &full[st]);
+        for (int c = 0; c < D / 64; c++) {
+          tma_load_4d(smem + L::OFF_Q + st * L::QB + c * 8192, tmQ, &sy.full[st], c * 64, hq, qb * kBM, b);
+          tma_load_4d(smem + L::OFF_DO + st * L::QB + c * 8192, tmDO, &sy.full[st], c * 64, hq, qb * kBM, b);
         }
-      }
+        bulk_load(smem + L::OFF_L + st * kBM * 4, p.lse2 + lrow, kBM * 4, &sy.full[st]);
+        bulk_load(smem + L::OFF_DD + st * kBM * 4, p.dsum + lrow, kBM * 4, &sy.full[st]);
       }
     }
-  } else {
-    /* ------------------------------ consumers ------------------------------ */
-    setmaxnreg_inc<240>();
-    const int cw = wg - 1, wt = tid - 128 * wg, w = wt >> 5, t4 = lane & 3;
-    const int kr0 = cw * 64 + w * 16 + (lane >> 2); /* this thread's key rows kr0, kr0 + 8 in the block */
+  }
+}
+
+/* What a consumer thread is: its warpgroup, lane and key rows. */
+struct Me {
+  int cw, wt, w, lane, t4, kr0; /* key rows kr0, kr0 + 8 of the block */
+};
+
+/*
+ * S^T and dP^T of one step (SS wgmma), then P^T = exp2(S^T c - lse2) (zero where the partial
+ * tile's row masks say so) and dS^T = P^T (dP^T - D), packed for the RS products.
+ * s[4k + e] is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
+ */
+template <int D, bool F16>
+__device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t va,
+                                            uint32_t qa, uint32_t da, uint32_t ls, uint32_t dd, int part, const int4 *bnd,
+                                            int m0, int j0, const Me &me, const Params &p)
+{
+#pragma unroll
+  for (int t = 0; t < 32; t++) s[t] = dp[t] = 0.f;
+  wgmma_fence();
+  gemm_nt<D, F16>(s, ka + me.cw * 8192, qa);
+  wgmma_commit();
+  gemm_nt<D, F16>(dp, va + me.cw * 8192, da);
+  wgmma_commit();
+  wgmma_wait<1>();
+#pragma unroll
+  for (int t = 0; t < 32; t++) reg_fence(s[t]);
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float2 l2 = ld_f2(ls + 32 * k);
+    s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
+    s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
+    s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
+    s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
+  }
+  if (part) {
+    /* row bit masks of the two key columns, shifted so that bit 8k + e is query column 8k + 2 t4 + e */
     const int off = p.Sk - p.Sq;
-    const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
-    float dk[D / 2], dv[D / 2];
-    float s[32], dp[32], dq[32];
-    uint32_t pp[16], ps[16];
-    int i = 0;
-    for (int n = 0;; n++) {
-    mbar_wait(item_full, n & 1);
-    if (item_s[4 * (n & 1)] >= p.nitems) break;
-    const int kb = item_s[4 * (n & 1) + 1], hkv = item_s[4 * (n & 1) + 2], b = item_s[4 * (n & 1) + 3];
-    const int j0 = kb * kBN + kr0, j1 = j0 + 8;
+    const uint64_t mk0 = tile_rows_masked(bnd[me.kr0], m0, j0, p.causal, off) >> (2 * me.t4);
+    const uint64_t mk1 = tile_rows_masked(bnd[me.kr0 + 8], m0, j0 + 8, p.causal, off) >> (2 * me.t4);
+    const uint32_t w0[2] = {(uint32_t)mk0, (uint32_t)(mk0 >> 32)}, w1[2] = {(uint32_t)mk1, (uint32_t)(mk1 >> 32)};
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        if ((w0[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + e] = 0.f;
+        if ((w1[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + 2 + e] = 0.f;
+      }
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < 32; t++) reg_fence(dp[t]);
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float2 d2 = ld_f2(dd + 32 * k);
+    dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
+    dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
+    dp[4 * k + 2] = s[4 * k + 2] * (dp[4 * k + 2] - d2.x);
+    dp[4 * k + 3] = s[4 * k + 3] * (dp[4 * k + 3] - d2.y);
+  }
+#pragma unroll
+  for (int t = 0; t < 16; t++) {
+    pp[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
+    ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
+  }
+}
+
+/*
+ * dV += P^T dO and dK += dS^T Q (RS wgmma); dS^T to shared memory (row = key, 16-byte unit
+ * k ^ (row & 7)); once every consumer has written its rows, dq = dS K (SS, both MN-major).
+ * Every opaque copy (reg_fence) keeps ptxas from hoisting loop-invariant addresses into
+ * registers it would then spill.
+ */
+template <int D, bool F16>
+__device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t qa,
+                                           uint32_t da, uint32_t dsaddr, const Me &me)
+{
+  wgmma_fence();
+  gemm_rs<D, F16>(dv, pp, da);
+  gemm_rs<D, F16>(dk, ps, qa);
+  wgmma_commit();
+  {
+    uint32_t dsb = dsaddr + me.t4 * 4, r0 = me.kr0, r1 = me.kr0 + 8;
+    reg_fence(dsb);
+    reg_fence(r0);
+    reg_fence(r1);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      st_u32(dsb + r0 * 128 + ((k ^ (r0 & 7)) << 4), ps[2 * k]);
+      st_u32(dsb + r1 * 128 + ((k ^ (r1 & 7)) << 4), ps[2 * k + 1]);
+    }
+  }
+  if (me.wt == 0) bulk_wait_read0(); /* this consumer's dQ staging buffer is free again */
+  fence_proxy_async();
+  if constexpr (D == 128) named_sync(1, 256);
+  else named_sync(2 + me.cw, 128);
+  /* retire the RS products first: P and dS registers die before dQ's accumulators live */
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < 16; t++) {
+    reg_fence(pp[t]);
+    reg_fence(ps[t]);
+  }
+#pragma unroll
+  for (int t = 0; t < D / 2; t++) {
+    reg_fence(dk[t]);
+    reg_fence(dv[t]);
+  }
+#pragma unroll
+  for (int t = 0; t < 32; t++) dq[t] = 0.f;
+  wgmma_fence();
+  reg_fence(dsaddr);
+  if constexpr (D == 128) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
+  else gemm_dq<4, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
+  wgmma_commit();
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < 32; t++) reg_fence(dq[t]);
+}
+
+/* dq (fp32) into this consumer's staging buffer (column c of row r at c ^ ((r & 7) << 3), the
+   accumulator's layout), then one bulk reduce-add into the accumulator block at gdst. */
+__device__ __forceinline__ void stage_dq(const float *dq, float *stg, float *gdst, const Me &me)
+{
+  uint32_t sa = smem_u32(stg), r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
+  reg_fence(sa);
+  reg_fence(r0);
+  reg_fence(r1);
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    st_f2(sa + 4 * (r0 * 64 + ((8 * k + 2 * me.t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
+    st_f2(sa + 4 * (r1 * 64 + ((8 * k + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
+  }
+  fence_proxy_async();
+  named_sync(4 + me.cw, 128);
+  if (me.wt == 0) {
+    bulk_reduce_add(gdst, stg, kBM * 64 * 4);
+    bulk_commit();
+  }
+}
+
+/* dK (times scale) and dV rows of this thread, straight to global. */
+template <int D, bool F16>
+__device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int kb, int hkv, int b, const Me &me, const Params &p)
+{
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int j = kb * kBN + me.kr0 + 8 * h;
+    if (j < p.Sk) {
+      char *gk = (char *)p.dk + ((size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh) * 2;
+      char *gv = (char *)p.dv + ((size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh) * 2;
+#pragma unroll
+      for (int k = 0; k < D / 8; k++) {
+        *(uint32_t *)(gk + (8 * k + 2 * me.t4) * 2) = pack2<F16>(dk[4 * k + 2 * h] * p.scale, dk[4 * k + 2 * h + 1] * p.scale);
+        *(uint32_t *)(gv + (8 * k + 2 * me.t4) * 2) = pack2<F16>(dv[4 * k + 2 * h], dv[4 * k + 2 * h + 1]);
+      }
+    }
+  }
+}
+
+/*
+ * Consumer warpgroup (64 keys of each item): per item, dK and dV in registers over every query
+ * head of the group and every visited query block; K/V released, then written once.
+ */
+template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsigned char *smem, const Params &p)
+{
+  using L = Layout<D, ST>;
+  Sync<D, ST> sy(smem);
+  const int tid = threadIdx.x, lane = tid & 31;
+  Me me;
+  me.cw = (tid >> 7) - 1;
+  me.wt = tid & 127;
+  me.w = me.wt >> 5;
+  me.lane = lane;
+  me.t4 = lane & 3;
+  me.kr0 = me.cw * 64 + me.w * 16 + (lane >> 2);
+  const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
+  int4 *bnd_s = (int4 *)(smem + L::OFF_BND);
+  float dk[D / 2], dv[D / 2], s[32], dp[32], dq[32];
+  uint32_t pp[16], ps[16];
+  int i = 0;
+  for (int n = 0;; n++) {
+    mbar_wait(sy.item_full, n & 1);
+    if (sy.item[4 * (n & 1)] >= p.nitems) break;
+    const int kb = sy.item[4 * (n & 1) + 1], hkv = sy.item[4 * (n & 1) + 2], b = sy.item[4 * (n & 1) + 3];
 #pragma unroll
     for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
-    mbar_wait(kv_full, n & 1);
-    for (int g = 0; g < G; g++) {
-      const int hq = hkv * G + g, mh = hq / hpm;
+    mbar_wait(sy.kv_full, n & 1);
+    for (int g = 0; g < p.G; g++) {
+      const int hq = hkv * p.G + g, mh = hq / p.hpm;
       const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
-      /* the walk is rebuilt from the parameters at each step (no registers held across a step) */
-      auto next = [&](int q, int *pt) {
+      auto next = [&](int q, int *pt) { /* rebuilt at each step: no registers held across one */
         FMBwdWalk wk;
         fmbwd_walk_init(&wk, sumh, kb, p.Sq, p.Sk, p.causal);
         return fmbwd_walk_next(&wk, q, pt);
       };
-      /* this head's bounds of the thread's two key columns, staged in shared memory per warp */
-      int4 *bnd_s = (int4 *)(smem + L::OFF_BND);
       {
+        /* this head's bounds of the thread's two key columns, staged per warp */
         const int4 *pk = p.packed + ((size_t)mh * p.nblk + kb) * kBN;
         __syncwarp(); /* the warp's reads of the previous head's bounds are done */
-        if (t4 == 0) {
-          bnd_s[kr0] = pk[kr0];
-          bnd_s[kr0 + 8] = pk[kr0 + 8];
+        if (me.t4 == 0) {
+          bnd_s[me.kr0] = pk[me.kr0];
+          bnd_s[me.kr0 + 8] = pk[me.kr0 + 8];
         }
         __syncwarp();
       }
@@ -314,157 +472,56 @@ __global__ void __launch_bounds__(kThreads, 1)
       int part;
       for (int qb = next(0, &part); qb < p.nqb; qb = next(qb + 1, &part), i++) {
         const int st = i % ST;
-        const uint32_t qaddr = smem_u32(smem + L::OFF_Q + st * L::QB), doaddr = smem_u32(smem + L::OFF_DO + st * L::QB);
-        uint32_t ls = smem_u32(smem + L::OFF_L + st * kBM * 4) + 8 * t4;
+        uint32_t ls = smem_u32(smem + L::OFF_L + st * kBM * 4) + 8 * me.t4;
         reg_fence(ls);
-        mbar_wait(&full[st], (i / ST) & 1);
-        /* opaque copies: keeps ptxas from hoisting (and spilling) the loop-invariant descriptors */
-        uint32_t ka = kaddr, va = vaddr, qa = qaddr, da = doaddr;
+        mbar_wait(&sy.full[st], (i / ST) & 1);
+        uint32_t ka = kaddr, va = vaddr, qa = smem_u32(smem + L::OFF_Q + st * L::QB), da = smem_u32(smem + L::OFF_DO + st * L::QB);
         reg_fence(ka);
         reg_fence(va);
         reg_fence(qa);
         reg_fence(da);
-#pragma unroll
-        for (int t = 0; t < 32; t++) s[t] = dp[t] = 0.f;
-        wgmma_fence();
-        gemm_nt<D, F16>(s, ka + cw * 8192, qa);
-        wgmma_commit();
-        gemm_nt<D, F16>(dp, va + cw * 8192, da);
-        wgmma_commit();
-        wgmma_wait<1>();
-#pragma unroll
-        for (int t = 0; t < 32; t++) reg_fence(s[t]);
-        /* P^T: s[4k + e] is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1) */
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-          const float2 l2 = ld_f2(ls + 32 * k);
-          s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
-          s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
-          s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
-          s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
-        }
-        if (part) {
-          /* row bit masks of the two key columns, shifted so that bit 8k + e is query column 8k + 2 t4 + e */
-          const uint64_t mk0 = tile_rows_masked(bnd_s[kr0], qb * kBM, j0, p.causal, off) >> (2 * t4);
-          const uint64_t mk1 = tile_rows_masked(bnd_s[kr0 + 8], qb * kBM, j1, p.causal, off) >> (2 * t4);
-          const uint32_t w0[2] = {(uint32_t)mk0, (uint32_t)(mk0 >> 32)}, w1[2] = {(uint32_t)mk1, (uint32_t)(mk1 >> 32)};
-#pragma unroll
-          for (int k = 0; k < 8; k++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-              if ((w0[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + e] = 0.f;
-              if ((w1[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + 2 + e] = 0.f;
-            }
-        }
-        wgmma_wait<0>();
-#pragma unroll
-        for (int t = 0; t < 32; t++) reg_fence(dp[t]);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-          const float2 d2 = ld_f2(ls + (L::OFF_DD - L::OFF_L) + 32 * k);
-          dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
-          dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
-          dp[4 * k + 2] = s[4 * k + 2] * (dp[4 * k + 2] - d2.x);
-          dp[4 * k + 3] = s[4 * k + 3] * (dp[4 * k + 3] - d2.y);
-        }
-#pragma unroll
-        for (int t = 0; t < 16; t++) {
-          pp[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
-          ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
-        }
-        wgmma_fence();
-        gemm_rs<D, F16>(dv, pp, da);
-        gemm_rs<D, F16>(dk, ps, qa);
-        wgmma_commit();
-        /* dS^T to shared memory: row kr (key), 16-byte unit k ^ (kr & 7), word t4 */
-        {
-          uint32_t dsb = smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB) + t4 * 4;
-          reg_fence(dsb);
-          uint32_t r0 = kr0, r1 = kr0 + 8; /* opaque: the swizzled offsets are recomputed, not held */
-          reg_fence(r0);
-          reg_fence(r1);
-#pragma unroll
-          for (int k = 0; k < 8; k++) {
-            st_u32(dsb + r0 * 128 + ((k ^ (r0 & 7)) << 4), ps[2 * k]);
-            st_u32(dsb + r1 * 128 + ((k ^ (r1 & 7)) << 4), ps[2 * k + 1]);
-          }
-        }
-        if (wt == 0) bulk_wait_read0(); /* this consumer's dQ staging buffer is free again */
-        fence_proxy_async();
-        if constexpr (D == 128) named_sync(1, 256);
-        else named_sync(2 + cw, 128);
-        /* retire the RS products first: P and dS registers die before dQ's accumulators live */
-        wgmma_wait<0>();
-#pragma unroll
-        for (int t = 0; t < 16; t++) {
-          reg_fence(pp[t]);
-          reg_fence(ps[t]);
-        }
-#pragma unroll
-        for (int t = 0; t < D / 2; t++) {
-          reg_fence(dk[t]);
-          reg_fence(dv[t]);
-        }
-#pragma unroll
-        for (int t = 0; t < 32; t++) dq[t] = 0.f;
-        wgmma_fence();
-        {
-          uint32_t dsaddr = smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB);
-          reg_fence(dsaddr);
-          if constexpr (D == 128) gemm_dq<8, F16>(dq, dsaddr, ka + cw * 16384);
-          else gemm_dq<4, F16>(dq, dsaddr + cw * 8192, ka + cw * 8192);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-#pragma unroll
-        for (int t = 0; t < 32; t++) reg_fence(dq[t]);
+        step_scores<D, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd_s, qb * kBM,
+                            kb * kBN + me.kr0, me, p);
+        step_grads<D, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB), me);
         __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[st]);
-        /* dQ staging: row rq (query), column c at c ^ ((rq & 7) << 3), as in the accumulator */
-        {
-          float *stg = (float *)(smem + L::OFF_DQ + cw * L::DQB);
-          uint32_t sa = smem_u32(stg);
-          reg_fence(sa);
-          uint32_t r0 = w * 16 + (lane >> 2), r1 = r0 + 8;
-          reg_fence(r0);
-          reg_fence(r1);
-#pragma unroll
-          for (int k = 0; k < 8; k++) {
-            st_f2(sa + 4 * (r0 * 64 + ((8 * k + 2 * t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
-            st_f2(sa + 4 * (r1 * 64 + ((8 * k + 2 * t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
-          }
-          fence_proxy_async();
-          named_sync(4 + cw, 128);
-          if (wt == 0) {
-            const int chunk = D == 128 ? cw : 0;
-            bulk_reduce_add(dqbase + ((size_t)qb * (D / 64) + chunk) * (kBM * 64), stg, L::DQB);
-            bulk_commit();
-          }
-        }
+        if (lane == 0) mbar_arrive(&sy.empty[st]); /* Q, dO, lse2, D of this stage are no longer read */
+        stage_dq(dq, (float *)(smem + L::OFF_DQ + me.cw * L::DQB),
+                 dqbase + ((size_t)qb * (D / 64) + (D == 128 ? me.cw : 0)) * (kBM * 64), me);
       }
     }
     /* every product reading K and V has retired (each step ends with wait_group 0) */
     __syncwarp();
-    if (lane == 0) mbar_arrive(kv_empty);
-    /* epilogue: dK (times scale) and dV rows of this thread, straight to global */
-    {
-      const int r0 = cw * 64 + w * 16 + (lane >> 2);
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int j = kb * kBN + r0 + 8 * h;
-        if (j < p.Sk) {
-          char *gk = (char *)p.dk + ((size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh) * 2;
-          char *gv = (char *)p.dv + ((size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh) * 2;
-#pragma unroll
-          for (int k = 0; k < D / 8; k++) {
-            *(uint32_t *)(gk + (8 * k + 2 * t4) * 2) = pack2<F16>(dk[4 * k + 2 * h] * p.scale, dk[4 * k + 2 * h + 1] * p.scale);
-            *(uint32_t *)(gv + (8 * k + 2 * t4) * 2) = pack2<F16>(dv[4 * k + 2 * h], dv[4 * k + 2 * h + 1]);
-          }
-        }
-      }
+    if (lane == 0) mbar_arrive(sy.kv_empty);
+    store_dkdv<D, F16>(dk, dv, kb, hkv, b, me, p);
+  }
+  if (me.wt == 0) bulk_wait0();
+}
+
+template <int D, int ST, bool F16>
+__global__ void __launch_bounds__(kThreads, 1)
+  bwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+             const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmDO, const Params p)
+{
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  if (threadIdx.x == 0) {
+    Sync<D, ST> sy(smem);
+    mbar_init(sy.kv_full, 1);
+    mbar_init(sy.kv_empty, 8); /* one arrival per consumer warp */
+    mbar_init(sy.item_full, 1);
+    for (int s = 0; s < ST; s++) {
+      mbar_init(&sy.full[s], 1);
+      mbar_init(&sy.empty[s], 8);
     }
-    }
-    if (wt == 0) bulk_wait0();
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    setmaxnreg_dec<24>();
+    if (threadIdx.x == 0) producer<D, ST, F16>(smem, &tmQ, &tmK, &tmV, &tmDO, p);
+  } else {
+    setmaxnreg_inc<240>();
+    consumer<D, ST, F16>(smem, p);
   }
 }
 
@@ -542,10 +599,6 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
     if (dev >= 0 && dev < 64) attr_done[dev] = 1, nsm[dev] = sms;
   } else sms = nsm[dev];
-  {
-    const char *g = getenv("FMBWD_GRID"); /* development: a grid size other than one CTA per multiprocessor */
-    if (g && atoi(g) > 0) sms = atoi(g);
-  }
   dim3 grid(p.nitems < sms ? p.nitems : sms);
   bwd_kernel<D, ST, F16><<<grid, kThreads, L::BYTES, stream>>>(tq, tk, tv, tdo, p);
   return cudaGetLastError();

@@ -1,7 +1,7 @@
 /*
- * bwd_sm90.cu - FlashMask backward for Hopper (sm_90a): TMA + wgmma + warp specialization, one
- * CTA per (128-key block, kv head, batch), walking only the query blocks its column bounds
- * leave visible.
+ * bwd_sm90.cu - FlashMask backward for Hopper (sm_90a): TMA + wgmma + warp specialization. A
+ * work item is one (128-key block, kv head, batch): K and V are loaded once, and only the query
+ * blocks its column bounds leave visible are walked (skipped blocks cost nothing).
  *
  * Persistent: a grid of one CTA per multiprocessor takes the work items (key block, kv head,
  * batch; key block fastest) in order from an atomic counter, so that the items in flight are
@@ -14,8 +14,8 @@
  *     the block's log2 LSE and D rows (1-D bulk copies) into a ST-stage mbarrier ring.
  *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
  *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued, the exponentials of S overlap the
- *     dP product); P^T = exp2(S^T c - lse2) (the element test only on partial tiles);
- *     (a partial tile's element test: one 64-bit row mask per key column from its bounds);
+ *     dP product); P^T = exp2(S^T c - lse2), and on partial tiles only the element test (one
+ *     64-bit row mask per key column from its bounds, staged in shared memory per head);
  *     dS^T = P^T (dP^T - D); dV += P^T dO and dK += dS^T Q (RS wgmma, P and dS from registers);
  *     dS^T goes to shared memory (swizzled), and dQ = dS K (SS wgmma, both operands MN-major):
  *     for d = 128 each consumer computes 64 of the 128 columns over all 128 keys (a named
@@ -26,8 +26,12 @@
  * The block walk (bwd_sm90.cuh, fmbwd_walk_next) is a pure function of the key block's
  * summaries, evaluated by each role, so the producer and consumers always agree on it.
  * Shared memory: [K: D/64 chunks of 128 rows][V][Q: ST x D/64 chunks of 64 rows][dO: same]
- * [dS: 2 x 128 rows x 64][dQ staging: 2 x 64 x 64 fp32][lse2: ST x 64][D: ST x 64][barriers];
- * every bf16 chunk has 128-byte rows with the TMA 128-byte swizzle.
+ * [dS: 2 x 128 rows x 64][dQ staging: 2 x 64 x 64 fp32][lse2: ST x 64][D: ST x 64]
+ * [column bounds: 128 x int4][item slots][barriers]; every bf16 chunk has 128-byte rows with
+ * the TMA 128-byte swizzle. d = 128: ST = 2, 196 KB; d = 64: ST = 3, 149 KB.
+ * Register budget: 24 (producer) + 2 x 240; the consumers hold dK, dV (d/2 each), S, dP (32
+ * each) and pack P, dS; ptxas spills nothing (the reg_fence copies keep it from hoisting
+ * loop-invariant shared-memory addresses, which it would otherwise spill).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>

@@ -663,9 +663,10 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  *   dq, dk, dv        out: same layouts as q, k, v (dtype); on several ranks dk, dv hold the
  *                     complete gradients of this rank's key positions (partials from the
  *                     ranks that gathered them are reduced back here)
- *   On the CUDA backend (device memory) there is no backward kernel yet: the tensors are
- *   staged through host memory and the exact CPU backward runs (distributed over MPI when the
- *   plan spans several ranks); correct but slow, and synchronous.
+ *   On the CUDA backend (device memory), a "local" plan runs the GPU backward (the Hopper kernel
+ *   for head_dim 64 and 128 on sm_90, a SIMT kernel otherwise) asynchronously on the plan's
+ *   stream, like the forward. A "cp" plan still stages the tensors through host memory and
+ *   runs the exact distributed CPU backward: correct but slow, and synchronous.
  */
 FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void *v, const void *o,
                            const float *lse, const void *dout, void *dq, void *dk, void *dv);

@@ -12,6 +12,7 @@
 #include <flashmask/private/fmkernels.h>
 #include "fmgpu.cuh"
 #include "sm90/fwd_sm90.cuh"
+#include <flashmask/private/fmbwd.h>
 
 /* ------------------------------------------------------------------ devices */
 
@@ -238,6 +239,69 @@ FMErrorCode FMCudaForwardF32(const FMAttnProblem *p, const void *dmask, const vo
   FMValidPointer(lse, 7);
   FMCall(forward_impl(p, dmask, q, k, v, NULL, o32, merge != 0, lse, stream));
   return FM_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ backward */
+
+/* Fill the backward kernels' parameters from a whole problem and its uploaded mask. */
+static void fill_bwd(FMGpuBwdParams *a, const FMAttnProblem *p, const FMGpuMask *dm)
+{
+  const long long D = p->head_dim;
+  const FMGpuStrides sq = {(long long)p->nq * p->heads_q * D, (long long)p->heads_q * D, D};
+  const FMGpuStrides sk = {(long long)p->nk * p->heads_kv * D, (long long)p->heads_kv * D, D};
+  memset(a, 0, sizeof(*a));
+  a->sq = a->so = a->sdo = a->sdq = sq;
+  a->sk = a->sv = a->sdk = a->sdv = sk;
+  a->batch = p->batch; a->seqlen_q = p->nq; a->seqlen_k = p->nk;
+  a->heads_q = p->heads_q; a->heads_kv = p->heads_kv; a->head_dim = p->head_dim;
+  a->fp16 = p->dtype == FM_DTYPE_FP16; a->scale = p->scale;
+  a->packed = dm->packed; a->sum = dm->sum; a->mask_heads = dm->mask_heads; a->causal = dm->causal; a->nblk = dm->nblk;
+  a->force_fallback = p->opts.cuda_fallback != 0;
+}
+
+/* FMCudaBackward - see fmkernels.h. */
+FMErrorCode FMCudaBackward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v,
+                           const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv, void *stream)
+{
+  const FMGpuMask *dm = (const FMGpuMask *)dmask;
+  cudaStream_t st = (cudaStream_t)stream;
+  FMGpuBwdParams a;
+  void *ws = NULL;
+  cudaError_t e;
+  FMValidPointer(p, 1);
+  FMValidPointer(dmask, 2);
+  FMCheck(p->qrows == NULL && p->k0 == 0 && p->nq == dm->seqlen_q && p->nk == dm->seqlen_k, MPI_COMM_SELF, FM_ERR_SUP,
+          "The CUDA backward takes whole problems only; got qrows %s, k0 = %d, nq = %d, nk = %d (mask %d x %d)",
+          p->qrows ? "set" : "NULL", p->k0, p->nq, p->nk, dm->seqlen_q, dm->seqlen_k);
+  FMCheck(p->dtype == FM_DTYPE_BF16 || p->dtype == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP,
+          "The CUDA backward runs bf16 and fp16; the problem's dtype is %s", FMDTypeName(p->dtype));
+  fill_bwd(&a, p, dm);
+  a.q = q; a.k = k; a.v = v; a.o = o; a.dout = dout; a.lse = lse; a.dq = dq; a.dk = dk; a.dv = dv;
+  FMCheck(FMGpuBackwardPath(&a) >= 0, MPI_COMM_SELF, FM_ERR_SUP,
+          "The CUDA backward does not cover head_dim %d, heads %d/%d, mask heads %d, scale %g (head_dim a multiple of 8 up "
+          "to 256, heads_q a multiple of heads_kv and of the mask heads, scale > 0)",
+          p->head_dim, p->heads_q, p->heads_kv, dm->mask_heads, (double)p->scale);
+  FMCallCUDA(cudaMallocAsync(&ws, FMGpuBackwardWorkspace(&a), st));
+  a.workspace = ws;
+  e = FMGpuBackward(&a, st);
+  (void)cudaFreeAsync(ws, st);
+  FMCallCUDA(e);
+  return FM_SUCCESS;
+}
+
+/* FMCudaBackwardPathName - see fmkernels.h. */
+const char *FMCudaBackwardPathName(const FMAttnProblem *p)
+{
+  FMGpuBwdParams a;
+  FMGpuMask m;
+  memset(&m, 0, sizeof(m));
+  m.mask_heads = p->mask.mask_heads; m.causal = p->mask.causal; m.seqlen_q = p->nq; m.seqlen_k = p->nk;
+  fill_bwd(&a, p, &m);
+  switch (FMGpuBackwardPath(&a)) {
+  case 1: return "sm90 wgmma/tma";
+  case 0: return "fallback simt";
+  default: return "not supported";
+  }
 }
 
 /* ------------------------------------------------------------------ partial results */

@@ -1,7 +1,7 @@
 /*
  * local.c - the "local" plan type (FMPLANLOCAL): one rank holds every query row and every
  * key, and the backend runs the whole problem in one call (the CPU kernels, or the CUDA
- * forward with the backward staged through host memory). Its layout is the identity, so
+ * forward and backward kernels on device tensors). Its layout is the identity, so
  * FMPlanGetLocalKeys answers all seqlen_k keys and FMPlanScatter/FMPlanGather are copies.
  */
 #include <flashmask/private/planimpl.h>
@@ -112,9 +112,15 @@ cleanup:
 static FMErrorCode backward(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse, const void *dout,
                             void *dq, void *dk, void *dv)
 {
-  if (plan->backend == FM_BACKEND_CUDA)
-    FMCall(FMPlanBackwardStaged_Private(plan, ((FMPlanLocal *)plan->data)->nkeys, backward_cpu, q, k, v, o, lse, dout, dq, dk, dv));
-  else FMCall(backward_cpu(plan, q, k, v, o, lse, dout, dq, dk, dv));
+  if (plan->backend == FM_BACKEND_CUDA) {
+#if FM_HAVE_CUDA
+    FMAttnProblem p;
+    FMCall(FMPlanGetProblem_Private(plan, &p));
+    FMCall(FMCudaBackward(&p, ((FMPlanLocal *)plan->data)->gpu, q, k, v, o, lse, dout, dq, dk, dv, plan->stream));
+#else
+    FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
+#endif
+  } else FMCall(backward_cpu(plan, q, k, v, o, lse, dout, dq, dk, dv));
   return FM_SUCCESS;
 }
 

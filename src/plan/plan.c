@@ -283,8 +283,11 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
   FMCall(FMPrintf(plan->hdr.comm, fp, "  forward %.4g GFLOP (FlashMask convention), backward %.4g GFLOP\n", flops * 1e-9, 2.5 * flops * 1e-9));
   if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
-    FMCall(FMPrintf(plan->hdr.comm, fp, "  forward path: %s; backward path: exact CPU backward, staged through host memory\n",
-                    FMCudaForwardPathName(plan->ctx->gpu_sm)));
+    FMAttnProblem p;
+    FMCall(FMPlanGetProblem_Private(plan, &p));
+    FMCall(FMPrintf(plan->hdr.comm, fp, "  forward path: %s; backward path: %s\n", FMCudaForwardPathName(plan->ctx->gpu_sm),
+                    strcmp(plan->hdr.type_name, FMPLANLOCAL) ? "exact CPU backward, staged through host memory (context parallel)"
+                                                             : FMCudaBackwardPathName(&p)));
 #endif
   } else FMCall(FMPrintf(plan->hdr.comm, fp, "  forward/backward path: exact CPU (OpenMP, tile skipping)\n"));
   FMCall((*plan->ops->view)(plan, fp));

@@ -144,6 +144,22 @@ FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void 
  */
 FMErrorCode FMCudaForwardF32(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
                              const void *v, float *o32, int merge, float *lse, void *stream);
+/*
+ * FMCudaBackward - dq, dk, dv of the whole problem on the current device, asynchronously on
+ *   stream (no device-wide synchronization, no host staging). Not collective.
+ *   p      problem: qrows NULL, k0 = 0, nq/nk the uploaded mask's sizes; bf16 or fp16
+ *   dmask  handle from FMCudaMaskUpload for p->mask
+ *   q, k, v, o, lse, dout  device inputs (o and lse from the forward); layouts as above
+ *   dq, dk, dv             device outputs, overwritten
+ *   stream cudaStream_t (NULL = default stream)
+ *   The Hopper kernel on sm_90 for head dims 64 and 128, the SIMT fallback otherwise
+ *   (p->opts.cuda_fallback forces it). Its scratch comes from the stream-ordered allocator.
+ */
+FMErrorCode FMCudaBackward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
+                           const void *v, const void *o, const float *lse, const void *dout,
+                           void *dq, void *dk, void *dv, void *stream);
+/* Which backward path runs these sizes on the current device ("sm90 wgmma/tma", "fallback simt"). */
+const char *FMCudaBackwardPathName(const FMAttnProblem *p);
 /* FMCudaConvertOut - dst = src (n fp32 device elements) rounded to t (bf16/fp16); async on stream. */
 FMErrorCode FMCudaConvertOut(const float *src, void *dst, FMDType t, size_t n, void *stream);
 /* FMCudaFillFloat - p[0..n) = x on the device, asynchronously on stream. */

@@ -277,7 +277,7 @@ FMErrorCode FMCudaBackward(const FMAttnProblem *p, const void *dmask, const void
           "The CUDA backward runs bf16 and fp16; the problem's dtype is %s", FMDTypeName(p->dtype));
   fill_bwd(&a, p, dm);
   a.q = q; a.k = k; a.v = v; a.o = o; a.dout = dout; a.lse = lse; a.dq = dq; a.dk = dk; a.dv = dv;
-  FMCheck(FMGpuBackwardPath(&a) >= 0, MPI_COMM_SELF, FM_ERR_SUP,
+  FMCheck(FMGpuBackwardPath(&a) >= 0 && dm->nblk == (p->nk + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N, MPI_COMM_SELF, FM_ERR_SUP,
           "The CUDA backward does not cover head_dim %d, heads %d/%d, mask heads %d, scale %g (head_dim a multiple of 8 up "
           "to 256, heads_q a multiple of heads_kv and of the mask heads, scale > 0)",
           p->head_dim, p->heads_q, p->heads_kv, dm->mask_heads, (double)p->scale);
@@ -296,6 +296,7 @@ const char *FMCudaBackwardPathName(const FMAttnProblem *p)
   FMGpuMask m;
   memset(&m, 0, sizeof(m));
   m.mask_heads = p->mask.mask_heads; m.causal = p->mask.causal; m.seqlen_q = p->nq; m.seqlen_k = p->nk;
+  m.nblk = (p->nk + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
   fill_bwd(&a, p, &m);
   switch (FMGpuBackwardPath(&a)) {
   case 1: return "sm90 wgmma/tma";

@@ -250,15 +250,22 @@ template <typename T> cudaError_t fallback(const FMGpuBwdParams *p, const FMBwdW
   return launch_fb<T, 8>(a, p->batch, st);
 }
 
-int args_ok(const FMGpuBwdParams *p)
+/* The sizes and scale (what FMGpuBackwardPath judges; no pointer needed). */
+int shape_ok(const FMGpuBwdParams *p)
 {
-  if (!p || !p->q || !p->k || !p->v || !p->o || !p->dout || !p->lse || !p->dq || !p->dk || !p->dv) return 0;
-  if (!p->packed || !p->sum || !p->workspace || ((uintptr_t)p->workspace & 255)) return 0;
+  if (!p) return 0;
   if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8) return 0;
   if (p->batch < 1 || p->seqlen_q < 1 || p->seqlen_k < 1 || p->heads_q < 1 || p->heads_kv < 1 || p->mask_heads < 1) return 0;
   if (p->heads_q % p->heads_kv || p->heads_q % p->mask_heads || p->batch > 65535 || p->heads_q > 65535) return 0;
   if (p->nblk != (p->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N || !(p->scale > 0.f)) return 0;
   return 1;
+}
+
+/* Every tensor, the mask and an aligned workspace are given (what FMGpuBackward needs besides). */
+int pointers_ok(const FMGpuBwdParams *p)
+{
+  if (!p->q || !p->k || !p->v || !p->o || !p->dout || !p->lse || !p->dq || !p->dk || !p->dv) return 0;
+  return p->packed && p->sum && p->workspace && !((uintptr_t)p->workspace & 255);
 }
 
 } /* namespace */
@@ -267,7 +274,7 @@ extern "C" size_t FMGpuBackwardWorkspace(const FMGpuBwdParams *p) { return fmbwd
 
 extern "C" int FMGpuBackwardPath(const FMGpuBwdParams *p)
 {
-  if (!args_ok(p)) return -1;
+  if (!shape_ok(p)) return -1;
   return !p->force_fallback && FMBwdSm90Supported(p) ? 1 : 0;
 }
 
@@ -276,7 +283,7 @@ extern "C" cudaError_t FMGpuBackward(const FMGpuBwdParams *p, cudaStream_t st)
   FMBwdWork w;
   cudaError_t e;
   const int path = FMGpuBackwardPath(p);
-  if (path < 0) return cudaErrorInvalidValue;
+  if (path < 0 || !pointers_ok(p)) return cudaErrorInvalidValue;
   fmbwd_layout(p, &w);
   {
     const dim3 grid((w.nqb * FMBWD_BM + 7) / 8, p->heads_q, p->batch);

@@ -451,9 +451,8 @@ int main(int argc, char **argv)
 {
   FMContext ctx;
   int ndoc = 0, fails;
-  const char *masks[] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT, FMMASKSHAREQUESTION,
-                         FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE,
-                         FMMASKRANDOMEVICTION};
+  const char *const *masks = NULL;
+  int nmasks = 0;
   const char *parts[] = {"balanced", "dual_chunk", "contiguous"}, *routes[] = {"hierarchical", "flat"};
   FMT_CALL(FMInitialize(&argc, &argv, NULL, NULL));
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -464,9 +463,12 @@ int main(int argc, char **argv)
   FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CPU));
   FMT_CALL(FMContextSetNumThreads(ctx, 1));
   FMT_CALL(FMContextSetUp(ctx));
-  /* the 12 masks, rotating partition / route / prune / overlap / virtual nodes */
-  for (int i = 0; i < 12; i++) {
-    Case c = {masks[i], 320 + 61 * i, 320 + 61 * i, 1 + i % 2, 2, 2, 16 << (i % 3), masks[i][0] == 'r' ? 2 : 1, FM_DTYPE_FP32,
+  /* every builder (FMMaskTypeList less "bounds"), rotating partition / route / prune / overlap / virtual nodes */
+  FMT_CALL(FMMaskTypeList(&nmasks, &masks));
+  if (nmasks > 0 && !strcmp(masks[nmasks - 1], FMMASKBOUNDS)) nmasks--;
+  FMT_CHECK(nmasks >= 12, "FMMaskTypeList gives %d builders, expected at least 12", nmasks);
+  for (int i = 0; i < nmasks; i++) {
+    Case c = {masks[i], 320 + 61 * i, 320 + 61 * i, 1 + i % 2, 2, 2, 16 << (i % 3), !strcmp(masks[i], FMMASKRANDOMEVICTION) ? 2 : 1, FM_DTYPE_FP32,
               parts[i % 3], routes[(i / 3) % 2], i % 4 == 3 ? "100" : "0", i != 5, i % 2 == 0, i % 3 == 1 ? 2 : 0};
     if (c.vnodes > size) c.vnodes = size;
     run_case(ctx, &c, &ndoc);

@@ -511,6 +511,13 @@ FMErrorCode FMPlanGetShape(FMPlan plan, int *batch, int *heads_q, int *heads_kv,
 /* FMPlanSetScale - softmax scale (default 1/sqrt(head_dim)). Not collective. Option: -fm_plan_scale */
 FMErrorCode FMPlanSetScale(FMPlan plan, double scale);
 
+/*
+ * FMPlanGetScale - the softmax scale: as set (FMPlanSetScale, -fm_plan_scale), else the default
+ *   1/sqrt(head_dim) of the current shape. Not collective.
+ *   scale  out: the scale
+ */
+FMErrorCode FMPlanGetScale(FMPlan plan, double *scale);
+
 /* FMPlanSetStream - CUDA stream (cudaStream_t) to run on; NULL = default stream. Not collective. */
 FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream);
 

@@ -8,6 +8,7 @@
 #include <flashmask/private/fmkernels.h>
 #include <flashmask/private/fmdist.h>
 #include <limits.h>
+#include <math.h>
 
 static int masked_cb(void *ctx, int mh, int i, int j)
 {
@@ -365,6 +366,11 @@ int main(int argc, char **argv)
   FMT_CALL(FMPlanSetShape(plan, 1, 4, 1, 8, FM_DTYPE_FP32));
   FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ARG_INCOMP, "mask has 2 heads");
   FMT_CALL(FMPlanSetShape(plan, 1, 4, 2, 8, FM_DTYPE_FP32));
+  {
+    double sc = 0;
+    FMT_CALL(FMPlanGetScale(plan, &sc));
+    FMT_CHECK(sc == 1.0 / sqrt(8.0), "FMPlanGetScale with no scale set gave %g, expected 1/sqrt(8)", sc);
+  }
   FMT_CALL(FMPlanSetUp(plan));
   FMT_EXPECT_ERR(FMPlanForward(plan, NULL, buf, buf, buf, lse), FM_ERR_ARG_NULL, "argument 2");
   FMT_EXPECT_ERR(FMPlanBackward(plan, buf, buf, buf, buf, NULL, buf, buf, buf, buf), FM_ERR_ARG_NULL, "argument 6");

@@ -119,6 +119,14 @@ FMErrorCode FMPlanSetScale(FMPlan plan, double scale)
   return FM_SUCCESS;
 }
 
+FMErrorCode FMPlanGetScale(FMPlan plan, double *scale)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(scale, 2);
+  *scale = plan->scale_set ? plan->scale : 1.0 / sqrt((double)plan->head_dim);
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream)
 {
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);

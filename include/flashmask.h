@@ -522,11 +522,18 @@ FMErrorCode FMPlanGetType(FMPlan plan, FMPlanType *type);
 FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask);
 
 /*
- * FMPlanSetShape - the problem shape of plan. Not collective.
+ * FMPlanSetShape - the problem shape of plan; required before FMPlanSetUp (there is no default
+ *   shape). Not collective.
  *   batch >= 1; heads_q a multiple of heads_kv; head_dim a multiple of 8 (on the CUDA backend at
  *   most 256: 64 and 128 run the Hopper kernel, other sizes a slower fallback kernel)
  *   dtype  element type of Q, K, V, O, dO, dQ, dK, dV
+ *   Every tensor (batch x heads x seqlen x head_dim elements, the LSE batch x heads_q x
+ *   seqlen_q floats) must fit in 2^47 bytes; the products are checked in 64 bits here (with
+ *   the sequence lengths when the plan's mask is set up) and again at FMPlanSetUp
+ *   (FM_ERR_ARG_OUTOFRANGE). A failed call leaves the shape unset: FMPlanSetUp then returns
+ *   FM_ERR_ORDER until a call succeeds.
  *   Options: -fm_plan_batch, -fm_plan_heads, -fm_plan_kv_heads, -fm_plan_head_dim, -fm_plan_dtype
+ *   (FMPlanSetFromOptions sets the shape when one of them is given or the shape was set)
  */
 FMErrorCode FMPlanSetShape(FMPlan plan, int batch, int heads_q, int heads_kv, int head_dim, FMDType dtype);
 
@@ -537,6 +544,14 @@ FMErrorCode FMPlanGetShape(FMPlan plan, int *batch, int *heads_q, int *heads_kv,
 /* FMPlanSetScale - the softmax scale of plan, finite and > 0 (default 1/sqrt(head_dim)).
  *   Not collective. Option: -fm_plan_scale */
 FMErrorCode FMPlanSetScale(FMPlan plan, double scale);
+
+/*
+ * FMPlanGetScale - the softmax scale: as set (FMPlanSetScale, -fm_plan_scale), else the default
+ *   1/sqrt(head_dim) of the current shape. Not collective.
+ *   plan   the plan
+ *   scale  out: the scale
+ */
+FMErrorCode FMPlanGetScale(FMPlan plan, double *scale);
 
 /* FMPlanSetStream - cuda_stream: the CUDA stream (cudaStream_t) plan runs on; NULL = default
  *   stream. Not collective. */
@@ -626,6 +641,12 @@ FMErrorCode FMPlanSetTrace(FMPlan plan, const char *path, FMBool view);
  *   prepare the backend. Collective; every rank must give the same type, and what a type does
  *   not support is refused here on every rank count alike (FM_ERR_SUP: fp32 on the CUDA
  *   backend, which computes bf16 and fp16). Errors on any rank are returned on every rank.
+ *   FM_ERR_ORDER without a successful FMPlanSetShape (or FMPlanSetMask, FMContextSetUp,
+ *   FMMaskSetUp). Before any other message the ranks agree on the shape, the scale, the
+ *   mask's sizes and hash and the backend: a difference is FM_ERR_MISMATCH on every rank,
+ *   naming the field and its values ("batch is 1 on rank 0 and 2 on rank 3"). Every
+ *   collective call of a plan (SetUp, Forward, Backward, Scatter, Gather) starts with such an
+ *   agreement, so ranks in different calls also get FM_ERR_MISMATCH instead of a hang.
  *   plan  the plan
  */
 FMErrorCode FMPlanSetUp(FMPlan plan);
@@ -653,6 +674,8 @@ FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows
  *   returns after the last message of the gather. -fm_gpu_aware_mpi auto|0|1 (default auto:
  *   MPIX_Query_cuda_support() on every rank) lets the mpi transport send and receive the
  *   device buffers directly, without host staging.
+ *   The ranks first agree on the plan's shape, scale and mask (see FMPlanSetUp): a rank that
+ *   changed its scale after FMPlanSetUp gives FM_ERR_MISMATCH on every rank.
  */
 FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
 
@@ -699,7 +722,8 @@ typedef enum {
  *   global  the global tensor (significant on root only; may be NULL elsewhere)
  *   local   out: this rank's part, in the plan's local order (may be NULL where this rank's
  *           local count is 0)
- *   Argument errors on any rank are returned on every rank.
+ *   Argument errors on any rank are returned on every rank; kind and root must be the same on
+ *   every rank (else FM_ERR_MISMATCH naming the argument, on every rank).
  */
 FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *global, void *local);
 
@@ -710,7 +734,8 @@ FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *
  *   local   this rank's part, in the plan's local order (may be NULL where this rank's local
  *           count is 0)
  *   global  out: the global tensor (significant on root only; may be NULL elsewhere)
- *   Argument errors on any rank are returned on every rank.
+ *   Argument errors on any rank are returned on every rank; kind and root must match (as in
+ *   FMPlanScatter).
  */
 FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *local, void *global);
 

@@ -334,7 +334,11 @@ static void test_mismatch(FMContext ctx)
     FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
     e = FMPlanSetUp(plan);
     FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
-    ok = e == FM_ERR_MISMATCH && fmt_msg_has("differs");
+    {
+      char want[96] = "differs"; /* variant 0: the cp plan's own agreement on its settings */
+      if (variant == 1) snprintf(want, sizeof(want), "FMPlanSetUp(): scale is 0.25 on rank 0 and 0.5 on rank %d", size - 1);
+      ok = e == FM_ERR_MISMATCH && fmt_msg_has(want);
+    }
     FMT_CHECK(ok, "rank %d, variant %d: a different plan on rank %d gave %s (\"%s\"), expected FM_ERR_MISMATCH", rank, variant, size - 1,
               FMErrorString(e), FMGetLastErrorMessage());
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
@@ -418,6 +422,84 @@ static void test_move_errors(FMContext ctx)
   }
 }
 
+/* e is code on rank who (every rank: who < 0), FM_ERR_COLLECTIVE on the others, with msg in who's message; on every rank. */
+static void expect_all(FMErrorCode e, FMErrorCode code, int who, const char *msg, const char *what)
+{
+  int mine = who < 0 || rank == who, ok, all;
+  FMErrorCode want = mine ? code : FM_ERR_COLLECTIVE;
+  ok = e == want && (!mine || fmt_msg_has(msg));
+  FMT_CHECK(ok, "rank %d: %s gave %s (\"%s\"), expected %s (\"%s\")", rank, what, FMErrorString(e), FMGetLastErrorMessage(), FMErrorString(want),
+            mine ? msg : "");
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  FMT_CHECK(all, "%s: not the expected error on every rank", what);
+}
+
+/*
+ * The entry agreement of the plan's collective calls (size > 1): ranks with other scalars, a
+ * bad argument on one rank, or ranks in different calls end in an error on every rank, naming
+ * the field; then the plan still works. L = the last rank.
+ */
+static void test_agreement(FMContext ctx)
+{
+  Case c = {FMMASKCAUSALDOCUMENT, 256, 256, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "balanced", "hierarchical", "0", 1, 1, 0, NULL};
+  const int L = size - 1;
+  size_t nq, nk, ng = (size_t)c.Sq * c.Hq * c.D;
+  float *gl = calloc(ng + 1, sizeof(float)), *q, *k, *v, *o, *lse;
+  int nl, nkeys;
+  char m[160];
+  FMMask mask;
+  FMPlan plan;
+  FMErrorCode e;
+  FMT_CALL(make_mask(ctx, &c, 5, &mask));
+  for (int variant = 0; variant < 2; variant++) { /* FMPlanSetUp: batch 2 on L; a failed FMPlanSetShape on L */
+    FMT_CALL(FMPlanCreate(ctx, &plan));
+    set_opts(plan, &c);
+    FMT_CALL(FMPlanSetMask(plan, mask));
+    FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
+    if (variant == 1 && rank == L) FMT_CHECK(FMPlanSetShape(plan, 1, c.Hq, c.Hkv, 12, c.dtype), "head_dim 12 accepted"); /* fails: unset */
+    else FMT_CALL(FMPlanSetShape(plan, variant == 0 && rank == L ? 2 : 1, c.Hq, c.Hkv, c.D, c.dtype));
+    e = FMPlanSetUp(plan);
+    FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+    snprintf(m, sizeof(m), "FMPlanSetUp(): batch is 1 on rank 0 and 2 on rank %d", L);
+    if (variant == 0) expect_all(e, FM_ERR_MISMATCH, -1, m, "FMPlanSetUp with batch 2 on the last rank");
+    else expect_all(e, FM_ERR_ORDER, L, "Must call FMPlanSetShape()", "FMPlanSetUp after a failed FMPlanSetShape on the last rank");
+    FMT_CALL(FMPlanDestroy(&plan));
+  }
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  set_opts(plan, &c);
+  FMT_CALL(FMPlanSetMask(plan, mask));
+  FMT_CALL(FMPlanSetShape(plan, c.B, c.Hq, c.Hkv, c.D, c.dtype));
+  FMT_CALL(FMPlanSetUp(plan));
+  FMT_CALL(FMPlanGetLocalRows(plan, &nl, NULL));
+  FMT_CALL(FMPlanGetLocalKeys(plan, &nkeys, NULL));
+  nq = (size_t)nl * c.Hq * c.D; nk = (size_t)nkeys * c.Hkv * c.D;
+  q = calloc(nq + nk + 1, sizeof(float)); o = calloc(nq + nk + 1, sizeof(float)); /* room for Q or K/V rows */
+  k = calloc(nk + 1, sizeof(float)); v = calloc(nk + 1, sizeof(float)); lse = calloc((size_t)nl * c.Hq + 1, sizeof(float));
+  FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
+  e = FMPlanScatter(plan, FM_PLAN_TENSOR_Q, rank == L ? size : 0, gl, q);
+  expect_all(e, FM_ERR_ARG_OUTOFRANGE, L, "Argument 3 (root) is", "FMPlanScatter with root = size on the last rank");
+  e = FMPlanScatter(plan, FM_PLAN_TENSOR_Q, rank == L ? 1 : 0, gl, q);
+  snprintf(m, sizeof(m), "FMPlanScatter(): root (argument 3) is 0 on rank 0 and 1 on rank %d", L);
+  expect_all(e, FM_ERR_MISMATCH, -1, m, "FMPlanScatter with root 1 on the last rank, 0 elsewhere");
+  e = FMPlanGather(plan, rank == 0 ? FM_PLAN_TENSOR_Q : FM_PLAN_TENSOR_KV, 0, q, gl); /* the same size: Hq = Hkv, Sq = Sk */
+  expect_all(e, FM_ERR_MISMATCH, -1, "FMPlanGather(): kind (FMPlanTensor, argument 2) is", "FMPlanGather of Q on rank 0, K/V elsewhere");
+  e = rank == 0 ? FMPlanScatter(plan, FM_PLAN_TENSOR_Q, 0, gl, q) : FMPlanGather(plan, FM_PLAN_TENSOR_Q, 0, q, gl);
+  expect_all(e, FM_ERR_MISMATCH, -1, "FMPlanScatter() on rank 0 and FMPlanGather() on rank 1", "FMPlanScatter on rank 0, Gather elsewhere");
+  e = rank == 0 ? FMPlanForward(plan, q, k, v, o, lse) : FMPlanBackward(plan, q, k, v, o, lse, o, q, k, v);
+  expect_all(e, FM_ERR_MISMATCH, -1, "FMPlanForward() on rank 0 and FMPlanBackward() on rank 1", "FMPlanForward on rank 0, Backward elsewhere");
+  if (rank == L) FMT_CALL(FMPlanSetScale(plan, 0.5)); /* the default is 1/sqrt(16) */
+  e = FMPlanForward(plan, q, k, v, o, lse);
+  snprintf(m, sizeof(m), "FMPlanForward(): scale is 0.25 on rank 0 and 0.5 on rank %d", L);
+  expect_all(e, FM_ERR_MISMATCH, -1, m, "FMPlanForward with scale 0.5 on the last rank");
+  FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+  if (rank == L) FMT_CALL(FMPlanSetScale(plan, 0.25));
+  FMT_CALL(FMPlanForward(plan, q, k, v, o, lse)); /* still usable */
+  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, L, rank == L ? gl : NULL, nl ? q : NULL));
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&mask));
+  free(gl); free(q); free(k); free(v); free(o); free(lse);
+}
+
 /*
  * Plan types on several ranks: -fm_plan_type local (under a prefix) is refused with
  * FM_ERR_ARG_INCOMP at FMPlanSetFromOptions on every rank; the default type is cp.
@@ -451,9 +533,8 @@ int main(int argc, char **argv)
 {
   FMContext ctx;
   int ndoc = 0, fails;
-  const char *masks[] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT, FMMASKSHAREQUESTION,
-                         FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE,
-                         FMMASKRANDOMEVICTION};
+  const char *const *masks = NULL;
+  int nmasks = 0;
   const char *parts[] = {"balanced", "dual_chunk", "contiguous"}, *routes[] = {"hierarchical", "flat"};
   FMT_CALL(FMInitialize(&argc, &argv, NULL, NULL));
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -464,9 +545,12 @@ int main(int argc, char **argv)
   FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CPU));
   FMT_CALL(FMContextSetNumThreads(ctx, 1));
   FMT_CALL(FMContextSetUp(ctx));
-  /* the 12 masks, rotating partition / route / prune / overlap / virtual nodes */
-  for (int i = 0; i < 12; i++) {
-    Case c = {masks[i], 320 + 61 * i, 320 + 61 * i, 1 + i % 2, 2, 2, 16 << (i % 3), masks[i][0] == 'r' ? 2 : 1, FM_DTYPE_FP32,
+  /* every builder (FMMaskTypeList less "bounds"), rotating partition / route / prune / overlap / virtual nodes */
+  FMT_CALL(FMMaskTypeList(&nmasks, &masks));
+  if (nmasks > 0 && !strcmp(masks[nmasks - 1], FMMASKBOUNDS)) nmasks--;
+  FMT_CHECK(nmasks >= 12, "FMMaskTypeList gives %d builders, expected at least 12", nmasks);
+  for (int i = 0; i < nmasks; i++) {
+    Case c = {masks[i], 320 + 61 * i, 320 + 61 * i, 1 + i % 2, 2, 2, 16 << (i % 3), !strcmp(masks[i], FMMASKRANDOMEVICTION) ? 2 : 1, FM_DTYPE_FP32,
               parts[i % 3], routes[(i / 3) % 2], i % 4 == 3 ? "100" : "0", i != 5, i % 2 == 0, i % 3 == 1 ? 2 : 0};
     if (c.vnodes > size) c.vnodes = size;
     run_case(ctx, &c, &ndoc);
@@ -494,6 +578,7 @@ int main(int argc, char **argv)
   if (size > 1) {
     FMT_CHECK(ndoc > 0, "no pruned document case was compared with the all-gather");
     test_mismatch(ctx);
+    test_agreement(ctx);
     test_types(ctx);
     test_move_errors(ctx);
     test_ring(ctx, &ndoc);

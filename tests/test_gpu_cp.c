@@ -33,6 +33,8 @@
  *   -ngpus  print "ngpus N" (the CUDA devices this process sees) and "cuda_aware_mpi A" (1 when
  *           MPIX_Query_cuda_support() says the MPI takes device pointers, else 0) and exit (77
  *           when N = 0)
+ *   Exits 77 (every rank) when the machine cannot run the transport asked for: nccl with fewer
+ *   visible GPUs than ranks on a node, or -fm_gpu_aware_mpi 1 on an MPI that is not CUDA-aware.
  */
 #include <flashmask.h>
 #include <flashmask/private/fmkernels.h>
@@ -679,6 +681,31 @@ static void run_backward(FMContext world, FMContext cpu1, const Case *c, uint64_
   free(fq); free(fk); free(fv); free(fdo); free(glse); free(gq); free(gk); free(gv); free(gdo); free(go); free(rdq); free(rdk); free(rdv);
 }
 
+/*
+ * Whether this machine can run the transport the options ask for, the same answer on every
+ * rank (a message from rank 0 when not): -fm_plan_transport nccl needs a GPU per rank (no two
+ * ranks of a node share one), -fm_gpu_aware_mpi 1 an MPI that says it is CUDA-aware.
+ */
+static int transport_fits(int ngpus)
+{
+  char tr[32] = "auto", aw[32] = "auto";
+  int nnode = 1, fits[2], all[2];
+  MPI_Comm node;
+  CALL(FMOptionsGetString("-fm_plan_transport", "the transport under test (read by the plan)", tr, sizeof(tr), NULL));
+  CALL(FMOptionsGetString("-fm_gpu_aware_mpi", "device buffers to MPI (read by the plan)", aw, sizeof(aw), NULL));
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &nnode);
+  MPI_Comm_free(&node);
+  fits[0] = strcmp(tr, "nccl") || ngpus >= nnode;
+  fits[1] = strcmp(aw, "1") || FMMPICUDAAware_Private() == 1;
+  MPI_Allreduce(fits, all, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (rank == 0 && !all[0])
+    printf("SKIP: -fm_plan_transport nccl needs a GPU per rank: some node runs more ranks than it has visible GPUs (%d ranks, %d GPUs on rank 0's)\n",
+           nnode, ngpus);
+  if (rank == 0 && all[0] && !all[1]) printf("SKIP: -fm_gpu_aware_mpi 1 needs a CUDA-aware MPI; MPIX_Query_cuda_support() is not 1 on some rank\n");
+  return all[0] && all[1];
+}
+
 /* ------------------------------------------------------------------ main */
 int main(int argc, char **argv)
 {
@@ -687,9 +714,8 @@ int main(int argc, char **argv)
   uint64_t seed = 1234567;
   const char *env = getenv("FMTEST_SEED");
   Case cs[32];
-  static const char *const builders[12] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT,
-                                           FMMASKSHAREQUESTION, FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT,
-                                           FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE, FMMASKRANDOMEVICTION};
+  const char *const *builders = NULL; /* FMMaskTypeList less "bounds" */
+  int nb = 0;
   static const char *const chunks[12] = {"0", "100", "176", "0", "0", "200", "0", "0", "144", "0", "0", "96"};
 
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_cp: context-parallel forward/backward on GPUs against float64 and one GPU"));
@@ -718,6 +744,10 @@ int main(int argc, char **argv)
     FMFinalize();
     return 77;
   }
+  if (!transport_fits(ngpus)) {
+    FMFinalize();
+    return 77;
+  }
   MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
   if (rank == 0) printf("test_gpu_cp on %d rank(s), %d GPU(s) visible to rank 0, FMTEST_SEED=%llu\n", size, ngpus, (unsigned long long)seed);
 
@@ -733,11 +763,13 @@ int main(int argc, char **argv)
   CALL(FMContextSetBackend(world, FM_BACKEND_CUDA));
   CALL(FMContextSetUp(world));
 
-  /* the 12 builders: odd lengths, chunks that do not divide them, GQA 2:1, d 64 / 128 */
-  for (int t = 0; t < 12; t++) {
-    Case c = {builders[t], builders[t], 1, t % 2 ? 1536 : 1000, 0, 4, 2, t % 3 == 1 ? 64 : 128, 1, FM_DTYPE_BF16, chunks[t], t % 3 == 0};
+  /* every builder: odd lengths, chunks that do not divide them, GQA 2:1, d 64 / 128 */
+  CALL(FMMaskTypeList(&nb, &builders));
+  if (nb > 0 && !strcmp(builders[nb - 1], FMMASKBOUNDS)) nb--;
+  for (int t = 0; t < nb && ncase < 24; t++) {
+    Case c = {builders[t], builders[t], 1, t % 2 ? 1536 : 1000, 0, 4, 2, t % 3 == 1 ? 64 : 128, 1, FM_DTYPE_BF16, chunks[t % 12], t % 3 == 0};
     c.Sk = c.Sq;
-    if (t == 11) c.mh = c.Hkv; /* random eviction differs per head */
+    if (!strcmp(builders[t], FMMASKRANDOMEVICTION)) c.mh = c.Hkv; /* random eviction differs per head */
     cs[ncase++] = c;
   }
   {

@@ -7,6 +7,8 @@
 #include "fmtest.h"
 #include <flashmask/private/fmkernels.h>
 #include <flashmask/private/fmdist.h>
+#include <limits.h>
+#include <math.h>
 
 static int masked_cb(void *ctx, int mh, int i, int j)
 {
@@ -344,18 +346,31 @@ int main(int argc, char **argv)
   FMT_CALL(FMContextSetUp(ctx));
   FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ORDER, "FMMaskSetUp");
   FMT_CALL(FMMaskSetUp(mask));
+  /* no default shape: FMPlanSetUp wants FMPlanSetShape first */
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ORDER, "Must call FMPlanSetShape()");
   FMT_EXPECT_ERR(FMPlanForward(plan, buf, buf, buf, buf, lse), FM_ERR_ORDER, "FMPlanSetUp");
   FMT_EXPECT_ERR(FMPlanBackward(plan, buf, buf, buf, buf, lse, buf, buf, buf, buf), FM_ERR_ORDER, "FMPlanSetUp");
   FMT_EXPECT_ERR(FMPlanSetShape(plan, 0, 1, 1, 8, FM_DTYPE_FP32), FM_ERR_ARG_OUTOFRANGE, "batch");
   FMT_EXPECT_ERR(FMPlanSetShape(plan, 1, 3, 2, 8, FM_DTYPE_FP32), FM_ERR_ARG_INCOMP, "heads_q");
   FMT_EXPECT_ERR(FMPlanSetShape(plan, 1, 2, 2, 12, FM_DTYPE_FP32), FM_ERR_ARG_OUTOFRANGE, "head_dim");
   FMT_EXPECT_ERR(FMPlanSetShape(plan, 1, 2, 2, 8, (FMDType)9), FM_ERR_ARG_OUTOFRANGE, "dtype");
+  /* products in 64 bits: batch x heads x head_dim, then x seqlen (the mask is set up: 8) */
+  FMT_EXPECT_ERR(FMPlanSetShape(plan, INT_MAX, INT_MAX, 1, 8, FM_DTYPE_FP32), FM_ERR_ARG_OUTOFRANGE, "too large: Q, O");
+  FMT_EXPECT_ERR(FMPlanSetShape(plan, 1 << 30, 1024, 1024, 8, FM_DTYPE_FP32), FM_ERR_ARG_OUTOFRANGE, "too large");
+  FMT_CALL(FMPlanSetShape(plan, 1 << 20, 1024, 1024, 8, FM_DTYPE_FP32)); /* 2^38 bytes per tensor: fits */
+  FMT_EXPECT_ERR(FMPlanSetShape(plan, 1, 2, 2, 8, (FMDType)9), FM_ERR_ARG_OUTOFRANGE, "dtype");
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ORDER, "the last call failed"); /* a failed FMPlanSetShape unsets the shape */
   FMT_EXPECT_ERR(FMPlanSetScale(plan, -1.0), FM_ERR_ARG_OUTOFRANGE, "scale");
   FMT_EXPECT_ERR(FMPlanSetMask(plan, (FMMask)ctx), FM_ERR_ARG_WRONG, "argument 2");
   /* mask has 2 heads; heads_kv 1 is incompatible */
   FMT_CALL(FMPlanSetShape(plan, 1, 4, 1, 8, FM_DTYPE_FP32));
   FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ARG_INCOMP, "mask has 2 heads");
   FMT_CALL(FMPlanSetShape(plan, 1, 4, 2, 8, FM_DTYPE_FP32));
+  {
+    double sc = 0;
+    FMT_CALL(FMPlanGetScale(plan, &sc));
+    FMT_CHECK(sc == 1.0 / sqrt(8.0), "FMPlanGetScale with no scale set gave %g, expected 1/sqrt(8)", sc);
+  }
   FMT_CALL(FMPlanSetUp(plan));
   FMT_EXPECT_ERR(FMPlanForward(plan, NULL, buf, buf, buf, lse), FM_ERR_ARG_NULL, "argument 2");
   FMT_EXPECT_ERR(FMPlanBackward(plan, buf, buf, buf, buf, NULL, buf, buf, buf, buf), FM_ERR_ARG_NULL, "argument 6");

@@ -53,10 +53,6 @@ int FMBenchCP(int argc, char **argv); /* fmbench_cp.c */
 /* fmbench_fill.cu */
 FMErrorCode FMCudaFillRandom_Private(void *p, size_t n, FMDType t, unsigned long long seed, float amp, void *stream);
 
-static const char *const names[12] = {"full", "causal", "sliding_window", "causal_document", "document",
-                                      "share_question", "global_sliding_window", "causal_blockwise",
-                                      "prefix_lm_document", "prefix_lm_causal", "qk_sparse", "random_eviction"};
-
 #define CK(expr)                                                                                   \
   do {                                                                                             \
     cudaError_t e_ = (expr);                                                                       \
@@ -127,54 +123,61 @@ static void time_mask(FMContext ctx, const char *name, const FMMaskDesc *md, dou
   FC(FMCudaMaskFree(dmask));
 }
 
-int main(int argc, char **argv)
-{
-  char masks_opt[1024] = "all", seq_opt[256] = "8192,32768", out[512] = "", csv[512] = "", dts[16] = "bf16";
-  int D = 128, H = 32, Hkv = -1, warm = 3, reps = 10, use[12] = {0}, seqs[16], nseq = 0, dry = 0;
-  long tokens = 131072;
-  unsigned long seed = 42;
+/* The command line (fmbench's own options; the library reads the -fm_* ones). */
+typedef struct {
+  char masks[1024], seq[256], out[512], csv[512], dts[16];
+  int D, H, Hkv, warm, reps, seqs[16], nseq, dry;
+  long tokens;
+  unsigned long seed;
   FMDType dt;
-  FILE *fcsv = NULL;
-  int dev = 0, sm = 0;
-  char devname[256];
+  int nnames;               /* the builders: FMMaskTypeList less "bounds" */
+  const char *const *names;
+  int use[32];              /* [nnames] masks to time */
+} Args;
 
-  FC(FMInitialize(&argc, &argv, NULL, "fmbench: time the CUDA forward on the benchmark masks (-cp: the context-parallel forward)"));
-  for (int a = 1; a < argc; a++)
-    if (!strcmp(argv[a], "-cp")) {
-      int rc = FMBenchCP(argc, argv);
-      FMFinalize();
-      return rc;
-    }
-  for (int a = 1; a < argc; a++)
-    if (!strcmp(argv[a], "-dryrun")) dry = 1;
-  for (int a = 1; a + 1 < argc; a++) {
-    const char *k = argv[a], *v = argv[a + 1];
-    if (!strcmp(k, "-masks")) snprintf(masks_opt, sizeof masks_opt, "%s", v);
-    else if (!strcmp(k, "-seqlen")) snprintf(seq_opt, sizeof seq_opt, "%s", v);
-    else if (!strcmp(k, "-head_dim")) D = atoi(v);
-    else if (!strcmp(k, "-heads")) H = atoi(v);
-    else if (!strcmp(k, "-heads_kv")) Hkv = atoi(v);
-    else if (!strcmp(k, "-tokens")) tokens = atol(v);
-    else if (!strcmp(k, "-dtype")) snprintf(dts, sizeof dts, "%s", v);
-    else if (!strcmp(k, "-warmup")) warm = atoi(v);
-    else if (!strcmp(k, "-reps")) reps = atoi(v);
-    else if (!strcmp(k, "-seed")) seed = strtoul(v, NULL, 10);
-    else if (!strcmp(k, "-o")) snprintf(out, sizeof out, "%s", v);
-    else if (!strcmp(k, "-csv")) snprintf(csv, sizeof csv, "%s", v);
+/* Fill a from argv; 0 on success, else 1 after a message (an unknown mask). */
+static int parse_args(int argc, char **argv, Args *a)
+{
+  int n = 0;
+  memset(a, 0, sizeof(*a));
+  snprintf(a->masks, sizeof a->masks, "all");
+  snprintf(a->seq, sizeof a->seq, "8192,32768");
+  snprintf(a->dts, sizeof a->dts, "bf16");
+  a->D = 128; a->H = 32; a->Hkv = -1; a->warm = 3; a->reps = 10; a->tokens = 131072; a->seed = 42;
+  FC(FMMaskTypeList(&n, &a->names));
+  for (int i = 0; i < n && a->nnames < (int)(sizeof(a->use) / sizeof(a->use[0])); i++)
+    if (strcmp(a->names[i], FMMASKBOUNDS)) a->nnames = i + 1; /* "bounds" comes last: not a builder */
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-dryrun")) a->dry = 1;
+  for (int i = 1; i + 1 < argc; i++) {
+    const char *k = argv[i], *v = argv[i + 1];
+    if (!strcmp(k, "-masks")) snprintf(a->masks, sizeof a->masks, "%s", v);
+    else if (!strcmp(k, "-seqlen")) snprintf(a->seq, sizeof a->seq, "%s", v);
+    else if (!strcmp(k, "-head_dim")) a->D = atoi(v);
+    else if (!strcmp(k, "-heads")) a->H = atoi(v);
+    else if (!strcmp(k, "-heads_kv")) a->Hkv = atoi(v);
+    else if (!strcmp(k, "-tokens")) a->tokens = atol(v);
+    else if (!strcmp(k, "-dtype")) snprintf(a->dts, sizeof a->dts, "%s", v);
+    else if (!strcmp(k, "-warmup")) a->warm = atoi(v);
+    else if (!strcmp(k, "-reps")) a->reps = atoi(v);
+    else if (!strcmp(k, "-seed")) a->seed = strtoul(v, NULL, 10);
+    else if (!strcmp(k, "-o")) snprintf(a->out, sizeof a->out, "%s", v);
+    else if (!strcmp(k, "-csv")) snprintf(a->csv, sizeof a->csv, "%s", v);
     else continue;
-    a++;
+    i++;
   }
-  if (Hkv <= 0) Hkv = H;
-  dt = !strcmp(dts, "fp16") ? FM_DTYPE_FP16 : FM_DTYPE_BF16;
-  if (reps < 1) reps = 1;
-  if (!strcmp(masks_opt, "all")) {
-    for (int i = 0; i < 12; i++) use[i] = 1;
+  if (a->Hkv <= 0) a->Hkv = a->H;
+  a->dt = !strcmp(a->dts, "fp16") ? FM_DTYPE_FP16 : FM_DTYPE_BF16;
+  if (a->reps < 1) a->reps = 1;
+  if (!a->out[0]) snprintf(a->out, sizeof a->out, "fmbench_masks.h5");
+  if (!strcmp(a->masks, "all")) {
+    for (int i = 0; i < a->nnames; i++) a->use[i] = 1;
   } else {
     char *tok, *save = NULL;
-    for (tok = strtok_r(masks_opt, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (tok = strtok_r(a->masks, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
       int found = 0;
-      for (int i = 0; i < 12; i++)
-        if (!strcmp(tok, names[i])) use[i] = found = 1;
+      for (int i = 0; i < a->nnames; i++)
+        if (!strcmp(tok, a->names[i])) a->use[i] = found = 1;
       if (!found) {
         fprintf(stderr, "fmbench: unknown mask '%s'\n", tok);
         return 1;
@@ -183,10 +186,86 @@ int main(int argc, char **argv)
   }
   {
     char *tok, *save = NULL;
-    for (tok = strtok_r(seq_opt, ",", &save); tok && nseq < 16; tok = strtok_r(NULL, ",", &save)) seqs[nseq++] = atoi(tok);
+    for (tok = strtok_r(a->seq, ",", &save); tok && a->nseq < 16; tok = strtok_r(NULL, ",", &save)) a->seqs[a->nseq++] = atoi(tok);
+  }
+  return 0;
+}
+
+/* Every chosen mask at sequence length S: build (and save) it, then time it unless a dry run. */
+static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
+{
+  const int B = a->tokens / S > 0 ? (int)(a->tokens / S) : 1;
+  const size_t nq = (size_t)B * S * a->H * a->D, nk = (size_t)B * S * a->Hkv * a->D;
+  void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *e0 = NULL, *e1 = NULL;
+  float *lse = NULL;
+  if (!a->dry) {
+    FC(FMCudaMalloc(nq * 2, &q));
+    FC(FMCudaMalloc(nk * 2, &k));
+    FC(FMCudaMalloc(nk * 2, &v));
+    FC(FMCudaMalloc(nq * 2, &o));
+    FC(FMCudaMalloc((size_t)B * a->H * S * sizeof(float), (void **)&lse));
+    FC(FMCudaFillRandom_Private(q, nq, a->dt, a->seed * 3 + 1, 1.5f, NULL));
+    FC(FMCudaFillRandom_Private(k, nk, a->dt, a->seed * 3 + 2, 1.5f, NULL));
+    FC(FMCudaFillRandom_Private(v, nk, a->dt, a->seed * 3 + 3, 1.0f, NULL));
+    FC(FMCudaEventCreate(&e0));
+    FC(FMCudaEventCreate(&e1));
+  }
+  for (int t = 0; t < a->nnames; t++) {
+    const char *name = a->names[t];
+    const int mh = !strcmp(name, FMMASKRANDOMEVICTION) ? a->Hkv : 1; /* random eviction differs per head */
+    FMMaskDesc md;
+    FMMask m;
+    double dens = 0, rho = 0;
+    char mname[128];
+    if (!a->use[t]) continue;
+    snprintf(mname, sizeof mname, "%s_%d", name, S);
+    memset(&md, 0, sizeof md);
+    FC(FMMaskCreate(ctx, &m));
+    FC(FMMaskSetSizes(m, S, S, mh));
+    FC(FMMaskSetType(m, name));
+    FC(FMMaskSetSeed(m, a->seed));
+    FC(FMMaskSetUp(m));
+    FC(FMMaskGetDesc_Private(m, &md));
+    FC(FMMaskGetDensity(m, &dens, &rho));
+#if FM_HAVE_HDF5
+    FC(FMMaskSave(m, a->out, mname));
+#endif
+    if (a->dry)
+      printf("%-22s %6d %3d %9s %9s %7.4f %8.4f dry run (mask saved)\n", name, S, B, "-", "-", rho, dens);
+    else
+      time_mask(ctx, name, &md, rho, dens, S, B, a->H, a->Hkv, a->D, a->dt, q, k, v, o, lse, e0, e1, a->warm, a->reps, fcsv);
+    FC(FMMaskDestroy(&m));
+  }
+  FC(FMCudaEventDestroy(e0));
+  FC(FMCudaEventDestroy(e1));
+  FC(FMCudaFree(q));
+  FC(FMCudaFree(k));
+  FC(FMCudaFree(v));
+  FC(FMCudaFree(o));
+  FC(FMCudaFree(lse));
+}
+
+int main(int argc, char **argv)
+{
+  Args a;
+  FILE *fcsv = NULL;
+  FMContext ctx;
+  int dev = 0, sm = 0;
+  char devname[256];
+
+  FC(FMInitialize(&argc, &argv, NULL, "fmbench: time the CUDA forward on the benchmark masks (-cp: the context-parallel forward)"));
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-cp")) {
+      int rc = FMBenchCP(argc, argv);
+      FMFinalize();
+      return rc;
+    }
+  if (parse_args(argc, argv, &a)) {
+    FMFinalize();
+    return 1;
   }
   snprintf(devname, sizeof devname, "none (dry run)");
-  if (!dry) {
+  if (!a.dry) {
     int ndev = 0;
     FC(FMCudaDeviceCount(&ndev));
     if (!ndev) {
@@ -197,71 +276,18 @@ int main(int argc, char **argv)
     CK(cudaGetDevice(&dev));
     FC(FMCudaDeviceInfo(dev, devname, sizeof devname, NULL, 0, &sm));
   }
-  if (!out[0]) snprintf(out, sizeof out, "fmbench_masks.h5");
-  FMContext ctx;
   FC(FMContextCreate(MPI_COMM_WORLD, &ctx));
   FC(FMContextSetFromOptions(ctx));
   FC(FMContextSetUp(ctx));
-  remove(out);
-  if (csv[0]) {
-    fcsv = fopen(csv, "w");
+  remove(a.out);
+  if (a.csv[0]) {
+    fcsv = fopen(a.csv, "w");
     if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path\n");
   }
   printf("fmbench: %s (sm %d), path %s; %s, d = %d, H = %d (kv %d), %ld tokens per batch\n", devname, sm,
-         FMCudaForwardPathName(sm), dts, D, H, Hkv, tokens);
+         FMCudaForwardPathName(sm), a.dts, a.D, a.H, a.Hkv, a.tokens);
   printf("%-22s %6s %3s %9s %9s %7s %8s %s\n", "mask", "seqlen", "B", "ms", "TFLOP/s", "rho", "density", "path");
-
-  for (int si = 0; si < nseq; si++) {
-    const int S = seqs[si];
-    const int B = tokens / S > 0 ? (int)(tokens / S) : 1;
-    const size_t nq = (size_t)B * S * H * D, nk = (size_t)B * S * Hkv * D;
-    void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *e0 = NULL, *e1 = NULL;
-    float *lse = NULL;
-    if (!dry) {
-      FC(FMCudaMalloc(nq * 2, &q));
-      FC(FMCudaMalloc(nk * 2, &k));
-      FC(FMCudaMalloc(nk * 2, &v));
-      FC(FMCudaMalloc(nq * 2, &o));
-      FC(FMCudaMalloc((size_t)B * H * S * sizeof(float), (void **)&lse));
-      FC(FMCudaFillRandom_Private(q, nq, dt, seed * 3 + 1, 1.5f, NULL));
-      FC(FMCudaFillRandom_Private(k, nk, dt, seed * 3 + 2, 1.5f, NULL));
-      FC(FMCudaFillRandom_Private(v, nk, dt, seed * 3 + 3, 1.0f, NULL));
-      FC(FMCudaEventCreate(&e0));
-      FC(FMCudaEventCreate(&e1));
-    }
-    for (int t = 0; t < 12; t++) {
-      if (!use[t]) continue;
-      const int mh = t == 11 ? Hkv : 1; /* random eviction differs per head */
-      FMMaskDesc md;
-      double dens = 0, rho = 0;
-      char mname[128];
-      snprintf(mname, sizeof mname, "%s_%d", names[t], S);
-      memset(&md, 0, sizeof md);
-      FMMask m;
-      FC(FMMaskCreate(ctx, &m));
-      FC(FMMaskSetSizes(m, S, S, mh));
-      FC(FMMaskSetType(m, names[t]));
-      FC(FMMaskSetSeed(m, seed));
-      FC(FMMaskSetUp(m));
-      FC(FMMaskGetDesc_Private(m, &md));
-      FC(FMMaskGetDensity(m, &dens, &rho));
-#if FM_HAVE_HDF5
-      FC(FMMaskSave(m, out, mname));
-#endif
-      if (dry)
-        printf("%-22s %6d %3d %9s %9s %7.4f %8.4f dry run (mask saved)\n", names[t], S, B, "-", "-", rho, dens);
-      else
-        time_mask(ctx, names[t], &md, rho, dens, S, B, H, Hkv, D, dt, q, k, v, o, lse, e0, e1, warm, reps, fcsv);
-      FC(FMMaskDestroy(&m));
-    }
-    FC(FMCudaEventDestroy(e0));
-    FC(FMCudaEventDestroy(e1));
-    FC(FMCudaFree(q));
-    FC(FMCudaFree(k));
-    FC(FMCudaFree(v));
-    FC(FMCudaFree(o));
-    FC(FMCudaFree(lse));
-  }
+  for (int si = 0; si < a.nseq; si++) bench_seqlen(ctx, &a, a.seqs[si], fcsv);
   if (fcsv) fclose(fcsv);
   FC(FMContextDestroy(&ctx));
   FMFinalize();

@@ -32,9 +32,9 @@
 FMErrorCode FMCudaFillRandom_Private(void *p, size_t n, FMDType t, unsigned long long seed, float amp, void *stream);
 int FMBenchCP(int argc, char **argv);
 
-static const char *const cp_masks[12] = {"full", "causal", "sliding_window", "causal_document", "document",
-                                         "share_question", "global_sliding_window", "causal_blockwise",
-                                         "prefix_lm_document", "prefix_lm_causal", "qk_sparse", "random_eviction"};
+/* The mask builders: FMMaskTypeList less its last name, "bounds" (set by cp_parse). */
+static const char *const *cp_masks;
+static int cp_nmasks;
 
 /* The three timed configurations: the settings of each one's plan, and its options prefix. */
 #define CP_NCONF 3
@@ -48,7 +48,7 @@ static const CPConfig cp_conf[CP_NCONF] = {{"plan", "plan_", FM_TRUE, FM_TRUE, "
                                            {"ring", "ring_", FM_TRUE, FM_TRUE, "ring"}};
 
 typedef struct {
-  int use[12], seqlen[16], nseq;
+  int use[32], seqlen[16], nseq; /* use: [cp_nmasks] */
   int H, Hkv, D, warm, reps, single;
   FMDType dt;
   unsigned long seed;
@@ -82,6 +82,10 @@ static FMErrorCode cp_parse(int argc, char **argv, CPArgs *a)
   char masks[1024] = "causal,causal_document,document,share_question", seqs[256] = "65536,131072", dts[16] = "bf16";
   char *tok, *save = NULL;
   memset(a, 0, sizeof(*a));
+  FMCall(FMMaskTypeList(&cp_nmasks, &cp_masks));
+  if (cp_nmasks > 0 && !strcmp(cp_masks[cp_nmasks - 1], FMMASKBOUNDS)) cp_nmasks--;
+  FMCheck(cp_nmasks <= (int)(sizeof(a->use) / sizeof(a->use[0])), MPI_COMM_SELF, FM_ERR_LIB, "%d mask builders; fmbench -cp knows room for %d",
+          cp_nmasks, (int)(sizeof(a->use) / sizeof(a->use[0])));
   a->dev = -1;
   a->H = 32;
   a->Hkv = -1;
@@ -116,11 +120,11 @@ static FMErrorCode cp_parse(int argc, char **argv, CPArgs *a)
   FMCheck(a->H > 0 && a->H % a->Hkv == 0, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-heads %d -heads_kv %d; expected heads a multiple of heads_kv",
           a->H, a->Hkv);
   if (!strcmp(masks, "all")) {
-    for (int t = 0; t < 12; t++) a->use[t] = 1;
+    for (int t = 0; t < cp_nmasks; t++) a->use[t] = 1;
   } else {
     for (tok = strtok_r(masks, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
       int found = 0;
-      for (int t = 0; t < 12; t++)
+      for (int t = 0; t < cp_nmasks; t++)
         if (!strcmp(tok, cp_masks[t])) a->use[t] = found = 1;
       FMCheck(found, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-masks: unknown mask \"%s\"; expected all or names among full, causal, ...", tok);
     }
@@ -599,10 +603,10 @@ static FMErrorCode cp_main(int argc, char **argv, int *rc)
       fprintf(fcsv, "mask,seqlen,config,ranks,batch,heads,heads_kv,head_dim,dtype,ms,tflops,overlap_efficiency,exposed_max_ms,exposed_mean_ms,"
                     "compute_imbalance,bytes_moved,bytes_allgather,speedup_vs_allgather,speedup_vs_ring,speedup_vs_1gpu\n");
   }
-  ierr = FMCalloc((size_t)a.nseq * 12 + 1, &groups);
+  ierr = FMCalloc((size_t)a.nseq * cp_nmasks + 1, &groups);
   for (int si = 0; !ierr && si < a.nseq; si++)
-    for (int t = 0; !ierr && t < 12; t++) {
-      const int S = a.seqlen[si], mh = t == 11 ? a.Hkv : 1; /* random eviction differs per head */
+    for (int t = 0; !ierr && t < cp_nmasks; t++) {
+      const int S = a.seqlen[si], mh = !strcmp(cp_masks[t], FMMASKRANDOMEVICTION) ? a.Hkv : 1; /* random eviction differs per head */
       CPGroup *g;
       FMMask mask = NULL;
       if (!a.use[t]) continue;

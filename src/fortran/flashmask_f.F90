@@ -65,7 +65,7 @@ module flashmask
     fm_mask_set_seed, fm_mask_set_bounds, fm_mask_set_block_size, fm_mask_set_from_options, fm_mask_set_up, &
     fm_mask_get_sizes, fm_mask_get_density, fm_mask_is_masked, fm_mask_view, fm_mask_save, fm_mask_load, &
     fm_mask_destroy, &
-    fm_plan_create, fm_plan_set_mask, fm_plan_set_shape, fm_plan_set_scale, fm_plan_set_from_options, &
+    fm_plan_create, fm_plan_set_mask, fm_plan_set_shape, fm_plan_set_scale, fm_plan_get_scale, fm_plan_set_from_options, &
     fm_plan_set_up, fm_plan_get_local_rows, fm_plan_get_local_keys, fm_plan_scatter, fm_plan_gather, &
     fm_plan_get_flops, fm_plan_forward, fm_plan_backward, fm_plan_view, fm_plan_destroy
   ! options prefixes, the plan type and the context-parallel settings
@@ -308,6 +308,11 @@ module flashmask
       import :: c_int, c_ptr, c_double
       type(c_ptr), value :: plan
       real(c_double), value :: s
+    end function
+    integer(c_int) function c_FMPlanGetScale(plan, s) bind(C, name="FMPlanGetScale")
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: plan
+      real(c_double), intent(out) :: s
     end function
     integer(c_int) function c_FMPlanSetFromOptions(plan) bind(C, name="FMPlanSetFromOptions")
       import :: c_int, c_ptr
@@ -926,6 +931,14 @@ contains
     integer, intent(out) :: ierr
     ierr = c_FMPlanSetScale(plan%ptr, scale)
   end subroutine fm_plan_set_scale
+
+  ! fm_plan_get_scale(plan, scale, ierr): the scale as set, else 1/sqrt(head_dim).
+  subroutine fm_plan_get_scale(plan, scale, ierr)
+    type(fm_plan), intent(in) :: plan
+    real(c_double), intent(out) :: scale
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanGetScale(plan%ptr, scale)
+  end subroutine fm_plan_get_scale
 
   ! fm_plan_set_from_options(plan, ierr): -fm_plan_* options. Collective.
   subroutine fm_plan_set_from_options(plan, ierr)

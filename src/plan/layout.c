@@ -10,8 +10,8 @@
 /* The plan is set up and its mask has not changed since. */
 static FMErrorCode check_current(FMPlan plan, const char *fn)
 {
-  FMCheck(plan->hdr.setupcalled, plan->hdr.comm, FM_ERR_ORDER, "Must call FMPlanSetUp() before %s()", fn);
-  FMCheck(plan->mask->hdr.setupcalled && plan->mask_state == plan->mask->state, plan->hdr.comm, FM_ERR_ORDER,
+  FMCheck(plan->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMPlanSetUp() before %s()", fn);
+  FMCheck(plan->mask->hdr.setupcalled && plan->mask_state == plan->mask->state, MPI_COMM_SELF, FM_ERR_ORDER,
           "The mask changed after FMPlanSetUp(); call FMMaskSetUp() and FMPlanSetUp() again before %s()", fn);
   return FM_SUCCESS;
 }
@@ -93,9 +93,11 @@ static FMErrorCode pack(FMPlan plan, FMPlanTensor kind, int scatter, const void 
 }
 
 /*
- * Scatter (global_in on root -> local_out) or gather (local_in -> global_out on root). Every
- * argument check and root's allocations end in one agreement before any communication, so a
- * bad pointer or an allocation failure on one rank is an error on every rank, never a hang.
+ * Scatter (global_in on root -> local_out) or gather (local_in -> global_out on root). The
+ * argument checks and the call's scalars (kind, root, the shape) are agreed first
+ * (FMPlanAgree_Private: a bad root on one rank, different roots or kinds, or a rank in another
+ * call, is an error on every rank naming the field), then root's allocations, before any data
+ * moves: never a hang.
  */
 static FMErrorCode move(FMPlan plan, FMPlanTensor kind, int root, int scatter, const void *global_in, void *global_out,
                         const void *local_in, void *local_out)
@@ -105,12 +107,30 @@ static FMErrorCode move(FMPlan plan, FMPlanTensor kind, int root, int scatter, c
   size_t outer = 0, unit = 0, total = 0;
   char *pk = NULL;
   FMErrorCode ierr = FM_SUCCESS;
-  FMCall(check_current(plan, scatter ? "FMPlanScatter" : "FMPlanGather"));
-  FMCheck(root >= 0 && root < P, comm, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (root) is %d; expected 0..%d", root, P - 1);
-  FMCheck(kind == FM_PLAN_TENSOR_Q || kind == FM_PLAN_TENSOR_KV || kind == FM_PLAN_TENSOR_LSE, comm, FM_ERR_ARG_OUTOFRANGE,
-          "Argument 2 (kind) is %d; expected FM_PLAN_TENSOR_Q, _KV or _LSE", (int)kind);
-  ierr = check_move(plan, kind, root, scatter, scatter ? global_in : (const void *)global_out, scatter ? (const void *)local_out : local_in,
-                    &n, &outer, &unit, &total);
+  {
+    /* the local checks and the scalars of the call in one agreement, the first message */
+    const int ok = plan->hdr.setupcalled && plan->mask;
+    const FMPlanField f[] = {{"kind (FMPlanTensor, argument 2)", FM_PLAN_FIELD_INT, (long long)kind, 0},
+                             {"root (argument 3)", FM_PLAN_FIELD_INT, root, 0},
+                             {"batch", FM_PLAN_FIELD_INT, plan->batch, 0},
+                             {"heads_q", FM_PLAN_FIELD_INT, plan->heads_q, 0},
+                             {"heads_kv", FM_PLAN_FIELD_INT, plan->heads_kv, 0},
+                             {"head_dim", FM_PLAN_FIELD_INT, plan->head_dim, 0},
+                             {"dtype (FMDType)", FM_PLAN_FIELD_INT, (long long)plan->dtype, 0},
+                             {"seqlen_q (of the mask)", FM_PLAN_FIELD_INT, ok ? plan->mask->seqlen_q : -1, 0},
+                             {"seqlen_k (of the mask)", FM_PLAN_FIELD_INT, ok ? plan->mask->seqlen_k : -1, 0}};
+    ierr = check_current(plan, scatter ? "FMPlanScatter" : "FMPlanGather");
+    if (!ierr && !(root >= 0 && root < P))
+      ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (root) is %d; expected 0..%d", root,
+                             P - 1);
+    if (!ierr && !(kind == FM_PLAN_TENSOR_Q || kind == FM_PLAN_TENSOR_KV || kind == FM_PLAN_TENSOR_LSE))
+      ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_ARG_OUTOFRANGE,
+                             "Argument 2 (kind) is %d; expected FM_PLAN_TENSOR_Q, _KV or _LSE", (int)kind);
+    if (!ierr)
+      ierr = check_move(plan, kind, root, scatter, scatter ? global_in : (const void *)global_out, scatter ? (const void *)local_out : local_in,
+                        &n, &outer, &unit, &total);
+    FMCall(FMPlanAgree_Private(plan, scatter ? FM_PLAN_CALL_SCATTER : FM_PLAN_CALL_GATHER, ierr, (int)(sizeof(f) / sizeof(f[0])), f));
+  }
   if (!ierr && me == root) ierr = FMMalloc(P, &cnt);
   if (!ierr && me == root) ierr = FMMalloc(P, &dsp);
   if (!ierr && me == root) ierr = FMMalloc(total + 1, &pk);

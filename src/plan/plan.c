@@ -49,9 +49,38 @@ FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask)
   return FM_SUCCESS;
 }
 
+/*
+ * The element counts of the plan's tensors in 64 bits, against what a backend addresses:
+ * batch x heads x seqlen x head_dim elements of the dtype (and the fp32 LSE, batch x heads_q x
+ * seqlen_q) in at most FM_PLAN_MAX_BYTES bytes each. seqlen_q/seqlen_k < 0: not known yet (only
+ * the per-row products are checked). Not collective.
+ */
+#define FM_PLAN_MAX_BYTES ((long long)1 << 47) /* 128 TiB: below size_t, ptrdiff_t and the TMA descriptor's 2^40 x 2^7 */
+static FMErrorCode check_sizes(int batch, int heads_q, int heads_kv, int head_dim, FMDType dtype, int seqlen_q, int seqlen_k)
+{
+  const long long es = (long long)FMDTypeSize(dtype), lim = FM_PLAN_MAX_BYTES;
+  const struct { const char *what; int heads, S, d; long long es; } t[] = {
+    {"Q, O, dO and dQ (batch x heads_q x seqlen_q x head_dim)", heads_q, seqlen_q, head_dim, es},
+    {"K, V, dK and dV (batch x heads_kv x seqlen_k x head_dim)", heads_kv, seqlen_k, head_dim, es},
+    {"the LSE (batch x heads_q x seqlen_q, fp32)", heads_q, seqlen_q, 1, 4}};
+  for (int i = 0; i < 3; i++) {
+    long long b1 = (long long)batch * t[i].heads, row; /* < 2^62: no overflow; the rest is checked by division first */
+    FMCheck(b1 <= lim / t[i].d / t[i].es, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+            "The shape is too large: %s needs %lld x %d x %lld bytes per position, more than the %lld bytes a tensor may have", t[i].what,
+            b1, t[i].d, t[i].es, lim);
+    row = b1 * t[i].d * t[i].es;
+    if (t[i].S >= 0)
+      FMCheck(t[i].S == 0 || row <= lim / t[i].S, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+              "The shape is too large: %s has %lld x %d bytes, more than the %lld bytes a tensor may have", t[i].what, row, t[i].S, lim);
+  }
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMPlanSetShape(FMPlan plan, int batch, int heads_q, int heads_kv, int head_dim, FMDType dtype)
 {
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  plan->shape_set = 0; /* until this call succeeds: FMPlanSetUp refuses the plan */
+  plan->hdr.setupcalled = 0;
   FMCheck(batch >= 1, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (batch) is %d; expected >= 1", batch);
   FMCheck(heads_q >= 1, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (heads_q) is %d; expected >= 1", heads_q);
   FMCheck(heads_kv >= 1, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 4 (heads_kv) is %d; expected >= 1", heads_kv);
@@ -61,8 +90,12 @@ FMErrorCode FMPlanSetShape(FMPlan plan, int batch, int heads_q, int heads_kv, in
           "Argument 5 (head_dim) is %d; expected a positive multiple of 8", head_dim);
   FMCheck(dtype == FM_DTYPE_BF16 || dtype == FM_DTYPE_FP16 || dtype == FM_DTYPE_FP32, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE,
           "Argument 6 (dtype) is %d; expected FM_DTYPE_BF16, FM_DTYPE_FP16 or FM_DTYPE_FP32", (int)dtype);
+  {
+    const int known = plan->mask && plan->mask->hdr.setupcalled;
+    FMCall(check_sizes(batch, heads_q, heads_kv, head_dim, dtype, known ? plan->mask->seqlen_q : -1, known ? plan->mask->seqlen_k : -1));
+  }
   plan->batch = batch; plan->heads_q = heads_q; plan->heads_kv = heads_kv; plan->head_dim = head_dim; plan->dtype = dtype;
-  plan->hdr.setupcalled = 0;
+  plan->shape_set = 1;
   return FM_SUCCESS;
 }
 
@@ -83,6 +116,14 @@ FMErrorCode FMPlanSetScale(FMPlan plan, double scale)
   FMCheck(isfinite(scale) && scale > 0, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (scale) is %g; expected a finite value > 0", scale);
   plan->scale = scale;
   plan->scale_set = 1;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanGetScale(FMPlan plan, double *scale)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(scale, 2);
+  *scale = plan->scale_set ? plan->scale : 1.0 / sqrt((double)plan->head_dim);
   return FM_SUCCESS;
 }
 
@@ -146,12 +187,15 @@ static FMErrorCode setfromoptions(FMPlan plan)
   double scale;
   FMBool set = FM_FALSE;
   b = plan->batch; hq = plan->heads_q; hkv = plan->heads_kv; d = plan->head_dim; dt = (int)plan->dtype;
-  FMCall(FMOptionsGetInt("-fm_plan_batch", "batch size (FMPlanSetShape)", &b, NULL));
-  FMCall(FMOptionsGetInt("-fm_plan_heads", "query heads (FMPlanSetShape)", &hq, NULL));
-  FMCall(FMOptionsGetInt("-fm_plan_kv_heads", "key/value heads, divides the query heads (FMPlanSetShape)", &hkv, NULL));
-  FMCall(FMOptionsGetInt("-fm_plan_head_dim", "head dimension (FMPlanSetShape)", &d, NULL));
-  FMCall(FMOptionsGetEnum_Private("-fm_plan_dtype", "element type (FMPlanSetShape)", FMDTypeNames, &dt, NULL));
-  FMCall(FMPlanSetShape(plan, b, hq, hkv, d, (FMDType)dt));
+  FMBool sb = FM_FALSE, shq = FM_FALSE, shkv = FM_FALSE, sd = FM_FALSE, sdt = FM_FALSE;
+  FMCall(FMOptionsGetInt("-fm_plan_batch", "batch size (FMPlanSetShape)", &b, &sb));
+  FMCall(FMOptionsGetInt("-fm_plan_heads", "query heads (FMPlanSetShape)", &hq, &shq));
+  FMCall(FMOptionsGetInt("-fm_plan_kv_heads", "key/value heads, divides the query heads (FMPlanSetShape)", &hkv, &shkv));
+  FMCall(FMOptionsGetInt("-fm_plan_head_dim", "head dimension (FMPlanSetShape)", &d, &sd));
+  FMCall(FMOptionsGetEnum_Private("-fm_plan_dtype", "element type (FMPlanSetShape)", FMDTypeNames, &dt, &sdt));
+  /* the shape is set when it was (the options change it) or when an option gives part of it;
+     otherwise it stays unset and FMPlanSetUp asks for it (no silent default shape) */
+  if (plan->shape_set || sb || shq || shkv || sd || sdt) FMCall(FMPlanSetShape(plan, b, hq, hkv, d, (FMDType)dt));
   scale = plan->scale_set ? plan->scale : 1.0 / sqrt((double)plan->head_dim);
   FMCall(FMOptionsGetReal("-fm_plan_scale", "softmax scale, default 1/sqrt(head_dim) (FMPlanSetScale)", &scale, &set));
   if (set) FMCall(FMPlanSetScale(plan, scale));
@@ -171,19 +215,55 @@ static FMErrorCode check_mask_heads(FMPlan plan)
   return FM_SUCCESS;
 }
 
+/* The calls FMPlanSetUp needs first, and the mask's heads (local; agreed by the caller). */
+static FMErrorCode check_setup(FMPlan plan)
+{
+  FMCheck(plan->mask, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMPlanSetMask() before FMPlanSetUp()");
+  FMCheck(plan->ctx->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMContextSetUp() before FMPlanSetUp()");
+  FMCheck(plan->mask->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMMaskSetUp() before FMPlanSetUp()");
+  FMCheck(plan->shape_set, MPI_COMM_SELF, FM_ERR_ORDER,
+          "Must call FMPlanSetShape() (or FMPlanSetFromOptions() with -fm_plan_* shape options) before FMPlanSetUp(); the last call failed "
+          "or none was made");
+  FMCall(check_sizes(plan->batch, plan->heads_q, plan->heads_kv, plan->head_dim, plan->dtype, plan->mask->seqlen_q, plan->mask->seqlen_k));
+  FMCall(check_mask_heads(plan));
+  return FM_SUCCESS;
+}
+
+/* The scalars every rank must share in FMPlanSetUp, Forward and Backward; *n fields out (f: room for 12). */
+static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
+{
+  const FMMask m = plan->mask;
+  const int ok = m && m->hdr.setupcalled;
+  const FMPlanField x[] = {{"batch", FM_PLAN_FIELD_INT, plan->batch, 0},
+                           {"heads_q", FM_PLAN_FIELD_INT, plan->heads_q, 0},
+                           {"heads_kv", FM_PLAN_FIELD_INT, plan->heads_kv, 0},
+                           {"head_dim", FM_PLAN_FIELD_INT, plan->head_dim, 0},
+                           {"dtype (FMDType)", FM_PLAN_FIELD_INT, (long long)plan->dtype, 0},
+                           {"scale", FM_PLAN_FIELD_REAL, 0, scale},
+                           {"seqlen_q (of the mask)", FM_PLAN_FIELD_INT, ok ? m->seqlen_q : -1, 0},
+                           {"seqlen_k (of the mask)", FM_PLAN_FIELD_INT, ok ? m->seqlen_k : -1, 0},
+                           {"mask_heads (of the mask)", FM_PLAN_FIELD_INT, ok ? m->mask_heads : -1, 0},
+                           {"the mask's hash (its bounds)", FM_PLAN_FIELD_HASH, ok ? (long long)m->hash : 0, 0},
+                           {"the backend (FMBackend)", FM_PLAN_FIELD_INT, (long long)plan->ctx->backend, 0}};
+  *n = (int)(sizeof(x) / sizeof(x[0]));
+  memcpy(f, x, sizeof(x));
+}
+
 FMErrorCode FMPlanSetUp(FMPlan plan)
 {
   FMBool view = FM_FALSE;
+  FMPlanField f[FM_PLAN_MAX_FIELDS];
+  FMErrorCode ierr;
+  int n = 0;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCheck(plan->mask, plan->hdr.comm, FM_ERR_ORDER, "Must call FMPlanSetMask() before FMPlanSetUp()");
-  FMCheck(plan->ctx->hdr.setupcalled, plan->hdr.comm, FM_ERR_ORDER, "Must call FMContextSetUp() before FMPlanSetUp()");
-  FMCheck(plan->mask->hdr.setupcalled, plan->hdr.comm, FM_ERR_ORDER, "Must call FMMaskSetUp() before FMPlanSetUp()");
+  ierr = check_setup(plan);
+  shape_fields(plan, plan->scale_set ? plan->scale : 1.0 / sqrt((double)plan->head_dim), f, &n);
+  FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_SETUP, ierr, n, f)); /* the first message: names what differs */
   FMAgree(plan->hdr.comm, FMPlanSetDefaultType_Private(plan));
   FMCall(FMAgreeSame(plan->hdr.comm, FMHash_Private(FM_HASH_INIT, plan->hdr.type_name, strlen(plan->hdr.type_name)), "the plan type"));
   if (!plan->scale_set) plan->scale = 1.0 / sqrt((double)plan->head_dim);
   plan->backend = plan->ctx->backend;
   plan->hdr.setupcalled = 0;
-  FMAgree(plan->hdr.comm, check_mask_heads(plan));
   FMCall((*plan->ops->setup)(plan)); /* collective; agrees internally */
   plan->mask_state = plan->mask->state;
   plan->hdr.setupcalled = 1;
@@ -239,9 +319,13 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
 {
   double flops = 0;
   FMErrorCode ierr;
+  FMPlanField f[FM_PLAN_MAX_FIELDS];
+  int n = 0;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMAgree(plan->hdr.comm, check_run(plan, "FMPlanForward", 5, (const void *[]){q, k, v, o, lse},
-                                    (const char *[]){"q", "k", "v", "o", "lse"}, (const int[]){0, 1, 1, 0, -1}));
+  ierr = check_run(plan, "FMPlanForward", 5, (const void *[]){q, k, v, o, lse}, (const char *[]){"q", "k", "v", "o", "lse"},
+                   (const int[]){0, 1, 1, 0, -1});
+  shape_fields(plan, plan->scale, f, &n);
+  FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_FORWARD, ierr, n, f));
   FMCall(FMLogEventBegin(plan->ev_fwd));
   ierr = (*plan->ops->forward)(plan, q, k, v, o, lse);
   FMCall(FMPlanGetFlops(plan, &flops));
@@ -255,10 +339,13 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
 {
   double flops = 0;
   FMErrorCode ierr;
+  FMPlanField f[FM_PLAN_MAX_FIELDS];
+  int n = 0;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMAgree(plan->hdr.comm,
-          check_run(plan, "FMPlanBackward", 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
-                    (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}, (const int[]){0, 1, 1, 0, 0, 0, 0, 1, 1}));
+  ierr = check_run(plan, "FMPlanBackward", 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
+                   (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}, (const int[]){0, 1, 1, 0, 0, 0, 0, 1, 1});
+  shape_fields(plan, plan->scale, f, &n);
+  FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_BACKWARD, ierr, n, f));
   FMCall(FMLogEventBegin(plan->ev_bwd));
   ierr = (*plan->ops->backward)(plan, q, k, v, o, lse, dout, dq, dk, dv);
   FMCall(FMPlanGetFlops(plan, &flops));

@@ -14,6 +14,7 @@
  * that received it.
  */
 #include "gpuimpl.h"
+#include <cuda_runtime_api.h>
 #include <flashmask/private/fmtracing.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,7 +24,7 @@
 static FMErrorCode compute_stage(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *q, const void *k, const void *v, int *first,
                                  int *ran)
 {
-  cudaStream_t us = (cudaStream_t)plan->stream;
+  void *us = plan->stream;
   void *dm = s < 0 ? g->dmask0 : g->st[s].dmask;
   FMAttnProblem p;
   if (!dm) return FM_SUCCESS;
@@ -35,22 +36,24 @@ static FMErrorCode compute_stage(FMPlan plan, FMDist *d, FMDistGPU *g, int s, co
   p.nk = s < 0 ? d->nkeys : g->st[s].nk;
   p.nthreads = plan->ctx->nthreads;
   p.opts = plan->ctx->kopts;
-  FMCallCUDA(cudaEventRecord(g->ev_w0[s + 1], us));
-  if (s >= 0) FMCallCUDA(cudaStreamWaitEvent(us, g->ev_c1[s], 0));
-  FMCallCUDA(cudaEventRecord(g->ev_k0[s + 1], us));
+  FMCall(FMCudaEventRecord(g->ev_w0[s + 1], us));
+  if (s >= 0) FMCall(FMCudaStreamWaitEvent(us, g->ev_c1[s]));
+  FMCall(FMCudaEventRecord(g->ev_k0[s + 1], us));
   if (s >= 0) { k = g->st[s].kbuf; v = g->st[s].vbuf; }
   FMCall(FMCudaForwardF32(&p, dm, q, k, v, g->oacc, !*first, g->lacc, us));
   *first = 0;
-  FMCallCUDA(cudaEventRecord(g->ev_k1[s + 1], us));
+  FMCall(FMCudaEventRecord(g->ev_k1[s + 1], us));
   ran[s + 1] = 1;
   return FM_SUCCESS;
 }
 
-/* Seconds from ev_in to ev (both completed). */
-static double since(const FMDistGPU *g, cudaEvent_t ev)
+/* Seconds from ev_in to ev (both completed); 0 when CUDA cannot tell (deliberately ignored: an
+   event of a stage that did not run, and only the trace's times depend on it, so the runtime is
+   called here instead of FMCudaEventElapsed, which would raise). */
+static double since(const FMDistGPU *g, void *ev)
 {
   float ms = 0;
-  if (cudaEventElapsedTime(&ms, g->ev_in, ev) != cudaSuccess) { (void)cudaGetLastError(); ms = 0; }
+  if (cudaEventElapsedTime(&ms, (cudaEvent_t)g->ev_in, (cudaEvent_t)ev) != cudaSuccess) { (void)cudaGetLastError(); ms = 0; }
   return 1e-3 * ms;
 }
 
@@ -161,7 +164,8 @@ static FMErrorCode recover(FMPlan plan, FMDist *d, FMDistGPU *g, int nposted)
   g->nccl = NULL;
   g->gen = 0;
   FMDistGPUDebug_Private(plan, d, "aborted; waiting for the streams\n");
-  (void)cudaStreamSynchronize(g->cs);
+  /* deliberately ignored: after the abort the streams may report the aborted operations */
+  (void)cudaStreamSynchronize((cudaStream_t)g->cs);
   (void)cudaStreamSynchronize((cudaStream_t)plan->stream);
   FMDistGPUDebug_Private(plan, d, "streams done\n");
   FMCall(ae);
@@ -190,7 +194,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
 {
   FMDist *d = (FMDist *)plan->data;
   FMDistGPU *g = d ? (FMDistGPU *)d->gpu : NULL;
-  cudaStream_t us = (cudaStream_t)plan->stream;
+  void *us = plan->stream;
   double t0 = 0;
   void *tr = NULL;
   size_t no = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
@@ -209,22 +213,20 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   if (ierr) { free(R.ran); free(R.hostt); return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); }
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
   FMCallGoto(FMDistTraceBegin_Private(plan, d, "forward", &tr));
-  FMCallCUDAGoto(cudaEventRecord(g->ev_in, us));
-  FMCallCUDAGoto(cudaStreamWaitEvent(g->cs, g->ev_in, 0));
-  if (tr) { FMCallCUDAGoto(cudaEventSynchronize(g->ev_in)); t0 = FMTime(); }
+  FMCallGoto(FMCudaEventRecord(g->ev_in, us));
+  FMCallGoto(FMCudaStreamWaitEvent(g->cs, g->ev_in));
+  if (tr) { FMCallGoto(FMCudaEventSynchronize(g->ev_in)); t0 = FMTime(); }
   if (d->opt.overlap) stage(plan, d, g, &R, -1);
   /* CUDA-aware MPI reads the caller's K/V and writes the stage buffers outside any stream:
      wait until the plan's stream reached this call (the local stage, queued after ev_in, runs on) */
   if (g->direct && g->nsteps > 0) {
-    cudaError_t ce = cudaEventSynchronize(g->ev_in);
-    if (ce != cudaSuccess)
-      R.xerr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "CUDA error waiting for the plan's stream: %s",
-                               cudaGetErrorString(ce));
+    FMErrorCode we = FMCudaEventSynchronize(g->ev_in); /* kept as the exchange's error: the steps are posted anyway */
+    if (we) R.xerr = FMTraceback_Private(__FILE__, __func__, __LINE__, we);
   }
   exchange_all(plan, d, g, &R);
   if (!d->opt.overlap) {
     /* the unoverlapped baseline: nothing computes before the whole exchange is over */
-    if (g->nsteps > 0) FMCallCUDAGoto(cudaStreamWaitEvent(us, g->ev_c1[g->nsteps - 1], 0));
+    if (g->nsteps > 0) FMCallGoto(FMCudaStreamWaitEvent(us, g->ev_c1[g->nsteps - 1]));
     stage(plan, d, g, &R, -1);
     for (int s = 0; s < g->nsteps; s++) stage(plan, d, g, &R, s);
   }
@@ -235,13 +237,13 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
       FMCallGoto(FMCudaFillFloat(g->lacc, nl, -INFINITY, us));
     }
     FMCallGoto(FMCudaConvertOut(g->oacc, o, plan->dtype, no, us));
-    if (lse) FMCallCUDAGoto(cudaMemcpyAsync(lse, g->lacc, nl * sizeof(float), cudaMemcpyDeviceToDevice, us));
+    if (lse) FMCallCUDAGoto(cudaMemcpyAsync(lse, g->lacc, nl * sizeof(float), cudaMemcpyDeviceToDevice, (cudaStream_t)us));
   }
   /* the caller's K/V and our buffers are free again only after the last send left */
-  FMCallCUDAGoto(cudaEventRecord(g->ev_done, g->cs));
-  FMCallCUDAGoto(cudaStreamWaitEvent(us, g->ev_done, 0));
+  FMCallGoto(FMCudaEventRecord(g->ev_done, g->cs));
+  FMCallGoto(FMCudaStreamWaitEvent(us, g->ev_done));
   if (tr && !R.cerr) {
-    FMCallCUDAGoto(cudaStreamSynchronize(us));
+    FMCallGoto(FMCudaStreamSynchronize(us));
     FMCallGoto(trace_events(plan, d, g, tr, t0, R.ran, (const double(*)[2])R.hostt));
   }
 cleanup:

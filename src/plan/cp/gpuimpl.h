@@ -6,7 +6,6 @@
 #ifndef FLASHMASK_CP_GPUIMPL_H
 #define FLASHMASK_CP_GPUIMPL_H
 #include "distimpl.h"
-#include <cuda_runtime_api.h>
 
 typedef struct {
   int chunk, peer, level;
@@ -33,10 +32,12 @@ typedef struct {
   void *dmask0;          /* the local stage (own keys), NULL if no local row sees them */
   int *where, *woff;     /* [C] where chunk c is held: -1 the user's k/v, s >= 0 step s's buffer, -2 nowhere; key offset */
   float *oacc, *lacc;    /* fp32 accumulator of O and the LSE, merged into stage by stage */
-  cudaStream_t cs;       /* communication stream */
-  cudaEvent_t ev_in, ev_done;
-  cudaEvent_t *ev_c0, *ev_c1;        /* [nsteps] around each exchange on cs */
-  cudaEvent_t *ev_w0, *ev_k0, *ev_k1; /* [nsteps + 1] stage wait start, compute start, end (0 = local) */
+  /* streams and events (cudaStream_t, cudaEvent_t) come from the kernel layer's FMCudaStreamCreate
+     and FMCudaEventCreate (fmkernels.h) */
+  void *cs;              /* communication stream (high priority) */
+  void *ev_in, *ev_done;
+  void **ev_c0, **ev_c1;        /* [nsteps] around each exchange on cs */
+  void **ev_w0, **ev_k0, **ev_k1; /* [nsteps + 1] stage wait start, compute start, end (0 = local) */
   int nev;               /* events created in the arrays */
   char *hsend, *hrecv;   /* pinned host staging (mpi transport, unless direct) */
   MPI_Request *rq;       /* direct: room for the largest step's messages (allocated at set-up) */

@@ -15,6 +15,7 @@
  * every rank.
  */
 #include "gpuimpl.h"
+#include <cuda_runtime_api.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,32 +135,41 @@ static FMErrorCode resolve_gpu_aware(FMPlan plan, FMDist *d, int *direct, const 
   return FM_SUCCESS;
 }
 
+/* An event made by FMCudaEventCreate, or NULL (see FMDistDestroyGPU_Private: errors ignored). */
+static void event_free(void *ev)
+{
+  if (ev) (void)cudaEventDestroy((cudaEvent_t)ev);
+}
+
 FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
 {
   FMDistGPU *g = d ? (FMDistGPU *)d->gpu : NULL;
   if (!g) return FM_SUCCESS;
-  if (g->cs) cudaStreamSynchronize(g->cs);
+  /* Teardown calls the CUDA runtime itself and ignores its errors: after an aborted exchange or a
+     sticky device error every call here fails, and the kernel layer's helpers would raise (print,
+     or abort under FM_ERROR_HANDLER_ABORT) once per buffer while nothing can be done about it. */
+  if (g->cs) (void)cudaStreamSynchronize((cudaStream_t)g->cs);
   for (int s = 0; s < g->nsteps; s++) {
-    cudaFree(g->st[s].kbuf);
-    cudaFree(g->st[s].vbuf);
+    (void)cudaFree(g->st[s].kbuf);
+    (void)cudaFree(g->st[s].vbuf);
     FMCudaMaskFree(g->st[s].dmask);
     free(g->st[s].send);
     free(g->st[s].recv);
   }
   FMCudaMaskFree(g->dmask0);
-  cudaFree(g->oacc); cudaFree(g->lacc);
-  if (g->ev_in) cudaEventDestroy(g->ev_in);
-  if (g->ev_done) cudaEventDestroy(g->ev_done);
+  (void)cudaFree(g->oacc); (void)cudaFree(g->lacc);
+  event_free(g->ev_in);
+  event_free(g->ev_done);
   for (int s = 0; s < g->nev; s++) {
-    if (s < g->nsteps) { cudaEventDestroy(g->ev_c0[s]); cudaEventDestroy(g->ev_c1[s]); }
-    cudaEventDestroy(g->ev_w0[s]); cudaEventDestroy(g->ev_k0[s]); cudaEventDestroy(g->ev_k1[s]);
+    if (s < g->nsteps) { event_free(g->ev_c0[s]); event_free(g->ev_c1[s]); }
+    event_free(g->ev_w0[s]); event_free(g->ev_k0[s]); event_free(g->ev_k1[s]);
   }
   free(g->ev_c0); free(g->ev_c1); free(g->ev_w0); free(g->ev_k0); free(g->ev_k1);
-  if (g->hsend) cudaFreeHost(g->hsend);
-  if (g->hrecv) cudaFreeHost(g->hrecv);
-  if (g->ping) cudaFree(g->ping);
+  if (g->hsend) (void)cudaFreeHost(g->hsend);
+  if (g->hrecv) (void)cudaFreeHost(g->hrecv);
+  if (g->ping) (void)cudaFree(g->ping);
   free(g->rq);
-  if (g->cs) cudaStreamDestroy(g->cs);
+  if (g->cs) (void)cudaStreamDestroy((cudaStream_t)g->cs);
   free(g->st); free(g->where); free(g->woff);
   free(g);
   d->gpu = NULL;
@@ -171,11 +181,7 @@ static FMErrorCode dev_alloc(size_t bytes, void **p)
 {
   *p = NULL;
   if (bytes == 0) return FM_SUCCESS;
-  if (cudaMalloc(p, bytes) != cudaSuccess) {
-    (void)cudaGetLastError();
-    *p = NULL;
-    FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Cannot allocate %zu bytes of device memory for the context-parallel plan", bytes);
-  }
+  FMCall(FMCudaMalloc(bytes, p));
   return FM_SUCCESS;
 }
 
@@ -226,12 +232,10 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
        starts only when the attention kernel ends (measured: a 1.9 ms exchange took 5.3-16 ms
        next to the local stage, all of it exposed). With priority its CTAs take the next SM
        that frees up. */
-    int lo = 0, hi = 0;
-    FMCallCUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-    FMCallCUDA(cudaStreamCreateWithPriority(&g->cs, cudaStreamNonBlocking, hi));
+    FMCall(FMCudaStreamCreate(1, &g->cs));
   }
-  FMCallCUDA(cudaEventCreate(&g->ev_in));
-  FMCallCUDA(cudaEventCreate(&g->ev_done));
+  FMCall(FMCudaEventCreate(&g->ev_in));
+  FMCall(FMCudaEventCreate(&g->ev_done));
   FMCall(FMDistExchangeSteps((FMDistSchedType)d->opt.schedule, &d->ch, &d->part, &d->topo, &d->route, d->opt.step_chunks, &ntx, &tx, &g->nsteps));
   FMCall(FMCalloc(g->nsteps + 1, &g->st));
   FMCall(FMMalloc(C, &g->where));
@@ -278,10 +282,10 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
   FMCall(FMMalloc(g->nsteps + 1, &g->ev_k0));
   FMCall(FMMalloc(g->nsteps + 1, &g->ev_k1));
   for (int s = 0; s <= g->nsteps; s++) {
-    if (s < g->nsteps) { FMCallCUDA(cudaEventCreate(&g->ev_c0[s])); FMCallCUDA(cudaEventCreate(&g->ev_c1[s])); }
-    FMCallCUDA(cudaEventCreate(&g->ev_w0[s]));
-    FMCallCUDA(cudaEventCreate(&g->ev_k0[s]));
-    FMCallCUDA(cudaEventCreate(&g->ev_k1[s]));
+    if (s < g->nsteps) { FMCall(FMCudaEventCreate(&g->ev_c0[s])); FMCall(FMCudaEventCreate(&g->ev_c1[s])); }
+    FMCall(FMCudaEventCreate(&g->ev_w0[s]));
+    FMCall(FMCudaEventCreate(&g->ev_k0[s]));
+    FMCall(FMCudaEventCreate(&g->ev_k1[s]));
     g->nev = s + 1;
   }
   if (g->transport == FM_DIST_TRANSPORT_MPI && !g->direct) {
@@ -290,8 +294,8 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
       hs = g->st[s].hsend > hs ? g->st[s].hsend : hs;
       hr = g->st[s].hrecv > hr ? g->st[s].hrecv : hr;
     }
-    FMCallCUDA(cudaMallocHost((void **)&g->hsend, hs + 1));
-    FMCallCUDA(cudaMallocHost((void **)&g->hrecv, hr + 1));
+    FMCall(FMCudaHostAlloc(hs + 1, (void **)&g->hsend));
+    FMCall(FMCudaHostAlloc(hr + 1, (void **)&g->hrecv));
   }
   if (g->transport == FM_DIST_TRANSPORT_MPI && g->direct) {
     /* one request per piece: (sends + receives) x 2 x batch, the largest step */

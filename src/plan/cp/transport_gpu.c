@@ -5,6 +5,7 @@
  * walks the same pieces, (chunk, K or V, batch), with one iterator.
  */
 #include "gpuimpl.h"
+#include <cuda_runtime_api.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,11 @@ static void keep_cuda(FMErrorCode *first, cudaError_t ce, const char *what, int 
   if (!*first) *first = cuda_code(ce, what, s);
   else (void)cudaGetLastError();
 }
+/* The same for a kernel-layer helper (it raised its error itself): the first one is kept. */
+static void keep_fm(FMErrorCode *first, FMErrorCode e)
+{
+  if (e && !*first) *first = e;
+}
 static void keep_mpi(FMErrorCode *first, int e, const char *what, int s)
 {
   if (e != MPI_SUCCESS && !*first) *first = mpi_code(e, what, s);
@@ -113,16 +119,16 @@ FMErrorCode FMDistExchangeNCCL_Private(FMPlan plan, FMDist *d, FMDistGPU *g, int
   ncclResult_t r = ncclSuccess, r2;
   FMDistPieces it;
   FMDistPiece pc;
-  FMCallCUDA(cudaEventRecord(g->ev_c0[s], g->cs));
+  FMCall(FMCudaEventRecord(g->ev_c0[s], g->cs));
   if (ncclGroupStart() != ncclSuccess) FMRaise(MPI_COMM_SELF, FM_ERR_NCCL, "ncclGroupStart() failed");
   for (FMDistPiecesBegin_Private(&it, d, S->send, S->nsend, B, row); r == ncclSuccess && FMDistPiecesNext_Private(&it, &pc);)
-    r = ncclSend(dry ? g->ping : held(d, g, k, v, &pc, row), pc.len, ncclInt8, pc.peer, comm, g->cs);
+    r = ncclSend(dry ? g->ping : held(d, g, k, v, &pc, row), pc.len, ncclInt8, pc.peer, comm, (cudaStream_t)g->cs);
   for (FMDistPiecesBegin_Private(&it, d, S->recv, S->nrecv, B, row); r == ncclSuccess && FMDistPiecesNext_Private(&it, &pc);)
-    r = ncclRecv(recv_addr(g, s, &pc, row), pc.len, ncclInt8, pc.peer, comm, g->cs);
+    r = ncclRecv(recv_addr(g, s, &pc, row), pc.len, ncclInt8, pc.peer, comm, (cudaStream_t)g->cs);
   r2 = ncclGroupEnd();
   FMCheck(r == ncclSuccess && r2 == ncclSuccess, MPI_COMM_SELF, FM_ERR_NCCL, "NCCL send/recv of exchange step %d failed: %s", s,
           ncclGetErrorString(r != ncclSuccess ? r : r2));
-  FMCallCUDA(cudaEventRecord(g->ev_c1[s], g->cs));
+  FMCall(FMCudaEventRecord(g->ev_c1[s], g->cs));
   return FM_SUCCESS;
 }
 
@@ -144,14 +150,15 @@ FMErrorCode FMDistNCCLConnect_Private(FMPlan plan, FMDist *d, FMDistGPU *g)
       size_t len = FMDistChunkLen_Private(d, g->st[s].send[i].chunk) * row;
       mx = len > mx ? len : mx;
     }
-  ierr = cuda_code(cudaMalloc((void **)&g->ping, mx), "cudaMalloc (a send buffer for connecting NCCL)", -1);
+  ierr = FMCudaMalloc(mx, (void **)&g->ping); /* a send buffer for connecting NCCL */
   /* the receives fill the stage buffers: after the plan's stream is done with them (a forward
      of this plan may still be computing when another plan's abort brings new communicators) */
   if (!ierr) ierr = cuda_code(cudaStreamSynchronize((cudaStream_t)plan->stream), "waiting for the plan's stream before connecting NCCL", -1);
   ierr = FMAgreeCode(plan->hdr.comm, ierr);
   for (int s = 0; s < g->nsteps && !ierr; s++) ierr = FMDistExchangeNCCL_Private(plan, d, g, s, NULL, NULL, 1);
-  if (!ierr) ierr = cuda_code(cudaStreamSynchronize(g->cs), "the NCCL connection run", -1);
-  if (g->ping) cudaFree(g->ping);
+  if (!ierr) ierr = cuda_code(cudaStreamSynchronize((cudaStream_t)g->cs), "the NCCL connection run", -1);
+  if (g->ping && !ierr) ierr = FMCudaFree(g->ping);
+  else if (g->ping) (void)cudaFree(g->ping); /* after the connection's first error, ignored (it is not news) */
   g->ping = NULL;
   FMCall(FMAgreeCode(plan->hdr.comm, ierr));
   return FM_SUCCESS;
@@ -171,12 +178,13 @@ static FMErrorCode exchange_staged(FMPlan plan, FMDist *d, FMDistGPU *g, int s, 
   FMErrorCode ierr = FM_SUCCESS; /* the first failure; the step's messages are posted regardless */
   FMDistPieces it;
   FMDistPiece pc;
-  keep_cuda(&ierr, cudaEventRecord(g->ev_c0[s], g->cs), "cudaEventRecord", s);
+  keep_fm(&ierr, FMCudaEventRecord(g->ev_c0[s], g->cs));
   t[0] = FMTime();
+  /* the copies stay on the runtime (asynchronous, with the step's error discipline: keep_cuda) */
   for (FMDistPiecesBegin_Private(&it, d, S->send, S->nsend, B, row); FMDistPiecesNext_Private(&it, &pc); o += pc.len)
-    keep_cuda(&ierr, cudaMemcpyAsync(g->hsend + o, held(d, g, k, v, &pc, row), pc.len, cudaMemcpyDeviceToHost, g->cs),
+    keep_cuda(&ierr, cudaMemcpyAsync(g->hsend + o, held(d, g, k, v, &pc, row), pc.len, cudaMemcpyDeviceToHost, (cudaStream_t)g->cs),
               "cudaMemcpyAsync (device to host)", s);
-  keep_cuda(&ierr, cudaStreamSynchronize(g->cs), "cudaStreamSynchronize", s);
+  keep_cuda(&ierr, cudaStreamSynchronize((cudaStream_t)g->cs), "cudaStreamSynchronize", s);
   /* the peers wait for these messages: they are posted even after a failure above (the data
      is then not trusted: the error is returned and agreed at the end of the forward) */
   rq = (MPI_Request *)malloc(sizeof(MPI_Request) * (size_t)(nr + 1));
@@ -202,9 +210,9 @@ static FMErrorCode exchange_staged(FMPlan plan, FMDist *d, FMDistGPU *g, int s, 
   t[1] = FMTime();
   o = 0;
   for (FMDistPiecesBegin_Private(&it, d, S->recv, S->nrecv, B, row); !ierr && FMDistPiecesNext_Private(&it, &pc); o += pc.len)
-    keep_cuda(&ierr, cudaMemcpyAsync(recv_addr(g, s, &pc, row), g->hrecv + o, pc.len, cudaMemcpyHostToDevice, g->cs),
+    keep_cuda(&ierr, cudaMemcpyAsync(recv_addr(g, s, &pc, row), g->hrecv + o, pc.len, cudaMemcpyHostToDevice, (cudaStream_t)g->cs),
               "cudaMemcpyAsync (host to device)", s);
-  keep_cuda(&ierr, cudaEventRecord(g->ev_c1[s], g->cs), "cudaEventRecord", s);
+  if (!ierr) ierr = FMCudaEventRecord(g->ev_c1[s], g->cs); /* after a failure ev_c1 stays unrecorded: the data is not used */
   return ierr;
 }
 
@@ -225,7 +233,7 @@ static FMErrorCode exchange_device(FMPlan plan, FMDist *d, FMDistGPU *g, int s, 
   FMErrorCode ierr = FM_SUCCESS, cerr;
   FMDistPieces it;
   FMDistPiece pc;
-  cerr = cuda_code(cudaEventRecord(g->ev_c0[s], g->cs), "cudaEventRecord", s);
+  cerr = FMCudaEventRecord(g->ev_c0[s], g->cs);
   t[0] = FMTime();
   for (FMDistPiecesBegin_Private(&it, d, S->recv, S->nrecv, B, row); FMDistPiecesNext_Private(&it, &pc); n++) {
     int e = FMMPIIrecv_Private(recv_addr(g, s, &pc, row), pc.len, MPI_BYTE, pc.peer, piece_tag(&pc, B), comm, &rq[n]);
@@ -239,7 +247,7 @@ static FMErrorCode exchange_device(FMPlan plan, FMDist *d, FMDistGPU *g, int s, 
   }
   keep_mpi(&ierr, MPI_Waitall(n, rq, MPI_STATUSES_IGNORE), "MPI_Waitall on device buffers (CUDA-aware MPI)", s);
   t[1] = FMTime();
-  if (!cerr) cerr = cuda_code(cudaEventRecord(g->ev_c1[s], g->cs), "cudaEventRecord", s);
+  if (!cerr) cerr = FMCudaEventRecord(g->ev_c1[s], g->cs);
   if (!ierr) ierr = cerr;
   return ierr;
 }

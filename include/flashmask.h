@@ -291,9 +291,20 @@ typedef const char *FMMaskType;
 FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask);
 
 /*
+ * Limits of one mask, checked by FMMaskSetSizes, FMMaskSetBlockSize and FMMaskLoad (before
+ * anything is allocated): seqlen_q, seqlen_k and the block size at most FM_MASK_MAX_SEQLEN
+ * (2^30), and mask_heads * seqlen_k at most FM_MASK_MAX_ENTRIES (2^28 columns: each takes
+ * 16 bytes of bounds, and as much again for bounds given with FMMaskSetBounds).
+ */
+#define FM_MASK_MAX_SEQLEN (1 << 30)
+#define FM_MASK_MAX_ENTRIES (1 << 28)
+
+/*
  * FMMaskSetSizes - set the score-matrix size and the number of mask heads. Not collective.
- *   seqlen_q, seqlen_k  > 0
- *   mask_heads          1 (shared by all heads) or the number of KV heads
+ *   seqlen_q, seqlen_k  > 0 and <= FM_MASK_MAX_SEQLEN
+ *   mask_heads          1 (shared by all heads) or the number of KV heads;
+ *                       mask_heads * seqlen_k <= FM_MASK_MAX_ENTRIES
+ *   Sizes out of these ranges are FM_ERR_ARG_SIZ (nothing is allocated).
  *   Options: -fm_mask_seqlen_q, -fm_mask_seqlen_k, -fm_mask_heads
  */
 FMErrorCode FMMaskSetSizes(FMMask mask, int seqlen_q, int seqlen_k, int mask_heads);
@@ -373,8 +384,8 @@ FMErrorCode FMMaskSetSeed(FMMask mask, unsigned long seed);
 FMErrorCode FMMaskSetBounds(FMMask mask, int head, const int32_t *lts, const int32_t *lte,
                             const int32_t *uts, const int32_t *ute);
 
-/* FMMaskSetBlockSize - key/query block size of the summaries (default 128). Not collective.
- *   Option: -fm_mask_block_size */
+/* FMMaskSetBlockSize - key/query block size of the summaries (default 128; 1 to
+ *   FM_MASK_MAX_SEQLEN, else FM_ERR_ARG_OUTOFRANGE). Not collective. Option: -fm_mask_block_size */
 FMErrorCode FMMaskSetBlockSize(FMMask mask, int block);
 
 /* FMMaskSetFromOptions - read every -fm_mask_* option. Collective. */

@@ -119,17 +119,19 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
   int nkb, nqb, *cnt;
   double masked = 0, skipped = 0;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
-  FMCheck(B > 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Block size is %d; expected > 0", B);
+  /* The limits keep every index below in int (c0 + B <= 2 * FM_MASK_MAX_SEQLEN - 1 <= INT_MAX);
+     the block counts are computed in 64 bits all the same. */
+  FMCall(FMMaskCheckSizes_Private(Sq, Sk, H, B > 0 ? B : -1, "Mask"));
   normalize(m);
-  nkb = (Sk + B - 1) / B;
-  nqb = (Sq + B - 1) / B;
+  nkb = (int)(((int64_t)Sk + B - 1) / B);
+  nqb = (int)(((int64_t)Sq + B - 1) / B);
   FMFree(m->summary);
   FMCall(FMMalloc((size_t)H * nkb * FM_SUM_N, &m->summary));
   m->nblocks_k = nkb;
   for (int h = 0; h < H; h++)
     for (int kb = 0; kb < nkb; kb++) {
       int32_t *s = m->summary + ((size_t)h * nkb + kb) * FM_SUM_N;
-      int c0 = kb * B, c1 = c0 + B < Sk ? c0 + B : Sk;
+      const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
       for (int v = 0; v < 4; v++) {
         const int32_t *x = m->bnd[v] + (size_t)h * Sk;
         int32_t lo = x[c0], hi = x[c0];
@@ -148,12 +150,12 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
   FMCall(FMMalloc(nqb + 1, &cnt));
   for (int h = 0; h < H; h++)
     for (int kb = 0; kb < nkb; kb++) {
-      int c0 = kb * B, c1 = c0 + B < Sk ? c0 + B : Sk;
+      const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
       memset(cnt, 0, sizeof(int) * (size_t)(nqb + 1));
       for (int j = c0; j < c1; j++) {
         int a[3], b[3], n = column_masked(m, h, j, a, b);
         for (int k = 0; k < n; k++) {
-          int lo = (a[k] + B - 1) / B, hi = b[k] >= Sq ? nqb - 1 : b[k] / B - 1;
+          int lo = (int)(((int64_t)a[k] + B - 1) / B), hi = b[k] >= Sq ? nqb - 1 : b[k] / B - 1;
           masked += b[k] - a[k];
           if (lo <= hi) { cnt[lo]++; cnt[hi + 1]--; }
         }

@@ -106,15 +106,23 @@ typedef enum { FM_FALSE = 0, FM_TRUE = 1 } FMBool;
  * FMInitialize - initialize the library (and MPI if it is not yet initialized).
  *   Collective on MPI_COMM_WORLD.
  *   argc, argv  the program arguments (may be NULL); options "-fm_..." are read from them
- *   file        an options file (one "-option value" per line, '#' comments), or NULL
+ *   file        an options file (one "-option value" per line, lines of any length, '#'
+ *               comments), or NULL; a path that is not a text file (a directory, a file
+ *               holding NUL or other control bytes) is FM_ERR_FILE naming it
  *   help        text printed by -help before the option list, or NULL
  *   The environment variable FM_OPTIONS is also read (for codes that do not pass argv).
+ *   Options read here: -help, -fm_error_abort, -fm_error_silent, -fm_log_view, -options_left.
  */
 FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *help);
 
 /*
- * FMFinalize - print the -fm_log_view summary if asked, free the options database,
- *   and finalize MPI if FMInitialize initialized it. Collective on MPI_COMM_WORLD.
+ * FMFinalize - print the -fm_log_view summary if asked, warn about options that were set
+ *   but never read, free the options database, and finalize MPI if FMInitialize initialized
+ *   it. Collective on MPI_COMM_WORLD.
+ *   Unused options are printed on rank 0 ("WARNING! option -fm_x 1 was set but never used"):
+ *   by default those whose name holds "fm_" (the library's, with or without a prefix; a
+ *   program may parse its own arguments); with -options_left every unused option, or "There
+ *   are no unused options."; with -options_left 0 nothing.
  */
 FMErrorCode FMFinalize(void);
 

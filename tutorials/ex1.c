@@ -158,7 +158,11 @@ int main(int argc, char **argv)
 
   /* 6. Re-run on the exact CPU backend and compare. The check is not traced: its events would
         replace the plan's under the same run names in the -fm_trace file. */
-  FMCall(FMOptionsSetValue("-fm_trace", ""));
+  {
+    FMBool traced = FM_FALSE; /* only an -fm_trace that was given needs clearing (and is then read) */
+    FMCall(FMOptionsHasName("-fm_trace", &traced));
+    if (traced) FMCall(FMOptionsSetValue("-fm_trace", ""));
+  }
   FMCall(FMContextCreate(MPI_COMM_WORLD, &cpuctx));
   FMCall(FMContextSetBackend(cpuctx, FM_BACKEND_CPU));
   FMCall(FMContextSetUp(cpuctx));

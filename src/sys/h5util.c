@@ -58,6 +58,30 @@ const char *FMH5ClassName(H5T_class_t c)
   }
 }
 
+/* FMH5CheckCompound_Private - see fmh5.h. Not collective. */
+FMErrorCode FMH5CheckCompound_Private(hid_t t, const char *what, const char *path)
+{
+  size_t size = t >= 0 ? H5Tget_size(t) : 0;
+  int nm = t >= 0 ? H5Tget_nmembers(t) : -1;
+  H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+  H5Eclear2(H5E_DEFAULT);
+  FMCheck(cls == H5T_COMPOUND && size > 0 && size <= 65536 && nm >= 1 && nm <= 64, MPI_COMM_SELF, FM_ERR_HDF5,
+          "%s has element type %s of %zu bytes and %d members; expected a compound of at most 65536 bytes and 1 to 64 members (in \"%s\")", what,
+          FMH5ClassName(cls), size, nm, path);
+  for (int k = 0; k < nm; k++) {
+    hid_t mt = H5Tget_member_type(t, (unsigned)k);
+    H5T_class_t mc = mt >= 0 ? H5Tget_class(mt) : H5T_NO_CLASS;
+    size_t off = H5Tget_member_offset(t, (unsigned)k), ms = mt >= 0 ? H5Tget_size(mt) : 0;
+    int ok = (mc == H5T_INTEGER || mc == H5T_FLOAT) ? ms >= 1 && ms <= 16 : mc == H5T_STRING ? H5Tis_variable_str(mt) == 0 && ms >= 1 : 0;
+    if (mt >= 0) H5Tclose(mt);
+    H5Eclear2(H5E_DEFAULT);
+    FMCheck(ok && off <= size && ms <= size - off, MPI_COMM_SELF, FM_ERR_HDF5,
+            "%s: member %d of its compound type is %s of %zu bytes at offset %zu in an element of %zu bytes; expected an integer, float or "
+            "fixed-length string inside the element (in \"%s\")", what, k, FMH5ClassName(mc), ms, off, size, path);
+  }
+  return FM_SUCCESS;
+}
+
 /* ================================================================ attribute writers */
 /* FMH5AttrWrite - see fmh5.h. Not collective (serial HDF5). */
 FMErrorCode FMH5AttrWrite(hid_t obj, const char *name, hid_t ftype, hid_t mtype, int n, const void *val)

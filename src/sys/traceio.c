@@ -410,6 +410,12 @@ static FMErrorCode read_events(hid_t g, const char *path, FMTraceData *td)
   FMH5CheckGoto(d >= 0, FM_ERR_HDF5, "/traces/%s has no dataset events (in \"%s\")", td->run, path);
   snprintf(what, sizeof(what), "/traces/%s/events", td->run);
   FMCallGoto(dataset_count(d, what, path, FM_TRACE_MAX_EVENTS, &dims));
+  {
+    hid_t ft = H5Dget_type(d);
+    ierr = FMH5CheckCompound_Private(ft, what, path);
+    if (ft >= 0) H5Tclose(ft);
+    FMCallGoto(ierr);
+  }
   td->n = (size_t)dims;
   FMCallGoto(FMCalloc(td->n, &td->ev));
   mt = FMTraceEventType_Private(0);
@@ -456,6 +462,7 @@ static FMErrorCode read_rows(hid_t g, const char *path, FMTraceData *td)
               "%s is not a one-dimensional compound dataset (class %s, rank %d; in \"%s\")", what, FMH5ClassName(ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS),
               sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1, path);
   FMCallGoto(dataset_count(d, what, path, FM_TRACE_MAX_RANKS, &dims));
+  FMCallGoto(FMH5CheckCompound_Private(ft, what, path));
   if (dims == 0) goto cleanup;
   FMCallGoto(FMCalloc((size_t)dims, &tmp));
   for (hsize_t i = 0; i < dims; i++) tmp[i] = td->rows[0], tmp[i].rank = -1;

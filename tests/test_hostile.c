@@ -278,7 +278,7 @@ int main(int argc, char **argv)
   trace_repro("fmtrace-ranks-2d.h5", "ranks is not a one-dimensional compound dataset");
   trace_repro("fmtrace-huge-rank.h5", "FM_TRACE_MAX_RANKS");
   trace_repro("fmtrace-rank-intmax.h5", "has rank 2147483647");
-  trace_repro("trace-rows-calloc-null-fuzzed.h5", "FM_TRACE_MAX_RANKS");
+  trace_repro("trace-rows-calloc-null-fuzzed.h5", "member 8 of its compound type");
   trace_repro("trace-print-summary-timeout.h5", "FM_TRACE_MAX_RANKS");
 
   strings_and_layout(ctx);

@@ -31,7 +31,8 @@
  * its local-heap lookup inside H5Dopen2). A fault whose innermost frame outside the C library
  * lies in libhdf5 is reported as "FM_FUZZ_HDF5_CRASH K" (tests/test_fuzz.sh then resumes at
  * input K + 1 and lists it); any other fault goes to the handler installed before ours (the
- * sanitizer's, or the default: a crash).
+ * sanitizer's, or the default: a crash). Under a sanitizer the driver prints "FM_FUZZ_INPUT K"
+ * when the sanitizer ends the process, and test_fuzz.sh reads the report's innermost frame.
  */
 static volatile long cur_input = -1;
 static struct sigaction old_act[32];
@@ -73,12 +74,20 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
   raise(sig);
 }
 
+/* Under a sanitizer its report ends the process: name the input (test_fuzz.sh reads it). */
+void __sanitizer_set_death_callback(void (*cb)(void)) __attribute__((weak));
+static void on_sanitizer_death(void)
+{
+  fprintf(stderr, "FM_FUZZ_INPUT %ld\n", cur_input);
+}
+
 static void install_fault_handler(void)
 {
   static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE};
   struct sigaction sa;
   void *fr[4];
   backtrace(fr, 4); /* loads libgcc now, not in the handler */
+  if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(on_sanitizer_death);
   memset(&sa, 0, sizeof(sa));
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_NODEFER;

@@ -466,6 +466,10 @@ FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name);
  * FMMaskLoad - read /masks/<name> from an HDF5 file into a new, set-up mask of type
  *   "bounds". Collective on the context; every rank reads. A missing dataset, a wrong
  *   shape or type, or bounds out of range is an FM_ERR_HDF5 / FM_ERR_ARG_OUTOFRANGE error.
+ *   Sizes beyond the FM_MASK_MAX_* limits, and datasets that disagree with the attributes or
+ *   store fewer bytes than their shape needs, are FM_ERR_HDF5 before anything is allocated.
+ *   String attributes may be fixed- or variable-length, ASCII or UTF-8 (h5py's). Files are
+ *   data from a trusted source: HDF5 itself can crash on some corrupt files.
  */
 FMErrorCode FMMaskLoad(FMContext ctx, const char *path, const char *name, FMMask *mask);
 

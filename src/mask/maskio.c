@@ -385,8 +385,10 @@ FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name)
  *   mask  out: the new mask with the stored sizes, causal flag, block size and bound vectors
  *         (the stored builder parameters are informational and not read back)
  *   A missing attribute or dataset, a dataset of the wrong rank, shape or a non-integer type
- *   is FM_ERR_HDF5 with a message naming it, the shape found and the shape expected; bounds
- *   out of range are FM_ERR_ARG_OUTOFRANGE. Without HDF5 in the build, returns FM_ERR_SUP.
+ *   is FM_ERR_HDF5 with a message naming it, the shape found and the shape expected; so are
+ *   sizes beyond the FM_MASK_MAX_* limits and datasets storing fewer bytes than their shape,
+ *   all checked before any buffer is allocated; bounds out of range are
+ *   FM_ERR_ARG_OUTOFRANGE. Without HDF5 in the build, returns FM_ERR_SUP.
  */
 FMErrorCode FMMaskLoad(FMContext ctx, const char *path, const char *name, FMMask *mask)
 {

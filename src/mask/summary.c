@@ -1,11 +1,33 @@
 /*
- * summary.c - validation of the bound vectors, per-block summaries (min/max of each vector
- * over a block of key columns), tile classes, and the exact element density and block
- * sparsity of a mask.
+ * summary.c - the size limits of a mask, validation of the bound vectors, per-block
+ * summaries (min/max of each vector over a block of key columns), tile classes, and the
+ * exact element density and block sparsity of a mask.
  */
 #include "maskimpl.h"
 #include <stdlib.h>
 #include <string.h>
+
+/*
+ * FMMaskCheckSizes_Private - the limits of one mask (flashmask.h, FM_MASK_MAX_*), every product
+ *   in 64 bits. Not collective. what starts the messages: "Argument" (FMMaskSetSizes: names the
+ *   argument numbers) or a phrase such as "Group /masks/x of \"f.h5\": attribute" (FMMaskLoad).
+ *   block is not checked when it is 0.
+ */
+FMErrorCode FMMaskCheckSizes_Private(int seqlen_q, int seqlen_k, int mask_heads, int block, const char *what)
+{
+  const int arg = !strcmp(what, "Argument");
+  FMCheck(seqlen_q > 0 && seqlen_q <= FM_MASK_MAX_SEQLEN, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "%s %s(seqlen_q) is %d; expected 1 <= seqlen_q <= %d",
+          what, arg ? "2 " : "", seqlen_q, FM_MASK_MAX_SEQLEN);
+  FMCheck(seqlen_k > 0 && seqlen_k <= FM_MASK_MAX_SEQLEN, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "%s %s(seqlen_k) is %d; expected 1 <= seqlen_k <= %d",
+          what, arg ? "3 " : "", seqlen_k, FM_MASK_MAX_SEQLEN);
+  FMCheck(mask_heads > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "%s %s(mask_heads) is %d; expected >= 1", what, arg ? "4 " : "", mask_heads);
+  FMCheck((int64_t)mask_heads * seqlen_k <= FM_MASK_MAX_ENTRIES, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
+          "%s %s(mask_heads) %d times seqlen_k %d is %lld bound columns; expected at most FM_MASK_MAX_ENTRIES = %d per mask", what,
+          arg ? "4 " : "", mask_heads, seqlen_k, (long long)mask_heads * seqlen_k, FM_MASK_MAX_ENTRIES);
+  FMCheck(block == 0 || (block >= 1 && block <= FM_MASK_MAX_SEQLEN), MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "%s (block) is %d; expected 1 <= block <= %d", what, block, FM_MASK_MAX_SEQLEN);
+  return FM_SUCCESS;
+}
 
 /*
  * FMClassifyTile - class of the query tile [m0, m1) against key block kb, from one head's

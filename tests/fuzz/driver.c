@@ -15,7 +15,7 @@
  *   before K (to resume after a fault inside HDF5, below).
  *   A crash is the failure (with -fsanitize=address,undefined a report aborts the run). In
  *   plain builds the driver also fails when the heap in use (mallinfo2) grows by more than
- *   64 MiB between the end of the seeds and the end of the run: a leak per input.
+ *   16 MiB between the end of the seeds and the end of the run: a leak per input.
  * Exit: 0 all inputs ran, 99 bad usage or unreadable seeds.
  */
 #define _GNU_SOURCE 1 /* dladdr */
@@ -263,11 +263,12 @@ int main(int argc, char **argv)
   }
   FMFuzzQuiesce();
   cur_input = -1;
-  if (only < 0 && base && heap_in_use() > base + ((size_t)64 << 20)) {
+  if (only < 0 && base && heap_in_use() > base + ((size_t)16 << 20)) {
     fprintf(stderr, "%s: the heap grew from %zu to %zu bytes over %ld inputs: a leak\n", fm_fuzz_target, base, heap_in_use(), n);
     return 1;
   }
-  printf("%s: %d seeds and %ld mutated inputs (seed %llu) ran\n", fm_fuzz_target, start ? 0 : nseeds, only >= 0 ? 1 : n - start, seed);
+  printf("%s: %d seeds and %ld mutated inputs (seed %llu) ran; heap in use %+lld bytes over them\n", fm_fuzz_target, start ? 0 : nseeds,
+         only >= 0 ? 1 : n - start, seed, (long long)heap_in_use() - (long long)base);
   for (int i = 0; i < nseeds; i++) {
     free(seeds[i].p);
     free(seeds[i].ints);

@@ -17,7 +17,8 @@
 #include <string.h>
 
 const char *fm_fuzz_target = "options";
-static char path[512];
+static char path[512], envbuf[1 << 17];
+static int env_set;
 
 static void finish(void)
 {
@@ -84,8 +85,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (fm_fuzz_write(path, (const uint8_t *)copy, cut[0])) fm_fuzz_fail("cannot write \"%s\"", path);
   part[1] = cut[0] < size ? buf + cut[0] + 1 : NULL;
   part[2] = cut[1] < size ? buf + cut[1] + 1 : NULL;
-  if (part[1]) setenv("FM_OPTIONS", part[1], 1);
-  else unsetenv("FM_OPTIONS");
+  /* FM_OPTIONS through one static buffer: setenv would keep every old value (the driver's leak check) */
+  snprintf(envbuf, sizeof(envbuf), "FM_OPTIONS=%s", part[1] ? part[1] : "");
+  if (!env_set) putenv(envbuf), env_set = 1;
   argvbuf[0] = (char *)"fuzz_options";
   if (part[2])
     for (char *t = strtok_r(part[2], " \t\r\n", &save); t && ac < 64; t = strtok_r(NULL, " \t\r\n", &save)) argvbuf[ac++] = t;

@@ -126,7 +126,8 @@ FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *
  */
 FMErrorCode FMFinalize(void);
 
-/* FMInitialized - whether FMInitialize has been called (and FMFinalize not yet). */
+/* FMInitialized - whether FMInitialize has been called (and FMFinalize not yet). Not collective.
+ *   flag  out: FM_TRUE or FM_FALSE */
 FMErrorCode FMInitialized(FMBool *flag);
 
 /*
@@ -153,6 +154,8 @@ FMErrorCode FMOptionsGetIntArray(const char *name, const char *help, int *value,
 
 /*
  * FMOptionsHasName - whether an option (e.g. "-help") is present. Not collective.
+ *   name  full option name including the leading '-'
+ *   set   out: whether the option was given
  */
 FMErrorCode FMOptionsHasName(const char *name, FMBool *set);
 
@@ -182,10 +185,11 @@ const char *FMGetVersion(void);
 typedef enum { FM_BACKEND_AUTO = 0, FM_BACKEND_CPU = 1, FM_BACKEND_CUDA = 2 } FMBackend;
 typedef enum { FM_DTYPE_BF16 = 0, FM_DTYPE_FP16 = 1, FM_DTYPE_FP32 = 2 } FMDType;
 
-/* FMBackendName / FMDTypeName - names as used by the options ("cpu", "bf16", ...). */
+/* FMBackendName / FMDTypeName - names as used by the options ("cpu", "bf16", ...) of backend b
+ *   and dtype t. Not collective. */
 const char *FMBackendName(FMBackend b);
 const char *FMDTypeName(FMDType t);
-/* FMDTypeSize - bytes per element (2, 2, 4). */
+/* FMDTypeSize - bytes per element of dtype t (2, 2, 4). Not collective. */
 size_t FMDTypeSize(FMDType t);
 
 /*
@@ -218,7 +222,8 @@ FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx);
 
 /*
  * FMContextSetBackend - choose the compute backend. Not collective (call identically).
- *   FM_BACKEND_AUTO picks CUDA when a usable GPU is present, otherwise CPU.
+ *   ctx      the context
+ *   backend  FM_BACKEND_AUTO picks CUDA when a usable GPU is present, otherwise CPU.
  *   Option: -fm_backend auto|cpu|cuda
  */
 FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend);
@@ -226,10 +231,13 @@ FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend);
 /*
  * FMContextSetNumThreads - CPU backend threads per rank (default: OpenMP's default).
  *   Not collective. Option: -fm_num_threads
+ *   ctx       the context
+ *   nthreads  >= 0; 0 means OpenMP's default
  */
 FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads);
 
-/* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_context_view. Collective. */
+/* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_context_view into ctx.
+ *   Collective. */
 FMErrorCode FMContextSetFromOptions(FMContext ctx);
 /*
  * FMContextSetOptionsPrefix - set the prefix that FMContextSetFromOptions puts after the dash of
@@ -248,20 +256,23 @@ FMErrorCode FMContextGetOptionsPrefix(FMContext ctx, const char **prefix);
  *   with PCI bus ids), split node-local ranks (MPI_Comm_split_type), choose a GPU near
  *   this rank's cores when CUDA is present, and resolve the backend. Collective; an
  *   error on any rank is returned on every rank.
+ *   ctx  the context
  */
 FMErrorCode FMContextSetUp(FMContext ctx);
 
 /*
- * FMContextView - print the context (every rank's topology and device) to fp.
+ * FMContextView - print the context ctx (every rank's topology and device) to fp.
  *   Collective; rank 0 prints. fp NULL means stdout.
  */
 FMErrorCode FMContextView(FMContext ctx, FILE *fp);
 
-/* FMContextGetComm - the context's (duplicated) communicator. Not collective. */
+/* FMContextGetComm - comm out: the context ctx's (duplicated) communicator; the context owns
+ *   it (do not free it). Not collective. */
 FMErrorCode FMContextGetComm(FMContext ctx, MPI_Comm *comm);
-/* FMContextGetBackend - the resolved backend (after SetUp). Not collective. */
+/* FMContextGetBackend - backend out: the resolved backend of ctx (after SetUp). Not collective. */
 FMErrorCode FMContextGetBackend(FMContext ctx, FMBackend *backend);
-/* FMContextGetDevice - the CUDA device chosen for this rank, -1 if none. Not collective. */
+/* FMContextGetDevice - device out: the CUDA device ctx chose for this rank, -1 if none.
+ *   Not collective. */
 FMErrorCode FMContextGetDevice(FMContext ctx, int *device);
 
 /* FMContextDestroy - drop a reference; frees at zero and sets *ctx = NULL. Collective. */
@@ -317,9 +328,10 @@ FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask);
  */
 FMErrorCode FMMaskSetSizes(FMMask mask, int seqlen_q, int seqlen_k, int mask_heads);
 
-/* FMMaskSetType - choose a builder (FMMASK* names). Not collective. Option: -fm_mask_type */
+/* FMMaskSetType - choose the builder of mask: type is one of the FMMASK* names. Not collective.
+ *   Option: -fm_mask_type */
 FMErrorCode FMMaskSetType(FMMask mask, FMMaskType type);
-/* FMMaskGetType - the type name. Not collective. */
+/* FMMaskGetType - type out: the type name of mask (borrowed). Not collective. */
 FMErrorCode FMMaskGetType(FMMask mask, FMMaskType *type);
 
 /*
@@ -334,11 +346,16 @@ FMErrorCode FMMaskTypeList(int *n, const char *const **names);
 /*
  * FMMaskSetCausal - for type "bounds": add the causal triangle (bottom-right aligned)
  *   on top of the bounds. Not collective. Option: -fm_mask_causal
+ *   mask    the mask
+ *   causal  FM_TRUE to add the triangle
  */
 FMErrorCode FMMaskSetCausal(FMMask mask, FMBool causal);
 
 /*
  * FMMaskSetDocuments - document lengths (they must sum to seqlen_k). Not collective.
+ *   mask     the mask
+ *   ndocs    number of documents (0 restores the default)
+ *   lengths  ndocs lengths, each >= 1 (copied)
  *   Used by causal_document, document, share_question, causal_blockwise,
  *   prefix_lm_document. Option: -fm_mask_docs 2538,1742,3213
  *   If no documents are set, SetUp draws them as in the FlashMask paper from the seed.
@@ -346,19 +363,24 @@ FMErrorCode FMMaskSetCausal(FMMask mask, FMBool causal);
 FMErrorCode FMMaskSetDocuments(FMMask mask, int ndocs, const int lengths[]);
 
 /*
- * FMMaskSetWindow - sliding-window sizes in tokens (>= 0). Not collective.
+ * FMMaskSetWindow - sliding-window sizes in tokens. Not collective.
+ *   mask         the mask
+ *   left, right  tokens before and after the diagonal (>= 0)
  *   Options: -fm_mask_window_left, -fm_mask_window_right (default seqlen/16)
  */
 FMErrorCode FMMaskSetWindow(FMMask mask, int left, int right);
 
-/* FMMaskSetGlobalTokens - number of global tokens (global_sliding_window; default 16).
- *   Option: -fm_mask_global_tokens */
+/* FMMaskSetGlobalTokens - nglobal (>= 0), the number of global tokens of mask
+ *   (global_sliding_window; default 16). Not collective. Option: -fm_mask_global_tokens */
 FMErrorCode FMMaskSetGlobalTokens(FMMask mask, int nglobal);
 
 /*
  * FMMaskSetPrefixLengths - prefix length of each document (prefix_lm_document;
  *   default: the first half of each document) or, with ndocs = 1, the prefix of
  *   prefix_lm_causal (default seqlen/2). Not collective. Option: -fm_mask_prefix
+ *   mask    the mask
+ *   ndocs   number of prefix lengths (0 restores the default)
+ *   prefix  ndocs lengths, each >= 0 (copied)
  */
 FMErrorCode FMMaskSetPrefixLengths(FMMask mask, int ndocs, const int prefix[]);
 
@@ -366,6 +388,9 @@ FMErrorCode FMMaskSetPrefixLengths(FMMask mask, int ndocs, const int prefix[]);
  * FMMaskSetShareQuestion - for share_question: per document, the number of segments
  *   (1 question + answers) and their lengths, concatenated. nseg[d] >= 2 and the
  *   lengths of document d sum to its length. Not collective.
+ *   mask    the mask
+ *   ndocs   number of documents (0 restores the default)
+ *   nseg    ndocs segment counts; seglen  their segment lengths, concatenated (copied)
  *   Option: -fm_mask_segments q0,a0,a1,...  (with -fm_mask_nsegments 3,4,...)
  *   Default: each document is split into a question and 2..6 answers from the seed.
  */
@@ -373,12 +398,15 @@ FMErrorCode FMMaskSetShareQuestion(FMMask mask, int ndocs, const int nseg[], con
 
 /*
  * FMMaskSetQKSparseSpans - masked key spans [start, start+len) for qk_sparse. Not collective.
+ *   mask        the mask
+ *   nspans      number of spans (0 restores the default)
+ *   start, len  nspans starts (>= 0) and lengths (copied)
  *   Option: -fm_mask_spans start0,len0,start1,len1,...  Default: drawn from the seed.
  */
 FMErrorCode FMMaskSetQKSparseSpans(FMMask mask, int nspans, const int start[], const int len[]);
 
-/* FMMaskSetSeed - seed for every random default (documents, evictions, spans). Default 42.
- *   Option: -fm_mask_seed */
+/* FMMaskSetSeed - seed of mask for every random default (documents, evictions, spans).
+ *   Default 42. Not collective. Option: -fm_mask_seed */
 FMErrorCode FMMaskSetSeed(FMMask mask, unsigned long seed);
 
 /*
@@ -392,11 +420,12 @@ FMErrorCode FMMaskSetSeed(FMMask mask, unsigned long seed);
 FMErrorCode FMMaskSetBounds(FMMask mask, int head, const int32_t *lts, const int32_t *lte,
                             const int32_t *uts, const int32_t *ute);
 
-/* FMMaskSetBlockSize - key/query block size of the summaries (default 128; 1 to
- *   FM_MASK_MAX_SEQLEN, else FM_ERR_ARG_OUTOFRANGE). Not collective. Option: -fm_mask_block_size */
+/* FMMaskSetBlockSize - block (1 to FM_MASK_MAX_SEQLEN, else FM_ERR_ARG_OUTOFRANGE), the
+ *   key/query block size of the summaries of mask (default 128). Not collective.
+ *   Option: -fm_mask_block_size */
 FMErrorCode FMMaskSetBlockSize(FMMask mask, int block);
 
-/* FMMaskSetFromOptions - read every -fm_mask_* option. Collective. */
+/* FMMaskSetFromOptions - read every -fm_mask_* option into mask. Collective. */
 FMErrorCode FMMaskSetFromOptions(FMMask mask);
 /*
  * FMMaskSetOptionsPrefix - set the prefix that FMMaskSetFromOptions puts after the dash of
@@ -417,11 +446,13 @@ FMErrorCode FMMaskGetOptionsPrefix(FMMask mask, const char **prefix);
  *   (sizes, type, causal flag, block size or bounds) all get FM_ERR_MISMATCH. Call it on every
  *   rank even when only some ranks changed their mask since the last SetUp: those rebuild, and
  *   every rank checks the result. Nothing is rebuilt when no rank changed its mask.
+ *   mask  the mask
  */
 FMErrorCode FMMaskSetUp(FMMask mask);
 
 /*
  * FMMaskGetSizes - sizes set on the mask. Not collective. Any output may be NULL.
+ *   seqlen_q, seqlen_k, mask_heads  out: as given to FMMaskSetSizes
  */
 FMErrorCode FMMaskGetSizes(FMMask mask, int *seqlen_q, int *seqlen_k, int *mask_heads);
 
@@ -429,6 +460,7 @@ FMErrorCode FMMaskGetSizes(FMMask mask, int *seqlen_q, int *seqlen_k, int *mask_
  * FMMaskGetBounds - borrowed pointers to one head's bound vectors (after SetUp).
  *   Not collective. Every pointer is always valid after SetUp: absent vectors are
  *   returned in their default form (lts = lte = seqlen_q, uts = ute = 0).
+ *   mask, head  the mask and the mask head (0 <= head < mask_heads)
  *   present  out (may be NULL): FM_BOUND_* bits of the vectors that are meaningful
  *   causal   out (may be NULL): whether the causal triangle is added
  *   Any of lts, lte, uts, ute may be NULL when that vector is not wanted.
@@ -439,32 +471,33 @@ FMErrorCode FMMaskGetBounds(FMMask mask, int head, const int32_t **lts, const in
 /*
  * FMMaskIsMasked - whether query row i may NOT attend key j for a mask head (after SetUp).
  *   Not collective. Exact, O(1); meant for tests and tools.
+ *   masked  out: FM_TRUE when the entry is masked
  */
 FMErrorCode FMMaskIsMasked(FMMask mask, int head, int i, int j, FMBool *masked);
 
 /*
- * FMMaskGetDensity - after SetUp. Not collective.
+ * FMMaskGetDensity - the density of mask, after SetUp. Not collective.
  *   element_density  out (may be NULL): fraction of (i, j, head) entries NOT masked
  *   block_sparsity   out (may be NULL): fraction of block x block tiles fully masked
  */
 FMErrorCode FMMaskGetDensity(FMMask mask, double *element_density, double *block_sparsity);
 
 /*
- * FMMaskView - print the type, sizes, parameters, density and a coarse picture. Collective;
- *   rank 0 prints. fp NULL means stdout. Option: -fm_mask_view
+ * FMMaskView - print the type, sizes, parameters, density and a coarse picture of mask to fp.
+ *   Collective; rank 0 prints. fp NULL means stdout. Option: -fm_mask_view
  */
 FMErrorCode FMMaskView(FMMask mask, FILE *fp);
 
 /*
- * FMMaskSave - write the mask to an HDF5 file as /masks/<name> (created or appended).
+ * FMMaskSave - write the mask to the HDF5 file path as /masks/<name> (created or appended).
  *   Collective; rank 0 writes. When rank 0 fails, it returns its code and the other ranks
  *   FM_ERR_COLLECTIVE with rank 0's message. Needs HDF5 (FM_ERR_SUP otherwise).
  */
 FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name);
 
 /*
- * FMMaskLoad - read /masks/<name> from an HDF5 file into a new, set-up mask of type
- *   "bounds". Collective on the context; every rank reads. A missing dataset, a wrong
+ * FMMaskLoad - read /masks/<name> from the HDF5 file path into a new, set-up mask of type
+ *   "bounds" on the context ctx. Collective on ctx; every rank reads. A missing dataset, a wrong
  *   shape or type, or bounds out of range is an FM_ERR_HDF5 / FM_ERR_ARG_OUTOFRANGE error.
  *   Sizes beyond the FM_MASK_MAX_* limits, and datasets that disagree with the attributes or
  *   store fewer bytes than their shape needs, are FM_ERR_HDF5 before anything is allocated.
@@ -481,14 +514,39 @@ FMErrorCode FMMaskDestroy(FMMask *mask);
 /* ------------------------------------------------------------------------ */
 typedef struct _p_FMPlan *FMPlan;
 
-/* FMPlanCreate - create a plan on the context. Collective. */
+/* FMPlanCreate - create a plan on the context ctx. Collective. plan out: the new plan. */
 FMErrorCode FMPlanCreate(FMContext ctx, FMPlan *plan);
+
+/*
+ * Plan types (FMPlanSetType), as PETSc's VECSTANDARD chooses seq or mpi by size:
+ *   FMPLANLOCAL  one rank holds every query row and key (CPU or CUDA backend); on several
+ *                ranks it is refused with FM_ERR_ARG_INCOMP
+ *   FMPLANCP     context parallel: query chunks spread over the ranks, K/V moved by a pruned
+ *                gather or a ring (MPI, or NCCL on the CUDA backend); runs on one rank too
+ * Default: FMPLANLOCAL on one rank, FMPLANCP on several.
+ */
+typedef const char *FMPlanType;
+#define FMPLANLOCAL "local"
+#define FMPLANCP    "cp"
+
+/*
+ * FMPlanSetType - choose how the plan runs. Not collective (give every rank the same type;
+ *   FMPlanSetUp checks that they agree). Changing the type drops the previous type's settings
+ *   (FMPlanSetPartition and the like) and needs a new FMPlanSetUp.
+ *   plan  the plan
+ *   type  FMPLANLOCAL or FMPLANCP; "local" on a communicator of several ranks is FM_ERR_ARG_INCOMP
+ *   Option: -fm_plan_type local|cp
+ * FMPlanGetType - the type (borrowed); NULL before a type is set or defaulted (FMPlanSetFromOptions,
+ *   FMPlanSetUp). Not collective.
+ */
+FMErrorCode FMPlanSetType(FMPlan plan, FMPlanType type);
+FMErrorCode FMPlanGetType(FMPlan plan, FMPlanType *type);
 
 /* FMPlanSetMask - set the mask (the plan takes a reference). Not collective. */
 FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask);
 
 /*
- * FMPlanSetShape - problem shape. Not collective.
+ * FMPlanSetShape - the problem shape of plan. Not collective.
  *   batch >= 1; heads_q a multiple of heads_kv; head_dim a multiple of 8 (on the CUDA backend at
  *   most 256: 64 and 128 run the Hopper kernel, other sizes a slower fallback kernel)
  *   dtype  element type of Q, K, V, O, dO, dQ, dK, dV
@@ -496,16 +554,24 @@ FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask);
  */
 FMErrorCode FMPlanSetShape(FMPlan plan, int batch, int heads_q, int heads_kv, int head_dim, FMDType dtype);
 
-/* FMPlanGetShape - the shape as set (after options). Not collective. Any output may be NULL. */
+/* FMPlanGetShape - the shape of plan as set (after options). Not collective. Any output may be
+ *   NULL: batch, heads_q, heads_kv, head_dim, dtype as in FMPlanSetShape. */
 FMErrorCode FMPlanGetShape(FMPlan plan, int *batch, int *heads_q, int *heads_kv, int *head_dim, FMDType *dtype);
 
-/* FMPlanSetScale - softmax scale (default 1/sqrt(head_dim)). Not collective. Option: -fm_plan_scale */
+/* FMPlanSetScale - the softmax scale of plan, finite and > 0 (default 1/sqrt(head_dim)).
+ *   Not collective. Option: -fm_plan_scale */
 FMErrorCode FMPlanSetScale(FMPlan plan, double scale);
 
-/* FMPlanSetStream - CUDA stream (cudaStream_t) to run on; NULL = default stream. Not collective. */
+/* FMPlanSetStream - cuda_stream: the CUDA stream (cudaStream_t) plan runs on; NULL = default
+ *   stream. Not collective. */
 FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream);
 
-/* FMPlanSetFromOptions - read every -fm_plan_* option. Collective. */
+/*
+ * FMPlanSetFromOptions - read every -fm_plan_* option: the shape, -fm_plan_type (which sets the
+ *   default type if none was set), then the type's own options. Collective; an error on any rank
+ *   is returned on every rank.
+ *   plan  the plan
+ */
 FMErrorCode FMPlanSetFromOptions(FMPlan plan);
 /*
  * FMPlanSetOptionsPrefix - set the prefix that FMPlanSetFromOptions puts after the dash of
@@ -520,13 +586,76 @@ FMErrorCode FMPlanSetOptionsPrefix(FMPlan plan, const char *prefix);
 FMErrorCode FMPlanGetOptionsPrefix(FMPlan plan, const char **prefix);
 
 /*
- * FMPlanSetUp - check the mask against the shape (mask heads 1 or heads_kv), decide which
- *   query rows this rank owns, and prepare the backend. Collective.
+ * Context-parallel settings. Each setter mirrors an option that FMPlanSetFromOptions reads
+ * (under the plan's prefix) and overrides; call the setters first. They apply to a "cp" plan
+ * (FMPLANCP) and take effect at the next FMPlanSetUp; on a "local" plan they are accepted and
+ * have no effect, and the getters return the defaults. A plan without a type gets the default
+ * one (FMPlanSetType) at the first setter or getter. Not collective: every rank must give the
+ * same settings (FMPlanSetUp checks). Strings are copied; a bad value is FM_ERR_ARG_OUTOFRANGE
+ * naming the choices.
+ *
+ * FMPlanSetPartition - how query chunks are given to ranks: "contiguous", "dual_chunk" or
+ *   "balanced" (default: the balancer, on the predicted tile work). Option: -fm_plan_partition
+ * FMPlanGetPartition - the partition (a borrowed string).
+ * FMPlanSetChunk - query rows per chunk, rows >= 0 (0, the default: about seqlen_q / (4 P),
+ *   rounded to the mask block). Option: -fm_plan_chunk.  FMPlanGetChunk - the value set.
+ * FMPlanSetPartialCost - the balancer's cost of a partially masked tile, in full tiles, in
+ *   (0, 64] (default 1). Option: -fm_plan_partial_cost.  FMPlanGetPartialCost - the value.
+ * FMPlanSetRowCost - the balancer's fixed cost of every query tile, in full tiles, in [0, 1e6]
+ *   (default 0). Option: -fm_plan_row_cost.  FMPlanGetRowCost - the value.
+ * FMPlanSetRoute - the K/V gather's route: "flat" (owner to rank) or "hierarchical" (default:
+ *   once across nodes, then relayed inside). Option: -fm_plan_route.  FMPlanGetRoute - the route.
+ * FMPlanSetVirtualNodes - route over nodes >= 0 virtual nodes of consecutive ranks (0, the
+ *   default: the real topology; at most the number of ranks, checked at SetUp). Option: -fm_plan_nodes
+ * FMPlanSetSchedule - "gather" (default: the pruned, routed gather) or "ring" (every K/V block
+ *   visits every rank, nothing pruned). Option: -fm_plan_schedule.  FMPlanGetSchedule - the schedule.
+ * FMPlanSetPrune - prune FM_TRUE (default): never move K/V chunks no local query sees. Option: -fm_plan_prune
+ * FMPlanSetOverlap - overlap FM_TRUE (default): compute on arrived chunks while others are in flight.
+ *   Option: -fm_plan_overlap
+ * FMPlanSetTransport - the CUDA backend's K/V transport: "nccl" (a GPU per rank), "mpi" (staged
+ *   through pinned host memory, or device buffers: FMPlanSetGPUAwareMPI) or "auto" (default: nccl
+ *   when built with NCCL and no two ranks share a GPU). Option: -fm_plan_transport
+ * FMPlanSetGPUAwareMPI - with the mpi transport, hand device buffers to MPI: "1" (the MPI is
+ *   CUDA-aware), "0" (stage) or "auto" (default: MPIX_Query_cuda_support() on every rank).
+ *   Option: -fm_gpu_aware_mpi
+ * FMPlanSetStepChunks - the CUDA backend's exchange steps carry at most chunks >= 0 K/V chunks
+ *   per peer (0, the default: one step per peer and hop). Option: -fm_plan_step_chunks
+ * FMPlanSetTrace - record every rank's events of each forward and backward in the HDF5 file
+ *   path (NULL or "": no trace, the default) and, when view is FM_TRUE, print the summary.
+ *   Options: -fm_trace path, -fm_trace_view
+ */
+FMErrorCode FMPlanSetPartition(FMPlan plan, const char *partition);
+FMErrorCode FMPlanGetPartition(FMPlan plan, const char **partition);
+FMErrorCode FMPlanSetChunk(FMPlan plan, int rows);
+FMErrorCode FMPlanGetChunk(FMPlan plan, int *rows);
+FMErrorCode FMPlanSetPartialCost(FMPlan plan, double cost);
+FMErrorCode FMPlanGetPartialCost(FMPlan plan, double *cost);
+FMErrorCode FMPlanSetRowCost(FMPlan plan, double cost);
+FMErrorCode FMPlanGetRowCost(FMPlan plan, double *cost);
+FMErrorCode FMPlanSetRoute(FMPlan plan, const char *route);
+FMErrorCode FMPlanGetRoute(FMPlan plan, const char **route);
+FMErrorCode FMPlanSetVirtualNodes(FMPlan plan, int nodes);
+FMErrorCode FMPlanSetSchedule(FMPlan plan, const char *schedule);
+FMErrorCode FMPlanGetSchedule(FMPlan plan, const char **schedule);
+FMErrorCode FMPlanSetPrune(FMPlan plan, FMBool prune);
+FMErrorCode FMPlanSetOverlap(FMPlan plan, FMBool overlap);
+FMErrorCode FMPlanSetTransport(FMPlan plan, const char *transport);
+FMErrorCode FMPlanSetGPUAwareMPI(FMPlan plan, const char *aware);
+FMErrorCode FMPlanSetStepChunks(FMPlan plan, int chunks);
+FMErrorCode FMPlanSetTrace(FMPlan plan, const char *path, FMBool view);
+
+/*
+ * FMPlanSetUp - check the mask against the shape (mask heads 1 or heads_kv), set the default
+ *   type if none was set (FMPlanSetType), decide which query rows and keys this rank owns, and
+ *   prepare the backend. Collective; every rank must give the same type, and what a type does
+ *   not support is refused here on every rank count alike (FM_ERR_SUP: fp32 on the CUDA
+ *   backend, which computes bf16 and fp16). Errors on any rank are returned on every rank.
+ *   plan  the plan
  */
 FMErrorCode FMPlanSetUp(FMPlan plan);
 
 /*
- * FMPlanGetLocalRows - the query rows this rank owns. Not collective.
+ * FMPlanGetLocalRows - the query rows this rank owns in plan (after SetUp). Not collective.
  *   nlocal       out: number of local rows
  *   global_rows  out (may be NULL): borrowed array of nlocal global row indices; the
  *                local tensors hold these rows in this order
@@ -558,20 +687,21 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  *   dq, dk, dv        out: same layouts as q, k, v (dtype); on several ranks dk, dv hold the
  *                     complete gradients of this rank's key positions (partials from the
  *                     ranks that gathered them are reduced back here)
- *   On the CUDA backend (device memory) there is no backward kernel yet: the tensors are
- *   staged through host memory and the exact CPU backward runs (distributed over MPI when the
- *   plan spans several ranks); correct but slow, and synchronous.
+ *   On the CUDA backend (device memory), a "local" plan runs the GPU backward (the Hopper kernel
+ *   for head_dim 64 and 128 on sm_90, a SIMT kernel otherwise) asynchronously on the plan's
+ *   stream, like the forward. A "cp" plan still stages the tensors through host memory and
+ *   runs the exact distributed CPU backward: correct but slow, and synchronous.
  */
 FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void *v, const void *o,
                            const float *lse, const void *dout, void *dq, void *dk, void *dv);
 
 /*
- * FMPlanGetLocalKeys - the key positions whose K and V this rank holds (context parallelism).
+ * FMPlanGetLocalKeys - the key positions of plan whose K and V this rank holds (context parallelism).
  *   Not collective. On several ranks, FMPlanForward/Backward take k, v (and return dk, dv)
  *   for these positions only, in this order: [batch][nkeys][heads_kv][head_dim]. The key
  *   axis is cut into as many chunks as the query axis (kchunk = ceil(seqlen_k * chunk /
  *   seqlen_q) columns each, equal to the query chunk when seqlen_q = seqlen_k) and key chunk
- *   c lives with query chunk c. On one rank these are all seqlen_k positions.
+ *   c lives with query chunk c. A "local" plan holds all seqlen_k positions, in order.
  *   nkeys        out: number of local key positions
  *   global_keys  out (may be NULL): borrowed array of nkeys global key indices
  */
@@ -608,10 +738,12 @@ FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *
  */
 FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *local, void *global);
 
-/* FMPlanGetFlops - forward FLOPs under the FlashMask convention 4*B*H*Sq*Sk*d*(1-rho). */
+/* FMPlanGetFlops - fwd_flops out: the forward FLOPs of plan under the FlashMask convention
+ *   4*B*H*Sq*Sk*d*(1-rho), after SetUp. Not collective. */
 FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops);
 
-/* FMPlanView - print the plan. Collective; rank 0 prints. Option: -fm_plan_view */
+/* FMPlanView - print the plan (its type first) to fp (NULL means stdout). Collective; rank 0
+ *   prints. Option: -fm_plan_view */
 FMErrorCode FMPlanView(FMPlan plan, FILE *fp);
 
 /* FMPlanDestroy - drop a reference; frees at zero and sets *plan = NULL. Collective. */

@@ -3,7 +3,7 @@
  * FMToFloat/FMFromFloat) against a float64 dense reference on fresh random inputs:
  * all 12 mask types, user bounds with per-head masks, GQA, S_q != S_k both ways, head dims
  * 64/72/128/256, lengths that are not multiples of the block, several summary block sizes,
- * fully masked rows, three dtypes, every kernel vector width (FM_CPU_VECTOR_WIDTH); key ranges
+ * fully masked rows, three dtypes, every kernel vector width (-fm_cpu_vector_width); key ranges
  * split into pieces and merged; query-row subsets.
  * Usage: test_cpu_attn [-quick]
  */
@@ -145,6 +145,21 @@ static void make_problem(FMMask mask, const Case *cs, FMAttnProblem *p)
   p->k0 = 0; p->nk = cs->Sk;
   FMT_CALL(FMMaskGetDesc_Private(mask, &p->mask));
   p->nthreads = 0;
+  p->opts = mask->ctx->kopts; /* as FMPlanGetProblem_Private does */
+}
+
+/* A CPU context whose kernel options come from the options database with name = value set
+   (FMContextSetFromOptions); the option is reset to value0 afterwards. */
+static FMContext options_context(const char *name, const char *value, const char *value0)
+{
+  FMContext c;
+  FMT_CALL(FMOptionsSetValue(name, value));
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &c));
+  FMT_CALL(FMContextSetBackend(c, FM_BACKEND_CPU));
+  FMT_CALL(FMContextSetFromOptions(c));
+  FMT_CALL(FMContextSetUp(c));
+  FMT_CALL(FMOptionsSetValue(name, value0));
+  return c;
 }
 
 /* ------------------------------------------------------------------ checks */
@@ -592,27 +607,30 @@ int main(int argc, char **argv)
     for (int w = 0; w < 2; w++) {
       char name[3][80];
       Case cw[3];
-      setenv("FM_CPU_VECTOR_WIDTH", widths[w], 1);
+      FMContext wctx = options_context("-fm_cpu_vector_width", widths[w], "0");
+      FMT_CHECK(wctx->kopts.cpu_vector_width == atoi(widths[w]), "-fm_cpu_vector_width %s read as %d", widths[w],
+                wctx->kopts.cpu_vector_width);
       for (int c = 0; c < 3; c++) {
         cw[c] = wc[c];
         snprintf(name[c], sizeof(name[c]), "%s, width %s", wc[c].name, widths[w]);
         cw[c].name = name[c];
-        run_case(ctx, &cw[c], &seed);
+        run_case(wctx, &cw[c], &seed);
       }
-      unsetenv("FM_CPU_VECTOR_WIDTH");
+      FMT_CALL(FMContextDestroy(&wctx));
     }
   }
 
-  /* one (batch, kv head) slice per staging group (FM_CPU_STAGE_BYTES tiny): B = 2, heads_kv = 2 */
+  /* one (batch, kv head) slice per staging group (-fm_cpu_stage_bytes tiny): B = 2, heads_kv = 2 */
   {
     const Case sc[] = {
       {"bounds runs causal, 1 slice/group", FMMASKBOUNDS, UB_RUNS, 1, 200, 333, 2, 2, 4, 2, 64, F16, 64, 2.0},
       {"causal_document, 1 slice/group", FMMASKCAUSALDOCUMENT, UB_NONE, 0, 256, 256, 1, 2, 6, 3, 72, F32, 0, 2.0},
     };
-    setenv("FM_CPU_STAGE_BYTES", "1", 1);
-    run_case(ctx, &sc[0], &seed);
-    run_case(ctx, &sc[1], &seed);
-    unsetenv("FM_CPU_STAGE_BYTES");
+    FMContext sctx = options_context("-fm_cpu_stage_bytes", "1", "0");
+    FMT_CHECK(sctx->kopts.cpu_stage_bytes == 1, "-fm_cpu_stage_bytes 1 read as %zu", sctx->kopts.cpu_stage_bytes);
+    run_case(sctx, &sc[0], &seed);
+    run_case(sctx, &sc[1], &seed);
+    FMT_CALL(FMContextDestroy(&sctx));
   }
 
   /* key ranges split into pieces (cuts not aligned to the 128-column tiles or the blocks) */

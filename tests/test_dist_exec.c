@@ -9,7 +9,9 @@
  * > 0 in FMPlanScatter/FMPlanGather fails on every rank (NULL is fine where the count is 0). The ring schedule baseline (-fm_plan_schedule ring) gives the
  * same results; its bytes are (P-1) x the K/V of all ranks in all, each rank receiving every
  * block but its own, per link level as FMDistRingBytes predicts; on document masks the pruned
- * gather moves strictly fewer bytes than the ring. Run on 1, 2, 3 and 4 ranks.
+ * gather moves strictly fewer bytes than the ring. Every case is a "cp" plan set through the
+ * setters (FMPlanSetPartition, ...), on one rank too; on several ranks -fm_plan_type local is
+ * refused on every rank. Run on 1, 2, 3 and 4 ranks.
  */
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
 #include <flashmask/private/fmdist.h>
@@ -95,17 +97,18 @@ static FMErrorCode make_mask(FMContext ctx, const Case *c, unsigned long mseed, 
   return FM_SUCCESS;
 }
 
-static void set_opts(const Case *c)
+/* The case's context-parallel settings through the setters, then the options (-fm_trace from FM_OPTIONS). */
+static void set_opts(FMPlan plan, const Case *c)
 {
-  char buf[32];
-  FMOptionsSetValue("-fm_plan_partition", c->part);
-  FMOptionsSetValue("-fm_plan_route", c->route);
-  FMOptionsSetValue("-fm_plan_chunk", c->chunk);
-  FMOptionsSetValue("-fm_plan_prune", c->prune ? "1" : "0");
-  FMOptionsSetValue("-fm_plan_overlap", c->overlap ? "1" : "0");
-  snprintf(buf, sizeof(buf), "%d", c->vnodes);
-  FMOptionsSetValue("-fm_plan_nodes", buf);
-  FMOptionsSetValue("-fm_plan_schedule", c->sched ? c->sched : "gather");
+  FMT_CALL(FMPlanSetType(plan, FMPLANCP)); /* the context-parallel executor on every rank count, 1 included */
+  FMT_CALL(FMPlanSetPartition(plan, c->part));
+  FMT_CALL(FMPlanSetRoute(plan, c->route));
+  FMT_CALL(FMPlanSetChunk(plan, atoi(c->chunk)));
+  FMT_CALL(FMPlanSetPrune(plan, c->prune ? FM_TRUE : FM_FALSE));
+  FMT_CALL(FMPlanSetOverlap(plan, c->overlap ? FM_TRUE : FM_FALSE));
+  FMT_CALL(FMPlanSetVirtualNodes(plan, c->vnodes));
+  FMT_CALL(FMPlanSetSchedule(plan, c->sched ? c->sched : "gather"));
+  FMT_CALL(FMPlanSetFromOptions(plan));
 }
 
 /*
@@ -167,9 +170,9 @@ static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, doubl
 
   fill(fq, nQ, &s); fill(fk, nK, &s); fill(fv, nK, &s); fill(fdo, nQ, &s);
   to_t(gq, c->dtype, fq, nQ); to_t(gk, c->dtype, fk, nK); to_t(gv, c->dtype, fv, nK); to_t(gdo, c->dtype, fdo, nQ);
-  set_opts(c);
   FMT_CALL(make_mask(ctx, c, 42, &mask));
   FMT_CALL(FMPlanCreate(ctx, &plan));
+  set_opts(plan, c);
   FMT_CALL(FMPlanSetMask(plan, mask));
   FMT_CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dtype));
   FMT_CALL(FMPlanSetUp(plan));
@@ -310,7 +313,7 @@ static void test_ring(FMContext ctx, int *ndoc)
 
 /*
  * One rank sets up a different plan (the mask itself is checked by FMMaskSetUp): a different
- * -fm_plan_partition option, or a different softmax scale. FMPlanSetUp must fail with
+ * partition (FMPlanSetPartition), or a different softmax scale. FMPlanSetUp must fail with
  * FM_ERR_MISMATCH on every rank, never hang.
  */
 static void test_mismatch(FMContext ctx)
@@ -322,9 +325,9 @@ static void test_mismatch(FMContext ctx)
     FMErrorCode e;
     int ok, all;
     if (variant == 0 && rank == size - 1) c.part = "contiguous";
-    set_opts(&c);
     FMT_CALL(make_mask(ctx, &c, 42, &mask));
     FMT_CALL(FMPlanCreate(ctx, &plan));
+    set_opts(plan, &c);
     FMT_CALL(FMPlanSetMask(plan, mask));
     FMT_CALL(FMPlanSetShape(plan, c.B, c.Hq, c.Hkv, c.D, c.dtype));
     if (variant == 1) FMT_CALL(FMPlanSetScale(plan, rank == size - 1 ? 0.5 : 0.25));
@@ -372,9 +375,9 @@ static void test_move_errors(FMContext ctx)
     FMMask mask;
     FMPlan plan;
     FMErrorCode e;
-    set_opts(c);
     FMT_CALL(make_mask(ctx, c, 7, &mask));
     FMT_CALL(FMPlanCreate(ctx, &plan));
+    set_opts(plan, c);
     FMT_CALL(FMPlanSetMask(plan, mask));
     FMT_CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dtype));
     FMT_CALL(FMPlanSetUp(plan));
@@ -413,6 +416,35 @@ static void test_move_errors(FMContext ctx)
     FMT_CALL(FMMaskDestroy(&mask));
     free(gq); free(back); free(lq); free(ref);
   }
+}
+
+/*
+ * Plan types on several ranks: -fm_plan_type local (under a prefix) is refused with
+ * FM_ERR_ARG_INCOMP at FMPlanSetFromOptions on every rank; the default type is cp.
+ */
+static void test_types(FMContext ctx)
+{
+  FMPlan plan;
+  FMPlanType t = NULL;
+  FMErrorCode e;
+  int ok, all;
+  FMT_CALL(FMOptionsSetValue("-loc_fm_plan_type", "local"));
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetOptionsPrefix(plan, "loc_"));
+  FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
+  e = FMPlanSetFromOptions(plan);
+  FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+  ok = e == FM_ERR_ARG_INCOMP && fmt_msg_has("one rank only");
+  FMT_CHECK(ok, "rank %d: -loc_fm_plan_type local on %d ranks gave %s (\"%s\"), expected FM_ERR_ARG_INCOMP", rank, size, FMErrorString(e),
+            FMGetLastErrorMessage());
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  FMT_CHECK(all, "-fm_plan_type local on %d ranks was not refused on every rank", size);
+  FMT_CALL(FMPlanGetType(plan, &t));
+  FMT_CHECK(t == NULL, "the refused option left type %s", t);
+  FMT_CALL(FMPlanSetPartition(plan, "contiguous")); /* a setter on a plan without a type: the default */
+  FMT_CALL(FMPlanGetType(plan, &t));
+  FMT_CHECK(t && !strcmp(t, FMPLANCP), "the default type on %d ranks is %s, expected cp", size, t ? t : "(null)");
+  FMT_CALL(FMPlanDestroy(&plan));
 }
 
 int main(int argc, char **argv)
@@ -462,6 +494,7 @@ int main(int argc, char **argv)
   if (size > 1) {
     FMT_CHECK(ndoc > 0, "no pruned document case was compared with the all-gather");
     test_mismatch(ctx);
+    test_types(ctx);
     test_move_errors(ctx);
     test_ring(ctx, &ndoc);
     if (size >= 3) FMT_CHECK(relayed_total > 0, "no hierarchical case on %d ranks relayed a chunk inside a virtual node", size);

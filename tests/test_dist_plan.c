@@ -1,6 +1,6 @@
 /*
  * test_dist_plan.c - unit and property tests of the context-parallel planner's pure
- * algorithms (src/plan/dist): chunking, the balancer against a brute-force optimum and
+ * algorithms (src/plan/cp): chunking, the balancer against a brute-force optimum and
  * against dual-chunk, localization against the dense mask, the needed set against a dense
  * scan, and the routes (each needed chunk delivered exactly once; on multi-node virtual
  * topologies a remote chunk crosses into a node once).

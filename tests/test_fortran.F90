@@ -9,6 +9,8 @@
 ! * error returns: bad sizes, bad type name, GQA mismatch, forward before set-up;
 ! * contexts from an integer communicator and (with mpi_f08) from a type(MPI_Comm);
 ! * options from FM_OPTIONS (the .sh sets -fm_fortran_check 17 on one run) and set/get;
+! * options prefixes of the three objects, the plan type and the context-parallel setters
+!   and getters (a prefixed option over a setter);
 ! * fm_plan_scatter / fm_plan_gather against the local slices and the reference;
 ! * fm_mask_save / fm_mask_load round trip (skipped when the build has no HDF5).
 ! Usage: test_fortran [FILE.h5]. Exit 0 pass, 1 fail, 99 hard error.
@@ -309,6 +311,72 @@ program test_fortran
   expect = 1
   call fm_options_get_real('-fm_fortran_real', expect, masked, ierr)
   call check(ierr == 0 .and. masked .and. expect == 2.5d0, 'fm_options_set_value / fm_options_get_real round trip failed')
+
+  ! ------------------------------------------------------------ options prefixes, the plan type, cp settings
+  call fm_context_set_options_prefix(ctx, 'fctx_', ierr)
+  call fm_context_get_options_prefix(ctx, tname, ierr)
+  call check(ierr == 0 .and. tname == 'fctx_', 'fm_context_get_options_prefix gave "'//trim(tname)//'", expected fctx_')
+  call fm_context_set_options_prefix(ctx, '', ierr)
+  call fm_context_get_options_prefix(ctx, tname, ierr)
+  call check(ierr == 0 .and. len_trim(tname) == 0, 'a blank prefix did not clear the context prefix: "'//trim(tname)//'"')
+  call fm_mask_set_options_prefix(mask2, 'fmask_', ierr)
+  call fm_mask_get_options_prefix(mask2, tname, ierr)
+  call check(ierr == 0 .and. tname == 'fmask_', 'fm_mask_get_options_prefix gave "'//trim(tname)//'", expected fmask_')
+  call fm_plan_create(ctx, plan2, ierr)
+  call fm_plan_set_mask(plan2, mask, ierr)
+  call fm_plan_set_shape(plan2, B, HQ, HKV, D, FM_DTYPE_FP32, ierr)
+  call fm_plan_set_options_prefix(plan2, 'fplan_', ierr)
+  call fm_plan_get_options_prefix(plan2, tname, ierr)
+  call check(ierr == 0 .and. tname == 'fplan_', 'fm_plan_get_options_prefix gave "'//trim(tname)//'", expected fplan_')
+  call fm_options_set_value('-fplan_fm_plan_chunk', '32', ierr)
+  call fm_options_set_value('-fplan_fm_plan_route', 'flat', ierr)
+  call fm_plan_set_type(plan2, FMPLANCP, ierr)
+  call check(ierr == 0, 'fm_plan_set_type(FMPLANCP) failed')
+  call fm_plan_set_partition(plan2, 'contiguous', ierr)
+  call fm_plan_set_schedule(plan2, 'ring', ierr)
+  call fm_plan_set_prune(plan2, .false., ierr)
+  call fm_plan_set_overlap(plan2, .true., ierr)
+  call fm_plan_set_transport(plan2, 'mpi', ierr)
+  call fm_plan_set_gpu_aware_mpi(plan2, '0', ierr)
+  call fm_plan_set_step_chunks(plan2, 2, ierr)
+  call fm_plan_set_virtual_nodes(plan2, nranks, ierr)
+  call fm_plan_set_partial_cost(plan2, 1.5d0, ierr)
+  call fm_plan_set_row_cost(plan2, 0.25d0, ierr)
+  call fm_plan_set_trace(plan2, '', .false., ierr)
+  call fm_plan_set_chunk(plan2, 64, ierr) ! -fplan_fm_plan_chunk 32 overrides it
+  call check(ierr == 0, 'a context-parallel setter failed')
+  call fm_plan_set_from_options(plan2, ierr)
+  call check(ierr == 0, 'fm_plan_set_from_options with prefix fplan_ failed')
+  call fm_plan_get_type(plan2, tname, ierr)
+  call check(tname == FMPLANCP, 'fm_plan_get_type gave "'//trim(tname)//'", expected cp')
+  call fm_plan_get_partition(plan2, tname, ierr)
+  call check(tname == 'contiguous', 'fm_plan_get_partition gave "'//trim(tname)//'", expected contiguous')
+  call fm_plan_get_route(plan2, tname, ierr)
+  call check(tname == 'flat', 'fm_plan_get_route gave "'//trim(tname)//'", expected flat (-fplan_fm_plan_route)')
+  call fm_plan_get_schedule(plan2, tname, ierr)
+  call check(tname == 'ring', 'fm_plan_get_schedule gave "'//trim(tname)//'", expected ring')
+  call fm_plan_get_chunk(plan2, i, ierr)
+  call check(i == 32, 'fm_plan_get_chunk is not 32 (-fplan_fm_plan_chunk over fm_plan_set_chunk 64)')
+  call fm_plan_get_partial_cost(plan2, expect, ierr)
+  call check(expect == 1.5d0, 'fm_plan_get_partial_cost is not 1.5')
+  call fm_plan_get_row_cost(plan2, expect, ierr)
+  call check(expect == 0.25d0, 'fm_plan_get_row_cost is not 0.25')
+  call fm_plan_set_up(plan2, ierr)
+  call check(ierr == 0, 'fm_plan_set_up of the cp plan with its settings failed')
+  call fm_plan_get_local_rows(plan2, nlocal, rows, ierr)
+  call check(ierr == 0 .and. nlocal > 0, 'the cp plan owns no rows')
+  call fm_push_error_handler(FM_ERROR_HANDLER_SILENT, ierr)
+  call fm_plan_set_partition(plan2, 'zigzag', ierr)
+  call check(ierr == FM_ERR_ARG_OUTOFRANGE, 'fm_plan_set_partition("zigzag") did not return FM_ERR_ARG_OUTOFRANGE')
+  call fm_plan_set_type(plan2, FMPLANLOCAL, ierr)
+  if (nranks > 1) then
+    call check(ierr == FM_ERR_ARG_INCOMP, 'fm_plan_set_type(FMPLANLOCAL) on several ranks did not return FM_ERR_ARG_INCOMP')
+  else
+    call check(ierr == 0, 'fm_plan_set_type(FMPLANLOCAL) on one rank failed')
+  end if
+  call fm_push_error_handler(FM_ERROR_HANDLER_TRACEBACK, ierr)
+  call fm_plan_destroy(plan2, ierr)
+  call fm_mask_set_options_prefix(mask2, '', ierr)
 
   ! ------------------------------------------------------------ HDF5 round trip
   if (command_argument_count() >= 1) then

@@ -325,7 +325,7 @@ static void verdict(const Case *c, const char *cfg, const Stats *st)
   fflush(stdout);
 }
 
-/* set_config - the -fm_plan_* options of configuration f with chunk (read at FMPlanSetUp). */
+/* set_config - the -fm_plan_* options of configuration f with chunk (read by FMPlanSetFromOptions in world_plan). */
 static void set_config(const Config *f, const char *chunk)
 {
   char buf[16];
@@ -348,6 +348,7 @@ static FMPlan world_plan(FMContext world, FMMask mask, const Case *c, const Conf
   CALL(FMPlanCreate(world, &plan));
   CALL(FMPlanSetMask(plan, mask));
   CALL(FMPlanSetShape(plan, c->B, c->Hq, c->Hkv, c->D, c->dt));
+  CALL(FMPlanSetFromOptions(plan));
   CALL(FMPlanSetUp(plan));
   CALL(FMPlanGetLocalRows(plan, nl, rows));
   CALL(FMPlanGetLocalKeys(plan, nk, keys));

@@ -1,10 +1,13 @@
 /*
  * test_gpu_fwd - the CUDA forward (FMCudaForward: Hopper kernel and SIMT fallback) against a
  * float64 reference computed here, on fresh random inputs with O and LSE poisoned (NaN) before
- * each run. Covers the 12 benchmark masks, random per-head user bounds with fully masked rows,
- * GQA 4:1 and 2:1, S_q != S_k (bottom-right causal), odd lengths (1000, 4099), head dims
- * 64/128/256, bf16 and fp16. Rows are sampled for the reference on long sequences; O and LSE
- * are checked for NaN everywhere.
+ * each run. Covers the 12 benchmark masks (the library's builders, per-head ones for
+ * random_eviction), random per-head user bounds (type "bounds") with fully masked rows, GQA 4:1
+ * and 2:1, S_q != S_k (bottom-right causal), odd lengths (1000, 4099), head dims 64/128/256,
+ * bf16 and fp16, and the SIMT fallback forced through -fm_cuda_fallback on shapes the Hopper
+ * kernel covers. The reference masks each element from the bounds FMMaskGetBounds returns, by
+ * the format's definition. Rows are sampled for the reference on long sequences; O and LSE are
+ * checked for NaN everywhere.
  * Pass: ||O - ref|| / ||ref|| <= 2e-2 (bf16) / 5e-3 (fp16); |LSE - ref| <= 1e-2 + 1e-3 |ref|;
  * LSE = -inf and O = 0 exactly on rows with no visible key. Exit 77 when no GPU.
  * Usage: test_gpu_fwd [-quick] [-case N]
@@ -17,12 +20,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fmtest.h"
-#include "gpu_masks.h"
 
 #if !FM_HAVE_CUDA
 FMT_SKIP_MAIN("built without CUDA")
 #else
 extern int FMCudaLastPath_Private;
+
+/* The 12 benchmark masks (in the order of the FlashMask paper), then user bounds. */
+enum {
+  M_FULL = 0, M_CAUSAL, M_SLIDING_WINDOW, M_CAUSAL_DOCUMENT, M_DOCUMENT, M_SHARE_QUESTION, M_GLOBAL_SLIDING_WINDOW,
+  M_CAUSAL_BLOCKWISE, M_PREFIX_LM_DOCUMENT, M_PREFIX_LM_CAUSAL, M_QK_SPARSE, M_RANDOM_EVICTION, M_USER_RANDOM, M_N
+};
+static const FMMaskType mtypes[M_USER_RANDOM] = {
+  FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT, FMMASKSHAREQUESTION,
+  FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE,
+  FMMASKRANDOMEVICTION};
+static const char *mname(int t) { return t == M_USER_RANDOM ? "user_random" : mtypes[t]; }
 
 typedef struct {
   int mask, B, Sq, Sk, Hq, Hkv, mh, D;
@@ -31,14 +44,60 @@ typedef struct {
 } Case;
 
 static double uni(uint64_t *s) { return ((double)(fmt_next(s) >> 11) / 9007199254740992.0) * 2.0 - 1.0; }
+static int uint_in(uint64_t *s, int lo, int hi) { return lo + (int)(fmt_next(s) % (uint64_t)(hi - lo + 1)); } /* [lo, hi] */
+static int32_t clip(long x, int Sq) { return (int32_t)(x < 0 ? 0 : x > Sq ? Sq : x); }
 
-static int run_case(const Case *c, uint64_t seed, int verbose)
+/*
+ * The mask of a case, set up: a builder type with the case's seed, or type "bounds" with random
+ * intervals per column and head plus a band of rows masked in every column (so some rows see
+ * no key), and some columns without a lower interval.
+ */
+static FMMask build_mask(FMContext ctx, const Case *c, uint64_t seed)
+{
+  FMMask m;
+  FMT_CALL(FMMaskCreate(ctx, &m));
+  FMT_CALL(FMMaskSetSizes(m, c->Sq, c->Sk, c->mh));
+  if (c->mask == M_USER_RANDOM) {
+    const int Sq = c->Sq, Sk = c->Sk;
+    int32_t *a = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)Sk), *b = a + Sk, *u = b + Sk, *e = u + Sk;
+    FMT_CALL(FMMaskSetType(m, FMMASKBOUNDS));
+    for (int h = 0; h < c->mh; h++) {
+      uint64_t hs = seed * 7919u + 31 * (uint64_t)(h + 1);
+      const int r0 = Sq / 3 + h, r1 = r0 + 5 + h;
+      for (int j = 0; j < Sk; j++) {
+        const int x = uint_in(&hs, 0, Sq), y = uint_in(&hs, 0, Sq);
+        a[j] = x < y ? x : y;
+        b[j] = x < y ? y : x;
+        if (fmt_next(&hs) % 4 == 0) b[j] = a[j]; /* no lower interval in this column */
+        u[j] = clip(r0, Sq);
+        e[j] = clip(r1, Sq);
+      }
+      FMT_CALL(FMMaskSetBounds(m, h, a, b, u, e));
+    }
+    free(a);
+  } else {
+    FMT_CALL(FMMaskSetType(m, mtypes[c->mask]));
+    FMT_CALL(FMMaskSetSeed(m, (unsigned long)seed));
+  }
+  FMT_CALL(FMMaskSetUp(m));
+  return m;
+}
+
+/* Whether row i may not attend key j (the format's definition) from one head's bound vectors. */
+static int masked(const int32_t *const bv[4], int causal, int Sq, int Sk, int i, int j)
+{
+  return (bv[0][j] <= i && i < bv[1][j]) || (bv[2][j] <= i && i < bv[3][j]) || (causal && j > i + (Sk - Sq));
+}
+
+static int run_case(FMContext ctx, FMContext fctx, const Case *c, uint64_t seed, int verbose)
 {
   const int B = c->B, Sq = c->Sq, Sk = c->Sk, Hq = c->Hq, Hkv = c->Hkv, D = c->D, mh = c->mh;
   const size_t nq = (size_t)B * Sq * Hq * D, nk = (size_t)B * Sk * Hkv * D, nl = (size_t)B * Hq * Sq;
   const size_t es = FMDTypeSize(c->dt);
   const float scale = 1.0f / sqrtf((float)D);
-  int32_t *bnd[4];
+  const int32_t *(*hb)[4] = malloc(sizeof(*hb) * (size_t)mh); /* [mask head][lts, lte, uts, ute] */
+  FMMask mask;
+  FMBool causal_b = FM_FALSE;
   void *hq_, *hk, *hv, *ho, *dq, *dk, *dv, *dout, *dmask = NULL;
   float *hl, *dl;
   uint64_t s = seed;
@@ -48,8 +107,9 @@ static int run_case(const Case *c, uint64_t seed, int verbose)
   double num = 0, den = 0, lse_err = 0;
   int nan_o = 0, nan_l = 0, bad_masked = 0, rows_checked = 0;
 
-  for (int v = 0; v < 4; v++) bnd[v] = (int32_t *)malloc(sizeof(int32_t) * (size_t)mh * Sk);
-  causal = gm_build(c->mask, Sq, Sk, mh, seed, bnd[0], bnd[1], bnd[2], bnd[3]);
+  mask = build_mask(ctx, c, seed);
+  for (int h = 0; h < mh; h++) FMT_CALL(FMMaskGetBounds(mask, h, &hb[h][0], &hb[h][1], &hb[h][2], &hb[h][3], NULL, &causal_b));
+  causal = causal_b == FM_TRUE;
   hq_ = malloc(nq * es);
   hk = malloc(nk * es);
   hv = malloc(nk * es);
@@ -72,16 +132,7 @@ static int run_case(const Case *c, uint64_t seed, int verbose)
   FMT_CALL(FMCudaMemcpyH2D(dout, ho, nq * es, NULL));
   FMT_CALL(FMCudaMemcpyH2D(dl, hl, nl * sizeof(float), NULL));
 
-  memset(&md, 0, sizeof(md));
-  md.seqlen_q = Sq;
-  md.seqlen_k = Sk;
-  md.mask_heads = mh;
-  md.causal = causal;
-  md.present = 15;
-  for (int v = 0; v < 4; v++) md.bnd[v] = bnd[v];
-  md.block = 128;
-  md.nblocks_k = (Sk + 127) / 128;
-  md.summary = NULL;
+  FMT_CALL(FMMaskGetDesc_Private(mask, &md));
   FMT_CALL(FMCudaMaskUpload(&md, &dmask));
   memset(&p, 0, sizeof(p));
   p.batch = B;
@@ -95,8 +146,7 @@ static int run_case(const Case *c, uint64_t seed, int verbose)
   p.k0 = 0;
   p.nk = Sk;
   p.mask = md;
-  if (c->force_fallback) setenv("FM_CUDA_FORCE_FALLBACK", "1", 1);
-  else unsetenv("FM_CUDA_FORCE_FALLBACK");
+  p.opts = (c->force_fallback ? fctx : ctx)->kopts; /* as FMPlanGetProblem_Private; fctx has -fm_cuda_fallback */
   FMT_CALL(FMCudaForward(&p, dmask, dq, dk, dv, dout, dl, NULL));
   path = FMCudaLastPath_Private;
   FMT_CALL(FMCudaMemcpyD2H(ho, dout, nq * es, NULL));
@@ -120,10 +170,10 @@ static int run_case(const Case *c, uint64_t seed, int verbose)
           else if (r < 4) i = r;
           else if (r < 8) i = Sq - 1 - (r - 4);
           else if (r < 12) i = ((r - 8) * 128 + 127) < Sq ? (r - 8) * 128 + 127 : Sq / 2;
-          else i = gm_int(&rs, 0, Sq - 1);
+          else i = uint_in(&rs, 0, Sq - 1);
           double mx = -INFINITY, l = 0;
           for (int j = 0; j < Sk; j++) {
-            if (gm_masked(bnd[0], bnd[1], bnd[2], bnd[3], causal, Sq, Sk, hm, i, j)) {
+            if (masked(hb[hm], causal, Sq, Sk, i, j)) {
               srow[j] = -INFINITY;
               continue;
             }
@@ -166,13 +216,15 @@ static int run_case(const Case *c, uint64_t seed, int verbose)
   }
   {
     const double rel = den > 0 ? sqrt(num / den) : 0, tol = c->dt == FM_DTYPE_BF16 ? 2e-2 : 5e-3;
-    const int ok = nan_o == 0 && nan_l == 0 && bad_masked == 0 && rel <= tol && lse_err <= 1.0 && !isnan(rel);
+    /* and a forced fallback must have run the fallback */
+    const int ok = nan_o == 0 && nan_l == 0 && bad_masked == 0 && rel <= tol && lse_err <= 1.0 && !isnan(rel) &&
+                   !(c->force_fallback && path != 0);
     if (!ok || verbose)
       printf("%-4s %-22s B=%d Sq=%-5d Sk=%-5d Hq=%d Hkv=%d mh=%d D=%-3d %s path=%-8s rel=%.2e lse/tol=%.2f nanO=%d nanL=%d "
              "badmasked=%d rows=%d\n",
-             ok ? "ok" : "FAIL", gm_names[c->mask], B, Sq, Sk, Hq, Hkv, mh, D, FMDTypeName(c->dt),
+             ok ? "ok" : "FAIL", mname(c->mask), B, Sq, Sk, Hq, Hkv, mh, D, FMDTypeName(c->dt),
              path == 1 ? "sm90" : "fallback", rel, lse_err, nan_o, nan_l, bad_masked, rows_checked);
-    FMT_CHECK(ok, "case %s D=%d %s failed", gm_names[c->mask], D, FMDTypeName(c->dt));
+    FMT_CHECK(ok, "case %s D=%d %s failed", mname(c->mask), D, FMDTypeName(c->dt));
     fails = !ok;
   }
   FMT_CALL(FMCudaMaskFree(dmask));
@@ -186,7 +238,8 @@ static int run_case(const Case *c, uint64_t seed, int verbose)
   free(hv);
   free(ho);
   free(hl);
-  for (int v = 0; v < 4; v++) free(bnd[v]);
+  free(hb);
+  FMT_CALL(FMMaskDestroy(&mask));
   return fails;
 }
 
@@ -195,6 +248,7 @@ int main(int argc, char **argv)
   int ndev = 0, ncase = 0, only = -1, quick = 0;
   Case cs[64];
   uint64_t seed = (uint64_t)time(NULL);
+  FMContext ctx, fctx;
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_fwd: CUDA forward against a float64 reference"));
   for (int a = 1; a < argc; a++) {
     if (!strcmp(argv[a], "-case") && a + 1 < argc) only = atoi(argv[++a]);
@@ -214,6 +268,18 @@ int main(int argc, char **argv)
     printf("device 0: %s (sm %d), forward path: %s, seed %llu\n", name, sm, FMCudaForwardPathName(sm),
            (unsigned long long)seed);
   }
+  /* ctx: the masks and the default kernel options; fctx: -fm_cuda_fallback read from the database */
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CPU));
+  FMT_CALL(FMContextSetUp(ctx));
+  FMT_CALL(FMOptionsSetValue("-fm_cuda_fallback", "1"));
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &fctx));
+  FMT_CALL(FMContextSetBackend(fctx, FM_BACKEND_CPU));
+  FMT_CALL(FMContextSetFromOptions(fctx));
+  FMT_CALL(FMContextSetUp(fctx));
+  FMT_CALL(FMOptionsSetValue("-fm_cuda_fallback", "0"));
+  FMT_CHECK(fctx->kopts.cuda_fallback == 1 && ctx->kopts.cuda_fallback == 0, "-fm_cuda_fallback read as %d (default %d)",
+            fctx->kopts.cuda_fallback, ctx->kopts.cuda_fallback);
   /* the 12 masks: odd lengths, GQA 2:1 and 4:1, d = 64/128, bf16/fp16 */
   for (int t = 0; t < 12; t++) {
     Case c = {t, 2, 1000, 1000, 4, 2, 1, 128, FM_DTYPE_BF16, 0};
@@ -221,36 +287,38 @@ int main(int argc, char **argv)
     if (t % 3 == 0) c.D = 64;
     if (t % 2 == 1) c.dt = FM_DTYPE_FP16;
     if (t % 5 == 2) c.Hkv = 1; /* GQA 4:1 */
-    if (t == GM_RANDOM_EVICTION) c.mh = c.Hkv;
+    if (t == M_RANDOM_EVICTION) c.mh = c.Hkv;
     cs[ncase++] = c;
   }
   /* user bounds, per-head masks, GQA 4:1, fully masked rows */
-  { Case c = {GM_USER_RANDOM, 2, 1000, 1000, 8, 2, 2, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
-  { Case c = {GM_USER_RANDOM, 1, 777, 1333, 8, 2, 2, 64, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+  { Case c = {M_USER_RANDOM, 2, 1000, 1000, 8, 2, 2, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {M_USER_RANDOM, 1, 777, 1333, 8, 2, 2, 64, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
   /* S_q != S_k, bottom-right causal (Sq > Sk leaves leading rows with no visible key) */
-  { Case c = {GM_CAUSAL, 1, 700, 1500, 4, 4, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
-  { Case c = {GM_CAUSAL, 1, 1500, 700, 4, 1, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
-  { Case c = {GM_CAUSAL_DOCUMENT, 2, 513, 1000, 4, 2, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL, 1, 700, 1500, 4, 4, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL, 1, 1500, 700, 4, 1, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL_DOCUMENT, 2, 513, 1000, 4, 2, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   /* d = 256 (fallback path) */
-  { Case c = {GM_CAUSAL_DOCUMENT, 1, 1000, 1000, 2, 1, 1, 256, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
-  { Case c = {GM_DOCUMENT, 1, 1000, 1000, 2, 2, 1, 256, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL_DOCUMENT, 1, 1000, 1000, 2, 1, 1, 256, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {M_DOCUMENT, 1, 1000, 1000, 2, 2, 1, 256, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
   /* tiny and edge sizes */
-  { Case c = {GM_CAUSAL, 1, 1, 1, 1, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
-  { Case c = {GM_FULL, 3, 130, 70, 2, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
-  { Case c = {GM_SHARE_QUESTION, 1, 256, 256, 2, 2, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL, 1, 1, 1, 1, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {M_FULL, 3, 130, 70, 2, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {M_SHARE_QUESTION, 1, 256, 256, 2, 2, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
   /* the fallback on shapes the Hopper kernel also covers */
-  { Case c = {GM_CAUSAL_DOCUMENT, 1, 1000, 1000, 4, 1, 1, 128, FM_DTYPE_BF16, 1}; cs[ncase++] = c; }
-  { Case c = {GM_USER_RANDOM, 1, 1000, 1000, 4, 2, 2, 64, FM_DTYPE_FP16, 1}; cs[ncase++] = c; }
-  { Case c = {GM_CAUSAL, 1, 1500, 700, 2, 1, 1, 128, FM_DTYPE_BF16, 1}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL_DOCUMENT, 1, 1000, 1000, 4, 1, 1, 128, FM_DTYPE_BF16, 1}; cs[ncase++] = c; }
+  { Case c = {M_USER_RANDOM, 1, 1000, 1000, 4, 2, 2, 64, FM_DTYPE_FP16, 1}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL, 1, 1500, 700, 2, 1, 1, 128, FM_DTYPE_BF16, 1}; cs[ncase++] = c; }
 
   int fails = 0, run = 0;
   for (int i = 0; i < ncase; i++) {
     if (only >= 0 && i != only) continue;
     if (quick && cs[i].Sq > 1100) continue;
-    fails += run_case(&cs[i], seed + 17 * (uint64_t)i, 1);
+    fails += run_case(ctx, fctx, &cs[i], seed + 17 * (uint64_t)i, 1);
     run++;
   }
   printf("test_gpu_fwd: %d of %d cases failed\n", fails, run);
+  FMT_CALL(FMContextDestroy(&fctx));
+  FMT_CALL(FMContextDestroy(&ctx));
   FMFinalize();
   return fmt_failures ? 1 : 0;
 }

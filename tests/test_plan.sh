@@ -1,4 +1,6 @@
 #!/bin/sh
-# FMPlan on one rank: errors, call order, and numerics against float64.
+# FMPlan on one and two ranks: types, errors, call order, settings and prefixes, and numerics
+# against float64.
 . "$srcdir/tests/common.sh"
-fm_run 1 ./tests/test_plan
+fm_run 1 ./tests/test_plan || exit $?
+fm_run 2 ./tests/test_plan

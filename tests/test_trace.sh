@@ -12,6 +12,9 @@ PY="${PYTHON3:-}"
 [ -z "$PY" ] && command -v python3 >/dev/null 2>&1 && PY=python3
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
+# every file this test writes goes to a temporary directory, not the build tree
+dir=$(mktemp -d "${TMPDIR:-/tmp}/fm_test_trace.XXXXXX") || exit 99
+trap 'rm -rf "$dir"' EXIT
 
 # check_json FILE.json KEY=VALUE...: fmtrace's JSON (its structured output) against the closed
 # forms of tests/test_trace.c, key=value pairs: nranks, overlap, imbalance, exposed_max,
@@ -67,7 +70,7 @@ EOF
 
 for np in 1 2 3; do
   echo "== $np rank(s)"
-  f=trace_np$np.h5
+  f=$dir/trace_np$np.h5
   rm -f "$f" "$f.serial.h5"
   fm_run $np ./tests/test_trace -o "$f" || { echo "FAIL: test_trace on $np ranks"; exit 1; }
   for file in "$f" "$f.serial.h5"; do

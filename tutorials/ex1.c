@@ -156,20 +156,33 @@ int main(int argc, char **argv)
   MPI_Allreduce(MPI_IN_PLACE, &tf, 1, MPI_DOUBLE, MPI_MAX, comm);
   MPI_Allreduce(MPI_IN_PLACE, &tb, 1, MPI_DOUBLE, MPI_MAX, comm);
 
-  /* 6. Re-run on the exact CPU backend and compare. The check is not traced: its events would
-        replace the plan's under the same run names in the -fm_trace file. */
-  {
-    FMBool traced = FM_FALSE; /* only an -fm_trace that was given needs clearing (and is then read) */
-    FMCall(FMOptionsHasName("-fm_trace", &traced));
-    if (traced) FMCall(FMOptionsSetValue("-fm_trace", ""));
-  }
+  /* 6. Re-run on the exact CPU backend and compare. The check plan reads its own options
+        (prefix check_: -check_fm_plan_*), so -fm_trace traces the plan under test only; it takes
+        the plan's layout settings, so that both own the same rows and keys. */
   FMCall(FMContextCreate(MPI_COMM_WORLD, &cpuctx));
   FMCall(FMContextSetBackend(cpuctx, FM_BACKEND_CPU));
   FMCall(FMContextSetUp(cpuctx));
   FMCall(FMPlanCreate(cpuctx, &cpuplan));
   FMCall(FMPlanSetMask(cpuplan, mask));
   FMCall(FMPlanSetShape(cpuplan, batch, hq, hkv, dim, dtype));
-  FMCall(FMPlanSetFromOptions(cpuplan)); /* the same -fm_plan_* options as the plan under test */
+  {
+    FMPlanType type;
+    const char *part;
+    int chunk;
+    double pcost, rcost;
+    FMCall(FMPlanGetType(plan, &type));
+    FMCall(FMPlanGetPartition(plan, &part));
+    FMCall(FMPlanGetChunk(plan, &chunk));
+    FMCall(FMPlanGetPartialCost(plan, &pcost));
+    FMCall(FMPlanGetRowCost(plan, &rcost));
+    FMCall(FMPlanSetType(cpuplan, type));
+    FMCall(FMPlanSetPartition(cpuplan, part));
+    FMCall(FMPlanSetChunk(cpuplan, chunk));
+    FMCall(FMPlanSetPartialCost(cpuplan, pcost));
+    FMCall(FMPlanSetRowCost(cpuplan, rcost));
+  }
+  FMCall(FMPlanSetOptionsPrefix(cpuplan, "check_"));
+  FMCall(FMPlanSetFromOptions(cpuplan));
   FMCall(FMPlanSetUp(cpuplan));
   FMCall(FMPlanForward(cpuplan, q, k, v, o2, lse2));
   FMCall(FMPlanBackward(cpuplan, q, k, v, o2, lse2, dout, dq2, dk2, dv2));

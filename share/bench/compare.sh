@@ -5,14 +5,13 @@
 # usage: compare.sh [fmbench options: -masks -seqlen -head_dim -heads -tokens -reps -warmup -dtype]
 # Environment: FMBENCH (default: fmbench on PATH; with MPIEXEC set it runs "$MPIEXEC -n 1 $FMBENCH"),
 #   PYTHON3 (default python3), WORK (directory for the mask file and CSVs, default ./fmbench-out).
-# A standalone fmbench (share/bench/build_sa.sh) writes a .npy directory instead of HDF5; both work.
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 FMBENCH=${FMBENCH:-fmbench}
 PYTHON3=${PYTHON3:-python3}
 WORK=${WORK:-fmbench-out}
 mkdir -p "$WORK"
-# MASKS: the mask file (HDF5) or, for a standalone fmbench, a directory
+# MASKS: the mask file (HDF5, written by fmbench -o)
 masks=${MASKS:-$WORK/masks.h5}
 run_fmbench() {
   if [ -n "$MPIEXEC" ]; then $MPIEXEC -n 1 $FMBENCH "$@"; else $FMBENCH "$@"; fi

@@ -5,7 +5,7 @@
 # builders -> HDF5 -> share/bench/peers.py: FlexAttention and cuDNN SDPA on the same masks).
 # Run from the source root. Optional staged packages: .devdeps (../shared/device/stage-deps.sh)
 # and Python wheels in .whl (h5py). Logs go to $OUT (default /tmp/fmout). A short table is last.
-# usage: sh share/bench/gpu_check.sh [compare.sh/fmbench options]
+# usage: sh share/bench/gpu_check.sh [compare.sh/fmbench options]   (NO_COMPARE=1: build, check and ex1 only)
 OUT=${OUT:-/tmp/fmout}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -27,12 +27,13 @@ make -j8 check > "$OUT/check.log" 2>&1
 echo "make check rc=$? ($(($(date +%s) - t0)) s)"
 grep -E "^(PASS|FAIL|SKIP|ERROR|XPASS):" "$OUT/check.log" | sort | uniq -c | sort -rn | head -3
 grep -E "^(FAIL|ERROR|XPASS|SKIP):" "$OUT/check.log"
-for t in test_gpu_fwd test_context test_tutorials test_plan; do cp "tests/$t.log" "$OUT/" 2>/dev/null; done
+for t in test_gpu_fwd test_gpu_cp test_context test_tutorials test_plan; do cp "tests/$t.log" "$OUT/" 2>/dev/null; done
 grep -E "NCCL|forward path" tests/test_context.log | head -4
 echo "== ex1 on the GPU"
 mpiexec -n 1 ./tutorials/ex1 -fm_plan_view -fm_context_view -fm_log_view > "$OUT/ex1.log" 2>&1
 echo "ex1 rc=$?"
 grep -E "max \||forward |backward |ex1:|path" "$OUT/ex1.log"
+[ -n "$NO_COMPARE" ] && exit 0
 echo "== compare (ours vs FlexAttention vs cuDNN SDPA)"
 rm -rf /tmp/fmwork
 FMBENCH=./fmbench WORK=/tmp/fmwork MPIEXEC=mpiexec timeout "${BENCH_TIMEOUT:-420}" sh share/bench/compare.sh "$@" > "$OUT/compare.log" 2>&1

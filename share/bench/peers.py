@@ -3,8 +3,7 @@
 
 Reads the masks fmbench wrote (HDF5: /masks/<name> with lts/lte/uts/ute int32[mask_heads][seqlen_k]
 (the vectors the mask uses; absent ones take their default form) and attributes seqlen_q,
-seqlen_k, causal, type, mask_heads; or, from a standalone fmbench build, a directory
-of .npy files with an index.txt) and, for each mask, times on the same shapes:
+seqlen_k, causal, type, mask_heads) and, for each mask, times on the same shapes:
   * FlexAttention (torch.compile'd flex_attention), with a BlockMask built from our bounds: the
     same tile classes as the library (skip / full / partial from the 128-block min/max summaries)
     and a mask_mod that applies the exact column-bound test on partial blocks;
@@ -15,7 +14,6 @@ Prints one line per mask and writes a CSV (-csv): mask,seqlen,batch,flex_ms,cudn
 usage: peers.py MASKFILE [-heads 32] [-head_dim 128] [-tokens 131072] [-reps 10] [-warmup 3]
                 [-dtype bf16] [-masks all|a,b] [-csv out.csv]
 """
-import os
 import sys
 import time
 
@@ -32,39 +30,30 @@ def opt(name, default, conv=str):
 
 def load_masks(path):
     """Yield (name, type, Sq, Sk, causal, lts, lte, uts, ute) with numpy int32 [mh][Sk] arrays."""
-    if os.path.isdir(path):
-        with open(os.path.join(path, "index.txt")) as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                name, typ, sq, sk, mh, causal = line.split()
-                vec = [np.load(os.path.join(path, "%s.%s.npy" % (name, v))) for v in ("lts", "lte", "uts", "ute")]
-                yield name, typ, int(sq), int(sk), int(causal), vec
-    else:
-        import h5py
-        with h5py.File(path, "r") as f:
-            for name in f["masks"]:
-                g = f["masks"][name]
-                a = g.attrs
-                typ = a.get("type", name)
-                if isinstance(typ, bytes):
-                    typ = typ.decode()
-                sq, sk = int(a["seqlen_q"]), int(a["seqlen_k"])
-                mh = int(a.get("mask_heads", 1))
-                vec = []
-                # only the vectors in 'present' are stored: absent ones take their default form
-                # (lts = lte = seqlen_q, uts = ute = 0), as FMMaskGetBounds returns them
-                for v, dflt in (("lts", sq), ("lte", sq), ("uts", 0), ("ute", 0)):
-                    if v in g:
-                        x = np.asarray(g[v][...], dtype=np.int32)
-                        vec.append(x.reshape(1, -1) if x.ndim == 1 else x)
-                    else:
-                        vec.append(np.full((mh, sk), dflt, dtype=np.int32))
-                yield name, str(typ), sq, sk, int(a["causal"]), vec
+    import h5py
+    with h5py.File(path, "r") as f:
+        for name in f["masks"]:
+            g = f["masks"][name]
+            a = g.attrs
+            typ = a.get("type", name)
+            if isinstance(typ, bytes):
+                typ = typ.decode()
+            sq, sk = int(a["seqlen_q"]), int(a["seqlen_k"])
+            mh = int(a.get("mask_heads", 1))
+            vec = []
+            # only the vectors in 'present' are stored: absent ones take their default form
+            # (lts = lte = seqlen_q, uts = ute = 0), as FMMaskGetBounds returns them
+            for v, dflt in (("lts", sq), ("lte", sq), ("uts", 0), ("ute", 0)):
+                if v in g:
+                    x = np.asarray(g[v][...], dtype=np.int32)
+                    vec.append(x.reshape(1, -1) if x.ndim == 1 else x)
+                else:
+                    vec.append(np.full((mh, sk), dflt, dtype=np.int32))
+            yield name, str(typ), sq, sk, int(a["causal"]), vec
 
 
 def tile_classes(b, causal, Sq, Sk, blk=128):
-    """skip, partial masks [mh, nq, nk] from the block summaries (flashmask-format.md section 2)."""
+    """skip, partial masks [mh, nq, nk] from the block summaries (doc/format.md section 2)."""
     lts, lte, uts, ute = b
     mh = lts.shape[0]
     nk = (Sk + blk - 1) // blk

@@ -13,10 +13,10 @@
  *   -masks all|name,name,...   -seqlen S,S,...   -head_dim d   -heads H   -heads_kv Hkv
  *   -tokens N   -dtype bf16|fp16   -warmup n   -reps n   -seed s   -o file   -csv file
  *   -dryrun   build, measure and save the masks only (no GPU needed; for checking a build)
- * Built standalone (share/bench/build_sa.sh, -DFMBENCH_STANDALONE) it uses the hand-built masks
- * of tests/gpu_masks.h and writes .npy files into the directory -o instead of HDF5.
+ * The masks are the library's builders (FMMaskSetType, -seed); the kernel options of the
+ * context apply (-fm_cuda_fallback times nothing: fallback runs are reported, not timed).
  *
- * Context parallelism (-cp; src/bin/fmbench_cp.c, not in the standalone build):
+ * Context parallelism (-cp; src/bin/fmbench_cp.c):
  *
  *   mpiexec -n 2 fmbench -cp -masks causal,causal_document,document,share_question \
  *           -seqlen 65536,131072 -heads 32 -heads_kv 32 -head_dim 128 -reps 5 -warmup 2 \
@@ -47,15 +47,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#ifdef FMBENCH_STANDALONE
-#include "gpu_masks.h"
-#endif
 
 extern int FMCudaLastPath_Private;
-#ifndef FMBENCH_STANDALONE
 int FMBenchCP(int argc, char **argv); /* fmbench_cp.c */
-#endif
+/* fmbench_fill.cu */
 FMErrorCode FMCudaFillRandom_Private(void *p, size_t n, FMDType t, unsigned long long seed, float amp, void *stream);
 
 static const char *const names[12] = {"full", "causal", "sliding_window", "causal_document", "document",
@@ -84,85 +79,11 @@ static int cmpf(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
-#ifdef FMBENCH_STANDALONE
-/* whether [m0, m1) is inside the union of three half-open intervals */
-static int covers(const int *s, const int *e, int m0, int m1)
-{
-  int pos = m0, moved = 1;
-  while (moved && pos < m1) {
-    moved = 0;
-    for (int k = 0; k < 3; k++)
-      if (s[k] <= pos && pos < e[k]) pos = e[k], moved = 1;
-  }
-  return pos >= m1;
-}
-/* exact element density and 128 x 128 block sparsity */
-static void density(const int32_t *const b[4], int causal, int Sq, int Sk, int mh, double *dens, double *rho)
-{
-  const int nq = (Sq + 127) / 128, nk = (Sk + 127) / 128;
-  double vis = 0, skip = 0;
-  for (int h = 0; h < mh; h++) {
-    for (int j = 0; j < Sk; j++) {
-      const size_t o = (size_t)h * Sk + j;
-      int s[3] = {b[0][o], b[2][o], 0}, e[3] = {b[1][o], b[3][o], causal ? j - (Sk - Sq) : 0};
-      if (e[2] < 0) e[2] = 0;
-      if (e[2] > Sq) e[2] = Sq;
-      /* masked rows of the column = measure of the union, by a sweep over the sorted starts */
-      int idx[3] = {0, 1, 2};
-      for (int x = 0; x < 3; x++)
-        for (int y = x + 1; y < 3; y++)
-          if (s[idx[y]] < s[idx[x]]) { int t = idx[x]; idx[x] = idx[y]; idx[y] = t; }
-      long m = 0, cur = -1;
-      for (int x = 0; x < 3; x++) {
-        long a = s[idx[x]], z = e[idx[x]];
-        if (z <= a) continue;
-        if (a < cur) a = cur;
-        if (z > a) m += z - a;
-        if (z > cur) cur = z;
-      }
-      vis += Sq - m;
-    }
-    for (int qb = 0; qb < nq; qb++) {
-      const int m0 = qb * 128, m1 = m0 + 128 < Sq ? m0 + 128 : Sq;
-      for (int kb = 0; kb < nk; kb++) {
-        int all = 1;
-        for (int j = kb * 128; j < (kb + 1) * 128 && j < Sk && all; j++) {
-          const size_t o = (size_t)h * Sk + j;
-          int s[3] = {b[0][o], b[2][o], 0}, e[3] = {b[1][o], b[3][o], causal ? j - (Sk - Sq) : 0};
-          all = covers(s, e, m0, m1);
-        }
-        skip += all;
-      }
-    }
-  }
-  *dens = vis / ((double)mh * Sq * Sk);
-  *rho = skip / ((double)mh * nq * nk);
-}
-static void write_npy(const char *path, const int32_t *x, int rows, int cols)
-{
-  char hdr[128];
-  FILE *f = fopen(path, "wb");
-  int n = snprintf(hdr, sizeof hdr, "{'descr': '<i4', 'fortran_order': False, 'shape': (%d, %d), }", rows, cols);
-  int total = 10 + n + 1, pad = (64 - total % 64) % 64;
-  unsigned short hl = (unsigned short)(n + pad + 1);
-  if (!f) {
-    fprintf(stderr, "fmbench: cannot write %s\n", path);
-    exit(1);
-  }
-  fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-  fwrite(&hl, 2, 1, f);
-  fwrite(hdr, 1, n, f);
-  for (int i = 0; i < pad; i++) fputc(' ', f);
-  fputc('\n', f);
-  fwrite(x, sizeof(int32_t), (size_t)rows * cols, f);
-  fclose(f);
-}
-#endif
 
 /* Upload one mask, run the forward once (path check), then warm-up and timed runs; print a row. */
-static void time_mask(const char *name, const FMMaskDesc *md, double rho, double dens, int S, int B, int H, int Hkv,
-                      int D, FMDType dt, void *q, void *k, void *v, void *o, float *lse, cudaEvent_t e0,
-                      cudaEvent_t e1, int warm, int reps, FILE *fcsv)
+static void time_mask(FMContext ctx, const char *name, const FMMaskDesc *md, double rho, double dens, int S, int B, int H,
+                      int Hkv, int D, FMDType dt, void *q, void *k, void *v, void *o, float *lse, void *e0, void *e1,
+                      int warm, int reps, FILE *fcsv)
 {
   FMAttnProblem p;
   void *dmask = NULL;
@@ -178,18 +99,21 @@ static void time_mask(const char *name, const FMMaskDesc *md, double rho, double
   p.nq = S;
   p.nk = S;
   p.mask = *md;
+  p.opts = ctx->kopts;
   FC(FMCudaForward(&p, dmask, q, k, v, o, lse, NULL));
-  CK(cudaDeviceSynchronize());
+  FC(FMCudaStreamSynchronize(NULL));
   if (FMCudaLastPath_Private != 1) {
     printf("%-22s %6d %3d %9s %9s %7.4f %8.4f fallback (not timed)\n", name, S, B, "-", "-", rho, dens);
   } else {
     for (int w = 0; w < warm; w++) FC(FMCudaForward(&p, dmask, q, k, v, o, lse, NULL));
     for (int r = 0; r < reps; r++) {
-      CK(cudaEventRecord(e0, NULL));
+      double sec = 0;
+      FC(FMCudaEventRecord(e0, NULL));
       FC(FMCudaForward(&p, dmask, q, k, v, o, lse, NULL));
-      CK(cudaEventRecord(e1, NULL));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaEventElapsedTime(&ms[r], e0, e1));
+      FC(FMCudaEventRecord(e1, NULL));
+      FC(FMCudaEventSynchronize(e1));
+      FC(FMCudaEventElapsed(e0, e1, &sec));
+      ms[r] = (float)(1e3 * sec);
     }
     qsort(ms, reps, sizeof(float), cmpf);
     med = ms[reps / 2];
@@ -217,15 +141,9 @@ int main(int argc, char **argv)
   FC(FMInitialize(&argc, &argv, NULL, "fmbench: time the CUDA forward on the benchmark masks (-cp: the context-parallel forward)"));
   for (int a = 1; a < argc; a++)
     if (!strcmp(argv[a], "-cp")) {
-#ifdef FMBENCH_STANDALONE
-      fprintf(stderr, "fmbench: -cp needs MPI and the library; it is not in the standalone build\n");
-      FMFinalize();
-      return 1;
-#else
       int rc = FMBenchCP(argc, argv);
       FMFinalize();
       return rc;
-#endif
     }
   for (int a = 1; a < argc; a++)
     if (!strcmp(argv[a], "-dryrun")) dry = 1;
@@ -279,23 +197,12 @@ int main(int argc, char **argv)
     CK(cudaGetDevice(&dev));
     FC(FMCudaDeviceInfo(dev, devname, sizeof devname, NULL, 0, &sm));
   }
-#ifdef FMBENCH_STANDALONE
-  if (!out[0]) snprintf(out, sizeof out, "fmbench_masks");
-  mkdir(out, 0755);
-  {
-    char idx[600];
-    snprintf(idx, sizeof idx, "%s/index.txt", out);
-    FILE *f = fopen(idx, "w");
-    if (f) fclose(f);
-  }
-#else
   if (!out[0]) snprintf(out, sizeof out, "fmbench_masks.h5");
   FMContext ctx;
   FC(FMContextCreate(MPI_COMM_WORLD, &ctx));
   FC(FMContextSetFromOptions(ctx));
   FC(FMContextSetUp(ctx));
   remove(out);
-#endif
   if (csv[0]) {
     fcsv = fopen(csv, "w");
     if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path\n");
@@ -308,20 +215,19 @@ int main(int argc, char **argv)
     const int S = seqs[si];
     const int B = tokens / S > 0 ? (int)(tokens / S) : 1;
     const size_t nq = (size_t)B * S * H * D, nk = (size_t)B * S * Hkv * D;
-    void *q = NULL, *k = NULL, *v = NULL, *o = NULL;
+    void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *e0 = NULL, *e1 = NULL;
     float *lse = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
     if (!dry) {
-      CK(cudaMalloc(&q, nq * 2));
-      CK(cudaMalloc(&k, nk * 2));
-      CK(cudaMalloc(&v, nk * 2));
-      CK(cudaMalloc(&o, nq * 2));
-      CK(cudaMalloc((void **)&lse, (size_t)B * H * S * sizeof(float)));
+      FC(FMCudaMalloc(nq * 2, &q));
+      FC(FMCudaMalloc(nk * 2, &k));
+      FC(FMCudaMalloc(nk * 2, &v));
+      FC(FMCudaMalloc(nq * 2, &o));
+      FC(FMCudaMalloc((size_t)B * H * S * sizeof(float), (void **)&lse));
       FC(FMCudaFillRandom_Private(q, nq, dt, seed * 3 + 1, 1.5f, NULL));
       FC(FMCudaFillRandom_Private(k, nk, dt, seed * 3 + 2, 1.5f, NULL));
       FC(FMCudaFillRandom_Private(v, nk, dt, seed * 3 + 3, 1.0f, NULL));
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
+      FC(FMCudaEventCreate(&e0));
+      FC(FMCudaEventCreate(&e1));
     }
     for (int t = 0; t < 12; t++) {
       if (!use[t]) continue;
@@ -331,30 +237,6 @@ int main(int argc, char **argv)
       char mname[128];
       snprintf(mname, sizeof mname, "%s_%d", names[t], S);
       memset(&md, 0, sizeof md);
-#ifdef FMBENCH_STANDALONE
-      int32_t *bb[4];
-      for (int x = 0; x < 4; x++) bb[x] = (int32_t *)malloc(sizeof(int32_t) * (size_t)mh * S);
-      md.causal = gm_build(t, S, S, mh, seed, bb[0], bb[1], bb[2], bb[3]);
-      md.seqlen_q = md.seqlen_k = S;
-      md.mask_heads = mh;
-      md.present = 15;
-      for (int x = 0; x < 4; x++) md.bnd[x] = bb[x];
-      density((const int32_t *const *)bb, md.causal, S, S, mh, &dens, &rho);
-      {
-        char path[700];
-        static const char *vn[4] = {"lts", "lte", "uts", "ute"};
-        for (int x = 0; x < 4; x++) {
-          snprintf(path, sizeof path, "%s/%s.%s.npy", out, mname, vn[x]);
-          write_npy(path, bb[x], mh, S);
-        }
-        snprintf(path, sizeof path, "%s/index.txt", out);
-        FILE *f = fopen(path, "a");
-        if (f) {
-          fprintf(f, "%s %s %d %d %d %d\n", mname, names[t], S, S, mh, md.causal);
-          fclose(f);
-        }
-      }
-#else
       FMMask m;
       FC(FMMaskCreate(ctx, &m));
       FC(FMMaskSetSizes(m, S, S, mh));
@@ -366,31 +248,22 @@ int main(int argc, char **argv)
 #if FM_HAVE_HDF5
       FC(FMMaskSave(m, out, mname));
 #endif
-#endif
       if (dry)
         printf("%-22s %6d %3d %9s %9s %7.4f %8.4f dry run (mask saved)\n", names[t], S, B, "-", "-", rho, dens);
       else
-        time_mask(names[t], &md, rho, dens, S, B, H, Hkv, D, dt, q, k, v, o, lse, e0, e1, warm, reps, fcsv);
-#ifdef FMBENCH_STANDALONE
-      for (int x = 0; x < 4; x++) free(bb[x]);
-#else
+        time_mask(ctx, names[t], &md, rho, dens, S, B, H, Hkv, D, dt, q, k, v, o, lse, e0, e1, warm, reps, fcsv);
       FC(FMMaskDestroy(&m));
-#endif
     }
-    if (!dry) {
-      CK(cudaEventDestroy(e0));
-      CK(cudaEventDestroy(e1));
-    }
-    cudaFree(q);
-    cudaFree(k);
-    cudaFree(v);
-    cudaFree(o);
-    cudaFree(lse);
+    FC(FMCudaEventDestroy(e0));
+    FC(FMCudaEventDestroy(e1));
+    FC(FMCudaFree(q));
+    FC(FMCudaFree(k));
+    FC(FMCudaFree(v));
+    FC(FMCudaFree(o));
+    FC(FMCudaFree(lse));
   }
   if (fcsv) fclose(fcsv);
-#ifndef FMBENCH_STANDALONE
   FC(FMContextDestroy(&ctx));
-#endif
   FMFinalize();
   return 0;
 }

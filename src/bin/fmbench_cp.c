@@ -4,12 +4,15 @@
  *
  * For each mask and sequence length (batch 1, one sequence of S tokens, the library's builders
  * with a fixed seed, identical on every rank) three configurations of the same plan are timed:
- *   plan       the defaults: pruned, overlapped gather (-fm_plan_prune 1 -fm_plan_overlap 1)
- *   allgather  -fm_plan_prune 0 -fm_plan_overlap 0: the unpruned, non-overlapped all-gather
- *   ring       -fm_plan_schedule ring: the Megatron-style ring
- * (partition, route, chunk and transport come from the command line, defaults otherwise, and are
- * the same for the three), plus one GPU: rank 0 alone runs the whole problem on a context over
- * MPI_COMM_SELF. Each configuration also runs once more with -fm_trace DIR/<mask>_<S>_<config>.h5;
+ *   plan       the defaults: pruned, overlapped gather (FMPlanSetPrune/SetOverlap FM_TRUE)
+ *   allgather  prune and overlap off: the unpruned, non-overlapped all-gather
+ *   ring       FMPlanSetSchedule "ring": the Megatron-style ring
+ * Each is its own plan: the unprefixed -fm_plan_* options (partition, route, chunk, transport;
+ * defaults otherwise) are shared by the three, the configuration's settings come next, and then
+ * the options under its prefix (-plan_fm_plan_*, -allgather_fm_plan_*, -ring_fm_plan_*; the
+ * one-GPU plan reads -one_fm_plan_*), so nothing rewrites the options database. Plus one GPU:
+ * rank 0 alone runs the whole problem on a context over MPI_COMM_SELF. Each configuration also
+ * runs once more traced (FMPlanSetTrace) into DIR/<mask>_<S>_<config>.h5;
  * its summary is the library's own (FMTraceSummary_Private, kept in FMDistGetStats), the one
  * fmtrace prints for the saved file.
  * The command line is documented in the header comment of fmbench.c; doc/distributed.md
@@ -33,18 +36,16 @@ static const char *const cp_masks[12] = {"full", "causal", "sliding_window", "ca
                                          "share_question", "global_sliding_window", "causal_blockwise",
                                          "prefix_lm_document", "prefix_lm_causal", "qk_sparse", "random_eviction"};
 
-/* The three timed configurations and the options each one sets. */
+/* The three timed configurations: the settings of each one's plan, and its options prefix. */
 #define CP_NCONF 3
 typedef struct {
-  const char *name, *prune, *overlap, *schedule;
+  const char *name, *prefix;
+  FMBool prune, overlap;
+  const char *schedule;
 } CPConfig;
-static const CPConfig cp_conf[CP_NCONF] = {
-  {"plan", "1", "1", "gather"}, {"allgather", "0", "0", "gather"}, {"ring", "1", "1", "ring"}};
-
-/* Options set per configuration; restored afterwards to the user's value or the default. */
-#define CP_NOPT 4
-static const char *const cp_optname[CP_NOPT] = {"-fm_plan_prune", "-fm_plan_overlap", "-fm_plan_schedule", "-fm_trace"};
-static char cp_optsaved[CP_NOPT][1024];
+static const CPConfig cp_conf[CP_NCONF] = {{"plan", "plan_", FM_TRUE, FM_TRUE, "gather"},
+                                           {"allgather", "allgather_", FM_FALSE, FM_FALSE, "gather"},
+                                           {"ring", "ring_", FM_TRUE, FM_TRUE, "ring"}};
 
 typedef struct {
   int use[12], seqlen[16], nseq;
@@ -134,43 +135,23 @@ static FMErrorCode cp_parse(int argc, char **argv, CPArgs *a)
 }
 
 /*
- * cp_options_save - remember the user's values of the options the configurations set (or their
- *   defaults), so cp_options_restore can put them back. Not collective.
+ * cp_plan_settings - the settings of configuration c's plan (c < 0: the one-GPU plan): the shared
+ *   -fm_plan_* options, then the configuration's own settings and trace file (NULL: none), then
+ *   the options under its prefix; the benchmark's shape last (its buffers are sized by it).
+ *   Collective on the plan.
  */
-static FMErrorCode cp_options_save(void)
+static FMErrorCode cp_plan_settings(FMPlan plan, const CPArgs *a, int c, const char *trace)
 {
-  FMBool prune = FM_TRUE, overlap = FM_TRUE;
-  FMCall(FMOptionsGetBool(cp_optname[0], "pruned gather (fmbench -cp sets it per configuration)", &prune, NULL));
-  FMCall(FMOptionsGetBool(cp_optname[1], "overlapped gather (fmbench -cp sets it per configuration)", &overlap, NULL));
-  snprintf(cp_optsaved[0], sizeof(cp_optsaved[0]), "%d", prune == FM_TRUE);
-  snprintf(cp_optsaved[1], sizeof(cp_optsaved[1]), "%d", overlap == FM_TRUE);
-  snprintf(cp_optsaved[2], sizeof(cp_optsaved[2]), "gather");
-  FMCall(FMOptionsGetString(cp_optname[2], "K/V schedule (fmbench -cp sets it per configuration)", cp_optsaved[2], sizeof(cp_optsaved[2]), NULL));
-  cp_optsaved[3][0] = '\0';
-  FMCall(FMOptionsGetString(cp_optname[3], "trace file (fmbench -cp traces one extra run per configuration)", cp_optsaved[3],
-                            sizeof(cp_optsaved[3]), NULL));
-  return FM_SUCCESS;
-}
-
-/* cp_options_restore - put back what cp_options_save found. Not collective. */
-static FMErrorCode cp_options_restore(void)
-{
-  for (int i = 0; i < CP_NOPT; i++) FMCall(FMOptionsSetValue(cp_optname[i], cp_optsaved[i]));
-  return FM_SUCCESS;
-}
-
-/*
- * cp_options_set - set the options of configuration c (c < 0: leave them) and the trace file
- *   (NULL or "": no trace) before an FMPlanSetUp. Not collective (call it identically).
- */
-static FMErrorCode cp_options_set(int c, const char *trace)
-{
+  FMCall(FMPlanSetFromOptions(plan));
   if (c >= 0) {
-    FMCall(FMOptionsSetValue(cp_optname[0], cp_conf[c].prune));
-    FMCall(FMOptionsSetValue(cp_optname[1], cp_conf[c].overlap));
-    FMCall(FMOptionsSetValue(cp_optname[2], cp_conf[c].schedule));
+    FMCall(FMPlanSetPrune(plan, cp_conf[c].prune));
+    FMCall(FMPlanSetOverlap(plan, cp_conf[c].overlap));
+    FMCall(FMPlanSetSchedule(plan, cp_conf[c].schedule));
   }
-  FMCall(FMOptionsSetValue(cp_optname[3], trace ? trace : ""));
+  FMCall(FMPlanSetTrace(plan, trace, FM_FALSE));
+  FMCall(FMPlanSetOptionsPrefix(plan, c >= 0 ? cp_conf[c].prefix : "one_"));
+  FMCall(FMPlanSetFromOptions(plan));
+  FMCall(FMPlanSetShape(plan, 1, a->H, a->Hkv, a->D, a->dt));
   return FM_SUCCESS;
 }
 
@@ -290,15 +271,16 @@ static FMErrorCode cp_time(FMPlan plan, MPI_Comm comm, const CPBuf *b, int warm,
 }
 
 /*
- * cp_bench_plan - set up a plan of mask on ctx with the options now in the database, allocate
+ * cp_bench_plan - set up the plan of configuration c (c < 0: the one-GPU plan; trace: its trace
+ *   file or NULL, cp_plan_settings) of mask on ctx, allocate
  *   and fill its local tensors on this rank's device (a->dev, made current first), time it (cp_time) and, on several ranks,
  *   sum FMDistGetStats over the ranks. Collective on ctx. moved / allgather may be NULL.
  *   stats      out (may be NULL; several ranks only): this rank's FMDistGetStats after the runs,
  *              with the trace summary of the last run when -fm_trace was set
  *   fill_seed  base of the random inputs (the rank is mixed in)
  */
-static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, int warm, int reps, unsigned long long fill_seed, double *ms,
-                                 double *flops, double *moved, double *allgather, FMDistStats *stats)
+static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, int c, const char *trace, int warm, int reps,
+                                 unsigned long long fill_seed, double *ms, double *flops, double *moved, double *allgather, FMDistStats *stats)
 {
   MPI_Comm comm;
   FMPlan plan = NULL;
@@ -314,12 +296,12 @@ static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, in
   if (a->dev >= 0) FMCallCUDA(cudaSetDevice(a->dev));
   FMCall(FMPlanCreate(ctx, &plan));
   ierr = FMPlanSetMask(plan, mask);
-  if (!ierr) ierr = FMPlanSetShape(plan, 1, a->H, a->Hkv, a->D, a->dt);
+  if (!ierr) ierr = cp_plan_settings(plan, a, c, trace);
   if (!ierr) ierr = FMPlanSetUp(plan);
   if (!ierr) ierr = FMPlanGetLocalRows(plan, &nl, NULL);
   if (!ierr) ierr = size > 1 ? FMPlanGetLocalKeys(plan, &nk, NULL) : FMMaskGetSizes(mask, NULL, &nk, NULL);
   if (!ierr) ierr = cp_buf_alloc(a, nl, nk, fill_seed * 1000003ull + (unsigned long long)rank * 7919ull, &b);
-  ierr = FMAgree_Private(comm, ierr, __FILE__, __func__, __LINE__);
+  ierr = FMAgreeCode(comm, ierr);
   if (!ierr) ierr = cp_time(plan, comm, &b, warm, reps, ms);
   if (!ierr) ierr = FMPlanGetFlops(plan, flops);
   if (!ierr && size > 1 && stats) ierr = FMDistGetStats(plan, stats);
@@ -331,7 +313,7 @@ static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, in
       loc[0] = st.sent_bytes[0] + st.sent_bytes[1];
       loc[1] = st.allgather_bytes;
     }
-    ierr = FMAgree_Private(comm, ierr, __FILE__, __func__, __LINE__);
+    ierr = FMAgreeCode(comm, ierr);
     if (!ierr && MPI_Allreduce(loc, tot, 2, MPI_DOUBLE, MPI_SUM, comm) != MPI_SUCCESS)
       ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_MPI, "MPI_Allreduce of the byte counts failed");
     if (!ierr && moved) *moved = tot[0];
@@ -348,8 +330,8 @@ static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, in
 
 /*
  * cp_run_config - configuration c of one (mask, S): time it, then (trace_dir set, several ranks)
- *   run it once more with -fm_trace DIR/<mask>_<S>_<config>.h5 and summarize the file on rank 0.
- *   Collective on ctx. The options are restored on return.
+ *   run it once more traced into DIR/<mask>_<S>_<config>.h5 and keep the library's summary.
+ *   Collective on ctx.
  */
 static FMErrorCode cp_run_config(FMContext ctx, FMMask mask, const CPArgs *a, const char *mname, int S, int c, CPRow *row)
 {
@@ -361,8 +343,7 @@ static FMErrorCode cp_run_config(FMContext ctx, FMMask mask, const CPArgs *a, co
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   memset(row, 0, sizeof(*row));
-  ierr = cp_options_set(c, NULL);
-  if (!ierr) ierr = cp_bench_plan(ctx, mask, a, a->warm, a->reps, a->seed, &ms, &flops, &row->moved, &row->allgather, NULL);
+  ierr = cp_bench_plan(ctx, mask, a, c, NULL, a->warm, a->reps, a->seed, &ms, &flops, &row->moved, &row->allgather, NULL);
   if (!ierr) {
     row->done = 1;
     row->ms = ms;
@@ -372,9 +353,8 @@ static FMErrorCode cp_run_config(FMContext ctx, FMMask mask, const CPArgs *a, co
     snprintf(path, sizeof(path), "%s/%s_%d_%s.h5", a->trace_dir, mname, S, cp_conf[c].name);
     if (rank == 0) remove(path);
     MPI_Barrier(MPI_COMM_WORLD);
-    ierr = cp_options_set(c, path);
     FMDistStats st;
-    if (!ierr) ierr = cp_bench_plan(ctx, mask, a, 1, 1, a->seed, &dummy, &dummy, NULL, NULL, &st);
+    ierr = cp_bench_plan(ctx, mask, a, c, path, 1, 1, a->seed, &dummy, &dummy, NULL, NULL, &st);
     if (!ierr && st.traced) { /* the library's summary of the traced run (the file holds its events) */
       row->traced = 1;
       row->overlap = st.overlap_efficiency;
@@ -382,10 +362,6 @@ static FMErrorCode cp_run_config(FMContext ctx, FMMask mask, const CPArgs *a, co
       row->exposed_mean = st.exposed_mean;
       row->imbalance = st.imbalance;
     }
-  }
-  {
-    FMErrorCode e2 = cp_options_restore();
-    if (!ierr) ierr = e2;
   }
   if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
   return FM_SUCCESS;
@@ -402,9 +378,8 @@ static FMErrorCode cp_run_single(FMContext self, const CPArgs *a, const char *mn
   double ms = 0, flops = 0;
   FMErrorCode ierr;
   memset(row, 0, sizeof(*row));
-  ierr = cp_options_set(-1, NULL);
-  if (!ierr) ierr = cp_make_mask(self, mname, S, mh, a->seed, &mask);
-  if (!ierr) ierr = cp_bench_plan(self, mask, a, a->warm, a->reps, a->seed + 1, &ms, &flops, NULL, NULL, NULL);
+  ierr = cp_make_mask(self, mname, S, mh, a->seed, &mask);
+  if (!ierr) ierr = cp_bench_plan(self, mask, a, -1, NULL, a->warm, a->reps, a->seed + 1, &ms, &flops, NULL, NULL, NULL);
   if (!ierr) {
     row->done = 1;
     row->ms = ms;
@@ -412,10 +387,6 @@ static FMErrorCode cp_run_single(FMContext self, const CPArgs *a, const char *mn
   }
   if (mask) {
     FMErrorCode e2 = FMMaskDestroy(&mask);
-    if (!ierr) ierr = e2;
-  }
-  {
-    FMErrorCode e2 = cp_options_restore();
     if (!ierr) ierr = e2;
   }
   if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
@@ -584,7 +555,6 @@ static FMErrorCode cp_main(int argc, char **argv, int *rc)
     return FM_SUCCESS;
   }
   FMCall(cp_trace_dir(&a));
-  FMCall(cp_options_save());
   FMCall(FMContextCreate(MPI_COMM_WORLD, &ctx));
   FMCall(FMContextSetFromOptions(ctx));
   FMCall(FMContextSetBackend(ctx, FM_BACKEND_CUDA)); /* device pointers: the CUDA backend whatever -fm_backend says */

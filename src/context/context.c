@@ -57,6 +57,27 @@ FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads)
   return FM_SUCCESS;
 }
 
+/* The kernels' switches (FMKernelOptions in fmkernels.h), read once here and passed down in every problem. */
+static FMErrorCode kernel_options(FMContext ctx)
+{
+  FMKernelOptions *k = &ctx->kopts;
+  FMBool b = k->cuda_fallback ? FM_TRUE : FM_FALSE;
+  int w = k->cpu_vector_width, sb = (int)k->cpu_stage_bytes;
+  FMCall(FMOptionsGetBool("-fm_cuda_fallback", "CUDA forward: always the SIMT fallback, never the Hopper kernel (tests)", &b, NULL));
+  k->cuda_fallback = b == FM_TRUE;
+  b = k->sm90_vdesc_swap ? FM_TRUE : FM_FALSE;
+  FMCall(FMOptionsGetBool("-fm_sm90_vdesc_swap", "Hopper kernel: swap the V descriptor strides (diagnostic; wrong results)", &b, NULL));
+  k->sm90_vdesc_swap = b == FM_TRUE;
+  FMCall(FMOptionsGetInt("-fm_cpu_vector_width", "CPU kernels' vector width 4, 8 or 16 when the CPU runs it; 0 = the widest", &w, NULL));
+  FMCheck(w == 0 || w == 4 || w == 8 || w == 16, ctx->comm, FM_ERR_ARG_OUTOFRANGE,
+          "-fm_cpu_vector_width is %d; expected 0 (the widest), 4, 8 or 16", w);
+  k->cpu_vector_width = w;
+  FMCall(FMOptionsGetInt("-fm_cpu_stage_bytes", "CPU kernels' fp32 staging budget per call in bytes; 0 = 256 MiB", &sb, NULL));
+  FMCheck(sb >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_cpu_stage_bytes is %d; expected >= 0 (0 = the default)", sb);
+  k->cpu_stage_bytes = (size_t)sb;
+  return FM_SUCCESS;
+}
+
 static FMErrorCode setfromoptions(FMContext ctx)
 {
   int b;
@@ -66,6 +87,7 @@ static FMErrorCode setfromoptions(FMContext ctx)
   FMCall(FMContextSetBackend(ctx, (FMBackend)b));
   FMCall(FMOptionsGetInt("-fm_num_threads", "CPU threads per rank, 0 = OpenMP default (FMContextSetNumThreads)", &ctx->nthreads, NULL));
   FMCall(FMContextSetNumThreads(ctx, ctx->nthreads));
+  FMCall(kernel_options(ctx));
   return FM_SUCCESS;
 }
 

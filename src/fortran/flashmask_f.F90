@@ -53,6 +53,7 @@ module flashmask
     FMMASKGLOBALSLIDINGWINDOW = "global_sliding_window", FMMASKCAUSALBLOCKWISE = "causal_blockwise", &
     FMMASKPREFIXLMDOCUMENT = "prefix_lm_document", FMMASKPREFIXLMCAUSAL = "prefix_lm_causal", &
     FMMASKQKSPARSE = "qk_sparse", FMMASKRANDOMEVICTION = "random_eviction", FMMASKBOUNDS = "bounds"
+  character(len=*), parameter, public :: FMPLANLOCAL = "local", FMPLANCP = "cp"
 
   ! ------------------------------------------------------------------ public procedures
   public :: fm_initialize, fm_finalize, fm_initialized, fm_error_string, fm_push_error_handler, &
@@ -67,6 +68,15 @@ module flashmask
     fm_plan_create, fm_plan_set_mask, fm_plan_set_shape, fm_plan_set_scale, fm_plan_set_from_options, &
     fm_plan_set_up, fm_plan_get_local_rows, fm_plan_get_local_keys, fm_plan_scatter, fm_plan_gather, &
     fm_plan_get_flops, fm_plan_forward, fm_plan_backward, fm_plan_view, fm_plan_destroy
+  ! options prefixes, the plan type and the context-parallel settings
+  public :: fm_context_set_options_prefix, fm_context_get_options_prefix, fm_mask_set_options_prefix, &
+    fm_mask_get_options_prefix, fm_plan_set_options_prefix, fm_plan_get_options_prefix, &
+    fm_plan_set_type, fm_plan_get_type, fm_plan_set_partition, fm_plan_get_partition, &
+    fm_plan_set_chunk, fm_plan_get_chunk, fm_plan_set_partial_cost, fm_plan_get_partial_cost, &
+    fm_plan_set_row_cost, fm_plan_get_row_cost, fm_plan_set_route, fm_plan_get_route, &
+    fm_plan_set_virtual_nodes, fm_plan_set_schedule, fm_plan_get_schedule, fm_plan_set_prune, &
+    fm_plan_set_overlap, fm_plan_set_transport, fm_plan_set_gpu_aware_mpi, fm_plan_set_step_chunks, &
+    fm_plan_set_trace
 
   ! fm_context_create(comm, ctx, ierr): comm is an integer handle or a type(MPI_Comm)
   interface fm_context_create
@@ -351,6 +361,143 @@ module flashmask
     integer(c_int) function c_FMPlanDestroy(plan) bind(C, name="FMPlanDestroy")
       import :: c_int, c_ptr
       type(c_ptr) :: plan
+    end function
+    ! options prefixes, the plan type, the context-parallel settings
+    integer(c_int) function c_FMContextSetOptionsPrefix(obj, s) bind(C, name="FMContextSetOptionsPrefix")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: obj
+      character(kind=c_char), intent(in) :: s(*)
+    end function
+    integer(c_int) function c_FMContextGetOptionsPrefix(obj, s) bind(C, name="FMContextGetOptionsPrefix")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      type(c_ptr) :: s
+    end function
+    integer(c_int) function c_FMMaskSetOptionsPrefix(obj, s) bind(C, name="FMMaskSetOptionsPrefix")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: obj
+      character(kind=c_char), intent(in) :: s(*)
+    end function
+    integer(c_int) function c_FMMaskGetOptionsPrefix(obj, s) bind(C, name="FMMaskGetOptionsPrefix")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      type(c_ptr) :: s
+    end function
+    integer(c_int) function c_FMPlanSetOptionsPrefix(obj, s) bind(C, name="FMPlanSetOptionsPrefix")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: obj
+      character(kind=c_char), intent(in) :: s(*)
+    end function
+    integer(c_int) function c_FMPlanGetOptionsPrefix(obj, s) bind(C, name="FMPlanGetOptionsPrefix")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      type(c_ptr) :: s
+    end function
+    integer(c_int) function c_FMPlanSetType(obj, s) bind(C, name="FMPlanSetType")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: obj
+      character(kind=c_char), intent(in) :: s(*)
+    end function
+    integer(c_int) function c_FMPlanGetType(obj, s) bind(C, name="FMPlanGetType")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      type(c_ptr) :: s
+    end function
+    integer(c_int) function c_FMPlanSetPartition(obj, s) bind(C, name="FMPlanSetPartition")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: obj
+      character(kind=c_char), intent(in) :: s(*)
+    end function
+    integer(c_int) function c_FMPlanGetPartition(obj, s) bind(C, name="FMPlanGetPartition")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      type(c_ptr) :: s
+    end function
+    integer(c_int) function c_FMPlanSetChunk(obj, n) bind(C, name="FMPlanSetChunk")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      integer(c_int), value :: n
+    end function
+    integer(c_int) function c_FMPlanGetChunk(obj, n) bind(C, name="FMPlanGetChunk")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      integer(c_int) :: n
+    end function
+    integer(c_int) function c_FMPlanSetPartialCost(obj, x) bind(C, name="FMPlanSetPartialCost")
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: obj
+      real(c_double), value :: x
+    end function
+    integer(c_int) function c_FMPlanGetPartialCost(obj, x) bind(C, name="FMPlanGetPartialCost")
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: obj
+      real(c_double) :: x
+    end function
+    integer(c_int) function c_FMPlanSetRowCost(obj, x) bind(C, name="FMPlanSetRowCost")
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: obj
+      real(c_double), value :: x
+    end function
+    integer(c_int) function c_FMPlanGetRowCost(obj, x) bind(C, name="FMPlanGetRowCost")
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: obj
+      real(c_double) :: x
+    end function
+    integer(c_int) function c_FMPlanSetRoute(obj, s) bind(C, name="FMPlanSetRoute")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: obj
+      character(kind=c_char), intent(in) :: s(*)
+    end function
+    integer(c_int) function c_FMPlanGetRoute(obj, s) bind(C, name="FMPlanGetRoute")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      type(c_ptr) :: s
+    end function
+    integer(c_int) function c_FMPlanSetVirtualNodes(obj, n) bind(C, name="FMPlanSetVirtualNodes")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      integer(c_int), value :: n
+    end function
+    integer(c_int) function c_FMPlanSetSchedule(obj, s) bind(C, name="FMPlanSetSchedule")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: obj
+      character(kind=c_char), intent(in) :: s(*)
+    end function
+    integer(c_int) function c_FMPlanGetSchedule(obj, s) bind(C, name="FMPlanGetSchedule")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      type(c_ptr) :: s
+    end function
+    integer(c_int) function c_FMPlanSetPrune(obj, n) bind(C, name="FMPlanSetPrune")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      integer(c_int), value :: n
+    end function
+    integer(c_int) function c_FMPlanSetOverlap(obj, n) bind(C, name="FMPlanSetOverlap")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      integer(c_int), value :: n
+    end function
+    integer(c_int) function c_FMPlanSetTransport(obj, s) bind(C, name="FMPlanSetTransport")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: obj
+      character(kind=c_char), intent(in) :: s(*)
+    end function
+    integer(c_int) function c_FMPlanSetGPUAwareMPI(obj, s) bind(C, name="FMPlanSetGPUAwareMPI")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: obj
+      character(kind=c_char), intent(in) :: s(*)
+    end function
+    integer(c_int) function c_FMPlanSetStepChunks(obj, n) bind(C, name="FMPlanSetStepChunks")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: obj
+      integer(c_int), value :: n
+    end function
+    integer(c_int) function c_FMPlanSetTrace(plan, path, view) bind(C, name="FMPlanSetTrace")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: plan
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int), value :: view
     end function
   end interface
 
@@ -911,5 +1058,248 @@ contains
     integer, intent(out) :: ierr
     ierr = c_FMPlanDestroy(plan%ptr)
   end subroutine fm_plan_destroy
+
+  ! ------------------------------------------------------------------ options prefixes, plan type, cp settings
+  ! fm_context_set_options_prefix(context, prefix, ierr): the prefix FMContextSetFromOptions puts after the dash of each option (blank: none).
+  subroutine fm_context_set_options_prefix(context, prefix, ierr)
+    type(fm_context), intent(in) :: context
+    character(len=*), intent(in) :: prefix
+    integer, intent(out) :: ierr
+    ierr = c_FMContextSetOptionsPrefix(context%ptr, cstr(prefix))
+  end subroutine fm_context_set_options_prefix
+
+  ! fm_context_get_options_prefix(context, prefix, ierr): the prefix (blank when none).
+  subroutine fm_context_get_options_prefix(context, prefix, ierr)
+    type(fm_context), intent(in) :: context
+    character(len=*), intent(out) :: prefix
+    integer, intent(out) :: ierr
+    type(c_ptr) :: p
+    p = c_null_ptr
+    ierr = c_FMContextGetOptionsPrefix(context%ptr, p)
+    call c_FMFortranCopyString(p, prefix, int(len(prefix), c_int))
+  end subroutine fm_context_get_options_prefix
+
+  ! fm_mask_set_options_prefix(mask, prefix, ierr): the prefix FMMaskSetFromOptions puts after the dash of each option (blank: none).
+  subroutine fm_mask_set_options_prefix(mask, prefix, ierr)
+    type(fm_mask), intent(in) :: mask
+    character(len=*), intent(in) :: prefix
+    integer, intent(out) :: ierr
+    ierr = c_FMMaskSetOptionsPrefix(mask%ptr, cstr(prefix))
+  end subroutine fm_mask_set_options_prefix
+
+  ! fm_mask_get_options_prefix(mask, prefix, ierr): the prefix (blank when none).
+  subroutine fm_mask_get_options_prefix(mask, prefix, ierr)
+    type(fm_mask), intent(in) :: mask
+    character(len=*), intent(out) :: prefix
+    integer, intent(out) :: ierr
+    type(c_ptr) :: p
+    p = c_null_ptr
+    ierr = c_FMMaskGetOptionsPrefix(mask%ptr, p)
+    call c_FMFortranCopyString(p, prefix, int(len(prefix), c_int))
+  end subroutine fm_mask_get_options_prefix
+
+  ! fm_plan_set_options_prefix(plan, prefix, ierr): the prefix FMPlanSetFromOptions puts after the dash of each option (blank: none).
+  subroutine fm_plan_set_options_prefix(plan, prefix, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(in) :: prefix
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetOptionsPrefix(plan%ptr, cstr(prefix))
+  end subroutine fm_plan_set_options_prefix
+
+  ! fm_plan_get_options_prefix(plan, prefix, ierr): the prefix (blank when none).
+  subroutine fm_plan_get_options_prefix(plan, prefix, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(out) :: prefix
+    integer, intent(out) :: ierr
+    type(c_ptr) :: p
+    p = c_null_ptr
+    ierr = c_FMPlanGetOptionsPrefix(plan%ptr, p)
+    call c_FMFortranCopyString(p, prefix, int(len(prefix), c_int))
+  end subroutine fm_plan_get_options_prefix
+
+  ! fm_plan_set_type(plan, type, ierr): FMPLANLOCAL or FMPLANCP (option -fm_plan_type).
+  subroutine fm_plan_set_type(plan, type, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(in) :: type
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetType(plan%ptr, cstr(type))
+  end subroutine fm_plan_set_type
+
+  ! fm_plan_get_type(plan, type, ierr): the type (blank before one is set or defaulted).
+  subroutine fm_plan_get_type(plan, type, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(out) :: type
+    integer, intent(out) :: ierr
+    type(c_ptr) :: p
+    p = c_null_ptr
+    ierr = c_FMPlanGetType(plan%ptr, p)
+    call c_FMFortranCopyString(p, type, int(len(type), c_int))
+  end subroutine fm_plan_get_type
+
+  ! fm_plan_set_partition(plan, partition, ierr): "contiguous", "dual_chunk" or "balanced" (-fm_plan_partition).
+  subroutine fm_plan_set_partition(plan, partition, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(in) :: partition
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetPartition(plan%ptr, cstr(partition))
+  end subroutine fm_plan_set_partition
+
+  ! fm_plan_get_partition(plan, partition, ierr): the partition.
+  subroutine fm_plan_get_partition(plan, partition, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(out) :: partition
+    integer, intent(out) :: ierr
+    type(c_ptr) :: p
+    p = c_null_ptr
+    ierr = c_FMPlanGetPartition(plan%ptr, p)
+    call c_FMFortranCopyString(p, partition, int(len(partition), c_int))
+  end subroutine fm_plan_get_partition
+
+  ! fm_plan_set_chunk(plan, rows, ierr): query rows per chunk, 0 = default (-fm_plan_chunk).
+  subroutine fm_plan_set_chunk(plan, rows, ierr)
+    type(fm_plan), intent(in) :: plan
+    integer, intent(in) :: rows
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetChunk(plan%ptr, int(rows, c_int))
+  end subroutine fm_plan_set_chunk
+
+  ! fm_plan_get_chunk(plan, rows, ierr): the chunk setting.
+  subroutine fm_plan_get_chunk(plan, rows, ierr)
+    type(fm_plan), intent(in) :: plan
+    integer, intent(out) :: rows
+    integer, intent(out) :: ierr
+    integer(c_int) :: n
+    n = 0
+    ierr = c_FMPlanGetChunk(plan%ptr, n)
+    rows = int(n)
+  end subroutine fm_plan_get_chunk
+
+  ! fm_plan_set_partial_cost(plan, cost, ierr): balancer cost of a partial tile (-fm_plan_partial_cost).
+  subroutine fm_plan_set_partial_cost(plan, cost, ierr)
+    type(fm_plan), intent(in) :: plan
+    real(c_double), intent(in) :: cost
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetPartialCost(plan%ptr, cost)
+  end subroutine fm_plan_set_partial_cost
+
+  ! fm_plan_get_partial_cost(plan, cost, ierr): the partial-tile cost.
+  subroutine fm_plan_get_partial_cost(plan, cost, ierr)
+    type(fm_plan), intent(in) :: plan
+    real(c_double), intent(out) :: cost
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanGetPartialCost(plan%ptr, cost)
+  end subroutine fm_plan_get_partial_cost
+
+  ! fm_plan_set_row_cost(plan, cost, ierr): balancer fixed cost of a query tile (-fm_plan_row_cost).
+  subroutine fm_plan_set_row_cost(plan, cost, ierr)
+    type(fm_plan), intent(in) :: plan
+    real(c_double), intent(in) :: cost
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetRowCost(plan%ptr, cost)
+  end subroutine fm_plan_set_row_cost
+
+  ! fm_plan_get_row_cost(plan, cost, ierr): the query-tile cost.
+  subroutine fm_plan_get_row_cost(plan, cost, ierr)
+    type(fm_plan), intent(in) :: plan
+    real(c_double), intent(out) :: cost
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanGetRowCost(plan%ptr, cost)
+  end subroutine fm_plan_get_row_cost
+
+  ! fm_plan_set_route(plan, route, ierr): "flat" or "hierarchical" (-fm_plan_route).
+  subroutine fm_plan_set_route(plan, route, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(in) :: route
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetRoute(plan%ptr, cstr(route))
+  end subroutine fm_plan_set_route
+
+  ! fm_plan_get_route(plan, route, ierr): the route.
+  subroutine fm_plan_get_route(plan, route, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(out) :: route
+    integer, intent(out) :: ierr
+    type(c_ptr) :: p
+    p = c_null_ptr
+    ierr = c_FMPlanGetRoute(plan%ptr, p)
+    call c_FMFortranCopyString(p, route, int(len(route), c_int))
+  end subroutine fm_plan_get_route
+
+  ! fm_plan_set_virtual_nodes(plan, nodes, ierr): virtual nodes, 0 = real topology (-fm_plan_nodes).
+  subroutine fm_plan_set_virtual_nodes(plan, nodes, ierr)
+    type(fm_plan), intent(in) :: plan
+    integer, intent(in) :: nodes
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetVirtualNodes(plan%ptr, int(nodes, c_int))
+  end subroutine fm_plan_set_virtual_nodes
+
+  ! fm_plan_set_schedule(plan, schedule, ierr): "gather" or "ring" (-fm_plan_schedule).
+  subroutine fm_plan_set_schedule(plan, schedule, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(in) :: schedule
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetSchedule(plan%ptr, cstr(schedule))
+  end subroutine fm_plan_set_schedule
+
+  ! fm_plan_get_schedule(plan, schedule, ierr): the schedule.
+  subroutine fm_plan_get_schedule(plan, schedule, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(out) :: schedule
+    integer, intent(out) :: ierr
+    type(c_ptr) :: p
+    p = c_null_ptr
+    ierr = c_FMPlanGetSchedule(plan%ptr, p)
+    call c_FMFortranCopyString(p, schedule, int(len(schedule), c_int))
+  end subroutine fm_plan_get_schedule
+
+  ! fm_plan_set_prune(plan, prune, ierr): never move K/V no local query sees (-fm_plan_prune).
+  subroutine fm_plan_set_prune(plan, prune, ierr)
+    type(fm_plan), intent(in) :: plan
+    logical, intent(in) :: prune
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetPrune(plan%ptr, int(fbool(prune), c_int))
+  end subroutine fm_plan_set_prune
+
+  ! fm_plan_set_overlap(plan, overlap, ierr): compute while K/V moves (-fm_plan_overlap).
+  subroutine fm_plan_set_overlap(plan, overlap, ierr)
+    type(fm_plan), intent(in) :: plan
+    logical, intent(in) :: overlap
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetOverlap(plan%ptr, int(fbool(overlap), c_int))
+  end subroutine fm_plan_set_overlap
+
+  ! fm_plan_set_transport(plan, transport, ierr): "auto", "nccl" or "mpi" (-fm_plan_transport).
+  subroutine fm_plan_set_transport(plan, transport, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(in) :: transport
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetTransport(plan%ptr, cstr(transport))
+  end subroutine fm_plan_set_transport
+
+  ! fm_plan_set_gpu_aware_mpi(plan, aware, ierr): "auto", "0" or "1" (-fm_gpu_aware_mpi).
+  subroutine fm_plan_set_gpu_aware_mpi(plan, aware, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(in) :: aware
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetGPUAwareMPI(plan%ptr, cstr(aware))
+  end subroutine fm_plan_set_gpu_aware_mpi
+
+  ! fm_plan_set_step_chunks(plan, chunks, ierr): K/V chunks per peer and GPU exchange step, 0 = all (-fm_plan_step_chunks).
+  subroutine fm_plan_set_step_chunks(plan, chunks, ierr)
+    type(fm_plan), intent(in) :: plan
+    integer, intent(in) :: chunks
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetStepChunks(plan%ptr, int(chunks, c_int))
+  end subroutine fm_plan_set_step_chunks
+
+  ! fm_plan_set_trace(plan, path, view, ierr): trace every forward/backward into the HDF5 file
+  ! path (blank: no trace); view prints the summary (-fm_trace, -fm_trace_view).
+  subroutine fm_plan_set_trace(plan, path, view, ierr)
+    type(fm_plan), intent(in) :: plan
+    character(len=*), intent(in) :: path
+    logical, intent(in) :: view
+    integer, intent(out) :: ierr
+    ierr = c_FMPlanSetTrace(plan%ptr, cstr(path), int(fbool(view), c_int))
+  end subroutine fm_plan_set_trace
 
 end module flashmask

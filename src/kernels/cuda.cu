@@ -1,30 +1,18 @@
 /*
  * cuda.cu - the CUDA backend's host entry points (fmkernels.h): device queries, the mask
- * upload with its GPU prepass (packed column bounds and block summaries at the kernels'
- * key-block size), the forward dispatch, and a plain correct SIMT fallback kernel for
- * non-Hopper GPUs and for shapes the Hopper kernel does not cover.
+ * upload, the forward dispatch and the partial-result helpers. The one place where the kernel
+ * layer (fmgpu.cuh: cuda_mask.cu, simt/, sm90/, all returning cudaError_t) meets the library:
+ * arguments are checked here, FMGpuFwdParams is filled here once, and every cudaError_t is
+ * mapped to an FMErrorCode here.
  */
 #include <cuda_runtime.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <flashmask/private/fmimpl.h>
 #include <flashmask/private/fmkernels.h>
+#include "fmgpu.cuh"
 #include "sm90/fwd_sm90.cuh"
-
-
-/* The device copy of a mask (the handle behind FMCudaMaskUpload's void *). */
-typedef struct {
-  int seqlen_q, seqlen_k, mask_heads, causal, nblk;
-  int32_t *bnd;   /* [4][mask_heads][seqlen_k]: lts, lte, uts, ute as uploaded */
-  int4 *packed;   /* [mask_heads][nblk * FM_GPU_BLOCK_N]: {lts, lte, uts, ute}; padding columns fully masked */
-  int32_t *sum;   /* [mask_heads][nblk][FM_SUM_N] */
-  int2 *vis;      /* [mask_heads][nblk * FM_GPU_BLOCK_N]: visible rows [x, y) of the column (causal included)
-                     when they form one interval (padding: [0, 0)) */
-  int *simple;    /* [mask_heads][nblk]: 1 if every column of the block has a one-interval visible set */
-} FMCudaMask;
+#include <flashmask/private/fmbwd.h>
 
 /* ------------------------------------------------------------------ devices */
 
@@ -86,96 +74,20 @@ const char *FMCudaForwardPathName(int sm)
   return "fallback simt";
 }
 
-/* ------------------------------------------------------------------ mask prepass */
-
-/*
- * One CTA per (key block, mask head), FM_GPU_BLOCK_N threads: pack the four bounds of each
- * column (fully masked padding past seqlen_k) and reduce the block's 8 summary numbers over
- * its real columns.
- */
-__global__ void __launch_bounds__(FM_GPU_BLOCK_N) fm_mask_prepass(const int32_t *bnd, int Sq, int Sk, int H, int nblk,
-                                                                   int causal, int4 *packed, int32_t *sum, int2 *vis,
-                                                                   int *simple)
-{
-  __shared__ int red[FM_GPU_BLOCK_N / 32][FM_SUM_N];
-  const int kb = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
-  const int j = kb * FM_GPU_BLOCK_N + t;
-  int4 v;
-  int mn[4], mx[4];
-  if (j < Sk) {
-    const size_t o = (size_t)h * Sk + j, vs = (size_t)H * Sk;
-    v = make_int4(bnd[o], bnd[vs + o], bnd[2 * vs + o], bnd[3 * vs + o]);
-    mn[0] = mx[0] = v.x;
-    mn[1] = mx[1] = v.y;
-    mn[2] = mx[2] = v.z;
-    mn[3] = mx[3] = v.w;
-  } else {
-    v = make_int4(0, INT_MAX, 0, 0);
-    for (int i = 0; i < 4; i++) {
-      mn[i] = INT_MAX;
-      mx[i] = INT_MIN;
-    }
-  }
-  packed[((size_t)h * nblk + kb) * FM_GPU_BLOCK_N + t] = v;
-  {
-    /* visible rows = [0, Sq) minus [lts, lte), [uts, ute) and the causal rows [0, j - (Sk - Sq)) */
-    int a[3], e[3], cnt = 0, one = 1;
-    int2 r = make_int2(0, 0);
-    if (j < Sk) {
-      if (v.x < v.y) a[cnt] = v.x, e[cnt++] = v.y;
-      if (v.z < v.w) a[cnt] = v.z, e[cnt++] = v.w;
-      if (causal && j - (Sk - Sq) > 0) a[cnt] = 0, e[cnt++] = min(j - (Sk - Sq), Sq);
-      for (int x = 0; x < cnt; x++) /* sort by start */
-        for (int y = x + 1; y < cnt; y++)
-          if (a[y] < a[x]) {
-            int ta = a[x], te = e[x];
-            a[x] = a[y], e[x] = e[y], a[y] = ta, e[y] = te;
-          }
-      int pos = 0, pieces = 0;
-      for (int x = 0; x <= cnt; x++) {
-        const int s0 = x < cnt ? a[x] : Sq, s1 = x < cnt ? e[x] : Sq;
-        if (s0 > pos) { /* visible gap [pos, s0) */
-          if (pieces == 0) r = make_int2(pos, min(s0, Sq));
-          pieces++;
-        }
-        if (s1 > pos) pos = s1;
-        if (pos >= Sq) break;
-      }
-      one = pieces <= 1;
-    }
-    vis[((size_t)h * nblk + kb) * FM_GPU_BLOCK_N + t] = r;
-    one = __syncthreads_and(one);
-    if (t == 0) simple[(size_t)h * nblk + kb] = one;
-  }
-  for (int s = 16; s > 0; s >>= 1)
-    for (int i = 0; i < 4; i++) {
-      mn[i] = min(mn[i], __shfl_xor_sync(0xffffffffu, mn[i], s));
-      mx[i] = max(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], s));
-    }
-  if ((t & 31) == 0)
-    for (int i = 0; i < 4; i++) {
-      red[t >> 5][2 * i] = mn[i];
-      red[t >> 5][2 * i + 1] = mx[i];
-    }
-  __syncthreads();
-  if (t < FM_SUM_N) {
-    int r = red[0][t];
-    for (int w = 1; w < FM_GPU_BLOCK_N / 32; w++) r = (t & 1) ? max(r, red[w][t]) : min(r, red[w][t]);
-    sum[((size_t)h * nblk + kb) * FM_SUM_N + t] = r; /* FM_SUM_{LTS,LTE,UTS,UTE}_{MIN,MAX} order */
-  }
-}
+/* ------------------------------------------------------------------ mask */
 
 /*
  * FMCudaMaskUpload - copy the mask's bound vectors to the current device and build there the
- *   kernels' view of them: packed per-column bounds and block summaries at the kernels'
- *   key-block size (FM_GPU_BLOCK_N). Not collective; synchronous (it completes before return).
+ *   kernels' view of them (cuda_mask.cu): packed per-column bounds and block summaries at the
+ *   kernels' key-block size (FM_GPU_BLOCK_N). Not collective; synchronous (it completes before
+ *   return).
  *   m    the mask (host pointers; m->summary is not used: the GPU builds its own)
  *   dev  out: opaque handle for FMCudaForward, to free with FMCudaMaskFree
  */
 FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev)
 {
-  FMCudaMask *d;
-  size_t n;
+  FMGpuMask *d = NULL;
+  cudaError_t e;
   FMValidPointer(m, 1);
   FMValidPointer(dev, 2);
   FMCheck(m->seqlen_q > 0 && m->seqlen_k > 0 && m->mask_heads > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
@@ -183,27 +95,11 @@ FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev)
           m->mask_heads);
   for (int v = 0; v < 4; v++)
     FMCheck(m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Mask bound vector %d is NULL; expected all four set", v);
-  FMCall(FMCalloc(1, &d));
-  d->seqlen_q = m->seqlen_q;
-  d->seqlen_k = m->seqlen_k;
-  d->mask_heads = m->mask_heads;
-  d->causal = m->causal;
-  d->nblk = (m->seqlen_k + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
-  n = (size_t)m->mask_heads * m->seqlen_k;
-  if (cudaMalloc((void **)&d->bnd, 4 * n * sizeof(int32_t)) != cudaSuccess ||
-      cudaMalloc((void **)&d->packed, (size_t)m->mask_heads * d->nblk * FM_GPU_BLOCK_N * sizeof(int4)) != cudaSuccess ||
-      cudaMalloc((void **)&d->sum, (size_t)m->mask_heads * d->nblk * FM_SUM_N * sizeof(int32_t)) != cudaSuccess ||
-      cudaMalloc((void **)&d->vis, (size_t)m->mask_heads * d->nblk * FM_GPU_BLOCK_N * sizeof(int2)) != cudaSuccess ||
-      cudaMalloc((void **)&d->simple, (size_t)m->mask_heads * d->nblk * sizeof(int)) != cudaSuccess) {
-    (void)cudaGetLastError();
-    FMCudaMaskFree(d);
-    FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Cannot allocate %zu bytes of device memory for the mask", 24 * n);
-  }
-  for (int v = 0; v < 4; v++) FMCallCUDA(cudaMemcpy(d->bnd + v * n, m->bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice));
-  fm_mask_prepass<<<dim3(d->nblk, m->mask_heads), FM_GPU_BLOCK_N>>>(d->bnd, m->seqlen_q, m->seqlen_k, m->mask_heads, d->nblk,
-                                                                     m->causal, d->packed, d->sum, d->vis, d->simple);
-  FMCallCUDA(cudaGetLastError());
-  FMCallCUDA(cudaDeviceSynchronize());
+  e = FMGpuMaskCreate(m->seqlen_q, m->seqlen_k, m->mask_heads, m->causal, m->bnd, &d);
+  if (e == cudaErrorMemoryAllocation)
+    FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Cannot allocate %zu bytes of device memory for the mask",
+            (size_t)24 * m->mask_heads * m->seqlen_k);
+  FMCallCUDA(e);
   *dev = d;
   return FM_SUCCESS;
 }
@@ -211,134 +107,8 @@ FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev)
 /* FMCudaMaskFree - release a handle from FMCudaMaskUpload (NULL is fine). Not collective. */
 FMErrorCode FMCudaMaskFree(void *dev)
 {
-  FMCudaMask *d = (FMCudaMask *)dev;
-  if (!d) return FM_SUCCESS;
-  cudaFree(d->bnd);
-  cudaFree(d->packed);
-  cudaFree(d->sum);
-  cudaFree(d->vis);
-  cudaFree(d->simple);
-  free(d);
+  FMGpuMaskDestroy((FMGpuMask *)dev);
   return FM_SUCCESS;
-}
-
-/* ------------------------------------------------------------------ fallback kernel */
-
-struct FallbackParams {
-  const void *q, *k, *v;
-  void *o;
-  float *o32; /* non-NULL: fp32 output here instead of o */
-  int merge;  /* with o32: merge into (o32, lse) through the LSE */
-  float *lse;
-  const int4 *packed;
-  const int32_t *sum;
-  int Sq, Sk, Hq, Hkv, D, mask_heads, causal, nblk;
-  float c; /* scale * log2(e) */
-};
-
-template <typename T> __device__ __forceinline__ float to_f(T x);
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-
-/*
- * One warp per query row, 4 rows per CTA. Keys in chunks of 32 (one per lane: a full dot
- * product), online softmax in the log2 domain, then each lane accumulates its DPL output
- * dims. Key blocks are classified per row (skip / full / partial) from the summaries.
- */
-template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) fm_fwd_fallback(const FallbackParams p)
-{
-  __shared__ float qs[4][32 * DPL];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int i = blockIdx.x * 4 + warp, hq = blockIdx.y, b = blockIdx.z;
-  if (i >= p.Sq) return;
-  const int hkv = hq / (p.Hq / p.Hkv), mh = hq / (p.Hq / p.mask_heads), D = p.D, off = p.Sk - p.Sq;
-  const T *q = (const T *)p.q + (((size_t)b * p.Sq + i) * p.Hq + hq) * D;
-  const T *kb0 = (const T *)p.k + ((size_t)b * p.Sk * p.Hkv + hkv) * D;
-  const T *vb0 = (const T *)p.v + ((size_t)b * p.Sk * p.Hkv + hkv) * D;
-  const size_t kstride = (size_t)p.Hkv * D;
-  const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FM_SUM_N;
-  const int4 *bnd = p.packed + (size_t)mh * p.nblk * FM_GPU_BLOCK_N;
-  for (int d = lane; d < 32 * DPL; d += 32) qs[warp][d] = d < D ? to_f(q[d]) * p.c : 0.f;
-  __syncwarp();
-  float acc[DPL];
-#pragma unroll
-  for (int t = 0; t < DPL; t++) acc[t] = 0.f;
-  float m = -INFINITY, l = 0.f;
-  for (int kb = 0; kb < p.nblk; kb++) {
-    const int cls = FMClassifyTileInline(sumh, p.causal, p.Sq, p.Sk, FM_GPU_BLOCK_N, i, i + 1, kb);
-    if (cls == FM_TILE_SKIP) continue;
-    for (int j0 = kb * FM_GPU_BLOCK_N; j0 < (kb + 1) * FM_GPU_BLOCK_N && j0 < p.Sk; j0 += 32) {
-      const int j = j0 + lane;
-      float s = -INFINITY;
-      bool vis = j < p.Sk;
-      if (vis && cls == FM_TILE_PARTIAL) {
-        const int4 bb = bnd[j];
-        vis = !((i >= bb.x && i < bb.y) || (i >= bb.z && i < bb.w) || (p.causal && j > i + off));
-      }
-      if (vis) {
-        const T *kr = kb0 + (size_t)j * kstride;
-        float a = 0.f;
-        for (int d = 0; d < D; d++) a += qs[warp][d] * to_f(kr[d]);
-        s = a;
-      }
-      float mx = s;
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float mnew = fmaxf(m, mx);
-      if (mnew == -INFINITY) continue; /* nothing visible yet */
-      const float corr = exp2f(m - mnew);
-      const float pj = exp2f(s - mnew);
-      float ps = pj;
-      for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-      l = l * corr + ps;
-      m = mnew;
-#pragma unroll
-      for (int t = 0; t < DPL; t++) acc[t] *= corr;
-      for (int jj = 0; jj < 32; jj++) {
-        const float pb = __shfl_sync(0xffffffffu, pj, jj);
-        if (pb == 0.f) continue;
-        const T *vr = vb0 + (size_t)(j0 + jj) * kstride;
-#pragma unroll
-        for (int t = 0; t < DPL; t++) {
-          const int d = lane + 32 * t;
-          if (d < D) acc[t] += pb * to_f(vr[d]);
-        }
-      }
-    }
-  }
-  const size_t oo = (((size_t)b * p.Sq + i) * p.Hq + hq) * D, lo = ((size_t)b * p.Hq + hq) * p.Sq + i;
-  float inv = l > 0.f ? 1.f / l : 0.f, wa = 0.f, lse = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
-  if (p.o32 && p.merge) { /* exact merge with the accumulated (O, LSE) through the LSE */
-    const float la = p.lse[lo], mm = fmaxf(la, lse);
-    __syncwarp();
-    if (mm == -INFINITY) inv = 0.f;
-    else {
-      const float ea = expf(la - mm), eb = expf(lse - mm), s = ea + eb;
-      wa = ea / s;
-      inv *= eb / s;
-      lse = mm + logf(s);
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < DPL; t++) {
-    const int d = lane + 32 * t;
-    if (d < D) {
-      if (p.o32) p.o32[oo + d] = acc[t] * inv + (wa != 0.f ? wa * p.o32[oo + d] : 0.f);
-      else ((T *)p.o)[oo + d] = from_f<T>(acc[t] * inv);
-    }
-  }
-  if (lane == 0) p.lse[lo] = lse;
-}
-
-template <typename T> static cudaError_t launch_fallback(const FallbackParams &fp, int B, cudaStream_t st)
-{
-  dim3 grid((fp.Sq + 3) / 4, fp.Hq, B);
-  if (fp.D <= 64) fm_fwd_fallback<T, 2><<<grid, 128, 0, st>>>(fp);
-  else if (fp.D <= 128) fm_fwd_fallback<T, 4><<<grid, 128, 0, st>>>(fp);
-  else fm_fwd_fallback<T, 8><<<grid, 128, 0, st>>>(fp);
-  return cudaGetLastError();
 }
 
 /* ------------------------------------------------------------------ dispatch */
@@ -346,14 +116,57 @@ template <typename T> static cudaError_t launch_fallback(const FallbackParams &f
 /* Which path the last FMCudaForward call took (for tests and fmbench): 1 sm90, 0 fallback. */
 extern "C" { int FMCudaLastPath_Private = -1; }
 
+/*
+ * The kernels' parameters of one forward, filled once: pointers, the element strides of
+ * today's layouts (fmkernels.h), sizes, scale and the uploaded mask.
+ */
+static void fill_params(const FMAttnProblem *p, const FMGpuMask *dm, const void *q, const void *k, const void *v, void *o,
+                        float *o32, int merge, float *lse, FMGpuFwdParams *gp)
+{
+  const int64_t D = p->head_dim;
+  memset(gp, 0, sizeof(*gp));
+  gp->c.o = o;
+  gp->c.o32 = o32;
+  gp->c.merge = merge;
+  gp->c.lse = lse;
+  gp->c.packed = dm->packed;
+  gp->c.sum = dm->sum;
+  gp->c.vis = dm->vis;
+  gp->c.simple = dm->simple;
+  gp->c.seqlen_q = p->nq;
+  gp->c.seqlen_k = p->nk;
+  gp->c.heads_q = p->heads_q;
+  gp->c.heads_kv = p->heads_kv;
+  gp->c.mask_heads = dm->mask_heads;
+  gp->c.causal = dm->causal;
+  gp->c.nblk = dm->nblk;
+  gp->c.scale = p->scale;
+  gp->c.scale_log2 = p->scale * 1.4426950408889634f;
+  gp->q = q;
+  gp->k = k;
+  gp->v = v;
+  gp->q_head_stride = gp->o_head_stride = D;
+  gp->q_row_stride = gp->o_row_stride = (int64_t)p->heads_q * D;
+  gp->q_batch_stride = gp->o_batch_stride = (int64_t)p->nq * p->heads_q * D;
+  gp->k_head_stride = gp->v_head_stride = D;
+  gp->k_row_stride = gp->v_row_stride = (int64_t)p->heads_kv * D;
+  gp->k_batch_stride = gp->v_batch_stride = (int64_t)p->nk * p->heads_kv * D;
+  gp->lse_head_stride = p->nq;
+  gp->lse_batch_stride = (int64_t)p->heads_q * p->nq;
+  gp->batch = p->batch;
+  gp->head_dim = p->head_dim;
+  gp->fp16 = p->dtype == FM_DTYPE_FP16;
+  gp->vdesc_swap = p->opts.sm90_vdesc_swap;
+}
+
 /* The forward of FMCudaForward / FMCudaForwardF32: o (dtype) or o32 (fp32) receives O. */
 static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v, void *o,
                                 float *o32, int merge, float *lse, void *stream)
 {
-  const FMCudaMask *dm = (const FMCudaMask *)dmask;
+  const FMGpuMask *dm = (const FMGpuMask *)dmask;
+  FMGpuFwdParams gp;
   cudaStream_t st = (cudaStream_t)stream;
   int dev = 0, major = 0, minor = 0;
-  const char *force;
   FMCheck(p->qrows == NULL && p->k0 == 0, MPI_COMM_SELF, FM_ERR_SUP,
           "The CUDA forward takes whole (or localized) problems only; got qrows %s and k0 = %d", p->qrows ? "set" : "NULL", p->k0);
   FMCheck(p->nq == dm->seqlen_q && p->nk == dm->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
@@ -369,64 +182,17 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
           "batch = %d, heads_q = %d, heads_kv = %d, mask heads = %d: expected heads_q a multiple of heads_kv and of the mask heads",
           p->batch, p->heads_q, p->heads_kv, dm->mask_heads);
   FMCheck(p->scale > 0.f, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Softmax scale %g; expected > 0", (double)p->scale);
+  fill_params(p, dm, q, k, v, o, o32, merge, lse, &gp);
   FMCallCUDA(cudaGetDevice(&dev));
   FMCallCUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   FMCallCUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  force = getenv("FM_CUDA_FORCE_FALLBACK");
-  if (major == 9 && minor == 0 && !(force && force[0] == '1')) {
-    FMSm90Args a;
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    a.o = o;
-    a.o32 = o32;
-    a.merge = merge;
-    a.lse = lse;
-    a.batch = p->batch;
-    a.seqlen_q = p->nq;
-    a.seqlen_k = p->nk;
-    a.heads_q = p->heads_q;
-    a.heads_kv = p->heads_kv;
-    a.head_dim = p->head_dim;
-    a.fp16 = p->dtype == FM_DTYPE_FP16;
-    a.scale = p->scale;
-    a.packed = dm->packed;
-    a.sum = dm->sum;
-    a.vis = dm->vis;
-    a.simple = dm->simple;
-    a.mask_heads = dm->mask_heads;
-    a.causal = dm->causal;
-    a.nblk = dm->nblk;
-    if (FMSm90ForwardSupported(&a)) {
-      FMCallCUDA(FMSm90Forward(&a, st));
-      FMCudaLastPath_Private = 1;
-      return FM_SUCCESS;
-    }
+  if (major == 9 && minor == 0 && !p->opts.cuda_fallback && FMSm90ForwardSupported(&gp)) {
+    FMCallCUDA(FMSm90Forward(&gp, st));
+    FMCudaLastPath_Private = 1;
+    return FM_SUCCESS;
   }
-  {
-    FallbackParams fp;
-    fp.q = q;
-    fp.k = k;
-    fp.v = v;
-    fp.o = o;
-    fp.o32 = o32;
-    fp.merge = merge;
-    fp.lse = lse;
-    fp.packed = dm->packed;
-    fp.sum = dm->sum;
-    fp.Sq = p->nq;
-    fp.Sk = p->nk;
-    fp.Hq = p->heads_q;
-    fp.Hkv = p->heads_kv;
-    fp.D = p->head_dim;
-    fp.mask_heads = dm->mask_heads;
-    fp.causal = dm->causal;
-    fp.nblk = dm->nblk;
-    fp.c = p->scale * 1.4426950408889634f;
-    if (p->dtype == FM_DTYPE_FP16) FMCallCUDA(launch_fallback<__half>(fp, p->batch, st));
-    else FMCallCUDA(launch_fallback<__nv_bfloat16>(fp, p->batch, st));
-    FMCudaLastPath_Private = 0;
-  }
+  FMCallCUDA(FMGpuFallbackForward(&gp, st));
+  FMCudaLastPath_Private = 0;
   return FM_SUCCESS;
 }
 
@@ -439,7 +205,7 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
  *   q, k, v, o, lse  device pointers, layouts as in fmkernels.h
  *   stream cudaStream_t (NULL = default stream)
  *   Chooses the Hopper kernel on sm_90 for head dims 64 and 128, else the SIMT fallback.
- *   The environment variable FM_CUDA_FORCE_FALLBACK=1 forces the fallback (for tests).
+ *   p->opts.cuda_fallback (-fm_cuda_fallback) forces the fallback (for tests).
  */
 FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v, void *o,
                           float *lse, void *stream)
@@ -475,20 +241,71 @@ FMErrorCode FMCudaForwardF32(const FMAttnProblem *p, const void *dmask, const vo
   return FM_SUCCESS;
 }
 
-/* ------------------------------------------------------------------ partial results */
+/* ------------------------------------------------------------------ backward */
 
-__global__ void fm_convert_out(const float *src, void *dst, size_t n, int fp16)
+/* Fill the backward kernels' parameters from a whole problem and its uploaded mask. */
+static void fill_bwd(FMGpuBwdParams *a, const FMAttnProblem *p, const FMGpuMask *dm)
 {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    if (fp16) ((__half *)dst)[i] = __float2half_rn(src[i]);
-    else ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+  const long long D = p->head_dim;
+  const FMGpuStrides sq = {(long long)p->nq * p->heads_q * D, (long long)p->heads_q * D, D};
+  const FMGpuStrides sk = {(long long)p->nk * p->heads_kv * D, (long long)p->heads_kv * D, D};
+  memset(a, 0, sizeof(*a));
+  a->sq = a->so = a->sdo = a->sdq = sq;
+  a->sk = a->sv = a->sdk = a->sdv = sk;
+  a->batch = p->batch; a->seqlen_q = p->nq; a->seqlen_k = p->nk;
+  a->heads_q = p->heads_q; a->heads_kv = p->heads_kv; a->head_dim = p->head_dim;
+  a->fp16 = p->dtype == FM_DTYPE_FP16; a->scale = p->scale;
+  a->packed = dm->packed; a->sum = dm->sum; a->mask_heads = dm->mask_heads; a->causal = dm->causal; a->nblk = dm->nblk;
+  a->force_fallback = p->opts.cuda_fallback != 0;
+}
+
+/* FMCudaBackward - see fmkernels.h. */
+FMErrorCode FMCudaBackward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v,
+                           const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv, void *stream)
+{
+  const FMGpuMask *dm = (const FMGpuMask *)dmask;
+  cudaStream_t st = (cudaStream_t)stream;
+  FMGpuBwdParams a;
+  void *ws = NULL;
+  cudaError_t e;
+  FMValidPointer(p, 1);
+  FMValidPointer(dmask, 2);
+  FMCheck(p->qrows == NULL && p->k0 == 0 && p->nq == dm->seqlen_q && p->nk == dm->seqlen_k, MPI_COMM_SELF, FM_ERR_SUP,
+          "The CUDA backward takes whole problems only; got qrows %s, k0 = %d, nq = %d, nk = %d (mask %d x %d)",
+          p->qrows ? "set" : "NULL", p->k0, p->nq, p->nk, dm->seqlen_q, dm->seqlen_k);
+  FMCheck(p->dtype == FM_DTYPE_BF16 || p->dtype == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP,
+          "The CUDA backward runs bf16 and fp16; the problem's dtype is %s", FMDTypeName(p->dtype));
+  fill_bwd(&a, p, dm);
+  a.q = q; a.k = k; a.v = v; a.o = o; a.dout = dout; a.lse = lse; a.dq = dq; a.dk = dk; a.dv = dv;
+  FMCheck(FMGpuBackwardPath(&a) >= 0 && dm->nblk == (p->nk + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N, MPI_COMM_SELF, FM_ERR_SUP,
+          "The CUDA backward does not cover head_dim %d, heads %d/%d, mask heads %d, scale %g (head_dim a multiple of 8 up "
+          "to 256, heads_q a multiple of heads_kv and of the mask heads, scale > 0)",
+          p->head_dim, p->heads_q, p->heads_kv, dm->mask_heads, (double)p->scale);
+  FMCallCUDA(cudaMallocAsync(&ws, FMGpuBackwardWorkspace(&a), st));
+  a.workspace = ws;
+  e = FMGpuBackward(&a, st);
+  (void)cudaFreeAsync(ws, st);
+  FMCallCUDA(e);
+  return FM_SUCCESS;
+}
+
+/* FMCudaBackwardPathName - see fmkernels.h. */
+const char *FMCudaBackwardPathName(const FMAttnProblem *p)
+{
+  FMGpuBwdParams a;
+  FMGpuMask m;
+  memset(&m, 0, sizeof(m));
+  m.mask_heads = p->mask.mask_heads; m.causal = p->mask.causal; m.seqlen_q = p->nq; m.seqlen_k = p->nk;
+  m.nblk = (p->nk + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
+  fill_bwd(&a, p, &m);
+  switch (FMGpuBackwardPath(&a)) {
+  case 1: return "sm90 wgmma/tma";
+  case 0: return "fallback simt";
+  default: return "not supported";
   }
 }
 
-__global__ void fm_fill_f32(float *p, size_t n, float x)
-{
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = x;
-}
+/* ------------------------------------------------------------------ partial results */
 
 /*
  * FMCudaConvertOut - dst[i] = src[i] rounded to t (bf16 or fp16), n elements, device memory,
@@ -497,44 +314,13 @@ __global__ void fm_fill_f32(float *p, size_t n, float x)
 FMErrorCode FMCudaConvertOut(const float *src, void *dst, FMDType t, size_t n, void *stream)
 {
   FMCheck(t == FM_DTYPE_BF16 || t == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP, "dtype %d; expected bf16 or fp16", (int)t);
-  if (n == 0) return FM_SUCCESS;
-  fm_convert_out<<<1024, 256, 0, (cudaStream_t)stream>>>(src, dst, n, t == FM_DTYPE_FP16);
-  FMCallCUDA(cudaGetLastError());
+  FMCallCUDA(FMGpuConvertOut(src, dst, t == FM_DTYPE_FP16, n, (cudaStream_t)stream));
   return FM_SUCCESS;
 }
 
 /* FMCudaFillFloat - p[0..n) = x (device memory), asynchronously on stream. Not collective. */
 FMErrorCode FMCudaFillFloat(float *p, size_t n, float x, void *stream)
 {
-  if (n == 0) return FM_SUCCESS;
-  fm_fill_f32<<<1024, 256, 0, (cudaStream_t)stream>>>(p, n, x);
-  FMCallCUDA(cudaGetLastError());
-  return FM_SUCCESS;
-}
-
-/* ------------------------------------------------------------------ benchmark helper */
-
-__global__ void fm_fill_random(void *p, size_t n, int fp16, unsigned long long seed, float amp)
-{
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned long long z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float x = amp * ((float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
-    if (fp16) ((__half *)p)[i] = __float2half_rn(x);
-    else ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
-  }
-}
-
-/*
- * FMCudaFillRandom_Private - fill n bf16/fp16 elements of device memory with uniform values
- *   in [-amp, amp) from seed, asynchronously on stream. For fmbench (never zeros). Not collective.
- */
-extern "C" FMErrorCode FMCudaFillRandom_Private(void *p, size_t n, FMDType t, unsigned long long seed, float amp, void *stream)
-{
-  FMCheck(t == FM_DTYPE_BF16 || t == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP, "dtype %d; expected bf16 or fp16", (int)t);
-  fm_fill_random<<<1024, 256, 0, (cudaStream_t)stream>>>(p, n, t == FM_DTYPE_FP16, seed, amp);
-  FMCallCUDA(cudaGetLastError());
+  FMCallCUDA(FMGpuFillFloat(p, n, x, (cudaStream_t)stream));
   return FM_SUCCESS;
 }

@@ -1,15 +1,15 @@
 /*
- * plan.c - FMPlan: an attention problem (shape, dtype, scale, mask) bound to a context,
- * ready to run on the chosen backend. On one rank it calls the backend directly; on
- * several ranks it hands over to the context-parallel planner (src/plan/dist).
+ * plan.c - FMPlan: an attention problem (shape, dtype, scale, mask) bound to a context.
+ * This file keeps what every plan type shares: the setters, argument and call-order checks,
+ * logging, and the dispatch through plan->ops to the type ("local": local.c; "cp", context
+ * parallel: src/plan/cp), chosen by FMPlanSetType or by size as PETSc's VECSTANDARD.
  */
-#include <flashmask/private/fmimpl.h>
+#include <flashmask/private/planimpl.h>
 #include <flashmask/private/fmkernels.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const dtype_names[] = {"bf16", "fp16", "fp32", NULL};
 
 FMErrorCode FMPlanCreate(FMContext ctx, FMPlan *plan)
 {
@@ -93,54 +93,81 @@ FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream)
   return FM_SUCCESS;
 }
 
+/* ---------------- types ---------------- */
+static const struct {
+  const char *name;
+  FMErrorCode (*create)(FMPlan);
+} plan_types[] = {{FMPLANLOCAL, FMPlanCreate_Local}, {FMPLANCP, FMPlanCreate_CP}};
+#define NTYPES ((int)(sizeof(plan_types) / sizeof(plan_types[0])))
+static const char *const type_names[] = {FMPLANLOCAL, FMPLANCP, NULL};
+
+/* FMPlanSetType - see flashmask.h. */
+FMErrorCode FMPlanSetType(FMPlan plan, FMPlanType type)
+{
+  int t = 0;
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(type, 2);
+  while (t < NTYPES && strcmp(type, plan_types[t].name)) t++;
+  FMCheck(t < NTYPES, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (type) is \"%s\"; expected \"%s\" or \"%s\"", type, FMPLANLOCAL,
+          FMPLANCP);
+  FMCheck(strcmp(type, FMPLANLOCAL) || plan->ctx->size == 1, plan->hdr.comm, FM_ERR_ARG_INCOMP,
+          "Argument 2 (type) is \"%s\", but the plan's communicator has %d ranks; \"%s\" runs on one rank only (use \"%s\")", type,
+          plan->ctx->size, FMPLANLOCAL, FMPLANCP);
+  if (plan->hdr.type_name && !strcmp(plan->hdr.type_name, type)) return FM_SUCCESS;
+  if (plan->ops && plan->ops->destroy) FMCall((*plan->ops->destroy)(plan));
+  plan->ops = NULL;
+  free(plan->hdr.type_name);
+  plan->hdr.type_name = NULL;
+  plan->hdr.setupcalled = 0;
+  FMCall(FMStrdup(type, &plan->hdr.type_name));
+  FMCall((*plan_types[t].create)(plan));
+  return FM_SUCCESS;
+}
+
+/* FMPlanGetType - see flashmask.h. */
+FMErrorCode FMPlanGetType(FMPlan plan, FMPlanType *type)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(type, 2);
+  *type = plan->hdr.type_name;
+  return FM_SUCCESS;
+}
+
+/* FMPlanSetDefaultType_Private - see planimpl.h. */
+FMErrorCode FMPlanSetDefaultType_Private(FMPlan plan)
+{
+  if (!plan->ops) FMCall(FMPlanSetType(plan, plan->ctx->size > 1 ? FMPLANCP : FMPLANLOCAL));
+  return FM_SUCCESS;
+}
+
 static FMErrorCode setfromoptions(FMPlan plan)
 {
-  int b, hq, hkv, d, dt;
+  int b, hq, hkv, d, dt, t;
   double scale;
   FMBool set = FM_FALSE;
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   b = plan->batch; hq = plan->heads_q; hkv = plan->heads_kv; d = plan->head_dim; dt = (int)plan->dtype;
   FMCall(FMOptionsGetInt("-fm_plan_batch", "batch size (FMPlanSetShape)", &b, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_heads", "query heads (FMPlanSetShape)", &hq, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_kv_heads", "key/value heads, divides the query heads (FMPlanSetShape)", &hkv, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_head_dim", "head dimension (FMPlanSetShape)", &d, NULL));
-  FMCall(FMOptionsGetEnum_Private("-fm_plan_dtype", "element type (FMPlanSetShape)", dtype_names, &dt, NULL));
+  FMCall(FMOptionsGetEnum_Private("-fm_plan_dtype", "element type (FMPlanSetShape)", FMDTypeNames, &dt, NULL));
   FMCall(FMPlanSetShape(plan, b, hq, hkv, d, (FMDType)dt));
   scale = plan->scale_set ? plan->scale : 1.0 / sqrt((double)plan->head_dim);
   FMCall(FMOptionsGetReal("-fm_plan_scale", "softmax scale, default 1/sqrt(head_dim) (FMPlanSetScale)", &scale, &set));
   if (set) FMCall(FMPlanSetScale(plan, scale));
+  t = plan->hdr.type_name && !strcmp(plan->hdr.type_name, FMPLANCP) ? 1 : (plan->hdr.type_name ? 0 : (plan->ctx->size > 1));
+  FMCall(FMOptionsGetEnum_Private("-fm_plan_type", "plan type: local (one rank) or cp (context parallel); default local on one rank, "
+                                  "cp on several (FMPlanSetType)", type_names, &t, NULL));
+  FMCall(FMPlanSetType(plan, type_names[t]));
+  if (plan->ops->setfromoptions) FMCall((*plan->ops->setfromoptions)(plan));
   return FM_SUCCESS;
 }
 
-/* FMPlanGetProblem_Private - see fmkernels.h. */
-FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p)
-{
-  memset(p, 0, sizeof(*p));
-  p->batch = plan->batch; p->heads_q = plan->heads_q; p->heads_kv = plan->heads_kv; p->head_dim = plan->head_dim;
-  p->dtype = plan->dtype;
-  p->scale = (float)plan->scale;
-  FMCall(FMMaskGetDesc_Private(plan->mask, &p->mask));
-  p->nq = p->mask.seqlen_q; p->qrows = NULL;
-  p->k0 = 0; p->nk = p->mask.seqlen_k;
-  p->nthreads = plan->ctx->nthreads;
-  return FM_SUCCESS;
-}
-
-static FMErrorCode setup_local(FMPlan plan)
+static FMErrorCode check_mask_heads(FMPlan plan)
 {
   FMMask m = plan->mask;
   FMCheck(m->mask_heads == 1 || m->mask_heads == plan->heads_kv, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
           "The mask has %d heads; expected 1 or heads_kv = %d", m->mask_heads, plan->heads_kv);
-  if (plan->backend == FM_BACKEND_CUDA) {
-#if FM_HAVE_CUDA
-    FMAttnProblem p;
-    if (plan->gpu) { FMCall(FMCudaMaskFree(plan->gpu)); plan->gpu = NULL; }
-    if (plan->ctx->size == 1) { /* over several ranks the distributed plan uploads localized masks */
-      FMCall(FMPlanGetProblem_Private(plan, &p));
-      FMCall(FMCudaMaskUpload(&p.mask, &plan->gpu));
-    }
-#endif
-  }
   return FM_SUCCESS;
 }
 
@@ -151,34 +178,31 @@ FMErrorCode FMPlanSetUp(FMPlan plan)
   FMCheck(plan->mask, plan->hdr.comm, FM_ERR_ORDER, "Must call FMPlanSetMask() before FMPlanSetUp()");
   FMCheck(plan->ctx->hdr.setupcalled, plan->hdr.comm, FM_ERR_ORDER, "Must call FMContextSetUp() before FMPlanSetUp()");
   FMCheck(plan->mask->hdr.setupcalled, plan->hdr.comm, FM_ERR_ORDER, "Must call FMMaskSetUp() before FMPlanSetUp()");
+  FMAgree(plan->hdr.comm, FMPlanSetDefaultType_Private(plan));
+  FMCall(FMAgreeSame(plan->hdr.comm, FMHash_Private(FM_HASH_INIT, plan->hdr.type_name, strlen(plan->hdr.type_name)), "the plan type"));
   if (!plan->scale_set) plan->scale = 1.0 / sqrt((double)plan->head_dim);
   plan->backend = plan->ctx->backend;
-  FMAgree(plan->hdr.comm, setup_local(plan));
-  if (plan->ctx->size > 1) {
-    FMCall(FMPlanSetUp_Dist(plan));
-  } else {
-    if (plan->dist) FMCall(FMPlanDestroy_Dist(plan)); /* a layout built for an earlier set-up */
-    free(plan->rows);
-    plan->nlocal = plan->mask->seqlen_q;
-    FMCall(FMMalloc(plan->nlocal, &plan->rows));
-    for (int i = 0; i < plan->nlocal; i++) plan->rows[i] = i;
-  }
+  plan->hdr.setupcalled = 0;
+  FMAgree(plan->hdr.comm, check_mask_heads(plan));
+  FMCall((*plan->ops->setup)(plan)); /* collective; agrees internally */
   plan->mask_state = plan->mask->state;
   plan->hdr.setupcalled = 1;
-  FMCall(FMOptionsGetView_Private("-fm_plan_view", "print the plan at set-up (FMPlanView)", &view));
+  FMCall(FMOptionsPushPrefix_Private(plan->hdr.prefix));
+  {
+    FMErrorCode ierr = FMOptionsGetView_Private("-fm_plan_view", "print the plan at set-up (FMPlanView)", &view);
+    FMCall(FMOptionsPopPrefix_Private());
+    FMCall(ierr);
+  }
   if (view) FMCall(FMPlanView(plan, stdout));
   return FM_SUCCESS;
 }
 
-FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows)
+/* The plan is set up and its mask has not changed since. */
+static FMErrorCode check_current(FMPlan plan, MPI_Comm comm, const char *fn)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMValidPointer(nlocal, 2);
-  FMCheckSetUp(plan, "FMPlan");
-  FMCheck(plan->mask->hdr.setupcalled && plan->mask_state == plan->mask->state, plan->hdr.comm, FM_ERR_ORDER,
-          "The mask changed after FMPlanSetUp(); call FMMaskSetUp() and FMPlanSetUp() again");
-  *nlocal = plan->nlocal;
-  if (global_rows) *global_rows = plan->rows;
+  FMCheck(plan->hdr.setupcalled, comm, FM_ERR_ORDER, "Must call FMPlanSetUp() before %s()", fn);
+  FMCheck(plan->mask->hdr.setupcalled && plan->mask_state == plan->mask->state, comm, FM_ERR_ORDER,
+          "The mask changed after FMPlanSetUp(); call FMMaskSetUp() and FMPlanSetUp() again before %s()", fn);
   return FM_SUCCESS;
 }
 
@@ -192,72 +216,22 @@ FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops)
   return FM_SUCCESS;
 }
 
-#if FM_HAVE_CUDA
-/* On the CUDA backend every tensor must be device memory: name the first one that is not. */
-static FMErrorCode check_device_args(FMPlan plan, int n, const void *const *ptr, const char *const *name)
-{
-  for (int i = 0; i < n; i++)
-    FMCheck(!ptr[i] || FMCudaIsDevicePointer(ptr[i]), MPI_COMM_SELF, FM_ERR_ARG_WRONG,
-            "Argument %d (%s) is host memory, but the plan runs on the CUDA backend; pass device memory "
-            "(cudaMalloc) or choose the CPU backend (-fm_backend cpu)", i + 2, name[i]);
-  return FM_SUCCESS;
-}
-
-/* CPU fallback for a CUDA-backend call: stage device tensors through host memory. */
-typedef struct { void *h; const void *d; size_t bytes; } FMStage;
-
-static FMErrorCode stage_in(FMStage *s, const void *d, size_t bytes, void *stream)
-{
-  s->d = d; s->bytes = bytes; s->h = NULL;
-  FMCall(FMMalloc(bytes + 1, (char **)&s->h));
-  if (d) FMCall(FMCudaMemcpyD2H(s->h, d, bytes, stream));
-  return FM_SUCCESS;
-}
-#endif
-
 /*
  * Run-time checks of Forward/Backward, on every rank and agreed (FMAgree by the caller), so a
  * bad pointer on one rank never leaves the others waiting in a collective. NULL is accepted for
- * a tensor of which this rank holds no rows (or keys).
+ * a tensor of which this rank holds no rows (or keys), and always where iskey[i] < 0 (lse of the
+ * forward); on the CUDA backend every tensor must be device memory.
  */
 static FMErrorCode check_run(FMPlan plan, const char *fn, int n, const void *const *ptr, const char *const *name,
                              const int *iskey)
 {
   int nkeys;
-  FMCheck(plan->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMPlanSetUp() before %s()", fn);
-  FMCheck(plan->mask->hdr.setupcalled && plan->mask_state == plan->mask->state, MPI_COMM_SELF, FM_ERR_ORDER,
-          "The mask changed after FMPlanSetUp(); call FMMaskSetUp() and FMPlanSetUp() again before %s()", fn);
-  if (plan->ctx->size > 1) FMCall(FMPlanGetLocalKeys(plan, &nkeys, NULL));
-  else nkeys = plan->mask->seqlen_k;
+  FMCall(check_current(plan, MPI_COMM_SELF, fn));
+  FMCall((*plan->ops->getlocalkeys)(plan, &nkeys, NULL));
   for (int i = 0; i < n; i++)
-    FMCheck(ptr[i] || (iskey[i] ? nkeys == 0 : plan->nlocal == 0), MPI_COMM_SELF, FM_ERR_ARG_NULL,
+    FMCheck(ptr[i] || iskey[i] < 0 || (iskey[i] ? nkeys == 0 : plan->nlocal == 0), MPI_COMM_SELF, FM_ERR_ARG_NULL,
             "Null pointer: argument %d (%s) of %s()", i + 2, name[i], fn);
-  return FM_SUCCESS;
-}
-
-/* Single-rank forward on the plan's backend. */
-static FMErrorCode forward_local(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
-{
-  FMAttnProblem p;
-  float *lse_tmp = NULL;
-  FMErrorCode ierr = FM_SUCCESS;
-  FMCall(FMPlanGetProblem_Private(plan, &p));
-  if (plan->backend == FM_BACKEND_CUDA) {
-#if FM_HAVE_CUDA
-    size_t nl = (size_t)p.batch * p.heads_q * p.nq;
-    FMCall(check_device_args(plan, 5, (const void *[]){q, k, v, o, lse}, (const char *[]){"q", "k", "v", "o", "lse"}));
-    if (!lse) FMCall(FMCudaMalloc(nl * sizeof(float), (void **)&lse_tmp));
-    ierr = FMCudaForward(&p, plan->gpu, q, k, v, o, lse ? lse : lse_tmp, plan->stream);
-    if (lse_tmp) FMCall(FMCudaFree(lse_tmp));
-#else
-    FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
-#endif
-  } else {
-    if (!lse) FMCall(FMMalloc((size_t)p.batch * p.heads_q * p.nq, &lse_tmp));
-    ierr = FMCPUForward(&p, q, k, v, o, plan->dtype, lse ? lse : lse_tmp);
-    free(lse_tmp);
-  }
-  FMCall(ierr);
+  FMCall(FMPlanCheckDeviceArgs_Private(plan, n, ptr, name));
   return FM_SUCCESS;
 }
 
@@ -266,86 +240,13 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
   double flops = 0;
   FMErrorCode ierr;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMAgree(plan->hdr.comm, check_run(plan, "FMPlanForward", 4, (const void *[]){q, k, v, o}, (const char *[]){"q", "k", "v", "o"},
-                                    (const int[]){0, 1, 1, 0}));
-#if FM_HAVE_CUDA
-  if (plan->backend == FM_BACKEND_CUDA && plan->ctx->size > 1)
-    FMAgree(plan->hdr.comm, check_device_args(plan, 5, (const void *[]){q, k, v, o, lse}, (const char *[]){"q", "k", "v", "o", "lse"}));
-#endif
+  FMAgree(plan->hdr.comm, check_run(plan, "FMPlanForward", 5, (const void *[]){q, k, v, o, lse},
+                                    (const char *[]){"q", "k", "v", "o", "lse"}, (const int[]){0, 1, 1, 0, -1}));
   FMCall(FMLogEventBegin(plan->ev_fwd));
-  if (plan->ctx->size > 1) ierr = FMPlanForward_Dist(plan, q, k, v, o, lse);
-  else ierr = forward_local(plan, q, k, v, o, lse);
+  ierr = (*plan->ops->forward)(plan, q, k, v, o, lse);
   FMCall(FMPlanGetFlops(plan, &flops));
   FMCall(FMLogEventEnd(plan->ev_fwd, ierr ? 0 : flops / plan->ctx->size, 0));
   FMCall(ierr);
-  return FM_SUCCESS;
-}
-
-/* Single-rank CPU backward: accumulate dQ in fp32, then convert. */
-static FMErrorCode backward_cpu(FMPlan plan, const FMAttnProblem *p, const void *q, const void *k, const void *v, const void *o,
-                                const float *lse, const void *dout, void *dq, void *dk, void *dv)
-{
-  size_t nq = (size_t)p->batch * p->nq * p->heads_q * p->head_dim;
-  float *dq_acc;
-  FMErrorCode ierr;
-  FMCall(FMCalloc(nq, &dq_acc));
-  ierr = FMCPUBackward(p, q, k, v, o, lse, dout, dq_acc, dk, dv, plan->dtype);
-  if (!ierr)
-    for (size_t i = 0; i < nq; i++) FMFromFloat(dq, i, plan->dtype, dq_acc[i]);
-  free(dq_acc);
-  FMCall(ierr);
-  return FM_SUCCESS;
-}
-
-/*
- * Backward on the plan's backend. The CUDA backend has no backward kernel yet: its device
- * tensors are staged through host memory and the exact CPU backward runs on them (the
- * single-rank one, or the distributed one over every rank; collective then).
- */
-static FMErrorCode backward_local(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
-                                  const void *dout, void *dq, void *dk, void *dv)
-{
-  FMAttnProblem p;
-  FMCall(FMPlanGetProblem_Private(plan, &p));
-  if (plan->backend == FM_BACKEND_CUDA) {
-#if FM_HAVE_CUDA
-    size_t es = FMDTypeSize(plan->dtype);
-    int nkeys = p.nk;
-    size_t nqe, nke, nl;
-    const void *src[9] = {q, k, v, o, lse, dout, NULL, NULL, NULL};
-    size_t bytes[9];
-    FMStage s[9];
-    FMErrorCode ierr = FM_SUCCESS;
-    if (plan->ctx->size > 1) FMCall(FMPlanGetLocalKeys(plan, &nkeys, NULL));
-    nqe = (size_t)p.batch * plan->nlocal * p.heads_q * p.head_dim * es;
-    nke = (size_t)p.batch * nkeys * p.heads_kv * p.head_dim * es;
-    nl = (size_t)p.batch * p.heads_q * plan->nlocal * sizeof(float);
-    bytes[0] = nqe; bytes[1] = nke; bytes[2] = nke; bytes[3] = nqe; bytes[4] = nl; bytes[5] = nqe;
-    bytes[6] = nqe; bytes[7] = nke; bytes[8] = nke;
-    memset(s, 0, sizeof(s));
-    ierr = check_device_args(plan, 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
-                             (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"});
-    for (int i = 0; i < 9 && !ierr; i++) ierr = stage_in(&s[i], src[i], bytes[i], plan->stream);
-    if (plan->ctx->size > 1) {
-      ierr = FMAgree_Private(plan->hdr.comm, ierr, __FILE__, __func__, __LINE__);
-      if (!ierr)
-        ierr = FMPlanBackward_Dist(plan, s[0].h, s[1].h, s[2].h, s[3].h, (const float *)s[4].h, s[5].h, s[6].h, s[7].h, s[8].h);
-    } else if (!ierr) {
-      ierr = backward_cpu(plan, &p, s[0].h, s[1].h, s[2].h, s[3].h, (const float *)s[4].h, s[5].h, s[6].h, s[7].h, s[8].h);
-    }
-    if (!ierr && nqe) ierr = FMCudaMemcpyH2D(dq, s[6].h, nqe, plan->stream);
-    if (!ierr && nke) ierr = FMCudaMemcpyH2D(dk, s[7].h, nke, plan->stream);
-    if (!ierr && nke) ierr = FMCudaMemcpyH2D(dv, s[8].h, nke, plan->stream);
-    for (int i = 0; i < 9; i++) free(s[i].h);
-    FMCall(ierr);
-#else
-    FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
-#endif
-  } else if (plan->ctx->size > 1) {
-    FMCall(FMPlanBackward_Dist(plan, q, k, v, o, lse, dout, dq, dk, dv));
-  } else {
-    FMCall(backward_cpu(plan, &p, q, k, v, o, lse, dout, dq, dk, dv));
-  }
   return FM_SUCCESS;
 }
 
@@ -359,7 +260,7 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
           check_run(plan, "FMPlanBackward", 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
                     (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}, (const int[]){0, 1, 1, 0, 0, 0, 0, 1, 1}));
   FMCall(FMLogEventBegin(plan->ev_bwd));
-  ierr = backward_local(plan, q, k, v, o, lse, dout, dq, dk, dv);
+  ierr = (*plan->ops->backward)(plan, q, k, v, o, lse, dout, dq, dk, dv);
   FMCall(FMPlanGetFlops(plan, &flops));
   FMCall(FMLogEventEnd(plan->ev_bwd, ierr ? 0 : 2.5 * flops / plan->ctx->size, 0));
   FMCall(ierr);
@@ -373,20 +274,23 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
   FMCheckSetUp(plan, "FMPlan");
   if (!fp) fp = stdout;
   FMCall(FMPlanGetFlops(plan, &flops));
-  FMCall(FMPrintf(plan->hdr.comm, fp, "FMPlan: batch %d, heads %d (kv %d), head_dim %d, %s, scale %g, backend %s\n", plan->batch,
-                  plan->heads_q, plan->heads_kv, plan->head_dim, FMDTypeName(plan->dtype), plan->scale, FMBackendName(plan->backend)));
+  FMCall(FMPrintf(plan->hdr.comm, fp, "FMPlan: type %s, batch %d, heads %d (kv %d), head_dim %d, %s, scale %g, backend %s\n",
+                  plan->hdr.type_name, plan->batch, plan->heads_q, plan->heads_kv, plan->head_dim, FMDTypeName(plan->dtype), plan->scale,
+                  FMBackendName(plan->backend)));
   FMCall(FMPrintf(plan->hdr.comm, fp, "  mask %s: seqlen_q %d, seqlen_k %d, mask heads %d, block sparsity %.4f, element density %.4f\n",
                   plan->mask->hdr.type_name ? plan->mask->hdr.type_name : "?", plan->mask->seqlen_q, plan->mask->seqlen_k,
                   plan->mask->mask_heads, plan->mask->sparsity, plan->mask->density));
   FMCall(FMPrintf(plan->hdr.comm, fp, "  forward %.4g GFLOP (FlashMask convention), backward %.4g GFLOP\n", flops * 1e-9, 2.5 * flops * 1e-9));
   if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
-    FMCall(FMPrintf(plan->hdr.comm, fp, "  forward path: %s; backward path: exact CPU backward, staged through host memory\n",
-                    FMCudaForwardPathName(plan->ctx->gpu_sm)));
+    FMAttnProblem p;
+    FMCall(FMPlanGetProblem_Private(plan, &p));
+    FMCall(FMPrintf(plan->hdr.comm, fp, "  forward path: %s; backward path: %s\n", FMCudaForwardPathName(plan->ctx->gpu_sm),
+                    strcmp(plan->hdr.type_name, FMPLANLOCAL) ? "exact CPU backward, staged through host memory (context parallel)"
+                                                             : FMCudaBackwardPathName(&p)));
 #endif
   } else FMCall(FMPrintf(plan->hdr.comm, fp, "  forward/backward path: exact CPU (OpenMP, tile skipping)\n"));
-  if (plan->ctx->size > 1) FMCall(FMPlanView_Dist(plan, fp));
-  else FMCall(FMPrintf(plan->hdr.comm, fp, "  one rank: all %d query rows local\n", plan->nlocal));
+  FMCall((*plan->ops->view)(plan, fp));
   return FM_SUCCESS;
 }
 
@@ -394,10 +298,7 @@ FMErrorCode FMPlanDestroy(FMPlan *plan)
 {
   FMPlan p;
   FMHeaderRelease(plan, FM_CLASSID_PLAN, p);
-  if (p->dist) FMCall(FMPlanDestroy_Dist(p));
-#if FM_HAVE_CUDA
-  if (p->gpu) FMCall(FMCudaMaskFree(p->gpu));
-#endif
+  if (p->ops && p->ops->destroy) FMCall((*p->ops->destroy)(p));
   FMCall(FMMaskDestroy(&p->mask));
   FMCall(FMContextDestroy(&p->ctx));
   free(p->rows);
@@ -406,7 +307,8 @@ FMErrorCode FMPlanDestroy(FMPlan *plan)
   return FM_SUCCESS;
 }
 
-/* FMPlanSetFromOptions - see flashmask.h: the lookups above, under the object's options prefix. */
+/* FMPlanSetFromOptions - see flashmask.h: the lookups above, under the object's options prefix;
+   agreed, so that a refused option (-fm_plan_type local on several ranks) fails on every rank. */
 FMErrorCode FMPlanSetFromOptions(FMPlan plan)
 {
   FMErrorCode ierr;
@@ -414,7 +316,7 @@ FMErrorCode FMPlanSetFromOptions(FMPlan plan)
   FMCall(FMOptionsPushPrefix_Private(plan->hdr.prefix));
   ierr = setfromoptions(plan);
   FMCall(FMOptionsPopPrefix_Private());
-  FMCall(ierr);
+  FMCall(FMAgreeCode(plan->hdr.comm, ierr));
   return FM_SUCCESS;
 }
 

@@ -72,25 +72,6 @@ FMErrorCode FMTraceCreateFromContext_Private(FMContext ctx, const char *run_name
   return FM_SUCCESS;
 }
 
-/* FMTraceCreate_Private - see fmtracing.h (deprecated: FMTraceCreateFromContext_Private). Collective on comm. */
-FMErrorCode FMTraceCreate_Private(MPI_Comm comm, const char *run_name, const FMRankInfo *self, FMTrace *tr)
-{
-  MPI_Comm nodecomm = MPI_COMM_NULL;
-  int rank = 0;
-  FMErrorCode ierr = FM_SUCCESS;
-  FMValidPointer(tr, 4);
-  *tr = NULL;
-  FMCheck(comm != MPI_COMM_NULL, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Argument 1 (comm) is MPI_COMM_NULL; expected a communicator");
-  FMValidPointer(run_name, 2);
-  FMValidPointer(self, 3);
-  FMCallMPI(MPI_Comm_rank(comm, &rank));
-  FMCallMPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &nodecomm));
-  FMCallGoto(trace_create(comm, nodecomm, run_name, self, tr));
-cleanup:
-  MPI_Comm_free(&nodecomm);
-  return ierr;
-}
-
 /* FMTraceSetSerial_Private - see fmtracing.h. Not collective. */
 FMErrorCode FMTraceSetSerial_Private(FMTrace tr, FMBool serial)
 {

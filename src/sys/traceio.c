@@ -150,7 +150,7 @@ static FMErrorCode write_run(hid_t file, const WriteJob *job)
   FMCallGoto(FMH5AttrWriteInt(grp, "nranks", job->mpi_size));
   FMCallGoto(FMH5AttrWriteDouble(grp, "nevents", (double)job->ev_total));
   FMCallGoto(FMH5AttrWriteStrs(grp, "kind_names", FM_TRACE_NKINDS, sizeof(names[0]), names[0]));
-  FMCallGoto(FMH5AttrWriteStr(grp, "clock", "FMTime (CLOCK_MONOTONIC); origin: FMTraceCreate_Private, per node after a barrier"));
+  FMCallGoto(FMH5AttrWriteStr(grp, "clock", "FMTime (CLOCK_MONOTONIC); origin: FMTraceCreateFromContext_Private, per node after a barrier"));
   FMCallGoto(FMH5AttrWriteDouble(grp, "bytes_needed", job->bytes_needed));
   FMCallGoto(FMH5AttrWriteDouble(grp, "bytes_allgather", job->bytes_allgather));
 

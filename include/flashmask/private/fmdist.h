@@ -1,11 +1,10 @@
 /*
- * fmdist.h - private interface of the context-parallel planner (src/plan/dist).
+ * fmdist.h - private interface of the context-parallel planner (src/plan/cp).
  * Not installed.
  *
- * Phase 1 is pure planning: every function below except the FMPlan*_Dist hooks (declared
- * in fmimpl.h) and FMDistGetStats is a deterministic computation on replicated data, with
- * no MPI calls, so every rank derives the same plan and fmplan-sim can run it for a
- * virtual topology in one process. See doc/distributed.md for the algorithms and bounds.
+ * Phase 1 is pure planning: every function below except FMDistGetStats is a deterministic
+ * computation on replicated data, with no MPI calls, so every rank derives the same plan and
+ * fmplan-sim can run it for a virtual topology in one process. See doc/distributed.md for the algorithms and bounds.
  *
  * Axes. The query axis (seqlen_q rows) is cut into nchunks chunks of `chunk` rows (the last
  * one may be short). The key axis is cut into the SAME number of chunks, of
@@ -278,7 +277,8 @@ typedef struct {
   double overlap_efficiency, exposed_max, exposed_mean, imbalance;
 } FMDistStats;
 
-/* FMDistGetStats - this rank's statistics (after SetUp; byte counts after a Forward). Not collective. */
+/* FMDistGetStats - this rank's statistics of a "cp" plan (after SetUp; byte counts after a Forward;
+   FM_ERR_ARG_WRONG for another type). Not collective. */
 FMErrorCode FMDistGetStats(FMPlan plan, FMDistStats *stats);
 
 #ifdef __cplusplus

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <flashmask/private/fmtile.h>
+#include <flashmask/private/fmkernels.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -260,6 +262,7 @@ struct _p_FMContext {
   FMRankInfo *all;        /* [size], filled at SetUp */
   void *topology;         /* hwloc_topology_t, or NULL */
   void *nccl;             /* NCCL communicators (src/context/nccl.c), created on first use */
+  FMKernelOptions kopts;  /* -fm_cuda_fallback, -fm_sm90_vdesc_swap, -fm_cpu_* (FMContextSetFromOptions) */
 };
 
 /*
@@ -274,13 +277,6 @@ FMErrorCode FMContextAbortNCCL_Private(FMContext ctx); /* after a failed exchang
 long FMContextNCCLGeneration_Private(FMContext ctx);    /* id of the current communicators, new per bootstrap */
 
 /* ---------------- mask ---------------- */
-/* Block summary layout: for each mask head and key block, 8 int32 numbers. */
-enum { FM_SUM_LTS_MIN = 0, FM_SUM_LTS_MAX, FM_SUM_LTE_MIN, FM_SUM_LTE_MAX,
-       FM_SUM_UTS_MIN, FM_SUM_UTS_MAX, FM_SUM_UTE_MIN, FM_SUM_UTE_MAX, FM_SUM_N };
-
-/* Tile classes. */
-typedef enum { FM_TILE_SKIP = 0, FM_TILE_FULL = 1, FM_TILE_PARTIAL = 2 } FMTileClass;
-
 struct _p_FMMask {
   FMObjectHeader hdr;
   FMContext ctx;
@@ -329,39 +325,6 @@ struct _p_FMMask {
  */
 FMTileClass FMMaskClassifyTile_Private(const struct _p_FMMask *m, int h, int m0, int m1, int kb);
 
-/* Same on raw arrays (shared with kernels and the planner). summary points at one head. */
-FMTileClass FMClassifyTile(const int32_t *summary_head, int causal, int seqlen_q, int seqlen_k, int block,
-                           int m0, int m1, int kb);
-
-/*
- * FMClassifyTileInline - the one definition of the tile-class logic (FMClassifyTile calls it;
- *   kernels may inline it in their tile loops). flashmask-format.md section 2 plus the
- *   bottom-right aligned causal diagonal (key j visible to row i iff j <= i + seqlen_k - seqlen_q).
- *   Rows are clipped to [0, seqlen_q); an empty tile or a block past seqlen_k is FM_TILE_SKIP.
- */
-#if defined(__CUDACC__)
-#define FM_HOSTDEV __host__ __device__
-#else
-#define FM_HOSTDEV
-#endif
-static inline FM_HOSTDEV FMTileClass FMClassifyTileInline(const int32_t *summary_head, int causal, int seqlen_q, int seqlen_k,
-                                                          int block, int m0, int m1, int kb)
-{
-  const int32_t *s;
-  int c0 = kb * block, c1 = c0 + block, off = seqlen_k - seqlen_q, part;
-  if (c1 > seqlen_k) c1 = seqlen_k;
-  if (m0 < 0) m0 = 0;
-  if (m1 > seqlen_q) m1 = seqlen_q;
-  if (m0 >= m1 || c0 >= c1 || kb < 0) return FM_TILE_SKIP;
-  s = summary_head + (size_t)kb * FM_SUM_N;
-  if (causal && c0 > m1 - 1 + off) return FM_TILE_SKIP; /* whole block right of the diagonal */
-  if (m0 >= s[FM_SUM_LTS_MAX] && m1 <= s[FM_SUM_LTE_MIN]) return FM_TILE_SKIP;
-  if (m0 >= s[FM_SUM_UTS_MAX] && m1 <= s[FM_SUM_UTE_MIN]) return FM_TILE_SKIP;
-  part = (causal && c1 - 1 > m0 + off) || (m0 < s[FM_SUM_LTE_MAX] && m1 > s[FM_SUM_LTS_MIN]) ||
-         (m0 < s[FM_SUM_UTE_MAX] && m1 > s[FM_SUM_UTS_MIN]);
-  return part ? FM_TILE_PARTIAL : FM_TILE_FULL;
-}
-
 /* Build the bounds of a builder type into m->bnd (called by SetUp). */
 FMErrorCode FMMaskBuild_Private(FMMask m);
 /* Compute summaries, density, sparsity (called by SetUp). */
@@ -374,35 +337,7 @@ FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc);
 
 /* ---------------- HDF5 files: the shared helpers (FMH5*) are in fmh5.h ---------------- */
 
-/* ---------------- plan ---------------- */
-struct _p_FMPlan {
-  FMObjectHeader hdr;
-  FMContext ctx;
-  FMMask mask;
-  int batch, heads_q, heads_kv, head_dim;
-  FMDType dtype;
-  double scale; int scale_set;
-  void *stream;
-  int nlocal; int *rows;  /* global query rows owned here */
-  FMBackend backend;
-  void *gpu;              /* backend data (device copies of bounds/summaries), or NULL */
-  void *dist;             /* context-parallel plan (src/plan/dist), or NULL */
-  int mask_state;         /* mask->state at FMPlanSetUp */
-  FMLogEvent ev_fwd, ev_bwd;
-};
-
-/*
- * Context-parallel planner hooks (src/plan/dist/exec.c). Called by plan.c for every
- * communicator size (size 1 included): SetUp_Dist fills plan->nlocal/rows and plan->dist;
- * Forward/Backward_Dist run the distributed algorithm on the CPU backend; View_Dist prints
- * the partition; Destroy_Dist frees plan->dist.
- */
-FMErrorCode FMPlanSetUp_Dist(FMPlan plan);
-FMErrorCode FMPlanForward_Dist(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
-FMErrorCode FMPlanBackward_Dist(FMPlan plan, const void *q, const void *k, const void *v, const void *o,
-                                const float *lse, const void *dout, void *dq, void *dk, void *dv);
-FMErrorCode FMPlanView_Dist(FMPlan plan, FILE *fp);
-FMErrorCode FMPlanDestroy_Dist(FMPlan plan);
+/* ---------------- plan: the struct and its ops table are in planimpl.h ---------------- */
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@ extern "C" {
  * The mask as the kernels see it (global coordinates; borrowed pointers).
  * bnd[v] + h * seqlen_k is head h's vector v (v = 0..3: lts, lte, uts, ute); all four are
  * always valid (absent vectors in default form). summary + (h * nblocks_k + kb) * 8 holds
- * the block summary (see FM_SUM_* in fmimpl.h).
+ * the block summary (see FM_SUM_* in fmtile.h).
  */
 typedef struct FMMaskDesc_s {
   int seqlen_q, seqlen_k, mask_heads, causal, present;
@@ -24,6 +24,26 @@ typedef struct FMMaskDesc_s {
   int block, nblocks_k;
   const int32_t *summary;
 } FMMaskDesc;
+
+/*
+ * FMKernelOptions - the kernels' tuning and diagnostic switches, read once from the options
+ * database by FMContextSetFromOptions into the context and passed down in every FMAttnProblem
+ * (the kernels read no environment). Zero means the default.
+ *   cuda_fallback     -fm_cuda_fallback: 1 runs the SIMT fallback even where the Hopper kernel
+ *                     covers the shape (tests)
+ *   sm90_vdesc_swap   -fm_sm90_vdesc_swap: 1 swaps the Hopper kernel's V descriptor strides (a
+ *                     diagnostic of the descriptor convention; gives wrong results otherwise)
+ *   cpu_vector_width  -fm_cpu_vector_width 4|8|16: the CPU kernels' vector width when this CPU
+ *                     runs it (0: the widest it runs)
+ *   cpu_stage_bytes   -fm_cpu_stage_bytes: the CPU forward/backward's fp32 staging budget per call
+ *                     in bytes (0: 256 MiB)
+ */
+typedef struct {
+  int cuda_fallback;
+  int sm90_vdesc_swap;
+  int cpu_vector_width;
+  size_t cpu_stage_bytes;
+} FMKernelOptions;
 
 /*
  * One attention problem, possibly a piece of a bigger one (for context parallelism):
@@ -40,12 +60,13 @@ typedef struct {
   int k0, nk;
   FMMaskDesc mask;
   int nthreads;           /* CPU threads, <= 0 = OpenMP default */
+  FMKernelOptions opts;   /* the context's kernel options (zero: defaults) */
 } FMAttnProblem;
 
 /*
  * FMPlanGetProblem_Private - the whole problem of a set-up plan as one FMAttnProblem: all
  *   seqlen_q rows (qrows NULL) against all seqlen_k keys, with the plan's shape, dtype, scale,
- *   mask and thread count. Not collective.
+ *   mask, thread count and its context's kernel options. Not collective.
  */
 FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p);
 
@@ -111,7 +132,8 @@ FMErrorCode FMCudaMaskFree(void *dev);
 /*
  * FMCudaForward - forward on the current device, asynchronously on stream.
  *   p->qrows must be NULL and k0 = 0 (whole problem); q, k, v, o, lse are device pointers;
- *   dmask from FMCudaMaskUpload. Chooses the Hopper kernel on sm_90, else a fallback.
+ *   dmask from FMCudaMaskUpload. Chooses the Hopper kernel on sm_90, else a fallback (always
+ *   the fallback with p->opts.cuda_fallback).
  */
 FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
                           const void *v, void *o, float *lse, void *stream);
@@ -122,6 +144,22 @@ FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void 
  */
 FMErrorCode FMCudaForwardF32(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
                              const void *v, float *o32, int merge, float *lse, void *stream);
+/*
+ * FMCudaBackward - dq, dk, dv of the whole problem on the current device, asynchronously on
+ *   stream (no device-wide synchronization, no host staging). Not collective.
+ *   p      problem: qrows NULL, k0 = 0, nq/nk the uploaded mask's sizes; bf16 or fp16
+ *   dmask  handle from FMCudaMaskUpload for p->mask
+ *   q, k, v, o, lse, dout  device inputs (o and lse from the forward); layouts as above
+ *   dq, dk, dv             device outputs, overwritten
+ *   stream cudaStream_t (NULL = default stream)
+ *   The Hopper kernel on sm_90 for head dims 64 and 128, the SIMT fallback otherwise
+ *   (p->opts.cuda_fallback forces it). Its scratch comes from the stream-ordered allocator.
+ */
+FMErrorCode FMCudaBackward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
+                           const void *v, const void *o, const float *lse, const void *dout,
+                           void *dq, void *dk, void *dv, void *stream);
+/* Which backward path runs these sizes on the current device ("sm90 wgmma/tma", "fallback simt"). */
+const char *FMCudaBackwardPathName(const FMAttnProblem *p);
 /* FMCudaConvertOut - dst = src (n fp32 device elements) rounded to t (bf16/fp16); async on stream. */
 FMErrorCode FMCudaConvertOut(const float *src, void *dst, FMDType t, size_t n, void *stream);
 /* FMCudaFillFloat - p[0..n) = x on the device, asynchronously on stream. */
@@ -131,11 +169,39 @@ FMErrorCode FMCudaFillFloat(float *p, size_t n, float x, void *stream);
 FMErrorCode FMCudaDeviceCount(int *ndev);
 FMErrorCode FMCudaDeviceInfo(int dev, char *name, size_t namelen, char *busid, size_t buslen, int *sm);
 FMErrorCode FMCudaSetDevice(int dev);
-/* Device memory helpers (src/kernels/cudamem.c): synchronous on the given stream. */
+/*
+ * CUDA resource helpers (src/kernels/cudamem.c), on the current device. Streams and events are
+ * cudaStream_t / cudaEvent_t passed as void * (NULL = the default stream). Not collective.
+ * Every Destroy/Free accepts NULL.
+ *   FMCudaMalloc, FMCudaFree         device memory (bytes = 0 allocates a valid 1-byte block);
+ *                                    FM_ERR_MEM when the device is full
+ *   FMCudaHostAlloc, FMCudaHostFree  pinned (page-locked) host memory, for staged transfers
+ *   FMCudaMemcpyD2H, FMCudaMemcpyH2D copy on stream and wait for it (synchronous)
+ *   FMCudaStreamCreate               a non-blocking stream; high_priority = 1 gives it the
+ *                                    device's highest priority (exchange streams whose kernels
+ *                                    must not queue behind the attention kernels), 0 the lowest
+ *   FMCudaStreamWaitEvent            later work on stream waits for event (asynchronous)
+ *   FMCudaStreamSynchronize          the host waits for the stream
+ *   FMCudaEventCreate/Destroy        an event with timing
+ *   FMCudaEventRecord                record event on stream
+ *   FMCudaEventSynchronize           the host waits for the event
+ *   FMCudaEventElapsed               seconds from start to end (both recorded and completed)
+ */
 FMErrorCode FMCudaMalloc(size_t bytes, void **p);
 FMErrorCode FMCudaFree(void *p);
+FMErrorCode FMCudaHostAlloc(size_t bytes, void **p);
+FMErrorCode FMCudaHostFree(void *p);
 FMErrorCode FMCudaMemcpyD2H(void *dst, const void *src, size_t bytes, void *stream);
 FMErrorCode FMCudaMemcpyH2D(void *dst, const void *src, size_t bytes, void *stream);
+FMErrorCode FMCudaStreamCreate(int high_priority, void **stream);
+FMErrorCode FMCudaStreamDestroy(void *stream);
+FMErrorCode FMCudaStreamWaitEvent(void *stream, void *event);
+FMErrorCode FMCudaStreamSynchronize(void *stream);
+FMErrorCode FMCudaEventCreate(void **event);
+FMErrorCode FMCudaEventDestroy(void *event);
+FMErrorCode FMCudaEventRecord(void *event, void *stream);
+FMErrorCode FMCudaEventSynchronize(void *event);
+FMErrorCode FMCudaEventElapsed(void *start, void *end, double *seconds);
 /* FMCudaIsDevicePointer - whether p is device (or managed) memory; 0 for host memory. */
 int FMCudaIsDevicePointer(const void *p);
 /* Which forward path runs on this device ("sm90 wgmma/tma", "fallback simt", ...). */

@@ -116,13 +116,6 @@ typedef struct _p_FMTrace *FMTrace;
 FMErrorCode FMTraceCreateFromContext_Private(FMContext ctx, const char *run_name, FMTrace *tr);
 
 /*
- * FMTraceCreate_Private - deprecated, kept until the planner calls FMTraceCreateFromContext_Private:
- *   the same on a bare communicator, with this rank's row from self (required: &ctx->self).
- *   Collective on comm (it splits comm by node for the time origin).
- */
-FMErrorCode FMTraceCreate_Private(MPI_Comm comm, const char *run_name, const FMRankInfo *self, FMTrace *tr);
-
-/*
  * FMTraceSetSerial_Private - whether FMTraceSave_Private gathers to rank 0 and writes with the
  *   serial API (FM_TRUE) or writes with parallel HDF5 where the build has it (FM_FALSE). Not
  *   collective (give every rank the same value; rank 0's decides). Default: -fm_trace_serial.

@@ -8,7 +8,7 @@
  * C (+)= A * B with a contiguous inner dimension, done by a small register-blocked kernel.
  * The kernels (attn_cpu_kern.h) are compiled for 4-float vectors (any target), and on x86-64
  * also for 8 (AVX2 + FMA) and 16 (AVX-512); the widest the CPU supports is chosen at run time
- * (the environment variable FM_CPU_VECTOR_WIDTH = 4, 8 or 16 can ask for a narrower one).
+ * (the option -fm_cpu_vector_width 4, 8 or 16 can ask for a narrower one).
  *
  * Tiles: BM query rows x BN key columns, key tiles cut at global multiples of BN and clipped to
  * the problem's key range [k0, k0 + nk). Each (query tile, key tile) is classified from the
@@ -38,7 +38,7 @@
 
 #define BM 64                       /* query rows per tile */
 #define BN 128                      /* key columns per tile (multiple of 16) */
-#define FM_CPU_STAGE_BYTES ((size_t)256 << 20) /* fp32 staging budget per call; env FM_CPU_STAGE_BYTES overrides */
+#define FM_CPU_STAGE_BYTES_DEFAULT ((size_t)256 << 20) /* fp32 staging budget per call; -fm_cpu_stage_bytes overrides */
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
@@ -228,13 +228,11 @@ static void stage_rows(FMCPUCtx *c, int s, int hh, int r0, int r1, float *tmp)
 #endif
 
 /*
- * The kernels to use: the widest the CPU runs, or FM_CPU_VECTOR_WIDTH (4, 8, 16) from the
- * environment when that one is available (tests use it to exercise every width).
+ * The kernels to use: the widest the CPU runs, or want (4, 8, 16: -fm_cpu_vector_width, in the
+ * problem's options) when that one is available (tests use it to exercise every width).
  */
-static const FMCPUKernels *select_kernels(void)
+static const FMCPUKernels *select_kernels(int want)
 {
-  const char *env = getenv("FM_CPU_VECTOR_WIDTH");
-  int want = env ? atoi(env) : 0;
 #if FM_CPU_X86_MV
   int has8, has16;
   __builtin_cpu_init();
@@ -318,18 +316,12 @@ static int num_threads(const FMAttnProblem *p)
 
 /*
  * Slices per staging group under the budget, given the bytes one slice needs. The budget is
- * FM_CPU_STAGE_BYTES unless the environment variable of that name gives a positive byte count
- * (tests use a tiny one to run one slice per group).
+ * FM_CPU_STAGE_BYTES_DEFAULT unless the problem's options give one (-fm_cpu_stage_bytes; tests use a
+ * tiny one to run one slice per group).
  */
 static int group_size(const FMCPUCtx *c, size_t per_slice)
 {
-  const char *env = getenv("FM_CPU_STAGE_BYTES");
-  size_t budget = FM_CPU_STAGE_BYTES;
-  if (env) {
-    char *end;
-    unsigned long long x = strtoull(env, &end, 10);
-    if (end != env && x > 0) budget = (size_t)x;
-  }
+  const size_t budget = c->p->opts.cpu_stage_bytes > 0 ? c->p->opts.cpu_stage_bytes : FM_CPU_STAGE_BYTES_DEFAULT;
   size_t nslices = (size_t)c->p->batch * c->Hkv, G = per_slice ? budget / per_slice : nslices;
   if (G < 1) G = 1;
   if (G > nslices) G = nslices;
@@ -365,7 +357,7 @@ FMErrorCode FMCPUForward(const FMAttnProblem *p, const void *q, const void *k, c
     FMValidPointer(k, 3);
     FMValidPointer(v, 4);
   }
-  kern = select_kernels();
+  kern = select_kernels(p->opts.cpu_vector_width);
   ctx_init(&c, p, kern->vw);
   c.q = q; c.k = k; c.v = v; c.out = o; c.o_dtype = o_dtype; c.lse = lse;
   nth = num_threads(p);
@@ -501,7 +493,7 @@ FMErrorCode FMCPUBackward(const FMAttnProblem *p, const void *q, const void *k, 
     FMValidPointer(dq_acc, 8);
   }
   if (p->nk == 0) return FM_SUCCESS;
-  kern = select_kernels();
+  kern = select_kernels(p->opts.cpu_vector_width);
   ctx_init(&c, p, kern->vw);
   c.q = q; c.k = k; c.v = v; c.o = o; c.dout = dout; c.lse_in = lse; c.dq_acc = dq_acc;
   c.out = dk; c.dv = dv; c.o_dtype = g_dtype;

@@ -7,6 +7,7 @@
 #define FLASHMASK_CPU_FMCPU_H
 
 #include <flashmask/private/fmkernels.h>
+#include <flashmask/private/fmtile.h>
 #include <stdint.h>
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /*
  * ring.c - planning side of the ring schedule baseline (-fm_plan_schedule ring): the size of
  * each rank's travelling K/V block and the bytes a ring moves per link level. The ring's
- * execution lives in exec.c next to the gather it is compared with. Pure functions, no MPI.
+ * execution lives in exec_ring.c next to the gather (exec_gather.c) it is compared with. Pure functions, no MPI.
  */
 #include <flashmask/private/fmdist.h>
 

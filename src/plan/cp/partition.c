@@ -81,28 +81,6 @@ FMErrorCode FMDistPartitionFromOwner(int nchunks, int P, const int *owner, const
   return FM_SUCCESS;
 }
 
-FMErrorCode FMDistPartitionCreate(FMDistPartType type, int nchunks, int P, const int64_t *w, FMDistPartition *part,
-                                  FMDistBalanceInfo *info)
-{
-  int *owner;
-  FMErrorCode ierr = FM_SUCCESS;
-  FMCheck(nchunks >= 1 && P >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "nchunks = %d, P = %d; expected both >= 1", nchunks, P);
-  FMCall(FMMalloc(nchunks, &owner));
-  switch (type) {
-  case FM_DIST_CONTIGUOUS: FMDistAssignContiguous(nchunks, P, owner); break;
-  case FM_DIST_DUAL_CHUNK: FMDistAssignDualChunk(nchunks, P, owner); break;
-  case FM_DIST_BALANCED:
-    if (!w) { free(owner); FMRaise(MPI_COMM_SELF, FM_ERR_ARG_NULL, "The balanced partition needs chunk weights (w is NULL)"); }
-    ierr = FMDistBalance(nchunks, w, P, owner, info);
-    break;
-  default: free(owner); FMRaise(MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Partition type %d; expected 0..2", (int)type);
-  }
-  if (!ierr) ierr = FMDistPartitionFromOwner(nchunks, P, owner, w, part);
-  free(owner);
-  FMCall(ierr);
-  return FM_SUCCESS;
-}
-
 FMErrorCode FMDistPartitionDestroy(FMDistPartition *part)
 {
   if (!part) return FM_SUCCESS;

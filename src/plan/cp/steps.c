@@ -1,5 +1,5 @@
 /*
- * steps.c - the exchange steps of a schedule (used by the GPU executor, exec_gpu.c).
+ * steps.c - the exchange steps of a schedule (used by the GPU executor: setup_gpu.c).
  *
  * Every transfer gets a step key that its sender and its receiver compute alike:
  *   gather: (hop, (dst - src) mod P, position of the chunk among the transfers of that hop

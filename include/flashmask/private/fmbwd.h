@@ -1,0 +1,76 @@
+/*
+ * fmbwd.h - the GPU backward of masked attention as a plain-C entry point (no MPI, no library
+ * objects): the Hopper kernel (src/kernels/sm90/bwd_sm90.cu) with its preprocess, postprocess,
+ * SIMT fallback and dispatch (src/kernels/cuda_bwd.cu). Not installed.
+ *
+ * Math (per batch b, query head h with kv head h / (Hq / Hkv), row i, key j):
+ *   P_ij = exp(scale * q_i.k_j - lse_i) on visible (i, j), 0 elsewhere;
+ *   dP_ij = do_i.v_j;  D_i = do_i.o_i;  dS_ij = P_ij (dP_ij - D_i);
+ *   dv_j = sum_i P_ij do_i;  dk_j = scale sum_i dS_ij q_i;  dq_i = scale sum_j dS_ij k_j.
+ *   dK and dV sum over the query heads of each kv head (GQA). Rows with lse = -inf (nothing
+ *   visible) contribute nothing; their dq is 0.
+ * The mask is the device form built by the CUDA backend's prepass (cuda.cu, FMCudaMaskUpload):
+ *   key j visible to row i iff i is outside [lts_j, lte_j) and [uts_j, ute_j) and, when causal,
+ *   j <= i + seqlen_k - seqlen_q (bottom-right aligned diagonal).
+ */
+#ifndef FLASHMASK_PRIVATE_FMBWD_H
+#define FLASHMASK_PRIVATE_FMBWD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Key-block size of the device mask summaries (the CUDA prepass's FM_GPU_BLOCK_N). */
+#define FMBWD_BLOCK_N 128
+
+/* A [batch][seq][heads][head_dim] tensor: element (b, s, h, d) at base + b*sb + s*ss + h*sh + d. */
+typedef struct {
+  long long sb, ss, sh; /* element strides; head_dim is contiguous */
+} FMGpuStrides;
+
+typedef struct {
+  /* inputs (device, dtype): q, o, dout [B][Sq][Hq][D]; k, v [B][Sk][Hkv][D]; lse float [B][Hq][Sq]
+     (natural log, -inf for rows with nothing visible) */
+  const void *q, *k, *v, *o, *dout;
+  const float *lse;
+  /* outputs (device, dtype): dq like q, dk and dv like k. Overwritten (never accumulated). */
+  void *dq, *dk, *dv;
+  FMGpuStrides sq, sk, sv, so, sdo, sdq, sdk, sdv;
+  int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+  int fp16;    /* 0 = bf16, 1 = fp16 */
+  float scale; /* softmax scale (> 0) */
+  /* device mask (as FMSm90Args in fwd_sm90.cuh): packed[mh][nblk*128] = {lts, lte, uts, ute} per key
+     column, padding columns fully masked; sum[mh][nblk][8] summaries in FM_SUM_* order */
+  const int4 *packed;
+  const int32_t *sum;
+  int mask_heads, causal, nblk;
+  /* scratch of FMGpuBackwardWorkspace bytes, 256-byte aligned, device; contents need not be kept */
+  void *workspace;
+  int force_fallback; /* 1: the SIMT kernels even where the Hopper kernel applies (tests) */
+} FMGpuBwdParams;
+
+/* FMGpuBackwardWorkspace - device scratch bytes FMGpuBackward needs for these sizes. */
+size_t FMGpuBackwardWorkspace(const FMGpuBwdParams *p);
+
+/*
+ * FMGpuBackward - dq, dk, dv of the problem, asynchronously on stream s (no synchronization):
+ *   a preprocess (D = rowsum(dO o O), the log2 LSE, dQ's fp32 accumulator zeroed), the main
+ *   kernel, a postprocess (dQ to dtype). The Hopper kernel runs on sm_90 for head_dim 64 and 128;
+ *   other head dims (multiples of 8 up to 256) and other GPUs take the SIMT fallback.
+ *   Returns cudaErrorInvalidValue for sizes it cannot take (head_dim, heads not multiples,
+ *   strides or pointers misaligned), else the first CUDA error of the launches.
+ */
+cudaError_t FMGpuBackward(const FMGpuBwdParams *p, cudaStream_t s);
+
+/* FMGpuBackwardPath - which path FMGpuBackward takes for p on the current device:
+   1 = sm90 wgmma/tma, 0 = SIMT fallback, -1 = not supported. */
+int FMGpuBackwardPath(const FMGpuBwdParams *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,63 @@
+/*
+ * fmtile.h - the tile classes of a FlashMask block summary, shared by the mask code, the
+ * planner, the CPU kernels and the CUDA kernels (host and device). Plain C, no MPI: the
+ * kernels include it instead of fmimpl.h. Not installed.
+ */
+#ifndef FLASHMASK_PRIVATE_FMTILE_H
+#define FLASHMASK_PRIVATE_FMTILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Block summary layout: for each mask head and key block, 8 int32 numbers. */
+enum { FM_SUM_LTS_MIN = 0, FM_SUM_LTS_MAX, FM_SUM_LTE_MIN, FM_SUM_LTE_MAX,
+       FM_SUM_UTS_MIN, FM_SUM_UTS_MAX, FM_SUM_UTE_MIN, FM_SUM_UTE_MAX, FM_SUM_N };
+
+/* Tile classes. */
+typedef enum { FM_TILE_SKIP = 0, FM_TILE_FULL = 1, FM_TILE_PARTIAL = 2 } FMTileClass;
+
+/*
+ * FMClassifyTile - class of the tile of query rows [m0, m1) against key block kb, from one
+ *   mask head's block summaries (summary_head: [nblocks_k][FM_SUM_N]) and the causal diagonal.
+ *   Defined in src/mask/summary.c; the kernels inline FMClassifyTileInline instead.
+ */
+FMTileClass FMClassifyTile(const int32_t *summary_head, int causal, int seqlen_q, int seqlen_k, int block,
+                           int m0, int m1, int kb);
+
+/*
+ * FMClassifyTileInline - the one definition of the tile-class logic (FMClassifyTile calls it;
+ *   kernels may inline it in their tile loops). doc/format.md section 2 plus the
+ *   bottom-right aligned causal diagonal (key j visible to row i iff j <= i + seqlen_k - seqlen_q).
+ *   Rows are clipped to [0, seqlen_q); an empty tile or a block past seqlen_k is FM_TILE_SKIP.
+ */
+#if defined(__CUDACC__)
+#define FM_HOSTDEV __host__ __device__
+#else
+#define FM_HOSTDEV
+#endif
+static inline FM_HOSTDEV FMTileClass FMClassifyTileInline(const int32_t *summary_head, int causal, int seqlen_q, int seqlen_k,
+                                                          int block, int m0, int m1, int kb)
+{
+  const int32_t *s;
+  int c0 = kb * block, c1 = c0 + block, off = seqlen_k - seqlen_q, part;
+  if (c1 > seqlen_k) c1 = seqlen_k;
+  if (m0 < 0) m0 = 0;
+  if (m1 > seqlen_q) m1 = seqlen_q;
+  if (m0 >= m1 || c0 >= c1 || kb < 0) return FM_TILE_SKIP;
+  s = summary_head + (size_t)kb * FM_SUM_N;
+  if (causal && c0 > m1 - 1 + off) return FM_TILE_SKIP; /* whole block right of the diagonal */
+  if (m0 >= s[FM_SUM_LTS_MAX] && m1 <= s[FM_SUM_LTE_MIN]) return FM_TILE_SKIP;
+  if (m0 >= s[FM_SUM_UTS_MAX] && m1 <= s[FM_SUM_UTE_MIN]) return FM_TILE_SKIP;
+  part = (causal && c1 - 1 > m0 + off) || (m0 < s[FM_SUM_LTE_MAX] && m1 > s[FM_SUM_LTS_MIN]) ||
+         (m0 < s[FM_SUM_UTE_MAX] && m1 > s[FM_SUM_UTS_MIN]);
+  return part ? FM_TILE_PARTIAL : FM_TILE_FULL;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,91 @@
+/*
+ * planimpl.h - the FMPlan object: its struct, the ops table a plan type fills, and the
+ * constructors of the two types (PETSc's vecimpl.h pattern). Private to src/plan; not installed.
+ *
+ * A type ("local" or "cp", FMPlanSetType) owns plan->data and answers every ops entry:
+ *   setfromoptions  read the type's options (the plan's prefix is pushed), starting from the
+ *                   current settings; may be NULL
+ *   setup           collective: check what the type supports (the same refusals on every rank
+ *                   count), build plan->nlocal/rows and the type's data; errors agreed
+ *   forward         collective: FMPlanForward after plan.c's checks and logging
+ *   backward        collective: FMPlanBackward, likewise
+ *   view            collective: the type's lines of FMPlanView (rank 0 prints)
+ *   destroy         not collective: free plan->data (and set it NULL); also on a type change
+ *   getlocalkeys    not collective: this rank's key positions (borrowed)
+ *   getlayout       not collective: the query rows (keys = 0) or key positions (keys = 1) of
+ *                   rank r, allocated (the caller frees), for FMPlanScatter/FMPlanGather
+ */
+#ifndef FLASHMASK_PRIVATE_PLANIMPL_H
+#define FLASHMASK_PRIVATE_PLANIMPL_H
+
+#include <flashmask/private/fmimpl.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _FMPlanOps {
+  FMErrorCode (*setfromoptions)(FMPlan plan);
+  FMErrorCode (*setup)(FMPlan plan);
+  FMErrorCode (*forward)(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
+  FMErrorCode (*backward)(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+                          const void *dout, void *dq, void *dk, void *dv);
+  FMErrorCode (*view)(FMPlan plan, FILE *fp);
+  FMErrorCode (*destroy)(FMPlan plan);
+  FMErrorCode (*getlocalkeys)(FMPlan plan, int *nkeys, const int **global_keys);
+  FMErrorCode (*getlayout)(FMPlan plan, int keys, int rank, int *n, int **idx);
+} FMPlanOps;
+
+struct _p_FMPlan {
+  FMObjectHeader hdr;     /* hdr.type_name: the plan type, NULL until set */
+  const FMPlanOps *ops;   /* the type's table, NULL until a type is set */
+  void *data;             /* the type's state (FMPlanLocal in local.c, FMDist in cp/) */
+  FMContext ctx;
+  FMMask mask;
+  int batch, heads_q, heads_kv, head_dim;
+  FMDType dtype;
+  double scale; int scale_set;
+  void *stream;
+  int nlocal; int *rows;  /* global query rows owned here (set by the type's setup) */
+  FMBackend backend;      /* the context's, taken at FMPlanSetUp */
+  int mask_state;         /* mask->state at FMPlanSetUp */
+  FMLogEvent ev_fwd, ev_bwd;
+};
+
+/* The type constructors: set plan->ops and allocate plan->data with the type's defaults. */
+FMErrorCode FMPlanCreate_Local(FMPlan plan);   /* src/plan/local.c */
+FMErrorCode FMPlanCreate_CP(FMPlan plan);      /* src/plan/cp/setup.c (context parallel) */
+
+/* FMPlanSetDefaultType_Private - the default type when none was set: local on one rank, cp on
+   several (as VECSTANDARD); nothing when the plan has a type (plan.c). Not collective. */
+FMErrorCode FMPlanSetDefaultType_Private(FMPlan plan);
+
+/*
+ * FMPlanCheckCUDADType_Private - the CUDA backend computes bf16 or fp16: FM_ERR_SUP naming the
+ *   plan's dtype otherwise (nothing on the CPU backend). Every type's setup calls it, so one
+ *   rank and several refuse the same plan at FMPlanSetUp. Not collective.
+ */
+FMErrorCode FMPlanCheckCUDADType_Private(FMPlan plan);
+
+/*
+ * FMPlanCheckDeviceArgs_Private - on the CUDA backend every tensor is device memory: name the
+ *   first of ptr[0..n) (argument i + 2, name[i]) that is host memory. Not collective (agree).
+ */
+FMErrorCode FMPlanCheckDeviceArgs_Private(FMPlan plan, int n, const void *const *ptr, const char *const *name);
+
+/* A backward on host tensors (the local CPU one, or the context-parallel one over MPI). */
+typedef FMErrorCode (*FMPlanHostBackward)(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+                                          const void *dout, void *dq, void *dk, void *dv);
+/*
+ * FMPlanBackwardStaged_Private - a CUDA-backend backward without a backward kernel: stage the
+ *   device tensors (nkeys local key positions) through host memory, run host(), copy dq, dk, dv
+ *   back. Collective when host() is: the staging's local errors are agreed before host() runs.
+ */
+FMErrorCode FMPlanBackwardStaged_Private(FMPlan plan, int nkeys, FMPlanHostBackward host, const void *q, const void *k, const void *v,
+                                         const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,486 @@
+/*
+ * bwd_bench.cu - standalone development harness of the GPU backward (fmbwd.h): no MPI, no
+ * library. Builds random inputs and a few column-bound masks itself (with the device form the
+ * CUDA prepass produces: packed bounds and block summaries), checks dq, dk, dv against a float64
+ * CPU reference (forward and backward), and times the backward with CUDA events.
+ *
+ *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude \
+ *     -Xcompiler -fopenmp share/bench/bwd/bwd_bench.cu src/kernels/cuda_bwd.cu src/kernels/sm90/bwd_sm90.cu -o bwd_bench
+ *   ./bwd_bench check     the correctness cases (table: case, path, rel. errors, PASS/FAIL)
+ *   ./bwd_bench small     one small case (for compute-sanitizer)
+ *   ./bwd_bench bench     8K and 32K, bf16, d = 128, H = 32, 128K tokens per batch
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#include <omp.h>
+#include <flashmask/private/fmbwd.h>
+#include "../../../src/kernels/sm90/bwd_sm90.cuh" /* the walk, to count steps on the host */
+
+#define CK(x)                                                                                     \
+  do {                                                                                            \
+    cudaError_t e_ = (x);                                                                         \
+    if (e_ != cudaSuccess) {                                                                      \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
+      exit(1);                                                                                    \
+    }                                                                                             \
+  } while (0)
+
+enum MaskKind { M_FULL, M_CAUSAL, M_SWA, M_DOC, M_PREFIX, M_RANDOM, M_NKIND };
+static const char *mask_name[] = {"full", "causal", "sliding_window", "causal_document", "prefix_lm", "random_heads"};
+
+struct HostMask {
+  int Sq, Sk, H, causal;
+  std::vector<int> lts, lte, uts, ute; /* [H][Sk] */
+};
+
+static unsigned long long rng_state = 0x1234567ull;
+static int g_window = 300; /* sliding window size of M_SWA; 0 in the sweep: every key masked */
+static double urand()
+{
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(rng_state >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Column bounds of a mask kind (rows [lts, lte) and [uts, ute) of column j masked). */
+static HostMask build_mask(MaskKind kind, int Sq, int Sk, int H)
+{
+  HostMask m;
+  m.Sq = Sq;
+  m.Sk = Sk;
+  m.H = H;
+  m.causal = kind == M_CAUSAL || kind == M_SWA || kind == M_DOC;
+  const size_t n = (size_t)H * Sk;
+  m.lts.assign(n, Sq);
+  m.lte.assign(n, Sq);
+  m.uts.assign(n, Sq);
+  m.ute.assign(n, Sq);
+  const int off = Sk - Sq;
+  for (int h = 0; h < H; h++) {
+    int r0 = (int)(urand() * Sq * 0.8), r1 = std::min(Sq, r0 + 1 + (int)(urand() * 40)); /* fully masked rows */
+    for (int j = 0; j < Sk; j++) {
+      const size_t o = (size_t)h * Sk + j;
+      switch (kind) {
+      case M_SWA: { /* window W: row i sees j iff j <= i + off and i + off - j < W */
+        m.lts[o] = g_window ? std::max(0, std::min(Sq, j - off + g_window)) : 0;
+        break;
+      }
+      case M_DOC: { /* documents of ~700 keys: rows past the document's end masked */
+        const int dend = std::min(Sk, (j / 700 + 1) * 700);
+        m.lts[o] = std::max(0, std::min(Sq, dend - off));
+        break;
+      }
+      case M_PREFIX: { /* keys below 500 visible to all, the rest causal */
+        if (j >= 500) {
+          m.uts[o] = 0;
+          m.ute[o] = std::max(0, std::min(Sq, j - off));
+        }
+        break;
+      }
+      case M_RANDOM: {
+        int a = (int)(urand() * Sq), b = (int)(urand() * Sq);
+        if (a > b) std::swap(a, b);
+        m.lts[o] = a;
+        m.lte[o] = b;
+        if (urand() < 0.03) m.lts[o] = 0, m.lte[o] = Sq; /* fully masked column */
+        m.uts[o] = r0;
+        m.ute[o] = r1;
+        break;
+      }
+      default: break;
+      }
+    }
+  }
+  return m;
+}
+
+static inline bool masked(const HostMask &m, int h, int i, int j)
+{
+  const size_t o = (size_t)h * m.Sk + j;
+  return (i >= m.lts[o] && i < m.lte[o]) || (i >= m.uts[o] && i < m.ute[o]) || (m.causal && j > i + m.Sk - m.Sq);
+}
+
+/* The device form: packed {lts, lte, uts, ute} per column (padding fully masked), summaries. */
+struct DevMask {
+  int4 *packed;
+  int32_t *sum;
+  int nblk;
+};
+static DevMask upload_mask(const HostMask &m)
+{
+  DevMask d;
+  d.nblk = (m.Sk + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N;
+  std::vector<int4> pk((size_t)m.H * d.nblk * FMBWD_BLOCK_N);
+  std::vector<int32_t> sm((size_t)m.H * d.nblk * 8);
+  for (int h = 0; h < m.H; h++)
+    for (int kb = 0; kb < d.nblk; kb++) {
+      int mn[4] = {INT_MAX, INT_MAX, INT_MAX, INT_MAX}, mx[4] = {INT_MIN, INT_MIN, INT_MIN, INT_MIN};
+      for (int t = 0; t < FMBWD_BLOCK_N; t++) {
+        const int j = kb * FMBWD_BLOCK_N + t;
+        int4 v = make_int4(0, INT_MAX, 0, 0);
+        if (j < m.Sk) {
+          const size_t o = (size_t)h * m.Sk + j;
+          v = make_int4(m.lts[o], m.lte[o], m.uts[o], m.ute[o]);
+          const int a[4] = {v.x, v.y, v.z, v.w};
+          for (int c = 0; c < 4; c++) mn[c] = std::min(mn[c], a[c]), mx[c] = std::max(mx[c], a[c]);
+        }
+        pk[((size_t)h * d.nblk + kb) * FMBWD_BLOCK_N + t] = v;
+      }
+      for (int c = 0; c < 4; c++) {
+        sm[((size_t)h * d.nblk + kb) * 8 + 2 * c] = mn[c];
+        sm[((size_t)h * d.nblk + kb) * 8 + 2 * c + 1] = mx[c];
+      }
+    }
+  CK(cudaMalloc(&d.packed, pk.size() * sizeof(int4)));
+  CK(cudaMalloc(&d.sum, sm.size() * sizeof(int32_t)));
+  CK(cudaMemcpy(d.packed, pk.data(), pk.size() * sizeof(int4), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d.sum, sm.data(), sm.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  return d;
+}
+
+/* visible (row, key) pairs of one head */
+static double visible_pairs(const HostMask &m, int h)
+{
+  double n = 0;
+#pragma omp parallel for reduction(+ : n)
+  for (int j = 0; j < m.Sk; j++) {
+    long c = 0;
+    for (int i = 0; i < m.Sq; i++) c += !masked(m, h, i, j);
+    n += c;
+  }
+  return n;
+}
+
+static float h2f(uint16_t x, int f16)
+{
+  if (f16) {
+    __half h;
+    memcpy(&h, &x, 2);
+    return __half2float(h);
+  }
+  uint32_t u = (uint32_t)x << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint16_t f2h(float x, int f16)
+{
+  uint16_t r;
+  if (f16) {
+    __half h = __float2half_rn(x);
+    memcpy(&r, &h, 2);
+  } else {
+    __nv_bfloat16 h = __float2bfloat16_rn(x);
+    memcpy(&r, &h, 2);
+  }
+  return r;
+}
+
+struct Case {
+  const char *name;
+  int B, Sq, Sk, Hq, Hkv, D, f16, per_head, fallback;
+  MaskKind kind;
+  float scale;
+};
+
+/* float64 forward (O rounded to dtype, LSE) and backward of one case; returns the max rel error. */
+static int run_case(const Case &c, double tol)
+{
+  const int B = c.B, Sq = c.Sq, Sk = c.Sk, Hq = c.Hq, Hkv = c.Hkv, D = c.D, G = Hq / Hkv;
+  const int MH = c.per_head ? Hkv : 1;
+  HostMask m = build_mask(c.kind, Sq, Sk, MH);
+  const size_t nq = (size_t)B * Sq * Hq * D, nk = (size_t)B * Sk * Hkv * D;
+  std::vector<uint16_t> q(nq), k(nk), v(nk), dout(nq), o(nq);
+  for (auto &x : q) x = f2h((float)(2 * urand() - 1), c.f16);
+  for (auto &x : k) x = f2h((float)(2 * urand() - 1), c.f16);
+  for (auto &x : v) x = f2h((float)(2 * urand() - 1), c.f16);
+  for (auto &x : dout) x = f2h((float)(2 * urand() - 1), c.f16);
+  std::vector<float> lse((size_t)B * Hq * Sq);
+  std::vector<double> dqr(nq, 0.0), dkr(nk, 0.0), dvr(nk, 0.0);
+  std::vector<float> qf(nq), kf(nk), vf(nk), dof(nq);
+  for (size_t x = 0; x < nq; x++) qf[x] = h2f(q[x], c.f16), dof[x] = h2f(dout[x], c.f16);
+  for (size_t x = 0; x < nk; x++) kf[x] = h2f(k[x], c.f16), vf[x] = h2f(v[x], c.f16);
+  auto Q = [&](int b, int i, int h, int d) { return (double)qf[(((size_t)b * Sq + i) * Hq + h) * D + d]; };
+  auto K = [&](int b, int j, int h, int d) { return (double)kf[(((size_t)b * Sk + j) * Hkv + h) * D + d]; };
+  auto V = [&](int b, int j, int h, int d) { return (double)vf[(((size_t)b * Sk + j) * Hkv + h) * D + d]; };
+  auto DO = [&](int b, int i, int h, int d) { return (double)dof[(((size_t)b * Sq + i) * Hq + h) * D + d]; };
+  const int nth = omp_get_max_threads();
+  std::vector<double> part((size_t)nth * 2 * Sk * D);
+  for (int b = 0; b < B; b++)
+    for (int hkv = 0; hkv < Hkv; hkv++) {
+      std::fill(part.begin(), part.end(), 0.0);
+#pragma omp parallel
+      {
+        double *pk = part.data() + (size_t)omp_get_thread_num() * 2 * Sk * D, *pv = pk + (size_t)Sk * D;
+        std::vector<double> s(Sk), ov(D);
+#pragma omp for schedule(dynamic, 4)
+        for (int r = 0; r < G * Sq; r++) {
+          const int hq = hkv * G + r / Sq, i = r % Sq, mh = hq / (Hq / MH);
+          double mx = -INFINITY;
+          for (int j = 0; j < Sk; j++) {
+            if (masked(m, mh, i, j)) { s[j] = -INFINITY; continue; }
+            double a = 0;
+            for (int d = 0; d < D; d++) a += Q(b, i, hq, d) * K(b, j, hkv, d);
+            s[j] = a * c.scale;
+            mx = std::max(mx, s[j]);
+          }
+          double l = 0;
+          std::fill(ov.begin(), ov.end(), 0.0);
+          if (mx != -INFINITY)
+            for (int j = 0; j < Sk; j++)
+              if (s[j] != -INFINITY) {
+                const double p = exp(s[j] - mx);
+                l += p;
+                for (int d = 0; d < D; d++) ov[d] += p * V(b, j, hkv, d);
+              }
+          const double L = l > 0 ? mx + log(l) : -INFINITY;
+          lse[((size_t)b * Hq + hq) * Sq + i] = (float)L;
+          double Di = 0;
+          for (int d = 0; d < D; d++) {
+            const uint16_t ob = f2h(l > 0 ? (float)(ov[d] / l) : 0.f, c.f16);
+            o[(((size_t)b * Sq + i) * Hq + hq) * D + d] = ob;
+            Di += (double)h2f(ob, c.f16) * DO(b, i, hq, d);
+          }
+          if (l <= 0) continue;
+          double *dq = dqr.data() + (((size_t)b * Sq + i) * Hq + hq) * D;
+          for (int j = 0; j < Sk; j++) {
+            if (s[j] == -INFINITY) continue;
+            const double p = exp(s[j] - L);
+            double dp = 0;
+            for (int d = 0; d < D; d++) dp += DO(b, i, hq, d) * V(b, j, hkv, d);
+            const double ds = p * (dp - Di);
+            for (int d = 0; d < D; d++) {
+              dq[d] += c.scale * ds * K(b, j, hkv, d);
+              pk[(size_t)j * D + d] += c.scale * ds * Q(b, i, hq, d);
+              pv[(size_t)j * D + d] += p * DO(b, i, hq, d);
+            }
+          }
+        }
+      }
+      for (int t = 0; t < nth; t++)
+        for (int j = 0; j < Sk; j++)
+          for (int d = 0; d < D; d++) {
+            const size_t o2 = (((size_t)b * Sk + j) * Hkv + hkv) * D + d;
+            dkr[o2] += part[(size_t)t * 2 * Sk * D + (size_t)j * D + d];
+            dvr[o2] += part[(size_t)t * 2 * Sk * D + (size_t)Sk * D + (size_t)j * D + d];
+          }
+    }
+
+  /* GPU */
+  DevMask dm = upload_mask(m);
+  void *dq_, *dk_, *dv_, *q_, *k_, *v_, *o_, *do_, *ws;
+  float *lse_;
+  CK(cudaMalloc(&q_, nq * 2));
+  CK(cudaMalloc(&o_, nq * 2));
+  CK(cudaMalloc(&do_, nq * 2));
+  CK(cudaMalloc(&dq_, nq * 2));
+  CK(cudaMalloc(&k_, nk * 2));
+  CK(cudaMalloc(&v_, nk * 2));
+  CK(cudaMalloc(&dk_, nk * 2));
+  CK(cudaMalloc(&dv_, nk * 2));
+  CK(cudaMalloc(&lse_, lse.size() * 4));
+  CK(cudaMemcpy(q_, q.data(), nq * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(o_, o.data(), nq * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(do_, dout.data(), nq * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(k_, k.data(), nk * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(v_, v.data(), nk * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(lse_, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dq_, 0xFF, nq * 2)); /* NaN poison */
+  CK(cudaMemset(dk_, 0xFF, nk * 2));
+  CK(cudaMemset(dv_, 0xFF, nk * 2));
+  FMGpuBwdParams p;
+  memset(&p, 0, sizeof(p));
+  p.q = q_, p.k = k_, p.v = v_, p.o = o_, p.dout = do_, p.lse = lse_, p.dq = dq_, p.dk = dk_, p.dv = dv_;
+  const FMGpuStrides sq = {(long long)Sq * Hq * D, (long long)Hq * D, D}, sk = {(long long)Sk * Hkv * D, (long long)Hkv * D, D};
+  p.sq = p.so = p.sdo = p.sdq = sq;
+  p.sk = p.sv = p.sdk = p.sdv = sk;
+  p.batch = B, p.seqlen_q = Sq, p.seqlen_k = Sk, p.heads_q = Hq, p.heads_kv = Hkv, p.head_dim = D, p.fp16 = c.f16;
+  p.scale = c.scale;
+  p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = MH, p.causal = m.causal, p.nblk = dm.nblk;
+  p.force_fallback = c.fallback;
+  CK(cudaMalloc(&ws, FMGpuBackwardWorkspace(&p)));
+  p.workspace = ws;
+  const int path = FMGpuBackwardPath(&p);
+  CK(FMGpuBackward(&p, 0));
+  CK(cudaDeviceSynchronize());
+  std::vector<uint16_t> gq(nq), gk(nk), gv(nk);
+  CK(cudaMemcpy(gq.data(), dq_, nq * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(gk.data(), dk_, nk * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(gv.data(), dv_, nk * 2, cudaMemcpyDeviceToHost));
+  auto rel = [&](const std::vector<uint16_t> &g, const std::vector<double> &r) {
+    double e = 0, n = 0;
+    for (size_t x = 0; x < r.size(); x++) {
+      const double gv2 = h2f(g[x], c.f16);
+      if (!std::isfinite(gv2)) return INFINITY * 1.0;
+      e += (gv2 - r[x]) * (gv2 - r[x]);
+      n += r[x] * r[x];
+    }
+    return sqrt(e / (n > 0 ? n : 1));
+  };
+  const double eq = rel(gq, dqr), ek = rel(gk, dkr), ev = rel(gv, dvr);
+  const int ok = eq <= tol && ek <= tol && ev <= tol;
+  printf("%-34s %-16s path %d  dq %.2e dk %.2e dv %.2e  %s\n", c.name, mask_name[c.kind], path, eq, ek, ev, ok ? "PASS" : "FAIL");
+  fflush(stdout);
+  cudaFree(q_), cudaFree(o_), cudaFree(do_), cudaFree(dq_), cudaFree(k_), cudaFree(v_), cudaFree(dk_), cudaFree(dv_);
+  cudaFree(lse_), cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
+  return ok;
+}
+
+__global__ void fill_rand(uint16_t *p, size_t n, unsigned long long seed, int f16)
+{
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned long long z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float x = (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    if (f16) { __half h = __float2half_rn(x); p[i] = *(uint16_t *)&h; }
+    else { __nv_bfloat16 h = __float2bfloat16_rn(x); p[i] = *(uint16_t *)&h; }
+  }
+}
+__global__ void fill_f(float *p, size_t n, float x)
+{
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = x;
+}
+
+/* steps (visited 64-row query blocks) per key block, from the device summaries' walk */
+static double steps_per_block(const HostMask &m)
+{
+  DevMask d;
+  const int nblk = (m.Sk + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N;
+  std::vector<int32_t> sm((size_t)nblk * 8);
+  for (int kb = 0; kb < nblk; kb++) {
+    int mn[4] = {INT_MAX, INT_MAX, INT_MAX, INT_MAX}, mx[4] = {INT_MIN, INT_MIN, INT_MIN, INT_MIN};
+    for (int j = kb * FMBWD_BLOCK_N; j < std::min(m.Sk, (kb + 1) * FMBWD_BLOCK_N); j++) {
+      const int a[4] = {m.lts[j], m.lte[j], m.uts[j], m.ute[j]};
+      for (int c = 0; c < 4; c++) mn[c] = std::min(mn[c], a[c]), mx[c] = std::max(mx[c], a[c]);
+    }
+    for (int c = 0; c < 4; c++) sm[kb * 8 + 2 * c] = mn[c], sm[kb * 8 + 2 * c + 1] = mx[c];
+  }
+  (void)d;
+  long n = 0;
+  for (int kb = 0; kb < nblk; kb++) {
+    FMBwdWalk w;
+    int part;
+    fmbwd_walk_init(&w, sm.data(), kb, m.Sq, m.Sk, m.causal);
+    for (int qb = fmbwd_walk_next(&w, 0, &part); qb < w.nqb; qb = fmbwd_walk_next(&w, qb + 1, &part)) n++;
+  }
+  return (double)n / nblk;
+}
+
+static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
+{
+  const int B = 131072 / S, H = 32, D = 128;
+  const size_t n = (size_t)B * S * H * D, nkv = (size_t)B * S * Hkv * D;
+  uint16_t *buf[8];
+  for (int t = 0; t < 8; t++) CK(cudaMalloc(&buf[t], n * 2));
+  for (int t = 0; t < 5; t++) fill_rand<<<2048, 256>>>(buf[t], t == 1 || t == 2 ? nkv : n, 1000 + t, 0);
+  float *lse;
+  CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
+  fill_f<<<2048, 256>>>(lse, (size_t)B * H * S, logf((float)S) * 0.5f);
+  CK(cudaGetLastError());
+  for (int kind = 0; kind < M_NKIND; kind++) {
+    if (only_swa && kind != M_SWA) continue;
+    if (Hkv != H && kind != M_FULL && kind != M_CAUSAL) continue;
+    HostMask m = build_mask((MaskKind)kind, S, S, 1);
+    DevMask dm = upload_mask(m);
+    const double flops = std::max(1.0, 2.5 * 4.0 * visible_pairs(m, 0) * D * H * B);
+    FMGpuBwdParams p;
+    memset(&p, 0, sizeof(p));
+    p.q = buf[0], p.k = buf[1], p.v = buf[2], p.o = buf[3], p.dout = buf[4], p.lse = lse;
+    p.dq = buf[5], p.dk = buf[6], p.dv = buf[7];
+    const FMGpuStrides st = {(long long)S * H * D, (long long)H * D, D};
+    const FMGpuStrides stk = {(long long)S * Hkv * D, (long long)Hkv * D, D};
+    p.sq = p.so = p.sdo = p.sdq = st;
+    p.sk = p.sv = p.sdk = p.sdv = stk;
+    p.batch = B, p.seqlen_q = S, p.seqlen_k = S, p.heads_q = H, p.heads_kv = Hkv, p.head_dim = D, p.fp16 = 0;
+    p.scale = 1.f / sqrtf((float)D);
+    p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = 1, p.causal = m.causal, p.nblk = dm.nblk;
+    void *ws;
+    CK(cudaMalloc(&ws, FMGpuBackwardWorkspace(&p)));
+    p.workspace = ws;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(FMGpuBackward(&p, 0));
+    CK(cudaDeviceSynchronize());
+    std::vector<float> ms;
+    for (int r = 0; r < reps; r++) {
+      CK(cudaEventRecord(e0));
+      CK(FMGpuBackward(&p, 0));
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float t;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const float med = ms[ms.size() / 2];
+    const double steps = steps_per_block(m) * dm.nblk * H * B;
+    if (only_swa)
+      printf("sweep S=%d window %5d: %8.3f ms %7.1f TFLOP/s, %.2f steps per item, %.3f us per step per SM\n", S, g_window,
+             med, flops / (med * 1e-3) / 1e12, steps / ((double)dm.nblk * H * B), steps > 0 ? med * 1e3 * 132 / steps : 0.0);
+    else
+      printf("bench S=%-6d B=%-3d %-16s%s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms)\n", S, B, mask_name[kind],
+             Hkv != H ? " GQA4" : "", med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back());
+    fflush(stdout);
+    cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+  }
+  for (int t = 0; t < 8; t++) cudaFree(buf[t]);
+  cudaFree(lse);
+}
+
+int main(int argc, char **argv)
+{
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  if (mode == "probe") {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 2;
+  }
+  if (mode == "small") {
+    Case c = {"small bf16 d128 GQA2 300x390", 1, 300, 390, 4, 2, 128, 0, 1, 0, M_RANDOM, 0.1f};
+    Case c2 = {"small fp16 d64 causal 200x130", 2, 200, 130, 2, 1, 64, 1, 0, 0, M_CAUSAL, 0.125f};
+    const int ok = run_case(c, 2e-2) & run_case(c2, 5e-3);
+    return ok ? 0 : 1;
+  }
+  if (mode == "sweep") { /* per-item overhead: sliding windows of several sizes at 8K */
+    const int ws[] = {0, 64, 300, 1000, 3000, 8192};
+    for (int w : ws) {
+      g_window = w;
+      bench(8192, 3, 1);
+    }
+    return 0;
+  }
+  if (mode == "bench") {
+    const int reps = argc > 2 ? atoi(argv[2]) : 5;
+    bench(8192, reps);
+    bench(32768, reps);
+    bench(8192, reps, 0, 8); /* GQA 4:1 */
+    return 0;
+  }
+  const float s128 = 0.08838834764831845f, s64 = 0.125f;
+  std::vector<Case> cs;
+  for (int kind = 0; kind < M_NKIND; kind++)
+    cs.push_back({"bf16 d128 GQA4:1 1000x1000", 1, 1000, 1000, 4, 1, 128, 0, 0, 0, (MaskKind)kind, s128});
+  cs.push_back({"fp16 d128 GQA4:1 1000x1000", 1, 1000, 1000, 4, 1, 128, 1, 0, 0, M_CAUSAL, s128});
+  cs.push_back({"fp16 d64 1000x4099 per-head", 1, 1000, 4099, 4, 2, 64, 1, 1, 0, M_RANDOM, s64});
+  cs.push_back({"bf16 d128 4099x1000 per-head", 1, 4099, 1000, 2, 2, 128, 0, 1, 0, M_RANDOM, 0.3f});
+  cs.push_back({"bf16 d64 4099x4099 causal", 1, 4099, 4099, 1, 1, 64, 0, 0, 0, M_CAUSAL, s64});
+  cs.push_back({"bf16 d64 1000x1000 B2 swa", 2, 1000, 1000, 2, 1, 64, 0, 0, 0, M_SWA, s64});
+  cs.push_back({"fp16 d128 1000x4099 doc", 1, 1000, 4099, 2, 1, 128, 1, 0, 0, M_DOC, s128});
+  cs.push_back({"bf16 d256 fallback 600x700", 1, 600, 700, 2, 1, 256, 0, 1, 0, M_RANDOM, 0.0625f});
+  cs.push_back({"fp16 d128 forced fallback 700x600", 1, 700, 600, 4, 2, 128, 1, 1, 1, M_PREFIX, s128});
+  int fails = 0;
+  for (auto &c : cs) fails += !run_case(c, c.f16 ? 5e-3 : 2e-2);
+  printf("check: %d of %zu cases failed\n", fails, cs.size());
+  return fails ? 1 : 0;
+}

@@ -1,0 +1,137 @@
+/*
+ * cuda_mask.cu - the device copy of a mask: upload of the four bound vectors and the GPU
+ * prepass that builds, at the kernels' key-block size (FM_GPU_BLOCK_N), the packed per-column
+ * bounds, the block summaries and the one-interval visible rows. Kernel layer: returns
+ * cudaError_t (cuda.cu maps it).
+ */
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <stdlib.h>
+#include "fmgpu.cuh"
+
+/*
+ * One CTA per (key block, mask head), FM_GPU_BLOCK_N threads: pack the four bounds of each
+ * column (fully masked padding past seqlen_k) and reduce the block's 8 summary numbers over
+ * its real columns.
+ */
+__global__ void __launch_bounds__(FM_GPU_BLOCK_N) fm_mask_prepass(const int32_t *bnd, int Sq, int Sk, int H, int nblk,
+                                                                   int causal, int4 *packed, int32_t *sum, int2 *vis,
+                                                                   int *simple)
+{
+  __shared__ int red[FM_GPU_BLOCK_N / 32][FM_SUM_N];
+  const int kb = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
+  const int j = kb * FM_GPU_BLOCK_N + t;
+  int4 v;
+  int mn[4], mx[4];
+  if (j < Sk) {
+    const size_t o = (size_t)h * Sk + j, vs = (size_t)H * Sk;
+    v = make_int4(bnd[o], bnd[vs + o], bnd[2 * vs + o], bnd[3 * vs + o]);
+    mn[0] = mx[0] = v.x;
+    mn[1] = mx[1] = v.y;
+    mn[2] = mx[2] = v.z;
+    mn[3] = mx[3] = v.w;
+  } else {
+    v = make_int4(0, INT_MAX, 0, 0);
+    for (int i = 0; i < 4; i++) {
+      mn[i] = INT_MAX;
+      mx[i] = INT_MIN;
+    }
+  }
+  packed[((size_t)h * nblk + kb) * FM_GPU_BLOCK_N + t] = v;
+  {
+    /* visible rows = [0, Sq) minus [lts, lte), [uts, ute) and the causal rows [0, j - (Sk - Sq)) */
+    int a[3], e[3], cnt = 0, one = 1;
+    int2 r = make_int2(0, 0);
+    if (j < Sk) {
+      if (v.x < v.y) a[cnt] = v.x, e[cnt++] = v.y;
+      if (v.z < v.w) a[cnt] = v.z, e[cnt++] = v.w;
+      if (causal && j - (Sk - Sq) > 0) a[cnt] = 0, e[cnt++] = min(j - (Sk - Sq), Sq);
+      for (int x = 0; x < cnt; x++) /* sort by start */
+        for (int y = x + 1; y < cnt; y++)
+          if (a[y] < a[x]) {
+            int ta = a[x], te = e[x];
+            a[x] = a[y], e[x] = e[y], a[y] = ta, e[y] = te;
+          }
+      int pos = 0, pieces = 0;
+      for (int x = 0; x <= cnt; x++) {
+        const int s0 = x < cnt ? a[x] : Sq, s1 = x < cnt ? e[x] : Sq;
+        if (s0 > pos) { /* visible gap [pos, s0) */
+          if (pieces == 0) r = make_int2(pos, min(s0, Sq));
+          pieces++;
+        }
+        if (s1 > pos) pos = s1;
+        if (pos >= Sq) break;
+      }
+      one = pieces <= 1;
+    }
+    vis[((size_t)h * nblk + kb) * FM_GPU_BLOCK_N + t] = r;
+    one = __syncthreads_and(one);
+    if (t == 0) simple[(size_t)h * nblk + kb] = one;
+  }
+  for (int s = 16; s > 0; s >>= 1)
+    for (int i = 0; i < 4; i++) {
+      mn[i] = min(mn[i], __shfl_xor_sync(0xffffffffu, mn[i], s));
+      mx[i] = max(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], s));
+    }
+  if ((t & 31) == 0)
+    for (int i = 0; i < 4; i++) {
+      red[t >> 5][2 * i] = mn[i];
+      red[t >> 5][2 * i + 1] = mx[i];
+    }
+  __syncthreads();
+  if (t < FM_SUM_N) {
+    int r = red[0][t];
+    for (int w = 1; w < FM_GPU_BLOCK_N / 32; w++) r = (t & 1) ? max(r, red[w][t]) : min(r, red[w][t]);
+    sum[((size_t)h * nblk + kb) * FM_SUM_N + t] = r; /* FM_SUM_{LTS,LTE,UTS,UTE}_{MIN,MAX} order */
+  }
+}
+
+/*
+ * FMGpuMaskCreate - allocate the device copy, upload the bounds and run the prepass on the
+ *   default stream; synchronous (the copy is complete on return). On error nothing stays
+ *   allocated and *out is NULL.
+ */
+cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int causal, const int32_t *const bnd[4],
+                            FMGpuMask **out)
+{
+  FMGpuMask *d = (FMGpuMask *)calloc(1, sizeof(FMGpuMask));
+  const size_t n = (size_t)mask_heads * seqlen_k;
+  cudaError_t e = cudaSuccess;
+  *out = NULL;
+  if (!d) return cudaErrorMemoryAllocation;
+  d->seqlen_q = seqlen_q;
+  d->seqlen_k = seqlen_k;
+  d->mask_heads = mask_heads;
+  d->causal = causal;
+  d->nblk = (seqlen_k + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
+  const size_t ncol = (size_t)mask_heads * d->nblk * FM_GPU_BLOCK_N;
+  if ((e = cudaMalloc((void **)&d->bnd, 4 * n * sizeof(int32_t))) != cudaSuccess ||
+      (e = cudaMalloc((void **)&d->packed, ncol * sizeof(int4))) != cudaSuccess ||
+      (e = cudaMalloc((void **)&d->sum, (size_t)mask_heads * d->nblk * FM_SUM_N * sizeof(int32_t))) != cudaSuccess ||
+      (e = cudaMalloc((void **)&d->vis, ncol * sizeof(int2))) != cudaSuccess ||
+      (e = cudaMalloc((void **)&d->simple, (size_t)mask_heads * d->nblk * sizeof(int))) != cudaSuccess)
+    goto fail;
+  for (int v = 0; v < 4; v++)
+    if ((e = cudaMemcpy(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice)) != cudaSuccess) goto fail;
+  fm_mask_prepass<<<dim3(d->nblk, mask_heads), FM_GPU_BLOCK_N>>>(d->bnd, seqlen_q, seqlen_k, mask_heads, d->nblk, causal,
+                                                                  d->packed, d->sum, d->vis, d->simple);
+  if ((e = cudaGetLastError()) != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess) goto fail;
+  *out = d;
+  return cudaSuccess;
+fail:
+  (void)cudaGetLastError();
+  FMGpuMaskDestroy(d);
+  return e;
+}
+
+/* FMGpuMaskDestroy - free a device copy (NULL is fine). */
+void FMGpuMaskDestroy(FMGpuMask *d)
+{
+  if (!d) return;
+  cudaFree(d->bnd);
+  cudaFree(d->packed);
+  cudaFree(d->sum);
+  cudaFree(d->vis);
+  cudaFree(d->simple);
+  free(d);
+}

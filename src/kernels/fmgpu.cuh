@@ -1,0 +1,84 @@
+/*
+ * fmgpu.cuh - the CUDA kernel layer's own interface: the device copy of a mask, the one
+ * parameter block of every forward kernel (FMGpuFwdParams), and the launchers behind the
+ * dispatch in cuda.cu. Plain CUDA C, no MPI and no flashmask error codes: every entry point
+ * returns a cudaError_t and cuda.cu alone maps it to an FMErrorCode. Not installed.
+ */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+#include <flashmask/private/fmtile.h>
+
+/* Key-block size of every GPU kernel: the prepass builds its summaries at this size. */
+#define FM_GPU_BLOCK_N 128
+
+/*
+ * The device copy of a mask (the handle behind FMCudaMaskUpload's void *): the uploaded bounds
+ * and what the prepass (cuda_mask.cu) builds from them at the kernels' key-block size.
+ */
+typedef struct {
+  int seqlen_q, seqlen_k, mask_heads, causal, nblk;
+  int32_t *bnd;   /* [4][mask_heads][seqlen_k]: lts, lte, uts, ute as uploaded */
+  int4 *packed;   /* [mask_heads][nblk * FM_GPU_BLOCK_N]: {lts, lte, uts, ute}; padding columns fully masked */
+  int32_t *sum;   /* [mask_heads][nblk][FM_SUM_N] */
+  int2 *vis;      /* [mask_heads][nblk * FM_GPU_BLOCK_N]: visible rows [x, y) of the column (causal included)
+                     when they form one interval (padding: [0, 0)) */
+  int *simple;    /* [mask_heads][nblk]: 1 if every column of the block has a one-interval visible set */
+} FMGpuMask;
+
+/*
+ * FMGpuFwdCore - what every forward kernel reads on the device besides the input tensors: the
+ *   outputs, the uploaded mask, sizes and scale. The Hopper kernel takes exactly this block by
+ *   value; keep it at most 128 bytes (a larger by-value kernel argument makes nvcc address it
+ *   through a base register, which reschedules the whole Hopper kernel) and keep this order.
+ */
+typedef struct {
+  void *o;                /* dtype; unused when o32 is set */
+  float *o32;             /* NULL, or fp32 O with o's strides (partial results to merge) */
+  int merge;              /* with o32: merge into (o32, lse), exactly through the LSE, instead of overwriting */
+  float *lse;
+  /* mask (device, from FMGpuMask): packed per-column bounds, padding columns past seqlen_k fully
+     masked; block summaries (FM_SUM_* order); one-interval visible rows and their block flags */
+  const int4 *packed;
+  const int32_t *sum;
+  const int2 *vis;
+  const int *simple;
+  int seqlen_q, seqlen_k, heads_q, heads_kv, mask_heads, causal, nblk;
+  float scale;            /* softmax scale */
+  float scale_log2;       /* scale * log2(e) */
+  uint64_t vdesc_hi;      /* sm90 only: set by its launcher from FMGpuFwdParams.vdesc_swap */
+} FMGpuFwdCore;
+
+/*
+ * FMGpuFwdParams - one forward's parameters, filled once by cuda.cu and read by the Hopper
+ *   launcher (q, k, v strides go into its TMA maps) and by the SIMT fallback (which takes it
+ *   whole). Strides are in elements; the head dimension is contiguous. Today's layouts: q, o,
+ *   o32 [batch][seqlen_q][heads_q][head_dim], k, v [batch][seqlen_k][heads_kv][head_dim], lse
+ *   [batch][heads_q][seqlen_q].
+ */
+typedef struct {
+  FMGpuFwdCore c;
+  const void *q, *k, *v;  /* dtype (bf16 or fp16) */
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  int64_t o_batch_stride, o_row_stride, o_head_stride; /* o and o32 */
+  int64_t lse_batch_stride, lse_head_stride;           /* rows contiguous */
+  int batch, head_dim;
+  int fp16;               /* 0 = bf16, 1 = fp16 */
+  int vdesc_swap;         /* sm90 diagnostic: swap the V descriptor's LBO and SBO (-fm_sm90_vdesc_swap) */
+} FMGpuFwdParams;
+
+/* cuda_mask.cu: copy the four bound vectors (host, [mask_heads][seqlen_k] each) to the current
+   device and run the prepass; synchronous. *out is NULL on error. FMGpuMaskDestroy accepts NULL. */
+cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int causal, const int32_t *const bnd[4],
+                            FMGpuMask **out);
+void FMGpuMaskDestroy(FMGpuMask *d);
+
+/* simt/fwd_fallback.cu: the plain SIMT forward (any head dim up to 256, any GPU). */
+cudaError_t FMGpuFallbackForward(const FMGpuFwdParams *p, cudaStream_t stream);
+
+/* simt/util.cu: elementwise helpers, asynchronous on stream. */
+cudaError_t FMGpuConvertOut(const float *src, void *dst, int fp16, size_t n, cudaStream_t stream);
+cudaError_t FMGpuFillFloat(float *p, size_t n, float x, cudaStream_t stream);

@@ -1,0 +1,62 @@
+/*
+ * blocklist.cuh - build_block_list: the key blocks one CTA visits, with the element tests
+ * each needs. Device code, included by fwd_sm90.cu only.
+ */
+#pragma once
+#include "layout.cuh"
+
+namespace fmsm90 {
+
+/*
+ * The CTA's key-block list, last block first, built by all 384 threads (one block each per
+ * round). The class is FMClassifyTileInline's; partial entries also record which element
+ * tests they need (lower / upper interval, causal); the block that runs past seqlen_k needs
+ * the lower test (its padding columns carry [0, INT_MAX)).
+ * Returns the list length n; list[0..n) is in shared memory (L::OFF_LIST), read by the
+ * producer and both consumers, so their iteration counts always agree.
+ */
+template <int D, int ST>
+__device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned char *smem, int *list)
+{
+  using L = Layout<D, ST>;
+  const CtaCoords cc = cta_coords(p);
+  const int mh = cc.mh, m0 = cc.m0, tid = cc.tid, warp = cc.warp, lane = cc.lane;
+  int n = 0;
+  {
+    const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FM_SUM_N;
+    const int m1 = m0 + kBM < p.seqlen_q ? m0 + kBM : p.seqlen_q, off = p.seqlen_k - p.seqlen_q;
+    const bool ragged = (p.seqlen_k % kBN) != 0;
+    int *wcnt = (int *)(smem + L::OFF_CNT);
+    for (int base = p.nblk - 1; base >= 0; base -= kThreads) {
+      const int kb = base - tid;
+      int entry = -1;
+      if (kb >= 0) {
+        const int cls = FMClassifyTileInline(sumh, p.causal, p.seqlen_q, p.seqlen_k, kBN, m0, m0 + kBM, kb);
+        if (cls != FM_TILE_SKIP) {
+          const int32_t *sm = sumh + (size_t)kb * FM_SUM_N;
+          const int c1 = (kb + 1) * kBN < p.seqlen_k ? (kb + 1) * kBN : p.seqlen_k;
+          entry = kb;
+          if (m0 < sm[FM_SUM_LTE_MAX] && m1 > sm[FM_SUM_LTS_MIN]) entry |= kLower;
+          if (m0 < sm[FM_SUM_UTE_MAX] && m1 > sm[FM_SUM_UTS_MIN]) entry |= kUpper;
+          if (p.causal && c1 - 1 > m0 + off) entry |= kCausal;
+          if (ragged && kb == p.nblk - 1) entry |= kLower;
+          if ((entry & (kLower | kUpper)) && p.simple[(size_t)mh * p.nblk + kb]) entry |= kSimple;
+        }
+      }
+      const unsigned ball = __ballot_sync(0xffffffffu, entry >= 0);
+      if (lane == 0) wcnt[warp] = __popc(ball);
+      __syncthreads();
+      int before = n;
+      for (int w = 0; w < kThreads / 32; w++) {
+        if (w < warp) before += wcnt[w];
+        n += wcnt[w];
+      }
+      if (entry >= 0) list[before + __popc(ball & ((1u << lane) - 1))] = entry;
+      __syncthreads();
+    }
+  }
+
+  return n;
+}
+
+} /* namespace fmsm90 */

@@ -1,0 +1,647 @@
+/*
+ * bwd_sm90.cu - FlashMask backward for Hopper (sm_90a): TMA + wgmma + warp specialization. A
+ * work item is one (128-key block, kv head, batch): K and V are loaded once, and only the query
+ * blocks its column bounds leave visible are walked (skipped blocks cost nothing).
+ *
+ * Persistent: a grid of one CTA per multiprocessor takes the work items (key block, kv head,
+ * batch; key block fastest) in order from an atomic counter, so that the items in flight are
+ * always about 132 consecutive ones (their Q, dO and dQ accumulator rows stay in L2: a static
+ * round robin let CTAs with light items run ahead, and causal 8K read 160 GB from DRAM), and
+ * one item's K/V loads and first Q/dO stages overlap the previous item's dK/dV epilogue.
+ * 384 threads:
+ *   warpgroup 0: producer (setmaxnreg.dec 24). One thread loads K and V of an item once,
+ *     then streams, per visited (query head of the group, 64-row query block), Q, dO (TMA) and
+ *     the block's log2 LSE and D rows (1-D bulk copies) into a ST-stage mbarrier ring.
+ *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
+ *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued, the exponentials of S overlap the
+ *     dP product); P^T = exp2(S^T c - lse2), and on partial tiles only the element test (one
+ *     64-bit row mask per key column from its bounds, staged in shared memory per head);
+ *     dS^T = P^T (dP^T - D); dV += P^T dO and dK += dS^T Q (RS wgmma, P and dS from registers);
+ *     dS^T goes to shared memory (swizzled), and dQ = dS K (SS wgmma, both operands MN-major):
+ *     for d = 128 each consumer computes 64 of the 128 columns over all 128 keys (a named
+ *     barrier over both consumers publishes dS), for d = 64 each computes all columns over its
+ *     own keys. dQ (fp32) is staged in shared memory and added to the global accumulator with
+ *     one cp.reduce.async.bulk per consumer and step.
+ *   dK, dV stay in registers over every query head of the group (GQA) and are written once.
+ * The block walk (bwd_sm90.cuh, fmbwd_walk_next) is a pure function of the key block's
+ * summaries, evaluated by each role, so the producer and consumers always agree on it.
+ * Shared memory: [K: D/64 chunks of 128 rows][V][Q: ST x D/64 chunks of 64 rows][dO: same]
+ * [dS: 2 x 128 rows x 64][dQ staging: 2 x 64 x 64 fp32][lse2: ST x 64][D: ST x 64]
+ * [column bounds: 128 x int4][item slots][barriers]; every bf16 chunk has 128-byte rows with
+ * the TMA 128-byte swizzle. d = 128: ST = 2, 196 KB; d = 64: ST = 3, 149 KB.
+ * Register budget: 24 (producer) + 2 x 240; the consumers hold dK, dV (d/2 each), S, dP (32
+ * each) and pack P, dS; ptxas spills nothing (the reg_fence copies keep it from hoisting
+ * loop-invariant shared-memory addresses, which it would otherwise spill).
+ */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include "bwd_sm90.cuh"
+#include "ptx.cuh"
+#include "bwd_wgmma.cuh"
+
+namespace fmbwd {
+using namespace fmsm90;
+
+constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
+constexpr int kBM = FMBWD_BM;      /* query rows per step */
+constexpr int kThreads = 384;
+
+template <int D, int ST> struct Layout {
+  static constexpr int KB = kBN * D * 2;  /* K or V tile; chunks of 128 x 64 (16 KB) */
+  static constexpr int QB = kBM * D * 2;  /* Q or dO tile; chunks of 64 x 64 (8 KB) */
+  static constexpr int DSB = kBN * kBM * 2;
+  static constexpr int DQB = kBM * 64 * 4;
+  static constexpr int OFF_K = 0;
+  static constexpr int OFF_V = OFF_K + KB;
+  static constexpr int OFF_Q = OFF_V + KB;
+  static constexpr int OFF_DO = OFF_Q + ST * QB;
+  static constexpr int OFF_DS = OFF_DO + ST * QB;
+  static constexpr int OFF_DQ = OFF_DS + 2 * DSB;
+  static constexpr int OFF_L = OFF_DQ + 2 * DQB;
+  static constexpr int OFF_DD = OFF_L + ST * kBM * 4;
+  static constexpr int OFF_BND = OFF_DD + ST * kBM * 4; /* the item's column bounds, 128 x int4 */
+  static constexpr int OFF_ITEM = OFF_BND + kBN * 16; /* 2 item slots {t, kb, hkv, b}, the producer's step count */
+  static constexpr int OFF_BAR = OFF_ITEM + 64;
+  static constexpr int BYTES = OFF_BAR + (3 + 2 * ST) * 8 + 1024; /* + alignment slack */
+};
+
+struct Params {
+  void *dk, *dv;
+  FMGpuStrides sdk, sdv;
+  const float *lse2, *dsum;
+  float *dqacc;
+  const int4 *packed;
+  const int32_t *sum;
+  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B;
+  int G, hpm;   /* query heads per kv head, per mask head (host-divided: no registers held) */
+  int nitems;   /* nblk * Hkv * B work items, key block fastest */
+  int *counter; /* items handed out so far (zero at launch) */
+  float scale, c; /* c = scale * log2(e) */
+};
+
+/*
+ * Item t: key block t % nblk, then kv head, then batch. The CTAs running at one time share a few
+ * (batch, head) pairs, so the dQ accumulator rows they add into stay in L2 (key block slowest,
+ * heaviest first, put 132 heads' accumulators in flight and ran 18% slower).
+ */
+__device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int *hkv, int *b)
+{
+  const int r = t / p.nblk;
+  *kb = t % p.nblk;
+  *hkv = r % p.Hkv;
+  *b = r / p.Hkv;
+}
+
+/* Rows [0, n) of a 64-row tile as bits (n clamped to [0, 64]). */
+__device__ __forceinline__ uint64_t upto(int n)
+{
+  n = n < 0 ? 0 : n > 64 ? 64 : n;
+  return n >= 64 ? ~0ull : ((1ull << n) - 1ull);
+}
+/* Masked rows of the tile starting at row m0 for key column j with bounds b (bit r = row m0 + r). */
+__device__ __forceinline__ uint64_t tile_rows_masked(int4 b, int m0, int j, int causal, int off)
+{
+  uint64_t m = (upto(b.y - m0) & ~upto(b.x - m0)) | (upto(b.w - m0) & ~upto(b.z - m0));
+  if (causal) m |= upto(j - off - m0); /* j > i + off  <=>  i < j - off */
+  return m;
+}
+
+template <bool F16> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+  if constexpr (F16) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+  }
+}
+
+/* Shared-memory accesses through 32-bit addresses (the compiler would otherwise hoist and spill
+   64-bit generic addresses of these loop-invariant patterns). */
+__device__ __forceinline__ void st_u32(uint32_t a, uint32_t v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory"); }
+__device__ __forceinline__ void st_f2(uint32_t a, float x, float y)
+{
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");
+}
+__device__ __forceinline__ float2 ld_f2(uint32_t a)
+{
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_reduce_add(float *gdst, const void *ssrc, uint32_t bytes)
+{
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"((uint64_t)gdst),
+               "r"(smem_u32(ssrc)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+/* acc[32] = A B^T over D: A = 64 rows of a 128-row K/V tile (K-major), B = a 64-row Q/dO tile. */
+template <int D, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
+{
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const uint64_t da = make_desc(a + (kk / 4) * 16384 + (kk % 4) * 32, 16, 1024);
+    const uint64_t db = make_desc(b + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024);
+    if constexpr (F16) fmbwd_ss_m64n64k16_f16_t00(acc, da, db, kk > 0);
+    else fmbwd_ss_m64n64k16_bf16_t00(acc, da, db, kk > 0);
+  }
+}
+
+/* acc[D/2] += A B: A (64 keys x 64 queries) from registers, B = a 64-row Q/dO tile (MN-major). */
+template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, const uint32_t *a, uint32_t b)
+{
+#pragma unroll
+  for (int u = 0; u < kBM / 16; u++) {
+    const uint64_t db = make_desc(b + u * 2048, 8192, 1024);
+    if constexpr (D == 128) {
+      if constexpr (F16) fmbwd_rs_m64n128k16_f16(acc, a + 4 * u, db);
+      else fmbwd_rs_m64n128k16_bf16(acc, a + 4 * u, db);
+    } else {
+      if constexpr (F16) fmbwd_rs_m64n64k16_f16(acc, a + 4 * u, db);
+      else fmbwd_rs_m64n64k16_bf16(acc, a + 4 * u, db);
+    }
+  }
+}
+
+/* dq[32] = dS K over NT k16 slices: A = dS^T rows (keys) from ds (MN-major), B = K rows from k. */
+template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, uint32_t ds, uint32_t k)
+{
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+    const uint64_t da = make_desc(ds + t * 2048, 8192, 1024);
+    const uint64_t db = make_desc(k + t * 2048, 16384, 1024);
+    if constexpr (F16) fmbwd_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
+    else fmbwd_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
+  }
+}
+
+/* Barriers and the item slots in shared memory. */
+template <int D, int ST> struct Sync {
+  uint64_t *kv_full, *kv_empty, *item_full, *full, *empty;
+  volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
+  __device__ __forceinline__ explicit Sync(unsigned char *smem)
+  {
+    uint64_t *bars = (uint64_t *)(smem + Layout<D, ST>::OFF_BAR);
+    kv_full = bars;
+    kv_empty = bars + 1;
+    item_full = bars + 2;
+    full = bars + 3;
+    empty = bars + 3 + ST;
+    item = (volatile int *)(smem + Layout<D, ST>::OFF_ITEM);
+  }
+};
+
+/*
+ * Producer (one thread, 24 registers: its counters and the current item live in shared memory,
+ * nothing is held across a step). Per item: take the next one from the counter, publish it once
+ * the consumers are done with K/V of the last one, load K and V, then per visited (head, query
+ * block) Q, dO, lse2 and D into the stage ring.
+ */
+template <int D, int ST, bool F16>
+__device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap *tmQ, const CUtensorMap *tmK,
+                                         const CUtensorMap *tmV, const CUtensorMap *tmDO, const Params &p)
+{
+  using L = Layout<D, ST>;
+  Sync<D, ST> sy(smem);
+  volatile int *pi = sy.item + 8, *pn = sy.item + 9;
+  *pi = 0;
+  for (*pn = 0;; *pn = *pn + 1) {
+    const int n = *pn, t = atomicAdd(p.counter, 1);
+    int kb, hkv, b;
+    mbar_wait(sy.kv_empty, (n & 1) ^ 1);
+    decode_item(p, t, &kb, &hkv, &b);
+    sy.item[4 * (n & 1)] = t;
+    sy.item[4 * (n & 1) + 1] = kb;
+    sy.item[4 * (n & 1) + 2] = hkv;
+    sy.item[4 * (n & 1) + 3] = b;
+    mbar_arrive(sy.item_full);
+    if (t >= p.nitems) break;
+    mbar_expect_tx(sy.kv_full, 2 * L::KB);
+#pragma unroll
+    for (int c = 0; c < D / 64; c++) {
+      tma_load_4d(smem + L::OFF_K + c * 16384, tmK, sy.kv_full, c * 64, hkv, kb * kBN, b);
+      tma_load_4d(smem + L::OFF_V + c * 16384, tmV, sy.kv_full, c * 64, hkv, kb * kBN, b);
+    }
+    auto cur = [&](int *kb_, int *hkv_, int *b_) {
+      const int sl = 4 * (*pn & 1);
+      *kb_ = sy.item[sl + 1];
+      *hkv_ = sy.item[sl + 2];
+      *b_ = sy.item[sl + 3];
+    };
+    auto next = [&](int g, int q, int *pt) {
+      int kb_, hkv_, b_;
+      cur(&kb_, &hkv_, &b_);
+      FMBwdWalk w;
+      fmbwd_walk_init(&w, p.sum + (size_t)((hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
+      return fmbwd_walk_next(&w, q, pt);
+    };
+    for (int g = 0; g < p.G; g++) {
+      int part;
+      for (int qb = next(g, 0, &part); qb < p.nqb; qb = next(g, qb + 1, &part)) {
+        const int i = *pi, st = i % ST;
+        *pi = i + 1;
+        cur(&kb, &hkv, &b);
+        const int hq = hkv * p.G + g;
+        const size_t lrow = ((size_t)b * p.Hq + hq) * p.nqb * kBM + (size_t)qb * kBM;
+        mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
+        mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * kBM * 4);
+#pragma unroll
+        for (int c = 0; c < D / 64; c++) {
+          tma_load_4d(smem + L::OFF_Q + st * L::QB + c * 8192, tmQ, &sy.full[st], c * 64, hq, qb * kBM, b);
+          tma_load_4d(smem + L::OFF_DO + st * L::QB + c * 8192, tmDO, &sy.full[st], c * 64, hq, qb * kBM, b);
+        }
+        bulk_load(smem + L::OFF_L + st * kBM * 4, p.lse2 + lrow, kBM * 4, &sy.full[st]);
+        bulk_load(smem + L::OFF_DD + st * kBM * 4, p.dsum + lrow, kBM * 4, &sy.full[st]);
+      }
+    }
+  }
+}
+
+/* What a consumer thread is: its warpgroup, lane and key rows. */
+struct Me {
+  int cw, wt, w, lane, t4, kr0; /* key rows kr0, kr0 + 8 of the block */
+};
+
+/*
+ * S^T and dP^T of one step (SS wgmma), then P^T = exp2(S^T c - lse2) (zero where the partial
+ * tile's row masks say so) and dS^T = P^T (dP^T - D), packed for the RS products.
+ * s[4k + e] is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
+ */
+template <int D, bool F16>
+__device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t va,
+                                            uint32_t qa, uint32_t da, uint32_t ls, uint32_t dd, int part, const int4 *bnd,
+                                            int m0, int j0, const Me &me, const Params &p)
+{
+#pragma unroll
+  for (int t = 0; t < 32; t++) s[t] = dp[t] = 0.f;
+  wgmma_fence();
+  gemm_nt<D, F16>(s, ka + me.cw * 8192, qa);
+  wgmma_commit();
+  gemm_nt<D, F16>(dp, va + me.cw * 8192, da);
+  wgmma_commit();
+  wgmma_wait<1>();
+#pragma unroll
+  for (int t = 0; t < 32; t++) reg_fence(s[t]);
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float2 l2 = ld_f2(ls + 32 * k);
+    s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
+    s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
+    s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
+    s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
+  }
+  if (part) {
+    /* row bit masks of the two key columns, shifted so that bit 8k + e is query column 8k + 2 t4 + e */
+    const int off = p.Sk - p.Sq;
+    const uint64_t mk0 = tile_rows_masked(bnd[me.kr0], m0, j0, p.causal, off) >> (2 * me.t4);
+    const uint64_t mk1 = tile_rows_masked(bnd[me.kr0 + 8], m0, j0 + 8, p.causal, off) >> (2 * me.t4);
+    const uint32_t w0[2] = {(uint32_t)mk0, (uint32_t)(mk0 >> 32)}, w1[2] = {(uint32_t)mk1, (uint32_t)(mk1 >> 32)};
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        if ((w0[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + e] = 0.f;
+        if ((w1[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + 2 + e] = 0.f;
+      }
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < 32; t++) reg_fence(dp[t]);
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float2 d2 = ld_f2(dd + 32 * k);
+    dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
+    dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
+    dp[4 * k + 2] = s[4 * k + 2] * (dp[4 * k + 2] - d2.x);
+    dp[4 * k + 3] = s[4 * k + 3] * (dp[4 * k + 3] - d2.y);
+  }
+#pragma unroll
+  for (int t = 0; t < 16; t++) {
+    pp[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
+    ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
+  }
+}
+
+/*
+ * dV += P^T dO and dK += dS^T Q (RS wgmma); dS^T to shared memory (row = key, 16-byte unit
+ * k ^ (row & 7)); once every consumer has written its rows, dq = dS K (SS, both MN-major).
+ * Every opaque copy (reg_fence) keeps ptxas from hoisting loop-invariant addresses into
+ * registers it would then spill.
+ */
+template <int D, bool F16>
+__device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t qa,
+                                           uint32_t da, uint32_t dsaddr, const Me &me)
+{
+  wgmma_fence();
+  gemm_rs<D, F16>(dv, pp, da);
+  gemm_rs<D, F16>(dk, ps, qa);
+  wgmma_commit();
+  {
+    uint32_t dsb = dsaddr + me.t4 * 4, r0 = me.kr0, r1 = me.kr0 + 8;
+    reg_fence(dsb);
+    reg_fence(r0);
+    reg_fence(r1);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      st_u32(dsb + r0 * 128 + ((k ^ (r0 & 7)) << 4), ps[2 * k]);
+      st_u32(dsb + r1 * 128 + ((k ^ (r1 & 7)) << 4), ps[2 * k + 1]);
+    }
+  }
+  if (me.wt == 0) bulk_wait_read0(); /* this consumer's dQ staging buffer is free again */
+  fence_proxy_async();
+  if constexpr (D == 128) named_sync(1, 256);
+  else named_sync(2 + me.cw, 128);
+  /* retire the RS products first: P and dS registers die before dQ's accumulators live */
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < 16; t++) {
+    reg_fence(pp[t]);
+    reg_fence(ps[t]);
+  }
+#pragma unroll
+  for (int t = 0; t < D / 2; t++) {
+    reg_fence(dk[t]);
+    reg_fence(dv[t]);
+  }
+#pragma unroll
+  for (int t = 0; t < 32; t++) dq[t] = 0.f;
+  wgmma_fence();
+  reg_fence(dsaddr);
+  if constexpr (D == 128) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
+  else gemm_dq<4, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
+  wgmma_commit();
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < 32; t++) reg_fence(dq[t]);
+}
+
+/* dq (fp32) into this consumer's staging buffer (column c of row r at c ^ ((r & 7) << 3), the
+   accumulator's layout), then one bulk reduce-add into the accumulator block at gdst. */
+__device__ __forceinline__ void stage_dq(const float *dq, float *stg, float *gdst, const Me &me)
+{
+  uint32_t sa = smem_u32(stg), r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
+  reg_fence(sa);
+  reg_fence(r0);
+  reg_fence(r1);
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    st_f2(sa + 4 * (r0 * 64 + ((8 * k + 2 * me.t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
+    st_f2(sa + 4 * (r1 * 64 + ((8 * k + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
+  }
+  fence_proxy_async();
+  named_sync(4 + me.cw, 128);
+  if (me.wt == 0) {
+    bulk_reduce_add(gdst, stg, kBM * 64 * 4);
+    bulk_commit();
+  }
+}
+
+/* dK (times scale) and dV rows of this thread, straight to global. */
+template <int D, bool F16>
+__device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int kb, int hkv, int b, const Me &me, const Params &p)
+{
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int j = kb * kBN + me.kr0 + 8 * h;
+    if (j < p.Sk) {
+      char *gk = (char *)p.dk + ((size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh) * 2;
+      char *gv = (char *)p.dv + ((size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh) * 2;
+#pragma unroll
+      for (int k = 0; k < D / 8; k++) {
+        *(uint32_t *)(gk + (8 * k + 2 * me.t4) * 2) = pack2<F16>(dk[4 * k + 2 * h] * p.scale, dk[4 * k + 2 * h + 1] * p.scale);
+        *(uint32_t *)(gv + (8 * k + 2 * me.t4) * 2) = pack2<F16>(dv[4 * k + 2 * h], dv[4 * k + 2 * h + 1]);
+      }
+    }
+  }
+}
+
+/*
+ * Consumer warpgroup (64 keys of each item): per item, dK and dV in registers over every query
+ * head of the group and every visited query block; K/V released, then written once.
+ */
+template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsigned char *smem, const Params &p)
+{
+  using L = Layout<D, ST>;
+  Sync<D, ST> sy(smem);
+  const int tid = threadIdx.x, lane = tid & 31;
+  Me me;
+  me.cw = (tid >> 7) - 1;
+  me.wt = tid & 127;
+  me.w = me.wt >> 5;
+  me.lane = lane;
+  me.t4 = lane & 3;
+  me.kr0 = me.cw * 64 + me.w * 16 + (lane >> 2);
+  const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
+  int4 *bnd_s = (int4 *)(smem + L::OFF_BND);
+  float dk[D / 2], dv[D / 2], s[32], dp[32], dq[32];
+  uint32_t pp[16], ps[16];
+  int i = 0;
+  for (int n = 0;; n++) {
+    mbar_wait(sy.item_full, n & 1);
+    if (sy.item[4 * (n & 1)] >= p.nitems) break;
+    const int kb = sy.item[4 * (n & 1) + 1], hkv = sy.item[4 * (n & 1) + 2], b = sy.item[4 * (n & 1) + 3];
+#pragma unroll
+    for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
+    mbar_wait(sy.kv_full, n & 1);
+    for (int g = 0; g < p.G; g++) {
+      const int hq = hkv * p.G + g, mh = hq / p.hpm;
+      const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
+      auto next = [&](int q, int *pt) { /* rebuilt at each step: no registers held across one */
+        FMBwdWalk wk;
+        fmbwd_walk_init(&wk, sumh, kb, p.Sq, p.Sk, p.causal);
+        return fmbwd_walk_next(&wk, q, pt);
+      };
+      {
+        /* this head's bounds of the thread's two key columns, staged per warp */
+        const int4 *pk = p.packed + ((size_t)mh * p.nblk + kb) * kBN;
+        __syncwarp(); /* the warp's reads of the previous head's bounds are done */
+        if (me.t4 == 0) {
+          bnd_s[me.kr0] = pk[me.kr0];
+          bnd_s[me.kr0 + 8] = pk[me.kr0 + 8];
+        }
+        __syncwarp();
+      }
+      float *dqbase = p.dqacc + ((size_t)b * p.Hq + hq) * p.nqb * (size_t)(kBM * D);
+      int part;
+      for (int qb = next(0, &part); qb < p.nqb; qb = next(qb + 1, &part), i++) {
+        const int st = i % ST;
+        uint32_t ls = smem_u32(smem + L::OFF_L + st * kBM * 4) + 8 * me.t4;
+        reg_fence(ls);
+        mbar_wait(&sy.full[st], (i / ST) & 1);
+        uint32_t ka = kaddr, va = vaddr, qa = smem_u32(smem + L::OFF_Q + st * L::QB), da = smem_u32(smem + L::OFF_DO + st * L::QB);
+        reg_fence(ka);
+        reg_fence(va);
+        reg_fence(qa);
+        reg_fence(da);
+        step_scores<D, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd_s, qb * kBM,
+                            kb * kBN + me.kr0, me, p);
+        step_grads<D, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB), me);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&sy.empty[st]); /* Q, dO, lse2, D of this stage are no longer read */
+        stage_dq(dq, (float *)(smem + L::OFF_DQ + me.cw * L::DQB),
+                 dqbase + ((size_t)qb * (D / 64) + (D == 128 ? me.cw : 0)) * (kBM * 64), me);
+      }
+    }
+    /* every product reading K and V has retired (each step ends with wait_group 0) */
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sy.kv_empty);
+    store_dkdv<D, F16>(dk, dv, kb, hkv, b, me, p);
+  }
+  if (me.wt == 0) bulk_wait0();
+}
+
+template <int D, int ST, bool F16>
+__global__ void __launch_bounds__(kThreads, 1)
+  bwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+             const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmDO, const Params p)
+{
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  if (threadIdx.x == 0) {
+    Sync<D, ST> sy(smem);
+    mbar_init(sy.kv_full, 1);
+    mbar_init(sy.kv_empty, 8); /* one arrival per consumer warp */
+    mbar_init(sy.item_full, 1);
+    for (int s = 0; s < ST; s++) {
+      mbar_init(&sy.full[s], 1);
+      mbar_init(&sy.empty[s], 8);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    setmaxnreg_dec<24>();
+    if (threadIdx.x == 0) producer<D, ST, F16>(smem, &tmQ, &tmK, &tmV, &tmDO, p);
+  } else {
+    setmaxnreg_inc<240>();
+    consumer<D, ST, F16>(smem, p);
+  }
+}
+
+/* ------------------------------ host side ------------------------------ */
+static PFN_cuTensorMapEncodeTiled_v12000 get_encode(void)
+{
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
+  if (!fn) {
+    void *ptr = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return NULL;
+    fn = (PFN_cuTensorMapEncodeTiled_v12000)ptr;
+  }
+  return fn;
+}
+
+/* 4-D map over a [B][S][H][D] tensor with element strides st: dims {D, H, S, B}, box {64, 1, rows, 1}. */
+static cudaError_t make_map(CUtensorMap *map, const void *base, const FMGpuStrides *st, int B, int S, int H, int D, int rows,
+                            int f16)
+{
+  PFN_cuTensorMapEncodeTiled_v12000 enc = get_encode();
+  if (!enc) return cudaErrorNotSupported;
+  cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
+  cuuint64_t strides[3] = {(cuuint64_t)st->sh * 2, (cuuint64_t)st->ss * 2, (cuuint64_t)st->sb * 2};
+  cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1};
+  cuuint32_t estr[4] = {1, 1, 1, 1};
+  CUresult r = enc(map, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base, dims,
+                   strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t stream)
+{
+  using L = Layout<D, ST>;
+  CUtensorMap tq, tk, tv, tdo;
+  cudaError_t e;
+  if ((e = make_map(&tq, a->q, &a->sq, a->batch, a->seqlen_q, a->heads_q, D, kBM, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tdo, a->dout, &a->sdo, a->batch, a->seqlen_q, a->heads_q, D, kBM, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tk, a->k, &a->sk, a->batch, a->seqlen_k, a->heads_kv, D, kBN, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tv, a->v, &a->sv, a->batch, a->seqlen_k, a->heads_kv, D, kBN, F16)) != cudaSuccess) return e;
+  Params p;
+  p.dk = a->dk;
+  p.dv = a->dv;
+  p.sdk = a->sdk;
+  p.sdv = a->sdv;
+  p.lse2 = w->lse2;
+  p.dsum = w->dsum;
+  p.dqacc = w->dqacc;
+  p.packed = a->packed;
+  p.sum = a->sum;
+  p.Sq = a->seqlen_q;
+  p.Sk = a->seqlen_k;
+  p.Hq = a->heads_q;
+  p.Hkv = a->heads_kv;
+  p.mask_heads = a->mask_heads;
+  p.causal = a->causal;
+  p.nblk = a->nblk;
+  p.nqb = w->nqb;
+  p.B = a->batch;
+  p.nitems = a->nblk * a->heads_kv * a->batch;
+  p.counter = w->counter;
+  p.G = a->heads_q / a->heads_kv;
+  p.hpm = a->heads_q / a->mask_heads;
+  p.scale = a->scale;
+  p.c = a->scale * 1.4426950408889634f;
+  static int attr_done[64], nsm[64];
+  int dev = 0, sms = 0;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if (dev < 0 || dev >= 64 || !attr_done[dev]) {
+    if ((e = cudaFuncSetAttribute(bwd_kernel<D, ST, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES)) != cudaSuccess)
+      return e;
+    if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+    if (dev >= 0 && dev < 64) attr_done[dev] = 1, nsm[dev] = sms;
+  } else sms = nsm[dev];
+  dim3 grid(p.nitems < sms ? p.nitems : sms);
+  bwd_kernel<D, ST, F16><<<grid, kThreads, L::BYTES, stream>>>(tq, tk, tv, tdo, p);
+  return cudaGetLastError();
+}
+
+} /* namespace fmbwd */
+
+#define FMBWD_ST128 2
+#define FMBWD_ST64 3
+
+static int strides_ok(const FMGpuStrides *s) { return s->sb % 8 == 0 && s->ss % 8 == 0 && s->sh % 8 == 0; }
+
+int FMBwdSm90Supported(const FMGpuBwdParams *a)
+{
+  int dev, maxsm = 0, major = 0, minor = 0;
+  size_t need;
+  if (a->head_dim == 128) need = fmbwd::Layout<128, FMBWD_ST128>::BYTES;
+  else if (a->head_dim == 64) need = fmbwd::Layout<64, FMBWD_ST64>::BYTES;
+  else return 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return 0;
+  if (major != 9 || minor != 0 || need > (size_t)maxsm) return 0;
+  if (a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N || (long long)a->nblk * a->heads_kv * a->batch > (1ll << 30))
+    return 0;
+  /* TMA: 16-byte aligned bases and strides */
+  if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->dout) & 15) return 0;
+  if (!strides_ok(&a->sq) || !strides_ok(&a->sk) || !strides_ok(&a->sv) || !strides_ok(&a->sdo)) return 0;
+  if (((uintptr_t)a->dk | (uintptr_t)a->dv) & 3 || a->sdk.sh % 2 || a->sdk.ss % 2 || a->sdk.sb % 2 || a->sdv.sh % 2 ||
+      a->sdv.ss % 2 || a->sdv.sb % 2)
+    return 0;
+  return 1;
+}
+
+cudaError_t FMBwdSm90Launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t s)
+{
+  if (a->head_dim == 128)
+    return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, false>(a, w, s);
+  return a->fp16 ? fmbwd::launch<64, FMBWD_ST64, true>(a, w, s) : fmbwd::launch<64, FMBWD_ST64, false>(a, w, s);
+}

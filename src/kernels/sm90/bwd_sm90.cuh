@@ -1,0 +1,105 @@
+/*
+ * bwd_sm90.cuh - internal interface of the GPU backward: the workspace layout shared by the
+ * preprocess/postprocess (cuda_bwd.cu) and the Hopper main kernel (bwd_sm90.cu), the block
+ * summaries' order, and the query-block walk both use. Host and device code.
+ */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+#include <flashmask/private/fmbwd.h>
+
+/* Query rows per step of the main kernel (and the padding unit of the LSE/D workspace). */
+#define FMBWD_BM 64
+
+/* Summary numbers per key block, in the order of FM_SUM_* (fmimpl.h) */
+enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
+       FMBWD_UTS_MIN, FMBWD_UTS_MAX, FMBWD_UTE_MIN, FMBWD_UTE_MAX, FMBWD_SUM_N };
+
+/*
+ * Workspace: lse2 = lse * log2(e) (+inf for rows with nothing visible and for padding rows, so
+ * that exp2(s - lse2) = 0 there), dsum = rowsum(dO o O), both float [B][Hq][nqb * 64]; dqacc =
+ * dQ's fp32 accumulator [B][Hq][nqb][Dp / 64][64 rows][64 cols] with Dp = head_dim rounded up
+ * to 64, column c of row r stored at c ^ ((r & 7) << 3) (conflict-free staging in the kernel).
+ */
+typedef struct {
+  float *lse2, *dsum, *dqacc;
+  int *counter; /* the main kernel's work-item counter, zeroed with dqacc (just before it) */
+  int nqb, dp;
+} FMBwdWork;
+
+static inline size_t fmbwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
+{
+  const int nqb = (p->seqlen_q + FMBWD_BM - 1) / FMBWD_BM, dp = (p->head_dim + 63) / 64 * 64;
+  const size_t rows = (size_t)p->batch * p->heads_q * nqb * FMBWD_BM;
+  const size_t a = fmbwd_align256(rows * sizeof(float));
+  const size_t total = 2 * a + 256 + fmbwd_align256(rows * dp * sizeof(float));
+  if (w) {
+    char *base = (char *)p->workspace;
+    w->lse2 = (float *)base;
+    w->dsum = (float *)(base + a);
+    w->counter = (int *)(base + 2 * a);
+    w->dqacc = (float *)(base + 2 * a + 256);
+    w->nqb = nqb;
+    w->dp = dp;
+  }
+  return total;
+}
+
+/*
+ * The query-block walk of one key block kb (columns [c0, c1)) for one mask head, shared by the
+ * Hopper kernel's roles and the fallback: the summaries decide, per 64-row query block, skip /
+ * unmasked / partial (the rule of FMClassifyTileInline in fmimpl.h, plus the ragged last key
+ * block, whose padding columns need the element test). next() jumps over runs of skipped blocks
+ * in O(1) each, so skipped blocks cost nothing.
+ */
+struct FMBwdWalk {
+  const int32_t *s; /* the key block's summaries (read at each step: no registers held) */
+  int Sq, off, causal, c0, c1, nqb, ragged;
+};
+
+__host__ __device__ __forceinline__ void fmbwd_walk_init(FMBwdWalk *w, const int32_t *sum_head, int kb, int Sq, int Sk,
+                                                         int causal)
+{
+  w->s = sum_head + (size_t)kb * FMBWD_SUM_N;
+  w->Sq = Sq;
+  w->off = Sk - Sq;
+  w->causal = causal;
+  w->c0 = kb * FMBWD_BLOCK_N;
+  w->c1 = w->c0 + FMBWD_BLOCK_N < Sk ? w->c0 + FMBWD_BLOCK_N : Sk;
+  w->nqb = (Sq + FMBWD_BM - 1) / FMBWD_BM;
+  w->ragged = w->c0 + FMBWD_BLOCK_N > Sk;
+}
+
+/* First query block >= qb that is not skipped (nqb if none); *partial: whether it needs the
+   per-element test. */
+__host__ __device__ __forceinline__ int fmbwd_walk_next(const FMBwdWalk *w, int qb, int *partial)
+{
+  while (qb < w->nqb) {
+    const int m0 = qb * FMBWD_BM, m1 = m0 + FMBWD_BM < w->Sq ? m0 + FMBWD_BM : w->Sq;
+    int nx = -1;
+    if (w->causal && w->c0 > m1 - 1 + w->off) nx = (w->c0 - w->off) / FMBWD_BM;
+    else if (m0 >= w->s[FMBWD_LTS_MAX] && m1 <= w->s[FMBWD_LTE_MIN]) nx = w->s[FMBWD_LTE_MIN] / FMBWD_BM;
+    else if (m0 >= w->s[FMBWD_UTS_MAX] && m1 <= w->s[FMBWD_UTE_MIN]) nx = w->s[FMBWD_UTE_MIN] / FMBWD_BM;
+    if (nx < 0) {
+      *partial = w->ragged || (w->causal && w->c1 - 1 > m0 + w->off) ||
+                 (m0 < w->s[FMBWD_LTE_MAX] && m1 > w->s[FMBWD_LTS_MIN]) ||
+                 (m0 < w->s[FMBWD_UTE_MAX] && m1 > w->s[FMBWD_UTS_MIN]);
+      return qb;
+    }
+    qb = nx > qb + 1 ? nx : qb + 1;
+  }
+  return w->nqb;
+}
+
+/* Whether key j is masked for row i (device mask column bounds b = {lts, lte, uts, ute}). */
+__host__ __device__ __forceinline__ bool fmbwd_masked(int4 b, int i, int j, int causal, int off)
+{
+  return (i >= b.x && i < b.y) || (i >= b.z && i < b.w) || (causal && j > i + off);
+}
+
+/* Hopper main kernel (bwd_sm90.cu): whether it covers p; launch it (after the preprocess). */
+int FMBwdSm90Supported(const FMGpuBwdParams *p);
+cudaError_t FMBwdSm90Launch(const FMGpuBwdParams *p, const FMBwdWork *w, cudaStream_t s);

@@ -1,0 +1,91 @@
+/*
+ * layout.cuh - the Hopper forward's tile sizes, shared-memory layout, block-list entry bits and
+ * small helpers shared by its parts (blocklist.cuh, mainloop.cuh, epilogue.cuh). Device code,
+ * included by fwd_sm90.cu only.
+ */
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include "../fmgpu.cuh"
+#include "ptx.cuh"
+
+namespace fmsm90 {
+
+constexpr int kBM = 128;            /* query rows per CTA */
+constexpr int kBN = FM_GPU_BLOCK_N; /* key columns per block */
+constexpr int kThreads = 384;
+constexpr int kChunkBytes = 128 * 128; /* 128 rows x 64 x 2-byte elements */
+
+template <int D, int ST> struct Layout {
+  static constexpr int QB = kBM * D * 2;
+  static constexpr int KB = kBN * D * 2;
+  static constexpr int BB = kBN * 16;
+  static constexpr int OFF_Q = 0;
+  static constexpr int OFF_K = OFF_Q + QB;
+  static constexpr int OFF_V = OFF_K + ST * KB;
+  static constexpr int OFF_B = OFF_V + ST * KB;
+  static constexpr int OFF_BAR = OFF_B + ST * BB;
+  static constexpr int NBAR = 1 + 4 * ST;
+  static constexpr int OFF_CNT = OFF_BAR + NBAR * 8;          /* per-warp counts, 12 ints */
+  static constexpr int OFF_LIST = (OFF_CNT + 48 + 15) & ~15;
+  static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + (size_t)nblk * 4; }
+};
+
+/*
+ * The CTA's coordinates, from the built-in registers. Each part below calls cta_coords itself
+ * instead of taking them as arguments: nvcc optimizes a part before inlining it, and from the
+ * built-ins it knows their ranges (as it did for the kernel as one function), so the kernel
+ * compiles to the same code.
+ */
+struct CtaCoords {
+  int hq, b;     /* query head, batch */
+  int hkv, mh;   /* its KV head and mask head */
+  int m0;        /* first query row of the tile: heaviest (causal) tiles first */
+  int tid, warp, lane, wg;
+};
+__device__ __forceinline__ CtaCoords cta_coords(const FMGpuFwdCore &p)
+{
+  CtaCoords c;
+  const int mblk = gridDim.x - 1 - blockIdx.x;
+  c.hq = blockIdx.y;
+  c.b = blockIdx.z;
+  c.hkv = c.hq / (p.heads_q / p.heads_kv);
+  c.mh = c.hq / (p.heads_q / p.mask_heads);
+  c.m0 = mblk * kBM;
+  c.tid = threadIdx.x;
+  c.warp = c.tid >> 5;
+  c.lane = c.tid & 31;
+  c.wg = c.tid >> 7;
+  return c;
+}
+
+/* The mbarriers of the CTA (shared memory): Q loaded; per stage K loaded/consumed, V loaded/consumed. */
+struct Barriers {
+  uint64_t *q_full, *k_full, *k_empty, *v_full, *v_empty;
+};
+
+/*
+ * Block-list entry: key block index in bits 0..26, which per-element tests the tile needs in
+ * 28..30, and bit 27 when every column's visible rows form one interval (then one test per
+ * element on the prepass's [x, y) pairs replaces the interval and causal tests).
+ */
+constexpr int kLower = 1 << 28, kUpper = 1 << 29, kCausal = 1 << 30, kSimple = 1 << 27, kBlockBits = (1 << 27) - 1;
+
+template <bool F16> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+  if constexpr (F16) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+  }
+}
+
+__device__ __forceinline__ void release(uint64_t *bar, int lane)
+{
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+}
+
+} /* namespace fmsm90 */

@@ -1,0 +1,302 @@
+/*
+ * mainloop.cuh - the Hopper forward's two roles over the block list: producer_load (one thread
+ * issues every TMA into the ST-stage ring) and consumer_mainloop (S = Q K^T and O += P V with
+ * wgmma, masking and the online softmax), with their GEMM, mask and softmax helpers. All
+ * __forceinline__: wgmma must stay inlined in the kernel. Device code, included by
+ * fwd_sm90.cu only.
+ */
+#pragma once
+#include <math.h>
+#include "layout.cuh"
+#include "wgmma_gen.cuh"
+
+namespace fmsm90 {
+
+template <bool F16> __device__ __forceinline__ void gemm_qk(float *s, uint32_t qaddr, uint32_t kaddr, int D)
+{
+#pragma unroll
+  for (int kk = 0; kk < 16; kk++) {
+    if (kk < D / 16) {
+      const uint32_t off = (kk / 4) * kChunkBytes + (kk % 4) * 32;
+      const uint64_t da = make_desc(qaddr + off, 16, 1024);
+      const uint64_t db = make_desc(kaddr + off, 16, 1024);
+      if constexpr (F16) wgmma_ss_m64n128k16_f16(s, da, db, kk > 0);
+      else wgmma_ss_m64n128k16_bf16(s, da, db, kk > 0);
+    }
+  }
+}
+
+/* vhi: the LBO/SBO/layout bits of the V descriptor (FMGpuFwdCore::vdesc_hi, see launch()). */
+template <int D, bool F16> __device__ __forceinline__ void gemm_pv(float *o, const uint32_t *p, uint32_t vaddr, uint64_t vhi)
+{
+#pragma unroll
+  for (int u = 0; u < kBN / 16; u++) {
+    const uint64_t db = vhi | (uint64_t)(((vaddr + u * 2048) & 0x3FFFF) >> 4);
+    if constexpr (D == 128) {
+      if constexpr (F16) wgmma_rs_m64n128k16_f16(o, p + 4 * u, db);
+      else wgmma_rs_m64n128k16_bf16(o, p + 4 * u, db);
+    } else {
+      if constexpr (F16) wgmma_rs_m64n64k16_f16(o, p + 4 * u, db);
+      else wgmma_rs_m64n64k16_bf16(o, p + 4 * u, db);
+    }
+  }
+}
+
+/*
+ * Per-element mask of a partial tile, only the tests the tile needs: s[4k+e] is row r0 (e < 2)
+ * or r0 + 8, column 8k + 2*(lane%4) + (e&1). An interval [a, b) (a <= b) holds row i iff
+ * (unsigned)(i - a) < (unsigned)(b - a). Padding columns past seqlen_k carry [0, INT_MAX).
+ */
+template <bool LO, bool UP, bool CA>
+__device__ __forceinline__ void mask_tile(float *s, const int4 *bnd, int row0, int colbase, int lane, int off)
+{
+  const int row1 = row0 + 8;
+  const int t0 = row0 + off - colbase, t1 = t0 + 8; /* causal: column c masked iff c > t */
+#pragma unroll
+  for (int k = 0; k < kBN / 8; k++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int c = 8 * k + 2 * (lane & 3) + e;
+      bool m0 = false, m1 = false;
+      if constexpr (LO || UP) {
+        const int4 b = bnd[c];
+        if constexpr (LO) {
+          const unsigned w = (unsigned)(b.y - b.x);
+          m0 |= (unsigned)(row0 - b.x) < w;
+          m1 |= (unsigned)(row1 - b.x) < w;
+        }
+        if constexpr (UP) {
+          const unsigned w = (unsigned)(b.w - b.z);
+          m0 |= (unsigned)(row0 - b.z) < w;
+          m1 |= (unsigned)(row1 - b.z) < w;
+        }
+      }
+      if constexpr (CA) {
+        m0 |= c > t0;
+        m1 |= c > t1;
+      }
+      if (m0) s[4 * k + e] = -INFINITY;
+      if (m1) s[4 * k + 2 + e] = -INFINITY;
+    }
+  }
+}
+
+/* One-interval tile: element (i, j) visible iff x_j <= i < y_j. */
+__device__ __forceinline__ void mask_simple(float *s, const int2 *vis, int row0, int lane)
+{
+  const int row1 = row0 + 8;
+#pragma unroll
+  for (int k = 0; k < kBN / 8; k++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int2 v = vis[8 * k + 2 * (lane & 3) + e];
+      const unsigned w = (unsigned)(v.y - v.x);
+      if (!((unsigned)(row0 - v.x) < w)) s[4 * k + e] = -INFINITY;
+      if (!((unsigned)(row1 - v.x) < w)) s[4 * k + 2 + e] = -INFINITY;
+    }
+  }
+}
+
+/* Extra tests are harmless (each is exact), so three variants cover the eight flag sets (more
+   variants made ptxas spill). */
+__device__ __forceinline__ void apply_mask(float *s, int e, const int4 *bnd, int row0, int colbase, int lane, int off)
+{
+  const int f = (e >> 28) & 7;
+  if (f == 0) return;
+  if (e & kSimple) mask_simple(s, (const int2 *)bnd, row0, lane);
+  else if (f == 4) mask_tile<false, false, true>(s, bnd, row0, colbase, lane, off);
+  else mask_tile<true, true, true>(s, bnd, row0, colbase, lane, off);
+}
+
+/* Online softmax of one S tile held in registers; returns the correction factors for O. */
+__device__ __forceinline__ void softmax_step(float *s, float *mrow, float *lrow, float c, float *corr)
+{
+  float mx0 = mrow[0], mx1 = mrow[1];
+#pragma unroll
+  for (int k = 0; k < kBN / 8; k++) {
+    mx0 = fmaxf(mx0, fmaxf(s[4 * k], s[4 * k + 1]));
+    mx1 = fmaxf(mx1, fmaxf(s[4 * k + 2], s[4 * k + 3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  /* a row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf) = 0, never NaN */
+  const float ms0 = mx0 == -INFINITY ? 0.f : mx0 * c;
+  const float ms1 = mx1 == -INFINITY ? 0.f : mx1 * c;
+  corr[0] = exp2f(mrow[0] * c - ms0);
+  corr[1] = exp2f(mrow[1] * c - ms1);
+  mrow[0] = mx0;
+  mrow[1] = mx1;
+  float l0 = 0.f, l1 = 0.f;
+#pragma unroll
+  for (int k = 0; k < kBN / 8; k++) {
+    s[4 * k] = exp2f(fmaf(s[4 * k], c, -ms0));
+    s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], c, -ms0));
+    s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], c, -ms1));
+    s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], c, -ms1));
+    l0 += s[4 * k] + s[4 * k + 1];
+    l1 += s[4 * k + 2] + s[4 * k + 3];
+  }
+  lrow[0] = lrow[0] * corr[0] + l0;
+  lrow[1] = lrow[1] * corr[1] + l1;
+}
+
+template <int D> __device__ __forceinline__ void rescale_o(float *o, const float *corr)
+{
+#pragma unroll
+  for (int k = 0; k < D / 8; k++) {
+    o[4 * k] *= corr[0];
+    o[4 * k + 1] *= corr[0];
+    o[4 * k + 2] *= corr[1];
+    o[4 * k + 3] *= corr[1];
+  }
+}
+
+/*
+ * producer_load - warpgroup 0 after setmaxnreg.dec: thread 0 loads, per visited key block, K
+ *   (and, for partial blocks, the block's per-column mask data in the same transaction), then
+ *   V of the previous block, waiting on each stage's empty barrier.
+ */
+template <int D, int ST>
+__device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUtensorMap *tmV, const FMGpuFwdCore &p,
+                                              unsigned char *smem, const int *list, int n, const Barriers &bar)
+{
+  using L = Layout<D, ST>;
+  const CtaCoords cc = cta_coords(p);
+  const int mh = cc.mh, hkv = cc.hkv, b = cc.b, tid = cc.tid;
+  uint64_t *k_full = bar.k_full, *k_empty = bar.k_empty, *v_full = bar.v_full, *v_empty = bar.v_empty;
+  if (tid == 0 && n > 0) {
+    const int4 *bsrc = p.packed + (size_t)mh * p.nblk * kBN;
+    const int2 *vsrc = p.vis + (size_t)mh * p.nblk * kBN;
+    for (int i = 0; i <= n; i++) {
+      if (i < n) {
+        const int e = list[i], kb = e & kBlockBits;
+        const bool bnd = (e & (kLower | kUpper)) != 0, simple = (e & kSimple) != 0;
+        const int st = i % ST;
+        const uint32_t ph = (i / ST) & 1;
+        mbar_wait(&k_empty[st], ph ^ 1);
+        mbar_expect_tx(&k_full[st], L::KB + (simple ? L::BB / 2 : bnd ? L::BB : 0));
+#pragma unroll
+        for (int c = 0; c < D / 64; c++)
+          tma_load_4d(smem + L::OFF_K + st * L::KB + c * kChunkBytes, tmK, &k_full[st], c * 64, hkv, kb * kBN, b);
+        if (simple) bulk_load(smem + L::OFF_B + st * L::BB, vsrc + (size_t)kb * kBN, L::BB / 2, &k_full[st]);
+        else if (bnd) bulk_load(smem + L::OFF_B + st * L::BB, bsrc + (size_t)kb * kBN, L::BB, &k_full[st]);
+      }
+      if (i > 0) {
+        const int j = i - 1, kb = list[j] & kBlockBits;
+        const int st = j % ST;
+        const uint32_t ph = (j / ST) & 1;
+        mbar_wait(&v_empty[st], ph ^ 1);
+        mbar_expect_tx(&v_full[st], L::KB);
+#pragma unroll
+        for (int c = 0; c < D / 64; c++)
+          tma_load_4d(smem + L::OFF_V + st * L::KB + c * kChunkBytes, tmV, &v_full[st], c * 64, hkv, kb * kBN, b);
+      }
+    }
+  }
+}
+
+/*
+ * consumer_mainloop - one consumer warpgroup (cw = 0, 1: 64 query rows each) after
+ *   setmaxnreg.inc: zeroes o, waits for Q, then runs the block list: step j issues S_j = Q K_j^T
+ *   and O += P_{j-1} V_{j-1} back to back, masks and softmaxes S_j while P.V is in flight, and
+ *   alternates its wgmma issue with the other consumer through named barriers 1 and 2. On
+ *   return o holds the unnormalized O of the thread's fragments, mrow/lrow their row max and
+ *   partial row sums (per thread; the epilogue reduces l over the quad).
+ */
+template <int D, int ST, bool F16>
+__device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigned char *smem, const int *list, int n,
+                                                  const Barriers &bar, float *o, float *mrow, float *lrow)
+{
+  using L = Layout<D, ST>;
+  const CtaCoords cc = cta_coords(p);
+  const int lane = cc.lane, cw = cc.wg - 1, w = (cc.tid - 128 * cc.wg) >> 5;
+  const int row0 = cc.m0 + cw * 64 + w * 16 + (lane >> 2);
+  uint64_t *q_full = bar.q_full, *k_full = bar.k_full, *k_empty = bar.k_empty, *v_full = bar.v_full, *v_empty = bar.v_empty;
+  const float c = p.scale_log2;
+  /* causal offset for the element test; a non-causal mask gets one no column exceeds */
+  const int off = p.causal ? p.seqlen_k - p.seqlen_q : (1 << 29);
+  float s[kBN / 2];
+  uint32_t pr[kBN / 4];
+  float corr[2];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+  mbar_wait(q_full, 0);
+
+  if (n > 0) {
+    const int mine = 1 + cw, other = 2 - cw;
+    const uint32_t qaddr = smem_u32(smem + L::OFF_Q) + cw * 64 * 128;
+    const uint32_t kbase = smem_u32(smem + L::OFF_K), vbase = smem_u32(smem + L::OFF_V);
+    const int4 *bbase = (const int4 *)(smem + L::OFF_B);
+    if (cw == 1) named_arrive(1, 256); /* consumer 0 issues first */
+
+    /* block 0: S only */
+    {
+      const int e = list[0], kb = e & kBlockBits;
+      mbar_wait(&k_full[0], 0);
+      named_sync(mine, 256);
+      wgmma_fence();
+      gemm_qk<F16>(s, qaddr, kbase, D);
+      wgmma_commit();
+      named_arrive(other, 256);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kBN / 2; i++) reg_fence(s[i]);
+      apply_mask(s, e, bbase, row0, kb * kBN, lane, off);
+      release(&k_empty[0], lane);
+      softmax_step(s, mrow, lrow, c, corr);
+#pragma unroll
+      for (int i = 0; i < kBN / 4; i++) pr[i] = pack2<F16>(s[2 * i], s[2 * i + 1]);
+    }
+    for (int i = 1; i < n; i++) {
+      const int e = list[i], kb = e & kBlockBits;
+      const int st = i % ST, pst = (i - 1) % ST;
+      const uint32_t ph = (i / ST) & 1, pph = ((i - 1) / ST) & 1;
+      mbar_wait(&k_full[st], ph);
+      named_sync(mine, 256);
+      wgmma_fence();
+      gemm_qk<F16>(s, qaddr, kbase + st * L::KB, D);
+      wgmma_commit();
+      /* O (basis m_{i-2}) to basis m_{i-1} while S_i is computed: off the critical path */
+      rescale_o<D>(o, corr);
+      mbar_wait(&v_full[pst], pph);
+      wgmma_fence();
+      gemm_pv<D, F16>(o, pr, vbase + pst * L::KB, p.vdesc_hi);
+      wgmma_commit();
+      named_arrive(other, 256);
+      wgmma_wait<1>();
+#pragma unroll
+      for (int t = 0; t < kBN / 2; t++) reg_fence(s[t]);
+      apply_mask(s, e, bbase + st * kBN, row0, kb * kBN, lane, off);
+      release(&k_empty[st], lane);
+      softmax_step(s, mrow, lrow, c, corr);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int t = 0; t < D / 2; t++) reg_fence(o[t]);
+#pragma unroll
+      for (int t = 0; t < kBN / 4; t++) reg_fence(pr[t]);
+      release(&v_empty[pst], lane);
+#pragma unroll
+      for (int t = 0; t < kBN / 4; t++) pr[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
+    }
+    /* last P.V */
+    {
+      const int j = n - 1, st = j % ST;
+      const uint32_t ph = (j / ST) & 1;
+      rescale_o<D>(o, corr);
+      mbar_wait(&v_full[st], ph);
+      named_sync(mine, 256);
+      wgmma_fence();
+      gemm_pv<D, F16>(o, pr, vbase + st * L::KB, p.vdesc_hi);
+      wgmma_commit();
+      if (cw == 0) named_arrive(other, 256); /* consumer 1 has no later sync to match */
+      wgmma_wait<0>();
+#pragma unroll
+      for (int t = 0; t < D / 2; t++) reg_fence(o[t]);
+      release(&v_empty[st], lane);
+    }
+  }
+}
+
+} /* namespace fmsm90 */

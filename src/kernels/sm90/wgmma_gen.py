@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""wgmma_gen.py - write wgmma_gen.cuh: the inline-PTX wgmma wrappers of the Hopper forward, one
+per shape and input type (their operand lists are long and regular, so they are generated).
+
+  python3 wgmma_gen.py [OUT]    (default: wgmma_gen.cuh beside this script; '-' = stdout)
+
+Wrappers, for each type in (bf16, f16):
+  wgmma_ss_m64n128k16_<t>(d, da, db, accum)  d[64] = (accum ? d : 0) + A * B^T, A and B K-major
+                                             in shared memory (descriptors da, db)
+  wgmma_rs_m64n<N>k16_<t>(d, a, db)          d[N/2] += A * B, A in registers (a[4]), B MN-major
+                                             in shared memory (trans-b = 1), N = 64, 128
+The output is committed; `make` regenerates it when this script changes.
+"""
+import os
+import sys
+
+HEAD = """/* wgmma_gen.cuh - inline-PTX wgmma wrappers, one per shape and type (written by a small
+ * generator script: the operand lists are long and regular). Include from sm90 kernels only. */
+#pragma once
+#include <stdint.h>
+"""
+
+
+def regs(first, n):
+    return ", ".join("%%%d" % i for i in range(first, first + n))
+
+
+def outs(n):
+    return ", ".join('"+f"(d[%d])' % i for i in range(n))
+
+
+def ss(t, n=128):
+    nd = n // 2
+    return """
+/* d[%d] = (accum ? d : 0) + A * B^T: m64n%dk16, %s, A and B K-major in shared memory. */
+__device__ __forceinline__ void wgmma_ss_m64n%dk16_%s(float *d, uint64_t da, uint64_t db, int accum)
+{
+  asm volatile(
+    "{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"
+    "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s "
+    "{%s}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}\\n"
+    : %s
+    : "l"(da), "l"(db), "r"(accum));
+}
+""" % (nd, n, t, n, t, nd + 2, n, t, t, regs(0, nd), nd, nd + 1, outs(nd))
+
+
+def rs(t, n):
+    nd = n // 2
+    return """
+/* d[%d] += A * B: m64n%dk16, %s, A in registers, B MN-major in shared memory (trans-b = 1). */
+__device__ __forceinline__ void wgmma_rs_m64n%dk16_%s(float *d, const uint32_t *a, uint64_t db)
+{
+  asm volatile(
+    "{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"
+    "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s "
+    "{%s}, {%s}, %%%d, p, 1, 1, 1;\\n}\\n"
+    : %s
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+""" % (nd, n, t, n, t, n, t, t, regs(0, nd), regs(nd, 4), nd + 4, outs(nd))
+
+
+def main():
+    text = HEAD + "".join(ss(t) + rs(t, 64) + rs(t, 128) for t in ("bf16", "f16"))
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "wgmma_gen.cuh")
+    if out == "-":
+        sys.stdout.write(text)
+    else:
+        with open(out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

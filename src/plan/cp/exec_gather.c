@@ -1,0 +1,250 @@
+/*
+ * exec_gather.c - the CPU executor's pruned, routed K/V gather (-fm_plan_schedule gather):
+ * FMPlanForward_CP (overlapped with the compute on arrived chunks, exact LSE merging) and
+ * FMPlanBackward_CP (dK/dV reduced to the owners over the reverse route: reduce.c); the ring
+ * schedule runs through the same entry points (exec_ring.c), the GPU forward through exec_gpu.c.
+ */
+#include "distimpl.h"
+#include <flashmask/private/fmtracing.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Pack an owned chunk out of the local k, v ([B][nkeys][Hkv][D]) into buf[c]. */
+static FMErrorCode pack_own(FMDistExec *e, int c, const void *k, const void *v)
+{
+  size_t len = FMDistChunkLen_Private(e->d, c), B = (size_t)e->plan->batch, nk = (size_t)e->d->nkeys, sz = len * e->row_kv;
+  char *b;
+  FMCall(FMMalloc(2 * B * sz + 1, &e->buf[c]));
+  b = e->buf[c];
+  for (size_t bb = 0; bb < B; bb++) {
+    memcpy(b + bb * sz, (const char *)k + (bb * nk + (size_t)e->d->kofs[c]) * e->row_kv, sz);
+    memcpy(b + (B + bb) * sz, (const char *)v + (bb * nk + (size_t)e->d->kofs[c]) * e->row_kv, sz);
+  }
+  return FM_SUCCESS;
+}
+
+/* The K/V gather's local part: pack the owned chunks, allocate every incoming one. Not collective. */
+static FMErrorCode gather_alloc(FMDistExec *e, const void *k, const void *v)
+{
+  FMDist *d = e->d;
+  int me = e->plan->ctx->rank;
+  for (int c = 0; c < d->ch.nchunks; c++)
+    if (d->part.owner[c] == me) FMCall(pack_own(e, c, k, v));
+  for (int i = 0; i < d->nin; i++) FMCall(FMMalloc((size_t)d->cbytes[d->in[i].chunk] + 1, &e->buf[d->in[i].chunk]));
+  return FM_SUCCESS;
+}
+
+/*
+ * Post the K/V gather (after gather_alloc, agreed): receives for every incoming chunk, sends
+ * of owned chunks (any length: FMMPIIsend_Private).
+ */
+static FMErrorCode gather_post(FMDistExec *e)
+{
+  FMDist *d = e->d;
+  MPI_Comm comm = e->plan->hdr.comm;
+  for (int i = 0; i < d->nin; i++) {
+    int c = d->in[i].chunk;
+    FMCallMPI(FMMPIIrecv_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->in[i].src, c, comm, &e->rreq[i]));
+    e->rpost[i] = FMTime();
+  }
+  for (int i = 0; i < d->nout; i++)
+    if (d->out[i].stage == 0) {
+      int c = d->out[i].chunk;
+      FMCallMPI(FMMPIIsend_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, comm, &e->sreq[i]));
+      e->spost[i] = FMTime();
+      d->stats.sent_bytes[d->out[i].level] += d->cbytes[c];
+    }
+  return FM_SUCCESS;
+}
+
+/* After chunk c arrived here: forward it to the ranks this rank relays it to. */
+static FMErrorCode relay(FMDistExec *e, int c)
+{
+  FMDist *d = e->d;
+  for (int i = 0; i < d->nout; i++)
+    if (d->out[i].stage == 1 && d->out[i].chunk == c) {
+      FMCallMPI(FMMPIIsend_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, e->plan->hdr.comm, &e->sreq[i]));
+      e->spost[i] = FMTime();
+      d->stats.sent_bytes[d->out[i].level] += d->cbytes[c];
+      d->stats.relayed_bytes += d->cbytes[c];
+    }
+  return FM_SUCCESS;
+}
+
+/* Wait for the next arrived chunk (relaying it); *c = -1 when all arrived. */
+static FMErrorCode gather_next(FMDistExec *e, int *c)
+{
+  int idx;
+  MPI_Status st;
+  double t0, t1;
+  *c = -1;
+  if (e->d->nin == 0) return FM_SUCCESS;
+  t0 = FMTime();
+  FMCallMPI(MPI_Waitany(e->d->nin, e->rreq, &idx, &st));
+  t1 = FMTime();
+  if (idx == MPI_UNDEFINED) return FM_SUCCESS;
+  FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
+  {
+    double cnt = FMMPIStatusBytes_Private(&st, MPI_BYTE);
+    e->d->stats.recv_bytes += cnt;
+    FMDistExecRecord_Private(e, FM_TRACE_RECV, e->rpost[idx], t1, cnt, 0, e->d->in[idx].src, e->d->in[idx].chunk);
+  }
+  *c = e->d->in[idx].chunk;
+  FMCall(relay(e, *c));
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanForward_CP(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
+{
+  FMDistExec e;
+  FMDist *d;
+  size_t no = 0, nl = 0;
+  float *oacc = NULL, *lacc = NULL, *opart = NULL, *lpart = NULL;
+  int first = 1, me = plan->ctx->rank, c;
+  FMErrorCode ierr;
+
+  if (plan->backend == FM_BACKEND_CUDA) {
+#if FM_HAVE_CUDA
+    FMCall(FMDistForwardGPU_Private(plan, q, k, v, o, lse));
+    return FM_SUCCESS;
+#else
+    FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
+#endif
+  }
+  /* every local allocation (FMDistExec state, accumulators, the gather's chunk buffers) is agreed
+     before the first message, so one rank's failure is an error everywhere, not a hang */
+  ierr = FMDistExecInit_Private(plan, &e);
+  d = e.d;
+  if (!ierr) {
+    e.qptr = q;
+    no = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
+    nl = (size_t)plan->batch * plan->heads_q * plan->nlocal;
+    ierr = FMMalloc(no + 1, &oacc);
+    if (!ierr) ierr = FMMalloc(no + 1, &opart);
+    if (!ierr) ierr = FMMalloc(nl + 1, &lacc);
+    if (!ierr) ierr = FMMalloc(nl + 1, &lpart);
+    if (!ierr && d->opt.schedule != FM_DIST_SCHED_RING) ierr = gather_alloc(&e, k, v);
+  }
+  FMAgreeGoto(plan->hdr.comm);
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+  FMCallGoto(FMDistExecTraceBegin_Private(&e, "forward"));
+  if (d->opt.schedule == FM_DIST_SCHED_RING) {
+    FMCallGoto(FMDistRingForward_Private(&e, k, v, oacc, lacc, opart, lpart, &first));
+  } else {
+    FMCallGoto(gather_post(&e));
+    if (d->opt.overlap) {
+      /* local K/V first, then each chunk as it arrives while the rest are in flight */
+      for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
+        FMCallGoto(FMDistExecForwardChunk_Private(&e, d->part.rchunks[b], oacc, lacc, opart, lpart, &first));
+      for (;;) {
+        FMCallGoto(gather_next(&e, &c));
+        if (c < 0) break;
+        FMCallGoto(FMDistExecForwardChunk_Private(&e, c, oacc, lacc, opart, lpart, &first));
+      }
+    } else {
+      /* everything first (relays still forward as chunks come), then compute in chunk order */
+      do FMCallGoto(gather_next(&e, &c));
+      while (c >= 0);
+      for (c = 0; c < d->ch.nchunks; c++)
+        if (e.buf[c]) FMCallGoto(FMDistExecForwardChunk_Private(&e, c, oacc, lacc, opart, lpart, &first));
+    }
+  }
+  if (first) { /* no visible key at all on this rank */
+    for (size_t i = 0; i < no; i++) oacc[i] = 0;
+    for (size_t i = 0; i < nl; i++) lacc[i] = -INFINITY;
+  }
+  FMDistToDType_Private(o, plan->dtype, oacc, no);
+  if (lse) memcpy(lse, lacc, nl * sizeof(float));
+  FMCallGoto(FMDistExecFinishSends_Private(&e));
+  FMCallGoto(FMDistExecTraceEnd_Private(&e, "forward"));
+cleanup:
+  free(oacc); free(opart); free(lacc); free(lpart);
+  FMDistExecFree_Private(&e);
+  return ierr;
+}
+
+
+/* Recompute on each held chunk (own ones first, then as they arrive) with the final O and LSE:
+   dQ accumulates over chunks, each chunk's dK/dV partial goes to R->g[c]. */
+static FMErrorCode backward_chunks(FMDistExec *e, FMDistReduce *R, const void *q, const void *o, const float *lse, const void *dout,
+                                   float *dqacc)
+{
+  FMPlan plan = e->plan;
+  FMDist *d = e->d;
+  int me = plan->ctx->rank, B = plan->batch, order_own = 1, b = d->part.rstart[me], c;
+  for (;;) {
+    FMAttnProblem p = e->p;
+    size_t len, n;
+    int k0, k1;
+    double t0;
+    if (order_own && b < d->part.rstart[me + 1]) c = d->part.rchunks[b++];
+    else {
+      order_own = 0;
+      FMCall(gather_next(e, &c));
+      if (c < 0) break;
+    }
+    len = FMDistChunkLen_Private(d, c);
+    n = (size_t)B * len * plan->heads_kv * plan->head_dim;
+    /* R->g[c] was allocated (zeroed) before the agreement */
+    if (!FMDistExecNeeds_Private(e, c)) continue;
+    FMDistChunkKeys(&d->ch, c, &k0, &k1);
+    p.k0 = k0; p.nk = (int)len;
+    t0 = FMTime();
+    FMCall(FMCPUBackward(&p, q, e->buf[c], e->buf[c] + (size_t)B * len * e->row_kv, o, lse, dout, dqacc, R->g[c], R->g[c] + n, FM_DTYPE_FP32));
+    FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, 10.0 * B * p.heads_q * p.nq * (double)len * p.head_dim, -1, c);
+    FMCall(FMDistExecPollSends_Private(e));
+  }
+  return FM_SUCCESS;
+}
+
+/* The backward on host tensors over MPI (the CUDA backend stages its tensors around it). */
+static FMErrorCode backward_host(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+                                 const void *dout, void *dq, void *dk, void *dv)
+{
+  FMDistExec e;
+  FMDistReduce R;
+  FMDist *d = (FMDist *)plan->data;
+  int ring = d->opt.schedule == FM_DIST_SCHED_RING;
+  size_t nqe = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
+  float *dqacc = NULL;
+  FMErrorCode ierr;
+
+  memset(&R, 0, sizeof(R));
+  /* every local allocation (state, dQ accumulator, chunk buffers, dK/dV partials) is agreed
+     before the first message, so one rank's failure is an error everywhere */
+  ierr = FMDistExecInit_Private(plan, &e);
+  if (!ierr) ierr = FMCalloc(nqe + 1, &dqacc);
+  if (!ierr && !ring) ierr = FMDistReduceCreate_Private(&e, &R);
+  if (!ierr && !ring) ierr = gather_alloc(&e, k, v);
+  FMAgreeGoto(plan->hdr.comm);
+  e.qptr = q;
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+  FMCallGoto(FMDistExecTraceBegin_Private(&e, "backward"));
+  if (ring) FMCallGoto(FMDistRingBackward_Private(&e, k, v, q, o, lse, dout, dqacc, dk, dv));
+  else {
+    /* dK/dV partials come back from every rank this one sent a chunk to (the reverse route) */
+    FMCallGoto(FMDistReducePost_Private(&e, &R));
+    FMCallGoto(gather_post(&e));
+    FMCallGoto(backward_chunks(&e, &R, q, o, lse, dout, dqacc));
+    FMCallGoto(FMDistReduceFinish_Private(&e, &R, dk, dv));
+  }
+  FMDistToDType_Private(dq, plan->dtype, dqacc, nqe);
+  FMCallGoto(FMDistExecFinishSends_Private(&e));
+  FMCallGoto(FMDistExecTraceEnd_Private(&e, "backward"));
+cleanup:
+  FMDistReduceDestroy_Private(&e, &R);
+  free(dqacc);
+  FMDistExecFree_Private(&e);
+  return ierr;
+}
+
+FMErrorCode FMPlanBackward_CP(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+                              const void *dout, void *dq, void *dk, void *dv)
+{
+  if (plan->backend == FM_BACKEND_CUDA)
+    FMCall(FMPlanBackwardStaged_Private(plan, ((FMDist *)plan->data)->nkeys, backward_host, q, k, v, o, lse, dout, dq, dk, dv));
+  else FMCall(backward_host(plan, q, k, v, o, lse, dout, dq, dk, dv));
+  return FM_SUCCESS;
+}
+

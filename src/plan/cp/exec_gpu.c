@@ -1,0 +1,261 @@
+/*
+ * exec_gpu.c - the context-parallel forward on the CUDA backend (built with CUDA only;
+ * collective). On the plan's stream: the local stage first (the rank's own K/V, in place), then
+ * each stage as soon as its step's event fired, while the communication stream moves the
+ * following steps (transport_gpu.c); every stage writes an fp32 partial (O, LSE) merged exactly
+ * into the accumulator through the LSE (in the kernel's epilogue), and at the end O is
+ * converted to the plan's dtype. With -fm_plan_overlap 0 every stage waits for the whole
+ * exchange. With NCCL nothing blocks the host; with the MPI transport each step's messages are
+ * completed by the host (the stages already queued keep the GPU busy meanwhile).
+ *
+ * CUDA-aware MPI: the host waits for the plan's stream to reach the forward (event ev_in)
+ * before the first step: the caller's K/V are then ready and the previous call's stages no
+ * longer read the stage buffers; a relayed chunk is ready once the host completed the step
+ * that received it.
+ */
+#include "gpuimpl.h"
+#include <flashmask/private/fmtracing.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Compute stage s (-1: the local one) on the plan's stream once its data is there. */
+static FMErrorCode compute_stage(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *q, const void *k, const void *v, int *first,
+                                 int *ran)
+{
+  cudaStream_t us = (cudaStream_t)plan->stream;
+  void *dm = s < 0 ? g->dmask0 : g->st[s].dmask;
+  FMAttnProblem p;
+  if (!dm) return FM_SUCCESS;
+  memset(&p, 0, sizeof(p));
+  p.batch = plan->batch; p.heads_q = plan->heads_q; p.heads_kv = plan->heads_kv; p.head_dim = plan->head_dim;
+  p.dtype = plan->dtype;
+  p.scale = (float)plan->scale;
+  p.nq = plan->nlocal;
+  p.nk = s < 0 ? d->nkeys : g->st[s].nk;
+  p.nthreads = plan->ctx->nthreads;
+  p.opts = plan->ctx->kopts;
+  FMCallCUDA(cudaEventRecord(g->ev_w0[s + 1], us));
+  if (s >= 0) FMCallCUDA(cudaStreamWaitEvent(us, g->ev_c1[s], 0));
+  FMCallCUDA(cudaEventRecord(g->ev_k0[s + 1], us));
+  if (s >= 0) { k = g->st[s].kbuf; v = g->st[s].vbuf; }
+  FMCall(FMCudaForwardF32(&p, dm, q, k, v, g->oacc, !*first, g->lacc, us));
+  *first = 0;
+  FMCallCUDA(cudaEventRecord(g->ev_k1[s + 1], us));
+  ran[s + 1] = 1;
+  return FM_SUCCESS;
+}
+
+/* Seconds from ev_in to ev (both completed). */
+static double since(const FMDistGPU *g, cudaEvent_t ev)
+{
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, g->ev_in, ev) != cudaSuccess) { (void)cudaGetLastError(); ms = 0; }
+  return 1e-3 * ms;
+}
+
+/* After the run (streams synchronized): the events of this rank into the recorder. */
+static FMErrorCode trace_events(FMPlan plan, FMDist *d, FMDistGPU *g, void *tr, double t0, const int *ran, const double (*hostt)[2])
+{
+  FMTrace T = (FMTrace)tr;
+  double fl = 4.0 * plan->batch * plan->heads_q * (double)plan->nlocal * plan->head_dim;
+  for (int s = 0; s < g->nsteps; s++) {
+    const GStep *S = &g->st[s];
+    double a, b;
+    if (g->transport == FM_DIST_TRANSPORT_MPI) { a = hostt[s][0]; b = hostt[s][1]; }
+    else { a = t0 + since(g, g->ev_c0[s]); b = t0 + since(g, g->ev_c1[s]); }
+    if (b < a) b = a;
+    for (int i = 0; i < S->nsend; i++)
+      FMCall(FMTraceRecord_Private(T, FM_TRACE_SEND, 1, a, b, d->cbytes[S->send[i].chunk], 0, S->send[i].peer, S->send[i].chunk));
+    for (int i = 0; i < S->nrecv; i++)
+      FMCall(FMTraceRecord_Private(T, FM_TRACE_RECV, 1, a, b, d->cbytes[S->recv[i].chunk], 0, S->recv[i].peer, S->recv[i].chunk));
+  }
+  for (int s = -1; s < g->nsteps; s++) {
+    double w0, k0, k1;
+    if (!ran[s + 1]) continue;
+    w0 = t0 + since(g, g->ev_w0[s + 1]);
+    k0 = t0 + since(g, g->ev_k0[s + 1]);
+    k1 = t0 + since(g, g->ev_k1[s + 1]);
+    if (k0 - w0 > 2e-6) FMCall(FMTraceRecord_Private(T, FM_TRACE_WAIT, 0, w0, k0, 0, 0, -1, -1));
+    FMCall(FMTraceRecord_Private(T, FM_TRACE_COMPUTE, 0, k0, k1 < k0 ? k0 : k1, 0,
+                                 fl * (s < 0 ? d->nkeys : g->st[s].nk), -1,
+                                 s < 0 ? -1 : (g->st[s].nrecv ? g->st[s].recv[0].chunk : -1)));
+  }
+  return FM_SUCCESS;
+}
+
+/* The forward's progress: stage results, the first compute and exchange errors. */
+typedef struct {
+  const void *q, *k, *v;
+  int first;             /* no stage computed yet */
+  int *ran;              /* [nsteps + 1] stages computed (0 = local) */
+  double (*hostt)[2];    /* [nsteps] host times of the MPI steps */
+  FMErrorCode cerr;      /* the first compute error: recorded, and the exchange still runs so that no peer waits */
+  FMErrorCode xerr;      /* the first exchange error: recorded; MPI steps still run, NCCL ones stop */
+  int nposted;           /* steps this rank posted, all of them unless an NCCL one failed */
+} Run;
+
+/* Stage s (-1: local) unless a compute error came first. */
+static void stage(FMPlan plan, FMDist *d, FMDistGPU *g, Run *R, int s)
+{
+  if (!R->cerr) {
+    R->cerr = compute_stage(plan, d, g, s, R->q, R->k, R->v, &R->first, R->ran);
+    if (R->cerr) R->cerr = FMTraceback_Private(__FILE__, __func__, __LINE__, R->cerr);
+  }
+}
+
+/*
+ * Every exchange step, each followed by its stage under overlap. NCCL: a rank whose step failed
+ * posts no later step (the pairing would shift); its peers' operations then wait on the device
+ * until the communicator is aborted (recover()). MPI: every step's messages are posted whatever
+ * failed, so the host never waits for a lost peer.
+ */
+static void exchange_all(FMPlan plan, FMDist *d, FMDistGPU *g, Run *R)
+{
+  int me = plan->ctx->rank;
+  for (int s = 0; s < g->nsteps; s++) {
+    const GStep *S = &g->st[s];
+    FMErrorCode xe = FM_SUCCESS;
+    int fail = s == 0 && d->opt.debug_fail == me; /* -fm_debug_fail_exchange */
+#if FM_HAVE_NCCL
+    if (g->transport == FM_DIST_TRANSPORT_NCCL) {
+      xe = fail ? FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_NCCL,
+                                  "Exchange step 0 not posted on rank %d (-fm_debug_fail_exchange)", me)
+                : FMDistExchangeNCCL_Private(plan, d, g, s, R->k, R->v, 0);
+      if (!xe) R->nposted++;
+    } else
+#endif
+    {
+      xe = FMDistExchangeMPI_Private(plan, d, g, s, R->k, R->v, R->hostt[s]);
+      if (fail && !xe)
+        xe = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_MPI,
+                             "Exchange step 0 marked failed on rank %d after its messages moved (-fm_debug_fail_exchange)", me);
+      R->nposted++;
+    }
+    FMDistGPUDebug_Private(plan, d, "step %d of %d %s\n", s, g->nsteps, xe ? "failed" : "posted");
+    if (xe && !R->xerr) R->xerr = FMTraceback_Private(__FILE__, __func__, __LINE__, xe);
+    for (int i = 0; i < S->nsend; i++) {
+      d->stats.sent_bytes[S->send[i].level] += d->cbytes[S->send[i].chunk];
+      if (d->part.owner[S->send[i].chunk] != me) d->stats.relayed_bytes += d->cbytes[S->send[i].chunk];
+    }
+    for (int i = 0; i < S->nrecv; i++) d->stats.recv_bytes += d->cbytes[S->recv[i].chunk];
+    if (xe && g->transport == FM_DIST_TRANSPORT_NCCL) break;
+    if (d->opt.overlap) stage(plan, d, g, R, s);
+  }
+}
+
+/*
+ * After the run, NCCL only: a rank that did not post every step leaves its peers' NCCL
+ * operations waiting on the device for good: every rank then aborts the context's
+ * communicators (which ends them), and the next forward bootstraps new ones. Collective.
+ */
+static FMErrorCode recover(FMPlan plan, FMDist *d, FMDistGPU *g, int nposted)
+{
+  int mine = nposted < g->nsteps, any = 0;
+  FMErrorCode ae;
+  FMDistGPUDebug_Private(plan, d, "posted %d of %d steps; agreeing\n", nposted, g->nsteps);
+  if (MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, plan->hdr.comm) != MPI_SUCCESS) any = 1;
+  if (!any) return FM_SUCCESS;
+  FMDistGPUDebug_Private(plan, d, "aborting the NCCL communicators\n");
+  ae = FMContextAbortNCCL_Private(plan->ctx);
+  g->nccl = NULL;
+  g->gen = 0;
+  FMDistGPUDebug_Private(plan, d, "aborted; waiting for the streams\n");
+  (void)cudaStreamSynchronize(g->cs);
+  (void)cudaStreamSynchronize((cudaStream_t)plan->stream);
+  FMDistGPUDebug_Private(plan, d, "streams done\n");
+  FMCall(ae);
+  FMRaise(MPI_COMM_SELF, FM_ERR_NCCL, "The K/V exchange failed on another rank; the NCCL communicators were aborted (a new one is made on the next call)");
+}
+
+/* The context's NCCL communicator, new after an aborted exchange (of any plan): reconnect. Collective, agreed. */
+static FMErrorCode nccl_current(FMPlan plan, FMDist *d, FMDistGPU *g)
+{
+#if FM_HAVE_NCCL
+  void *w = NULL;
+  if (g->transport != FM_DIST_TRANSPORT_NCCL) return FM_SUCCESS;
+  FMCall(FMContextGetNCCL_Private(plan->ctx, &w, NULL, NULL));
+  if (FMContextNCCLGeneration_Private(plan->ctx) != g->gen) {
+    g->nccl = w;
+    g->gen = FMContextNCCLGeneration_Private(plan->ctx);
+    FMCall(FMDistNCCLConnect_Private(plan, d, g));
+  }
+#else
+  (void)plan; (void)d; (void)g;
+#endif
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
+{
+  FMDist *d = (FMDist *)plan->data;
+  FMDistGPU *g = d ? (FMDistGPU *)d->gpu : NULL;
+  cudaStream_t us = (cudaStream_t)plan->stream;
+  double t0 = 0;
+  void *tr = NULL;
+  size_t no = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
+  size_t nl = (size_t)plan->batch * plan->heads_q * plan->nlocal;
+  FMErrorCode ierr = FM_SUCCESS;
+  Run R;
+
+  FMCheck(g, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no GPU executor (call FMPlanSetUp on the CUDA backend first)");
+  memset(&R, 0, sizeof(R));
+  R.q = q; R.k = k; R.v = v; R.first = 1;
+  /* local state first, agreed: nothing below returns early on one rank only before the exchange */
+  ierr = FMCalloc(g->nsteps + 1, &R.ran);
+  if (!ierr) ierr = FMCalloc(g->nsteps + 1, &R.hostt);
+  ierr = FMAgreeCode(plan->hdr.comm, ierr);
+  if (!ierr) ierr = nccl_current(plan, d, g);
+  if (ierr) { free(R.ran); free(R.hostt); return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); }
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+  FMCallGoto(FMDistTraceBegin_Private(plan, d, "forward", &tr));
+  FMCallCUDAGoto(cudaEventRecord(g->ev_in, us));
+  FMCallCUDAGoto(cudaStreamWaitEvent(g->cs, g->ev_in, 0));
+  if (tr) { FMCallCUDAGoto(cudaEventSynchronize(g->ev_in)); t0 = FMTime(); }
+  if (d->opt.overlap) stage(plan, d, g, &R, -1);
+  /* CUDA-aware MPI reads the caller's K/V and writes the stage buffers outside any stream:
+     wait until the plan's stream reached this call (the local stage, queued after ev_in, runs on) */
+  if (g->direct && g->nsteps > 0) {
+    cudaError_t ce = cudaEventSynchronize(g->ev_in);
+    if (ce != cudaSuccess)
+      R.xerr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "CUDA error waiting for the plan's stream: %s",
+                               cudaGetErrorString(ce));
+  }
+  exchange_all(plan, d, g, &R);
+  if (!d->opt.overlap) {
+    /* the unoverlapped baseline: nothing computes before the whole exchange is over */
+    if (g->nsteps > 0) FMCallCUDAGoto(cudaStreamWaitEvent(us, g->ev_c1[g->nsteps - 1], 0));
+    stage(plan, d, g, &R, -1);
+    for (int s = 0; s < g->nsteps; s++) stage(plan, d, g, &R, s);
+  }
+  if (R.xerr && !R.cerr) R.cerr = R.xerr; /* what arrived cannot be trusted: no output, no trace */
+  if (plan->nlocal > 0 && !R.cerr) {
+    if (R.first) { /* no local row sees any key */
+      FMCallGoto(FMCudaFillFloat(g->oacc, no, 0.f, us));
+      FMCallGoto(FMCudaFillFloat(g->lacc, nl, -INFINITY, us));
+    }
+    FMCallGoto(FMCudaConvertOut(g->oacc, o, plan->dtype, no, us));
+    if (lse) FMCallCUDAGoto(cudaMemcpyAsync(lse, g->lacc, nl * sizeof(float), cudaMemcpyDeviceToDevice, us));
+  }
+  /* the caller's K/V and our buffers are free again only after the last send left */
+  FMCallCUDAGoto(cudaEventRecord(g->ev_done, g->cs));
+  FMCallCUDAGoto(cudaStreamWaitEvent(us, g->ev_done, 0));
+  if (tr && !R.cerr) {
+    FMCallCUDAGoto(cudaStreamSynchronize(us));
+    FMCallGoto(trace_events(plan, d, g, tr, t0, R.ran, (const double(*)[2])R.hostt));
+  }
+cleanup:
+  free(R.ran);
+  free(R.hostt);
+  if (!ierr) ierr = R.cerr;
+  if (g->transport == FM_DIST_TRANSPORT_NCCL) {
+    FMErrorCode re = recover(plan, d, g, R.nposted);
+    if (!ierr) ierr = re;
+  }
+  /* the trace is saved collectively; an error on one rank must not leave the others waiting */
+  ierr = FMAgreeCode(plan->hdr.comm, ierr);
+  if (!ierr) ierr = FMDistTraceEnd_Private(plan, d, "forward", &tr);
+  else if (tr) { FMTrace T = (FMTrace)tr; (void)FMTraceDestroy_Private(&T); }
+  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+  return FM_SUCCESS;
+}

@@ -1,0 +1,314 @@
+/*
+ * setup.c - the "cp" plan type: its constructor and ops table, FMPlanSetUp_CP (consistency
+ * hash, chunks, partition, needed set, route, statistics), FMPlanView_CP, the layout queries
+ * and FMDistGetStats. The executors are exec_gather.c / exec_ring.c (CPU) and exec_gpu.c.
+ */
+#include "distimpl.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------- helpers ---------------- */
+/* The plan's scalars, cp settings and mask bounds: every rank must set up the same plan. */
+static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, uint64_t *hash)
+{
+  uint64_t h = FM_HASH_INIT;
+  int v[21];
+  double sc = plan->scale;
+  v[0] = m->seqlen_q; v[1] = m->seqlen_k; v[2] = m->mask_heads; v[3] = m->causal; v[4] = m->present; v[5] = m->block;
+  v[6] = plan->batch; v[7] = plan->heads_q; v[8] = plan->heads_kv; v[9] = plan->head_dim; v[10] = (int)plan->dtype;
+  v[11] = d->opt.part_type; v[12] = d->opt.route_type; v[13] = d->opt.prune * 2 + d->opt.overlap; v[14] = d->opt.chunk_opt; v[15] = d->opt.vnodes;
+  v[16] = d->opt.trace_on; v[17] = d->opt.schedule; v[18] = d->opt.transport; v[19] = d->opt.step_chunks;
+  v[20] = d->opt.gpu_aware;
+  h = FMHash_Private(h, v, sizeof(v));
+  h = FMHash_Private(h, &sc, sizeof(sc));
+  h = FMHash_Private(h, &d->opt.partial_cost, sizeof(d->opt.partial_cost));
+  h = FMHash_Private(h, &d->opt.row_cost, sizeof(d->opt.row_cost));
+  /* the mask's own hash (sizes, type, causal, bounds), computed and agreed at FMMaskSetUp */
+  h = FMHash_Private(h, &plan->mask->hash, sizeof(plan->mask->hash));
+  *hash = h;
+  return FM_SUCCESS;
+}
+
+/* Free the set-up state of d (not d itself) and zero it; the settings d->opt stay. */
+static FMErrorCode dist_reset(FMDist *d)
+{
+  FMDistOptions opt;
+  if (!d) return FM_SUCCESS;
+  opt = d->opt;
+  FMCall(FMDistPartitionDestroy(&d->part));
+  FMCall(FMDistTopoDestroy(&d->topo));
+  FMCall(FMDistRouteDestroy(&d->route));
+  free(d->w); free(d->needed); free(d->cbytes); free(d->keys); free(d->kofs); free(d->in); free(d->out); free(d->parent);
+  free(d->rbytes); free(d->boff);
+#if FM_HAVE_CUDA
+  FMCall(FMDistDestroyGPU_Private(d));
+#endif
+  memset(d, 0, sizeof(*d));
+  d->opt = opt;
+  return FM_SUCCESS;
+}
+
+/* The planning steps that are purely local; the result is identical on every rank. */
+static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsigned char *myneed)
+{
+  int P = plan->ctx->size, me = plan->ctx->rank;
+  FMDistLocalMask lm;
+  FMErrorCode ierr;
+  FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, d->opt.chunk_opt, P, m->block, &d->ch));
+  FMCheck(2L * d->ch.nchunks + 2 <= (long)d->tag_ub, MPI_COMM_SELF, FM_ERR_SUP,
+          "%d chunks need MPI tags up to %d but MPI_TAG_UB is %d; use a larger -fm_plan_chunk", d->ch.nchunks, 2 * d->ch.nchunks + 1,
+          d->tag_ub);
+  FMCall(FMMalloc(d->ch.nchunks, &d->w));
+  FMCall(FMDistChunkWeights(m, &d->ch, d->opt.partial_cost, d->opt.row_cost, d->w));
+  FMCall(FMDistPartitionCreate((FMDistPartType)d->opt.part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo));
+  FMFree(plan->rows);
+  plan->nlocal = 0;
+  FMCall(FMDistRankRows(&d->ch, &d->part, me, &plan->nlocal, &plan->rows));
+  FMCall(FMDistRankKeys(&d->ch, &d->part, me, &d->nkeys, &d->keys));
+  FMCall(FMMalloc(d->ch.nchunks, &d->kofs));
+  for (int c = 0, o = 0; c < d->ch.nchunks; c++) {
+    int k0, k1;
+    FMDistChunkKeys(&d->ch, c, &k0, &k1);
+    d->kofs[c] = d->part.owner[c] == me ? o : -1;
+    if (d->part.owner[c] == me) o += k1 - k0;
+  }
+  FMCall(FMMalloc(d->ch.nchunks, &d->cbytes));
+  for (int c = 0; c < d->ch.nchunks; c++)
+    d->cbytes[c] = FMDistChunkBytes(&d->ch, c, plan->batch, plan->heads_kv, plan->head_dim, FMDTypeSize(plan->dtype));
+  /* this rank's needed chunks, from its localized bounds */
+  FMCall(FMDistLocalize(m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], &lm));
+  ierr = FMDistNeeded(&lm, &d->ch, d->opt.prune, myneed);
+  FMCall(FMDistLocalMaskDestroy(&lm));
+  FMCall(ierr);
+  /* topology: the context's nodes, or -fm_plan_nodes virtual nodes of consecutive ranks */
+  if (d->opt.vnodes > 0) {
+    FMCheck(d->opt.vnodes <= P, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_nodes is %d; expected 0 (real topology) or 1..%d", d->opt.vnodes, P);
+    FMCall(FMDistTopoVirtual(P, d->opt.vnodes, &d->topo));
+  } else {
+    int *node, *local;
+    FMCall(FMMalloc(P, &node));
+    FMCall(FMMalloc(P, &local));
+    for (int r = 0; r < P; r++) { node[r] = plan->ctx->all ? plan->ctx->all[r].node : 0; local[r] = plan->ctx->all ? plan->ctx->all[r].node_rank : r; }
+    ierr = FMDistTopoCreate(P, node, local, &d->topo);
+    free(node); free(local);
+    if (ierr) { /* a topology we cannot read: treat every rank as its own node */
+      int *n2, *l2;
+      FMCall(FMMalloc(P, &n2)); FMCall(FMMalloc(P, &l2));
+      for (int r = 0; r < P; r++) { n2[r] = r; l2[r] = 0; }
+      ierr = FMDistTopoCreate(P, n2, l2, &d->topo);
+      free(n2); free(l2);
+      FMCall(ierr);
+    }
+  }
+  return FM_SUCCESS;
+}
+
+static FMErrorCode setup_route(FMPlan plan, FMDist *d)
+{
+  int me = plan->ctx->rank, C = d->ch.nchunks;
+  FMCall(FMDistRouteBuild((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->needed, d->cbytes, &d->route));
+  d->nin = d->nout = 0;
+  for (int k = 0; k < d->route.n; k++) {
+    d->nin += d->route.x[k].dst == me;
+    d->nout += d->route.x[k].src == me;
+  }
+  FMCall(FMMalloc(d->nin > 0 ? d->nin : 1, &d->in));
+  FMCall(FMMalloc(d->nout > 0 ? d->nout : 1, &d->out));
+  FMCall(FMMalloc(C, &d->parent));
+  for (int c = 0; c < C; c++) d->parent[c] = -1;
+  d->nin = d->nout = 0;
+  memset(&d->stats, 0, sizeof(d->stats));
+  for (int k = 0; k < d->route.n; k++) {
+    const FMDistXfer *x = &d->route.x[k];
+    if (x->dst == me) { d->in[d->nin++] = *x; d->parent[x->chunk] = x->src; d->stats.predicted_recv += d->cbytes[x->chunk]; }
+    if (x->src == me) { d->out[d->nout++] = *x; d->stats.predicted_sent += d->cbytes[x->chunk]; }
+  }
+  d->stats.nchunks = C;
+  /* the ring's blocks: each rank's owned chunks back to back, in ascending chunk order */
+  FMCall(FMMalloc(plan->ctx->size, &d->rbytes));
+  FMCall(FMMalloc(C, &d->boff));
+  FMDistRankBytes(&d->part, d->cbytes, d->rbytes);
+  for (int r = 0; r < plan->ctx->size; r++) {
+    double o = 0;
+    for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) { d->boff[d->part.rchunks[b]] = o; o += d->cbytes[d->part.rchunks[b]]; }
+  }
+  if (d->opt.schedule == FM_DIST_SCHED_RING && plan->ctx->size > 1) {
+    /* P-1 steps: everything but our own block arrives; we forward all but the block of me+1 */
+    int P = plan->ctx->size;
+    double total = 0;
+    for (int r = 0; r < P; r++) total += d->rbytes[r];
+    d->stats.predicted_recv = total - d->rbytes[me];
+    d->stats.predicted_sent = total - d->rbytes[(me + 1) % P];
+  }
+  for (int c = 0; c < C; c++) {
+    if (d->needed[(size_t)me * C + c]) d->stats.nneeded++;
+    if (d->part.owner[c] != me && d->cbytes[c] > 0) {
+      d->stats.allgather_bytes += d->cbytes[c];
+      if (d->needed[(size_t)me * C + c]) { d->stats.needed_bytes += d->cbytes[c]; d->stats.nremote++; }
+    }
+  }
+  return FM_SUCCESS;
+}
+
+/* The cp type's supported plans: the same refusals on one rank and on several (agreed by the caller). */
+static FMErrorCode check_supported(FMPlan plan)
+{
+  FMCall(FMPlanCheckCUDADType_Private(plan));
+#if !FM_HAVE_CUDA
+  FMCheck(plan->backend != FM_BACKEND_CUDA, MPI_COMM_SELF, FM_ERR_SUP, "This build has no CUDA support");
+#endif
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanSetUp_CP(FMPlan plan)
+{
+  MPI_Comm comm = plan->hdr.comm;
+  int P = plan->ctx->size, me = plan->ctx->rank, flag = 0, *tagub = NULL;
+  FMMaskDesc m;
+  FMDist *d = (FMDist *)plan->data;
+  uint64_t hash, *all;
+  unsigned char *myneed = NULL;
+  FMErrorCode ierr;
+
+  FMAgree(comm, check_supported(plan));
+  FMCall(dist_reset(d));
+  FMCallMPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tagub, &flag));
+  d->tag_ub = flag && tagub ? *tagub : 32767;
+  FMCall(FMMaskGetDesc_Private(plan->mask, &m));
+
+  /* consistency: mask, shape and options must be the same everywhere (hash, gathered) */
+  FMCall(plan_hash(plan, &m, d, &hash));
+  FMAgree(comm, FMMalloc(P, &all)); /* on failure all is NULL here: nothing to free */
+  ierr = (FMErrorCode)MPI_Allgather(&hash, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, comm);
+  if (ierr) { free(all); FMCallMPI((int)ierr); }
+  for (int r = 1; r < P; r++)
+    if (all[r] != all[0]) {
+      unsigned long long hr = (unsigned long long)all[r], h0 = (unsigned long long)all[0];
+      free(all);
+      FMRaise(MPI_COMM_SELF, FM_ERR_MISMATCH,
+              "Rank %d's plan (mask bounds, sizes, shape, scale or -fm_plan_* options) differs from rank 0's (hash %016llx vs %016llx); "
+              "every rank must set up the same mask and plan",
+              r, hr, h0);
+    }
+  free(all);
+
+  {
+    FMErrorCode loc = FMDistChunksInit(m.seqlen_q, m.seqlen_k, d->opt.chunk_opt, P, m.block, &d->ch);
+    if (!loc) loc = FMMalloc(d->ch.nchunks, &myneed);
+    if (!loc) loc = setup_local(plan, d, &m, myneed);
+    if (!loc) loc = FMMalloc((size_t)P * d->ch.nchunks, &d->needed);
+    loc = FMAgreeCode(comm, loc);
+    if (loc) { free(myneed); return FMTraceback_Private(__FILE__, __func__, __LINE__, loc); }
+  }
+  ierr = (FMErrorCode)MPI_Allgather(myneed, d->ch.nchunks, MPI_UNSIGNED_CHAR, d->needed, d->ch.nchunks, MPI_UNSIGNED_CHAR, comm);
+  free(myneed);
+  FMCallMPI((int)ierr);
+  FMAgree(comm, setup_route(plan, d));
+#if FM_HAVE_CUDA
+  if (plan->backend == FM_BACKEND_CUDA) FMCall(FMDistSetUpGPU_Private(plan, d)); /* collective; agrees internally */
+#endif
+  (void)me;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistGetStats(FMPlan plan, FMDistStats *stats)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(stats, 2);
+  FMCheck(plan->ops && plan->hdr.type_name && !strcmp(plan->hdr.type_name, FMPLANCP), MPI_COMM_SELF, FM_ERR_ARG_WRONG,
+          "Argument 1 (plan) is of type %s; FMDistGetStats needs a \"%s\" plan (FMPlanSetType)",
+          plan->hdr.type_name ? plan->hdr.type_name : "(none)", FMPLANCP);
+  FMCheckSetUp(plan, "FMPlan");
+  *stats = ((FMDist *)plan->data)->stats;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanDestroy_CP(FMPlan plan)
+{
+  FMCall(dist_reset((FMDist *)plan->data));
+  FMFree(plan->data);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
+{
+  FMDist *d = (FMDist *)plan->data;
+  MPI_Comm comm = plan->hdr.comm;
+  int P = plan->ctx->size, C, block = plan->mask->block > 0 ? plan->mask->block : 128;
+  int64_t mx;
+  double mean, imb, *recv;
+  if (!d) return FM_SUCCESS;
+  if (!fp) fp = stdout;
+  C = d->ch.nchunks;
+  FMDistPartitionImbalance(&d->part, &mx, &mean, &imb);
+  FMCall(FMPrintf(comm, fp, "  context parallel over %d ranks on %d node%s%s: partition %s, %d chunks of %d rows (key chunks of %d), schedule %s, route %s, prune %s, overlap %s\n",
+                  P, d->topo.nnodes, d->topo.nnodes > 1 ? "s" : "", d->opt.vnodes > 0 ? " (virtual)" : "", FMDistPartNames[d->opt.part_type], C,
+                  d->ch.chunk, d->ch.kchunk, FMDistSchedNames[d->opt.schedule], FMDistRouteNames[d->opt.route_type], d->opt.prune ? "on" : "off",
+                  d->opt.overlap ? "on" : "off"));
+  FMCall(FMPrintf(comm, fp, "  work (tiles): max %.1f, mean %.1f, max/mean imbalance %.4f", (double)mx / block, mean / block, imb));
+  if (d->opt.part_type == FM_DIST_BALANCED)
+    FMCall(FMPrintf(comm, fp, " (LPT %.1f, dual_chunk %.1f; %d pair and %d three-way moves)", (double)d->binfo.lpt_max / block,
+                    (double)d->binfo.dual_max / block, d->binfo.pair_moves, d->binfo.triple_moves));
+  FMCall(FMPrintf(comm, fp, "\n"));
+  FMCall(FMMalloc(P, &recv));
+  for (int r = 0; r < P; r++) recv[r] = 0;
+  for (int i = 0; i < d->route.n; i++) recv[d->route.x[i].dst] += d->cbytes[d->route.x[i].chunk];
+  FMCall(FMPrintf(comm, fp, "  rank node  rows chunks  work(tiles) needed  recv(MB)\n"));
+  for (int r = 0; r < P; r++) {
+    int nrows = 0, nn = 0;
+    for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) {
+      int r0, r1;
+      FMDistChunkRows(&d->ch, d->part.rchunks[b], &r0, &r1);
+      nrows += r1 - r0;
+    }
+    for (int c = 0; c < C; c++) nn += d->needed[(size_t)r * C + c];
+    FMCall(FMPrintf(comm, fp, "  %4d %4d %5d %6d %12.1f %3d/%-3d %9.3f\n", r, d->topo.node[r], nrows, d->part.rstart[r + 1] - d->part.rstart[r],
+                    (double)d->part.work[r] / block, nn, C, recv[r] / 1048576.0));
+  }
+  free(recv);
+  FMCall(FMPrintf(comm, fp, "  K/V bytes: needed %.3f MB vs unpruned all-gather %.3f MB (%.1f%%); route moves %.3f MB inside nodes, %.3f MB across nodes\n",
+                  d->route.needed_bytes / 1048576.0, d->route.allgather_bytes / 1048576.0,
+                  d->route.allgather_bytes > 0 ? 100.0 * d->route.needed_bytes / d->route.allgather_bytes : 100.0, d->route.bytes[0] / 1048576.0,
+                  d->route.bytes[1] / 1048576.0));
+  {
+    double rb[2];
+    FMDistRingBytes(&d->topo, d->rbytes, rb);
+    FMCall(FMPrintf(comm, fp, "  ring schedule would move %.3f MB inside nodes, %.3f MB across nodes%s\n", rb[0] / 1048576.0, rb[1] / 1048576.0,
+                    d->opt.schedule == FM_DIST_SCHED_RING ? " (the schedule in use)" : ""));
+  }
+#if FM_HAVE_CUDA
+  if (d->gpu) FMCall(FMDistViewGPU_Private(plan, d, fp));
+#endif
+  return FM_SUCCESS;
+}
+
+/* ---------------- layout queries ---------------- */
+static FMErrorCode getlocalkeys(FMPlan plan, int *nkeys, const int **global_keys)
+{
+  FMDist *d = (FMDist *)plan->data;
+  *nkeys = d->nkeys;
+  if (global_keys) *global_keys = d->keys;
+  return FM_SUCCESS;
+}
+
+static FMErrorCode getlayout(FMPlan plan, int keys, int r, int *n, int **idx)
+{
+  FMDist *d = (FMDist *)plan->data;
+  if (keys) FMCall(FMDistRankKeys(&d->ch, &d->part, r, n, idx));
+  else FMCall(FMDistRankRows(&d->ch, &d->part, r, n, idx));
+  return FM_SUCCESS;
+}
+
+static const FMPlanOps cp_ops = {FMPlanSetFromOptions_CP, FMPlanSetUp_CP, FMPlanForward_CP, FMPlanBackward_CP, FMPlanView_CP, FMPlanDestroy_CP, getlocalkeys,
+                                 getlayout};
+
+/* FMPlanCreate_CP - see planimpl.h. */
+FMErrorCode FMPlanCreate_CP(FMPlan plan)
+{
+  FMDist *d;
+  FMCall(FMCalloc(1, &d));
+  FMDistOptionsDefault_Private(&d->opt);
+  plan->data = d;
+  plan->ops = &cp_ops;
+  return FM_SUCCESS;
+}

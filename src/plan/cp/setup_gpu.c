@@ -1,0 +1,360 @@
+/*
+ * setup_gpu.c - set-up of the context-parallel forward on the CUDA backend (built with CUDA
+ * only; collective, at the end of FMPlanSetUp_CP). The schedule's transfers are cut into
+ * exchange steps (FMDistExchangeSteps, steps.c). Each step is one NCCL group (or one set of
+ * MPI messages, through pinned host memory or, with CUDA-aware MPI, on the device buffers
+ * themselves) holding all of its sends and receives on every rank, so a step can always
+ * complete once every rank has posted it. What a rank receives in one step lands in that
+ * step's device buffer ([B][keys][Hkv][D]); the step is also a compute stage over those keys.
+ * For each stage the rank's localized mask (localize.c: local rows x global key columns) is
+ * restricted to the stage's key columns and uploaded as an ordinary non-causal mask: the
+ * causal triangle of the global mask becomes the local interval [0, cut) of each column and is
+ * folded into the lower or upper interval. Steps are whole (hop, pair) exchanges by default;
+ * -fm_plan_step_chunks n cuts them into steps of at most n chunks per pair (finer pipelining,
+ * one more merge per step). -fm_gpu_aware_mpi auto|0|1 is resolved here to one answer on
+ * every rank.
+ */
+#include "gpuimpl.h"
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * One column of the localized mask as two intervals: the causal cut [0, cut) is merged into
+ * an empty interval, or into one that starts inside it. Returns 0 when that is impossible
+ * (both intervals non-empty and starting past the cut).
+ */
+static int fold_column(int cut, int32_t b[4])
+{
+  if (cut <= 0) return 1;
+  if (b[1] <= b[0]) { b[0] = 0; b[1] = cut; return 1; }
+  if (b[3] <= b[2]) { b[2] = 0; b[3] = cut; return 1; }
+  if (b[0] <= cut) { b[0] = 0; b[1] = b[1] > cut ? b[1] : cut; return 1; }
+  if (b[2] <= cut) { b[2] = 0; b[3] = b[3] > cut ? b[3] : cut; return 1; }
+  return 0;
+}
+
+/* Upload the localized mask restricted to the key columns cols[0..n) (global indices). */
+static FMErrorCode upload_stage(const FMDistLocalMask *lm, int n, const int *cols, void **dmask)
+{
+  int32_t *b[4] = {NULL, NULL, NULL, NULL};
+  size_t N = (size_t)lm->mask_heads * n;
+  FMMaskDesc md;
+  FMErrorCode ierr = FM_SUCCESS;
+  *dmask = NULL;
+  for (int v = 0; v < 4 && !ierr; v++) ierr = FMMalloc(N + 1, &b[v]);
+  for (int h = 0; h < lm->mask_heads && !ierr; h++)
+    for (int x = 0; x < n && !ierr; x++) {
+      size_t o = (size_t)h * lm->seqlen_k + cols[x], t = (size_t)h * n + x;
+      int32_t w[4] = {lm->bnd[0][o], lm->bnd[1][o], lm->bnd[2][o], lm->bnd[3][o]};
+      if (!fold_column(lm->cut ? lm->cut[cols[x]] : 0, w))
+        ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_SUP,
+                               "Key %d of mask head %d: the causal triangle plus two masked intervals below the diagonal "
+                               "cannot be localized into the GPU kernels' two intervals; use -fm_backend cpu for this mask",
+                               cols[x], h);
+      for (int v = 0; v < 4; v++) b[v][t] = w[v];
+    }
+  if (!ierr) {
+    memset(&md, 0, sizeof(md));
+    md.seqlen_q = lm->nlocal;
+    md.seqlen_k = n;
+    md.mask_heads = lm->mask_heads;
+    md.causal = 0;
+    md.present = 15;
+    for (int v = 0; v < 4; v++) md.bnd[v] = b[v];
+    ierr = FMCudaMaskUpload(&md, dmask);
+  }
+  for (int v = 0; v < 4; v++) free(b[v]);
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+/* Whether a local row can see some key of chunk c. */
+static int sees(FMPlan plan, const FMDist *d, int c)
+{
+  return plan->nlocal > 0 && FMDistChunkKeyLen(&d->ch, c) > 0 && d->needed[(size_t)plan->ctx->rank * d->ch.nchunks + c];
+}
+
+static FMErrorCode resolve_transport(FMPlan plan, FMDist *d)
+{
+  FMContext ctx = plan->ctx;
+  int P = ctx->size, shared = -1;
+  for (int r = 0; r < P && shared < 0 && ctx->all; r++)
+    for (int s = r + 1; s < P; s++)
+      if (ctx->all[r].node == ctx->all[s].node && ctx->all[r].gpu_busid[0] && !strcmp(ctx->all[r].gpu_busid, ctx->all[s].gpu_busid)) {
+        shared = r;
+        break;
+      }
+#if FM_HAVE_NCCL
+  d->transport = d->opt.transport;
+  FMCheck(!(d->transport == FM_DIST_TRANSPORT_NCCL && shared >= 0), MPI_COMM_SELF, FM_ERR_SUP,
+          "-fm_plan_transport nccl: rank %d shares its GPU (%s) with another rank of its node, and NCCL needs one GPU per rank; "
+          "use -fm_plan_transport mpi or one rank per GPU",
+          shared, shared >= 0 ? ctx->all[shared].gpu_busid : "");
+  if (d->transport == FM_DIST_TRANSPORT_AUTO) d->transport = shared >= 0 ? FM_DIST_TRANSPORT_MPI : FM_DIST_TRANSPORT_NCCL;
+#else
+  d->transport = d->opt.transport;
+  FMCheck(d->transport != FM_DIST_TRANSPORT_NCCL, MPI_COMM_SELF, FM_ERR_SUP,
+          "-fm_plan_transport nccl: this build has no NCCL (configure --with-nccl); use -fm_plan_transport mpi");
+  d->transport = FM_DIST_TRANSPORT_MPI;
+#endif
+  return FM_SUCCESS;
+}
+
+/*
+ * This rank's answer to -fm_gpu_aware_mpi (not collective; the caller takes the minimum over
+ * the ranks, so one rank without CUDA-aware MPI makes every rank stage). 1 forces it, 0 stages,
+ * auto asks the MPI (FMMPICUDAAware_Private). The device path needs a tag per piece below
+ * MPI_TAG_UB: forced, too many pieces is an error; auto stages.
+ */
+static FMErrorCode resolve_gpu_aware(FMPlan plan, FMDist *d, int *direct, const char **why)
+{
+  long long ntags = 2LL * plan->batch * d->ch.nchunks;
+  int fits = ntags - 1 <= (long long)d->tag_ub;
+  *direct = 0;
+  *why = "staged";
+  if (d->transport != FM_DIST_TRANSPORT_MPI) return FM_SUCCESS;
+  if (d->opt.gpu_aware == FM_DIST_GPU_AWARE_NO) { *why = "-fm_gpu_aware_mpi 0"; return FM_SUCCESS; }
+  if (d->opt.gpu_aware == FM_DIST_GPU_AWARE_YES) {
+    FMCheck(fits, MPI_COMM_SELF, FM_ERR_SUP,
+            "-fm_gpu_aware_mpi 1: %d chunks x 2 (K, V) x batch %d need MPI tags up to %lld but MPI_TAG_UB is %d; "
+            "use a larger -fm_plan_chunk or -fm_gpu_aware_mpi 0",
+            d->ch.nchunks, plan->batch, ntags - 1, d->tag_ub);
+    *direct = 1;
+    *why = "-fm_gpu_aware_mpi 1 (forced)";
+    return FM_SUCCESS;
+  }
+#if FM_HAVE_MPIX_CUDA
+  *direct = FMMPICUDAAware_Private();
+  *why = *direct ? "auto: MPIX_Query_cuda_support() = 1 on every rank" : "auto: MPIX_Query_cuda_support() = 0 on some rank";
+#else
+  *why = "auto: this MPI has no MPIX_Query_cuda_support()";
+#endif
+  if (*direct && !fits) { *direct = 0; *why = "auto: CUDA-aware, but the pieces need tags past MPI_TAG_UB"; }
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
+{
+  FMDistGPU *g = d ? (FMDistGPU *)d->gpu : NULL;
+  if (!g) return FM_SUCCESS;
+  if (g->cs) cudaStreamSynchronize(g->cs);
+  for (int s = 0; s < g->nsteps; s++) {
+    cudaFree(g->st[s].kbuf);
+    cudaFree(g->st[s].vbuf);
+    FMCudaMaskFree(g->st[s].dmask);
+    free(g->st[s].send);
+    free(g->st[s].recv);
+  }
+  FMCudaMaskFree(g->dmask0);
+  cudaFree(g->oacc); cudaFree(g->lacc);
+  if (g->ev_in) cudaEventDestroy(g->ev_in);
+  if (g->ev_done) cudaEventDestroy(g->ev_done);
+  for (int s = 0; s < g->nev; s++) {
+    if (s < g->nsteps) { cudaEventDestroy(g->ev_c0[s]); cudaEventDestroy(g->ev_c1[s]); }
+    cudaEventDestroy(g->ev_w0[s]); cudaEventDestroy(g->ev_k0[s]); cudaEventDestroy(g->ev_k1[s]);
+  }
+  free(g->ev_c0); free(g->ev_c1); free(g->ev_w0); free(g->ev_k0); free(g->ev_k1);
+  if (g->hsend) cudaFreeHost(g->hsend);
+  if (g->hrecv) cudaFreeHost(g->hrecv);
+  if (g->ping) cudaFree(g->ping);
+  free(g->rq);
+  if (g->cs) cudaStreamDestroy(g->cs);
+  free(g->st); free(g->where); free(g->woff);
+  free(g);
+  d->gpu = NULL;
+  (void)cudaGetLastError();
+  return FM_SUCCESS;
+}
+
+static FMErrorCode dev_alloc(size_t bytes, void **p)
+{
+  *p = NULL;
+  if (bytes == 0) return FM_SUCCESS;
+  if (cudaMalloc(p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *p = NULL;
+    FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Cannot allocate %zu bytes of device memory for the context-parallel plan", bytes);
+  }
+  return FM_SUCCESS;
+}
+
+/* The accumulators and the stage masks (a rank with local rows only). */
+static FMErrorCode upload_stages(FMPlan plan, FMDist *d, FMDistGPU *g, size_t no, size_t nl)
+{
+  int me = plan->ctx->rank, *cols = NULL;
+  FMMaskDesc m;
+  FMDistLocalMask lm;
+  FMErrorCode ierr = FM_SUCCESS;
+  int any = 0;
+  FMCall(dev_alloc(no * sizeof(float), (void **)&g->oacc));
+  FMCall(dev_alloc(nl * sizeof(float), (void **)&g->lacc));
+  FMCall(FMMaskGetDesc_Private(plan->mask, &m));
+  FMCall(FMDistLocalize(&m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], &lm));
+  for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++) any |= sees(plan, d, d->part.rchunks[b]);
+  if (any && d->nkeys > 0) ierr = upload_stage(&lm, d->nkeys, d->keys, &g->dmask0);
+  if (!ierr) ierr = FMMalloc(d->ch.seqlen_k + 1, &cols);
+  for (int s = 0; s < g->nsteps && !ierr; s++) {
+    GStep *S = &g->st[s];
+    int n = 0;
+    any = 0;
+    for (int i = 0; i < S->nrecv; i++) {
+      int c = S->recv[i].chunk, k0, k1;
+      any |= sees(plan, d, c);
+      FMDistChunkKeys(&d->ch, c, &k0, &k1);
+      for (int j = k0; j < k1; j++) cols[n++] = j;
+    }
+    if (any && n > 0) ierr = upload_stage(&lm, n, cols, &S->dmask);
+  }
+  free(cols);
+  FMCall(FMDistLocalMaskDestroy(&lm));
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+/* The purely local part of the GPU set-up (agreed by the caller). */
+static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
+{
+  int me = plan->ctx->rank, C = d->ch.nchunks, ntx = 0;
+  FMDistStepXfer *tx = NULL;
+  size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch;
+  size_t no = B * plan->nlocal * plan->heads_q * plan->head_dim, nl = B * plan->heads_q * plan->nlocal;
+
+  {
+    /* The exchange stream gets the highest priority: NCCL moves data with kernels, and behind
+       an attention kernel that fills every SM with queued CTAs a normal-priority NCCL kernel
+       starts only when the attention kernel ends (measured: a 1.9 ms exchange took 5.3-16 ms
+       next to the local stage, all of it exposed). With priority its CTAs take the next SM
+       that frees up. */
+    int lo = 0, hi = 0;
+    FMCallCUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    FMCallCUDA(cudaStreamCreateWithPriority(&g->cs, cudaStreamNonBlocking, hi));
+  }
+  FMCallCUDA(cudaEventCreate(&g->ev_in));
+  FMCallCUDA(cudaEventCreate(&g->ev_done));
+  FMCall(FMDistExchangeSteps((FMDistSchedType)d->opt.schedule, &d->ch, &d->part, &d->topo, &d->route, d->opt.step_chunks, &ntx, &tx, &g->nsteps));
+  FMCall(FMCalloc(g->nsteps + 1, &g->st));
+  FMCall(FMMalloc(C, &g->where));
+  FMCall(FMMalloc(C, &g->woff));
+  for (int c = 0; c < C; c++) { g->where[c] = d->part.owner[c] == me ? -1 : -2; g->woff[c] = d->kofs[c]; }
+  for (int k = 0; k < ntx; k++) {
+    g->st[tx[k].step].nsend += tx[k].src == me;
+    g->st[tx[k].step].nrecv += tx[k].dst == me;
+  }
+  for (int s = 0; s < g->nsteps; s++) {
+    FMCall(FMMalloc(g->st[s].nsend + 1, &g->st[s].send));
+    FMCall(FMMalloc(g->st[s].nrecv + 1, &g->st[s].recv));
+    g->st[s].nsend = g->st[s].nrecv = 0;
+  }
+  for (int k = 0; k < ntx; k++) {
+    GStep *S = &g->st[tx[k].step];
+    if (tx[k].src == me) S->send[S->nsend++] = (GXfer){tx[k].chunk, tx[k].dst, tx[k].level};
+    if (tx[k].dst == me) {
+      S->recv[S->nrecv++] = (GXfer){tx[k].chunk, tx[k].src, tx[k].level};
+      g->where[tx[k].chunk] = tx[k].step;
+      g->woff[tx[k].chunk] = S->nk;
+      S->nk += FMDistChunkKeyLen(&d->ch, tx[k].chunk);
+    }
+  }
+  free(tx);
+  /* sends must leave from where the chunk is held at that step */
+  for (int s = 0; s < g->nsteps; s++)
+    for (int i = 0; i < g->st[s].nsend; i++) {
+      int c = g->st[s].send[i].chunk;
+      FMCheck(g->where[c] == -1 || (g->where[c] >= 0 && g->where[c] < s), MPI_COMM_SELF, FM_ERR_LIB,
+              "Step %d sends chunk %d that rank %d does not hold yet (internal error in the step order)", s, c, me);
+    }
+  /* stage buffers, host staging sizes, events */
+  for (int s = 0; s < g->nsteps; s++) {
+    GStep *S = &g->st[s];
+    FMCall(dev_alloc(B * S->nk * row, &S->kbuf));
+    FMCall(dev_alloc(B * S->nk * row, &S->vbuf));
+    for (int i = 0; i < S->nsend; i++) S->hsend += (size_t)d->cbytes[S->send[i].chunk];
+    for (int i = 0; i < S->nrecv; i++) S->hrecv += (size_t)d->cbytes[S->recv[i].chunk];
+  }
+  FMCall(FMMalloc(g->nsteps + 1, &g->ev_c0));
+  FMCall(FMMalloc(g->nsteps + 1, &g->ev_c1));
+  FMCall(FMMalloc(g->nsteps + 1, &g->ev_w0));
+  FMCall(FMMalloc(g->nsteps + 1, &g->ev_k0));
+  FMCall(FMMalloc(g->nsteps + 1, &g->ev_k1));
+  for (int s = 0; s <= g->nsteps; s++) {
+    if (s < g->nsteps) { FMCallCUDA(cudaEventCreate(&g->ev_c0[s])); FMCallCUDA(cudaEventCreate(&g->ev_c1[s])); }
+    FMCallCUDA(cudaEventCreate(&g->ev_w0[s]));
+    FMCallCUDA(cudaEventCreate(&g->ev_k0[s]));
+    FMCallCUDA(cudaEventCreate(&g->ev_k1[s]));
+    g->nev = s + 1;
+  }
+  if (g->transport == FM_DIST_TRANSPORT_MPI && !g->direct) {
+    size_t hs = 0, hr = 0;
+    for (int s = 0; s < g->nsteps; s++) {
+      hs = g->st[s].hsend > hs ? g->st[s].hsend : hs;
+      hr = g->st[s].hrecv > hr ? g->st[s].hrecv : hr;
+    }
+    FMCallCUDA(cudaMallocHost((void **)&g->hsend, hs + 1));
+    FMCallCUDA(cudaMallocHost((void **)&g->hrecv, hr + 1));
+  }
+  if (g->transport == FM_DIST_TRANSPORT_MPI && g->direct) {
+    /* one request per piece: (sends + receives) x 2 x batch, the largest step */
+    size_t nr = 0;
+    for (int s = 0; s < g->nsteps; s++) {
+      size_t n = (size_t)(g->st[s].nsend + g->st[s].nrecv) * 2 * B;
+      nr = n > nr ? n : nr;
+    }
+    FMCheck(nr <= (size_t)INT_MAX, MPI_COMM_SELF, FM_ERR_SUP,
+            "-fm_gpu_aware_mpi: an exchange step of %zu messages is more than MPI_Waitall takes; use -fm_plan_step_chunks or -fm_gpu_aware_mpi 0", nr);
+    FMCall(FMMalloc(nr + 1, &g->rq));
+  }
+  if (plan->nlocal > 0) FMCall(upload_stages(plan, d, g, no, nl));
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
+{
+  FMDistGPU *g;
+  FMErrorCode ierr;
+  int direct = 0, all = 0;
+  const char *why = "staged";
+  FMCall(FMDistDestroyGPU_Private(d));
+  FMAgree(plan->hdr.comm, resolve_transport(plan, d));
+  FMAgree(plan->hdr.comm, resolve_gpu_aware(plan, d, &direct, &why));
+  FMCallMPI(MPI_Allreduce(&direct, &all, 1, MPI_INT, MPI_MIN, plan->hdr.comm));
+  if (direct && !all) why = "auto: MPIX_Query_cuda_support() = 0 on some rank";
+  if (d->transport == FM_DIST_TRANSPORT_NCCL) {
+    void *world = NULL;
+    FMCall(FMContextGetNCCL_Private(plan->ctx, &world, NULL, NULL)); /* collective, agreed inside */
+    FMAgree(plan->hdr.comm, FMCalloc(1, &g));
+    g->nccl = world;
+    g->gen = FMContextNCCLGeneration_Private(plan->ctx);
+  } else {
+    FMAgree(plan->hdr.comm, FMCalloc(1, &g));
+  }
+  g->transport = d->transport;
+  g->direct = all;
+  g->direct_why = why;
+  d->gpu = g;
+  ierr = setup_gpu_local(plan, d, g);
+  ierr = FMAgreeCode(plan->hdr.comm, ierr);
+#if FM_HAVE_NCCL
+  if (!ierr && g->transport == FM_DIST_TRANSPORT_NCCL) ierr = FMDistNCCLConnect_Private(plan, d, g);
+#endif
+  if (ierr) {
+    (void)FMDistDestroyGPU_Private(d);
+    return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+  }
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistViewGPU_Private(FMPlan plan, FMDist *d, FILE *fp)
+{
+  FMDistGPU *g = (FMDistGPU *)d->gpu;
+  int stages = 0;
+  char how[160] = "";
+  for (int s = 0; s < g->nsteps; s++) stages += g->st[s].dmask != NULL;
+  if (g->transport == FM_DIST_TRANSPORT_MPI)
+    snprintf(how, sizeof(how), " (%s; %s)", g->direct ? "CUDA-aware MPI on device buffers" : "staged through pinned host memory",
+             g->direct_why);
+  FMCall(FMPrintf(plan->hdr.comm, fp, "  GPU: transport %s%s, %d exchange steps; on rank 0: local stage %s, %d arriving stages computed\n",
+                  FMDistTransportNames[g->transport], how, g->nsteps, g->dmask0 ? "computed" : "empty", stages));
+  return FM_SUCCESS;
+}
+

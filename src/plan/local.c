@@ -1,0 +1,159 @@
+/*
+ * local.c - the "local" plan type (FMPLANLOCAL): one rank holds every query row and every
+ * key, and the backend runs the whole problem in one call (the CPU kernels, or the CUDA
+ * forward and backward kernels on device tensors). Its layout is the identity, so
+ * FMPlanGetLocalKeys answers all seqlen_k keys and FMPlanScatter/FMPlanGather are copies.
+ */
+#include <flashmask/private/planimpl.h>
+#include <flashmask/private/fmkernels.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  void *gpu;    /* the mask on the device (FMCudaMaskUpload), CUDA backend only */
+  int nkeys;
+  int *keys;    /* 0..seqlen_k-1 */
+} FMPlanLocal;
+
+static FMErrorCode identity(int n, int **idx)
+{
+  FMCall(FMMalloc(n + 1, idx));
+  for (int i = 0; i < n; i++) (*idx)[i] = i;
+  return FM_SUCCESS;
+}
+
+static FMErrorCode destroy_local(FMPlan plan)
+{
+  FMPlanLocal *L = (FMPlanLocal *)plan->data;
+  if (!L) return FM_SUCCESS;
+#if FM_HAVE_CUDA
+  if (L->gpu) FMCall(FMCudaMaskFree(L->gpu));
+#endif
+  free(L->keys);
+  FMFree(plan->data);
+  return FM_SUCCESS;
+}
+
+/* The purely local part of the set-up (agreed by the caller). */
+static FMErrorCode setup_local(FMPlan plan, FMPlanLocal *L)
+{
+  FMCheck(plan->ctx->size == 1, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+          "The plan type is \"%s\", but the plan's communicator has %d ranks; \"%s\" runs on one rank only (use \"%s\")", FMPLANLOCAL,
+          plan->ctx->size, FMPLANLOCAL, FMPLANCP);
+  FMCall(FMPlanCheckCUDADType_Private(plan));
+#if FM_HAVE_CUDA
+  if (L->gpu) { FMCall(FMCudaMaskFree(L->gpu)); L->gpu = NULL; }
+  if (plan->backend == FM_BACKEND_CUDA) {
+    FMAttnProblem p;
+    FMCall(FMPlanGetProblem_Private(plan, &p));
+    FMCall(FMCudaMaskUpload(&p.mask, &L->gpu));
+  }
+#else
+  FMCheck(plan->backend != FM_BACKEND_CUDA, MPI_COMM_SELF, FM_ERR_SUP, "This build has no CUDA support");
+#endif
+  FMFree(plan->rows);
+  FMFree(L->keys);
+  plan->nlocal = 0;
+  L->nkeys = 0;
+  FMCall(identity(plan->mask->seqlen_q, &plan->rows));
+  plan->nlocal = plan->mask->seqlen_q;
+  FMCall(identity(plan->mask->seqlen_k, &L->keys));
+  L->nkeys = plan->mask->seqlen_k;
+  return FM_SUCCESS;
+}
+
+static FMErrorCode setup(FMPlan plan)
+{
+  FMAgree(plan->hdr.comm, setup_local(plan, (FMPlanLocal *)plan->data));
+  return FM_SUCCESS;
+}
+
+static FMErrorCode forward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
+{
+  FMAttnProblem p;
+  float *lse_tmp = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
+  FMCall(FMPlanGetProblem_Private(plan, &p));
+  if (plan->backend == FM_BACKEND_CUDA) {
+#if FM_HAVE_CUDA
+    if (!lse) FMCall(FMCudaMalloc((size_t)p.batch * p.heads_q * p.nq * sizeof(float), (void **)&lse_tmp));
+    ierr = FMCudaForward(&p, ((FMPlanLocal *)plan->data)->gpu, q, k, v, o, lse ? lse : lse_tmp, plan->stream);
+    if (lse_tmp) FMCall(FMCudaFree(lse_tmp));
+#else
+    FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
+#endif
+  } else {
+    if (!lse) FMCall(FMMalloc((size_t)p.batch * p.heads_q * p.nq + 1, &lse_tmp));
+    ierr = FMCPUForward(&p, q, k, v, o, plan->dtype, lse ? lse : lse_tmp);
+    free(lse_tmp);
+  }
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+/* The CPU backward on host tensors: dQ accumulates in fp32, then converts. */
+static FMErrorCode backward_cpu(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse, const void *dout,
+                                void *dq, void *dk, void *dv)
+{
+  FMAttnProblem p;
+  size_t nq;
+  float *dq_acc = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
+  FMCall(FMPlanGetProblem_Private(plan, &p));
+  nq = (size_t)p.batch * p.nq * p.heads_q * p.head_dim;
+  FMCall(FMCalloc(nq + 1, &dq_acc));
+  FMCallGoto(FMCPUBackward(&p, q, k, v, o, lse, dout, dq_acc, dk, dv, plan->dtype));
+  for (size_t i = 0; i < nq; i++) FMFromFloat(dq, i, plan->dtype, dq_acc[i]);
+cleanup:
+  free(dq_acc);
+  return ierr;
+}
+
+static FMErrorCode backward(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse, const void *dout,
+                            void *dq, void *dk, void *dv)
+{
+  if (plan->backend == FM_BACKEND_CUDA) {
+#if FM_HAVE_CUDA
+    FMAttnProblem p;
+    FMCall(FMPlanGetProblem_Private(plan, &p));
+    FMCall(FMCudaBackward(&p, ((FMPlanLocal *)plan->data)->gpu, q, k, v, o, lse, dout, dq, dk, dv, plan->stream));
+#else
+    FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
+#endif
+  } else FMCall(backward_cpu(plan, q, k, v, o, lse, dout, dq, dk, dv));
+  return FM_SUCCESS;
+}
+
+static FMErrorCode view(FMPlan plan, FILE *fp)
+{
+  FMCall(FMPrintf(plan->hdr.comm, fp, "  one rank: all %d query rows and %d keys local\n", plan->nlocal, ((FMPlanLocal *)plan->data)->nkeys));
+  return FM_SUCCESS;
+}
+
+static FMErrorCode getlocalkeys(FMPlan plan, int *nkeys, const int **keys)
+{
+  FMPlanLocal *L = (FMPlanLocal *)plan->data;
+  *nkeys = L->nkeys;
+  if (keys) *keys = L->keys;
+  return FM_SUCCESS;
+}
+
+static FMErrorCode getlayout(FMPlan plan, int keys, int rank, int *n, int **idx)
+{
+  FMCheck(rank == 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Rank %d of a one-rank plan", rank);
+  *n = keys ? plan->mask->seqlen_k : plan->mask->seqlen_q;
+  FMCall(identity(*n, idx));
+  return FM_SUCCESS;
+}
+
+static const FMPlanOps local_ops = {NULL, setup, forward, backward, view, destroy_local, getlocalkeys, getlayout};
+
+/* FMPlanCreate_Local - see planimpl.h. */
+FMErrorCode FMPlanCreate_Local(FMPlan plan)
+{
+  FMPlanLocal *L;
+  FMCall(FMCalloc(1, &L));
+  plan->data = L;
+  plan->ops = &local_ops;
+  return FM_SUCCESS;
+}

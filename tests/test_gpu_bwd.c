@@ -1,0 +1,244 @@
+/*
+ * test_gpu_bwd - FMPlanBackward on the CUDA backend (device pointers) against a float64 reference
+ * (fmt_ref_attention) computed here from the same rounded inputs. Fresh random inputs per case;
+ * dq, dk, dv poisoned with NaN before each call. Covers the 12 builder masks (FMMaskSetType),
+ * random per-head user bounds (type "bounds", mask_heads = heads_kv) with fully masked rows and
+ * columns, GQA 4:1, S_q != S_k both ways (bottom-right causal), odd lengths (1000, 4099), head
+ * dims 64/128/256, bf16 and fp16, several softmax scales.
+ * Pass: ||g - ref|| / ||ref|| <= 2e-2 (bf16) / 5e-3 (fp16) for g = dq, dk, dv; no NaN anywhere.
+ * Exit 77 without CUDA or without a GPU.
+ * Usage: test_gpu_bwd [-quick] [-case N] [-seed S]
+ */
+#include <flashmask.h>
+#include <flashmask/private/fmkernels.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fmtest.h"
+
+#if !FM_HAVE_CUDA
+FMT_SKIP_MAIN("built without CUDA")
+#else
+
+typedef struct {
+  const char *type; /* an FMMASK* name */
+  int B, Sq, Sk, Hq, Hkv, mh, D;
+  FMDType dt;
+  double scale; /* 0: 1/sqrt(D) */
+} Case;
+
+typedef struct {
+  int Sq, Sk;
+  const unsigned char *m; /* [mh][Sq][Sk] 1 = masked */
+} Dense;
+
+static int dense_masked(void *ctx, int mh, int i, int j)
+{
+  const Dense *d = (const Dense *)ctx;
+  return d->m[((size_t)mh * d->Sq + i) * d->Sk + j];
+}
+
+/* Random per-head bounds: each column masks one random interval [lts, lte); every head also masks a
+   band of rows [r0, r1) in every column (fully masked rows) and a few whole columns. */
+static void user_bounds(FMMask m, int Sq, int Sk, int mh, uint64_t *s)
+{
+  int32_t *lts = malloc(sizeof(int32_t) * Sk), *lte = malloc(sizeof(int32_t) * Sk);
+  int32_t *uts = malloc(sizeof(int32_t) * Sk), *ute = malloc(sizeof(int32_t) * Sk);
+  for (int h = 0; h < mh; h++) {
+    const int r0 = (int)((fmt_uniform(s) * 0.5 + 0.5) * Sq * 0.8), r1 = r0 + 1 + (int)((fmt_uniform(s) * 0.5 + 0.5) * 40);
+    for (int j = 0; j < Sk; j++) {
+      int a = (int)((fmt_uniform(s) * 0.5 + 0.5) * Sq), b = (int)((fmt_uniform(s) * 0.5 + 0.5) * Sq);
+      if (a > b) { const int t = a; a = b; b = t; }
+      if (fmt_uniform(s) > 0.94) a = 0, b = Sq; /* fully masked column */
+      lts[j] = a;
+      lte[j] = b;
+      uts[j] = r0;
+      ute[j] = r1 < Sq ? r1 : Sq;
+    }
+    FMT_CALL(FMMaskSetBounds(m, h, lts, lte, uts, ute));
+  }
+  free(lts);
+  free(lte);
+  free(uts);
+  free(ute);
+}
+
+/* device buffer of n elements of es bytes from host data h */
+static void *upload(const void *h, size_t bytes)
+{
+  void *d;
+  FMT_CALL(FMCudaMalloc(bytes, &d));
+  FMT_CALL(FMCudaMemcpyH2D(d, h, bytes, NULL));
+  return d;
+}
+
+static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
+{
+  const int B = c->B, Sq = c->Sq, Sk = c->Sk, Hq = c->Hq, Hkv = c->Hkv, D = c->D, mh = c->mh;
+  const size_t nq = (size_t)B * Sq * Hq * D, nk = (size_t)B * Sk * Hkv * D, nl = (size_t)B * Hq * Sq;
+  const size_t es = FMDTypeSize(c->dt);
+  const double scale = c->scale > 0 ? c->scale : 1.0 / sqrt((double)D);
+  const double tol = c->dt == FM_DTYPE_FP16 ? 5e-3 : 2e-2;
+  uint64_t s = seed;
+  FMMask mask;
+  FMPlan plan;
+  Dense dm;
+  unsigned char *mm;
+  void *h[4], *g[3], *dq, *dk, *dv, *dd[4], *dev_o;
+  float *dlse;
+  double *x[4], *o, *lse, *rq, *rk, *rv, *gq, *gk, *gv, err[3];
+  const size_t n4[4] = {nq, nk, nk, nq}; /* q, k, v, dout */
+  int fail;
+
+  FMT_CALL(FMMaskCreate(ctx, &mask));
+  FMT_CALL(FMMaskSetSizes(mask, Sq, Sk, mh));
+  FMT_CALL(FMMaskSetType(mask, c->type));
+  FMT_CALL(FMMaskSetSeed(mask, (unsigned long)(seed & 0xffffffffu)));
+  if (!strcmp(c->type, FMMASKBOUNDS)) {
+    user_bounds(mask, Sq, Sk, mh, &s);
+    FMT_CALL(FMMaskSetCausal(mask, (FMBool)(idx & 1)));
+  }
+  FMT_CALL(FMMaskSetUp(mask));
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetMask(plan, mask));
+  FMT_CALL(FMPlanSetShape(plan, B, Hq, Hkv, D, c->dt));
+  FMT_CALL(FMPlanSetScale(plan, scale));
+  FMT_CALL(FMPlanSetUp(plan));
+
+  /* inputs: rounded to dtype; the reference reads the rounded values */
+  for (int t = 0; t < 4; t++) {
+    h[t] = malloc(n4[t] * es);
+    x[t] = malloc(n4[t] * sizeof(double));
+    for (size_t i = 0; i < n4[t]; i++) {
+      FMFromFloat(h[t], i, c->dt, (float)(t == 0 || t == 1 ? 1.5 * fmt_uniform(&s) : fmt_uniform(&s)));
+      x[t][i] = FMToFloat(h[t], i, c->dt);
+    }
+    dd[t] = upload(h[t], n4[t] * es);
+  }
+  FMT_CALL(FMCudaMalloc(nq * es, &dev_o));
+  FMT_CALL(FMCudaMalloc(nl * sizeof(float), (void **)&dlse));
+  FMT_CALL(FMPlanForward(plan, dd[0], dd[1], dd[2], dev_o, dlse));
+  /* NaN-poisoned gradients */
+  g[0] = malloc(nq * es);
+  g[1] = malloc(nk * es);
+  g[2] = malloc(nk * es);
+  memset(g[0], 0xff, nq * es);
+  memset(g[1], 0xff, nk * es);
+  memset(g[2], 0xff, nk * es);
+  dq = upload(g[0], nq * es);
+  dk = upload(g[1], nk * es);
+  dv = upload(g[2], nk * es);
+  FMT_CALL(FMPlanBackward(plan, dd[0], dd[1], dd[2], dev_o, dlse, dd[3], dq, dk, dv));
+  FMT_CALL(FMCudaMemcpyD2H(g[0], dq, nq * es, NULL));
+  FMT_CALL(FMCudaMemcpyD2H(g[1], dk, nk * es, NULL));
+  FMT_CALL(FMCudaMemcpyD2H(g[2], dv, nk * es, NULL));
+
+  /* float64 reference over the mask's own element test */
+  mm = malloc((size_t)mh * Sq * Sk);
+  for (int hh = 0; hh < mh; hh++)
+    for (int i = 0; i < Sq; i++)
+      for (int j = 0; j < Sk; j++) {
+        FMBool b;
+        FMT_CALL(FMMaskIsMasked(mask, hh, i, j, &b));
+        mm[((size_t)hh * Sq + i) * Sk + j] = (unsigned char)b;
+      }
+  dm.Sq = Sq;
+  dm.Sk = Sk;
+  dm.m = mm;
+  o = malloc(nq * sizeof(double));
+  lse = malloc(nl * sizeof(double));
+  rq = malloc(nq * sizeof(double));
+  rk = malloc(nk * sizeof(double));
+  rv = malloc(nk * sizeof(double));
+  fmt_ref_attention(B, Hq, Hkv, D, Sq, Sk, mh, scale, dense_masked, &dm, x[0], x[1], x[2], o, lse, x[3], rq, rk, rv);
+  gq = malloc(nq * sizeof(double));
+  gk = malloc(nk * sizeof(double));
+  gv = malloc(nk * sizeof(double));
+  for (size_t i = 0; i < nq; i++) gq[i] = FMToFloat(g[0], i, c->dt);
+  for (size_t i = 0; i < nk; i++) gk[i] = FMToFloat(g[1], i, c->dt), gv[i] = FMToFloat(g[2], i, c->dt);
+  err[0] = fmt_relerr(gq, rq, nq);
+  err[1] = fmt_relerr(gk, rk, nk);
+  err[2] = fmt_relerr(gv, rv, nk);
+  fail = !(err[0] <= tol && err[1] <= tol && err[2] <= tol);
+  printf("case %2d %-22s B %d Sq %4d Sk %4d Hq %d Hkv %d mh %d D %3d %s scale %.3f: dq %.2e dk %.2e dv %.2e %s\n", idx,
+         c->type, B, Sq, Sk, Hq, Hkv, mh, D, c->dt == FM_DTYPE_FP16 ? "fp16" : "bf16", scale, err[0], err[1], err[2],
+         fail ? "FAIL" : "ok");
+  FMT_CHECK(!fail, "case %d (%s): relative errors dq %.3e dk %.3e dv %.3e; expected <= %.0e", idx, c->type, err[0], err[1],
+            err[2], tol);
+
+  for (int t = 0; t < 4; t++) {
+    free(h[t]);
+    free(x[t]);
+    FMT_CALL(FMCudaFree(dd[t]));
+  }
+  for (int t = 0; t < 3; t++) free(g[t]);
+  FMT_CALL(FMCudaFree(dq));
+  FMT_CALL(FMCudaFree(dk));
+  FMT_CALL(FMCudaFree(dv));
+  FMT_CALL(FMCudaFree(dev_o));
+  FMT_CALL(FMCudaFree(dlse));
+  free(mm), free(o), free(lse), free(rq), free(rk), free(rv), free(gq), free(gk), free(gv);
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&mask));
+  return fail;
+}
+
+int main(int argc, char **argv)
+{
+  static const char *types[12] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT,
+                                  FMMASKDOCUMENT, FMMASKSHAREQUESTION, FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE,
+                                  FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE, FMMASKRANDOMEVICTION};
+  int ndev = 0, ncase = 0, only = -1, quick = 0, fails = 0, run = 0;
+  Case cs[32];
+  uint64_t seed;
+  FMContext ctx;
+  FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_bwd: CUDA backward against a float64 reference"));
+  seed = fmt_seed();
+  for (int a = 1; a < argc; a++) {
+    if (!strcmp(argv[a], "-case") && a + 1 < argc) only = atoi(argv[++a]);
+    else if (!strcmp(argv[a], "-quick")) quick = 1;
+    else if (!strcmp(argv[a], "-seed") && a + 1 < argc) seed = strtoull(argv[++a], NULL, 10);
+  }
+  FMT_CALL(FMCudaDeviceCount(&ndev));
+  if (ndev == 0) {
+    printf("SKIP: no CUDA device\n");
+    FMFinalize();
+    return 77;
+  }
+  /* the 12 masks at 1000 x 1000: GQA 4:1 and 2:1, d = 64/128, bf16/fp16 */
+  for (int t = 0; t < 12; t++) {
+    Case c = {types[t], 1, 1000, 1000, 4, 2, 1, 128, FM_DTYPE_BF16, 0};
+    if (t % 3 == 0) c.D = 64;
+    if (t % 2 == 1) c.dt = FM_DTYPE_FP16;
+    if (t % 4 == 2) c.Hkv = 1; /* GQA 4:1 */
+    if (t == 11) c.mh = c.Hkv; /* per-head random eviction */
+    cs[ncase++] = c;
+  }
+  /* random per-head user bounds with fully masked rows and columns, GQA 4:1, S_q != S_k */
+  { Case c = {FMMASKBOUNDS, 2, 1000, 1000, 8, 2, 2, 128, FM_DTYPE_BF16, 0.3}; cs[ncase++] = c; }
+  { Case c = {FMMASKBOUNDS, 1, 1000, 4099, 4, 1, 1, 64, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+  /* S_q != S_k both ways, odd lengths (bottom-right causal: Sq > Sk leaves rows with no key) */
+  { Case c = {FMMASKCAUSAL, 1, 4099, 1000, 2, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {FMMASKCAUSAL, 1, 1000, 4099, 4, 1, 1, 128, FM_DTYPE_FP16, 0.05}; cs[ncase++] = c; }
+  { Case c = {FMMASKSLIDINGWINDOW, 1, 4099, 4099, 1, 1, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  /* d = 256 (fallback), tiny and edge sizes */
+  { Case c = {FMMASKCAUSALDOCUMENT, 1, 600, 600, 2, 1, 1, 256, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {FMMASKCAUSAL, 1, 1, 1, 1, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {FMMASKFULL, 3, 130, 70, 2, 1, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
+  FMT_CALL(FMContextSetUp(ctx));
+  for (int i = 0; i < ncase; i++) {
+    if (only >= 0 && i != only) continue;
+    if (quick && (cs[i].Sq > 1100 || cs[i].Sk > 1100)) continue;
+    fails += run_case(ctx, i, &cs[i], seed + 7919 * (uint64_t)i);
+    run++;
+  }
+  FMT_CALL(FMContextDestroy(&ctx));
+  printf("test_gpu_bwd: %d of %d cases failed\n", fails, run);
+  FMFinalize();
+  return fmt_finish("test_gpu_bwd");
+}
+#endif /* FM_HAVE_CUDA */

@@ -106,15 +106,23 @@ typedef enum { FM_FALSE = 0, FM_TRUE = 1 } FMBool;
  * FMInitialize - initialize the library (and MPI if it is not yet initialized).
  *   Collective on MPI_COMM_WORLD.
  *   argc, argv  the program arguments (may be NULL); options "-fm_..." are read from them
- *   file        an options file (one "-option value" per line, '#' comments), or NULL
+ *   file        an options file (one "-option value" per line, lines of any length, '#'
+ *               comments), or NULL; a path that is not a text file (a directory, a file
+ *               holding NUL or other control bytes) is FM_ERR_FILE naming it
  *   help        text printed by -help before the option list, or NULL
  *   The environment variable FM_OPTIONS is also read (for codes that do not pass argv).
+ *   Options read here: -help, -fm_error_abort, -fm_error_silent, -fm_log_view, -options_left.
  */
 FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *help);
 
 /*
- * FMFinalize - print the -fm_log_view summary if asked, free the options database,
- *   and finalize MPI if FMInitialize initialized it. Collective on MPI_COMM_WORLD.
+ * FMFinalize - print the -fm_log_view summary if asked, warn about options that were set
+ *   but never read, free the options database, and finalize MPI if FMInitialize initialized
+ *   it. Collective on MPI_COMM_WORLD.
+ *   Unused options are printed on rank 0 ("WARNING! option -fm_x 1 was set but never used"):
+ *   by default those whose name holds "fm_" (the library's, with or without a prefix; a
+ *   program may parse its own arguments); with -options_left every unused option, or "There
+ *   are no unused options."; with -options_left 0 nothing.
  */
 FMErrorCode FMFinalize(void);
 
@@ -302,9 +310,20 @@ typedef const char *FMMaskType;
 FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask);
 
 /*
+ * Limits of one mask, checked by FMMaskSetSizes, FMMaskSetBlockSize and FMMaskLoad (before
+ * anything is allocated): seqlen_q, seqlen_k and the block size at most FM_MASK_MAX_SEQLEN
+ * (2^30), and mask_heads * seqlen_k at most FM_MASK_MAX_ENTRIES (2^28 columns: each takes
+ * 16 bytes of bounds, and as much again for bounds given with FMMaskSetBounds).
+ */
+#define FM_MASK_MAX_SEQLEN (1 << 30)
+#define FM_MASK_MAX_ENTRIES (1 << 28)
+
+/*
  * FMMaskSetSizes - set the score-matrix size and the number of mask heads. Not collective.
- *   seqlen_q, seqlen_k  > 0
- *   mask_heads          1 (shared by all heads) or the number of KV heads
+ *   seqlen_q, seqlen_k  > 0 and <= FM_MASK_MAX_SEQLEN
+ *   mask_heads          1 (shared by all heads) or the number of KV heads;
+ *                       mask_heads * seqlen_k <= FM_MASK_MAX_ENTRIES
+ *   Sizes out of these ranges are FM_ERR_ARG_SIZ (nothing is allocated).
  *   Options: -fm_mask_seqlen_q, -fm_mask_seqlen_k, -fm_mask_heads
  */
 FMErrorCode FMMaskSetSizes(FMMask mask, int seqlen_q, int seqlen_k, int mask_heads);
@@ -401,8 +420,9 @@ FMErrorCode FMMaskSetSeed(FMMask mask, unsigned long seed);
 FMErrorCode FMMaskSetBounds(FMMask mask, int head, const int32_t *lts, const int32_t *lte,
                             const int32_t *uts, const int32_t *ute);
 
-/* FMMaskSetBlockSize - block (>= 1), the key/query block size of the summaries of mask
- *   (default 128). Not collective. Option: -fm_mask_block_size */
+/* FMMaskSetBlockSize - block (1 to FM_MASK_MAX_SEQLEN, else FM_ERR_ARG_OUTOFRANGE), the
+ *   key/query block size of the summaries of mask (default 128). Not collective.
+ *   Option: -fm_mask_block_size */
 FMErrorCode FMMaskSetBlockSize(FMMask mask, int block);
 
 /* FMMaskSetFromOptions - read every -fm_mask_* option into mask. Collective. */
@@ -479,6 +499,10 @@ FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name);
  * FMMaskLoad - read /masks/<name> from the HDF5 file path into a new, set-up mask of type
  *   "bounds" on the context ctx. Collective on ctx; every rank reads. A missing dataset, a wrong
  *   shape or type, or bounds out of range is an FM_ERR_HDF5 / FM_ERR_ARG_OUTOFRANGE error.
+ *   Sizes beyond the FM_MASK_MAX_* limits, and datasets that disagree with the attributes or
+ *   store fewer bytes than their shape needs, are FM_ERR_HDF5 before anything is allocated.
+ *   String attributes may be fixed- or variable-length, ASCII or UTF-8 (h5py's). Files are
+ *   data from a trusted source: HDF5 itself can crash on some corrupt files.
  */
 FMErrorCode FMMaskLoad(FMContext ctx, const char *path, const char *name, FMMask *mask);
 

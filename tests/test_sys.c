@@ -89,6 +89,61 @@ static void public_helpers(FMContext ctx)
   FMT_CALL(FMMaskDestroy(&b));
 }
 
+/*
+ * Options files after the main FMInitialize/FMFinalize cycle (MPI stays initialized): a line
+ * far longer than any buffer is read whole, a directory and a binary file are refused with
+ * FM_ERR_FILE naming the path.
+ */
+static void options_files(void)
+{
+  char path[] = "/tmp/fm_test_sys_XXXXXX", dir[] = "/tmp/fm_test_sys_dir_XXXXXX", val[64];
+  const size_t pad = 20000; /* blanks before the value: the line is longer than 4096 */
+  int fd = mkstemp(path), iv = 0;
+  FMBool set = FM_FALSE;
+  FILE *fp;
+  FMErrorCode e;
+  unsetenv("FM_OPTIONS"); /* read by every FMInitialize: the main cycle's are not these cycles' */
+  if (fd < 0 || !mkdtemp(dir)) {
+    FMT_CHECK(0, "cannot make temporary files");
+    return;
+  }
+  fp = fdopen(fd, "w");
+  fprintf(fp, "-fm_t_long");
+  for (size_t i = 0; i < pad; i++) fputc(' ', fp);
+  fprintf(fp, "12345 -fm_t_after 6\n");
+  fclose(fp);
+  FMT_CALL(FMInitialize(NULL, NULL, path, NULL));
+  FMT_CALL(FMOptionsGetInt("-fm_t_long", "a long line", &iv, &set));
+  FMT_CHECK(set && iv == 12345, "-fm_t_long after %zu blanks: set %d value %d, expected 12345", pad, (int)set, iv);
+  iv = 0;
+  FMT_CALL(FMOptionsGetInt("-fm_t_after", "after a long line", &iv, &set));
+  FMT_CHECK(set && iv == 6, "-fm_t_after on the long line: set %d value %d, expected 6", (int)set, iv);
+  FMT_CALL(FMFinalize());
+
+  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
+  e = FMInitialize(NULL, NULL, dir, NULL);
+  FMT_CHECK(e == FM_ERR_FILE, "a directory as options file: FMInitialize returned %s, expected FM_ERR_FILE", FMErrorString(e));
+  FMT_CHECK(fmt_msg_has(dir) && fmt_msg_has("directory"), "a directory as options file: message \"%s\" names neither the path nor a directory",
+            FMGetLastErrorMessage());
+  if (!e) FMFinalize();
+  fp = fopen(path, "wb");
+  fwrite("-fm_t_bin 1\n\x7f" "ELF\x02\x01\x00\x00-fm_t_x 2\n", 1, 22, fp);
+  fclose(fp);
+  e = FMInitialize(NULL, NULL, path, NULL);
+  FMT_CHECK(e == FM_ERR_FILE, "a binary options file: FMInitialize returned %s, expected FM_ERR_FILE", FMErrorString(e));
+  FMT_CHECK(fmt_msg_has(path) && fmt_msg_has("not a text file"), "a binary options file: message \"%s\" does not name the path as not text",
+            FMGetLastErrorMessage());
+  if (!e) FMFinalize();
+  /* Nothing of the refused file reached the database. */
+  FMT_CALL(FMInitialize(NULL, NULL, NULL, NULL));
+  snprintf(val, sizeof(val), "none");
+  FMT_CALL(FMOptionsGetString("-fm_t_bin", "from a refused file", val, sizeof(val), &set));
+  FMT_CHECK(!set, "-fm_t_bin of a refused options file is set (\"%s\")", val);
+  FMT_CALL(FMFinalize());
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
   char path[] = "/tmp/fm_test_sys_XXXXXX";
@@ -100,6 +155,7 @@ int main(int argc, char **argv)
   char sv[32] = "default";
 
   if (fd < 0) return 99;
+  MPI_Init(&argc, &argv); /* ours: FMFinalize leaves it, options_files initializes again */
   fp = fdopen(fd, "w");
   fprintf(fp, "# an options file\n-fm_test_file 11   # trailing comment\n-fm_test_override 1\n");
   fclose(fp);
@@ -194,7 +250,11 @@ int main(int argc, char **argv)
   }
   FMT_CALL(FMInitialized(&flag));
   FMT_CHECK(flag, "FMInitialized must be true");
-  int rc = fmt_finish("test_sys");
   FMT_CALL(FMFinalize());
-  return rc;
+  options_files();
+  {
+    int rc = fmt_finish("test_sys");
+    MPI_Finalize();
+    return rc;
+  }
 }

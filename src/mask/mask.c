@@ -98,9 +98,7 @@ cleanup:
 FMErrorCode FMMaskSetSizes(FMMask mask, int seqlen_q, int seqlen_k, int mask_heads)
 {
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCheck(seqlen_q > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Argument 2 (seqlen_q) is %d; expected > 0", seqlen_q);
-  FMCheck(seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Argument 3 (seqlen_k) is %d; expected > 0", seqlen_k);
-  FMCheck(mask_heads > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Argument 4 (mask_heads) is %d; expected >= 1", mask_heads);
+  FMCall(FMMaskCheckSizes_Private(seqlen_q, seqlen_k, mask_heads, mask->block, "Argument"));
   if (mask->user_head_set && (seqlen_k != mask->seqlen_k || mask_heads != mask->mask_heads)) free_user_bounds(mask);
   mask->seqlen_q = seqlen_q;
   mask->seqlen_k = seqlen_k;
@@ -294,7 +292,8 @@ FMErrorCode FMMaskSetBounds(FMMask mask, int head, const int32_t *lts, const int
 FMErrorCode FMMaskSetBlockSize(FMMask mask, int block)
 {
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCheck(block >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (block) is %d; expected >= 1", block);
+  FMCheck(block >= 1 && block <= FM_MASK_MAX_SEQLEN, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 2 (block) is %d; expected 1 <= block <= FM_MASK_MAX_SEQLEN = %d", block, FM_MASK_MAX_SEQLEN);
   mask->block = block;
   changed(mask);
   return FM_SUCCESS;

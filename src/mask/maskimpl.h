@@ -19,6 +19,9 @@ typedef enum {
 /* NULL-terminated names indexed by FMMaskTypeId (builders.c; public as FMMaskTypeList). */
 extern const char *const FMMaskTypeNames_Private[FM_MT_N + 1];
 
+/* The size limits of one mask (FM_MASK_MAX_* in flashmask.h), in 64 bits; summary.c. */
+FMErrorCode FMMaskCheckSizes_Private(int seqlen_q, int seqlen_k, int mask_heads, int block, const char *what);
+
 /* Index of a type name, or -1 when unknown. */
 int FMMaskTypeIndex_Private(const char *name);
 

@@ -133,15 +133,21 @@ cleanup:
 }
 
 /* ---------------------------------------------------------------- reading helpers */
-/* Read dataset gname/vname into buf[H * Sk] after checking its type class and shape. */
-static FMErrorCode read_vector(hid_t grp, const char *gname, const char *vname, int H, int Sk, int32_t *buf)
+/*
+ * Open dataset gname/vname and check it before anything is allocated for it: an integer type
+ * of at most 8 bytes, the shape [H][Sk], and (unfiltered storage) as many bytes stored as the
+ * shape needs, so that a corrupt file cannot make us read fill values into a huge buffer.
+ * On success *dset is open (the caller closes it).
+ */
+static FMErrorCode open_vector(hid_t grp, const char *gname, const char *vname, int H, int Sk, hid_t *dset)
 {
-  hid_t d, t, s;
+  hid_t d, t, s, pl;
   H5T_class_t cls;
-  int nd;
-  hsize_t dims[8] = {0};
-  herr_t st;
+  int nd, nfilt;
+  size_t esize;
+  hsize_t dims[8] = {0}, stored;
   htri_t ex = H5Lexists(grp, vname, H5P_DEFAULT);
+  *dset = -1;
   if (ex <= 0) {
     H5Eclear2(H5E_DEFAULT);
     FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s is missing; the attribute present says it is stored (expected int32 [%d][%d])",
@@ -151,15 +157,21 @@ static FMErrorCode read_vector(hid_t grp, const char *gname, const char *vname, 
   if (d < 0) FMH5Raise(FM_ERR_HDF5, "Cannot open %s/%s as a dataset", gname, vname);
   t = H5Dget_type(d);
   s = H5Dget_space(d);
+  pl = H5Dget_create_plist(d);
   cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+  esize = t >= 0 ? H5Tget_size(t) : 0;
   nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
-  if (nd > 0 && nd <= 8) H5Sget_simple_extent_dims(s, dims, NULL);
+  if (nd > 0 && nd <= 8 && H5Sget_simple_extent_dims(s, dims, NULL) < 0) nd = -1;
+  nfilt = pl >= 0 ? H5Pget_nfilters(pl) : -1;
+  stored = H5Dget_storage_size(d);
   if (t >= 0) H5Tclose(t);
   if (s >= 0) H5Sclose(s);
-  if (cls != H5T_INTEGER) {
+  if (pl >= 0) H5Pclose(pl);
+  H5Eclear2(H5E_DEFAULT);
+  if (cls != H5T_INTEGER || esize < 1 || esize > 8) {
     H5Dclose(d);
-    H5Eclear2(H5E_DEFAULT);
-    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s has element type %s; expected an integer (int32) type", gname, vname, FMH5ClassName(cls));
+    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s has element type %s of %zu bytes; expected an integer (int32) type", gname, vname,
+            FMH5ClassName(cls), esize);
   }
   if (nd != 2 || dims[0] != (hsize_t)H || dims[1] != (hsize_t)Sk) {
     char shape[160] = "";
@@ -168,11 +180,22 @@ static FMErrorCode read_vector(hid_t grp, const char *gname, const char *vname, 
     else if (nd == 0) snprintf(shape, sizeof(shape), "scalar");
     for (int k = 0; k < nd && k < 8 && len < sizeof(shape) - 24; k++) len += (size_t)snprintf(shape + len, sizeof(shape) - len, "[%llu]", (unsigned long long)dims[k]);
     H5Dclose(d);
-    H5Eclear2(H5E_DEFAULT);
     FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s has shape %s (rank %d); expected [%d][%d] = [mask_heads][seqlen_k]", gname, vname, shape, nd,
             H, Sk);
   }
-  st = H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  if (nfilt == 0 && stored < (hsize_t)H * (hsize_t)Sk * esize) {
+    H5Dclose(d);
+    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s of shape [%d][%d] stores %llu bytes; expected %llu (a truncated or corrupt file?)", gname,
+            vname, H, Sk, (unsigned long long)stored, (unsigned long long)((hsize_t)H * (hsize_t)Sk * esize));
+  }
+  *dset = d;
+  return FM_SUCCESS;
+}
+
+/* Read the checked dataset d into buf[H * Sk] (int32) and close it. */
+static FMErrorCode read_vector(hid_t d, const char *gname, const char *vname, int32_t *buf)
+{
+  herr_t st = H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   H5Dclose(d);
   if (st < 0) FMH5Raise(FM_ERR_HDF5, "Cannot read dataset %s/%s", gname, vname);
   return FM_SUCCESS;
@@ -247,6 +270,7 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
   char gname[300];
   int Sq = 0, Sk = 0, H = 0, causal = 0, present = 0, block = 128, version = FMH5_FORMAT_VERSION;
   int32_t *vec[4] = {NULL, NULL, NULL, NULL};
+  hid_t dset[4] = {-1, -1, -1, -1};
   FMErrorCode ierr = FM_SUCCESS;
   FMH5Quiet q;
 
@@ -273,15 +297,32 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
   FMCheckGoto(present >= 0 && present <= 15 && (causal == 0 || causal == 1) && block >= 1, MPI_COMM_SELF, FM_ERR_HDF5,
               "Group %s has present %d, causal %d, block %d; expected present in 0..15 (FM_BOUND_* bits), causal 0 or 1, block >= 1", gname,
               present, causal, block);
+  {
+    char what[340];
+    snprintf(what, sizeof(what), "Group %s: attribute", gname);
+    if (FMMaskCheckSizes_Private(Sq, Sk, H, block, what)) {
+      char msg[1024]; /* copy: the message buffer is reused */
+      snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
+      FMRaiseGoto(MPI_COMM_SELF, FM_ERR_HDF5, "%s (in \"%s\")", msg, path);
+    }
+  }
+  /* Every dataset is checked against the attributes before any buffer is sized from them. */
+  for (int v = 0; v < 4; v++)
+    if (present & (1 << v)) FMCallGoto(open_vector(grp, gname, vec_names[v], H, Sk, &dset[v]));
   for (int v = 0; v < 4; v++) {
-    if (!(present & (1 << v))) continue;
+    if (dset[v] < 0) continue;
     FMCallGoto(FMMalloc((size_t)H * Sk, &vec[v]));
-    FMCallGoto(read_vector(grp, gname, vec_names[v], H, Sk, vec[v]));
+    ierr = read_vector(dset[v], gname, vec_names[v], vec[v]);
+    dset[v] = -1;
+    FMCallGoto(ierr);
   }
   H5Eclear2(H5E_DEFAULT);
   FMCallGoto(fill_mask(m, path, gname, Sq, Sk, H, causal, block, vec));
 cleanup:
-  for (int v = 0; v < 4; v++) free(vec[v]);
+  for (int v = 0; v < 4; v++) {
+    free(vec[v]);
+    if (dset[v] >= 0) H5Dclose(dset[v]);
+  }
   if (grp >= 0) H5Oclose(grp);
   if (file >= 0) H5Fclose(file);
   H5Eclear2(H5E_DEFAULT);
@@ -344,8 +385,10 @@ FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name)
  *   mask  out: the new mask with the stored sizes, causal flag, block size and bound vectors
  *         (the stored builder parameters are informational and not read back)
  *   A missing attribute or dataset, a dataset of the wrong rank, shape or a non-integer type
- *   is FM_ERR_HDF5 with a message naming it, the shape found and the shape expected; bounds
- *   out of range are FM_ERR_ARG_OUTOFRANGE. Without HDF5 in the build, returns FM_ERR_SUP.
+ *   is FM_ERR_HDF5 with a message naming it, the shape found and the shape expected; so are
+ *   sizes beyond the FM_MASK_MAX_* limits and datasets storing fewer bytes than their shape,
+ *   all checked before any buffer is allocated; bounds out of range are
+ *   FM_ERR_ARG_OUTOFRANGE. Without HDF5 in the build, returns FM_ERR_SUP.
  */
 FMErrorCode FMMaskLoad(FMContext ctx, const char *path, const char *name, FMMask *mask)
 {

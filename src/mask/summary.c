@@ -1,11 +1,33 @@
 /*
- * summary.c - validation of the bound vectors, per-block summaries (min/max of each vector
- * over a block of key columns), tile classes, and the exact element density and block
- * sparsity of a mask.
+ * summary.c - the size limits of a mask, validation of the bound vectors, per-block
+ * summaries (min/max of each vector over a block of key columns), tile classes, and the
+ * exact element density and block sparsity of a mask.
  */
 #include "maskimpl.h"
 #include <stdlib.h>
 #include <string.h>
+
+/*
+ * FMMaskCheckSizes_Private - the limits of one mask (flashmask.h, FM_MASK_MAX_*), every product
+ *   in 64 bits. Not collective. what starts the messages: "Argument" (FMMaskSetSizes: names the
+ *   argument numbers) or a phrase such as "Group /masks/x of \"f.h5\": attribute" (FMMaskLoad).
+ *   block is not checked when it is 0.
+ */
+FMErrorCode FMMaskCheckSizes_Private(int seqlen_q, int seqlen_k, int mask_heads, int block, const char *what)
+{
+  const int arg = !strcmp(what, "Argument");
+  FMCheck(seqlen_q > 0 && seqlen_q <= FM_MASK_MAX_SEQLEN, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "%s %s(seqlen_q) is %d; expected 1 <= seqlen_q <= %d",
+          what, arg ? "2 " : "", seqlen_q, FM_MASK_MAX_SEQLEN);
+  FMCheck(seqlen_k > 0 && seqlen_k <= FM_MASK_MAX_SEQLEN, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "%s %s(seqlen_k) is %d; expected 1 <= seqlen_k <= %d",
+          what, arg ? "3 " : "", seqlen_k, FM_MASK_MAX_SEQLEN);
+  FMCheck(mask_heads > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "%s %s(mask_heads) is %d; expected >= 1", what, arg ? "4 " : "", mask_heads);
+  FMCheck((int64_t)mask_heads * seqlen_k <= FM_MASK_MAX_ENTRIES, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
+          "%s %s(mask_heads) %d times seqlen_k %d is %lld bound columns; expected at most FM_MASK_MAX_ENTRIES = %d per mask", what,
+          arg ? "4 " : "", mask_heads, seqlen_k, (long long)mask_heads * seqlen_k, FM_MASK_MAX_ENTRIES);
+  FMCheck(block == 0 || (block >= 1 && block <= FM_MASK_MAX_SEQLEN), MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "%s (block) is %d; expected 1 <= block <= %d", what, block, FM_MASK_MAX_SEQLEN);
+  return FM_SUCCESS;
+}
 
 /*
  * FMClassifyTile - class of the query tile [m0, m1) against key block kb, from one head's
@@ -119,17 +141,19 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
   int nkb, nqb, *cnt;
   double masked = 0, skipped = 0;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
-  FMCheck(B > 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Block size is %d; expected > 0", B);
+  /* The limits keep every index below in int (c0 + B <= 2 * FM_MASK_MAX_SEQLEN - 1 <= INT_MAX);
+     the block counts are computed in 64 bits all the same. */
+  FMCall(FMMaskCheckSizes_Private(Sq, Sk, H, B > 0 ? B : -1, "Mask"));
   normalize(m);
-  nkb = (Sk + B - 1) / B;
-  nqb = (Sq + B - 1) / B;
+  nkb = (int)(((int64_t)Sk + B - 1) / B);
+  nqb = (int)(((int64_t)Sq + B - 1) / B);
   FMFree(m->summary);
   FMCall(FMMalloc((size_t)H * nkb * FM_SUM_N, &m->summary));
   m->nblocks_k = nkb;
   for (int h = 0; h < H; h++)
     for (int kb = 0; kb < nkb; kb++) {
       int32_t *s = m->summary + ((size_t)h * nkb + kb) * FM_SUM_N;
-      int c0 = kb * B, c1 = c0 + B < Sk ? c0 + B : Sk;
+      const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
       for (int v = 0; v < 4; v++) {
         const int32_t *x = m->bnd[v] + (size_t)h * Sk;
         int32_t lo = x[c0], hi = x[c0];
@@ -148,12 +172,12 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
   FMCall(FMMalloc(nqb + 1, &cnt));
   for (int h = 0; h < H; h++)
     for (int kb = 0; kb < nkb; kb++) {
-      int c0 = kb * B, c1 = c0 + B < Sk ? c0 + B : Sk;
+      const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
       memset(cnt, 0, sizeof(int) * (size_t)(nqb + 1));
       for (int j = c0; j < c1; j++) {
         int a[3], b[3], n = column_masked(m, h, j, a, b);
         for (int k = 0; k < n; k++) {
-          int lo = (a[k] + B - 1) / B, hi = b[k] >= Sq ? nqb - 1 : b[k] / B - 1;
+          int lo = (int)(((int64_t)a[k] + B - 1) / B), hi = b[k] >= Sq ? nqb - 1 : b[k] / B - 1;
           masked += b[k] - a[k];
           if (lo <= hi) { cnt[lo]++; cnt[hi + 1]--; }
         }

@@ -58,6 +58,30 @@ const char *FMH5ClassName(H5T_class_t c)
   }
 }
 
+/* FMH5CheckCompound_Private - see fmh5.h. Not collective. */
+FMErrorCode FMH5CheckCompound_Private(hid_t t, const char *what, const char *path)
+{
+  size_t size = t >= 0 ? H5Tget_size(t) : 0;
+  int nm = t >= 0 ? H5Tget_nmembers(t) : -1;
+  H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+  H5Eclear2(H5E_DEFAULT);
+  FMCheck(cls == H5T_COMPOUND && size > 0 && size <= 65536 && nm >= 1 && nm <= 64, MPI_COMM_SELF, FM_ERR_HDF5,
+          "%s has element type %s of %zu bytes and %d members; expected a compound of at most 65536 bytes and 1 to 64 members (in \"%s\")", what,
+          FMH5ClassName(cls), size, nm, path);
+  for (int k = 0; k < nm; k++) {
+    hid_t mt = H5Tget_member_type(t, (unsigned)k);
+    H5T_class_t mc = mt >= 0 ? H5Tget_class(mt) : H5T_NO_CLASS;
+    size_t off = H5Tget_member_offset(t, (unsigned)k), ms = mt >= 0 ? H5Tget_size(mt) : 0;
+    int ok = (mc == H5T_INTEGER || mc == H5T_FLOAT) ? ms >= 1 && ms <= 16 : mc == H5T_STRING ? H5Tis_variable_str(mt) == 0 && ms >= 1 : 0;
+    if (mt >= 0) H5Tclose(mt);
+    H5Eclear2(H5E_DEFAULT);
+    FMCheck(ok && off <= size && ms <= size - off, MPI_COMM_SELF, FM_ERR_HDF5,
+            "%s: member %d of its compound type is %s of %zu bytes at offset %zu in an element of %zu bytes; expected an integer, float or "
+            "fixed-length string inside the element (in \"%s\")", what, k, FMH5ClassName(mc), ms, off, size, path);
+  }
+  return FM_SUCCESS;
+}
+
 /* ================================================================ attribute writers */
 /* FMH5AttrWrite - see fmh5.h. Not collective (serial HDF5). */
 FMErrorCode FMH5AttrWrite(hid_t obj, const char *name, hid_t ftype, hid_t mtype, int n, const void *val)
@@ -204,30 +228,46 @@ FMErrorCode FMH5AttrReadDouble(hid_t obj, const char *where, const char *name, F
 
 /*
  * Read the open attribute a, of class cls with npts elements, into buf[len] when it is one
- * fixed-length string shorter than len; returns 1 then, otherwise 0 with why saying what it is.
+ * string (fixed-length of any padding, or variable-length, as h5py writes them; ASCII or
+ * UTF-8) shorter than len; returns 1 then, otherwise 0 with why saying what it is. The
+ * memory type takes the file type's character set (HDF5 does not convert between them).
  */
 static int read_str(hid_t a, H5T_class_t cls, hssize_t npts, char *buf, size_t len, char *why, size_t wlen)
 {
-  hid_t t = H5Aget_type(a), mt;
+  hid_t t = H5Aget_type(a), mt = -1;
   int ok = 0;
+  char b[256];
   buf[0] = '\0';
   if (cls != H5T_STRING || npts != 1 || t < 0) {
     snprintf(why, wlen, "has class %s and %lld element(s)", FMH5ClassName(cls), (long long)npts);
-  } else if (H5Tis_variable_str(t)) {
-    snprintf(why, wlen, "is a variable-length string");
+  } else if (H5Tis_variable_str(t) > 0) {
+    char *p = NULL;
+    mt = H5Tcopy(H5T_C_S1);
+    ok = mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Tset_cset(mt, H5Tget_cset(t)) >= 0 && H5Aread(a, mt, &p) >= 0;
+    if (!ok) snprintf(why, wlen, "cannot be read as a variable-length string (HDF5 says: %s)", FMH5LastMessage(b));
+    else if (!p) buf[0] = '\0';
+    else if (strlen(p) >= len) {
+      snprintf(why, wlen, "is a variable-length string of %zu bytes", strlen(p));
+      ok = 0;
+    } else memcpy(buf, p, strlen(p) + 1);
+    if (p) H5free_memory(p);
   } else if (H5Tget_size(t) >= len) {
     snprintf(why, wlen, "is a string of %zu bytes", H5Tget_size(t));
   } else {
     mt = H5Tcopy(H5T_C_S1);
-    H5Tset_size(mt, H5Tget_size(t) + 1);
-    ok = H5Aread(a, mt, buf) >= 0;
-    H5Tclose(mt);
+    ok = mt >= 0 && H5Tset_size(mt, H5Tget_size(t) + 1) >= 0 && H5Tset_strpad(mt, H5T_STR_NULLTERM) >= 0 &&
+         H5Tset_cset(mt, H5Tget_cset(t)) >= 0 && H5Aread(a, mt, buf) >= 0;
     if (!ok) {
-      char b[256];
       buf[0] = '\0';
       snprintf(why, wlen, "cannot be read (HDF5 says: %s)", FMH5LastMessage(b));
+    } else {
+      size_t n = H5Tget_size(t); /* space padding (Fortran style) is not part of the value */
+      buf[n] = '\0';
+      if (H5Tget_strpad(t) == H5T_STR_SPACEPAD)
+        while (n > 0 && buf[n - 1] == ' ') buf[--n] = '\0';
     }
   }
+  if (mt >= 0) H5Tclose(mt);
   if (t >= 0) H5Tclose(t);
   return ok;
 }
@@ -245,7 +285,7 @@ FMErrorCode FMH5AttrReadStr(hid_t obj, const char *where, const char *name, FMBo
   if (a < 0) return FM_SUCCESS;
   ok = read_str(a, cls, npts, buf, len, why, sizeof(why));
   H5Aclose(a);
-  FMCheck(ok, MPI_COMM_SELF, FM_ERR_HDF5, "Attribute \"%s\" of group %s %s; expected one fixed-length string of fewer than %zu bytes", name,
+  FMCheck(ok, MPI_COMM_SELF, FM_ERR_HDF5, "Attribute \"%s\" of group %s %s; expected one string of fewer than %zu bytes", name,
           where, why, len);
   return FM_SUCCESS;
 }

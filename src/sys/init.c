@@ -44,20 +44,25 @@ FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *
   FMCall(FMOptionsInitialize_Private(argc ? *argc : 0, argv ? *argv : NULL, file));
   FMCall(FMLogInitialize_Private());
   fm_initialized = 1;
-  FMCall(FMOptionsHasName("-fm_error_abort", &flag));
-  if (flag) FMCall(FMPushErrorHandler(FM_ERROR_HANDLER_ABORT));
-  FMCall(FMOptionsHasName("-fm_error_silent", &flag));
-  if (flag) FMCall(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
   FMCall(FMOptionsHasName("-help", &flag));
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (flag && rank == 0) {
     if (help) printf("%s\n", help);
     printf("flashmask %s options (current value in <>):\n", FMGetVersion());
     printf("  -help: print this list of options as they are read\n");
-    printf("  -fm_log_view: print a performance summary at FMFinalize\n");
-    printf("  -fm_error_abort: call MPI_Abort on the first error\n");
-    printf("  -options_left: list options that were set but never used\n");
   }
+  /* Read through the options functions: each is listed once by -help and counts as used. */
+  flag = FM_FALSE;
+  FMCall(FMOptionsGetBool("-fm_error_abort", "call MPI_Abort on the first error", &flag, NULL));
+  if (flag) FMCall(FMPushErrorHandler(FM_ERROR_HANDLER_ABORT));
+  flag = FM_FALSE;
+  FMCall(FMOptionsGetBool("-fm_error_silent", "return error codes without printing the traceback", &flag, NULL));
+  if (flag) FMCall(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
+  flag = FM_FALSE;
+  FMCall(FMOptionsGetBool("-fm_log_view", "print a performance summary at FMFinalize", &flag, NULL));
+  flag = FM_TRUE;
+  FMCall(FMOptionsGetBool("-options_left", "at FMFinalize, list options that were set but never used (default: when there are any; 0: never)",
+                          &flag, NULL));
   FMCall(read_settings());
   return FM_SUCCESS;
 }

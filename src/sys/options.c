@@ -9,6 +9,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 
 typedef struct {
   char *name;   /* with the leading '-' */
@@ -99,19 +101,56 @@ static FMErrorCode insert_string(const char *s)
   return FM_SUCCESS;
 }
 
+/* Whether byte c may appear in an options file: printable, whitespace, or UTF-8 (>= 0x80). */
+static int text_byte(unsigned char c) { return c >= 0x20 ? c != 0x7f : (c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'); }
+
+/*
+ * An options file: lines of any length, '#' starts a comment to the end of the line. What is
+ * not a text file (a directory, a device, a file holding NUL or other control bytes) is
+ * refused with FM_ERR_FILE naming the path, before any of its options is inserted.
+ */
 static FMErrorCode insert_file(const char *file)
 {
-  FILE *fp = fopen(file, "r");
-  char line[4096];
+  FILE *fp;
+  struct stat st;
+  char *line = NULL;
+  size_t cap = 0, lineno = 0;
+  ssize_t len;
+  long off = 0;
+  FMErrorCode ierr = FM_SUCCESS;
+  FMCheck(stat(file, &st) == 0, MPI_COMM_SELF, FM_ERR_FILE, "Cannot open options file \"%s\": %s", file, strerror(errno));
+  FMCheck(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode), MPI_COMM_SELF, FM_ERR_FILE,
+          "Options file \"%s\" is %s; expected a text file of options", file, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+  fp = fopen(file, "r");
   FMCheck(fp, MPI_COMM_SELF, FM_ERR_FILE, "Cannot open options file \"%s\": %s", file, strerror(errno));
-  while (fgets(line, sizeof(line), fp)) {
-    char *hash = strchr(line, '#');
-    if (hash) *hash = 0;
-    FMErrorCode ierr = insert_string(line);
-    if (ierr) { fclose(fp); FMCall(ierr); }
+  /* First pass: a text file? (a FIFO cannot be read twice: it is checked line by line below) */
+  while (S_ISREG(st.st_mode) && (len = getline(&line, &cap, fp)) >= 0) {
+    lineno++;
+    for (ssize_t k = 0; k < len; k++)
+      FMCheckGoto(text_byte((unsigned char)line[k]), MPI_COMM_SELF, FM_ERR_FILE,
+                  "Options file \"%s\" is not a text file (byte 0x%02x at offset %ld, line %zu); expected a text file of options", file,
+                  (unsigned char)line[k], off + (long)k, lineno);
+    off += (long)len;
   }
+  FMCheckGoto(!ferror(fp), MPI_COMM_SELF, FM_ERR_FILE, "Cannot read options file \"%s\": %s", file, strerror(errno));
+  if (S_ISREG(st.st_mode)) rewind(fp);
+  lineno = 0;
+  while ((len = getline(&line, &cap, fp)) >= 0) {
+    char *hash;
+    lineno++;
+    for (ssize_t k = 0; k < len; k++)
+      FMCheckGoto(text_byte((unsigned char)line[k]), MPI_COMM_SELF, FM_ERR_FILE,
+                  "Options file \"%s\" is not a text file (byte 0x%02x on line %zu); expected a text file of options", file,
+                  (unsigned char)line[k], lineno);
+    hash = strchr(line, '#');
+    if (hash) *hash = 0;
+    FMCallGoto(insert_string(line));
+  }
+  FMCheckGoto(!ferror(fp), MPI_COMM_SELF, FM_ERR_FILE, "Cannot read options file \"%s\": %s", file, strerror(errno));
+cleanup:
+  free(line);
   fclose(fp);
-  return FM_SUCCESS;
+  return ierr;
 }
 
 FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file)
@@ -123,22 +162,39 @@ FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file)
   return FM_SUCCESS;
 }
 
-FMErrorCode FMOptionsFinalize_Private(void)
+/*
+ * Options set but never read, listed on world rank 0 at FMFinalize: by default those of the
+ * library's namespace (a name holding "fm_": -fm_mask_type, -a_fm_mask_type), since a program
+ * may parse its own arguments; with -options_left (true) every one, and a line saying so when
+ * there are none; with -options_left 0 (false) none.
+ */
+static void report_unused(void)
 {
   FMOption *left = find("-options_left");
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (left && rank == 0) {
+  int rank = 0, init = 0, fin = 0, verbose = 0, nunused = 0;
+  if (left) {
+    const char *v = left->value;
     left->used = 1;
-    int nunused = 0;
-    for (int i = 0; i < fm_nopts; i++)
-      if (!fm_opts[i].used && strncmp(fm_opts[i].name, "-fm_", 4) == 0) {
-        printf("WARNING! option %s%s%s was set but never used\n", fm_opts[i].name, fm_opts[i].value ? " " : "",
-               fm_opts[i].value ? fm_opts[i].value : "");
-        nunused++;
-      }
-    if (!nunused) printf("There are no unused options.\n");
+    if (v && (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off"))) return;
+    verbose = 1;
   }
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) return;
+  for (int i = 0; i < fm_nopts; i++)
+    if (!fm_opts[i].used && (verbose || strstr(fm_opts[i].name, "fm_"))) {
+      printf("WARNING! option %s%s%s was set but never used (-options_left 0 hides this)\n", fm_opts[i].name, fm_opts[i].value ? " " : "",
+             fm_opts[i].value ? fm_opts[i].value : "");
+      nunused++;
+    }
+  if (!nunused && verbose) printf("There are no unused options.\n");
+  fflush(stdout);
+}
+
+FMErrorCode FMOptionsFinalize_Private(void)
+{
+  report_unused();
   for (int i = 0; i < fm_nopts; i++) { free(fm_opts[i].name); free(fm_opts[i].value); }
   free(fm_opts); fm_opts = NULL; fm_nopts = fm_capopts = 0;
   for (int i = 0; i < fm_nhelped; i++) free(fm_helped[i]);

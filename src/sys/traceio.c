@@ -373,18 +373,49 @@ static FMErrorCode open_run(hid_t f, const char *path, const char *run, FMTraceD
   return FM_SUCCESS;
 }
 
-/* /traces/<run>/events into td->ev, checked (rank >= 0, finite times in order). */
+/*
+ * The element count of the open one-dimensional dataset d, refused (FM_ERR_HDF5) above max or,
+ * for unfiltered storage, above what the file stores: a corrupt extent must not size a buffer.
+ */
+static FMErrorCode dataset_count(hid_t d, const char *what, const char *path, hsize_t max, hsize_t *count)
+{
+  hid_t sp = H5Dget_space(d), ft = H5Dget_type(d), pl = H5Dget_create_plist(d);
+  int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1, nfilt = pl >= 0 ? H5Pget_nfilters(pl) : -1;
+  size_t esize = ft >= 0 ? H5Tget_size(ft) : 0;
+  hsize_t dims = 0, stored = H5Dget_storage_size(d);
+  if (nd == 1 && H5Sget_simple_extent_dims(sp, &dims, NULL) < 0) nd = -1;
+  if (sp >= 0) H5Sclose(sp);
+  if (ft >= 0) H5Tclose(ft);
+  if (pl >= 0) H5Pclose(pl);
+  H5Eclear2(H5E_DEFAULT);
+  *count = 0;
+  FMCheck(nd == 1 && esize > 0, MPI_COMM_SELF, FM_ERR_HDF5, "%s is not a one-dimensional dataset (rank %d; in \"%s\")", what, nd, path);
+  FMCheck(dims <= max, MPI_COMM_SELF, FM_ERR_HDF5, "%s holds %llu elements; expected at most %llu (in \"%s\")", what, (unsigned long long)dims,
+          (unsigned long long)max, path);
+  FMCheck(nfilt != 0 || stored >= dims * esize, MPI_COMM_SELF, FM_ERR_HDF5,
+          "%s of %llu elements of %zu bytes stores only %llu bytes (a truncated or corrupt file? in \"%s\")", what, (unsigned long long)dims,
+          esize, (unsigned long long)stored, path);
+  *count = dims;
+  return FM_SUCCESS;
+}
+
+/* /traces/<run>/events into td->ev, checked (0 <= rank < FM_TRACE_MAX_RANKS, finite times in order). */
 static FMErrorCode read_events(hid_t g, const char *path, FMTraceData *td)
 {
   hid_t d = -1, sp = -1, mt = -1;
   hsize_t dims = 0;
+  char what[300];
   FMErrorCode ierr = FM_SUCCESS;
   d = H5Dopen2(g, "events", H5P_DEFAULT);
   FMH5CheckGoto(d >= 0, FM_ERR_HDF5, "/traces/%s has no dataset events (in \"%s\")", td->run, path);
-  sp = H5Dget_space(d);
-  FMCheckGoto(sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1, MPI_COMM_SELF, FM_ERR_HDF5, "/traces/%s/events is not one-dimensional (in \"%s\")",
-              td->run, path);
-  H5Sget_simple_extent_dims(sp, &dims, NULL);
+  snprintf(what, sizeof(what), "/traces/%s/events", td->run);
+  FMCallGoto(dataset_count(d, what, path, FM_TRACE_MAX_EVENTS, &dims));
+  {
+    hid_t ft = H5Dget_type(d);
+    ierr = FMH5CheckCompound_Private(ft, what, path);
+    if (ft >= 0) H5Tclose(ft);
+    FMCallGoto(ierr);
+  }
   td->n = (size_t)dims;
   FMCallGoto(FMCalloc(td->n, &td->ev));
   mt = FMTraceEventType_Private(0);
@@ -393,7 +424,10 @@ static FMErrorCode read_events(hid_t g, const char *path, FMTraceData *td)
                   "Cannot read /traces/%s/events in \"%s\" (is it a flashmask trace?)", td->run, path);
   for (size_t i = 0; i < td->n; i++) {
     const FMTraceEvent *e = &td->ev[i];
-    FMCheckGoto(e->rank >= 0 && isfinite(e->t_begin) && isfinite(e->t_end) && e->t_end >= e->t_begin, MPI_COMM_SELF, FM_ERR_HDF5,
+    FMCheckGoto(e->rank >= 0 && e->rank < FM_TRACE_MAX_RANKS, MPI_COMM_SELF, FM_ERR_HDF5,
+                "/traces/%s/events: event %zu has rank %d; expected 0 <= rank < FM_TRACE_MAX_RANKS = %d (in \"%s\")", td->run, i, e->rank,
+                FM_TRACE_MAX_RANKS, path);
+    FMCheckGoto(isfinite(e->t_begin) && isfinite(e->t_end) && e->t_end >= e->t_begin, MPI_COMM_SELF, FM_ERR_HDF5,
                 "/traces/%s/events: event %zu (rank %d, t %g..%g) is invalid", td->run, i, e->rank, e->t_begin, e->t_end);
     if (e->rank + 1 > td->nranks) td->nranks = e->rank + 1;
   }
@@ -404,11 +438,13 @@ cleanup:
   return ierr;
 }
 
-/* /traces/<run>/ranks (optional) into td->rows[0..nranks): rows the file lacks keep -1 and "". */
-static FMErrorCode read_rows(hid_t g, FMTraceData *td)
+/* /traces/<run>/ranks (optional) into td->rows[0..nranks): rows the file lacks keep -1 and "";
+   a ranks dataset that is there but unusable is FM_ERR_HDF5. */
+static FMErrorCode read_rows(hid_t g, const char *path, FMTraceData *td)
 {
   hid_t d = -1, sp = -1, ft = -1, mt = -1;
   hsize_t dims = 0;
+  char what[300];
   FMTraceRankRow *tmp = NULL;
   FMErrorCode ierr = FM_SUCCESS;
   FMCallGoto(FMCalloc(td->nranks, &td->rows));
@@ -417,15 +453,21 @@ static FMErrorCode read_rows(hid_t g, FMTraceData *td)
     td->rows[r].node = td->rows[r].local_rank = td->rows[r].numa = -1;
   }
   if (H5Lexists(g, "ranks", H5P_DEFAULT) <= 0) goto cleanup;
+  snprintf(what, sizeof(what), "/traces/%s/ranks", td->run);
   d = H5Dopen2(g, "ranks", H5P_DEFAULT);
-  sp = d >= 0 ? H5Dget_space(d) : -1;
-  ft = d >= 0 ? H5Dget_type(d) : -1;
-  if (sp < 0 || ft < 0 || H5Tget_class(ft) != H5T_COMPOUND || H5Sget_simple_extent_ndims(sp) != 1) goto cleanup;
-  H5Sget_simple_extent_dims(sp, &dims, NULL);
+  FMH5CheckGoto(d >= 0, FM_ERR_HDF5, "Cannot open %s as a dataset (in \"%s\")", what, path);
+  sp = H5Dget_space(d);
+  ft = H5Dget_type(d);
+  FMCheckGoto(sp >= 0 && ft >= 0 && H5Tget_class(ft) == H5T_COMPOUND && H5Sget_simple_extent_ndims(sp) == 1, MPI_COMM_SELF, FM_ERR_HDF5,
+              "%s is not a one-dimensional compound dataset (class %s, rank %d; in \"%s\")", what, FMH5ClassName(ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS),
+              sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1, path);
+  FMCallGoto(dataset_count(d, what, path, FM_TRACE_MAX_RANKS, &dims));
+  FMCallGoto(FMH5CheckCompound_Private(ft, what, path));
+  if (dims == 0) goto cleanup;
   FMCallGoto(FMCalloc((size_t)dims, &tmp));
   for (hsize_t i = 0; i < dims; i++) tmp[i] = td->rows[0], tmp[i].rank = -1;
   mt = row_read_type(ft);
-  if (dims == 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp) < 0) goto cleanup;
+  FMH5CheckGoto(mt >= 0 && H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp) >= 0, FM_ERR_HDF5, "Cannot read %s (in \"%s\")", what, path);
   for (hsize_t i = 0; i < dims; i++)
     if (tmp[i].rank >= 0 && tmp[i].rank < td->nranks) {
       FMTraceRankRow *o = &td->rows[tmp[i].rank];
@@ -528,10 +570,15 @@ FMErrorCode FMTraceLoad_Private(const char *path, const char *run, FMTraceData *
     snprintf(where, sizeof(where), "/traces/%s", td->run);
     td->bytes_needed = opt_double(g, where, "bytes_needed");
     td->bytes_allgather = opt_double(g, where, "bytes_allgather");
-    td->nranks = (int)opt_double(g, where, "nranks");
-    if (td->nranks < 0) td->nranks = 0;
+    {
+      double nr = opt_double(g, where, "nranks");
+      FMCheckGoto(isfinite(nr) && nr >= 0 && nr <= FM_TRACE_MAX_RANKS, MPI_COMM_SELF, FM_ERR_HDF5,
+                  "Attribute nranks of %s is %g; expected 0 <= nranks <= FM_TRACE_MAX_RANKS = %d (in \"%s\")", where, nr, FM_TRACE_MAX_RANKS,
+                  path);
+      td->nranks = (int)nr;
+    }
     FMCallGoto(read_events(g, path, td));
-    FMCallGoto(read_rows(g, td));
+    FMCallGoto(read_rows(g, path, td));
   cleanup:
     if (g >= 0) H5Gclose(g);
     if (f >= 0) H5Fclose(f);

@@ -51,6 +51,12 @@ const char *FMH5LastMessage(char buf[256]);
    messages. Not collective. */
 const char *FMH5ClassName(H5T_class_t c);
 
+/* FMH5CheckCompound_Private - before a compound dataset is read: t (its file type) must be a
+   compound of 1 to 64 members, at most 65536 bytes, each member an integer or float of at most
+   16 bytes or a fixed-length string, lying inside the element (HDF5 itself does not check a
+   corrupt member offset and reads out of bounds). FM_ERR_HDF5 naming what and path. */
+FMErrorCode FMH5CheckCompound_Private(hid_t t, const char *what, const char *path);
+
 /* FMH5Raise(code, fmt, ...): return FMError(code) with the innermost HDF5 message appended
    (at least one argument after fmt). */
 #define FMH5Raise(code, fmt, ...)                                                    \

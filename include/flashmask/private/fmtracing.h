@@ -179,6 +179,10 @@ FMErrorCode FMTraceSave_Private(FMTrace tr, const char *path);
 FMErrorCode FMTraceDestroy_Private(FMTrace *tr);
 
 /* ---------------- reading a saved trace (no communication) ---------------- */
+/* Limits of what FMTraceLoad_Private accepts (a corrupt file must not size a buffer). */
+#define FM_TRACE_MAX_RANKS (1 << 20)
+#define FM_TRACE_MAX_EVENTS ((1ull << 31) - 1)
+
 /* One run of a trace file, as FMTraceLoad_Private reads it. */
 typedef struct {
   char run[256];           /* the run read */
@@ -199,8 +203,11 @@ typedef struct {
  *   run   the run's name, or NULL for the only run (a file with several: FM_ERR_ARG_WRONG, the
  *         message lists them; a missing run: FM_ERR_HDF5, the message lists those present)
  *   td    out: the run; free with FMTraceDataFree_Private (nothing to free after an error)
- *   An events dataset that is missing, not one-dimensional, of another layout, or holding an
- *   event with a negative rank or times that are not finite and in order, is FM_ERR_HDF5.
+ *   An events dataset that is missing, not one-dimensional, of another layout, larger than
+ *   FM_TRACE_MAX_EVENTS or than what the file stores, or holding an event with a rank outside
+ *   [0, FM_TRACE_MAX_RANKS) or times that are not finite and in order, is FM_ERR_HDF5; so is
+ *   an nranks attribute outside [0, FM_TRACE_MAX_RANKS], and a ranks dataset that is there but
+ *   not a one-dimensional compound, larger than FM_TRACE_MAX_RANKS or unreadable.
  *   Without HDF5 in the build: FM_ERR_SUP.
  */
 FMErrorCode FMTraceLoad_Private(const char *path, const char *run, FMTraceData *td);

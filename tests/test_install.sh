@@ -85,7 +85,7 @@ int main(int argc, char **argv)
 }
 EOF
 if $CC $cflags -o "$tmp/app" "$tmp/app.c" $libs -lm > "$tmp/cc.log" 2>&1; then
-  out=$(fm_run 1 "$tmp/app" -fm_backend cpu 2>&1)
+  out=$(fm_run 1 "$tmp/app" 2>&1)
   rc=$?
   echo "C: $out"
   [ $rc = 0 ] || bad "the installed C program failed (exit $rc)"

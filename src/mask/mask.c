@@ -349,8 +349,9 @@ cleanup:
  *   -fm_mask_segments, -fm_mask_spans (start,len pairs), -fm_mask_seed, -fm_mask_block_size;
  *   -fm_mask_view is read by FMMaskSetUp.
  */
-static FMErrorCode setfromoptions(FMMask mask)
+static FMErrorCode setfromoptions(void *obj)
 {
+  FMMask mask = (FMMask)obj;
   int t, sq, sk, s, h, w, wl, wr, v;
   FMBool set, set1, set2, set3, b;
   char seedstr[32];
@@ -562,28 +563,20 @@ FMErrorCode FMMaskDestroy(FMMask *mask)
 /* FMMaskSetFromOptions - see flashmask.h: the lookups above, under the object's options prefix. */
 FMErrorCode FMMaskSetFromOptions(FMMask mask)
 {
-  FMErrorCode ierr;
-  FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCall(FMOptionsPushPrefix_Private(mask->hdr.prefix));
-  ierr = setfromoptions(mask);
-  FMCall(FMOptionsPopPrefix_Private());
-  FMCall(ierr);
+  FMCall(FMHeaderSetFromOptions(mask, FM_CLASSID_MASK, setfromoptions));
   return FM_SUCCESS;
 }
 
 /* FMMaskSetOptionsPrefix - see flashmask.h. */
 FMErrorCode FMMaskSetOptionsPrefix(FMMask mask, const char *prefix)
 {
-  FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCall(FMHeaderSetOptionsPrefix(mask, prefix));
+  FMCall(FMHeaderSetOptionsPrefix(mask, FM_CLASSID_MASK, prefix));
   return FM_SUCCESS;
 }
 
 /* FMMaskGetOptionsPrefix - see flashmask.h. */
 FMErrorCode FMMaskGetOptionsPrefix(FMMask mask, const char **prefix)
 {
-  FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMValidPointer(prefix, 2);
-  *prefix = mask->hdr.prefix;
+  FMCall(FMHeaderGetOptionsPrefix(mask, FM_CLASSID_MASK, prefix));
   return FM_SUCCESS;
 }

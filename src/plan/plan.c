@@ -181,8 +181,9 @@ FMErrorCode FMPlanSetDefaultType_Private(FMPlan plan)
   return FM_SUCCESS;
 }
 
-static FMErrorCode setfromoptions(FMPlan plan)
+static FMErrorCode setfromoptions(void *obj)
 {
+  FMPlan plan = (FMPlan)obj;
   int b, hq, hkv, d, dt, t;
   double scale;
   FMBool set = FM_FALSE;
@@ -398,28 +399,21 @@ FMErrorCode FMPlanDestroy(FMPlan *plan)
    agreed, so that a refused option (-fm_plan_type local on several ranks) fails on every rank. */
 FMErrorCode FMPlanSetFromOptions(FMPlan plan)
 {
-  FMErrorCode ierr;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCall(FMOptionsPushPrefix_Private(plan->hdr.prefix));
-  ierr = setfromoptions(plan);
-  FMCall(FMOptionsPopPrefix_Private());
-  FMCall(FMAgreeCode(plan->hdr.comm, ierr));
+  FMCall(FMAgreeCode(plan->hdr.comm, FMHeaderSetFromOptions(plan, FM_CLASSID_PLAN, setfromoptions)));
   return FM_SUCCESS;
 }
 
 /* FMPlanSetOptionsPrefix - see flashmask.h. */
 FMErrorCode FMPlanSetOptionsPrefix(FMPlan plan, const char *prefix)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCall(FMHeaderSetOptionsPrefix(plan, prefix));
+  FMCall(FMHeaderSetOptionsPrefix(plan, FM_CLASSID_PLAN, prefix));
   return FM_SUCCESS;
 }
 
 /* FMPlanGetOptionsPrefix - see flashmask.h. */
 FMErrorCode FMPlanGetOptionsPrefix(FMPlan plan, const char **prefix)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMValidPointer(prefix, 2);
-  *prefix = plan->hdr.prefix;
+  FMCall(FMHeaderGetOptionsPrefix(plan, FM_CLASSID_PLAN, prefix));
   return FM_SUCCESS;
 }

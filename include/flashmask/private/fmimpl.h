@@ -156,8 +156,16 @@ typedef struct {
  */
 void FMHeaderCreate(void *obj, FMClassId classid, const char *class_name, MPI_Comm comm);
 void FMHeaderDestroy(void *obj);
-/* FMHeaderSetOptionsPrefix - set (copy) or clear (NULL) the header's options prefix. */
-FMErrorCode FMHeaderSetOptionsPrefix(void *obj, const char *prefix);
+/*
+ * The options-prefix functions every class shares (its public FM<Class>SetOptionsPrefix,
+ * GetOptionsPrefix and SetFromOptions call these with its class id, checked as argument 1):
+ * FMHeaderSetOptionsPrefix sets (copies) or clears (NULL) the prefix; FMHeaderGetOptionsPrefix
+ * returns it (borrowed); FMHeaderSetFromOptions runs the class's lookups, body(obj), with the
+ * prefix pushed (FMOptionsPushPrefix_Private) and returns body's code.
+ */
+FMErrorCode FMHeaderSetOptionsPrefix(void *obj, FMClassId cid, const char *prefix);
+FMErrorCode FMHeaderGetOptionsPrefix(void *obj, FMClassId cid, const char **prefix);
+FMErrorCode FMHeaderSetFromOptions(void *obj, FMClassId cid, FMErrorCode (*body)(void *obj));
 
 /* FMValidHeader(obj, CLASSID, argnum): NULL and class check for a public handle argument. */
 #define FMValidHeader(obj, cid, argnum)                                              \

@@ -41,7 +41,7 @@
 #include <math.h>
 #include "bwd_sm90.cuh"
 #include "ptx.cuh"
-#include "bwd_wgmma.cuh"
+#include "wgmma_gen.cuh"
 
 namespace fmbwd {
 using namespace fmsm90;
@@ -153,8 +153,8 @@ template <int D, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, u
   for (int kk = 0; kk < D / 16; kk++) {
     const uint64_t da = make_desc(a + (kk / 4) * 16384 + (kk % 4) * 32, 16, 1024);
     const uint64_t db = make_desc(b + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024);
-    if constexpr (F16) fmbwd_ss_m64n64k16_f16_t00(acc, da, db, kk > 0);
-    else fmbwd_ss_m64n64k16_bf16_t00(acc, da, db, kk > 0);
+    if constexpr (F16) wgmma_ss_m64n64k16_f16(acc, da, db, kk > 0);
+    else wgmma_ss_m64n64k16_bf16(acc, da, db, kk > 0);
   }
 }
 
@@ -165,11 +165,11 @@ template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, c
   for (int u = 0; u < kBM / 16; u++) {
     const uint64_t db = make_desc(b + u * 2048, 8192, 1024);
     if constexpr (D == 128) {
-      if constexpr (F16) fmbwd_rs_m64n128k16_f16(acc, a + 4 * u, db);
-      else fmbwd_rs_m64n128k16_bf16(acc, a + 4 * u, db);
+      if constexpr (F16) wgmma_rs_m64n128k16_f16(acc, a + 4 * u, db);
+      else wgmma_rs_m64n128k16_bf16(acc, a + 4 * u, db);
     } else {
-      if constexpr (F16) fmbwd_rs_m64n64k16_f16(acc, a + 4 * u, db);
-      else fmbwd_rs_m64n64k16_bf16(acc, a + 4 * u, db);
+      if constexpr (F16) wgmma_rs_m64n64k16_f16(acc, a + 4 * u, db);
+      else wgmma_rs_m64n64k16_bf16(acc, a + 4 * u, db);
     }
   }
 }
@@ -181,8 +181,8 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, u
   for (int t = 0; t < NT; t++) {
     const uint64_t da = make_desc(ds + t * 2048, 8192, 1024);
     const uint64_t db = make_desc(k + t * 2048, 16384, 1024);
-    if constexpr (F16) fmbwd_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
-    else fmbwd_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
+    if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
+    else wgmma_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
   }
 }
 

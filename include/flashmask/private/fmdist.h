@@ -99,6 +99,29 @@ typedef struct {
  */
 FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, double partial, double rowcost, int64_t *w);
 
+/* FMDistChunkWeightsRef - the same weights counted tile by tile, O(tiles x key blocks): the tests' reference. */
+FMErrorCode FMDistChunkWeightsRef(const FMMaskDesc *m, const FMDistChunks *ch, double partial, double rowcost, int64_t *w);
+
+/*
+ * The tile map (balance.c): for each (mask head, key block), the runs of row tiles (the tiles
+ * of FMDistChunkWeights: chunk by chunk, `block` rows from each chunk's first row, numbered
+ * t = 0..ntiles-1 in row order) whose class (FMClassifyTileInline) is FULL or PARTIAL; the
+ * tiles outside every run are SKIP. Built from the block summaries in O(heads x key blocks);
+ * the chunk weights and the needed sets are interval queries on it.
+ */
+typedef struct { int lo, hi, cls; } FMDistTileRun; /* tiles lo..hi-1, class FM_TILE_FULL or FM_TILE_PARTIAL */
+typedef struct {
+  int seqlen_q, seqlen_k, chunk, block, nchunks, mask_heads, nkb, ntiles;
+  int *tstart;          /* [nchunks + 1] first tile of each chunk */
+  int *m0, *m1;         /* [ntiles] rows of each tile */
+  int *roff;            /* [mask_heads * nkb + 1] runs of (h, kb) are run[roff[h * nkb + kb] .. roff[... + 1]) */
+  FMDistTileRun *run;
+} FMDistTileMap;
+FMErrorCode FMDistTileMapCreate(const FMMaskDesc *m, const FMDistChunks *ch, FMDistTileMap *tm);
+FMErrorCode FMDistTileMapDestroy(FMDistTileMap *tm);
+/* FMDistChunkWeightsMap - FMDistChunkWeights from a tile map, O(runs + tiles). */
+FMErrorCode FMDistChunkWeightsMap(const FMDistTileMap *tm, double partial, double rowcost, int64_t *w);
+
 /* FMDistAssignContiguous / DualChunk - owner[c] for nchunks chunks on P ranks. */
 void FMDistAssignContiguous(int nchunks, int P, int *owner);
 void FMDistAssignDualChunk(int nchunks, int P, int *owner);
@@ -178,6 +201,18 @@ FMErrorCode FMDistNeeded(const FMDistLocalMask *lm, const FMDistChunks *ch, int 
 /* FMDistNeededAll - needed[r * nchunks + c] for every rank (localizes each rank in turn). */
 FMErrorCode FMDistNeededAll(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistPartition *part, int prune,
                             unsigned char *needed);
+
+/*
+ * FMDistNeededRank - one rank's needed[c] (as FMDistNeeded on its localized mask), without
+ *   localizing: key blocks with a FULL tile on the rank's rows make their chunks needed, key
+ *   blocks with only SKIP tiles are not looked at, and only the columns of the remaining
+ *   (PARTIAL) blocks are tested one by one. O(heads x key blocks + tiles + chunks + partial
+ *   columns). tm may be NULL (built here). needed out: [nchunks].
+ */
+FMErrorCode FMDistNeededRank(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistTileMap *tm, const FMDistPartition *part, int rank,
+                             int prune, unsigned char *needed);
+/* FMDistNeededAllRef - FMDistNeededAll by a column scan per rank (O(P x seqlen)): the tests' reference. */
+FMErrorCode FMDistNeededAllRef(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistPartition *part, int prune, unsigned char *needed);
 
 /* Bytes of K and V of key chunk c: 2 * batch * len * heads_kv * head_dim * elsize. */
 double FMDistChunkBytes(const FMDistChunks *ch, int c, int batch, int heads_kv, int head_dim, size_t elsize);

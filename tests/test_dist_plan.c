@@ -369,6 +369,46 @@ static void check_steps(FMDistSchedType sched, const FMDistChunks *ch, const FMD
   free(when);
 }
 
+/* The rank-local route and steps equal the global ones filtered to the rank (steps renumbered). */
+static void check_rank_views(FMDistRouteType type, FMDistSchedType sched, const FMDistChunks *ch, const FMDistTopo *topo,
+                             const FMDistPartition *part, const unsigned char *need, const double *bytes, int group)
+{
+  FMDistRoute all, mine;
+  FMDistStepXfer *gx, *lx;
+  int gn, gs, ln, ls, P = part->nranks;
+  FMT_CALL(FMDistRouteBuild(type, topo, part, need, bytes, &all));
+  FMT_CALL(FMDistExchangeSteps(sched, ch, part, topo, &all, group, &gn, &gx, &gs));
+  for (int r = 0; r < P; r++) {
+    int k = 0, *map = (int *)malloc(sizeof(int) * (size_t)(gs + 1)), nm = 0;
+    FMT_CALL(FMDistRouteBuildRank(type, topo, part, need, bytes, r, &mine));
+    for (int i = 0; i < all.n; i++) {
+      const FMDistXfer *a = &all.x[i];
+      if (a->src != r && a->dst != r) continue;
+      FMT_CHECK(k < mine.n && !memcmp(a, &mine.x[k], sizeof(*a)), "rank %d: route entry %d (chunk %d %d->%d) differs from the rank's route", r,
+                i, a->chunk, a->src, a->dst);
+      k++;
+    }
+    FMT_CHECK(k == mine.n, "rank %d: its route has %d entries, the global route %d for it", r, mine.n, k);
+    FMT_CALL(FMDistExchangeStepsRank(sched, ch, part, topo, rnd(2) ? &mine : &all, group, r, &ln, &lx, &ls));
+    for (int i = 0; i <= gs; i++) map[i] = -1;
+    k = 0;
+    for (int i = 0; i < gn; i++) {
+      if (gx[i].src != r && gx[i].dst != r) continue;
+      if (map[gx[i].step] < 0) map[gx[i].step] = nm++;
+      FMT_CHECK(k < ln && lx[k].chunk == gx[i].chunk && lx[k].src == gx[i].src && lx[k].dst == gx[i].dst && lx[k].level == gx[i].level &&
+                    lx[k].step == map[gx[i].step],
+                "rank %d: step transfer %d (step %d, chunk %d %d->%d) differs from the rank's steps", r, i, gx[i].step, gx[i].chunk, gx[i].src,
+                gx[i].dst);
+      k++;
+    }
+    FMT_CHECK(k == ln && nm == ls, "rank %d: %d transfers in %d steps, the global steps have %d in %d for it", r, ln, ls, k, nm);
+    free(lx); free(map);
+    FMDistRouteDestroy(&mine);
+  }
+  free(gx);
+  FMDistRouteDestroy(&all);
+}
+
 static void test_routes(int iters)
 {
   for (int it = 0; it < iters; it++) {
@@ -402,6 +442,9 @@ static void test_routes(int iters)
         check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &flat, 1 + rnd(3));
         check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &hier, rnd(3));
         check_steps(FM_DIST_SCHED_RING, &ch, &topo, &part, NULL, 0);
+        check_rank_views(FM_DIST_ROUTE_FLAT, FM_DIST_SCHED_GATHER, &ch, &topo, &part, need, bytes, rnd(3));
+        check_rank_views(FM_DIST_ROUTE_HIER, FM_DIST_SCHED_GATHER, &ch, &topo, &part, need, bytes, rnd(3));
+        check_rank_views(FM_DIST_ROUTE_HIER, FM_DIST_SCHED_RING, &ch, &topo, &part, need, bytes, 0);
       }
     }
     FMT_CHECK(hier.bytes[1] <= flat.bytes[1], "hierarchical inter-node bytes %g above flat %g", hier.bytes[1], flat.bytes[1]);

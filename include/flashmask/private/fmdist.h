@@ -258,6 +258,13 @@ typedef struct {
  */
 FMErrorCode FMDistRouteBuild(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part,
                              const unsigned char *needed, const double *bytes, FMDistRoute *route);
+/*
+ * FMDistRouteBuildRank - the entries of FMDistRouteBuild with src or dst = rank, in the same
+ *   order, in O(chunks x node size + own chunks x P); bytes, needed_bytes and allgather_bytes
+ *   count that rank's transfers and remote chunks only.
+ */
+FMErrorCode FMDistRouteBuildRank(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part, const unsigned char *needed,
+                                 const double *bytes, int rank, FMDistRoute *route);
 FMErrorCode FMDistRouteDestroy(FMDistRoute *route);
 
 /* ---------------- the ring schedule baseline (ring.c) ---------------- */
@@ -295,6 +302,14 @@ typedef struct {
  */
 FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
                                 const FMDistRoute *route, int group, int *n, FMDistStepXfer **x, int *nsteps);
+
+/*
+ * FMDistExchangeStepsRank - FMDistExchangeSteps restricted to rank's transfers (src or dst),
+ *   in the same order, steps renumbered 0..nsteps-1 over the rank's own steps (steps.c).
+ *   route: the whole route or FMDistRouteBuildRank's for this rank.
+ */
+FMErrorCode FMDistExchangeStepsRank(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
+                                    const FMDistRoute *route, int group, int rank, int *n, FMDistStepXfer **x, int *nsteps);
 
 /* ---------------- execution statistics (exec.c) ---------------- */
 typedef struct {

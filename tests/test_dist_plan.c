@@ -85,6 +85,8 @@ static void test_balancer(int iters)
     FMT_CALL(FMDistBalance(n, w, P, owner, &info));
     FMT_CALL(FMDistBalance(n, w, P, owner2, NULL));
     FMT_CHECK(!memcmp(owner, owner2, sizeof(int) * (size_t)n), "balancer is not deterministic (n %d P %d)", n, P);
+    FMT_CALL(FMDistBalanceRef(n, w, P, owner2, NULL));
+    FMT_CHECK(!memcmp(owner, owner2, sizeof(int) * (size_t)n), "balancer and its reference differ (n %d P %d)", n, P);
     for (int i = 0; i < n; i++) {
       FMT_CHECK(owner[i] >= 0 && owner[i] < P, "owner[%d] = %d", i, owner[i]);
       load[owner[i]] += w[i];
@@ -221,6 +223,20 @@ static void test_localize_needed(int iters)
     tmask_make(&t, kind, Sq, Sk, heads, 16 << rnd(3));
     FMT_CALL(FMDistChunksInit(Sq, Sk, rnd(2) ? 0 : 1 + rnd(60), P, t.d.block, &ch));
     owner = (int *)malloc(sizeof(int) * (size_t)ch.nchunks);
+    {
+      /* the balancer's fast rounds make the reference's decisions (bigger instances than test_balancer's) */
+      int Pb = 1 + rnd(24), nb = 1 + rnd(3 * Pb + 3), *o1 = (int *)malloc(sizeof(int) * (size_t)nb), *o2 = (int *)malloc(sizeof(int) * (size_t)nb);
+      int64_t *wb = (int64_t *)malloc(sizeof(int64_t) * (size_t)nb);
+      FMDistBalanceInfo i1, i2;
+      for (int c = 0; c < nb; c++) wb[c] = rnd(4) ? rnd(1000) : 0;
+      FMT_CALL(FMDistBalance(nb, wb, Pb, o1, &i1));
+      FMT_CALL(FMDistBalanceRef(nb, wb, Pb, o2, &i2));
+      FMT_CHECK(!memcmp(o1, o2, sizeof(int) * (size_t)nb) && i1.max == i2.max && i1.pair_moves == i2.pair_moves &&
+                    i1.triple_moves == i2.triple_moves && i1.inexact_pairs == i2.inexact_pairs && !i1.budget_out,
+                "n %d P %d: balancer (max %lld, %d pair moves) and reference (max %lld, %d) differ", nb, Pb, (long long)i1.max, i1.pair_moves,
+                (long long)i2.max, i2.pair_moves);
+      free(o1); free(o2); free(wb);
+    }
     for (int c = 0; c < ch.nchunks; c++) owner[c] = rnd(P); /* any assignment */
     FMT_CALL(FMDistPartitionFromOwner(ch.nchunks, P, owner, NULL, &part));
     need = (unsigned char *)malloc((size_t)ch.nchunks);

@@ -85,6 +85,7 @@ typedef struct {
   int start;                /* which start won: 0 contiguous, 1 LPT, 2 dual-chunk (each improved) */
   int pair_moves, triple_moves;
   int inexact_pairs;        /* pair pools too large for the exact search (> 40 chunks) */
+  int budget_out;           /* improvements stopped by the work budget (0 unless the instance is huge) */
 } FMDistBalanceInfo;
 
 /*
@@ -136,6 +137,8 @@ void FMDistAssignDualChunk(int nchunks, int P, int *owner);
  *   Deterministic. owner out: [n]. info may be NULL.
  */
 FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info);
+/* FMDistBalanceRef - the same decisions by the direct loops (O(P x n) per round, no work budget): the tests' reference. */
+FMErrorCode FMDistBalanceRef(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info);
 
 /*
  * FMDistPartitionCreate - build a partition of the given type. w (chunk weights) is

@@ -1,5 +1,5 @@
 /*
- * balance.c - chunk weights from the block summaries, and the balancer: longest-processing-
+ * balance.c - the balancer: longest-processing-
  * time-first, then exact pairwise repartition of the heaviest rank with each partner and
  * exact three-way repartition with the two lightest ranks where the pool is small.
  * Deterministic and message free (doc/distributed.md gives the bounds).
@@ -11,193 +11,6 @@
 
 #define FM_PAIR_EXACT_MAX 40   /* meet in the middle: 2 x 2^20 subset sums at most */
 #define FM_TRIPLE_EXACT_MAX 12 /* 3^12 = 531441 assignments */
-
-FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, double partial, double rowcost, int64_t *w)
-{
-  FMDistTileMap tm;
-  FMErrorCode ierr = FM_SUCCESS;
-  FMCall(FMDistTileMapCreate(m, ch, &tm));
-  FMCallGoto(FMDistChunkWeightsMap(&tm, partial, rowcost, w));
-cleanup:
-  FMDistTileMapDestroy(&tm);
-  return ierr;
-}
-
-/* FMDistChunkWeightsRef - the direct count, tile by tile (O(tiles x key blocks)): the tests' reference. */
-FMErrorCode FMDistChunkWeightsRef(const FMMaskDesc *m, const FMDistChunks *ch, double partial, double rowcost, int64_t *w)
-{
-  int block = m->block > 0 ? m->block : 128;
-  FMCheck(m->summary != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "The mask descriptor has no block summaries");
-  FMCheck(m->seqlen_q == ch->seqlen_q && m->seqlen_k == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
-          "Mask is %d x %d but the chunks cut %d x %d", m->seqlen_q, m->seqlen_k, ch->seqlen_q, ch->seqlen_k);
-  for (int c = 0; c < ch->nchunks; c++) {
-    int r0, r1;
-    int64_t s = 0;
-    FMDistChunkRows(ch, c, &r0, &r1);
-    for (int h = 0; h < m->mask_heads; h++) {
-      const int32_t *sh = m->summary + (size_t)h * m->nblocks_k * FM_SUM_N;
-      for (int t0 = r0; t0 < r1; t0 += block) {
-        int t1 = t0 + block < r1 ? t0 + block : r1;
-        int64_t wp = partial == 1.0 ? t1 - t0 : (int64_t)llround(partial * (t1 - t0));
-        s += (int64_t)llround(rowcost * (t1 - t0));
-        for (int kb = 0; kb < m->nblocks_k; kb++) {
-          FMTileClass tc = FMClassifyTileInline(sh, m->causal, m->seqlen_q, m->seqlen_k, block, t0, t1, kb);
-          s += tc == FM_TILE_FULL ? t1 - t0 : tc == FM_TILE_PARTIAL ? wp : 0;
-        }
-      }
-    }
-    w[c] = s;
-  }
-  return FM_SUCCESS;
-}
-
-/* ---------------- the tile map: each key block's row tiles by class ---------------- */
-/*
- * The row tiles are those of FMDistChunkWeights: chunk by chunk, tiles of `block` rows from
- * the chunk's first row (the last one of a chunk may be short), so their rows m0 < m1 grow
- * with the tile index t. For one key block every test of FMClassifyTileInline is "t in an
- * interval" (a bound compared with m0 or m1), so the class is constant between at most
- * 12 interval ends: the map stores, per (head, key block), the FULL and PARTIAL runs of t.
- * Building it costs O(heads x key blocks) (each interval end is an O(1) index lookup).
- */
-static int tile_of(const FMDistTileMap *tm, long x) /* the tile holding row x, 0 <= x < seqlen_q */
-{
-  int c = (int)(x / tm->chunk);
-  return tm->tstart[c] + (int)((x - (long)c * tm->chunk) / tm->block);
-}
-static int first_m0_ge(const FMDistTileMap *tm, long x) /* first t with m0[t] >= x */
-{
-  int t;
-  if (x <= 0) return 0;
-  if (x >= tm->seqlen_q) return tm->ntiles;
-  t = tile_of(tm, x);
-  return tm->m0[t] == x ? t : t + 1;
-}
-static int first_m1_gt(const FMDistTileMap *tm, long x) /* first t with m1[t] > x */
-{
-  if (x < 0) return 0;
-  if (x >= tm->seqlen_q) return tm->ntiles;
-  return tile_of(tm, x);
-}
-
-static int cmp_int(const void *a, const void *b) { int x = *(const int *)a, y = *(const int *)b; return (x > y) - (x < y); }
-
-/* The non-SKIP runs of one key block; returns how many were written to seg (at most 13). */
-static int block_runs(const FMDistTileMap *tm, const int32_t *s, int causal, int off, int kb, FMDistTileRun *seg)
-{
-  int T = tm->ntiles, lo[6], hi[6], cut[14], nc = 0, ns = 0;
-  long c0 = (long)kb * tm->block, c1 = c0 + tm->block;
-  if (c1 > tm->seqlen_k) c1 = tm->seqlen_k;
-  if (c0 >= c1) return 0;
-  /* 0-2: SKIP (right of the diagonal, inside the lower interval, inside the upper interval) */
-  lo[0] = 0; hi[0] = causal ? first_m1_gt(tm, c0 - off) : 0;
-  lo[1] = first_m0_ge(tm, s[FM_SUM_LTS_MAX]); hi[1] = first_m1_gt(tm, s[FM_SUM_LTE_MIN]);
-  lo[2] = first_m0_ge(tm, s[FM_SUM_UTS_MAX]); hi[2] = first_m1_gt(tm, s[FM_SUM_UTE_MIN]);
-  /* 3-5: PARTIAL (crossing the diagonal, meeting the lower interval, meeting the upper one) */
-  lo[3] = 0; hi[3] = causal ? first_m0_ge(tm, c1 - 1 - off) : 0;
-  lo[4] = first_m1_gt(tm, s[FM_SUM_LTS_MIN]); hi[4] = first_m0_ge(tm, s[FM_SUM_LTE_MAX]);
-  lo[5] = first_m1_gt(tm, s[FM_SUM_UTS_MIN]); hi[5] = first_m0_ge(tm, s[FM_SUM_UTE_MAX]);
-  cut[nc++] = 0; cut[nc++] = T;
-  for (int i = 0; i < 6; i++)
-    if (lo[i] < hi[i]) { cut[nc++] = lo[i]; cut[nc++] = hi[i]; }
-  qsort(cut, (size_t)nc, sizeof(int), cmp_int);
-  for (int i = 0; i + 1 < nc; i++) {
-    int t = cut[i], cls = FM_TILE_FULL;
-    if (cut[i + 1] == t) continue;
-    for (int k = 0; k < 3; k++)
-      if (lo[k] <= t && t < hi[k]) cls = FM_TILE_SKIP;
-    for (int k = 3; k < 6 && cls == FM_TILE_FULL; k++)
-      if (lo[k] <= t && t < hi[k]) cls = FM_TILE_PARTIAL;
-    if (cls == FM_TILE_SKIP) continue;
-    if (ns > 0 && seg[ns - 1].hi == t && seg[ns - 1].cls == cls) seg[ns - 1].hi = cut[i + 1];
-    else { seg[ns].lo = t; seg[ns].hi = cut[i + 1]; seg[ns].cls = cls; ns++; }
-  }
-  return ns;
-}
-
-FMErrorCode FMDistTileMapCreate(const FMMaskDesc *m, const FMDistChunks *ch, FMDistTileMap *tm)
-{
-  int block = m->block > 0 ? m->block : 128, off = m->seqlen_k - m->seqlen_q, n = 0;
-  size_t nb = (size_t)m->mask_heads * m->nblocks_k;
-  FMDistTileRun tmp[14];
-  memset(tm, 0, sizeof(*tm));
-  FMCheck(m->summary != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "The mask descriptor has no block summaries");
-  FMCheck(m->seqlen_q == ch->seqlen_q && m->seqlen_k == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
-          "Mask is %d x %d but the chunks cut %d x %d", m->seqlen_q, m->seqlen_k, ch->seqlen_q, ch->seqlen_k);
-  tm->seqlen_q = m->seqlen_q; tm->seqlen_k = m->seqlen_k; tm->chunk = ch->chunk; tm->block = block;
-  tm->nchunks = ch->nchunks; tm->mask_heads = m->mask_heads; tm->nkb = m->nblocks_k;
-  FMCall(FMMalloc(ch->nchunks + 1, &tm->tstart));
-  for (int c = 0; c < ch->nchunks; c++) {
-    int r0, r1;
-    FMDistChunkRows(ch, c, &r0, &r1);
-    tm->tstart[c] = n;
-    n += (r1 - r0 + block - 1) / block;
-  }
-  tm->tstart[ch->nchunks] = tm->ntiles = n;
-  FMCall(FMMalloc(n + 1, &tm->m0));
-  FMCall(FMMalloc(n + 1, &tm->m1));
-  for (int c = 0, t = 0; c < ch->nchunks; c++) {
-    int r0, r1;
-    FMDistChunkRows(ch, c, &r0, &r1);
-    for (int t0 = r0; t0 < r1; t0 += block, t++) { tm->m0[t] = t0; tm->m1[t] = t0 + block < r1 ? t0 + block : r1; }
-  }
-  FMCall(FMMalloc(nb + 1, &tm->roff));
-  FMCall(FMMalloc(4 * nb + 1, &tm->run)); /* grown below when a block has more runs */
-  {
-    size_t cap = 4 * nb + 1, k = 0;
-    for (size_t hb = 0; hb < nb; hb++) {
-      int h = (int)(hb / (size_t)m->nblocks_k), kb = (int)(hb % (size_t)m->nblocks_k);
-      int ns = block_runs(tm, m->summary + hb * FM_SUM_N, m->causal, off, kb, tmp);
-      (void)h;
-      if (k + (size_t)ns > cap) {
-        FMDistTileRun *nr;
-        cap = 2 * cap + (size_t)ns;
-        nr = (FMDistTileRun *)realloc(tm->run, sizeof(*nr) * cap);
-        FMCheck(nr != NULL, MPI_COMM_SELF, FM_ERR_MEM, "Out of memory for %zu tile runs", cap);
-        tm->run = nr;
-      }
-      tm->roff[hb] = (int)k;
-      memcpy(tm->run + k, tmp, sizeof(*tmp) * (size_t)ns);
-      k += (size_t)ns;
-    }
-    tm->roff[nb] = (int)k;
-  }
-  return FM_SUCCESS;
-}
-
-FMErrorCode FMDistTileMapDestroy(FMDistTileMap *tm)
-{
-  if (!tm) return FM_SUCCESS;
-  FMFree(tm->tstart); FMFree(tm->m0); FMFree(tm->m1); FMFree(tm->roff); FMFree(tm->run);
-  return FM_SUCCESS;
-}
-
-/* Weights from the map: run starts and ends in difference arrays over the tiles, then one pass. */
-FMErrorCode FMDistChunkWeightsMap(const FMDistTileMap *tm, double partial, double rowcost, int64_t *w)
-{
-  int T = tm->ntiles;
-  size_t nb = (size_t)tm->mask_heads * tm->nkb;
-  int64_t *df, *dp, nf = 0, np = 0;
-  FMCall(FMCalloc(T + 1, &df));
-  FMCall(FMCalloc(T + 1, &dp));
-  for (size_t hb = 0; hb < nb; hb++)
-    for (int k = tm->roff[hb]; k < tm->roff[hb + 1]; k++) {
-      int64_t *d = tm->run[k].cls == FM_TILE_FULL ? df : dp;
-      d[tm->run[k].lo]++;
-      d[tm->run[k].hi]--;
-    }
-  for (int c = 0; c < tm->nchunks; c++) {
-    int64_t s = 0;
-    for (int t = tm->tstart[c]; t < tm->tstart[c + 1]; t++) {
-      int64_t len = tm->m1[t] - tm->m0[t], wp = partial == 1.0 ? len : (int64_t)llround(partial * (double)len);
-      nf += df[t]; np += dp[t];
-      s += nf * len + np * wp + (int64_t)tm->mask_heads * (int64_t)llround(rowcost * (double)len);
-    }
-    w[c] = s;
-  }
-  free(df); free(dp);
-  return FM_SUCCESS;
-}
 
 /* ---------------- helpers ---------------- */
 typedef struct { int64_t s; uint32_t mask; } SumMask;
@@ -316,8 +129,8 @@ static void split3_exact(int n, const int64_t *x, const unsigned char *cur, unsi
   *best_max = best;
 }
 
-/* Improve owner[] in place; loads kept consistent. */
-static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *load, FMDistBalanceInfo *info)
+/* The reference improvement (scans every chunk for every pool, sorts the ranks each round). */
+static FMErrorCode improve_ref(int n, const int64_t *w, int P, int *owner, int64_t *load, FMDistBalanceInfo *info)
 {
   int *pool, *order;
   int64_t *x;
@@ -383,6 +196,157 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
   return FM_SUCCESS;
 }
 
+/*
+ * The same improvement as improve_ref, decision for decision, in O(pool) per partner tried:
+ * every rank's chunks in an ascending list (head/next) merged into the pools, and the ranks
+ * kept sorted by (load, index) (order), two of them moved per round. The rounds are
+ * bounded by a deterministic work budget (units: pool items and subset sums), the same on
+ * every rank: when it is spent the improvement stops (info->budget_out), so the balancer's
+ * time is bounded whatever the weights.
+ */
+typedef struct {
+  int P, *head, *next, *order;
+  int64_t *load;
+} Ranks;
+
+static int rank_less(const Ranks *R, int x, int y) { return R->load[x] < R->load[y] || (R->load[x] == R->load[y] && x < y); }
+
+/* first index in order[0..m) whose key (load, index) is not below (l, r) */
+static int rank_lower(const Ranks *R, int m, int64_t l, int r)
+{
+  int lo = 0, hi = m;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2, q = R->order[mid];
+    if (R->load[q] < l || (R->load[q] == l && q < r)) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+/* who[0..k) had the loads old[] (the keys they are sorted by) and now have load[]: move them */
+static void rank_resort(Ranks *R, int k, const int *who, const int64_t *old)
+{
+  int m = R->P;
+  int64_t *load = (int64_t *)R->load, now[3];
+  for (int t = 0; t < k; t++) { now[t] = load[who[t]]; load[who[t]] = old[t]; }
+  for (int t = 0; t < k; t++) { /* out, found by the keys the order was sorted by */
+    int i = rank_lower(R, m, old[t], who[t]);
+    memmove(R->order + i, R->order + i + 1, sizeof(int) * (size_t)(m - i - 1));
+    m--;
+  }
+  for (int t = 0; t < k; t++) load[who[t]] = now[t];
+  for (int t = 0; t < k; t++) { /* back in, by their new keys */
+    int i = rank_lower(R, m, load[who[t]], who[t]);
+    memmove(R->order + i + 1, R->order + i, sizeof(int) * (size_t)(m - i));
+    R->order[i] = who[t];
+    m++;
+  }
+}
+
+/* pool = the chunks of ranks who[0..k) in ascending order; cur[i] = index in who of the owner */
+static int rank_pool(const Ranks *R, int k, const int *who, const int64_t *w, int *pool, unsigned char *cur, int64_t *x)
+{
+  int p[3], np = 0;
+  for (int i = 0; i < k; i++) p[i] = R->head[who[i]];
+  for (;;) {
+    int best = -1;
+    for (int i = 0; i < k; i++)
+      if (p[i] >= 0 && (best < 0 || p[i] < p[best])) best = i;
+    if (best < 0) break;
+    pool[np] = p[best]; cur[np] = (unsigned char)best; x[np++] = w[p[best]];
+    p[best] = R->next[p[best]];
+  }
+  return np;
+}
+
+/* after a move: the lists of who[0..k) from the pool (ascending) and the new bins side[] */
+static void rank_relist(Ranks *R, int k, const int *who, int np, const int *pool, const unsigned char *side, int *owner)
+{
+  for (int i = 0; i < k; i++) R->head[who[i]] = -1;
+  for (int i = np - 1; i >= 0; i--) {
+    int r = who[side[i]];
+    owner[pool[i]] = r;
+    R->next[pool[i]] = R->head[r];
+    R->head[r] = pool[i];
+  }
+}
+
+#define FM_BALANCE_BUDGET (1L << 27) /* work units per improvement: about 0.1-0.3 s at most */
+
+static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *load, FMDistBalanceInfo *info)
+{
+  Ranks R;
+  int *pool = NULL, who[3];
+  int64_t *x = NULL;
+  unsigned char *side = NULL, *cur = NULL;
+  long iter, maxiter = 1000L + 50L * P + 10L * n, budget = FM_BALANCE_BUDGET;
+  FMErrorCode ierr = FM_SUCCESS;
+  memset(&R, 0, sizeof(R));
+  R.P = P; R.load = load;
+  FMCallGoto(FMMalloc(n, &pool)); FMCallGoto(FMMalloc(n, &x)); FMCallGoto(FMMalloc(n, &side)); FMCallGoto(FMMalloc(n, &cur));
+  FMCallGoto(FMMalloc(P, &R.head)); FMCallGoto(FMMalloc(n, &R.next)); FMCallGoto(FMMalloc(P, &R.order));
+  for (int r = 0; r < P; r++) { R.head[r] = -1; R.order[r] = r; }
+  for (int c = n - 1; c >= 0; c--) { R.next[c] = R.head[owner[c]]; R.head[owner[c]] = c; }
+  for (int i = 1; i < P; i++) { /* insertion sort once; then two ranks move per round */
+    int v = R.order[i], j = i - 1;
+    while (j >= 0 && rank_less(&R, v, R.order[j])) { R.order[j + 1] = R.order[j]; j--; }
+    R.order[j + 1] = v;
+  }
+  for (iter = 0; iter < maxiter && P > 1; iter++) {
+    int a, improved = 0, top = P - 1;
+    while (top > 0 && load[R.order[top - 1]] == load[R.order[P - 1]]) top--;
+    a = R.order[top]; /* the heaviest, lowest index among ties */
+    for (int k = 0; k < P && !improved && budget > 0; k++) {
+      int b = R.order[k], np;
+      int64_t small = 0, T = load[a] + load[b];
+      if (b == a) continue;
+      who[0] = a; who[1] = b;
+      np = rank_pool(&R, 2, who, w, pool, cur, x);
+      budget -= np + 1;
+      if (np > FM_PAIR_EXACT_MAX) { if (info) info->inexact_pairs++; continue; }
+      if (T - T / 2 >= load[a]) continue; /* a side keeps at least half: no split is below load[a] */
+      budget -= 2L << (np - np / 2);
+      FMCallGoto(split2_exact(np, x, cur, side));
+      for (int i = 0; i < np; i++) small += side[i] ? x[i] : 0;
+      if (small < load[a] && T - small < load[a]) {
+        int64_t old[2] = {load[a], load[b]};
+        rank_relist(&R, 2, who, np, pool, side, owner);
+        load[b] = small; load[a] = T - small;
+        rank_resort(&R, 2, who, old);
+        if (info) info->pair_moves++;
+        improved = 1;
+      }
+    }
+    if (!improved && P >= 3 && budget > 0) {
+      int np;
+      int64_t bmax;
+      who[0] = a; who[1] = R.order[0] == a ? R.order[1] : R.order[0];
+      who[2] = R.order[0] == a || R.order[1] == a ? R.order[2] : R.order[1];
+      np = rank_pool(&R, 3, who, w, pool, cur, x);
+      budget -= np + 1;
+      if (np <= FM_TRIPLE_EXACT_MAX) {
+        long t3 = 1;
+        for (int i = 0; i < np; i++) t3 *= 3;
+        budget -= t3;
+        split3_exact(np, x, cur, side, &bmax);
+        if (bmax < load[a]) {
+          int64_t old[3] = {load[who[0]], load[who[1]], load[who[2]]};
+          rank_relist(&R, 3, who, np, pool, side, owner);
+          load[who[0]] = load[who[1]] = load[who[2]] = 0;
+          for (int i = 0; i < np; i++) load[who[side[i]]] += x[i];
+          rank_resort(&R, 3, who, old);
+          if (info) info->triple_moves++;
+          improved = 1;
+        }
+      }
+    }
+    if (budget <= 0 && info) info->budget_out++;
+    if (!improved) break;
+  }
+cleanup:
+  free(pool); free(x); free(side); free(cur); free(R.head); free(R.next); free(R.order);
+  return ierr;
+}
+
 static void loads_of(int n, const int64_t *w, int P, const int *owner, int64_t *load)
 {
   for (int r = 0; r < P; r++) load[r] = 0;
@@ -394,7 +358,20 @@ static int64_t max_of(int P, const int64_t *load)
   return load[argmax_load(P, load)];
 }
 
-FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info)
+/* LPT's least loaded rank (ties: lower rank) from a binary heap of (load, rank) */
+static void heap_down(int P, int *hp, const int64_t *load, int i)
+{
+  for (;;) {
+    int l = 2 * i + 1, m = i;
+    if (l < P && (load[hp[l]] < load[hp[m]] || (load[hp[l]] == load[hp[m]] && hp[l] < hp[m]))) m = l;
+    if (l + 1 < P && (load[hp[l + 1]] < load[hp[m]] || (load[hp[l + 1]] == load[hp[m]] && hp[l + 1] < hp[m]))) m = l + 1;
+    if (m == i) return;
+    { int t = hp[i]; hp[i] = hp[m]; hp[m] = t; }
+    i = m;
+  }
+}
+
+static FMErrorCode balance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info, int ref)
 {
   int *idx, *own2;
   int64_t *load, *load2, m1;
@@ -418,15 +395,27 @@ FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBala
     for (int c = 0; c < n; c++) idx[c] = (int)o[c].mask;
     free(o);
   }
-  for (int i = 0; i < n; i++) {
-    int c = idx[i], best = 0;
-    for (int r = 1; r < P; r++)
-      if (load[r] < load[best]) best = r;
-    owner[c] = best;
-    load[best] += w[c];
+  if (ref)
+    for (int i = 0; i < n; i++) {
+      int c = idx[i], best = 0;
+      for (int r = 1; r < P; r++)
+        if (load[r] < load[best]) best = r;
+      owner[c] = best;
+      load[best] += w[c];
+    }
+  else {
+    int *hp;
+    FMCall(FMMalloc(P, &hp));
+    for (int r = 0; r < P; r++) hp[r] = r; /* all loads 0: already a heap */
+    for (int i = 0; i < n; i++) {
+      owner[idx[i]] = hp[0];
+      load[hp[0]] += w[idx[i]];
+      heap_down(P, hp, load, 0);
+    }
+    free(hp);
   }
   loc.lpt_max = max_of(P, load);
-  FMCall(improve(n, w, P, owner, load, &loc));
+  FMCall(ref ? improve_ref(n, w, P, owner, load, &loc) : improve(n, w, P, owner, load, &loc));
   m1 = max_of(P, load);
   /*
    * The same improvement from the contiguous and the dual-chunk assignments; the least max
@@ -443,7 +432,7 @@ FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBala
       else FMDistAssignDualChunk(n, P, own2);
       loads_of(n, w, P, own2, load2);
       if (cand == 2) loc.dual_max = max_of(P, load2);
-      FMCall(improve(n, w, P, own2, load2, &loc));
+      FMCall(ref ? improve_ref(n, w, P, own2, load2, &loc) : improve(n, w, P, own2, load2, &loc));
       cm = max_of(P, load2);
       if (cm < bmax || (cm == bmax && cand < best)) {
         bmax = cm;
@@ -456,6 +445,18 @@ FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBala
   }
   free(idx); free(own2); free(load); free(load2);
   if (info) *info = loc;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info)
+{
+  FMCall(balance(n, w, P, owner, info, 0));
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistBalanceRef(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info)
+{
+  FMCall(balance(n, w, P, owner, info, 1));
   return FM_SUCCESS;
 }
 

@@ -48,13 +48,48 @@ static int popc(uint32_t v) { int c = 0; while (v) { v &= v - 1; c++; } return c
  * returns one that moves the fewest items: cur[i] = 1 when item i is now on b; out side[i]
  * = 1 when it goes to b.
  */
-static FMErrorCode split2_exact(int n, const int64_t *x, const unsigned char *cur, unsigned char *side)
+/*
+ * split2_exact for small pools (n <= 10) by enumerating every subset, with the meet-in-the-
+ * middle's choice: the largest smaller side <= T/2, then among the subsets for b of sum best
+ * (t = 0) or T - best (t = 1) the least (moves, t, low half mask, high half mask).
+ */
+static void split2_small(int n, const int64_t *x, const unsigned char *cur, unsigned char *side)
+{
+  int n1 = n / 2, bestcost = -1, bt = 0;
+  uint32_t N = 1u << n, c = 0, lowm = (1u << n1) - 1, bm = 0;
+  int64_t T = 0, H, best = 0, tgt[2], sm;
+  for (int i = 0; i < n; i++) { T += x[i]; c |= (uint32_t)(cur[i] != 0) << i; }
+  H = T / 2;
+  sm = 0;
+  for (uint32_t k = 1, g = 0; k < N; k++) { /* Gray code: one item in or out per step */
+    int i = __builtin_ctz(k);
+    g ^= 1u << i;
+    sm += (g >> i & 1) ? x[i] : -x[i];
+    if (sm <= H && sm > best) best = sm;
+  }
+  tgt[0] = best; tgt[1] = T - best;
+  sm = 0;
+  for (uint32_t k = 0, m = 0; k < N; k++) {
+    int t, cost;
+    if (k) { int i = __builtin_ctz(k); m ^= 1u << i; sm += (m >> i & 1) ? x[i] : -x[i]; }
+    if (sm == tgt[0]) t = 0; else if (sm == tgt[1]) t = 1; else continue;
+    cost = popc(m ^ c);
+    if (bestcost < 0 || cost < bestcost || (cost == bestcost && (t < bt || (t == bt && ((m & lowm) < (bm & lowm) ||
+        ((m & lowm) == (bm & lowm) && (m >> n1) < (bm >> n1))))))) {
+      bestcost = cost; bt = t; bm = m;
+    }
+  }
+  for (int i = 0; i < n; i++) side[i] = (unsigned char)(bm >> i & 1);
+}
+
+static FMErrorCode split2_exact(int n, const int64_t *x, const unsigned char *cur, unsigned char *side, int small_ok)
 {
   int n1 = n / 2, n2 = n - n1, bestcost = -1;
   size_t N1 = (size_t)1 << n1, N2 = (size_t)1 << n2;
   int64_t T = 0, H, best = -1, tgt[2];
   uint32_t c1 = 0, c2 = 0, bm1 = 0, bm2 = 0;
   SumCost *s2;
+  if (small_ok && n <= 10) { split2_small(n, x, cur, side); return FM_SUCCESS; }
   for (int i = 0; i < n; i++) T += x[i];
   for (int i = 0; i < n1; i++) c1 |= (uint32_t)(cur[i] != 0) << i;
   for (int i = 0; i < n2; i++) c2 |= (uint32_t)(cur[n1 + i] != 0) << i;
@@ -157,7 +192,7 @@ static FMErrorCode improve_ref(int n, const int64_t *w, int P, int *owner, int64
       for (int c = 0; c < n; c++)
         if (owner[c] == a || owner[c] == b) { pool[np] = c; cur[np] = owner[c] == b; x[np++] = w[c]; }
       if (np > FM_PAIR_EXACT_MAX) { if (info) info->inexact_pairs++; continue; }
-      FMCall(split2_exact(np, x, cur, side));
+      FMCall(split2_exact(np, x, cur, side, 0)); /* the reference: always the meet in the middle */
       small = 0;
       for (int i = 0; i < np; i++) small += side[i] ? x[i] : 0; /* b's new load */
       if (small < load[a] && T - small < load[a]) {
@@ -305,7 +340,7 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
       if (np > FM_PAIR_EXACT_MAX) { if (info) info->inexact_pairs++; continue; }
       if (T - T / 2 >= load[a]) continue; /* a side keeps at least half: no split is below load[a] */
       budget -= 2L << (np - np / 2);
-      FMCallGoto(split2_exact(np, x, cur, side));
+      FMCallGoto(split2_exact(np, x, cur, side, 1));
       for (int i = 0; i < np; i++) small += side[i] ? x[i] : 0;
       if (small < load[a] && T - small < load[a]) {
         int64_t old[2] = {load[a], load[b]};

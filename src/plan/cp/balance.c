@@ -57,22 +57,22 @@ static void split2_small(int n, const int64_t *x, const unsigned char *cur, unsi
 {
   int n1 = n / 2, bestcost = -1, bt = 0;
   uint32_t N = 1u << n, c = 0, lowm = (1u << n1) - 1, bm = 0;
-  int64_t T = 0, H, best = 0, tgt[2], sm;
+  int64_t T = 0, H, best = 0, tgt[2], sum[1 << 10];
   for (int i = 0; i < n; i++) { T += x[i]; c |= (uint32_t)(cur[i] != 0) << i; }
   H = T / 2;
-  sm = 0;
+  sum[0] = 0;
   for (uint32_t k = 1, g = 0; k < N; k++) { /* Gray code: one item in or out per step */
     int i = __builtin_ctz(k);
+    int64_t sm;
     g ^= 1u << i;
-    sm += (g >> i & 1) ? x[i] : -x[i];
+    sm = sum[g ^ (1u << i)] + ((g >> i & 1) ? x[i] : -x[i]);
+    sum[g] = sm;
     if (sm <= H && sm > best) best = sm;
   }
   tgt[0] = best; tgt[1] = T - best;
-  sm = 0;
-  for (uint32_t k = 0, m = 0; k < N; k++) {
+  for (uint32_t m = 0; m < N; m++) {
     int t, cost;
-    if (k) { int i = __builtin_ctz(k); m ^= 1u << i; sm += (m >> i & 1) ? x[i] : -x[i]; }
-    if (sm == tgt[0]) t = 0; else if (sm == tgt[1]) t = 1; else continue;
+    if (sum[m] == tgt[0]) t = 0; else if (sum[m] == tgt[1]) t = 1; else continue;
     cost = popc(m ^ c);
     if (bestcost < 0 || cost < bestcost || (cost == bestcost && (t < bt || (t == bt && ((m & lowm) < (bm & lowm) ||
         ((m & lowm) == (bm & lowm) && (m >> n1) < (bm >> n1))))))) {
@@ -139,6 +139,50 @@ static FMErrorCode split2_exact(int n, const int64_t *x, const unsigned char *cu
   for (int i = 0; i < n1; i++) side[i] = (unsigned char)(bm1 >> i & 1);
   for (int i = 0; i < n2; i++) side[n1 + i] = (unsigned char)(bm2 >> i & 1);
   return FM_SUCCESS;
+}
+
+/*
+ * split3_exact by branch and bound, with the same answer: the items are placed from the last
+ * to the first, bins 0, 1, 2 in turn, so the leaves come in the enumeration's code order, and a
+ * branch is cut when it cannot beat the best (max, moves) so far: its max so far, or a third of
+ * the total, is above the best max, or equal to it with as many moves. Starts from cur (no
+ * move). Returns the number of nodes visited (the work budget's units).
+ */
+typedef struct {
+  int n, bestmv;
+  const int64_t *x;
+  const unsigned char *cur;
+  unsigned char tmp[FM_TRIPLE_EXACT_MAX], *bin;
+  int64_t best, third;
+  long nodes;
+} Split3;
+
+static void split3_dfs(Split3 *S, int i, int64_t l0, int64_t l1, int64_t l2, int mv)
+{
+  int64_t pm = l0 > l1 ? l0 : l1, lb;
+  S->nodes++;
+  if (l2 > pm) pm = l2;
+  lb = pm > S->third ? pm : S->third;
+  if (lb > S->best || (lb == S->best && mv >= S->bestmv)) return;
+  if (i < 0) { S->best = pm; S->bestmv = mv; memcpy(S->bin, S->tmp, (size_t)S->n); return; }
+  for (int b = 0; b < 3; b++) {
+    S->tmp[i] = (unsigned char)b;
+    split3_dfs(S, i - 1, l0 + (b == 0 ? S->x[i] : 0), l1 + (b == 1 ? S->x[i] : 0), l2 + (b == 2 ? S->x[i] : 0), mv + (b != S->cur[i]));
+  }
+}
+
+static long split3_bb(int n, const int64_t *x, const unsigned char *cur, unsigned char *bin, int64_t *best_max)
+{
+  Split3 S;
+  int64_t l[3] = {0, 0, 0}, T = 0;
+  S.n = n; S.x = x; S.cur = cur; S.bin = bin; S.nodes = 0; S.bestmv = 0;
+  for (int i = 0; i < n; i++) { l[cur[i]] += x[i]; T += x[i]; bin[i] = cur[i]; }
+  S.best = l[0] > l[1] ? l[0] : l[1];
+  if (l[2] > S.best) S.best = l[2];
+  S.third = (T + 2) / 3;
+  split3_dfs(&S, n - 1, 0, 0, 0, 0);
+  *best_max = S.best;
+  return S.nodes;
 }
 
 /*
@@ -359,10 +403,7 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
       np = rank_pool(&R, 3, who, w, pool, cur, x);
       budget -= np + 1;
       if (np <= FM_TRIPLE_EXACT_MAX) {
-        long t3 = 1;
-        for (int i = 0; i < np; i++) t3 *= 3;
-        budget -= t3;
-        split3_exact(np, x, cur, side, &bmax);
+        budget -= split3_bb(np, x, cur, side, &bmax);
         if (bmax < load[a]) {
           int64_t old[3] = {load[who[0]], load[who[1]], load[who[2]]};
           rank_relist(&R, 3, who, np, pool, side, owner);

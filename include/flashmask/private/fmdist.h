@@ -133,7 +133,11 @@ void FMDistAssignDualChunk(int nchunks, int P, int *owner);
  *   of the heaviest with the two lightest when the pool is small; among optimal splits the
  *   one moving the fewest chunks. The same improvement runs from the contiguous and the
  *   dual-chunk assignments; the least max wins, ties going to contiguous, LPT, dual-chunk
- *   in that order (locality first).
+ *   in that order (locality first). Each improvement keeps every rank's chunks in a list and
+ *   the ranks sorted by load, so a round costs the pools it tries, and stops after a fixed
+ *   work budget (subsets enumerated; info->budget_out counts the stops): bounded time, the same
+ *   answer on every rank, and still never worse than its start (so within the LPT bound and
+ *   never worse than dual-chunk).
  *   Deterministic. owner out: [n]. info may be NULL.
  */
 FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info);

@@ -50,10 +50,10 @@ static int popc(uint32_t v) { int c = 0; while (v) { v &= v - 1; c++; } return c
  */
 /*
  * split2_exact for small pools (n <= 10) by enumerating every subset, with the meet-in-the-
- * middle's choice: the largest smaller side <= T/2, then among the subsets for b of sum best
+ * middle's choice (returns 0 without choosing when the larger side cannot get below bound): the largest smaller side <= T/2, then among the subsets for b of sum best
  * (t = 0) or T - best (t = 1) the least (moves, t, low half mask, high half mask).
  */
-static void split2_small(int n, const int64_t *x, const unsigned char *cur, unsigned char *side)
+static int split2_small(int n, const int64_t *x, const unsigned char *cur, unsigned char *side, int64_t bound)
 {
   int n1 = n / 2, bestcost = -1, bt = 0;
   uint32_t N = 1u << n, c = 0, lowm = (1u << n1) - 1, bm = 0;
@@ -69,6 +69,7 @@ static void split2_small(int n, const int64_t *x, const unsigned char *cur, unsi
     sum[g] = sm;
     if (sm <= H && sm > best) best = sm;
   }
+  if (T - best >= bound) return 0; /* the larger side stays at bound or above: no improvement, no choice needed */
   tgt[0] = best; tgt[1] = T - best;
   for (uint32_t m = 0; m < N; m++) {
     int t, cost;
@@ -80,16 +81,16 @@ static void split2_small(int n, const int64_t *x, const unsigned char *cur, unsi
     }
   }
   for (int i = 0; i < n; i++) side[i] = (unsigned char)(bm >> i & 1);
+  return 1;
 }
 
-static FMErrorCode split2_exact(int n, const int64_t *x, const unsigned char *cur, unsigned char *side, int small_ok)
+static FMErrorCode split2_exact(int n, const int64_t *x, const unsigned char *cur, unsigned char *side)
 {
   int n1 = n / 2, n2 = n - n1, bestcost = -1;
   size_t N1 = (size_t)1 << n1, N2 = (size_t)1 << n2;
   int64_t T = 0, H, best = -1, tgt[2];
   uint32_t c1 = 0, c2 = 0, bm1 = 0, bm2 = 0;
   SumCost *s2;
-  if (small_ok && n <= 10) { split2_small(n, x, cur, side); return FM_SUCCESS; }
   for (int i = 0; i < n; i++) T += x[i];
   for (int i = 0; i < n1; i++) c1 |= (uint32_t)(cur[i] != 0) << i;
   for (int i = 0; i < n2; i++) c2 |= (uint32_t)(cur[n1 + i] != 0) << i;
@@ -236,7 +237,7 @@ static FMErrorCode improve_ref(int n, const int64_t *w, int P, int *owner, int64
       for (int c = 0; c < n; c++)
         if (owner[c] == a || owner[c] == b) { pool[np] = c; cur[np] = owner[c] == b; x[np++] = w[c]; }
       if (np > FM_PAIR_EXACT_MAX) { if (info) info->inexact_pairs++; continue; }
-      FMCall(split2_exact(np, x, cur, side, 0)); /* the reference: always the meet in the middle */
+      FMCall(split2_exact(np, x, cur, side)); /* the reference: always the meet in the middle */
       small = 0;
       for (int i = 0; i < np; i++) small += side[i] ? x[i] : 0; /* b's new load */
       if (small < load[a] && T - small < load[a]) {
@@ -349,7 +350,9 @@ static void rank_relist(Ranks *R, int k, const int *who, int np, const int *pool
   }
 }
 
-#define FM_BALANCE_BUDGET (1L << 27) /* work units per improvement: about 0.1-0.3 s at most */
+#ifndef FM_BALANCE_BUDGET
+#define FM_BALANCE_BUDGET (1L << 22) /* work units (subsets enumerated, pool items) per improvement: a few ms at most */
+#endif
 
 static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *load, FMDistBalanceInfo *info)
 {
@@ -383,8 +386,10 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
       budget -= np + 1;
       if (np > FM_PAIR_EXACT_MAX) { if (info) info->inexact_pairs++; continue; }
       if (T - T / 2 >= load[a]) continue; /* a side keeps at least half: no split is below load[a] */
-      budget -= 2L << (np - np / 2);
-      FMCallGoto(split2_exact(np, x, cur, side, 1));
+      budget -= np <= 10 ? 1L << np : (2L << (np - np / 2)) * (np - np / 2); /* the subsets enumerated */
+      if (np <= 10) { /* small pools: every subset; a failed pair stops after the first pass */
+        if (!split2_small(np, x, cur, side, load[a])) continue;
+      } else FMCallGoto(split2_exact(np, x, cur, side));
       for (int i = 0; i < np; i++) small += side[i] ? x[i] : 0;
       if (small < load[a] && T - small < load[a]) {
         int64_t old[2] = {load[a], load[b]};

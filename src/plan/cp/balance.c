@@ -350,6 +350,53 @@ static void rank_relist(Ranks *R, int k, const int *who, int np, const int *pool
   }
 }
 
+/*
+ * The partners a round has seen fail, by their weights: whether a pair splits below load[a]
+ * depends only on the multiset of weights in the pool, so a partner with the same load and
+ * the same sorted chunk weights as one that failed in this round (same a) fails too and is
+ * skipped (the choice among optimal splits, which depends on chunk order, is only made on
+ * success). Partners come in ascending load, so the list keeps the current load only.
+ */
+#define FM_FAILED_MAX 8
+#define FM_FAILED_LEN 16
+typedef struct {
+  int n, len[FM_FAILED_MAX];
+  int64_t load, wt[FM_FAILED_MAX][FM_FAILED_LEN];
+} Failed;
+
+/* b's chunk weights, sorted; -1 when it has more than FM_FAILED_LEN chunks */
+static int sorted_weights(const Ranks *R, const int64_t *w, int b, int64_t *v)
+{
+  int m = 0;
+  for (int c = R->head[b]; c >= 0; c = R->next[c]) {
+    int i = m++;
+    if (m > FM_FAILED_LEN) return -1;
+    while (i > 0 && v[i - 1] > w[c]) { v[i] = v[i - 1]; i--; }
+    v[i] = w[c];
+  }
+  return m;
+}
+
+static int same_as_failed(const Failed *F, const Ranks *R, const int64_t *w, int b)
+{
+  int64_t v[FM_FAILED_LEN];
+  int m;
+  if (F->n == 0 || R->load[b] != F->load) return 0;
+  if ((m = sorted_weights(R, w, b, v)) < 0) return 0;
+  for (int i = 0; i < F->n; i++)
+    if (F->len[i] == m && !memcmp(F->wt[i], v, sizeof(int64_t) * (size_t)m)) return 1;
+  return 0;
+}
+
+static void record_failed(Failed *F, const Ranks *R, const int64_t *w, int b)
+{
+  int m;
+  if (F->n > 0 && R->load[b] != F->load) F->n = 0;
+  if (F->n == FM_FAILED_MAX || (m = sorted_weights(R, w, b, F->wt[F->n])) < 0) return;
+  F->load = R->load[b];
+  F->len[F->n++] = m;
+}
+
 #ifndef FM_BALANCE_BUDGET
 #define FM_BALANCE_BUDGET (1L << 22) /* work units (subsets enumerated, pool items) per improvement: a few ms at most */
 #endif
@@ -357,6 +404,7 @@ static void rank_relist(Ranks *R, int k, const int *who, int np, const int *pool
 static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *load, FMDistBalanceInfo *info)
 {
   Ranks R;
+  Failed F;
   int *pool = NULL, who[3];
   int64_t *x = NULL;
   unsigned char *side = NULL, *cur = NULL;
@@ -377,6 +425,7 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
     int a, improved = 0, top = P - 1;
     while (top > 0 && load[R.order[top - 1]] == load[R.order[P - 1]]) top--;
     a = R.order[top]; /* the heaviest, lowest index among ties */
+    F.n = 0;
     for (int k = 0; k < P && !improved && budget > 0; k++) {
       int b = R.order[k], np;
       int64_t small = 0, T = load[a] + load[b];
@@ -386,9 +435,10 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
       budget -= np + 1;
       if (np > FM_PAIR_EXACT_MAX) { if (info) info->inexact_pairs++; continue; }
       if (T - T / 2 >= load[a]) continue; /* a side keeps at least half: no split is below load[a] */
+      if (same_as_failed(&F, &R, w, b)) continue; /* the same pool of weights failed this round */
       budget -= np <= 10 ? 1L << np : (2L << (np - np / 2)) * (np - np / 2); /* the subsets enumerated */
       if (np <= 10) { /* small pools: every subset; a failed pair stops after the first pass */
-        if (!split2_small(np, x, cur, side, load[a])) continue;
+        if (!split2_small(np, x, cur, side, load[a])) { record_failed(&F, &R, w, b); continue; }
       } else FMCallGoto(split2_exact(np, x, cur, side));
       for (int i = 0; i < np; i++) small += side[i] ? x[i] : 0;
       if (small < load[a] && T - small < load[a]) {

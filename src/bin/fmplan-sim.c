@@ -8,6 +8,7 @@
  *              [-seqlen_k N] [-mask_heads 1] [-batch 1] [-heads_kv 8] [-head_dim 128]
  *              [-dtype bf16|fp16|fp32] [-chunk 0] [-block 128] [-prune 1] [-view_ranks]
  *              [-steps N] [-seed S] [-rank R] [-table 0|1] [-ref 0|1] [-csv FILE]
+ *              [-heads_q 32] [-tflops 500] [-bw_intra 450] [-bw_inter 50]
  *              [-fm_mask_* options of the mask builders]
  *
  * Beside the every-rank simulation (the table), it times what ONE rank computes in
@@ -28,13 +29,15 @@ static const char help[] =
   "  -nodes N -gpus_per_node G   virtual topology (P = N x G ranks)\n"
   "  -mask TYPE -seqlen S [-seqlen_k SK] [-mask_heads H]   the mask (any -fm_mask_* option too)\n"
   "  -batch B -heads_kv H -head_dim D -dtype bf16|fp16|fp32  the K/V shape that sets the bytes\n"
+  "  -heads_q H -tflops F -bw_intra G -bw_inter G  the predicted compute, exchange and step times\n"
   "  -chunk L (0: default) -block 128 -prune 1 -view_ranks\n"
   "  -steps N  re-plan N times with a fresh mask (seed S + step) and report the median per step\n"
   "  -seed S -rank R (the rank whose set-up work is timed) -table 0|1 (the every-rank table)\n"
   "  -ref 1    also time the reference paths (the planner before the fast paths) -csv FILE (append one row)\n";
 
 typedef struct {
-  int nodes, gpn, S, Sk, mh, batch, hkv, d, chunk, block, P, steps, rank;
+  int nodes, gpn, S, Sk, mh, batch, hq, hkv, d, chunk, block, P, steps, rank;
+  double bw[2], tflops;
   int seed;
   char mtype[64], dts[16], csv[512];
   FMBool prune, view, table, ref;
@@ -47,7 +50,7 @@ static FMErrorCode sim_options(Sim *o)
   FMBool set;
   memset(o, 0, sizeof(*o));
   o->nodes = 1; o->gpn = 8; o->S = 131072; o->mh = 1; o->batch = 1; o->hkv = 8; o->d = 128; o->block = 128; o->seed = 42;
-  o->pcost = 1.0; o->prune = FM_TRUE; o->table = FM_TRUE;
+  o->pcost = 1.0; o->prune = FM_TRUE; o->table = FM_TRUE; o->hq = 32; o->bw[0] = 450; o->bw[1] = 50; o->tflops = 500;
   strcpy(o->mtype, "causal_document"); strcpy(o->dts, "bf16");
   FMCall(FMOptionsGetInt("-nodes", "virtual nodes", &o->nodes, NULL));
   FMCall(FMOptionsGetInt("-gpus_per_node", "ranks (GPUs) per node", &o->gpn, NULL));
@@ -57,6 +60,10 @@ static FMErrorCode sim_options(Sim *o)
   FMCall(FMOptionsGetInt("-mask_heads", "mask heads (1 or heads_kv)", &o->mh, NULL));
   FMCall(FMOptionsGetInt("-batch", "batch size", &o->batch, NULL));
   FMCall(FMOptionsGetInt("-heads_kv", "key/value heads", &o->hkv, NULL));
+  FMCall(FMOptionsGetInt("-heads_q", "query heads (for the predicted compute time)", &o->hq, NULL));
+  FMCall(FMOptionsGetReal("-bw_intra", "GB/s a rank receives over links inside a node (default 450: NVLink 4)", &o->bw[0], NULL));
+  FMCall(FMOptionsGetReal("-bw_inter", "GB/s a rank receives across nodes (default 50: 400 Gb/s InfiniBand)", &o->bw[1], NULL));
+  FMCall(FMOptionsGetReal("-tflops", "attention TFLOP/s of one GPU (default 500, an H200 forward in bf16)", &o->tflops, NULL));
   FMCall(FMOptionsGetInt("-head_dim", "head dimension", &o->d, NULL));
   FMCall(FMOptionsGetString("-dtype", "element type of K and V", o->dts, sizeof(o->dts), NULL));
   FMCall(FMOptionsGetInt("-chunk", "query rows per chunk (0: default, about seqlen/(4P))", &o->chunk, NULL));
@@ -76,6 +83,8 @@ static FMErrorCode sim_options(Sim *o)
   FMCheck(o->pcost > 0 && o->pcost <= 64, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-partial_cost %g; expected a cost in (0, 64] full tiles", o->pcost);
   FMCheck(o->rcost >= 0 && o->rcost <= 1e6, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-row_cost %g; expected a cost in [0, 1e6] full tiles", o->rcost);
   FMCheck(o->nodes >= 1 && o->gpn >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-nodes %d -gpus_per_node %d; expected both >= 1", o->nodes, o->gpn);
+  FMCheck(o->bw[0] > 0 && o->bw[1] > 0 && o->tflops > 0 && o->hq >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "-bw_intra %g -bw_inter %g -tflops %g -heads_q %d; expected all > 0", o->bw[0], o->bw[1], o->tflops, o->hq);
   FMCheck(o->steps >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-steps %d; expected >= 0", o->steps);
   FMCheck(o->seed >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-seed %d; expected >= 0", o->seed);
   o->es = !strcmp(o->dts, "fp32") ? 4 : 2;
@@ -164,6 +173,24 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
   return FM_SUCCESS;
 }
 
+/*
+ * The predicted times of a partition and route (ms): compute = the heaviest rank's tiles at
+ * -tflops, exchange = the slowest rank's receive (bytes inside a node at -bw_intra, across at
+ * -bw_inter), step = the slowest rank's max(compute, exchange) (the exchange overlapped with the
+ * compute of the chunks already there). lev: [2][P] received bytes by link level.
+ */
+static void predict(const Sim *o, const FMMaskDesc *m, const FMDistPartition *part, const double *lev, double *t)
+{
+  double tile = 4.0 * m->block * m->block * o->d * o->hq * o->batch / (o->tflops * 1e12) / m->mask_heads * 1e3;
+  t[0] = t[1] = t[2] = 0;
+  for (int r = 0; r < o->P; r++) {
+    double c = (double)part->work[r] / m->block * tile, x = lev[r] / (o->bw[0] * 1e6) + lev[o->P + r] / (o->bw[1] * 1e6);
+    if (c > t[0]) t[0] = c;
+    if (x > t[1]) t[1] = x;
+    if ((c > x ? c : x) > t[2]) t[2] = c > x ? c : x;
+  }
+}
+
 /* The every-rank simulation: each partition's work and each route's bytes (the table). */
 static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, double *elapsed)
 {
@@ -185,7 +212,7 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
     FMDistPartition part;
     FMDistBalanceInfo info;
     int64_t mx;
-    double mean, imb;
+    double mean, imb, pred[2][3];
     if (P >= 256) fprintf(stderr, "fmplan-sim: %s partition of %d chunks on %d ranks (%.1f s)\n", FMDistPartNames[type], ch.nchunks, P, FMTime() - t0);
     FMCall(FMDistPartitionCreate((FMDistPartType)type, ch.nchunks, P, w, &part, &info));
     FMDistPartitionImbalance(&part, &mx, &mean, &imb);
@@ -195,9 +222,13 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
       FMDistRoute route;
       double mrecv = 0, *recv;
       FMCall(FMDistRouteBuild((FMDistRouteType)rt, topo, &part, need, bytes, &route));
-      FMCall(FMCalloc(P, &recv));
-      for (int i = 0; i < route.n; i++) recv[route.x[i].dst] += bytes[route.x[i].chunk];
+      FMCall(FMCalloc(3 * (size_t)P, &recv));
+      for (int i = 0; i < route.n; i++) {
+        recv[route.x[i].dst] += bytes[route.x[i].chunk];
+        recv[P * (1 + route.x[i].level) + route.x[i].dst] += bytes[route.x[i].chunk];
+      }
       for (int r = 0; r < P; r++) if (recv[r] > mrecv) mrecv = recv[r];
+      predict(o, m, &part, recv + P, &pred[rt][0]);
       if (rt == 0)
         printf("  %-10s %12.1f %12.1f %9.4f %12.4f %12.4f %6.1f%%  %-12s %11.4f %11.4f %13.2f\n", FMDistPartNames[type], (double)mx / m->block,
                mean / m->block, imb, route.needed_bytes / 1e9, route.allgather_bytes / 1e9,
@@ -230,6 +261,8 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
              mrecv / 1048576.0);
       free(rb);
     }
+    printf("  %-10s predicted (%.0f TFLOP/s, %g / %g GB/s in / across nodes): compute %.3f ms; exchange %.3f ms flat, %.3f ms hierarchical;"
+           " step %.3f / %.3f ms\n", "", o->tflops, o->bw[0], o->bw[1], pred[0][0], pred[0][1], pred[1][1], pred[0][2], pred[1][2]);
     if (type == FM_DIST_BALANCED)
       printf("  balancer: LPT max %.1f tiles, dual_chunk max %.1f, kept the %s start; %d pair and %d three-way moves%s\n",
              (double)info.lpt_max / m->block, (double)info.dual_max / m->block, starts[info.start], info.pair_moves,

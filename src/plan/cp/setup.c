@@ -52,15 +52,21 @@ static FMErrorCode dist_reset(FMDist *d)
 static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsigned char *myneed)
 {
   int P = plan->ctx->size, me = plan->ctx->rank;
-  FMDistLocalMask lm;
+  FMDistTileMap tm;
   FMErrorCode ierr;
   FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, d->opt.chunk_opt, P, m->block, &d->ch));
   FMCheck(2L * d->ch.nchunks + 2 <= (long)d->tag_ub, MPI_COMM_SELF, FM_ERR_SUP,
           "%d chunks need MPI tags up to %d but MPI_TAG_UB is %d; use a larger -fm_plan_chunk", d->ch.nchunks, 2 * d->ch.nchunks + 1,
           d->tag_ub);
   FMCall(FMMalloc(d->ch.nchunks, &d->w));
-  FMCall(FMDistChunkWeights(m, &d->ch, d->opt.partial_cost, d->opt.row_cost, d->w));
-  FMCall(FMDistPartitionCreate((FMDistPartType)d->opt.part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo));
+  /* one tile map from the block summaries serves the chunk weights and this rank's needed set */
+  FMCall(FMDistTileMapCreate(m, &d->ch, &tm));
+  ierr = FMDistChunkWeightsMap(&tm, d->opt.partial_cost, d->opt.row_cost, d->w);
+  if (!ierr) ierr = FMDistPartitionCreate((FMDistPartType)d->opt.part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo);
+  /* this rank's needed chunks: an interval query on the tile map (no localization) */
+  if (!ierr) ierr = FMDistNeededRank(m, &d->ch, &tm, &d->part, me, d->opt.prune, myneed);
+  FMCall(FMDistTileMapDestroy(&tm));
+  FMCall(ierr);
   FMFree(plan->rows);
   plan->nlocal = 0;
   FMCall(FMDistRankRows(&d->ch, &d->part, me, &plan->nlocal, &plan->rows));
@@ -75,11 +81,6 @@ static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsi
   FMCall(FMMalloc(d->ch.nchunks, &d->cbytes));
   for (int c = 0; c < d->ch.nchunks; c++)
     d->cbytes[c] = FMDistChunkBytes(&d->ch, c, plan->batch, plan->heads_kv, plan->head_dim, FMDTypeSize(plan->dtype));
-  /* this rank's needed chunks, from its localized bounds */
-  FMCall(FMDistLocalize(m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], &lm));
-  ierr = FMDistNeeded(&lm, &d->ch, d->opt.prune, myneed);
-  FMCall(FMDistLocalMaskDestroy(&lm));
-  FMCall(ierr);
   /* topology: the context's nodes, or -fm_plan_nodes virtual nodes of consecutive ranks */
   if (d->opt.vnodes > 0) {
     FMCheck(d->opt.vnodes <= P, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_nodes is %d; expected 0 (real topology) or 1..%d", d->opt.vnodes, P);

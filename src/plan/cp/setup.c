@@ -107,7 +107,8 @@ static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsi
 static FMErrorCode setup_route(FMPlan plan, FMDist *d)
 {
   int me = plan->ctx->rank, C = d->ch.nchunks;
-  FMCall(FMDistRouteBuild((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->needed, d->cbytes, &d->route));
+  /* this rank's own transfers only (src or dst = me): what the executors use */
+  FMCall(FMDistRouteBuildRank((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->needed, d->cbytes, me, &d->route));
   d->nin = d->nout = 0;
   for (int k = 0; k < d->route.n; k++) {
     d->nin += d->route.x[k].dst == me;
@@ -237,7 +238,9 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
   MPI_Comm comm = plan->hdr.comm;
   int P = plan->ctx->size, C, block = plan->mask->block > 0 ? plan->mask->block : 128;
   int64_t mx;
-  double mean, imb, *recv;
+  double mean, imb, *recv = NULL;
+  FMDistRoute full; /* the plan keeps only this rank's transfers; the view shows every rank's */
+  FMErrorCode ierr = FM_SUCCESS;
   if (!d) return FM_SUCCESS;
   if (!fp) fp = stdout;
   C = d->ch.nchunks;
@@ -251,10 +254,12 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
     FMCall(FMPrintf(comm, fp, " (LPT %.1f, dual_chunk %.1f; %d pair and %d three-way moves)", (double)d->binfo.lpt_max / block,
                     (double)d->binfo.dual_max / block, d->binfo.pair_moves, d->binfo.triple_moves));
   FMCall(FMPrintf(comm, fp, "\n"));
-  FMCall(FMMalloc(P, &recv));
+  memset(&full, 0, sizeof(full));
+  FMCall(FMDistRouteBuild((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->needed, d->cbytes, &full));
+  FMCallGoto(FMMalloc(P, &recv));
   for (int r = 0; r < P; r++) recv[r] = 0;
-  for (int i = 0; i < d->route.n; i++) recv[d->route.x[i].dst] += d->cbytes[d->route.x[i].chunk];
-  FMCall(FMPrintf(comm, fp, "  rank node  rows chunks  work(tiles) needed  recv(MB)\n"));
+  for (int i = 0; i < full.n; i++) recv[full.x[i].dst] += d->cbytes[full.x[i].chunk];
+  FMCallGoto(FMPrintf(comm, fp, "  rank node  rows chunks  work(tiles) needed  recv(MB)\n"));
   for (int r = 0; r < P; r++) {
     int nrows = 0, nn = 0;
     for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) {
@@ -263,24 +268,26 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
       nrows += r1 - r0;
     }
     for (int c = 0; c < C; c++) nn += d->needed[(size_t)r * C + c];
-    FMCall(FMPrintf(comm, fp, "  %4d %4d %5d %6d %12.1f %3d/%-3d %9.3f\n", r, d->topo.node[r], nrows, d->part.rstart[r + 1] - d->part.rstart[r],
-                    (double)d->part.work[r] / block, nn, C, recv[r] / 1048576.0));
+    FMCallGoto(FMPrintf(comm, fp, "  %4d %4d %5d %6d %12.1f %3d/%-3d %9.3f\n", r, d->topo.node[r], nrows, d->part.rstart[r + 1] - d->part.rstart[r],
+                        (double)d->part.work[r] / block, nn, C, recv[r] / 1048576.0));
   }
-  free(recv);
-  FMCall(FMPrintf(comm, fp, "  K/V bytes: needed %.3f MB vs unpruned all-gather %.3f MB (%.1f%%); route moves %.3f MB inside nodes, %.3f MB across nodes\n",
-                  d->route.needed_bytes / 1048576.0, d->route.allgather_bytes / 1048576.0,
-                  d->route.allgather_bytes > 0 ? 100.0 * d->route.needed_bytes / d->route.allgather_bytes : 100.0, d->route.bytes[0] / 1048576.0,
-                  d->route.bytes[1] / 1048576.0));
+  FMCallGoto(FMPrintf(comm, fp, "  K/V bytes: needed %.3f MB vs unpruned all-gather %.3f MB (%.1f%%); route moves %.3f MB inside nodes, %.3f MB across nodes\n",
+                      full.needed_bytes / 1048576.0, full.allgather_bytes / 1048576.0,
+                      full.allgather_bytes > 0 ? 100.0 * full.needed_bytes / full.allgather_bytes : 100.0, full.bytes[0] / 1048576.0,
+                      full.bytes[1] / 1048576.0));
   {
     double rb[2];
     FMDistRingBytes(&d->topo, d->rbytes, rb);
-    FMCall(FMPrintf(comm, fp, "  ring schedule would move %.3f MB inside nodes, %.3f MB across nodes%s\n", rb[0] / 1048576.0, rb[1] / 1048576.0,
-                    d->opt.schedule == FM_DIST_SCHED_RING ? " (the schedule in use)" : ""));
+    FMCallGoto(FMPrintf(comm, fp, "  ring schedule would move %.3f MB inside nodes, %.3f MB across nodes%s\n", rb[0] / 1048576.0, rb[1] / 1048576.0,
+                        d->opt.schedule == FM_DIST_SCHED_RING ? " (the schedule in use)" : ""));
   }
 #if FM_HAVE_CUDA
-  if (d->gpu) FMCall(FMDistViewGPU_Private(plan, d, fp));
+  if (d->gpu) FMCallGoto(FMDistViewGPU_Private(plan, d, fp));
 #endif
-  return FM_SUCCESS;
+cleanup:
+  free(recv);
+  FMDistRouteDestroy(&full);
+  return ierr;
 }
 
 /* ---------------- layout queries ---------------- */

@@ -64,7 +64,7 @@ module flashmask
     fm_mask_set_documents, fm_mask_set_window, fm_mask_set_global_tokens, fm_mask_set_prefix_lengths, &
     fm_mask_set_seed, fm_mask_set_bounds, fm_mask_set_block_size, fm_mask_set_from_options, fm_mask_set_up, &
     fm_mask_get_sizes, fm_mask_get_density, fm_mask_is_masked, fm_mask_view, fm_mask_save, fm_mask_load, &
-    fm_mask_destroy, &
+    fm_mask_destroy, fm_mask_set_batch, fm_mask_get_batch, fm_mask_set_sample_bounds, &
     fm_plan_create, fm_plan_set_mask, fm_plan_set_shape, fm_plan_set_scale, fm_plan_get_scale, fm_plan_set_from_options, &
     fm_plan_set_up, fm_plan_get_local_rows, fm_plan_get_local_keys, fm_plan_scatter, fm_plan_gather, &
     fm_plan_get_flops, fm_plan_forward, fm_plan_backward, fm_plan_view, fm_plan_destroy
@@ -239,6 +239,22 @@ module flashmask
       type(c_ptr), value :: mask
       integer(c_int), value :: head
       type(c_ptr), value :: lts, lte, uts, ute
+    end function
+    integer(c_int) function c_FMMaskSetSampleBounds(mask, s, head, lts, lte, uts, ute) bind(C, name="FMMaskSetSampleBounds")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: mask
+      integer(c_int), value :: s, head
+      type(c_ptr), value :: lts, lte, uts, ute
+    end function
+    integer(c_int) function c_FMMaskSetBatch(mask, b) bind(C, name="FMMaskSetBatch")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: mask
+      integer(c_int), value :: b
+    end function
+    integer(c_int) function c_FMMaskGetBatch(mask, b) bind(C, name="FMMaskGetBatch")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: mask
+      integer(c_int) :: b
     end function
     integer(c_int) function c_FMMaskSetBlockSize(mask, b) bind(C, name="FMMaskSetBlockSize")
       import :: c_int, c_ptr
@@ -808,6 +824,41 @@ contains
     if (present(ute)) p(4) = c_loc(ute(1))
     ierr = c_FMMaskSetBounds(mask%ptr, int(head, c_int), p(1), p(2), p(3), p(4))
   end subroutine fm_mask_set_bounds
+
+  ! fm_mask_set_sample_bounds(mask, sample, head, lts, lte, uts, ute, ierr): as
+  ! fm_mask_set_bounds for one sample (0-based, below mask_batch) of a mask with a batch.
+  subroutine fm_mask_set_sample_bounds(mask, sample, head, lts, lte, uts, ute, ierr)
+    type(fm_mask), intent(in) :: mask
+    integer, intent(in) :: sample, head
+    integer(c_int32_t), intent(in), target, optional :: lts(*), lte(*), uts(*), ute(*)
+    integer, intent(out) :: ierr
+    type(c_ptr) :: p(4)
+    p = c_null_ptr
+    if (present(lts)) p(1) = c_loc(lts(1))
+    if (present(lte)) p(2) = c_loc(lte(1))
+    if (present(uts)) p(3) = c_loc(uts(1))
+    if (present(ute)) p(4) = c_loc(ute(1))
+    ierr = c_FMMaskSetSampleBounds(mask%ptr, int(sample, c_int), int(head, c_int), p(1), p(2), p(3), p(4))
+  end subroutine fm_mask_set_sample_bounds
+
+  ! fm_mask_set_batch(mask, mask_batch, ierr): 1 (shared by every sample) or the plans' batch.
+  subroutine fm_mask_set_batch(mask, mask_batch, ierr)
+    type(fm_mask), intent(in) :: mask
+    integer, intent(in) :: mask_batch
+    integer, intent(out) :: ierr
+    ierr = c_FMMaskSetBatch(mask%ptr, int(mask_batch, c_int))
+  end subroutine fm_mask_set_batch
+
+  ! fm_mask_get_batch(mask, mask_batch, ierr).
+  subroutine fm_mask_get_batch(mask, mask_batch, ierr)
+    type(fm_mask), intent(in) :: mask
+    integer, intent(out) :: mask_batch
+    integer, intent(out) :: ierr
+    integer(c_int) :: b
+    b = 1
+    ierr = c_FMMaskGetBatch(mask%ptr, b)
+    mask_batch = int(b)
+  end subroutine fm_mask_get_batch
 
   ! fm_mask_set_block_size(mask, block, ierr): block size of the summaries.
   subroutine fm_mask_set_block_size(mask, block, ierr)

@@ -17,6 +17,8 @@ typedef struct {
   int B, Sq, Sk, Hq, Hkv, mh, D;
   FMDType dt;
   double tol_o, tol_g; /* relative 2-norm tolerances against the float64 reference */
+  double dq_same;      /* 0: two runs on the same bounds give bitwise the same dQ; else the relative 2-norm
+                          difference allowed (the Hopper backward adds dQ across CTAs in no fixed order) */
 } BCShape;
 
 typedef struct {
@@ -190,12 +192,22 @@ static void bc_out_free(BCOut *o)
   free(o->lse);
 }
 
-/* Outputs of d bitwise equal to a saved run. */
-static void bc_check_same(const char *what, const BCOut *a, const BCData *d, FMDType dt)
+/* Outputs of d bitwise equal to a saved run (dQ within dq_same when it is not 0). */
+static void bc_check_same(const char *what, const BCOut *a, const BCData *d, FMDType dt, double dq_same)
 {
   const char *names[4] = {"O", "dQ", "dK", "dV"};
-  for (int t = 0; t < 4; t++)
+  for (int t = 0; t < 4; t++) {
+    if (t == 1 && dq_same > 0) {
+      double *x = malloc(d->no[1] * sizeof(double)), *y = malloc(d->no[1] * sizeof(double)), err;
+      for (size_t i = 0; i < d->no[1]; i++) x[i] = FMToFloat(d->out[1], i, dt), y[i] = FMToFloat(a->t[1], i, dt);
+      err = fmt_relerr(x, y, d->no[1]);
+      FMT_CHECK(err <= dq_same, "%s: dQ differs by %.3e (relative); expected <= %.0e", what, err, dq_same);
+      free(x);
+      free(y);
+      continue;
+    }
     FMT_CHECK(!memcmp(a->t[t], d->out[t], d->no[t] * FMDTypeSize(dt)), "%s: %s differs (expected bitwise equal)", what, names[t]);
+  }
   FMT_CHECK(!memcmp(a->lse, d->lse, d->nl * sizeof(float)), "%s: LSE differs (expected bitwise equal)", what);
 }
 
@@ -268,7 +280,8 @@ static void bc_check_all(FMContext ctx, bc_run_fn run, const BCShape *s, uint64_
     bc_save(&one, &d, s->dt);
     u = bc_copy_samples(ctx, m1, s->B, zero); /* the shared mask in every sample */
     bc_run(ctx, run, u, s, &d);
-    bc_check_same("mask_batch 1 against the same bounds in every sample", &one, &d, s->dt);
+    bc_check_same("mask_batch 1 against the same bounds in every sample", &one, &d, s->dt, s->dq_same);
+    printf("  mask_batch 1 equals the same bounds in every sample of a batch mask (bitwise%s)\n", s->dq_same > 0 ? "; dQ within tolerance" : "");
     bc_out_free(&one);
     FMT_CALL(FMMaskDestroy(&u));
     FMT_CALL(FMMaskDestroy(&m1));

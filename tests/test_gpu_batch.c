@@ -3,7 +3,8 @@
  * pointers): the checks of batch_cases.h, i.e. B = 3 different packings (document,
  * random_eviction, per-sample user bounds), GQA 4:2, S_q != S_k, forward and backward against
  * a float64 reference per sample, and mask_batch 1 bitwise equal to a batch mask that holds the
- * shared mask in every sample. Shapes: the Hopper kernels (head_dim 128 bf16, 64 fp16) and the
+ * shared mask in every sample (O, LSE, dK, dV; dQ within a tolerance, as the Hopper backward adds
+ * dQ across CTAs in no fixed order). Shapes: the Hopper kernels (head_dim 128 bf16, 64 fp16) and the
  * SIMT fallback (head_dim 256; -fm_cuda_fallback forces it for the others too).
  * Exit 77 without CUDA or without a GPU.
  * Usage: test_gpu_batch [-quick]
@@ -44,9 +45,10 @@ static void run_gpu(FMPlan plan, FMDType dt, const size_t n[4], size_t nl, void 
 
 int main(int argc, char **argv)
 {
-  const BCShape shapes[3] = {{3, 300, 517, 4, 2, 2, 128, FM_DTYPE_BF16, 2e-2, 2e-2},
-                             {3, 517, 300, 4, 2, 2, 64, FM_DTYPE_FP16, 5e-3, 5e-3},
-                             {3, 130, 200, 4, 2, 2, 256, FM_DTYPE_BF16, 2e-2, 2e-2}};
+  /* dQ of two runs on the same bounds: the Hopper backward reduces dQ across CTAs in no fixed order */
+  const BCShape shapes[3] = {{3, 300, 517, 4, 2, 2, 128, FM_DTYPE_BF16, 2e-2, 2e-2, 1e-2},
+                             {3, 517, 300, 4, 2, 2, 64, FM_DTYPE_FP16, 5e-3, 5e-3, 2e-3},
+                             {3, 130, 200, 4, 2, 2, 256, FM_DTYPE_BF16, 2e-2, 2e-2, 1e-2}};
   int ndev = 0, quick = 0;
   uint64_t seed;
   FMContext ctx;

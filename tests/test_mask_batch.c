@@ -78,7 +78,7 @@ static void check_update(FMContext ctx, const BCShape *s, uint64_t *seed)
     bc_save(&a, &d, s->dt);
     f = bc_copy_samples(ctx, src, s->B, orders[step]);
     bc_run(ctx, run_cpu, f, s, &d);
-    bc_check_same(step == 1 ? "update step 1 against a fresh plan" : "update step 2 against a fresh plan", &a, &d, s->dt);
+    bc_check_same(step == 1 ? "update step 1 against a fresh plan" : "update step 2 against a fresh plan", &a, &d, s->dt, 0);
     if (step == 2) bc_check_ref("update step 2 against the reference", f, s, &d);
     bc_out_free(&a);
     FMT_CALL(FMMaskDestroy(&f));
@@ -160,7 +160,7 @@ static void check_hdf5(FMContext ctx, const BCShape *s, const char *dir, const c
   FMT_CALL(FMMaskDestroy(&m));
   if (old) { /* written by the library before issue 11: 96 x 96, 2 heads, seed 42 */
     static const char *const names[3] = {FMMASKDOCUMENT, FMMASKRANDOMEVICTION, FMMASKCAUSAL};
-    const BCShape o = {1, 96, 96, 2, 2, 2, 8, FM_DTYPE_FP32, 0, 0};
+    const BCShape o = {1, 96, 96, 2, 2, 2, 8, FM_DTYPE_FP32, 0, 0, 0};
     for (int t = 0; t < 3; t++) {
       FMMask b = bc_builder(ctx, names[t], &o, 1);
       FMT_CALL(FMMaskLoad(ctx, old, names[t], &l));
@@ -197,7 +197,7 @@ static void check_cp(FMContext ctx, const BCShape *s)
 
 int main(int argc, char **argv)
 {
-  const BCShape s = {3, 80, 112, 4, 2, 2, 16, FM_DTYPE_FP32, 1e-5, 2e-5};
+  const BCShape s = {3, 80, 112, 4, 2, 2, 16, FM_DTYPE_FP32, 1e-5, 2e-5, 0};
   const char *dir = ".", *old = NULL;
   int cp = 0;
   uint64_t seed;

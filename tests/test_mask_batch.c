@@ -10,7 +10,8 @@
  *  - HDF5: a batch mask saved and loaded keeps every sample; a file written before issue 11
  *    (-old FILE) loads as mask_batch 1 with the builders' bounds.
  * Usage: test_mask_batch [-dir DIR] [-old FILE]     (1 rank)
- *        test_mask_batch -cp                        (2 ranks: a "cp" plan refuses mask_batch > 1)
+ *        test_mask_batch -cp                        (2 ranks: a "cp" plan refuses mask_batch > 1;
+ *                                                    a mask batch that is not the plan's is refused)
  */
 #include <flashmask/fmconf.h>
 #include "batch_cases.h"
@@ -192,7 +193,18 @@ static void check_cp(FMContext ctx, const BCShape *s)
     FMT_CALL(FMPlanDestroy(&plan));
     FMT_CALL(FMMaskDestroy(&m));
   }
-  printf("  cp plan: mask_batch 3 refused with FM_ERR_SUP on this rank, mask_batch 1 sets up\n");
+  { /* a mask batch that is neither 1 nor the plan's batch: a named error on every rank */
+    FMMask m = bc_builder(ctx, FMMASKDOCUMENT, s, 2);
+    FMPlan plan;
+    FMT_CALL(FMPlanCreate(ctx, &plan));
+    FMT_CALL(FMPlanSetMask(plan, m));
+    FMT_CALL(FMPlanSetShape(plan, s->B, s->Hq, s->Hkv, s->D, s->dt));
+    FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ARG_INCOMP, "mask_batch 2");
+    FMT_CALL(FMPlanDestroy(&plan));
+    FMT_CALL(FMMaskDestroy(&m));
+  }
+  printf("  cp plan: mask_batch 3 refused with FM_ERR_SUP on this rank, mask_batch 1 sets up, mask_batch 2 for batch 3 "
+         "refused (FM_ERR_ARG_INCOMP)\n");
 }
 
 int main(int argc, char **argv)

@@ -78,6 +78,7 @@ struct Params {
   const int32_t *sum;
   int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B;
   int G, hpm;   /* query heads per kv head, per mask head (host-divided: no registers held) */
+  int mstride;  /* mask rows per sample: mask_heads when the mask has a batch (mask_batch > 1), else 0 */
   int nitems;   /* nblk * Hkv * B work items, key block fastest */
   int *counter; /* items handed out so far (zero at launch) */
   float scale, c; /* c = scale * log2(e) */
@@ -243,7 +244,7 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
       int kb_, hkv_, b_;
       cur(&kb_, &hkv_, &b_);
       FMBwdWalk w;
-      fmbwd_walk_init(&w, p.sum + (size_t)((hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
+      fmbwd_walk_init(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
       return fmbwd_walk_next(&w, q, pt);
     };
     for (int g = 0; g < p.G; g++) {
@@ -455,7 +456,7 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
     for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
     mbar_wait(sy.kv_full, n & 1);
     for (int g = 0; g < p.G; g++) {
-      const int hq = hkv * p.G + g, mh = hq / p.hpm;
+      const int hq = hkv * p.G + g, mh = b * p.mstride + hq / p.hpm;
       const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
       auto next = [&](int q, int *pt) { /* rebuilt at each step: no registers held across one */
         FMBwdWalk wk;
@@ -592,6 +593,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   p.counter = w->counter;
   p.G = a->heads_q / a->heads_kv;
   p.hpm = a->heads_q / a->mask_heads;
+  p.mstride = a->mask_batch > 1 ? a->mask_heads : 0;
   p.scale = a->scale;
   p.c = a->scale * 1.4426950408889634f;
   static int attr_done[64], nsm[64];

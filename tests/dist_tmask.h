@@ -56,6 +56,19 @@ static void tmask_free(TMask *t)
   free(t->sum);
 }
 
+/* A per-sample mask from one of `rows` = mb x mask heads rows (each row drawn on its own, so every
+   sample packs differently): row b * mask_heads + h is mask head h of sample b, the planner's mask
+   rows (FMDistMaskRows); loops over the rows of t cover every (sample, mask head). */
+static void tmask_batch(TMask *t, int mb)
+{
+  if (mb <= 1) return;
+  t->d.mask_batch = mb;
+  t->d.mask_heads /= mb;
+}
+
+/* 1 (shared) two times in three, else a batch of 2 or 3 */
+static int tmask_rnd_batch(void) { return rnd(3) ? 1 : 2 + rnd(2); }
+
 /* kind: 0 random intervals, 1 causal, 2 document, 3 causal document, 4 sliding window, 5 full, 6 random sparse spans */
 static void tmask_make(TMask *t, int kind, int Sq, int Sk, int heads, int block)
 {

@@ -160,11 +160,12 @@ static void test_weights_causal(void)
 static void test_weights_dense(int iters)
 {
   for (int it = 0; it < iters; it++) {
-    int Sq = 20 + rnd(300), Sk = rnd(2) ? Sq : 20 + rnd(300), heads = 1 + rnd(2), block = 16 << rnd(3), P = 1 + rnd(4);
+    int Sq = 20 + rnd(300), Sk = rnd(2) ? Sq : 20 + rnd(300), mb = tmask_rnd_batch(), heads = (1 + rnd(2)) * mb, block = 16 << rnd(3), P = 1 + rnd(4);
     TMask t;
     FMDistChunks ch;
     int64_t *w;
     tmask_make(&t, rnd(7), Sq, Sk, heads, block);
+    tmask_batch(&t, mb); /* heads: every (sample, mask head) row */
     FMT_CALL(FMDistChunksInit(Sq, Sk, 0, P, block, &ch));
     w = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
     FMT_CALL(FMDistChunkWeights(&t.d, &ch, 1.0, 0.0, w));
@@ -214,13 +215,14 @@ static void test_localize_needed(int iters)
 {
   int pruned_some = 0;
   for (int it = 0; it < iters; it++) {
-    int Sq = 1 + rnd(260), Sk = rnd(2) ? Sq : 1 + rnd(260), heads = 1 + rnd(3), P = 1 + rnd(5), kind = rnd(7);
+    int Sq = 1 + rnd(260), Sk = rnd(2) ? Sq : 1 + rnd(260), mb = tmask_rnd_batch(), heads = (1 + rnd(3)) * mb, P = 1 + rnd(5), kind = rnd(7);
     TMask t;
     FMDistChunks ch;
     FMDistPartition part;
     int *owner;
     unsigned char *need, *needall;
     tmask_make(&t, kind, Sq, Sk, heads, 16 << rnd(3));
+    tmask_batch(&t, mb); /* heads: every (sample, mask head) row; the needed set is their union */
     FMT_CALL(FMDistChunksInit(Sq, Sk, rnd(2) ? 0 : 1 + rnd(60), P, t.d.block, &ch));
     owner = (int *)malloc(sizeof(int) * (size_t)ch.nchunks);
     {
@@ -535,7 +537,8 @@ static void test_fast_paths(int iters)
 {
   static const double pc[3] = {1.0, 3.0, 0.5}, rc[3] = {0.0, 2.5, 1.0};
   for (int it = 0; it < iters; it++) {
-    int Sq = 1 + rnd(400), Sk = rnd(2) ? Sq : 1 + rnd(400), heads = 1 + rnd(3), P = 1 + rnd(6), kind = rnd(7), block = 16 << rnd(3);
+    int Sq = 1 + rnd(400), Sk = rnd(2) ? Sq : 1 + rnd(400), mb = tmask_rnd_batch(), heads = (1 + rnd(3)) * mb, P = 1 + rnd(6), kind = rnd(7),
+        block = 16 << rnd(3);
     TMask t;
     FMDistChunks ch;
     FMDistTileMap tm;
@@ -544,6 +547,7 @@ static void test_fast_paths(int iters)
     int64_t *w, *wref;
     unsigned char *na, *nr, *n1;
     tmask_make(&t, kind, Sq, Sk, heads, block);
+    tmask_batch(&t, mb); /* heads: every (sample, mask head) row */
     FMT_CALL(FMDistChunksInit(Sq, Sk, rnd(2) ? 0 : 1 + rnd(3 * block), P, block, &ch));
     FMT_CALL(FMDistTileMapCreate(&t.d, &ch, &tm));
     /* every tile's class from the runs equals FMClassifyTileInline */

@@ -89,8 +89,17 @@ typedef struct {
 } FMDistBalanceInfo;
 
 /*
+ * FMDistMaskRows - the mask's rows of bounds and summaries, mask_batch x mask_heads (row
+ *   b * mask_heads + h is mask head h of sample b; one shared sample when mask_batch <= 1).
+ *   The planner works over these rows: a chunk's weight sums the work of every sample (one
+ *   partition serves the whole batch) and a rank's needed K/V set is the union over samples.
+ */
+static inline int FMDistMaskRows(const FMMaskDesc *m) { return (m->mask_batch > 1 ? m->mask_batch : 1) * m->mask_heads; }
+
+/*
  * FMDistChunkWeights - weight of each query chunk: the number of (query tile, key block)
- *   tiles it really computes (not FM_TILE_SKIP), summed over the mask heads, counted in
+ *   tiles it really computes (not FM_TILE_SKIP), summed over the mask rows (FMDistMaskRows:
+ *   every sample of a per-sample mask, every mask head), counted in
  *   rows x key blocks so that short tiles count in proportion (divide by block for tiles).
  *   partial  cost of a partially masked tile relative to a full one (1: count tiles; a partial
  *            tile's rows are multiplied by it and rounded)
@@ -104,7 +113,7 @@ FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, doub
 FMErrorCode FMDistChunkWeightsRef(const FMMaskDesc *m, const FMDistChunks *ch, double partial, double rowcost, int64_t *w);
 
 /*
- * The tile map (balance.c): for each (mask head, key block), the runs of row tiles (the tiles
+ * The tile map (tilemap.c): for each (mask row, key block), the runs of row tiles (the tiles
  * of FMDistChunkWeights: chunk by chunk, `block` rows from each chunk's first row, numbered
  * t = 0..ntiles-1 in row order) whose class (FMClassifyTileInline) is FULL or PARTIAL; the
  * tiles outside every run are SKIP. Built from the block summaries in O(heads x key blocks);
@@ -112,7 +121,7 @@ FMErrorCode FMDistChunkWeightsRef(const FMMaskDesc *m, const FMDistChunks *ch, d
  */
 typedef struct { int lo, hi, cls; } FMDistTileRun; /* tiles lo..hi-1, class FM_TILE_FULL or FM_TILE_PARTIAL */
 typedef struct {
-  int seqlen_q, seqlen_k, chunk, block, nchunks, mask_heads, nkb, ntiles;
+  int seqlen_q, seqlen_k, chunk, block, nchunks, mask_heads, nkb, ntiles; /* mask_heads: the mask rows, FMDistMaskRows */
   int *tstart;          /* [nchunks + 1] first tile of each chunk */
   int *m0, *m1;         /* [ntiles] rows of each tile */
   int *roff;            /* [mask_heads * nkb + 1] runs of (h, kb) are run[roff[h * nkb + kb] .. roff[... + 1]) */
@@ -164,13 +173,14 @@ FMErrorCode FMDistRankKeys(const FMDistChunks *ch, const FMDistPartition *part, 
 /* ---------------- localization (localize.c) ---------------- */
 /*
  * The mask restricted to one rank's rows, in local row coordinates (rows ascending in
- * global order). Local row li may not see key j (global column) of mask head h when
+ * global order). Local row li may not see key j (global column) of mask row h (FMDistMaskRows:
+ * sample h / heads, mask head h % heads of a per-sample mask) when
  *   li < cut[j] (only if cut != NULL: the causal triangle), or
  *   lts[j] <= li < lte[j], or uts[j] <= li < ute[j].
  */
 typedef struct {
-  int nlocal, mask_heads, seqlen_k;
-  int32_t *bnd[4];   /* [mask_heads][seqlen_k] each */
+  int nlocal, mask_heads, seqlen_k; /* mask_heads: the mask rows, FMDistMaskRows */
+  int32_t *bnd[4];   /* [mask rows][seqlen_k] each */
   int32_t *cut;      /* [seqlen_k] or NULL when not causal */
 } FMDistLocalMask;
 
@@ -200,7 +210,7 @@ int FMDistColumnVisible(const FMDistLocalMask *lm, int h, int j);
 
 /*
  * FMDistNeeded - needed[c] = 1 when some local row of the rank sees some key of chunk c
- *   under some mask head (own chunks included). With prune = 0 every non-empty chunk is
+ *   under some mask row (some sample and mask head: the union over samples; own chunks included). With prune = 0 every non-empty chunk is
  *   needed when the rank has rows (the unpruned all-gather).
  */
 FMErrorCode FMDistNeeded(const FMDistLocalMask *lm, const FMDistChunks *ch, int prune, unsigned char *needed);

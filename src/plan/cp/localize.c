@@ -26,7 +26,7 @@ int FMDistLocalizeBound(const FMDistChunks *ch, int nown, const int *chunks, int
 FMErrorCode FMDistLocalize(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, FMDistLocalMask *lm)
 {
   int Sq = m->seqlen_q, Sk = m->seqlen_k, off = m->seqlen_k - m->seqlen_q;
-  size_t n = (size_t)m->mask_heads * Sk;
+  size_t n = (size_t)FMDistMaskRows(m) * Sk; /* every (sample, mask head) row */
   int *cnt;
   memset(lm, 0, sizeof(*lm));
   FMCheck(Sq == ch->seqlen_q && Sk == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Mask is %d x %d but the chunks cut %d x %d", Sq,
@@ -40,7 +40,7 @@ FMErrorCode FMDistLocalize(const FMMaskDesc *m, const FMDistChunks *ch, int nown
   }
   for (int x = 0; x < Sq; x++) cnt[x + 1] += cnt[x];
   lm->nlocal = cnt[Sq];
-  lm->mask_heads = m->mask_heads;
+  lm->mask_heads = FMDistMaskRows(m);
   lm->seqlen_k = Sk;
   for (int v = 0; v < 4; v++) {
     FMCall(FMMalloc(n > 0 ? n : 1, &lm->bnd[v]));

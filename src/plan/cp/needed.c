@@ -50,7 +50,7 @@ static void needed_direct(const FMMaskDesc *m, const FMDistChunks *ch, const int
     FMDistChunkKeys(ch, c, &k0, &k1);
     if (n > 0 && k1 > k0) {
       if (!prune) need = 1;
-      for (int h = 0; h < m->mask_heads && !need; h++)
+      for (int h = 0; h < FMDistMaskRows(m) && !need; h++) /* every sample's mask heads: the union */
         for (int j = k0; j < k1 && !need; j++) {
           size_t o = (size_t)h * Sk + j;
           int s[3], e[3], pos = 0, changed = 1;
@@ -115,7 +115,7 @@ static int loc_rows(const RankRows *q, long x)
   return q->rb[c] + (q->part->owner[c] == q->rank ? (int)(x - (long)c * q->ch->chunk) : 0);
 }
 
-/* whether some row of the rank sees key j of mask head h (FMDistColumnVisible on localized bounds) */
+/* whether some row of the rank sees key j of mask row h (sample and mask head) (FMDistColumnVisible on localized bounds) */
 static int col_visible(const RankRows *q, int h, int j)
 {
   const FMMaskDesc *m = q->m;

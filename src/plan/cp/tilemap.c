@@ -31,7 +31,7 @@ FMErrorCode FMDistChunkWeightsRef(const FMMaskDesc *m, const FMDistChunks *ch, d
     int r0, r1;
     int64_t s = 0;
     FMDistChunkRows(ch, c, &r0, &r1);
-    for (int h = 0; h < m->mask_heads; h++) {
+    for (int h = 0; h < FMDistMaskRows(m); h++) {
       const int32_t *sh = m->summary + (size_t)h * m->nblocks_k * FM_SUM_N;
       for (int t0 = r0; t0 < r1; t0 += block) {
         int t1 = t0 + block < r1 ? t0 + block : r1;
@@ -115,14 +115,14 @@ static int block_runs(const FMDistTileMap *tm, const int32_t *s, int causal, int
 FMErrorCode FMDistTileMapCreate(const FMMaskDesc *m, const FMDistChunks *ch, FMDistTileMap *tm)
 {
   int block = m->block > 0 ? m->block : 128, off = m->seqlen_k - m->seqlen_q, n = 0;
-  size_t nb = (size_t)m->mask_heads * m->nblocks_k;
+  size_t nb = (size_t)FMDistMaskRows(m) * m->nblocks_k; /* every (sample, mask head) row of the summaries */
   FMDistTileRun tmp[14];
   memset(tm, 0, sizeof(*tm));
   FMCheck(m->summary != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "The mask descriptor has no block summaries");
   FMCheck(m->seqlen_q == ch->seqlen_q && m->seqlen_k == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
           "Mask is %d x %d but the chunks cut %d x %d", m->seqlen_q, m->seqlen_k, ch->seqlen_q, ch->seqlen_k);
   tm->seqlen_q = m->seqlen_q; tm->seqlen_k = m->seqlen_k; tm->chunk = ch->chunk; tm->block = block;
-  tm->nchunks = ch->nchunks; tm->mask_heads = m->mask_heads; tm->nkb = m->nblocks_k;
+  tm->nchunks = ch->nchunks; tm->mask_heads = FMDistMaskRows(m); tm->nkb = m->nblocks_k;
   FMCall(FMMalloc(ch->nchunks + 1, &tm->tstart));
   for (int c = 0; c < ch->nchunks; c++) {
     int r0, r1;

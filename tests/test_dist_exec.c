@@ -11,7 +11,9 @@
  * block but its own, per link level as FMDistRingBytes predicts; on document masks the pruned
  * gather moves strictly fewer bytes than the ring. Every case is a "cp" plan set through the
  * setters (FMPlanSetPartition, ...), on one rank too; on several ranks -fm_plan_type local is
- * refused on every rank. Run on 1, 2, 3 and 4 ranks.
+ * refused on every rank. Per-sample masks (mask_batch = batch = 3, a different packing per
+ * sample: user bounds with GQA, seqlen_q != seqlen_k, the ring) give the single-rank result of
+ * the per-sample mask, and not that of sample 0's mask for every sample. Run on 1, 2, 3 and 4 ranks.
  */
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
 #include <flashmask/private/fmdist.h>
@@ -28,6 +30,7 @@ typedef struct {
   const char *part, *route, *chunk;
   int prune, overlap, vnodes;
   const char *sched; /* NULL = gather */
+  int mb;            /* mask batch (FMMaskSetBatch; 0 or 1: shared by every sample, else B) */
 } Case;
 
 static int ring_even;   /* ring cases where every rank held the same K/V and got exactly (P-1) x its own */
@@ -70,16 +73,17 @@ static FMErrorCode make_mask(FMContext ctx, const Case *c, unsigned long mseed, 
 {
   FMCall(FMMaskCreate(ctx, mask));
   FMCall(FMMaskSetSizes(*mask, c->Sq, c->Sk, c->mask_heads));
+  FMCall(FMMaskSetBatch(*mask, c->mb > 1 ? c->mb : 1)); /* builders draw sample s from the seed + s */
   FMCall(FMMaskSetType(*mask, c->type));
   FMCall(FMMaskSetSeed(*mask, mseed));
   FMCall(FMMaskSetBlockSize(*mask, 64));
   if (!strcmp(c->type, FMMASKBOUNDS)) {
-    /* per-head user bounds: documents of random lengths, different per head, plus random spans */
+    /* per-head user bounds: documents of random lengths, different per head (and sample), plus random spans */
     uint64_t s = mseed * 7919 + 1;
     int32_t *lts = malloc(sizeof(int32_t) * c->Sk), *lte = malloc(sizeof(int32_t) * c->Sk), *uts = malloc(sizeof(int32_t) * c->Sk),
             *ute = malloc(sizeof(int32_t) * c->Sk);
-    for (int h = 0; h < c->mask_heads; h++) {
-      int j = 0;
+    for (int sh = 0; sh < (c->mb > 1 ? c->mb : 1) * c->mask_heads; sh++) {
+      int j = 0, h = sh % c->mask_heads, b = sh / c->mask_heads;
       while (j < c->Sk) {
         int len = 1 + (int)(fmt_next(&s) % (uint64_t)(c->Sk / 3 + 1)), e = j + len > c->Sk ? c->Sk : j + len;
         int rs = (int)((long)j * c->Sq / c->Sk), re = (int)((long)e * c->Sq / c->Sk);
@@ -89,7 +93,8 @@ static FMErrorCode make_mask(FMContext ctx, const Case *c, unsigned long mseed, 
         }
         j = e;
       }
-      FMCall(FMMaskSetBounds(*mask, h, lts, lte, uts, ute));
+      if (c->mb > 1) FMCall(FMMaskSetSampleBounds(*mask, b, h, lts, lte, uts, ute)); /* a packing per sample */
+      else FMCall(FMMaskSetBounds(*mask, h, lts, lte, uts, ute));
     }
     free(lts); free(lte); free(uts); free(ute);
   }
@@ -254,6 +259,18 @@ static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, doubl
       to_d(a, gdk, c->dtype, nK); to_d(b, rk, c->dtype, nK); edk = relerr(a, b, nK);
       to_d(a, gdv, c->dtype, nK); to_d(b, rv, c->dtype, nK); edv = relerr(a, b, nK);
       bad = !(eo < tol && edq < tol && edk < tol && edv < tol && lse_ok(glse, rlse, nL, tol));
+      if (c->mb > 1) {
+        /* the samples' packings matter: sample 0's mask for every sample gives another O */
+        FMAttnProblem p1 = p;
+        char *o1 = malloc(es * nQ);
+        float *l1 = malloc(sizeof(float) * nL);
+        double e1;
+        p1.mask.mask_batch = 1;
+        FMT_CALL(FMCPUForward(&p1, gq, gk, gv, o1, c->dtype, l1));
+        to_d(a, go, c->dtype, nQ); to_d(b, o1, c->dtype, nQ); e1 = relerr(a, b, nQ);
+        FMT_CHECK(e1 > 100 * tol, "%s mask_batch %d: O differs from sample 0's mask for every sample by only %.2e", c->type, c->mb, e1);
+        free(o1); free(l1);
+      }
       FMT_CHECK(!bad, "%s Sq %d Sk %d B %d H %d/%d D %d %s [%s %s %s chunk %s prune %d overlap %d nodes %d] on %d ranks: rel. errors O %.2e dQ %.2e "
                 "dK %.2e dV %.2e LSE %s (tol %.0e)",
                 c->type, c->Sq, c->Sk, c->B, c->Hq, c->Hkv, c->D, FMDTypeName(c->dtype), ring ? "ring" : "gather", c->part, c->route, c->chunk, c->prune, c->overlap,
@@ -569,6 +586,12 @@ int main(int argc, char **argv)
       {FMMASKCAUSAL, 200, 200, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "contiguous", "hierarchical", "150", 1, 1, 2},
       /* 15 keys for 400 rows: key chunks of 2, the last two empty; early rows see no key (LSE -inf) */
       {FMMASKCAUSAL, 400, 15, 1, 2, 1, 16, 1, FM_DTYPE_FP32, "dual_chunk", "flat", "40", 1, 0, 0},
+      /* per-sample masks (mask_batch = B = 3, a packing per sample): user bounds with GQA, a builder with
+         seqlen_q != seqlen_k, one mask head per KV head, and the ring schedule */
+      {FMMASKBOUNDS, 500, 500, 3, 4, 2, 32, 2, FM_DTYPE_FP32, "balanced", "hierarchical", "64", 1, 1, 2, NULL, 3},
+      {FMMASKCAUSALDOCUMENT, 520, 300, 3, 2, 1, 16, 1, FM_DTYPE_FP32, "dual_chunk", "flat", "48", 1, 0, 0, NULL, 3},
+      {FMMASKBOUNDS, 333, 411, 3, 6, 3, 16, 3, FM_DTYPE_FP32, "contiguous", "flat", "37", 1, 1, 0, NULL, 3},
+      {FMMASKDOCUMENT, 600, 600, 3, 2, 2, 16, 2, FM_DTYPE_FP32, "balanced", "hierarchical", "0", 1, 1, 2, "ring", 3},
     };
     for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
       if (cs[i].vnodes > size) cs[i].vnodes = size;

@@ -10,8 +10,9 @@
  *  - HDF5: a batch mask saved and loaded keeps every sample; a file written before issue 11
  *    (-old FILE) loads as mask_batch 1 with the builders' bounds.
  * Usage: test_mask_batch [-dir DIR] [-old FILE]     (1 rank)
- *        test_mask_batch -cp                        (2 ranks: a "cp" plan refuses mask_batch > 1;
- *                                                    a mask batch that is not the plan's is refused)
+ *        test_mask_batch -cp                        (2 ranks: a "cp" plan runs mask_batch 3 and 1 against
+ *                                                    the float64 reference; a mask batch that is not the
+ *                                                    plan's is refused)
  */
 #include <flashmask/fmconf.h>
 #include "batch_cases.h"
@@ -178,21 +179,70 @@ static void check_hdf5(FMContext ctx, const BCShape *s, const char *dir, const c
 #endif
 }
 
-/* At 2 ranks: a "cp" plan refuses mask_batch > 1 with FM_ERR_SUP on every rank; mask_batch 1 sets up. */
-static void check_cp(FMContext ctx, const BCShape *s)
+/* A "cp" plan (partition part) on mask m: the global inputs of d scattered from rank 0, forward and backward,
+   the outputs gathered on rank 0 and broadcast, so that every rank holds the global outputs in d. */
+static void run_cp(FMContext ctx, FMMask m, const BCShape *s, const char *part, BCData *d)
 {
-  for (int mb = 3; mb >= 1; mb -= 2) {
-    FMMask m = bc_builder(ctx, FMMASKCAUSALDOCUMENT, s, mb);
-    FMPlan plan;
-    FMT_CALL(FMPlanCreate(ctx, &plan));
-    FMT_CALL(FMPlanSetMask(plan, m));
-    FMT_CALL(FMPlanSetType(plan, FMPLANCP));
-    FMT_CALL(FMPlanSetShape(plan, s->B, s->Hq, s->Hkv, s->D, s->dt));
-    if (mb > 1) FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_SUP, "per-sample masks");
-    else FMT_CALL(FMPlanSetUp(plan));
-    FMT_CALL(FMPlanDestroy(&plan));
-    FMT_CALL(FMMaskDestroy(&m));
+  FMPlan plan;
+  const size_t es = FMDTypeSize(s->dt), uq = (size_t)s->Hq * s->D * es, uk = (size_t)s->Hkv * s->D * es;
+  int nl, nk;
+  const int *rows, *keys;
+  char *l[8];
+  float *lse;
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetMask(plan, m));
+  FMT_CALL(FMPlanSetType(plan, FMPLANCP));
+  FMT_CALL(FMPlanSetPartition(plan, part));
+  FMT_CALL(FMPlanSetShape(plan, s->B, s->Hq, s->Hkv, s->D, s->dt));
+  FMT_CALL(FMPlanSetUp(plan));
+  FMT_CALL(FMPlanGetLocalRows(plan, &nl, &rows));
+  FMT_CALL(FMPlanGetLocalKeys(plan, &nk, &keys));
+  for (int t = 0; t < 8; t++) l[t] = malloc((size_t)s->B * (t == 1 || t == 2 || t == 6 || t == 7 ? nk * uk : nl * uq) + 1);
+  lse = malloc(sizeof(float) * ((size_t)s->B * s->Hq * nl + 1));
+  /* l: q k v dout | o dq dk dv */
+  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, 0, d->in[0], l[0]));
+  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_KV, 0, d->in[1], l[1]));
+  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_KV, 0, d->in[2], l[2]));
+  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, 0, d->in[3], l[3]));
+  FMT_CALL(FMPlanForward(plan, l[0], l[1], l[2], l[4], lse));
+  FMT_CALL(FMPlanBackward(plan, l[0], l[1], l[2], l[4], lse, l[3], l[5], l[6], l[7]));
+  for (int t = 0; t < 4; t++) {
+    FMT_CALL(FMPlanGather(plan, t < 2 ? FM_PLAN_TENSOR_Q : FM_PLAN_TENSOR_KV, 0, l[4 + t], d->out[t]));
+    MPI_Bcast(d->out[t], (int)(d->no[t] * es), MPI_BYTE, 0, MPI_COMM_WORLD);
   }
+  FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_LSE, 0, lse, d->lse));
+  MPI_Bcast(d->lse, (int)d->nl, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  for (int t = 0; t < 8; t++) free(l[t]);
+  free(lse);
+  FMT_CALL(FMPlanDestroy(&plan));
+}
+
+/*
+ * At 2 ranks: a "cp" plan on the CPU backend runs per-sample masks (mask_batch 3, three packings;
+ * document, random_eviction, causal_document; GQA 4:2, S_q != S_k) within float32 rounding of the
+ * float64 reference of every sample, for each partition, as it runs mask_batch 1; a mask batch
+ * that is neither 1 nor the plan's batch is refused on every rank.
+ */
+static void check_cp(FMContext ctx, const BCShape *s, uint64_t *seed)
+{
+  static const char *const types[3] = {FMMASKDOCUMENT, FMMASKRANDOMEVICTION, FMMASKCAUSALDOCUMENT};
+  static const char *const parts[3] = {"balanced", "dual_chunk", "contiguous"};
+  BCData d;
+  bc_data_init(&d, s, seed);
+  for (int t = 0; t < 3; t++)
+    for (int mb = s->B; mb >= 1; mb -= s->B - 1) {
+      FMMask m = bc_builder(ctx, types[t], s, mb);
+      char what[96];
+      if (mb > 1)
+        for (int a = 0; a < mb; a++)
+          for (int b = a + 1; b < mb; b++)
+            FMT_CHECK(bc_sample_diff(m, a, b) > 0, "%s with mask_batch %d: samples %d and %d have the same bounds", types[t], mb, a, b);
+      snprintf(what, sizeof(what), "cp %s: %s, mask_batch %d", parts[t], types[t], mb);
+      run_cp(ctx, m, s, parts[t], &d);
+      bc_check_ref(what, m, s, &d);
+      FMT_CALL(FMMaskDestroy(&m));
+    }
+  bc_data_free(&d);
   { /* a mask batch that is neither 1 nor the plan's batch: a named error on every rank */
     FMMask m = bc_builder(ctx, FMMASKDOCUMENT, s, 2);
     FMPlan plan;
@@ -203,8 +253,7 @@ static void check_cp(FMContext ctx, const BCShape *s)
     FMT_CALL(FMPlanDestroy(&plan));
     FMT_CALL(FMMaskDestroy(&m));
   }
-  printf("  cp plan: mask_batch 3 refused with FM_ERR_SUP on this rank, mask_batch 1 sets up, mask_batch 2 for batch 3 "
-         "refused (FM_ERR_ARG_INCOMP)\n");
+  printf("  cp plan: mask_batch 2 for batch 3 refused (FM_ERR_ARG_INCOMP)\n");
 }
 
 int main(int argc, char **argv)
@@ -226,7 +275,8 @@ int main(int argc, char **argv)
   FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CPU));
   FMT_CALL(FMContextSetUp(ctx));
   if (cp) {
-    check_cp(ctx, &s);
+    MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD); /* the same inputs (and reference) on every rank */
+    check_cp(ctx, &s, &seed);
   } else {
     bc_check_all(ctx, run_cpu, &s, &seed);
     check_split(ctx, &s, &seed);

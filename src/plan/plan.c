@@ -219,15 +219,6 @@ static FMErrorCode check_mask_heads(FMPlan plan)
   return FM_SUCCESS;
 }
 
-/* Per-sample masks (mask_batch > 1) in a plan type that does not take them yet (local; agreed by the caller). */
-static FMErrorCode check_type_batch(FMPlan plan)
-{
-  FMCheck(plan->mask->mask_batch == 1 || strcmp(plan->hdr.type_name, FMPLANCP), MPI_COMM_SELF, FM_ERR_SUP,
-          "Plan type \"cp\" does not support per-sample masks yet: the mask has mask_batch %d; use mask_batch 1 or plan type \"local\"",
-          plan->mask->mask_batch);
-  return FM_SUCCESS;
-}
-
 /* The calls FMPlanSetUp needs first, and the mask's heads (local; agreed by the caller). */
 static FMErrorCode check_setup(FMPlan plan)
 {
@@ -275,7 +266,6 @@ FMErrorCode FMPlanSetUp(FMPlan plan)
   FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_SETUP, ierr, n, f)); /* the first message: names what differs */
   FMAgree(plan->hdr.comm, FMPlanSetDefaultType_Private(plan));
   FMCall(FMAgreeSame(plan->hdr.comm, FMHash_Private(FM_HASH_INIT, plan->hdr.type_name, strlen(plan->hdr.type_name)), "the plan type"));
-  FMAgree(plan->hdr.comm, check_type_batch(plan));
   if (!plan->scale_set) plan->scale = 1.0 / sqrt((double)plan->head_dim);
   plan->backend = plan->ctx->backend;
   plan->hdr.setupcalled = 0;

@@ -68,6 +68,7 @@ FMErrorCode FMDistExecInit_Private(FMPlan plan, FMDistExec *e)
   e->p.batch = plan->batch; e->p.heads_q = plan->heads_q; e->p.heads_kv = plan->heads_kv; e->p.head_dim = plan->head_dim;
   e->p.dtype = plan->dtype;
   e->p.scale = (float)plan->scale;
+  /* the whole mask: with mask_batch > 1 the CPU kernels take sample b's bounds and summaries for sample b */
   FMCall(FMMaskGetDesc_Private(plan->mask, &e->p.mask));
   e->p.nq = plan->nlocal; e->p.qrows = plan->rows;
   e->p.nthreads = plan->ctx->nthreads;

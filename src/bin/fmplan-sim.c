@@ -5,7 +5,7 @@
  * a laptop.
  *
  *   fmplan-sim -nodes 16 -gpus_per_node 8 -mask causal_document -seqlen 1048576
- *              [-seqlen_k N] [-mask_heads 1] [-batch 1] [-heads_kv 8] [-head_dim 128]
+ *              [-seqlen_k N] [-mask_heads 1] [-batch 1] [-mask_batch 1] [-heads_kv 8] [-head_dim 128]
  *              [-dtype bf16|fp16|fp32] [-chunk 0] [-block 128] [-prune 1] [-view_ranks]
  *              [-steps N] [-seed S] [-rank R] [-table 0|1] [-ref 0|1] [-csv FILE]
  *              [-heads_q 32] [-tflops 500] [-bw_intra 450] [-bw_inter 50]
@@ -29,6 +29,8 @@ static const char help[] =
   "  -nodes N -gpus_per_node G   virtual topology (P = N x G ranks)\n"
   "  -mask TYPE -seqlen S [-seqlen_k SK] [-mask_heads H]   the mask (any -fm_mask_* option too)\n"
   "  -batch B -heads_kv H -head_dim D -dtype bf16|fp16|fp32  the K/V shape that sets the bytes\n"
+  "  -mask_batch B  a mask per sample (1: shared; else the batch, which it sets by default): a fresh\n"
+  "                 packing per sample; the chunk weights sum the samples, the needed sets are their union\n"
   "  -heads_q H -tflops F -bw_intra G -bw_inter G  the predicted compute, exchange and step times\n"
   "  -chunk L (0: default) -block 128 -prune 1 -view_ranks\n"
   "  -steps N  re-plan N times with a fresh mask (seed S + step) and report the median per step\n"
@@ -36,7 +38,7 @@ static const char help[] =
   "  -ref 1    also time the reference paths (the planner before the fast paths) -csv FILE (append one row)\n";
 
 typedef struct {
-  int nodes, gpn, S, Sk, mh, batch, hq, hkv, d, chunk, block, P, steps, rank;
+  int nodes, gpn, S, Sk, mh, mb, batch, hq, hkv, d, chunk, block, P, steps, rank;
   double bw[2], tflops;
   int seed;
   char mtype[64], dts[16], csv[512];
@@ -49,7 +51,7 @@ static FMErrorCode sim_options(Sim *o)
 {
   FMBool set;
   memset(o, 0, sizeof(*o));
-  o->nodes = 1; o->gpn = 8; o->S = 131072; o->mh = 1; o->batch = 1; o->hkv = 8; o->d = 128; o->block = 128; o->seed = 42;
+  o->nodes = 1; o->gpn = 8; o->S = 131072; o->mh = 1; o->mb = 1; o->batch = 1; o->hkv = 8; o->d = 128; o->block = 128; o->seed = 42;
   o->pcost = 1.0; o->prune = FM_TRUE; o->table = FM_TRUE; o->hq = 32; o->bw[0] = 450; o->bw[1] = 50; o->tflops = 500;
   strcpy(o->mtype, "causal_document"); strcpy(o->dts, "bf16");
   FMCall(FMOptionsGetInt("-nodes", "virtual nodes", &o->nodes, NULL));
@@ -58,6 +60,8 @@ static FMErrorCode sim_options(Sim *o)
   FMCall(FMOptionsGetInt("-seqlen", "sequence length (query and key)", &o->S, NULL));
   FMCall(FMOptionsGetInt("-seqlen_k", "key sequence length (default: -seqlen)", &o->Sk, &set));
   FMCall(FMOptionsGetInt("-mask_heads", "mask heads (1 or heads_kv)", &o->mh, NULL));
+  FMCall(FMOptionsGetInt("-mask_batch", "mask batch: 1 (shared by every sample) or the batch (a packing per sample)", &o->mb, NULL));
+  if (o->mb > 1) o->batch = o->mb; /* the default batch of a per-sample mask */
   FMCall(FMOptionsGetInt("-batch", "batch size", &o->batch, NULL));
   FMCall(FMOptionsGetInt("-heads_kv", "key/value heads", &o->hkv, NULL));
   FMCall(FMOptionsGetInt("-heads_q", "query heads (for the predicted compute time)", &o->hq, NULL));
@@ -85,6 +89,8 @@ static FMErrorCode sim_options(Sim *o)
   FMCheck(o->nodes >= 1 && o->gpn >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-nodes %d -gpus_per_node %d; expected both >= 1", o->nodes, o->gpn);
   FMCheck(o->bw[0] > 0 && o->bw[1] > 0 && o->tflops > 0 && o->hq >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
           "-bw_intra %g -bw_inter %g -tflops %g -heads_q %d; expected all > 0", o->bw[0], o->bw[1], o->tflops, o->hq);
+  FMCheck(o->mb == 1 || o->mb == o->batch, MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "-mask_batch %d with -batch %d; expected 1 or the batch",
+          o->mb, o->batch);
   FMCheck(o->steps >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-steps %d; expected >= 0", o->steps);
   FMCheck(o->seed >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-seed %d; expected >= 0", o->seed);
   o->es = !strcmp(o->dts, "fp32") ? 4 : 2;
@@ -98,6 +104,7 @@ static FMErrorCode make_mask(const Sim *o, FMContext ctx, int seed, FMMask *mask
 {
   FMCall(FMMaskCreate(ctx, mask));
   FMCall(FMMaskSetSizes(*mask, o->S, o->Sk, o->mh));
+  FMCall(FMMaskSetBatch(*mask, o->mb)); /* sample s draws its packing from the seed + s */
   FMCall(FMMaskSetType(*mask, o->mtype));
   FMCall(FMMaskSetBlockSize(*mask, o->block));
   FMCall(FMMaskSetFromOptions(*mask));
@@ -181,7 +188,7 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
  */
 static void predict(const Sim *o, const FMMaskDesc *m, const FMDistPartition *part, const double *lev, double *t)
 {
-  double tile = 4.0 * m->block * m->block * o->d * o->hq * o->batch / (o->tflops * 1e12) / m->mask_heads * 1e3;
+  double tile = 4.0 * m->block * m->block * o->d * o->hq * o->batch / (o->tflops * 1e12) / FMDistMaskRows(m) * 1e3; /* per weight unit: a tile of one mask row */
   t[0] = t[1] = t[2] = 0;
   for (int r = 0; r < o->P; r++) {
     double c = (double)part->work[r] / m->block * tile, x = lev[r] / (o->bw[0] * 1e6) + lev[o->P + r] / (o->bw[1] * 1e6);
@@ -339,8 +346,9 @@ static FMErrorCode run(void)
     FMCall(FMMaskGetDesc_Private(mask, &m));
     FMCall(FMDistChunksInit(m.seqlen_q, m.seqlen_k, o.chunk, o.P, m.block, &ch));
     if (s == 0) {
-      printf("fmplan-sim: %d ranks = %d node%s x %d; mask %s, %d x %d, %d mask head%s, block %d, block sparsity %.4f\n", o.P, o.nodes,
-             o.nodes > 1 ? "s" : "", o.gpn, o.mtype, m.seqlen_q, m.seqlen_k, m.mask_heads, m.mask_heads > 1 ? "s" : "", m.block, mask->sparsity);
+      printf("fmplan-sim: %d ranks = %d node%s x %d; mask %s, %d x %d, %d mask head%s, mask batch %d, block %d, block sparsity %.4f\n", o.P,
+             o.nodes, o.nodes > 1 ? "s" : "", o.gpn, o.mtype, m.seqlen_q, m.seqlen_k, m.mask_heads, m.mask_heads > 1 ? "s" : "", o.mb, m.block,
+             mask->sparsity);
       printf("  K/V: batch %d, %d KV heads, head_dim %d, %s; %d chunks of %d rows (key chunks of %d); pruning %s\n", o.batch, o.hkv, o.d,
              o.dts, ch.nchunks, ch.chunk, ch.kchunk, o.prune ? "on" : "off");
       if (o.table) FMCall(sim_table(&o, &m, &topo, &simt));

@@ -3,7 +3,8 @@
  * algorithms (src/plan/cp): chunking, the balancer against a brute-force optimum and
  * against dual-chunk, localization against the dense mask, the needed set against a dense
  * scan, and the routes (each needed chunk delivered exactly once; on multi-node virtual
- * topologies a remote chunk crosses into a node once).
+ * topologies a remote chunk crosses into a node once); per-sample masks (weights = the sum over
+ * the samples, needed sets = their union).
  * Runs on one rank; no MPI traffic. Usage: test_dist_plan [-iters N]
  */
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
@@ -600,6 +601,58 @@ static void test_fast_paths(int iters)
   }
 }
 
+/*
+ * Per-sample masks: the chunk weights of a mask of B samples are the sums of the weights of its
+ * samples taken one at a time (mask_batch 1 on that sample's rows), and a rank's needed set is the
+ * union of the samples' needed sets: one partition and one exchange serve every sample.
+ */
+static void test_batch_union(int iters)
+{
+  int differ = 0;
+  for (int it = 0; it < iters; it++) {
+    int Sq = 1 + rnd(300), Sk = rnd(2) ? Sq : 1 + rnd(300), mb = 2 + rnd(3), mh = 1 + rnd(2), P = 1 + rnd(5), block = 16 << rnd(3);
+    TMask t;
+    FMDistChunks ch;
+    FMDistPartition part;
+    int *owner;
+    int64_t *w, *ws, *sum;
+    unsigned char *na, *ns, *un;
+    tmask_make(&t, rnd(7), Sq, Sk, mb * mh, block);
+    tmask_batch(&t, mb);
+    FMT_CALL(FMDistChunksInit(Sq, Sk, rnd(2) ? 0 : 1 + rnd(2 * block), P, block, &ch));
+    w = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
+    ws = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
+    sum = (int64_t *)calloc((size_t)ch.nchunks, sizeof(int64_t));
+    owner = (int *)malloc(sizeof(int) * (size_t)ch.nchunks);
+    for (int c = 0; c < ch.nchunks; c++) owner[c] = rnd(P);
+    FMT_CALL(FMDistPartitionFromOwner(ch.nchunks, P, owner, NULL, &part));
+    na = (unsigned char *)malloc((size_t)ch.nchunks * P);
+    ns = (unsigned char *)malloc((size_t)ch.nchunks * P);
+    un = (unsigned char *)calloc((size_t)ch.nchunks * P, 1);
+    FMT_CALL(FMDistChunkWeights(&t.d, &ch, 1.0, 1.0, w));
+    FMT_CALL(FMDistNeededAll(&t.d, &ch, &part, 1, na));
+    for (int b = 0; b < mb; b++) {
+      FMMaskDesc one = t.d; /* sample b alone: its rows of bounds and summaries, mask_batch 1 */
+      one.mask_batch = 1;
+      for (int v = 0; v < 4; v++) one.bnd[v] = t.d.bnd[v] + (size_t)b * mh * Sk;
+      one.summary = t.d.summary + (size_t)b * mh * t.d.nblocks_k * FM_SUM_N;
+      FMT_CALL(FMDistChunkWeights(&one, &ch, 1.0, 1.0, ws));
+      for (int c = 0; c < ch.nchunks; c++) { differ += b > 0 && ws[c] != sum[c] / b; sum[c] += ws[c]; }
+      FMT_CALL(FMDistNeededAll(&one, &ch, &part, 1, ns));
+      for (size_t i = 0; i < (size_t)ch.nchunks * P; i++) un[i] |= ns[i];
+    }
+    for (int c = 0; c < ch.nchunks; c++)
+      FMT_CHECK(w[c] == sum[c], "mask_batch %d chunk %d: weight %lld, sum over the samples %lld", mb, c, (long long)w[c], (long long)sum[c]);
+    for (size_t i = 0; i < (size_t)ch.nchunks * P; i++)
+      FMT_CHECK(na[i] == un[i], "mask_batch %d rank %zu chunk %zu: needed %d, union over the samples %d", mb, i / ch.nchunks, i % ch.nchunks,
+                na[i], un[i]);
+    FMDistPartitionDestroy(&part);
+    free(w); free(ws); free(sum); free(owner); free(na); free(ns); free(un);
+    tmask_free(&t);
+  }
+  FMT_CHECK(differ > 0, "no per-sample instance had samples of different weights: the union test is vacuous");
+}
+
 int main(int argc, char **argv)
 {
   int iters = 200;
@@ -613,6 +666,7 @@ int main(int argc, char **argv)
   test_weights_dense(iters / 4);
   test_localize_needed(iters);
   test_fast_paths(iters);
+  test_batch_union(iters / 2);
   test_routes(iters);
   test_document_pruning();
   test_long_messages();

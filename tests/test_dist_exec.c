@@ -292,45 +292,6 @@ static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, doubl
 static void run_case(FMContext ctx, const Case *c, int *ndoc_strict) { run_case_moved(ctx, c, ndoc_strict, NULL); }
 
 /*
- * One rank, one chunk: a "cp" plan on a per-sample mask (mask_batch 3, user bounds, GQA,
- * seqlen_q != seqlen_k) sums in the order of the "local" type, so O, LSE, dQ, dK and dV are
- * bitwise those of a local plan on the same mask.
- */
-static void test_batch_local(FMContext ctx)
-{
-  const Case c = {FMMASKBOUNDS, 260, 333, 3, 4, 2, 16, 2, FM_DTYPE_FP32, "balanced", "flat", "333", 1, 0, 0, NULL, 3};
-  const size_t nQ = (size_t)c.B * c.Sq * c.Hq * c.D, nK = (size_t)c.B * c.Sk * c.Hkv * c.D, nL = (size_t)c.B * c.Hq * c.Sq;
-  const size_t n[5] = {nQ, nQ, nK, nK, nL};
-  float *in[4], *out[2][5];
-  uint64_t s = seed ^ 0x5eed;
-  FMMask mask;
-  FMT_CALL(make_mask(ctx, &c, 7, &mask));
-  for (int t = 0; t < 4; t++) { in[t] = malloc(sizeof(float) * (t == 1 || t == 2 ? nK : nQ)); fill(in[t], t == 1 || t == 2 ? nK : nQ, &s); }
-  for (int k = 0; k < 2; k++) {
-    FMPlan plan;
-    FMT_CALL(FMPlanCreate(ctx, &plan));
-    if (k) set_opts(plan, &c);
-    else FMT_CALL(FMPlanSetType(plan, FMPLANLOCAL));
-    FMT_CALL(FMPlanSetMask(plan, mask));
-    FMT_CALL(FMPlanSetShape(plan, c.B, c.Hq, c.Hkv, c.D, c.dtype));
-    FMT_CALL(FMPlanSetUp(plan));
-    for (int t = 0; t < 5; t++) { out[k][t] = malloc(sizeof(float) * n[t]); memset(out[k][t], 0xff, sizeof(float) * n[t]); }
-    FMT_CALL(FMPlanForward(plan, in[0], in[1], in[2], out[k][0], out[k][4]));
-    FMT_CALL(FMPlanBackward(plan, in[0], in[1], in[2], out[k][0], out[k][4], in[3], out[k][1], out[k][2], out[k][3]));
-    FMT_CALL(FMPlanDestroy(&plan));
-  }
-  {
-    const char *names[5] = {"O", "dQ", "dK", "dV", "LSE"};
-    for (int t = 0; t < 5; t++)
-      FMT_CHECK(!memcmp(out[0][t], out[1][t], sizeof(float) * n[t]), "mask_batch 3 on one rank, one chunk: %s of cp and local differ", names[t]);
-    printf("ok mask_batch 3, one rank, one chunk: cp and local bitwise equal (O, LSE, dQ, dK, dV)\n");
-  }
-  for (int t = 0; t < 4; t++) free(in[t]);
-  for (int k = 0; k < 2; k++) for (int t = 0; t < 5; t++) free(out[k][t]);
-  FMT_CALL(FMMaskDestroy(&mask));
-}
-
-/*
  * The ring schedule: forward and backward equal the single-rank result on 2, 3 and 4 ranks
  * for causal, causal_document, document, share_question, per-head user bounds with GQA and
  * seqlen_q != seqlen_k, overlapped or not, on one or two virtual nodes; and on document masks
@@ -637,7 +598,6 @@ int main(int argc, char **argv)
       run_case(ctx, &cs[i], &ndoc);
     }
   }
-  if (size == 1) test_batch_local(ctx);
   if (size > 1) {
     FMT_CHECK(ndoc > 0, "no pruned document case was compared with the all-gather");
     test_mismatch(ctx);

@@ -8,7 +8,8 @@
  *    results of a fresh mask and plan;
  *  - bad input: sample out of range, a mask batch that is neither 1 nor the plan's batch;
  *  - HDF5: a batch mask saved and loaded keeps every sample; a file written before issue 11
- *    (-old FILE) loads as mask_batch 1 with the builders' bounds.
+ *    (-old FILE) loads as mask_batch 1 with the builders' bounds;
+ *  - a "cp" plan on one rank with one chunk is bitwise the local plan on a per-sample mask.
  * Usage: test_mask_batch [-dir DIR] [-old FILE]     (1 rank)
  *        test_mask_batch -cp                        (2 ranks: a "cp" plan runs mask_batch 3 and 1 against
  *                                                    the float64 reference; a mask batch that is not the
@@ -181,7 +182,7 @@ static void check_hdf5(FMContext ctx, const BCShape *s, const char *dir, const c
 
 /* A "cp" plan (partition part) on mask m: the global inputs of d scattered from rank 0, forward and backward,
    the outputs gathered on rank 0 and broadcast, so that every rank holds the global outputs in d. */
-static void run_cp(FMContext ctx, FMMask m, const BCShape *s, const char *part, BCData *d)
+static void run_cp(FMContext ctx, FMMask m, const BCShape *s, const char *part, int chunk, BCData *d)
 {
   FMPlan plan;
   const size_t es = FMDTypeSize(s->dt), uq = (size_t)s->Hq * s->D * es, uk = (size_t)s->Hkv * s->D * es;
@@ -193,6 +194,7 @@ static void run_cp(FMContext ctx, FMMask m, const BCShape *s, const char *part, 
   FMT_CALL(FMPlanSetMask(plan, m));
   FMT_CALL(FMPlanSetType(plan, FMPLANCP));
   FMT_CALL(FMPlanSetPartition(plan, part));
+  FMT_CALL(FMPlanSetChunk(plan, chunk));
   FMT_CALL(FMPlanSetShape(plan, s->B, s->Hq, s->Hkv, s->D, s->dt));
   FMT_CALL(FMPlanSetUp(plan));
   FMT_CALL(FMPlanGetLocalRows(plan, &nl, &rows));
@@ -238,7 +240,7 @@ static void check_cp(FMContext ctx, const BCShape *s, uint64_t *seed)
           for (int b = a + 1; b < mb; b++)
             FMT_CHECK(bc_sample_diff(m, a, b) > 0, "%s with mask_batch %d: samples %d and %d have the same bounds", types[t], mb, a, b);
       snprintf(what, sizeof(what), "cp %s: %s, mask_batch %d", parts[t], types[t], mb);
-      run_cp(ctx, m, s, parts[t], &d);
+      run_cp(ctx, m, s, parts[t], 0, &d);
       bc_check_ref(what, m, s, &d);
       FMT_CALL(FMMaskDestroy(&m));
     }
@@ -254,6 +256,26 @@ static void check_cp(FMContext ctx, const BCShape *s, uint64_t *seed)
     FMT_CALL(FMMaskDestroy(&m));
   }
   printf("  cp plan: mask_batch 2 for batch 3 refused (FM_ERR_ARG_INCOMP)\n");
+}
+
+/*
+ * One rank, one chunk: a "cp" plan on a per-sample mask sums in the order of the "local" type, so
+ * O, LSE, dQ, dK and dV are bitwise those of a local plan on the same mask (three packings).
+ */
+static void check_cp_local(FMContext ctx, const BCShape *s, uint64_t *seed)
+{
+  FMMask m = bc_builder(ctx, FMMASKCAUSALDOCUMENT, s, s->B);
+  BCData d;
+  BCOut loc;
+  bc_data_init(&d, s, seed);
+  bc_run(ctx, run_cpu, m, s, &d);
+  bc_save(&loc, &d, s->dt);
+  run_cp(ctx, m, s, "balanced", s->Sq, &d);
+  bc_check_same("cp on one rank, one chunk, against local (mask_batch 3)", &loc, &d, s->dt, 0);
+  printf("  cp on one rank with one chunk equals local bitwise (mask_batch %d)\n", s->B);
+  bc_out_free(&loc);
+  bc_data_free(&d);
+  FMT_CALL(FMMaskDestroy(&m));
 }
 
 int main(int argc, char **argv)
@@ -283,6 +305,7 @@ int main(int argc, char **argv)
     check_update(ctx, &s, &seed);
     check_errors(ctx, &s);
     check_hdf5(ctx, &s, dir, old);
+    check_cp_local(ctx, &s, &seed);
   }
   FMT_CALL(FMContextDestroy(&ctx));
   FMT_CALL(FMFinalize());

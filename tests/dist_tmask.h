@@ -109,7 +109,7 @@ static void tmask_make(TMask *t, int kind, int Sq, int Sk, int heads, int block)
   tmask_summaries(t);
 }
 
-static int tmasked(const FMMaskDesc *d, int h, int i, int j)
+static inline int tmasked(const FMMaskDesc *d, int h, int i, int j)
 {
   size_t o = (size_t)h * d->seqlen_k + j;
   if (d->causal && j > i + (d->seqlen_k - d->seqlen_q)) return 1;

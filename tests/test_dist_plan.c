@@ -3,8 +3,8 @@
  * algorithms (src/plan/cp): chunking, the balancer against a brute-force optimum and
  * against dual-chunk, localization against the dense mask, the needed set against a dense
  * scan, and the routes (each needed chunk delivered exactly once; on multi-node virtual
- * topologies a remote chunk crosses into a node once); per-sample masks (weights = the sum over
- * the samples, needed sets = their union).
+ * topologies a remote chunk crosses into a node once). The fast paths against their references
+ * and per-sample masks are in test_dist_fast.c.
  * Runs on one rank; no MPI traffic. Usage: test_dist_plan [-iters N]
  */
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
@@ -533,126 +533,6 @@ static void test_long_messages(void)
   }
 }
 
-/* ---------------- the fast paths against their references ---------------- */
-static void test_fast_paths(int iters)
-{
-  static const double pc[3] = {1.0, 3.0, 0.5}, rc[3] = {0.0, 2.5, 1.0};
-  for (int it = 0; it < iters; it++) {
-    int Sq = 1 + rnd(400), Sk = rnd(2) ? Sq : 1 + rnd(400), mb = tmask_rnd_batch(), heads = (1 + rnd(3)) * mb, P = 1 + rnd(6), kind = rnd(7),
-        block = 16 << rnd(3);
-    TMask t;
-    FMDistChunks ch;
-    FMDistTileMap tm;
-    FMDistPartition part;
-    int *owner;
-    int64_t *w, *wref;
-    unsigned char *na, *nr, *n1;
-    tmask_make(&t, kind, Sq, Sk, heads, block);
-    tmask_batch(&t, mb); /* heads: every (sample, mask head) row */
-    FMT_CALL(FMDistChunksInit(Sq, Sk, rnd(2) ? 0 : 1 + rnd(3 * block), P, block, &ch));
-    FMT_CALL(FMDistTileMapCreate(&t.d, &ch, &tm));
-    /* every tile's class from the runs equals FMClassifyTileInline */
-    for (int h = 0; h < heads; h++)
-      for (int kb = 0; kb < t.d.nblocks_k; kb++) {
-        const int32_t *sh = t.d.summary + (size_t)h * t.d.nblocks_k * FM_SUM_N;
-        size_t hb = (size_t)h * t.d.nblocks_k + kb;
-        for (int tt = 0; tt < tm.ntiles; tt++) {
-          int cls = FM_TILE_SKIP;
-          for (int k = tm.roff[hb]; k < tm.roff[hb + 1]; k++)
-            if (tm.run[k].lo <= tt && tt < tm.run[k].hi) cls = tm.run[k].cls;
-          if (cls != (int)FMClassifyTileInline(sh, t.d.causal, Sq, Sk, block, tm.m0[tt], tm.m1[tt], kb)) {
-            FMT_CHECK(0, "kind %d head %d tile %d (rows %d..%d) key block %d: map class %d, FMClassifyTileInline %d", kind, h, tt, tm.m0[tt],
-                      tm.m1[tt], kb, cls, (int)FMClassifyTileInline(sh, t.d.causal, Sq, Sk, block, tm.m0[tt], tm.m1[tt], kb));
-            tt = tm.ntiles; kb = t.d.nblocks_k; h = heads;
-          }
-        }
-      }
-    w = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
-    wref = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
-    for (int k = 0; k < 3; k++) {
-      FMT_CALL(FMDistChunkWeights(&t.d, &ch, pc[k], rc[k], w));
-      FMT_CALL(FMDistChunkWeightsRef(&t.d, &ch, pc[k], rc[k], wref));
-      for (int c = 0; c < ch.nchunks; c++)
-        FMT_CHECK(w[c] == wref[c], "kind %d chunk %d (partial %g, row cost %g): weight %lld, reference %lld", kind, c, pc[k], rc[k],
-                  (long long)w[c], (long long)wref[c]);
-    }
-    owner = (int *)malloc(sizeof(int) * (size_t)ch.nchunks);
-    for (int c = 0; c < ch.nchunks; c++) owner[c] = rnd(P);
-    FMT_CALL(FMDistPartitionFromOwner(ch.nchunks, P, owner, NULL, &part));
-    na = (unsigned char *)malloc((size_t)ch.nchunks * P);
-    nr = (unsigned char *)malloc((size_t)ch.nchunks * P);
-    n1 = (unsigned char *)malloc((size_t)ch.nchunks);
-    for (int prune = 0; prune < 2; prune++) {
-      FMT_CALL(FMDistNeededAll(&t.d, &ch, &part, prune, na));
-      FMT_CALL(FMDistNeededAllRef(&t.d, &ch, &part, prune, nr));
-      for (int r = 0; r < P; r++) {
-        FMT_CALL(FMDistNeededRank(&t.d, &ch, rnd(2) ? &tm : NULL, &part, r, prune, n1));
-        for (int c = 0; c < ch.nchunks; c++) {
-          size_t o = (size_t)r * ch.nchunks + c;
-          FMT_CHECK(na[o] == nr[o] && n1[c] == nr[o], "kind %d prune %d rank %d chunk %d: NeededAll %d, NeededRank %d, reference %d", kind,
-                    prune, r, c, na[o], n1[c], nr[o]);
-        }
-      }
-    }
-    FMDistPartitionDestroy(&part);
-    FMDistTileMapDestroy(&tm);
-    free(owner); free(w); free(wref); free(na); free(nr); free(n1);
-    tmask_free(&t);
-  }
-}
-
-/*
- * Per-sample masks: the chunk weights of a mask of B samples are the sums of the weights of its
- * samples taken one at a time (mask_batch 1 on that sample's rows), and a rank's needed set is the
- * union of the samples' needed sets: one partition and one exchange serve every sample.
- */
-static void test_batch_union(int iters)
-{
-  int differ = 0;
-  for (int it = 0; it < iters; it++) {
-    int Sq = 1 + rnd(300), Sk = rnd(2) ? Sq : 1 + rnd(300), mb = 2 + rnd(3), mh = 1 + rnd(2), P = 1 + rnd(5), block = 16 << rnd(3);
-    TMask t;
-    FMDistChunks ch;
-    FMDistPartition part;
-    int *owner;
-    int64_t *w, *ws, *sum;
-    unsigned char *na, *ns, *un;
-    tmask_make(&t, rnd(7), Sq, Sk, mb * mh, block);
-    tmask_batch(&t, mb);
-    FMT_CALL(FMDistChunksInit(Sq, Sk, rnd(2) ? 0 : 1 + rnd(2 * block), P, block, &ch));
-    w = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
-    ws = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
-    sum = (int64_t *)calloc((size_t)ch.nchunks, sizeof(int64_t));
-    owner = (int *)malloc(sizeof(int) * (size_t)ch.nchunks);
-    for (int c = 0; c < ch.nchunks; c++) owner[c] = rnd(P);
-    FMT_CALL(FMDistPartitionFromOwner(ch.nchunks, P, owner, NULL, &part));
-    na = (unsigned char *)malloc((size_t)ch.nchunks * P);
-    ns = (unsigned char *)malloc((size_t)ch.nchunks * P);
-    un = (unsigned char *)calloc((size_t)ch.nchunks * P, 1);
-    FMT_CALL(FMDistChunkWeights(&t.d, &ch, 1.0, 1.0, w));
-    FMT_CALL(FMDistNeededAll(&t.d, &ch, &part, 1, na));
-    for (int b = 0; b < mb; b++) {
-      FMMaskDesc one = t.d; /* sample b alone: its rows of bounds and summaries, mask_batch 1 */
-      one.mask_batch = 1;
-      for (int v = 0; v < 4; v++) one.bnd[v] = t.d.bnd[v] + (size_t)b * mh * Sk;
-      one.summary = t.d.summary + (size_t)b * mh * t.d.nblocks_k * FM_SUM_N;
-      FMT_CALL(FMDistChunkWeights(&one, &ch, 1.0, 1.0, ws));
-      for (int c = 0; c < ch.nchunks; c++) { differ += b > 0 && ws[c] != sum[c] / b; sum[c] += ws[c]; }
-      FMT_CALL(FMDistNeededAll(&one, &ch, &part, 1, ns));
-      for (size_t i = 0; i < (size_t)ch.nchunks * P; i++) un[i] |= ns[i];
-    }
-    for (int c = 0; c < ch.nchunks; c++)
-      FMT_CHECK(w[c] == sum[c], "mask_batch %d chunk %d: weight %lld, sum over the samples %lld", mb, c, (long long)w[c], (long long)sum[c]);
-    for (size_t i = 0; i < (size_t)ch.nchunks * P; i++)
-      FMT_CHECK(na[i] == un[i], "mask_batch %d rank %zu chunk %zu: needed %d, union over the samples %d", mb, i / ch.nchunks, i % ch.nchunks,
-                na[i], un[i]);
-    FMDistPartitionDestroy(&part);
-    free(w); free(ws); free(sum); free(owner); free(na); free(ns); free(un);
-    tmask_free(&t);
-  }
-  FMT_CHECK(differ > 0, "no per-sample instance had samples of different weights: the union test is vacuous");
-}
-
 int main(int argc, char **argv)
 {
   int iters = 200;
@@ -665,8 +545,6 @@ int main(int argc, char **argv)
   test_weights_causal();
   test_weights_dense(iters / 4);
   test_localize_needed(iters);
-  test_fast_paths(iters);
-  test_batch_union(iters / 2);
   test_routes(iters);
   test_document_pruning();
   test_long_messages();

@@ -567,7 +567,7 @@ FMErrorCode FMMaskSetFromOptions(FMMask mask)
   FMCall(FMOptionsPushPrefix_Private(mask->hdr.prefix));
   ierr = setfromoptions(mask);
   FMCall(FMOptionsPopPrefix_Private());
-  FMCall(ierr);
+  FMCall(FMAgreeCode(mask->hdr.comm, ierr)); /* an option refused on one rank is an error on every rank */
   return FM_SUCCESS;
 }
 

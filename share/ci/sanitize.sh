@@ -11,7 +11,8 @@
 # The leaks of Open MPI, hwloc, HDF5 and the OpenMP runtime (memory they keep until exit, not
 # ours) are suppressed by share/ci/lsan.supp; share/ci/ubsan.supp is UBSan's list (empty: no
 # report is tolerated). .ci/run counts the .trs files of both trees.
-# Environment: FM_SANITIZE_DIR (default tests/sanitize), MAKEFLAGS as usual, FM_SANITIZE_JOBS (2).
+# Environment: FM_SANITIZE_DIR (default tests/sanitize), FM_SANITIZE_JOBS (2). Arguments go to
+# make check (sh share/ci/sanitize.sh TESTS=tests/test_sys.sh runs one test).
 # Exit: make check's status (0 when every test passed or skipped).
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd) || exit 1
@@ -46,4 +47,4 @@ echo "sanitize.sh: configure --without-cuda CFLAGS='$flags' (log: $dir/src/confi
 { ./autogen.sh && ./configure --without-cuda --without-nccl CFLAGS="$flags" FCFLAGS="$flags" LDFLAGS="$san"; } > "$dir/configure.out" 2>&1 || {
   tail -40 "$dir/configure.out"; echo "sanitize.sh: configure failed"; exit 1; }
 echo "sanitize.sh: make -j$jobs check"
-make -j"$jobs" check
+make -j"$jobs" check "$@"

@@ -328,6 +328,29 @@ FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask);
  */
 FMErrorCode FMMaskSetSizes(FMMask mask, int seqlen_q, int seqlen_k, int mask_heads);
 
+/*
+ * FMMaskSetBatch - give every sample of the batch its own bounds. Not collective.
+ *   mask        the mask
+ *   mask_batch  1 (the default): one set of bounds shared by every sample, or the batch of
+ *               the plans that use the mask (FMPlanSetShape), checked at FMPlanSetUp
+ *               (FM_ERR_ARG_INCOMP on every rank otherwise); >= 1 and mask_batch * mask_heads
+ *               * seqlen_k <= FM_MASK_MAX_ENTRIES, else FM_ERR_ARG_OUTOFRANGE / FM_ERR_ARG_SIZ.
+ *   Bounds and block summaries are kept per (sample, mask head). The builders draw the random
+ *   defaults of sample s (document lengths, segments, spans, evictions) from the seed
+ *   (FMMaskSetSeed) plus s, so every sample packs other documents; values given by setters
+ *   (FMMaskSetDocuments, ...) and the deterministic types (full, causal, windows) are the same
+ *   in every sample. Changing the batch discards bounds given with FMMaskSetBounds.
+ *   The plan type "cp" refuses masks with mask_batch > 1 for now (FM_ERR_SUP at FMPlanSetUp).
+ *   Option: -fm_mask_batch
+ */
+FMErrorCode FMMaskSetBatch(FMMask mask, int mask_batch);
+/*
+ * FMMaskGetBatch - the mask batch of a mask. Not collective.
+ *   mask        the mask
+ *   mask_batch  out: as given to FMMaskSetBatch (1 by default)
+ */
+FMErrorCode FMMaskGetBatch(FMMask mask, int *mask_batch);
+
 /* FMMaskSetType - choose the builder of mask: type is one of the FMMASK* names. Not collective.
  *   Option: -fm_mask_type */
 FMErrorCode FMMaskSetType(FMMask mask, FMMaskType type);
@@ -410,15 +433,30 @@ FMErrorCode FMMaskSetQKSparseSpans(FMMask mask, int nspans, const int start[], c
 FMErrorCode FMMaskSetSeed(FMMask mask, unsigned long seed);
 
 /*
- * FMMaskSetBounds - user-supplied bounds for one mask head (type "bounds"). Not collective.
+ * FMMaskSetBounds - user-supplied bounds for one mask head of every sample (type "bounds").
+ *   Not collective. Call FMMaskSetSizes (and FMMaskSetBatch, if any) first.
  *   head              0 <= head < mask_heads
  *   lts, lte, uts, ute   int32[seqlen_k] each, or NULL when absent; the arrays are copied.
  *   Query row i may not attend key j when lts[j] <= i < lte[j] or uts[j] <= i < ute[j].
  *   Absent: lte defaults to seqlen_q when lts is given, uts to 0 when ute is given.
- *   The same set of vectors must be given for every head. Checked at SetUp.
+ *   The same set of vectors must be given for every head (and sample). Checked at SetUp.
+ *   With mask_batch > 1 the vectors are copied into every sample; FMMaskSetSampleBounds
+ *   replaces one sample's.
  */
 FMErrorCode FMMaskSetBounds(FMMask mask, int head, const int32_t *lts, const int32_t *lte,
                             const int32_t *uts, const int32_t *ute);
+
+/*
+ * FMMaskSetSampleBounds - user-supplied bounds for one mask head of one sample (type
+ *   "bounds"). Not collective. As FMMaskSetBounds, for that sample only.
+ *   sample  0 <= sample < mask_batch (FMMaskSetBatch), else FM_ERR_ARG_OUTOFRANGE
+ *   head    0 <= head < mask_heads
+ *   lts, lte, uts, ute   as in FMMaskSetBounds
+ *   Every (sample, head) needs bounds before FMMaskSetUp. For new bounds every training step,
+ *   call it again for each sample, then FMMaskSetUp and FMPlanSetUp (same sizes).
+ */
+FMErrorCode FMMaskSetSampleBounds(FMMask mask, int sample, int head, const int32_t *lts,
+                                  const int32_t *lte, const int32_t *uts, const int32_t *ute);
 
 /* FMMaskSetBlockSize - block (1 to FM_MASK_MAX_SEQLEN, else FM_ERR_ARG_OUTOFRANGE), the
  *   key/query block size of the summaries of mask (default 128). Not collective.
@@ -457,7 +495,7 @@ FMErrorCode FMMaskSetUp(FMMask mask);
 FMErrorCode FMMaskGetSizes(FMMask mask, int *seqlen_q, int *seqlen_k, int *mask_heads);
 
 /*
- * FMMaskGetBounds - borrowed pointers to one head's bound vectors (after SetUp).
+ * FMMaskGetBounds - borrowed pointers to one head's bound vectors of sample 0 (after SetUp).
  *   Not collective. Every pointer is always valid after SetUp: absent vectors are
  *   returned in their default form (lts = lte = seqlen_q, uts = ute = 0).
  *   mask, head  the mask and the mask head (0 <= head < mask_heads)
@@ -469,7 +507,24 @@ FMErrorCode FMMaskGetBounds(FMMask mask, int head, const int32_t **lts, const in
                             const int32_t **uts, const int32_t **ute, int *present, FMBool *causal);
 
 /*
- * FMMaskIsMasked - whether query row i may NOT attend key j for a mask head (after SetUp).
+ * FMMaskGetSampleBounds - borrowed pointers to the bound vectors of one head of one sample
+ *   (after SetUp; valid until the next SetUp or Destroy). Not collective.
+ *   mask    a set-up mask
+ *   sample  0 <= sample < mask_batch (FMMaskGetBatch), else FM_ERR_ARG_OUTOFRANGE
+ *   head    0 <= head < mask_heads
+ *   lts, lte, uts, ute  out (each may be NULL): the vectors, int32[seqlen_k], absent ones in
+ *           their default form
+ *   present out (may be NULL): FM_BOUND_* bits of the vectors that are meaningful
+ *   causal  out (may be NULL): whether the causal triangle is added
+ *   FMMaskGetBounds is this call for sample 0.
+ */
+FMErrorCode FMMaskGetSampleBounds(FMMask mask, int sample, int head, const int32_t **lts,
+                                  const int32_t **lte, const int32_t **uts, const int32_t **ute,
+                                  int *present, FMBool *causal);
+
+/*
+ * FMMaskIsMasked - whether query row i may NOT attend key j for a mask head of sample 0
+ *   (after SetUp).
  *   Not collective. Exact, O(1); meant for tests and tools.
  *   masked  out: FM_TRUE when the entry is masked
  */

@@ -11,100 +11,7 @@
 #include <flashmask/private/fmdist.h>
 #include "fmtest.h"
 
-static uint64_t seed;
-
-static int rnd(int n) { return n <= 1 ? 0 : (int)(fmt_next(&seed) % (uint64_t)n); }
-
-/* ---------------- hand-built masks ---------------- */
-typedef struct {
-  FMMaskDesc d;
-  int32_t *b[4];
-  int32_t *sum;
-} TMask;
-
-static void tmask_summaries(TMask *t)
-{
-  FMMaskDesc *d = &t->d;
-  d->nblocks_k = (d->seqlen_k + d->block - 1) / d->block;
-  t->sum = (int32_t *)malloc(sizeof(int32_t) * (size_t)d->mask_heads * d->nblocks_k * FM_SUM_N);
-  for (int h = 0; h < d->mask_heads; h++)
-    for (int kb = 0; kb < d->nblocks_k; kb++) {
-      int32_t *s = t->sum + ((size_t)h * d->nblocks_k + kb) * FM_SUM_N;
-      for (int v = 0; v < 4; v++) { s[2 * v] = INT32_MAX; s[2 * v + 1] = INT32_MIN; }
-      for (int j = kb * d->block; j < (kb + 1) * d->block && j < d->seqlen_k; j++)
-        for (int v = 0; v < 4; v++) {
-          int32_t x = t->b[v][(size_t)h * d->seqlen_k + j];
-          if (x < s[2 * v]) s[2 * v] = x;
-          if (x > s[2 * v + 1]) s[2 * v + 1] = x;
-        }
-    }
-  d->summary = t->sum;
-  for (int v = 0; v < 4; v++) d->bnd[v] = t->b[v];
-}
-
-static void tmask_alloc(TMask *t, int Sq, int Sk, int heads, int causal, int block)
-{
-  memset(t, 0, sizeof(*t));
-  t->d.seqlen_q = Sq; t->d.seqlen_k = Sk; t->d.mask_heads = heads; t->d.causal = causal; t->d.block = block;
-  t->d.present = FM_BOUND_LTS | FM_BOUND_LTE | FM_BOUND_UTS | FM_BOUND_UTE;
-  for (int v = 0; v < 4; v++) t->b[v] = (int32_t *)malloc(sizeof(int32_t) * (size_t)heads * Sk);
-  for (size_t i = 0; i < (size_t)heads * Sk; i++) { t->b[0][i] = t->b[1][i] = Sq; t->b[2][i] = t->b[3][i] = 0; }
-}
-
-static void tmask_free(TMask *t)
-{
-  for (int v = 0; v < 4; v++) free(t->b[v]);
-  free(t->sum);
-}
-
-/* kind: 0 random intervals, 1 causal, 2 document, 3 causal document, 4 sliding window, 5 full, 6 random sparse spans */
-static void tmask_make(TMask *t, int kind, int Sq, int Sk, int heads, int block)
-{
-  int causal = kind == 1 || kind == 3 || kind == 4 || (kind == 0 && rnd(2)) || kind == 6;
-  tmask_alloc(t, Sq, Sk, heads, causal, block);
-  for (int h = 0; h < heads; h++) {
-    int32_t *lts = t->b[0] + (size_t)h * Sk, *lte = t->b[1] + (size_t)h * Sk, *uts = t->b[2] + (size_t)h * Sk,
-            *ute = t->b[3] + (size_t)h * Sk;
-    if (kind == 0) {
-      for (int j = 0; j < Sk; j++) {
-        int a = rnd(Sq + 1), b = rnd(Sq + 1), c = rnd(Sq + 1), e = rnd(Sq + 1);
-        if (rnd(4)) { lts[j] = a < b ? a : b; lte[j] = a < b ? b : a; }
-        if (rnd(3)) { uts[j] = c < e ? c : e; ute[j] = c < e ? e : c; }
-      }
-    } else if (kind == 2 || kind == 3) {
-      /* documents on the key axis, mapped to rows proportionally (Sq == Sk in the common case) */
-      int j = 0;
-      while (j < Sk) {
-        int len = 1 + rnd(Sk / 3 + 1), e = j + len > Sk ? Sk : j + len;
-        int rs = (int)((long)j * Sq / Sk), re = (int)((long)e * Sq / Sk);
-        for (int x = j; x < e; x++) {
-          lts[x] = re; lte[x] = Sq;
-          if (kind == 2) { uts[x] = 0; ute[x] = rs; }
-        }
-        j = e;
-      }
-    } else if (kind == 4) {
-      int w = 1 + rnd(Sq / 4 + 1);
-      for (int j = 0; j < Sk; j++) { long x = (long)j + w; lts[j] = (int32_t)(x > Sq ? Sq : x); lte[j] = Sq; }
-    } else if (kind == 6) {
-      int ns = 1 + rnd(3);
-      for (int s = 0; s < ns; s++) {
-        int o = rnd(Sk), L = 1 + rnd(Sk / 4 + 1);
-        for (int j = o; j < o + L && j < Sk; j++) { lts[j] = j < Sq ? j : Sq; lte[j] = (o + L) < Sq ? o + L : Sq; if (lte[j] < lts[j]) lte[j] = lts[j]; }
-      }
-    }
-  }
-  tmask_summaries(t);
-}
-
-static int tmasked(const FMMaskDesc *d, int h, int i, int j)
-{
-  size_t o = (size_t)h * d->seqlen_k + j;
-  if (d->causal && j > i + (d->seqlen_k - d->seqlen_q)) return 1;
-  if (d->bnd[0][o] <= i && i < d->bnd[1][o]) return 1;
-  if (d->bnd[2][o] <= i && i < d->bnd[3][o]) return 1;
-  return 0;
-}
+#include "dist_tmask.h"
 
 /* ---------------- chunks ---------------- */
 static void test_chunks(int iters)
@@ -178,6 +85,8 @@ static void test_balancer(int iters)
     FMT_CALL(FMDistBalance(n, w, P, owner, &info));
     FMT_CALL(FMDistBalance(n, w, P, owner2, NULL));
     FMT_CHECK(!memcmp(owner, owner2, sizeof(int) * (size_t)n), "balancer is not deterministic (n %d P %d)", n, P);
+    FMT_CALL(FMDistBalanceRef(n, w, P, owner2, NULL));
+    FMT_CHECK(!memcmp(owner, owner2, sizeof(int) * (size_t)n), "balancer and its reference differ (n %d P %d)", n, P);
     for (int i = 0; i < n; i++) {
       FMT_CHECK(owner[i] >= 0 && owner[i] < P, "owner[%d] = %d", i, owner[i]);
       load[owner[i]] += w[i];
@@ -314,6 +223,20 @@ static void test_localize_needed(int iters)
     tmask_make(&t, kind, Sq, Sk, heads, 16 << rnd(3));
     FMT_CALL(FMDistChunksInit(Sq, Sk, rnd(2) ? 0 : 1 + rnd(60), P, t.d.block, &ch));
     owner = (int *)malloc(sizeof(int) * (size_t)ch.nchunks);
+    {
+      /* the balancer's fast rounds make the reference's decisions (bigger instances than test_balancer's) */
+      int Pb = 1 + rnd(24), nb = 1 + rnd(3 * Pb + 3), *o1 = (int *)malloc(sizeof(int) * (size_t)nb), *o2 = (int *)malloc(sizeof(int) * (size_t)nb);
+      int64_t *wb = (int64_t *)malloc(sizeof(int64_t) * (size_t)nb);
+      FMDistBalanceInfo i1, i2;
+      for (int c = 0; c < nb; c++) wb[c] = rnd(4) ? rnd(1000) : 0;
+      FMT_CALL(FMDistBalance(nb, wb, Pb, o1, &i1));
+      FMT_CALL(FMDistBalanceRef(nb, wb, Pb, o2, &i2));
+      FMT_CHECK(!memcmp(o1, o2, sizeof(int) * (size_t)nb) && i1.max == i2.max && i1.pair_moves == i2.pair_moves &&
+                    i1.triple_moves == i2.triple_moves && i1.inexact_pairs == i2.inexact_pairs && !i1.budget_out,
+                "n %d P %d: balancer (max %lld, %d pair moves) and reference (max %lld, %d) differ", nb, Pb, (long long)i1.max, i1.pair_moves,
+                (long long)i2.max, i2.pair_moves);
+      free(o1); free(o2); free(wb);
+    }
     for (int c = 0; c < ch.nchunks; c++) owner[c] = rnd(P); /* any assignment */
     FMT_CALL(FMDistPartitionFromOwner(ch.nchunks, P, owner, NULL, &part));
     need = (unsigned char *)malloc((size_t)ch.nchunks);
@@ -462,6 +385,46 @@ static void check_steps(FMDistSchedType sched, const FMDistChunks *ch, const FMD
   free(when);
 }
 
+/* The rank-local route and steps equal the global ones filtered to the rank (steps renumbered). */
+static void check_rank_views(FMDistRouteType type, FMDistSchedType sched, const FMDistChunks *ch, const FMDistTopo *topo,
+                             const FMDistPartition *part, const unsigned char *need, const double *bytes, int group)
+{
+  FMDistRoute all, mine;
+  FMDistStepXfer *gx, *lx;
+  int gn, gs, ln, ls, P = part->nranks;
+  FMT_CALL(FMDistRouteBuild(type, topo, part, need, bytes, &all));
+  FMT_CALL(FMDistExchangeSteps(sched, ch, part, topo, &all, group, &gn, &gx, &gs));
+  for (int r = 0; r < P; r++) {
+    int k = 0, *map = (int *)malloc(sizeof(int) * (size_t)(gs + 1)), nm = 0;
+    FMT_CALL(FMDistRouteBuildRank(type, topo, part, need, bytes, r, &mine));
+    for (int i = 0; i < all.n; i++) {
+      const FMDistXfer *a = &all.x[i];
+      if (a->src != r && a->dst != r) continue;
+      FMT_CHECK(k < mine.n && !memcmp(a, &mine.x[k], sizeof(*a)), "rank %d: route entry %d (chunk %d %d->%d) differs from the rank's route", r,
+                i, a->chunk, a->src, a->dst);
+      k++;
+    }
+    FMT_CHECK(k == mine.n, "rank %d: its route has %d entries, the global route %d for it", r, mine.n, k);
+    FMT_CALL(FMDistExchangeStepsRank(sched, ch, part, topo, rnd(2) ? &mine : &all, group, r, &ln, &lx, &ls));
+    for (int i = 0; i <= gs; i++) map[i] = -1;
+    k = 0;
+    for (int i = 0; i < gn; i++) {
+      if (gx[i].src != r && gx[i].dst != r) continue;
+      if (map[gx[i].step] < 0) map[gx[i].step] = nm++;
+      FMT_CHECK(k < ln && lx[k].chunk == gx[i].chunk && lx[k].src == gx[i].src && lx[k].dst == gx[i].dst && lx[k].level == gx[i].level &&
+                    lx[k].step == map[gx[i].step],
+                "rank %d: step transfer %d (step %d, chunk %d %d->%d) differs from the rank's steps", r, i, gx[i].step, gx[i].chunk, gx[i].src,
+                gx[i].dst);
+      k++;
+    }
+    FMT_CHECK(k == ln && nm == ls, "rank %d: %d transfers in %d steps, the global steps have %d in %d for it", r, ln, ls, k, nm);
+    free(lx); free(map);
+    FMDistRouteDestroy(&mine);
+  }
+  free(gx);
+  FMDistRouteDestroy(&all);
+}
+
 static void test_routes(int iters)
 {
   for (int it = 0; it < iters; it++) {
@@ -495,6 +458,9 @@ static void test_routes(int iters)
         check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &flat, 1 + rnd(3));
         check_steps(FM_DIST_SCHED_GATHER, &ch, &topo, &part, &hier, rnd(3));
         check_steps(FM_DIST_SCHED_RING, &ch, &topo, &part, NULL, 0);
+        check_rank_views(FM_DIST_ROUTE_FLAT, FM_DIST_SCHED_GATHER, &ch, &topo, &part, need, bytes, rnd(3));
+        check_rank_views(FM_DIST_ROUTE_HIER, FM_DIST_SCHED_GATHER, &ch, &topo, &part, need, bytes, rnd(3));
+        check_rank_views(FM_DIST_ROUTE_HIER, FM_DIST_SCHED_RING, &ch, &topo, &part, need, bytes, 0);
       }
     }
     FMT_CHECK(hier.bytes[1] <= flat.bytes[1], "hierarchical inter-node bytes %g above flat %g", hier.bytes[1], flat.bytes[1]);
@@ -564,6 +530,72 @@ static void test_long_messages(void)
   }
 }
 
+/* ---------------- the fast paths against their references ---------------- */
+static void test_fast_paths(int iters)
+{
+  static const double pc[3] = {1.0, 3.0, 0.5}, rc[3] = {0.0, 2.5, 1.0};
+  for (int it = 0; it < iters; it++) {
+    int Sq = 1 + rnd(400), Sk = rnd(2) ? Sq : 1 + rnd(400), heads = 1 + rnd(3), P = 1 + rnd(6), kind = rnd(7), block = 16 << rnd(3);
+    TMask t;
+    FMDistChunks ch;
+    FMDistTileMap tm;
+    FMDistPartition part;
+    int *owner;
+    int64_t *w, *wref;
+    unsigned char *na, *nr, *n1;
+    tmask_make(&t, kind, Sq, Sk, heads, block);
+    FMT_CALL(FMDistChunksInit(Sq, Sk, rnd(2) ? 0 : 1 + rnd(3 * block), P, block, &ch));
+    FMT_CALL(FMDistTileMapCreate(&t.d, &ch, &tm));
+    /* every tile's class from the runs equals FMClassifyTileInline */
+    for (int h = 0; h < heads; h++)
+      for (int kb = 0; kb < t.d.nblocks_k; kb++) {
+        const int32_t *sh = t.d.summary + (size_t)h * t.d.nblocks_k * FM_SUM_N;
+        size_t hb = (size_t)h * t.d.nblocks_k + kb;
+        for (int tt = 0; tt < tm.ntiles; tt++) {
+          int cls = FM_TILE_SKIP;
+          for (int k = tm.roff[hb]; k < tm.roff[hb + 1]; k++)
+            if (tm.run[k].lo <= tt && tt < tm.run[k].hi) cls = tm.run[k].cls;
+          if (cls != (int)FMClassifyTileInline(sh, t.d.causal, Sq, Sk, block, tm.m0[tt], tm.m1[tt], kb)) {
+            FMT_CHECK(0, "kind %d head %d tile %d (rows %d..%d) key block %d: map class %d, FMClassifyTileInline %d", kind, h, tt, tm.m0[tt],
+                      tm.m1[tt], kb, cls, (int)FMClassifyTileInline(sh, t.d.causal, Sq, Sk, block, tm.m0[tt], tm.m1[tt], kb));
+            tt = tm.ntiles; kb = t.d.nblocks_k; h = heads;
+          }
+        }
+      }
+    w = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
+    wref = (int64_t *)malloc(sizeof(int64_t) * (size_t)ch.nchunks);
+    for (int k = 0; k < 3; k++) {
+      FMT_CALL(FMDistChunkWeights(&t.d, &ch, pc[k], rc[k], w));
+      FMT_CALL(FMDistChunkWeightsRef(&t.d, &ch, pc[k], rc[k], wref));
+      for (int c = 0; c < ch.nchunks; c++)
+        FMT_CHECK(w[c] == wref[c], "kind %d chunk %d (partial %g, row cost %g): weight %lld, reference %lld", kind, c, pc[k], rc[k],
+                  (long long)w[c], (long long)wref[c]);
+    }
+    owner = (int *)malloc(sizeof(int) * (size_t)ch.nchunks);
+    for (int c = 0; c < ch.nchunks; c++) owner[c] = rnd(P);
+    FMT_CALL(FMDistPartitionFromOwner(ch.nchunks, P, owner, NULL, &part));
+    na = (unsigned char *)malloc((size_t)ch.nchunks * P);
+    nr = (unsigned char *)malloc((size_t)ch.nchunks * P);
+    n1 = (unsigned char *)malloc((size_t)ch.nchunks);
+    for (int prune = 0; prune < 2; prune++) {
+      FMT_CALL(FMDistNeededAll(&t.d, &ch, &part, prune, na));
+      FMT_CALL(FMDistNeededAllRef(&t.d, &ch, &part, prune, nr));
+      for (int r = 0; r < P; r++) {
+        FMT_CALL(FMDistNeededRank(&t.d, &ch, rnd(2) ? &tm : NULL, &part, r, prune, n1));
+        for (int c = 0; c < ch.nchunks; c++) {
+          size_t o = (size_t)r * ch.nchunks + c;
+          FMT_CHECK(na[o] == nr[o] && n1[c] == nr[o], "kind %d prune %d rank %d chunk %d: NeededAll %d, NeededRank %d, reference %d", kind,
+                    prune, r, c, na[o], n1[c], nr[o]);
+        }
+      }
+    }
+    FMDistPartitionDestroy(&part);
+    FMDistTileMapDestroy(&tm);
+    free(owner); free(w); free(wref); free(na); free(nr); free(n1);
+    tmask_free(&t);
+  }
+}
+
 int main(int argc, char **argv)
 {
   int iters = 200;
@@ -576,6 +608,7 @@ int main(int argc, char **argv)
   test_weights_causal();
   test_weights_dense(iters / 4);
   test_localize_needed(iters);
+  test_fast_paths(iters);
   test_routes(iters);
   test_document_pruning();
   test_long_messages();

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """peers.py - time FlexAttention and cuDNN SDPA on the masks fmbench used.
 
-Reads the masks fmbench wrote (HDF5: /masks/<name> with lts/lte/uts/ute int32[mask_heads][seqlen_k]
+Reads the masks fmbench wrote (HDF5: /masks/<name> with lts/lte/uts/ute int32[mask_heads][seqlen_k],
+or [mask_batch][mask_heads][seqlen_k] for per-sample masks (fmbench -mask_batch; doc/format.md)
 (the vectors the mask uses; absent ones take their default form) and attributes seqlen_q,
-seqlen_k, causal, type, mask_heads) and, for each mask, times on the same shapes:
+seqlen_k, causal, type, mask_heads, mask_batch (absent: 1)) and, for each mask, times on the
+same shapes:
   * FlexAttention (torch.compile'd flex_attention), with a BlockMask built from our bounds: the
     same tile classes as the library (skip / full / partial from the 128-block min/max summaries)
-    and a mask_mod that applies the exact column-bound test on partial blocks;
+    and a mask_mod that applies the exact column-bound test on partial blocks. A per-sample mask
+    gives a BlockMask with a batch dimension (one block list per sample and mask head) and the
+    batch is its mask_batch (not -tokens / seqlen);
   * cuDNN SDPA (torch sdpa_kernel CUDNN_ATTENTION) for the full and causal masks.
 CUDA events, a warm-up and the median of -reps runs. Random bf16 inputs (never zeros).
 Prints one line per mask and writes a CSV (-csv): mask,seqlen,batch,flex_ms,cudnn_ms.
@@ -29,7 +33,8 @@ def opt(name, default, conv=str):
 
 
 def load_masks(path):
-    """Yield (name, type, Sq, Sk, causal, lts, lte, uts, ute) with numpy int32 [mh][Sk] arrays."""
+    """Yield (name, type, Sq, Sk, causal, mask_batch, [lts, lte, uts, ute]) with numpy int32
+    [mask_batch][mh][Sk] arrays (mask_batch 1 for masks shared by every sample)."""
     import h5py
     with h5py.File(path, "r") as f:
         for name in f["masks"]:
@@ -40,20 +45,22 @@ def load_masks(path):
                 typ = typ.decode()
             sq, sk = int(a["seqlen_q"]), int(a["seqlen_k"])
             mh = int(a.get("mask_heads", 1))
+            mb = int(a.get("mask_batch", 1))
             vec = []
             # only the vectors in 'present' are stored: absent ones take their default form
             # (lts = lte = seqlen_q, uts = ute = 0), as FMMaskGetBounds returns them
             for v, dflt in (("lts", sq), ("lte", sq), ("uts", 0), ("ute", 0)):
                 if v in g:
                     x = np.asarray(g[v][...], dtype=np.int32)
-                    vec.append(x.reshape(1, -1) if x.ndim == 1 else x)
+                    vec.append(x.reshape(mb, mh, sk))  # [sk], [mh][sk] or [mb][mh][sk] as stored
                 else:
-                    vec.append(np.full((mh, sk), dflt, dtype=np.int32))
-            yield name, str(typ), sq, sk, int(a["causal"]), vec
+                    vec.append(np.full((mb, mh, sk), dflt, dtype=np.int32))
+            yield name, str(typ), sq, sk, int(a["causal"]), mb, vec
 
 
 def tile_classes(b, causal, Sq, Sk, blk=128):
-    """skip, partial masks [mh, nq, nk] from the block summaries (doc/format.md section 2)."""
+    """skip, partial masks [rows, nq, nk] from the block summaries (doc/format.md section 2);
+    b: the four vectors as [rows][Sk] (rows = mask_batch * mask_heads)."""
     lts, lte, uts, ute = b
     mh = lts.shape[0]
     nk = (Sk + blk - 1) // blk
@@ -86,16 +93,18 @@ def tile_classes(b, causal, Sq, Sk, blk=128):
 
 
 def flex_block_mask(b, causal, Sq, Sk, H):
+    """BlockMask of the four vectors b ([mask_batch][mh][Sk] each): batch dimension mask_batch
+    (1 broadcasts over the batch), head dimension mh (1 broadcasts over the heads)."""
     from torch.nn.attention.flex_attention import BlockMask
     lts, lte, uts, ute = b
-    mh = lts.shape[0]
-    skip, part = tile_classes(b, causal, Sq, Sk)
+    mb, mh = lts.shape[0], lts.shape[1]
+    skip, part = tile_classes([x.reshape(mb * mh, Sk) for x in b], causal, Sq, Sk)
     full = ~skip & ~part
 
-    def lists(m):
+    def lists(m):  # m: [mb * mh, nq, nk] -> num [mb, mh, nq], idx [mb, mh, nq, nk]
         num = m.sum(-1).to(torch.int32)
         idx = torch.argsort((~m).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-        return num[None].contiguous(), idx[None].contiguous()
+        return num.view(mb, mh, *num.shape[1:]).contiguous(), idx.view(mb, mh, *idx.shape[1:]).contiguous()
 
     kv_num, kv_idx = lists(part)
     full_num, full_idx = lists(full)
@@ -104,7 +113,8 @@ def flex_block_mask(b, causal, Sq, Sk, H):
 
     def mask_mod(bb, h, q, kv):
         hh = h // grp if mh > 1 else 0
-        masked = ((q >= lts[hh, kv]) & (q < lte[hh, kv])) | ((q >= uts[hh, kv]) & (q < ute[hh, kv]))
+        s = bb if mb > 1 else 0  # the sample's own bounds, or the shared ones
+        masked = ((q >= lts[s, hh, kv]) & (q < lte[s, hh, kv])) | ((q >= uts[s, hh, kv]) & (q < ute[s, hh, kv]))
         if causal:
             masked = masked | (kv > q + off)
         return ~masked
@@ -150,10 +160,10 @@ def main():
     rows = []
     cache = {}
     print("%-22s %6s %3s %10s %10s" % ("mask", "seqlen", "B", "flex_ms", "cudnn_ms"), flush=True)
-    for name, typ, Sq, Sk, causal, vec in load_masks(path):
+    for name, typ, Sq, Sk, causal, mb, vec in load_masks(path):
         if sel != "all" and typ not in sel.split(","):
             continue
-        B = max(tokens // Sk, 1)
+        B = mb if mb > 1 else max(tokens // Sk, 1)  # a per-sample mask fixes the batch
         key = (B, Sq, Sk)
         if key not in cache:
             cache.clear()

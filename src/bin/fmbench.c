@@ -7,11 +7,15 @@
  * device; a warm-up, then -reps timed runs with CUDA events; the median is reported as ms and as
  * TFLOP/s under the FlashMask convention 4 B H S^2 d (1 - rho), rho = fraction of 128 x 128 tiles
  * fully masked, beside the exact element density. The exact bounds used are written to -o
- * (HDF5, /masks/<mask>_<seqlen> with datasets lts, lte, uts, ute int32[mask_heads][seqlen_k]
- * and attributes seqlen_q, seqlen_k, causal, type) for share/bench/peers.py, and the results
- * to -csv. Options:
+ * (HDF5, /masks/<mask>_<seqlen> with datasets lts, lte, uts, ute int32[mask_heads][seqlen_k],
+ * [mask_batch][mask_heads][seqlen_k] with -mask_batch, and attributes seqlen_q, seqlen_k,
+ * causal, type, mask_heads, mask_batch) for share/bench/peers.py, and the results to -csv.
+ * Options:
  *   -masks all|name,name,...   -seqlen S,S,...   -head_dim d   -heads H   -heads_kv Hkv
  *   -tokens N   -dtype bf16|fp16   -warmup n   -reps n   -seed s   -o file   -csv file
+ *   -mask_batch B   per-sample masks: batch B (instead of tokens / seqlen) and every mask with
+ *             mask_batch B (FMMaskSetBatch), so the random builders (document, ...) pack
+ *             every sample differently (sample b from seed + b)
  *   -dryrun   build, measure and save the masks only (no GPU needed; for checking a build)
  * The masks are the library's builders (FMMaskSetType, -seed); the kernel options of the
  * context apply (-fm_cuda_fallback times nothing: fallback runs are reported, not timed).
@@ -116,7 +120,7 @@ static void time_mask(FMContext ctx, const char *name, const FMMaskDesc *md, dou
     const double fl = 4.0 * B * H * (double)S * S * D * (1.0 - rho);
     const double tf = fl / (med * 1e-3) / 1e12;
     printf("%-22s %6d %3d %9.3f %9.1f %7.4f %8.4f sm90\n", name, S, B, med, tf, rho, dens);
-    if (fcsv) fprintf(fcsv, "%s,%d,%d,%d,%d,%.4f,%.2f,%.5f,%.5f,sm90\n", name, S, B, H, D, med, tf, rho, dens);
+    if (fcsv) fprintf(fcsv, "%s,%d,%d,%d,%d,%.4f,%.2f,%.5f,%.5f,sm90,%d\n", name, S, B, H, D, med, tf, rho, dens, md->mask_batch);
   }
   fflush(stdout);
   free(ms);
@@ -127,6 +131,7 @@ static void time_mask(FMContext ctx, const char *name, const FMMaskDesc *md, dou
 typedef struct {
   char masks[1024], seq[256], out[512], csv[512], dts[16];
   int D, H, Hkv, warm, reps, seqs[16], nseq, dry;
+  int mask_batch;           /* -mask_batch: 0 = one mask shared by the batch */
   long tokens;
   unsigned long seed;
   FMDType dt;
@@ -163,6 +168,7 @@ static int parse_args(int argc, char **argv, Args *a)
     else if (!strcmp(k, "-seed")) a->seed = strtoul(v, NULL, 10);
     else if (!strcmp(k, "-o")) snprintf(a->out, sizeof a->out, "%s", v);
     else if (!strcmp(k, "-csv")) snprintf(a->csv, sizeof a->csv, "%s", v);
+    else if (!strcmp(k, "-mask_batch")) a->mask_batch = atoi(v);
     else continue;
     i++;
   }
@@ -194,7 +200,7 @@ static int parse_args(int argc, char **argv, Args *a)
 /* Every chosen mask at sequence length S: build (and save) it, then time it unless a dry run. */
 static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
 {
-  const int B = a->tokens / S > 0 ? (int)(a->tokens / S) : 1;
+  const int B = a->mask_batch > 0 ? a->mask_batch : a->tokens / S > 0 ? (int)(a->tokens / S) : 1;
   const size_t nq = (size_t)B * S * a->H * a->D, nk = (size_t)B * S * a->Hkv * a->D;
   void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *e0 = NULL, *e1 = NULL;
   float *lse = NULL;
@@ -222,6 +228,7 @@ static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
     memset(&md, 0, sizeof md);
     FC(FMMaskCreate(ctx, &m));
     FC(FMMaskSetSizes(m, S, S, mh));
+    if (a->mask_batch > 0) FC(FMMaskSetBatch(m, a->mask_batch));
     FC(FMMaskSetType(m, name));
     FC(FMMaskSetSeed(m, a->seed));
     FC(FMMaskSetUp(m));
@@ -282,10 +289,13 @@ int main(int argc, char **argv)
   remove(a.out);
   if (a.csv[0]) {
     fcsv = fopen(a.csv, "w");
-    if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path\n");
+    if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch\n");
   }
   printf("fmbench: %s (sm %d), path %s; %s, d = %d, H = %d (kv %d), %ld tokens per batch\n", devname, sm,
          FMCudaForwardPathName(sm), a.dts, a.D, a.H, a.Hkv, a.tokens);
+  if (a.mask_batch > 0)
+    printf("fmbench: -mask_batch %d: batch %d, every sample with its own bounds (sample b drawn from seed + b)\n", a.mask_batch,
+           a.mask_batch);
   printf("%-22s %6s %3s %9s %9s %7s %8s %s\n", "mask", "seqlen", "B", "ms", "TFLOP/s", "rho", "density", "path");
   for (int si = 0; si < a.nseq; si++) bench_seqlen(ctx, &a, a.seqs[si], fcsv);
   if (fcsv) fclose(fcsv);

@@ -7,112 +7,242 @@
  *   fmplan-sim -nodes 16 -gpus_per_node 8 -mask causal_document -seqlen 1048576
  *              [-seqlen_k N] [-mask_heads 1] [-batch 1] [-heads_kv 8] [-head_dim 128]
  *              [-dtype bf16|fp16|fp32] [-chunk 0] [-block 128] [-prune 1] [-view_ranks]
+ *              [-steps N] [-seed S] [-rank R] [-table 0|1] [-ref 0|1] [-csv FILE]
+ *              [-heads_q 32] [-tflops 500] [-bw_intra 450] [-bw_inter 50]
  *              [-fm_mask_* options of the mask builders]
+ *
+ * Beside the every-rank simulation (the table), it times what ONE rank computes in
+ * FMPlanSetUp: chunk weights, partition, rows, its needed set, its route and its exchange
+ * steps. -steps N re-plans N times, each with a fresh mask of the same type (seed S + step:
+ * new documents, as a data loader gives), and reports the median per step.
  */
 #include <flashmask/private/fmdist.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define NPH 7 /* timed phases of one rank: weights, balance, rows, needed, route, steps, total */
+static const char *const phname[NPH] = {"weights", "balance", "rows", "needed", "route", "steps", "total"};
+
 static const char help[] =
   "fmplan-sim: the context-parallel planner for a virtual topology (one process, no GPU).\n"
   "  -nodes N -gpus_per_node G   virtual topology (P = N x G ranks)\n"
   "  -mask TYPE -seqlen S [-seqlen_k SK] [-mask_heads H]   the mask (any -fm_mask_* option too)\n"
   "  -batch B -heads_kv H -head_dim D -dtype bf16|fp16|fp32  the K/V shape that sets the bytes\n"
-  "  -chunk L (0: default) -block 128 -prune 1 -view_ranks\n";
+  "  -heads_q H -tflops F -bw_intra G -bw_inter G  the predicted compute, exchange and step times\n"
+  "  -chunk L (0: default) -block 128 -prune 1 -view_ranks\n"
+  "  -steps N  re-plan N times with a fresh mask (seed S + step) and report the median per step\n"
+  "  -seed S -rank R (the rank whose set-up work is timed) -table 0|1 (the every-rank table)\n"
+  "  -ref 1    also time the reference paths (the planner before the fast paths) -csv FILE (append one row)\n";
 
-static FMErrorCode run(void)
-{
-  int nodes = 1, gpn = 8, S = 131072, Sk = 0, mh = 1, batch = 1, hkv = 8, d = 128, chunk = 0, block = 128, P;
-  char mtype[64] = "causal_document", dts[16] = "bf16";
-  FMBool prune = FM_TRUE, view = FM_FALSE, set;
+typedef struct {
+  int nodes, gpn, S, Sk, mh, batch, hq, hkv, d, chunk, block, P, steps, rank;
+  double bw[2], tflops;
+  int seed;
+  char mtype[64], dts[16], csv[512];
+  FMBool prune, view, table, ref;
   size_t es;
-  FMContext ctx;
-  FMMask mask;
-  FMMaskDesc m;
+  double pcost, rcost;
+} Sim;
+
+static FMErrorCode sim_options(Sim *o)
+{
+  FMBool set;
+  memset(o, 0, sizeof(*o));
+  o->nodes = 1; o->gpn = 8; o->S = 131072; o->mh = 1; o->batch = 1; o->hkv = 8; o->d = 128; o->block = 128; o->seed = 42;
+  o->pcost = 1.0; o->prune = FM_TRUE; o->table = FM_TRUE; o->hq = 32; o->bw[0] = 450; o->bw[1] = 50; o->tflops = 500;
+  strcpy(o->mtype, "causal_document"); strcpy(o->dts, "bf16");
+  FMCall(FMOptionsGetInt("-nodes", "virtual nodes", &o->nodes, NULL));
+  FMCall(FMOptionsGetInt("-gpus_per_node", "ranks (GPUs) per node", &o->gpn, NULL));
+  FMCall(FMOptionsGetString("-mask", "mask type (full, causal, causal_document, document, ...)", o->mtype, sizeof(o->mtype), NULL));
+  FMCall(FMOptionsGetInt("-seqlen", "sequence length (query and key)", &o->S, NULL));
+  FMCall(FMOptionsGetInt("-seqlen_k", "key sequence length (default: -seqlen)", &o->Sk, &set));
+  FMCall(FMOptionsGetInt("-mask_heads", "mask heads (1 or heads_kv)", &o->mh, NULL));
+  FMCall(FMOptionsGetInt("-batch", "batch size", &o->batch, NULL));
+  FMCall(FMOptionsGetInt("-heads_kv", "key/value heads", &o->hkv, NULL));
+  FMCall(FMOptionsGetInt("-heads_q", "query heads (for the predicted compute time)", &o->hq, NULL));
+  FMCall(FMOptionsGetReal("-bw_intra", "GB/s a rank receives over links inside a node (default 450: NVLink 4)", &o->bw[0], NULL));
+  FMCall(FMOptionsGetReal("-bw_inter", "GB/s a rank receives across nodes (default 50: 400 Gb/s InfiniBand)", &o->bw[1], NULL));
+  FMCall(FMOptionsGetReal("-tflops", "attention TFLOP/s of one GPU (default 500, an H200 forward in bf16)", &o->tflops, NULL));
+  FMCall(FMOptionsGetInt("-head_dim", "head dimension", &o->d, NULL));
+  FMCall(FMOptionsGetString("-dtype", "element type of K and V", o->dts, sizeof(o->dts), NULL));
+  FMCall(FMOptionsGetInt("-chunk", "query rows per chunk (0: default, about seqlen/(4P))", &o->chunk, NULL));
+  FMCall(FMOptionsGetInt("-block", "block size of the mask summaries", &o->block, NULL));
+  FMCall(FMOptionsGetReal("-row_cost", "fixed cost of each query tile, in full tiles (as -fm_plan_row_cost)", &o->rcost, NULL));
+  FMCall(FMOptionsGetReal("-partial_cost", "cost of a partially masked tile, in full tiles (as -fm_plan_partial_cost)", &o->pcost, NULL));
+  FMCall(FMOptionsGetBool("-prune", "prune K/V chunks no local query sees", &o->prune, NULL));
+  FMCall(FMOptionsGetBool("-view_ranks", "print every rank's work and bytes", &o->view, NULL));
+  FMCall(FMOptionsGetInt("-steps", "re-plan this many times with a fresh mask each (0: once)", &o->steps, NULL));
+  FMCall(FMOptionsGetInt("-seed", "seed of the first mask (step s uses seed + s)", &o->seed, NULL));
+  FMCall(FMOptionsGetInt("-rank", "the rank whose set-up work is timed", &o->rank, NULL));
+  o->table = o->steps > 0 ? FM_FALSE : FM_TRUE;
+  FMCall(FMOptionsGetBool("-table", "print the every-rank simulation table", &o->table, NULL));
+  FMCall(FMOptionsGetBool("-ref", "also time the reference (pre-fast-path) planner", &o->ref, NULL));
+  FMCall(FMOptionsGetString("-csv", "append one summary row to this CSV file", o->csv, sizeof(o->csv), NULL));
+  if (!set || o->Sk <= 0) o->Sk = o->S;
+  FMCheck(o->pcost > 0 && o->pcost <= 64, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-partial_cost %g; expected a cost in (0, 64] full tiles", o->pcost);
+  FMCheck(o->rcost >= 0 && o->rcost <= 1e6, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-row_cost %g; expected a cost in [0, 1e6] full tiles", o->rcost);
+  FMCheck(o->nodes >= 1 && o->gpn >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-nodes %d -gpus_per_node %d; expected both >= 1", o->nodes, o->gpn);
+  FMCheck(o->bw[0] > 0 && o->bw[1] > 0 && o->tflops > 0 && o->hq >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "-bw_intra %g -bw_inter %g -tflops %g -heads_q %d; expected all > 0", o->bw[0], o->bw[1], o->tflops, o->hq);
+  FMCheck(o->steps >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-steps %d; expected >= 0", o->steps);
+  FMCheck(o->seed >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-seed %d; expected >= 0", o->seed);
+  o->es = !strcmp(o->dts, "fp32") ? 4 : 2;
+  o->P = o->nodes * o->gpn;
+  FMCheck(o->rank >= 0 && o->rank < o->P, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-rank %d; expected 0..%d", o->rank, o->P - 1);
+  return FM_SUCCESS;
+}
+
+/* A set-up mask of the configured type with the given seed; *t the time of FMMaskSetUp. */
+static FMErrorCode make_mask(const Sim *o, FMContext ctx, int seed, FMMask *mask, double *t)
+{
+  FMCall(FMMaskCreate(ctx, mask));
+  FMCall(FMMaskSetSizes(*mask, o->S, o->Sk, o->mh));
+  FMCall(FMMaskSetType(*mask, o->mtype));
+  FMCall(FMMaskSetBlockSize(*mask, o->block));
+  FMCall(FMMaskSetFromOptions(*mask));
+  FMCall(FMMaskSetSeed(*mask, (unsigned long)seed));
+  *t = FMTime();
+  FMCall(FMMaskSetUp(*mask));
+  *t = FMTime() - *t;
+  return FM_SUCCESS;
+}
+
+/*
+ * What rank o->rank computes in FMPlanSetUp (the balanced partition, the hierarchical route,
+ * the gather's steps), phase by phase into tp[NPH] (seconds). ref: the reference paths
+ * (weights tile by tile, localize + scan, the whole route and every rank's steps). The other
+ * ranks' needed sets (what the rank gets from the all-gather) are computed untimed.
+ */
+static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, int ref, double *tp)
+{
   FMDistChunks ch;
-  FMDistTopo topo;
+  FMDistTileMap tm;
+  FMDistPartition part;
+  FMDistRoute route;
+  FMDistStepXfer *tx = NULL;
+  int64_t *w = NULL;
+  int *rows = NULL, *keys = NULL, nr, nk, ntx, nst, me = o->rank;
+  double *cb = NULL, t0 = FMTime(), t;
+  unsigned char *need = NULL;
+  FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, o->chunk, o->P, m->block, &ch));
+  FMCall(FMMalloc(ch.nchunks, &w));
+  FMCall(FMMalloc(ch.nchunks, &cb));
+  FMCall(FMMalloc((size_t)o->P * ch.nchunks, &need));
+  if (ref) FMCall(FMDistChunkWeightsRef(m, &ch, o->pcost, o->rcost, w));
+  else {
+    FMCall(FMDistTileMapCreate(m, &ch, &tm));
+    FMCall(FMDistChunkWeightsMap(&tm, o->pcost, o->rcost, w));
+  }
+  t = FMTime(); tp[0] = t - t0;
+  FMCall(FMDistPartitionCreate(FM_DIST_BALANCED, ch.nchunks, o->P, w, &part, NULL));
+  tp[1] = FMTime() - t; t = FMTime();
+  FMCall(FMDistRankRows(&ch, &part, me, &nr, &rows));
+  FMCall(FMDistRankKeys(&ch, &part, me, &nk, &keys));
+  for (int c = 0; c < ch.nchunks; c++) cb[c] = FMDistChunkBytes(&ch, c, o->batch, o->hkv, o->d, o->es);
+  tp[2] = FMTime() - t; t = FMTime();
+  if (ref) {
+    FMDistLocalMask lm;
+    FMCall(FMDistLocalize(m, &ch, part.rstart[me + 1] - part.rstart[me], part.rchunks + part.rstart[me], &lm));
+    FMCall(FMDistNeeded(&lm, &ch, o->prune == FM_TRUE, need + (size_t)me * ch.nchunks));
+    FMCall(FMDistLocalMaskDestroy(&lm));
+  } else FMCall(FMDistNeededRank(m, &ch, &tm, &part, me, o->prune == FM_TRUE, need + (size_t)me * ch.nchunks));
+  tp[3] = FMTime() - t;
+  {
+    /* the all-gather's result: every rank's needed set (untimed; this rank's own row must agree) */
+    unsigned char *mine;
+    FMCall(FMMalloc(ch.nchunks, &mine));
+    memcpy(mine, need + (size_t)me * ch.nchunks, (size_t)ch.nchunks);
+    FMCall(FMDistNeededAll(m, &ch, &part, o->prune == FM_TRUE, need));
+    FMCheck(!memcmp(mine, need + (size_t)me * ch.nchunks, (size_t)ch.nchunks), MPI_COMM_SELF, FM_ERR_LIB,
+            "rank %d's needed set differs from FMDistNeededAll's", me);
+    free(mine);
+  }
+  t = FMTime();
+  if (ref) FMCall(FMDistRouteBuild(FM_DIST_ROUTE_HIER, topo, &part, need, cb, &route));
+  else FMCall(FMDistRouteBuildRank(FM_DIST_ROUTE_HIER, topo, &part, need, cb, me, &route));
+  tp[4] = FMTime() - t; t = FMTime();
+  if (ref) FMCall(FMDistExchangeSteps(FM_DIST_SCHED_GATHER, &ch, &part, topo, &route, 0, &ntx, &tx, &nst));
+  else FMCall(FMDistExchangeStepsRank(FM_DIST_SCHED_GATHER, &ch, &part, topo, &route, 0, me, &ntx, &tx, &nst));
+  tp[5] = FMTime() - t;
+  tp[6] = tp[0] + tp[1] + tp[2] + tp[3] + tp[4] + tp[5];
+  if (!ref) FMDistTileMapDestroy(&tm);
+  FMCall(FMDistRouteDestroy(&route));
+  FMCall(FMDistPartitionDestroy(&part));
+  free(tx); free(w); free(cb); free(need); free(rows); free(keys);
+  return FM_SUCCESS;
+}
+
+/*
+ * The predicted times of a partition and route (ms): compute = the heaviest rank's tiles at
+ * -tflops, exchange = the slowest rank's receive (bytes inside a node at -bw_intra, across at
+ * -bw_inter), step = the slowest rank's max(compute, exchange) (the exchange overlapped with the
+ * compute of the chunks already there). lev: [2][P] received bytes by link level.
+ */
+static void predict(const Sim *o, const FMMaskDesc *m, const FMDistPartition *part, const double *lev, double *t)
+{
+  double tile = 4.0 * m->block * m->block * o->d * o->hq * o->batch / (o->tflops * 1e12) / m->mask_heads * 1e3;
+  t[0] = t[1] = t[2] = 0;
+  for (int r = 0; r < o->P; r++) {
+    double c = (double)part->work[r] / m->block * tile, x = lev[r] / (o->bw[0] * 1e6) + lev[o->P + r] / (o->bw[1] * 1e6);
+    if (c > t[0]) t[0] = c;
+    if (x > t[1]) t[1] = x;
+    if ((c > x ? c : x) > t[2]) t[2] = c > x ? c : x;
+  }
+}
+
+/* The every-rank simulation: each partition's work and each route's bytes (the table). */
+static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, double *elapsed)
+{
+  FMDistChunks ch;
   int64_t *w;
-  double *bytes, t0, pcost = 1.0, rcost = 0.0;
+  double *bytes, t0 = FMTime();
   unsigned char *need;
+  int P = o->P;
   static const char *const starts[] = {"improved contiguous", "improved LPT", "improved dual_chunk"};
-
-  FMCall(FMOptionsGetInt("-nodes", "virtual nodes", &nodes, NULL));
-  FMCall(FMOptionsGetInt("-gpus_per_node", "ranks (GPUs) per node", &gpn, NULL));
-  FMCall(FMOptionsGetString("-mask", "mask type (full, causal, causal_document, document, ...)", mtype, sizeof(mtype), NULL));
-  FMCall(FMOptionsGetInt("-seqlen", "sequence length (query and key)", &S, NULL));
-  FMCall(FMOptionsGetInt("-seqlen_k", "key sequence length (default: -seqlen)", &Sk, &set));
-  FMCall(FMOptionsGetInt("-mask_heads", "mask heads (1 or heads_kv)", &mh, NULL));
-  FMCall(FMOptionsGetInt("-batch", "batch size", &batch, NULL));
-  FMCall(FMOptionsGetInt("-heads_kv", "key/value heads", &hkv, NULL));
-  FMCall(FMOptionsGetInt("-head_dim", "head dimension", &d, NULL));
-  FMCall(FMOptionsGetString("-dtype", "element type of K and V", dts, sizeof(dts), NULL));
-  FMCall(FMOptionsGetInt("-chunk", "query rows per chunk (0: default, about seqlen/(4P))", &chunk, NULL));
-  FMCall(FMOptionsGetInt("-block", "block size of the mask summaries", &block, NULL));
-  FMCall(FMOptionsGetReal("-row_cost", "fixed cost of each query tile, in full tiles (as -fm_plan_row_cost)", &rcost, NULL));
-  FMCall(FMOptionsGetReal("-partial_cost", "cost of a partially masked tile, in full tiles (as -fm_plan_partial_cost)", &pcost, NULL));
-  FMCall(FMOptionsGetBool("-prune", "prune K/V chunks no local query sees", &prune, NULL));
-  FMCall(FMOptionsGetBool("-view_ranks", "print every rank's work and bytes", &view, NULL));
-  if (!set || Sk <= 0) Sk = S;
-  FMCheck(pcost > 0 && pcost <= 64, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-partial_cost %g; expected a cost in (0, 64] full tiles", pcost);
-  FMCheck(rcost >= 0 && rcost <= 1e6, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-row_cost %g; expected a cost in [0, 1e6] full tiles", rcost);
-  FMCheck(nodes >= 1 && gpn >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-nodes %d -gpus_per_node %d; expected both >= 1", nodes, gpn);
-  es = !strcmp(dts, "fp32") ? 4 : 2;
-  P = nodes * gpn;
-
-  FMCall(FMContextCreate(MPI_COMM_SELF, &ctx));
-  FMCall(FMContextSetBackend(ctx, FM_BACKEND_CPU));
-  FMCall(FMContextSetUp(ctx));
-  FMCall(FMMaskCreate(ctx, &mask));
-  FMCall(FMMaskSetSizes(mask, S, Sk, mh));
-  FMCall(FMMaskSetType(mask, mtype));
-  FMCall(FMMaskSetBlockSize(mask, block));
-  FMCall(FMMaskSetFromOptions(mask));
-  t0 = FMTime();
-  FMCall(FMMaskSetUp(mask));
-  FMCall(FMMaskGetDesc_Private(mask, &m));
-  FMCall(FMDistChunksInit(m.seqlen_q, m.seqlen_k, chunk, P, m.block, &ch));
-  printf("fmplan-sim: %d ranks = %d node%s x %d; mask %s, %d x %d, %d mask head%s, block %d, block sparsity %.4f\n", P, nodes,
-         nodes > 1 ? "s" : "", gpn, mtype, m.seqlen_q, m.seqlen_k, m.mask_heads, m.mask_heads > 1 ? "s" : "", m.block, mask->sparsity);
-  printf("  K/V: batch %d, %d KV heads, head_dim %d, %s; %d chunks of %d rows (key chunks of %d); pruning %s\n", batch, hkv, d, dts,
-         ch.nchunks, ch.chunk, ch.kchunk, prune ? "on" : "off");
+  FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, o->chunk, P, m->block, &ch));
   FMCall(FMMalloc(ch.nchunks, &w));
   FMCall(FMMalloc(ch.nchunks, &bytes));
   FMCall(FMMalloc((size_t)P * ch.nchunks, &need));
-  FMCall(FMDistChunkWeights(&m, &ch, pcost, rcost, w));
-  for (int c = 0; c < ch.nchunks; c++) bytes[c] = FMDistChunkBytes(&ch, c, batch, hkv, d, es);
-  FMCall(FMDistTopoVirtual(P, nodes, &topo));
+  FMCall(FMDistChunkWeights(m, &ch, o->pcost, o->rcost, w));
+  for (int c = 0; c < ch.nchunks; c++) bytes[c] = FMDistChunkBytes(&ch, c, o->batch, o->hkv, o->d, o->es);
   printf("\n  %-10s %12s %12s %9s %12s %12s %7s  %-12s %11s %11s %13s\n", "partition", "max tiles", "mean tiles", "max/mean",
          "needed GB", "allgather GB", "needed", "route", "intra GB", "inter GB", "max recv MB");
   for (int type = 0; type < 3; type++) {
     FMDistPartition part;
     FMDistBalanceInfo info;
     int64_t mx;
-    double mean, imb;
+    double mean, imb, pred[2][3];
+    if (P >= 256) fprintf(stderr, "fmplan-sim: %s partition of %d chunks on %d ranks (%.1f s)\n", FMDistPartNames[type], ch.nchunks, P, FMTime() - t0);
     FMCall(FMDistPartitionCreate((FMDistPartType)type, ch.nchunks, P, w, &part, &info));
     FMDistPartitionImbalance(&part, &mx, &mean, &imb);
-    FMCall(FMDistNeededAll(&m, &ch, &part, prune == FM_TRUE, need));
+    if (P >= 256) fprintf(stderr, "fmplan-sim: needed sets and routes of %d ranks (%.1f s)\n", P, FMTime() - t0);
+    FMCall(FMDistNeededAll(m, &ch, &part, o->prune == FM_TRUE, need));
     for (int rt = 0; rt < 2; rt++) {
       FMDistRoute route;
       double mrecv = 0, *recv;
-      FMCall(FMDistRouteBuild((FMDistRouteType)rt, &topo, &part, need, bytes, &route));
-      FMCall(FMCalloc(P, &recv));
-      for (int i = 0; i < route.n; i++) recv[route.x[i].dst] += bytes[route.x[i].chunk];
+      FMCall(FMDistRouteBuild((FMDistRouteType)rt, topo, &part, need, bytes, &route));
+      FMCall(FMCalloc(3 * (size_t)P, &recv));
+      for (int i = 0; i < route.n; i++) {
+        recv[route.x[i].dst] += bytes[route.x[i].chunk];
+        recv[P * (1 + route.x[i].level) + route.x[i].dst] += bytes[route.x[i].chunk];
+      }
       for (int r = 0; r < P; r++) if (recv[r] > mrecv) mrecv = recv[r];
+      predict(o, m, &part, recv + P, &pred[rt][0]);
       if (rt == 0)
-        printf("  %-10s %12.1f %12.1f %9.4f %12.4f %12.4f %6.1f%%  %-12s %11.4f %11.4f %13.2f\n", FMDistPartNames[type], (double)mx / m.block,
-               mean / m.block, imb, route.needed_bytes / 1e9, route.allgather_bytes / 1e9,
+        printf("  %-10s %12.1f %12.1f %9.4f %12.4f %12.4f %6.1f%%  %-12s %11.4f %11.4f %13.2f\n", FMDistPartNames[type], (double)mx / m->block,
+               mean / m->block, imb, route.needed_bytes / 1e9, route.allgather_bytes / 1e9,
                route.allgather_bytes > 0 ? 100.0 * route.needed_bytes / route.allgather_bytes : 100.0, FMDistRouteNames[rt],
                route.bytes[0] / 1e9, route.bytes[1] / 1e9, mrecv / 1048576.0);
       else
         printf("  %-10s %12s %12s %9s %12s %12s %7s  %-12s %11.4f %11.4f %13.2f\n", "", "", "", "", "", "", "", FMDistRouteNames[rt],
                route.bytes[0] / 1e9, route.bytes[1] / 1e9, mrecv / 1048576.0);
-      if (view && rt == 1) {
+      if (o->view && rt == 1) {
         printf("    rank node chunks   work(tiles)  needed  recv MB (hierarchical)\n");
         for (int r = 0; r < P; r++) {
           int nn = 0;
           for (int c = 0; c < ch.nchunks; c++) nn += need[(size_t)r * ch.nchunks + c];
-          printf("    %4d %4d %6d %13.1f %7d %8.2f\n", r, topo.node[r], part.rstart[r + 1] - part.rstart[r], (double)part.work[r] / m.block, nn,
+          printf("    %4d %4d %6d %13.1f %7d %8.2f\n", r, topo->node[r], part.rstart[r + 1] - part.rstart[r], (double)part.work[r] / m->block, nn,
                  recv[r] / 1048576.0);
         }
       }
@@ -124,25 +254,113 @@ static FMErrorCode run(void)
       double *rb, rl[2], total = 0, mrecv = 0;
       FMCall(FMMalloc(P, &rb));
       FMDistRankBytes(&part, bytes, rb);
-      FMDistRingBytes(&topo, rb, rl);
+      FMDistRingBytes(topo, rb, rl);
       for (int r = 0; r < P; r++) total += rb[r];
       for (int r = 0; r < P; r++) if (P > 1 && total - rb[r] > mrecv) mrecv = total - rb[r];
       printf("  %-10s %12s %12s %9s %12s %12s %7s  %-12s %11.4f %11.4f %13.2f\n", "", "", "", "", "", "", "", "ring", rl[0] / 1e9, rl[1] / 1e9,
              mrecv / 1048576.0);
       free(rb);
     }
+    printf("  %-10s predicted (%.0f TFLOP/s, %g / %g GB/s in / across nodes): compute %.3f ms; exchange %.3f ms flat, %.3f ms hierarchical;"
+           " step %.3f / %.3f ms\n", "", o->tflops, o->bw[0], o->bw[1], pred[0][0], pred[0][1], pred[1][1], pred[0][2], pred[1][2]);
     if (type == FM_DIST_BALANCED)
       printf("  balancer: LPT max %.1f tiles, dual_chunk max %.1f, kept the %s start; %d pair and %d three-way moves%s\n",
-             (double)info.lpt_max / m.block, (double)info.dual_max / m.block, starts[info.start], info.pair_moves,
+             (double)info.lpt_max / m->block, (double)info.dual_max / m->block, starts[info.start], info.pair_moves,
              info.triple_moves, info.inexact_pairs ? " (some pair pools too large for the exact search)" : "");
     FMCall(FMDistPartitionDestroy(&part));
   }
+  *elapsed = FMTime() - t0;
   printf("  (work counts (query tile, key block) pairs that are not skipped, in %d x %d tiles, summed over mask heads;\n"
          "   bytes are K+V of the needed remote chunks; the flat and hierarchical rows are the pruned gather routes, the ring row the\n"
-         "   unpruned ring baseline of -fm_plan_schedule ring, (P-1) x all K/V; planning took %.2f s)\n", m.block, m.block, FMTime() - t0);
+         "   unpruned ring baseline of -fm_plan_schedule ring, (P-1) x all K/V; the every-rank simulation took %.2f s)\n", m->block, m->block,
+         *elapsed);
   free(w); free(bytes); free(need);
+  return FM_SUCCESS;
+}
+
+static int cmp_dbl(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+
+/* median of column k of n rows of NPH + 1 values */
+static double median(double *v, int n, int k, double *tmp)
+{
+  for (int i = 0; i < n; i++) tmp[i] = v[(size_t)i * (NPH + 1) + k];
+  qsort(tmp, (size_t)n, sizeof(double), cmp_dbl);
+  return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+}
+
+/* One summary line (and CSV row) per path: the median phases over the steps. */
+static FMErrorCode report(const Sim *o, const FMDistChunks *ch, const char *path, double *v, int n, double simt)
+{
+  double med[NPH + 1], *tmp;
+  FILE *f = NULL;
+  FMCall(FMMalloc(n, &tmp));
+  for (int k = 0; k <= NPH; k++) med[k] = median(v, n, k, tmp);
+  free(tmp);
+  printf("  rank %d set-up (%s, median of %d step%s): total %.3f ms = weights %.3f + balance %.3f + rows %.3f + needed %.3f + route %.3f + steps %.3f; mask set-up %.3f ms\n",
+         o->rank, path, n, n > 1 ? "s" : "", 1e3 * med[6], 1e3 * med[0], 1e3 * med[1], 1e3 * med[2], 1e3 * med[3], 1e3 * med[4], 1e3 * med[5],
+         1e3 * med[7]);
+  if (!o->csv[0]) return FM_SUCCESS;
+  f = fopen(o->csv, "a+");
+  FMCheck(f != NULL, MPI_COMM_SELF, FM_ERR_FILE, "Cannot open -csv file %s", o->csv);
+  fseek(f, 0, SEEK_END);
+  if (ftell(f) == 0) {
+    fprintf(f, "mask,ranks,nodes,gpus_per_node,seqlen,chunks,chunk,rank,path,steps");
+    for (int k = 0; k < NPH; k++) fprintf(f, ",%s_ms", phname[k]);
+    fprintf(f, ",mask_setup_ms,sim_s\n");
+  }
+  fprintf(f, "%s,%d,%d,%d,%d,%d,%d,%d,%s,%d", o->mtype, o->P, o->nodes, o->gpn, o->S, ch->nchunks, ch->chunk, o->rank, path, n);
+  for (int k = 0; k <= NPH; k++) fprintf(f, ",%.4f", 1e3 * med[k]);
+  fprintf(f, ",%.3f\n", simt);
+  fclose(f);
+  return FM_SUCCESS;
+}
+
+static FMErrorCode run(void)
+{
+  Sim o;
+  FMContext ctx;
+  FMDistTopo topo;
+  FMDistChunks ch;
+  double simt = -1, *vn = NULL, *vr = NULL;
+  int n;
+  FMCall(sim_options(&o));
+  n = o.steps > 0 ? o.steps : 1;
+  FMCall(FMContextCreate(MPI_COMM_SELF, &ctx));
+  FMCall(FMContextSetBackend(ctx, FM_BACKEND_CPU));
+  FMCall(FMContextSetUp(ctx));
+  FMCall(FMDistTopoVirtual(o.P, o.nodes, &topo));
+  FMCall(FMCalloc((size_t)n * (NPH + 1), &vn));
+  FMCall(FMCalloc((size_t)n * (NPH + 1), &vr));
+  for (int s = 0; s < n; s++) {
+    FMMask mask;
+    FMMaskDesc m;
+    double tmask = 0;
+    FMCall(make_mask(&o, ctx, o.seed + s, &mask, &tmask));
+    FMCall(FMMaskGetDesc_Private(mask, &m));
+    FMCall(FMDistChunksInit(m.seqlen_q, m.seqlen_k, o.chunk, o.P, m.block, &ch));
+    if (s == 0) {
+      printf("fmplan-sim: %d ranks = %d node%s x %d; mask %s, %d x %d, %d mask head%s, block %d, block sparsity %.4f\n", o.P, o.nodes,
+             o.nodes > 1 ? "s" : "", o.gpn, o.mtype, m.seqlen_q, m.seqlen_k, m.mask_heads, m.mask_heads > 1 ? "s" : "", m.block, mask->sparsity);
+      printf("  K/V: batch %d, %d KV heads, head_dim %d, %s; %d chunks of %d rows (key chunks of %d); pruning %s\n", o.batch, o.hkv, o.d,
+             o.dts, ch.nchunks, ch.chunk, ch.kchunk, o.prune ? "on" : "off");
+      if (o.table) FMCall(sim_table(&o, &m, &topo, &simt));
+    }
+    FMCall(rank_work(&o, &m, &topo, 0, vn + (size_t)s * (NPH + 1)));
+    vn[(size_t)s * (NPH + 1) + NPH] = tmask;
+    if (o.ref) {
+      FMCall(rank_work(&o, &m, &topo, 1, vr + (size_t)s * (NPH + 1)));
+      vr[(size_t)s * (NPH + 1) + NPH] = tmask;
+    }
+    if (o.steps > 0 && (o.P >= 256 || n >= 50))
+      fprintf(stderr, "fmplan-sim: step %d/%d (seed %d): rank %d set-up %.3f ms%s\n", s + 1, n, o.seed + s, o.rank,
+              1e3 * vn[(size_t)s * (NPH + 1) + NPH - 1], o.ref ? " (and the reference)" : "");
+    FMCall(FMMaskDestroy(&mask));
+  }
+  printf("\n");
+  FMCall(report(&o, &ch, "fast", vn, n, simt));
+  if (o.ref) FMCall(report(&o, &ch, "reference", vr, n, simt));
+  free(vn); free(vr);
   FMCall(FMDistTopoDestroy(&topo));
-  FMCall(FMMaskDestroy(&mask));
   FMCall(FMContextDestroy(&ctx));
   return FM_SUCCESS;
 }

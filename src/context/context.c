@@ -82,8 +82,9 @@ static FMErrorCode kernel_options(FMContext ctx)
   return FM_SUCCESS;
 }
 
-static FMErrorCode setfromoptions(FMContext ctx)
+static FMErrorCode setfromoptions(void *obj)
 {
+  FMContext ctx = (FMContext)obj;
   int b;
   FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
   b = (int)ctx->backend_req;
@@ -319,28 +320,20 @@ FMErrorCode FMContextDestroy(FMContext *ctx)
 /* FMContextSetFromOptions - see flashmask.h: the lookups above, under the object's options prefix. */
 FMErrorCode FMContextSetFromOptions(FMContext ctx)
 {
-  FMErrorCode ierr;
-  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
-  FMCall(FMOptionsPushPrefix_Private(ctx->hdr.prefix));
-  ierr = setfromoptions(ctx);
-  FMCall(FMOptionsPopPrefix_Private());
-  FMCall(FMAgreeCode(ctx->comm, ierr)); /* an option refused on one rank is an error on every rank */
+  FMCall(FMHeaderSetFromOptions(ctx, FM_CLASSID_CONTEXT, setfromoptions));
   return FM_SUCCESS;
 }
 
 /* FMContextSetOptionsPrefix - see flashmask.h. */
 FMErrorCode FMContextSetOptionsPrefix(FMContext ctx, const char *prefix)
 {
-  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
-  FMCall(FMHeaderSetOptionsPrefix(ctx, prefix));
+  FMCall(FMHeaderSetOptionsPrefix(ctx, FM_CLASSID_CONTEXT, prefix));
   return FM_SUCCESS;
 }
 
 /* FMContextGetOptionsPrefix - see flashmask.h. */
 FMErrorCode FMContextGetOptionsPrefix(FMContext ctx, const char **prefix)
 {
-  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
-  FMValidPointer(prefix, 2);
-  *prefix = ctx->hdr.prefix;
+  FMCall(FMHeaderGetOptionsPrefix(ctx, FM_CLASSID_CONTEXT, prefix));
   return FM_SUCCESS;
 }

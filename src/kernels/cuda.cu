@@ -106,10 +106,10 @@ FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev)
           m->mask_heads);
   for (int v = 0; v < 4; v++)
     FMCheck(m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Mask bound vector %d is NULL; expected all four set", v);
-  e = FMGpuMaskCreate(m->seqlen_q, m->seqlen_k, m->mask_heads, m->causal, m->bnd, &d);
+  e = FMGpuMaskCreate(m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->bnd, &d);
   if (e == cudaErrorMemoryAllocation)
     FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Cannot allocate %zu bytes of device memory for the mask",
-            (size_t)24 * m->mask_heads * m->seqlen_k);
+            (size_t)24 * m->mask_heads * (m->mask_batch > 1 ? m->mask_batch : 1) * m->seqlen_k);
   FMCallCUDA(e);
   *dev = d;
   return FM_SUCCESS;
@@ -149,6 +149,7 @@ static void fill_params(const FMAttnProblem *p, const FMGpuMask *dm, const void 
   gp->c.heads_q = p->heads_q;
   gp->c.heads_kv = p->heads_kv;
   gp->c.mask_heads = dm->mask_heads;
+  gp->c.mask_batch = dm->mask_batch;
   gp->c.causal = dm->causal;
   gp->c.nblk = dm->nblk;
   gp->c.scale = p->scale;
@@ -193,6 +194,8 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
           "batch = %d, heads_q = %d, heads_kv = %d, mask heads = %d: expected heads_q a multiple of heads_kv and of the mask heads",
           p->batch, p->heads_q, p->heads_kv, dm->mask_heads);
   FMCheck(p->scale > 0.f, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Softmax scale %g; expected > 0", (double)p->scale);
+  FMCheck(dm->mask_batch == 1 || dm->mask_batch == p->batch, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+          "The uploaded mask has mask_batch %d; expected 1 or the problem's batch %d", dm->mask_batch, p->batch);
   fill_params(p, dm, q, k, v, o, o32, merge, lse, &gp);
   FMCallCUDA(cudaGetDevice(&dev));
   FMCallCUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -267,6 +270,7 @@ static void fill_bwd(FMGpuBwdParams *a, const FMAttnProblem *p, const FMGpuMask 
   a->heads_q = p->heads_q; a->heads_kv = p->heads_kv; a->head_dim = p->head_dim;
   a->fp16 = p->dtype == FM_DTYPE_FP16; a->scale = p->scale;
   a->packed = dm->packed; a->sum = dm->sum; a->mask_heads = dm->mask_heads; a->causal = dm->causal; a->nblk = dm->nblk;
+  a->mask_batch = dm->mask_batch;
   a->force_fallback = p->opts.cuda_fallback != 0;
 }
 
@@ -286,6 +290,8 @@ FMErrorCode FMCudaBackward(const FMAttnProblem *p, const void *dmask, const void
           p->qrows ? "set" : "NULL", p->k0, p->nq, p->nk, dm->seqlen_q, dm->seqlen_k);
   FMCheck(p->dtype == FM_DTYPE_BF16 || p->dtype == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP,
           "The CUDA backward runs bf16 and fp16; the problem's dtype is %s", FMDTypeName(p->dtype));
+  FMCheck(dm->mask_batch == 1 || dm->mask_batch == p->batch, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+          "The uploaded mask has mask_batch %d; expected 1 or the problem's batch %d", dm->mask_batch, p->batch);
   fill_bwd(&a, p, dm);
   a.q = q; a.k = k; a.v = v; a.o = o; a.dout = dout; a.lse = lse; a.dq = dq; a.dk = dk; a.dv = dv;
   FMCheck(FMGpuBackwardPath(&a) >= 0 && dm->nblk == (p->nk + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N, MPI_COMM_SELF, FM_ERR_SUP,

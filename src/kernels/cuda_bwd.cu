@@ -88,6 +88,7 @@ struct FbArgs {
   const int4 *packed;
   const int32_t *sum;
   int Sq, Sk, Hq, Hkv, D, mask_heads, causal, nblk, Sqp;
+  int mstride; /* mask rows per sample: mask_heads when mask_batch > 1, else 0 */
   float scale, c;
 };
 
@@ -108,7 +109,7 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_
     dk[t] = dv[t] = 0.f;
   }
   for (int g = 0; g < G; g++) {
-    const int hq = hkv * G + g, mh = hq / hpm;
+    const int hq = hkv * G + g, mh = b * a.mstride + hq / hpm;
     FMBwdWalk w;
     fmbwd_walk_init(&w, a.sum + (size_t)mh * a.nblk * FMBWD_SUM_N, kb, a.Sq, a.Sk, a.causal);
     const int4 bj = a.packed[(size_t)mh * a.nblk * FMBWD_BLOCK_N + j];
@@ -158,7 +159,7 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int i = blockIdx.x * 4 + warp, hq = blockIdx.y, b = blockIdx.z;
   if (i >= a.Sq) return;
-  const int hkv = hq / (a.Hq / a.Hkv), mh = hq / (a.Hq / a.mask_heads), off = a.Sk - a.Sq, qb = i / FMBWD_BM;
+  const int hkv = hq / (a.Hq / a.Hkv), mh = b * a.mstride + hq / (a.Hq / a.mask_heads), off = a.Sk - a.Sq, qb = i / FMBWD_BM;
   const size_t lrow = ((size_t)b * a.Hq + hq) * a.Sqp;
   const float l2 = a.lse2[lrow + i], di = a.dsum[lrow + i];
   const T *qr = (const T *)a.q + at(a.sq, b, i, hq), *dr = (const T *)a.dout + at(a.sdo, b, i, hq);
@@ -240,6 +241,7 @@ template <typename T> cudaError_t fallback(const FMGpuBwdParams *p, const FMBwdW
   a.Hkv = p->heads_kv;
   a.D = p->head_dim;
   a.mask_heads = p->mask_heads;
+  a.mstride = p->mask_batch > 1 ? p->mask_heads : 0;
   a.causal = p->causal;
   a.nblk = p->nblk;
   a.Sqp = w->nqb * FMBWD_BM;

@@ -91,30 +91,32 @@ __global__ void __launch_bounds__(FM_GPU_BLOCK_N) fm_mask_prepass(const int32_t 
  *   default stream; synchronous (the copy is complete on return). On error nothing stays
  *   allocated and *out is NULL.
  */
-cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int causal, const int32_t *const bnd[4],
+cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, const int32_t *const bnd[4],
                             FMGpuMask **out)
 {
   FMGpuMask *d = (FMGpuMask *)calloc(1, sizeof(FMGpuMask));
-  const size_t n = (size_t)mask_heads * seqlen_k;
+  const int rows = mask_heads * (mask_batch > 1 ? mask_batch : 1); /* one prepass row per (sample, mask head) */
+  const size_t n = (size_t)rows * seqlen_k;
   cudaError_t e = cudaSuccess;
   *out = NULL;
   if (!d) return cudaErrorMemoryAllocation;
   d->seqlen_q = seqlen_q;
   d->seqlen_k = seqlen_k;
   d->mask_heads = mask_heads;
+  d->mask_batch = mask_batch > 1 ? mask_batch : 1;
   d->causal = causal;
   d->nblk = (seqlen_k + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
-  const size_t ncol = (size_t)mask_heads * d->nblk * FM_GPU_BLOCK_N;
+  const size_t ncol = (size_t)rows * d->nblk * FM_GPU_BLOCK_N;
   if ((e = cudaMalloc((void **)&d->bnd, 4 * n * sizeof(int32_t))) != cudaSuccess ||
       (e = cudaMalloc((void **)&d->packed, ncol * sizeof(int4))) != cudaSuccess ||
-      (e = cudaMalloc((void **)&d->sum, (size_t)mask_heads * d->nblk * FM_SUM_N * sizeof(int32_t))) != cudaSuccess ||
+      (e = cudaMalloc((void **)&d->sum, (size_t)rows * d->nblk * FM_SUM_N * sizeof(int32_t))) != cudaSuccess ||
       (e = cudaMalloc((void **)&d->vis, ncol * sizeof(int2))) != cudaSuccess ||
-      (e = cudaMalloc((void **)&d->simple, (size_t)mask_heads * d->nblk * sizeof(int))) != cudaSuccess)
+      (e = cudaMalloc((void **)&d->simple, (size_t)rows * d->nblk * sizeof(int))) != cudaSuccess)
     goto fail;
   for (int v = 0; v < 4; v++)
     if ((e = cudaMemcpy(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice)) != cudaSuccess) goto fail;
-  fm_mask_prepass<<<dim3(d->nblk, mask_heads), FM_GPU_BLOCK_N>>>(d->bnd, seqlen_q, seqlen_k, mask_heads, d->nblk, causal,
-                                                                  d->packed, d->sum, d->vis, d->simple);
+  fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N>>>(d->bnd, seqlen_q, seqlen_k, rows, d->nblk, causal, d->packed, d->sum,
+                                                            d->vis, d->simple);
   if ((e = cudaGetLastError()) != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess) goto fail;
   *out = d;
   return cudaSuccess;

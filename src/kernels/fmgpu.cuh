@@ -19,12 +19,14 @@
  */
 typedef struct {
   int seqlen_q, seqlen_k, mask_heads, causal, nblk;
-  int32_t *bnd;   /* [4][mask_heads][seqlen_k]: lts, lte, uts, ute as uploaded */
-  int4 *packed;   /* [mask_heads][nblk * FM_GPU_BLOCK_N]: {lts, lte, uts, ute}; padding columns fully masked */
-  int32_t *sum;   /* [mask_heads][nblk][FM_SUM_N] */
-  int2 *vis;      /* [mask_heads][nblk * FM_GPU_BLOCK_N]: visible rows [x, y) of the column (causal included)
+  int mask_batch; /* 1: one set of bounds for every sample; else one per sample (rows = mask_batch * mask_heads) */
+  /* Below, "rows" = mask_batch * mask_heads: row (mask_batch > 1 ? b : 0) * mask_heads + mask head. */
+  int32_t *bnd;   /* [4][rows][seqlen_k]: lts, lte, uts, ute as uploaded */
+  int4 *packed;   /* [rows][nblk * FM_GPU_BLOCK_N]: {lts, lte, uts, ute}; padding columns fully masked */
+  int32_t *sum;   /* [rows][nblk][FM_SUM_N] */
+  int2 *vis;      /* [rows][nblk * FM_GPU_BLOCK_N]: visible rows [x, y) of the column (causal included)
                      when they form one interval (padding: [0, 0)) */
-  int *simple;    /* [mask_heads][nblk]: 1 if every column of the block has a one-interval visible set */
+  int *simple;    /* [rows][nblk]: 1 if every column of the block has a one-interval visible set */
 } FMGpuMask;
 
 /*
@@ -47,8 +49,17 @@ typedef struct {
   int seqlen_q, seqlen_k, heads_q, heads_kv, mask_heads, causal, nblk;
   float scale;            /* softmax scale */
   float scale_log2;       /* scale * log2(e) */
+  int mask_batch;         /* > 1: mask row (b, mh) is b * mask_heads + mh; else mh for every sample. It sits in
+                             what was the padding before vdesc_hi, so no other field moved (112 bytes, as before) */
   uint64_t vdesc_hi;      /* sm90 only: set by its launcher from FMGpuFwdParams.vdesc_swap */
 } FMGpuFwdCore;
+
+#ifdef __cplusplus
+static_assert(sizeof(FMGpuFwdCore) <= 128, "FMGpuFwdCore is passed by value to the Hopper kernel: keep it within 128 bytes");
+#endif
+
+/* The mask row of batch b and query head hq (FMGpuFwdCore or any struct with the same fields). */
+#define FM_GPU_MASK_ROW(c, b, hq) (((c).mask_batch > 1 ? (b) * (c).mask_heads : 0) + (hq) / ((c).heads_q / (c).mask_heads))
 
 /*
  * FMGpuFwdParams - one forward's parameters, filled once by cuda.cu and read by the Hopper
@@ -70,9 +81,10 @@ typedef struct {
   int vdesc_swap;         /* sm90 diagnostic: swap the V descriptor's LBO and SBO (-fm_sm90_vdesc_swap) */
 } FMGpuFwdParams;
 
-/* cuda_mask.cu: copy the four bound vectors (host, [mask_heads][seqlen_k] each) to the current
-   device and run the prepass; synchronous. *out is NULL on error. FMGpuMaskDestroy accepts NULL. */
-cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int causal, const int32_t *const bnd[4],
+/* cuda_mask.cu: copy the four bound vectors (host, [mask_batch][mask_heads][seqlen_k] each; mask_batch
+   <= 1 means 1) to the current device and run the prepass; synchronous. *out is NULL on error.
+   FMGpuMaskDestroy accepts NULL. */
+cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, const int32_t *const bnd[4],
                             FMGpuMask **out);
 void FMGpuMaskDestroy(FMGpuMask *d);
 

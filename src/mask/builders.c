@@ -7,7 +7,7 @@
  *    0..seqlen_k. Query row i sits at position i + off, off = seqlen_k - seqlen_q (bottom-right
  *    alignment, like the causal diagonal); a position bound x becomes the row bound
  *    clip(x - off, 0, seqlen_q).
- *  - Random defaults come from a splitmix64 stream per purpose, seeded by m->seed only, so every
+ *  - Random defaults come from a splitmix64 stream per purpose, seeded by m->seed + sample only, so every
  *    rank builds the same mask without messages.
  */
 #include "maskimpl.h"
@@ -190,7 +190,7 @@ static FMErrorCode resolve_docs(FMMask m, int t, FMMaskParams *p)
             "Share-question segment lengths (FMMaskSetShareQuestion / -fm_mask_segments) sum to %lld, expected seqlen_k = %d",
             (long long)sum, S);
   } else {
-    FMCall(draw_docs(m->seed, S, &p->ndocs, &p->docs));
+    FMCall(draw_docs(p->seed, S, &p->ndocs, &p->docs));
     p->docs_default = 1;
   }
   return FM_SUCCESS;
@@ -214,7 +214,7 @@ static FMErrorCode resolve_segments(FMMask m, FMMaskParams *p)
               p->docs[d]);
     }
   } else {
-    FMCall(draw_segments(m->seed, p->ndocs, p->docs, &p->nseg, &p->nsegtot, &p->seglen));
+    FMCall(draw_segments(p->seed, p->ndocs, p->docs, &p->nseg, &p->nsegtot, &p->seglen));
     p->segs_default = 1;
   }
   return FM_SUCCESS;
@@ -279,7 +279,7 @@ static FMErrorCode resolve_all(FMMask m, int t, FMMaskParams *p)
       memcpy(p->span_len, m->span_len, sizeof(int) * (size_t)m->nspans);
       p->nspans = m->nspans;
     } else {
-      FMCall(draw_spans(m->seed, S, &p->nspans, &p->span_start, &p->span_len));
+      FMCall(draw_spans(p->seed, S, &p->nspans, &p->span_start, &p->span_len));
       p->spans_default = 1;
     }
   }
@@ -300,11 +300,18 @@ void FMMaskParamsFree_Private(FMMaskParams *p)
 
 FMErrorCode FMMaskGetParams_Private(FMMask m, FMMaskParams *p)
 {
+  FMCall(FMMaskGetSampleParams_Private(m, 0, p));
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMMaskGetSampleParams_Private(FMMask m, int sample, FMMaskParams *p)
+{
   FMErrorCode ierr;
   int t;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
-  FMValidPointer(p, 2);
+  FMValidPointer(p, 3);
   memset(p, 0, sizeof(*p));
+  p->seed = m->seed + (unsigned long)sample;
   p->window_left = p->window_right = p->nglobal = -1;
   t = FMMaskTypeIndex_Private(m->hdr.type_name);
   FMCheck(t >= 0, MPI_COMM_SELF, FM_ERR_LIB, "Mask has unknown type \"%s\"", m->hdr.type_name ? m->hdr.type_name : "(null)");
@@ -324,12 +331,13 @@ static inline int32_t rowb(int64_t x, int64_t off, int Sq)
   return (int32_t)(x < 0 ? 0 : x > Sq ? Sq : x);
 }
 
-/* The bounds of head 0 for every deterministic type (bnd already in default form). */
-static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p)
+/* The bounds of row g (head 0 of a sample) for every parametrized type (bnd already in default form). */
+static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k;
   const int64_t off = (int64_t)Sk - Sq;
-  int32_t *lts = m->bnd[0], *lte = m->bnd[1], *uts = m->bnd[2], *ute = m->bnd[3];
+  const size_t o = g * (size_t)Sk;
+  int32_t *lts = m->bnd[0] + o, *lte = m->bnd[1] + o, *uts = m->bnd[2] + o, *ute = m->bnd[3] + o;
 
   switch (t) {
   case FM_MT_FULL:
@@ -426,7 +434,7 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p)
 }
 
 /*
- * Random eviction, per head h: for each row position r = S/2 .. S-1 in increasing order, one
+ * Random eviction, per sample s and head h (stream RNG_EVICT + h of the seed m->seed + s): for each row position r = S/2 .. S-1 in increasing order, one
  * key column chosen uniformly among the columns j < r not yet evicted is evicted at r
  * (LTS[j] = r: positions >= r no longer see j). Columns never chosen keep LTS = S.
  */
@@ -437,11 +445,11 @@ static FMErrorCode build_random_eviction(FMMask m)
   int *pool;
   m->causal = 1; m->present = FM_BOUND_LTS;
   FMCall(FMMalloc(half + 1, &pool));
-  for (int h = 0; h < m->mask_heads; h++) {
+  for (size_t g = 0; g < FM_MASK_NG(m); g++) {
     FMRng r;
-    int npool = 0;
-    int32_t *lts = m->bnd[0] + (size_t)h * Sk;
-    rng_init(&r, m->seed, (uint64_t)RNG_EVICT + (uint64_t)h);
+    int npool = 0, h = (int)(g % (size_t)m->mask_heads), smp = (int)(g / (size_t)m->mask_heads);
+    int32_t *lts = m->bnd[0] + g * Sk;
+    rng_init(&r, m->seed + (unsigned long)smp, (uint64_t)RNG_EVICT + (uint64_t)h);
     for (int j = 0; j < half; j++) pool[npool++] = j;
     for (int row = half; row < Sk; row++) {
       int k, j;
@@ -457,18 +465,20 @@ static FMErrorCode build_random_eviction(FMMask m)
   return FM_SUCCESS;
 }
 
-/* Type "bounds": copy the user's vectors (the same set on every head, every head set). */
+/* Type "bounds": copy the user's vectors (the same set on every row, every (sample, head) set). */
 static FMErrorCode build_user_bounds(FMMask m)
 {
   const int H = m->mask_heads, Sk = m->seqlen_k;
+  const size_t G = FM_MASK_NG(m);
   int bits = -1;
   static const char *const vname[4] = {"lts", "lte", "uts", "ute"};
   FMCheck(m->user_head_set, MPI_COMM_SELF, FM_ERR_ORDER,
           "Mask type \"bounds\" needs FMMaskSetBounds() for every head 0..%d before FMMaskSetUp(); none was set", H - 1);
-  for (int h = 0; h < H; h++) {
-    int hb = m->user_head_set[h];
+  for (size_t g = 0; g < G; g++) {
+    int hb = m->user_head_set[g], h = (int)(g % (size_t)H), smp = (int)(g / (size_t)H);
     FMCheck(hb, MPI_COMM_SELF, FM_ERR_ORDER,
-            "Mask type \"bounds\": no bounds were set for head %d; call FMMaskSetBounds() for every head 0..%d", h, H - 1);
+            "Mask type \"bounds\": no bounds were set for sample %d, head %d; call FMMaskSetBounds() for every head 0..%d "
+            "(or FMMaskSetSampleBounds() for every sample 0..%d and head)", smp, h, H - 1, m->mask_batch - 1);
     hb &= 0xF;
     if (bits < 0) bits = hb;
     if (hb != bits) {
@@ -478,19 +488,20 @@ static FMErrorCode build_user_bounds(FMMask m)
         if (bits & (1 << v)) { strcat(b, b[0] ? "," : ""); strcat(b, vname[v]); }
       }
       FMRaise(MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
-              "FMMaskSetBounds gave head %d the vectors {%s} but head 0 the vectors {%s}; every head needs the same set", h, a, b);
+              "FMMaskSetBounds gave sample %d, head %d the vectors {%s} but sample 0, head 0 the vectors {%s}; every head needs the same set",
+              smp, h, a, b);
     }
   }
   m->present = bits;
   m->causal = m->user_causal;
   for (int v = 0; v < 4; v++)
-    if ((bits & (1 << v)) && m->user[v]) memcpy(m->bnd[v], m->user[v], sizeof(int32_t) * (size_t)H * Sk);
+    if ((bits & (1 << v)) && m->user[v]) memcpy(m->bnd[v], m->user[v], sizeof(int32_t) * G * Sk);
   return FM_SUCCESS;
 }
 
 static FMErrorCode alloc_default_bounds(FMMask m)
 {
-  const size_t n = (size_t)m->mask_heads * m->seqlen_k;
+  const size_t n = FM_MASK_NG(m) * m->seqlen_k;
   for (int v = 0; v < 4; v++) {
     FMFree(m->bnd[v]);
     FMCall(FMMalloc(n, &m->bnd[v]));
@@ -516,15 +527,19 @@ FMErrorCode FMMaskBuild_Private(FMMask m)
   } else if (t == FM_MT_RANDOMEVICTION) {
     FMCall(build_random_eviction(m));
   } else {
-    FMMaskParams p;
-    FMErrorCode ierr;
-    FMCall(FMMaskGetParams_Private(m, &p));
-    ierr = build_head0(m, t, &p);
-    FMMaskParamsFree_Private(&p);
-    FMCall(ierr);
-    for (int h = 1; h < m->mask_heads; h++)
-      for (int v = 0; v < 4; v++)
-        memcpy(m->bnd[v] + (size_t)h * m->seqlen_k, m->bnd[v], sizeof(int32_t) * (size_t)m->seqlen_k);
+    /* head 0 of each sample from that sample's parameters (its own seed), copied to the other heads */
+    for (int smp = 0; smp < m->mask_batch; smp++) {
+      const size_t g0 = (size_t)smp * m->mask_heads;
+      FMMaskParams p;
+      FMErrorCode ierr;
+      FMCall(FMMaskGetSampleParams_Private(m, smp, &p));
+      ierr = build_head0(m, t, &p, g0);
+      FMMaskParamsFree_Private(&p);
+      FMCall(ierr);
+      for (int h = 1; h < m->mask_heads; h++)
+        for (int v = 0; v < 4; v++)
+          memcpy(m->bnd[v] + (g0 + h) * m->seqlen_k, m->bnd[v] + g0 * m->seqlen_k, sizeof(int32_t) * (size_t)m->seqlen_k);
+    }
   }
   return FM_SUCCESS;
 }

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const bound_names[4] = {"lts", "lte", "uts", "ute"};
 
 /* Any change of sizes, type or parameters invalidates the set-up. */
 static void changed(FMMask m) { m->hdr.setupcalled = 0; }
@@ -52,7 +51,7 @@ static FMErrorCode set_int_list(FMMask mask, int n, const int *src, int nargnum,
   return FM_SUCCESS;
 }
 
-static void free_user_bounds(FMMask m)
+void FMMaskFreeUserBounds_Private(FMMask m)
 {
   for (int v = 0; v < 4; v++) FMFree(m->user[v]);
   FMFree(m->user_head_set);
@@ -79,6 +78,7 @@ FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask)
   ctx->hdr.refct++;
   m->ctx = ctx;
   m->mask_heads = 1;
+  m->mask_batch = 1;
   m->window_left = m->window_right = -1;
   m->nglobal = -1;
   m->seed = 42;
@@ -99,7 +99,8 @@ FMErrorCode FMMaskSetSizes(FMMask mask, int seqlen_q, int seqlen_k, int mask_hea
 {
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
   FMCall(FMMaskCheckSizes_Private(seqlen_q, seqlen_k, mask_heads, mask->block, "Argument"));
-  if (mask->user_head_set && (seqlen_k != mask->seqlen_k || mask_heads != mask->mask_heads)) free_user_bounds(mask);
+  FMCall(FMMaskCheckBatch_Private(mask->mask_batch, mask_heads, seqlen_k, "The mask batch"));
+  if (mask->user_head_set && (seqlen_k != mask->seqlen_k || mask_heads != mask->mask_heads)) FMMaskFreeUserBounds_Private(mask);
   mask->seqlen_q = seqlen_q;
   mask->seqlen_k = seqlen_k;
   mask->mask_heads = mask_heads;
@@ -240,54 +241,6 @@ FMErrorCode FMMaskSetSeed(FMMask mask, unsigned long seed)
   return FM_SUCCESS;
 }
 
-/*
- * FMMaskSetBounds - copy one head's user bounds (type "bounds"). Not collective.
- *   Needs FMMaskSetSizes first. Values are checked here (0 <= x <= seqlen_q, start <= end)
- *   and again at SetUp. lte without lts, or uts without ute, is refused (no default start).
- *   Setting a head again replaces it.
- */
-FMErrorCode FMMaskSetBounds(FMMask mask, int head, const int32_t *lts, const int32_t *lte, const int32_t *uts, const int32_t *ute)
-{
-  const int32_t *in[4] = {lts, lte, uts, ute};
-  int Sq, Sk, bits = 0;
-  FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCheck(mask->seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMMaskSetSizes() before FMMaskSetBounds()");
-  FMCheck(head >= 0 && head < mask->mask_heads, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-          "Argument 2 (head) is %d; expected 0 <= head < mask_heads = %d", head, mask->mask_heads);
-  FMCheck(!(lte && !lts), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument 4 (lte) is given without argument 3 (lts); give lts too");
-  FMCheck(!(uts && !ute), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument 5 (uts) is given without argument 6 (ute); give ute too");
-  Sq = mask->seqlen_q;
-  Sk = mask->seqlen_k;
-  for (int v = 0; v < 4; v++) {
-    if (!in[v]) continue;
-    bits |= 1 << v;
-    for (int j = 0; j < Sk; j++)
-      FMCheck(in[v][j] >= 0 && in[v][j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-              "Argument %d (%s): %s[%d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", v + 3, bound_names[v], bound_names[v], j,
-              (int)in[v][j], bound_names[v], Sq);
-  }
-  for (int j = 0; j < Sk; j++) {
-    int32_t s = lts ? lts[j] : Sq, e = lte ? lte[j] : Sq;
-    FMCheck(s <= e, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (lts): lts[%d] = %d is greater than lte[%d] = %d; expected start <= end",
-            j, (int)s, j, (int)e);
-    s = uts ? uts[j] : 0;
-    e = ute ? ute[j] : 0;
-    FMCheck(s <= e, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 5 (uts): uts[%d] = %d is greater than ute[%d] = %d; expected start <= end",
-            j, (int)s, j, (int)e);
-  }
-  if (!mask->user_head_set) FMCall(FMCalloc(mask->mask_heads, &mask->user_head_set));
-  for (int v = 0; v < 4; v++) {
-    if (!in[v]) continue;
-    if (!mask->user[v]) FMCall(FMMalloc((size_t)mask->mask_heads * Sk, &mask->user[v]));
-    memcpy(mask->user[v] + (size_t)head * Sk, in[v], sizeof(int32_t) * (size_t)Sk);
-  }
-  mask->user_head_set[head] = (unsigned char)(0x10 | bits);
-  mask->user_present = 0;
-  for (int h = 0; h < mask->mask_heads; h++) mask->user_present |= mask->user_head_set[h] & 0xF;
-  changed(mask);
-  return FM_SUCCESS;
-}
-
 /* FMMaskSetBlockSize - block size of the summaries (>= 1, default 128). Not collective. */
 FMErrorCode FMMaskSetBlockSize(FMMask mask, int block)
 {
@@ -343,14 +296,15 @@ cleanup:
 
 /*
  * FMMaskSetFromOptions - read the -fm_mask_* options. Collective (call it on every rank).
- *   -fm_mask_type, -fm_mask_seqlen (both), -fm_mask_seqlen_q, -fm_mask_seqlen_k, -fm_mask_heads,
+ *   -fm_mask_type, -fm_mask_seqlen (both), -fm_mask_seqlen_q, -fm_mask_seqlen_k, -fm_mask_heads, -fm_mask_batch,
  *   -fm_mask_causal, -fm_mask_docs, -fm_mask_window (both), -fm_mask_window_left,
  *   -fm_mask_window_right, -fm_mask_global_tokens, -fm_mask_prefix, -fm_mask_nsegments with
  *   -fm_mask_segments, -fm_mask_spans (start,len pairs), -fm_mask_seed, -fm_mask_block_size;
  *   -fm_mask_view is read by FMMaskSetUp.
  */
-static FMErrorCode setfromoptions(FMMask mask)
+static FMErrorCode setfromoptions(void *obj)
 {
+  FMMask mask = (FMMask)obj;
   int t, sq, sk, s, h, w, wl, wr, v;
   FMBool set, set1, set2, set3, b;
   char seedstr[32];
@@ -372,6 +326,11 @@ static FMErrorCode setfromoptions(FMMask mask)
     FMCheck(sq > 0 && sk > 0, MPI_COMM_SELF, FM_ERR_OPT,
             "Options -fm_mask_seqlen_q = %d, -fm_mask_seqlen_k = %d: both lengths must be given (or -fm_mask_seqlen) and > 0", sq, sk);
     FMCall(FMMaskSetSizes(mask, sq, sk, h));
+  }
+  {
+    int mb = mask->mask_batch;
+    FMCall(FMOptionsGetInt("-fm_mask_batch", "samples with their own bounds: 1 (shared by all) or the plan's batch (FMMaskSetBatch)", &mb, &set));
+    if (set) FMCall(FMMaskSetBatch(mask, mb));
   }
 
   b = mask->user_causal ? FM_TRUE : FM_FALSE;
@@ -420,7 +379,8 @@ static void compute_hash(FMMask m)
   const char *type = m->hdr.type_name ? m->hdr.type_name : FMMASKFULL;
   uint64_t h = FMHash_Private(FM_HASH_INIT, v, sizeof(v));
   h = FMHash_Private(h, type, strlen(type) + 1);
-  for (int b = 0; b < 4; b++) h = FMHash_Private(h, m->bnd[b], sizeof(int32_t) * (size_t)m->mask_heads * m->seqlen_k);
+  if (m->mask_batch > 1) h = FMHash_Private(h, &m->mask_batch, sizeof(int));
+  for (int b = 0; b < 4; b++) h = FMHash_Private(h, m->bnd[b], sizeof(int32_t) * FM_MASK_NG(m) * m->seqlen_k);
   m->hash = h;
 }
 
@@ -471,26 +431,7 @@ FMErrorCode FMMaskGetSizes(FMMask mask, int *seqlen_q, int *seqlen_k, int *mask_
   return FM_SUCCESS;
 }
 
-/*
- * FMMaskGetBounds - borrowed pointers to head's vectors (after SetUp; valid until the next
- *   SetUp or Destroy). Not collective. Any output may be NULL.
- */
-FMErrorCode FMMaskGetBounds(FMMask mask, int head, const int32_t **lts, const int32_t **lte, const int32_t **uts, const int32_t **ute,
-                            int *present, FMBool *causal)
-{
-  const int32_t **out[4] = {lts, lte, uts, ute};
-  FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCheckSetUp(mask, "FMMask");
-  FMCheck(head >= 0 && head < mask->mask_heads, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-          "Argument 2 (head) is %d; expected 0 <= head < mask_heads = %d", head, mask->mask_heads);
-  for (int v = 0; v < 4; v++)
-    if (out[v]) *out[v] = mask->bnd[v] + (size_t)head * mask->seqlen_k;
-  if (present) *present = mask->present;
-  if (causal) *causal = mask->causal ? FM_TRUE : FM_FALSE;
-  return FM_SUCCESS;
-}
-
-/* FMMaskIsMasked - whether row i may not attend key j for mask head (after SetUp). Not collective. */
+/* FMMaskIsMasked - whether row i may not attend key j for mask head of sample 0 (after SetUp). Not collective. */
 FMErrorCode FMMaskIsMasked(FMMask mask, int head, int i, int j, FMBool *masked)
 {
   size_t o;
@@ -530,6 +471,7 @@ FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc)
   desc->seqlen_q = m->seqlen_q;
   desc->seqlen_k = m->seqlen_k;
   desc->mask_heads = m->mask_heads;
+  desc->mask_batch = m->mask_batch;
   desc->causal = m->causal;
   desc->present = m->present;
   for (int v = 0; v < 4; v++) desc->bnd[v] = m->bnd[v];
@@ -545,7 +487,7 @@ FMErrorCode FMMaskDestroy(FMMask *mask)
   FMMask m;
   FMHeaderRelease(mask, FM_CLASSID_MASK, m);
   for (int v = 0; v < 4; v++) free(m->bnd[v]);
-  free_user_bounds(m);
+  FMMaskFreeUserBounds_Private(m);
   free(m->docs);
   free(m->prefix);
   free(m->sq_nseg);
@@ -562,28 +504,20 @@ FMErrorCode FMMaskDestroy(FMMask *mask)
 /* FMMaskSetFromOptions - see flashmask.h: the lookups above, under the object's options prefix. */
 FMErrorCode FMMaskSetFromOptions(FMMask mask)
 {
-  FMErrorCode ierr;
-  FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCall(FMOptionsPushPrefix_Private(mask->hdr.prefix));
-  ierr = setfromoptions(mask);
-  FMCall(FMOptionsPopPrefix_Private());
-  FMCall(FMAgreeCode(mask->hdr.comm, ierr)); /* an option refused on one rank is an error on every rank */
+  FMCall(FMHeaderSetFromOptions(mask, FM_CLASSID_MASK, setfromoptions));
   return FM_SUCCESS;
 }
 
 /* FMMaskSetOptionsPrefix - see flashmask.h. */
 FMErrorCode FMMaskSetOptionsPrefix(FMMask mask, const char *prefix)
 {
-  FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCall(FMHeaderSetOptionsPrefix(mask, prefix));
+  FMCall(FMHeaderSetOptionsPrefix(mask, FM_CLASSID_MASK, prefix));
   return FM_SUCCESS;
 }
 
 /* FMMaskGetOptionsPrefix - see flashmask.h. */
 FMErrorCode FMMaskGetOptionsPrefix(FMMask mask, const char **prefix)
 {
-  FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMValidPointer(prefix, 2);
-  *prefix = mask->hdr.prefix;
+  FMCall(FMHeaderGetOptionsPrefix(mask, FM_CLASSID_MASK, prefix));
   return FM_SUCCESS;
 }

@@ -22,6 +22,11 @@ extern const char *const FMMaskTypeNames_Private[FM_MT_N + 1];
 /* The size limits of one mask (FM_MASK_MAX_* in flashmask.h), in 64 bits; summary.c. */
 FMErrorCode FMMaskCheckSizes_Private(int seqlen_q, int seqlen_k, int mask_heads, int block, const char *what);
 
+/* mask_batch (>= 1) times mask_heads times seqlen_k within FM_MASK_MAX_ENTRIES (bounds.c). */
+FMErrorCode FMMaskCheckBatch_Private(int mask_batch, int mask_heads, int seqlen_k, const char *what);
+/* Free the bounds given with FMMaskSetBounds / FMMaskSetSampleBounds (mask.c). */
+void FMMaskFreeUserBounds_Private(FMMask m);
+
 /* Index of a type name, or -1 when unknown. */
 int FMMaskTypeIndex_Private(const char *name);
 
@@ -32,6 +37,7 @@ int FMMaskTypeIndex_Private(const char *name);
  * half of each document) rather than set by the user.
  */
 typedef struct {
+  unsigned long seed;                                     /* the seed the defaults are drawn from */
   int ndocs; int *docs; int docs_default;                 /* document lengths, sum = seqlen_k */
   int *nseg; int nsegtot; int *seglen; int segs_default;  /* share_question: per document, question then answers */
   int window_left, window_right;                         /* sliding windows */
@@ -45,6 +51,9 @@ typedef struct {
  *   Not collective. Errors name the parameter (FM_ERR_ARG_SIZ, FM_ERR_ARG_OUTOFRANGE, FM_ERR_ARG_INCOMP).
  */
 FMErrorCode FMMaskGetParams_Private(FMMask m, FMMaskParams *p);
+/* The same for one sample: its random defaults are drawn from the seed m->seed + sample
+ * (sample 0 is FMMaskGetParams_Private); values set by the user are shared by all samples. */
+FMErrorCode FMMaskGetSampleParams_Private(FMMask m, int sample, FMMaskParams *p);
 void FMMaskParamsFree_Private(FMMaskParams *p);
 
 #endif

@@ -4,12 +4,14 @@
  * Layout (conventions.md, "HDF5 files"):
  *   /                attrs: format = "flashmask", format_version = 1, library_version,
  *                    created (ISO 8601 local time), mpi_size
- *   /masks/<name>/   attrs: type, causal, seqlen_q, seqlen_k, mask_heads, block, present
- *                    (FM_BOUND_* bits), seed, and the builder parameters the type uses
- *                    (docs, segments_per_doc, segment_lengths, window_left, window_right,
- *                    global_tokens, prefix, span_start, span_len)
- *                    datasets lts, lte, uts, ute: int32 [mask_heads][seqlen_k], only those
- *                    whose bit is set in present
+ *   /masks/<name>/   attrs: type, causal, seqlen_q, seqlen_k, mask_heads, mask_batch, block,
+ *                    present (FM_BOUND_* bits), seed, and the builder parameters the type
+ *                    uses, those of sample 0 (docs, segments_per_doc, segment_lengths,
+ *                    window_left, window_right, global_tokens, prefix, span_start, span_len)
+ *                    datasets lts, lte, uts, ute: int32 [mask_heads][seqlen_k] when mask_batch
+ *                    is 1, [mask_batch][mask_heads][seqlen_k] otherwise, only those whose bit
+ *                    is set in present. A group without mask_batch (files written before it)
+ *                    loads as mask_batch 1.
  *
  * Saving is done by rank 0 with the serial HDF5 API (a mask is replicated on every rank);
  * its outcome reaches every rank (FMAgreeRootOutcome). Loading is done by every
@@ -41,6 +43,7 @@ static FMErrorCode write_mask_attrs(hid_t grp, FMMask m)
   FMCall(FMH5AttrWriteInt(grp, "seqlen_q", m->seqlen_q));
   FMCall(FMH5AttrWriteInt(grp, "seqlen_k", m->seqlen_k));
   FMCall(FMH5AttrWriteInt(grp, "mask_heads", m->mask_heads));
+  FMCall(FMH5AttrWriteInt(grp, "mask_batch", m->mask_batch));
   FMCall(FMH5AttrWriteInt(grp, "block", m->block));
   FMCall(FMH5AttrWriteInt(grp, "present", m->present));
   FMCall(FMH5AttrWrite(grp, "seed", H5T_STD_U64LE, H5T_NATIVE_ULLONG, 0, &seed));
@@ -63,13 +66,14 @@ static FMErrorCode write_mask_attrs(hid_t grp, FMMask m)
   return FM_SUCCESS;
 }
 
-/* One bound vector as an int32 [mask_heads][seqlen_k] dataset. */
+/* One bound vector as an int32 [mask_heads][seqlen_k] dataset ([mask_batch][mask_heads][seqlen_k] when mask_batch > 1). */
 static FMErrorCode write_vector(hid_t grp, FMMask m, int v)
 {
-  hsize_t dims[2] = {(hsize_t)m->mask_heads, (hsize_t)m->seqlen_k};
+  const int nd = m->mask_batch > 1 ? 3 : 2;
+  hsize_t dims[3] = {(hsize_t)m->mask_batch, (hsize_t)m->mask_heads, (hsize_t)m->seqlen_k};
   hid_t space, dset;
   herr_t st;
-  space = H5Screate_simple(2, dims, NULL);
+  space = H5Screate_simple(nd, dims + (3 - nd), NULL);
   if (space < 0) FMH5Raise(FM_ERR_HDF5, "Cannot create the dataspace of dataset \"%s\"", vec_names[v]);
   dset = H5Dcreate2(grp, vec_names[v], H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Sclose(space);
@@ -135,12 +139,13 @@ cleanup:
 /* ---------------------------------------------------------------- reading helpers */
 /*
  * Open dataset gname/vname and check it before anything is allocated for it: an integer type
- * of at most 8 bytes, the shape [H][Sk], and (unfiltered storage) as many bytes stored as the
+ * of at most 8 bytes, the shape [H][Sk] (B = 1; [1][H][Sk] is accepted too) or [B][H][Sk], and (unfiltered storage) as many bytes stored as the
  * shape needs, so that a corrupt file cannot make us read fill values into a huge buffer.
  * On success *dset is open (the caller closes it).
  */
-static FMErrorCode open_vector(hid_t grp, const char *gname, const char *vname, int H, int Sk, hid_t *dset)
+static FMErrorCode open_vector(hid_t grp, const char *gname, const char *vname, int B, int H, int Sk, hid_t *dset)
 {
+  const hsize_t nent = (hsize_t)B * (hsize_t)H * (hsize_t)Sk;
   hid_t d, t, s, pl;
   H5T_class_t cls;
   int nd, nfilt;
@@ -173,20 +178,24 @@ static FMErrorCode open_vector(hid_t grp, const char *gname, const char *vname, 
     FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s has element type %s of %zu bytes; expected an integer (int32) type", gname, vname,
             FMH5ClassName(cls), esize);
   }
-  if (nd != 2 || dims[0] != (hsize_t)H || dims[1] != (hsize_t)Sk) {
+  if (!((nd == 2 && B == 1 && dims[0] == (hsize_t)H && dims[1] == (hsize_t)Sk) ||
+        (nd == 3 && dims[0] == (hsize_t)B && dims[1] == (hsize_t)H && dims[2] == (hsize_t)Sk))) {
     char shape[160] = "";
     size_t len = 0;
     if (nd < 0) snprintf(shape, sizeof(shape), "(unreadable)");
     else if (nd == 0) snprintf(shape, sizeof(shape), "scalar");
     for (int k = 0; k < nd && k < 8 && len < sizeof(shape) - 24; k++) len += (size_t)snprintf(shape + len, sizeof(shape) - len, "[%llu]", (unsigned long long)dims[k]);
     H5Dclose(d);
-    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s has shape %s (rank %d); expected [%d][%d] = [mask_heads][seqlen_k]", gname, vname, shape, nd,
-            H, Sk);
+    if (B == 1)
+      FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s has shape %s (rank %d); expected [%d][%d] = [mask_heads][seqlen_k]", gname, vname, shape,
+              nd, H, Sk);
+    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s has shape %s (rank %d); expected [%d][%d][%d] = [mask_batch][mask_heads][seqlen_k]",
+            gname, vname, shape, nd, B, H, Sk);
   }
-  if (nfilt == 0 && stored < (hsize_t)H * (hsize_t)Sk * esize) {
+  if (nfilt == 0 && stored < nent * esize) {
     H5Dclose(d);
-    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s of shape [%d][%d] stores %llu bytes; expected %llu (a truncated or corrupt file?)", gname,
-            vname, H, Sk, (unsigned long long)stored, (unsigned long long)((hsize_t)H * (hsize_t)Sk * esize));
+    FMRaise(MPI_COMM_SELF, FM_ERR_HDF5, "Dataset %s/%s of %llu entries ([mask_batch %d][%d][%d]) stores %llu bytes; expected %llu (a truncated or "
+            "corrupt file?)", gname, vname, (unsigned long long)nent, B, H, Sk, (unsigned long long)stored, (unsigned long long)(nent * esize));
   }
   *dset = d;
   return FM_SUCCESS;
@@ -242,22 +251,26 @@ static FMErrorCode open_mask_group(hid_t file, const char *path, const char *gna
 }
 
 /* Hand the vectors read from the file to the (created) mask m; its own checks report bad bounds. */
-static FMErrorCode fill_mask(FMMask m, const char *path, const char *gname, int Sq, int Sk, int H, int causal, int block, int32_t *const vec[4])
+static FMErrorCode fill_mask(FMMask m, const char *path, const char *gname, int Sq, int Sk, int B, int H, int causal, int block,
+                             int32_t *const vec[4])
 {
   FMCall(FMMaskSetSizes(m, Sq, Sk, H));
+  FMCall(FMMaskSetBatch(m, B));
   FMCall(FMMaskSetType(m, FMMASKBOUNDS));
   FMCall(FMMaskSetCausal(m, causal ? FM_TRUE : FM_FALSE));
   FMCall(FMMaskSetBlockSize(m, block));
-  for (int h = 0; h < H; h++) {
+  for (size_t g = 0; g < (size_t)B * H; g++) {
     const int32_t *p[4];
+    const int h = (int)(g % (size_t)H), smp = (int)(g / (size_t)H);
     FMErrorCode ierr;
-    for (int v = 0; v < 4; v++) p[v] = vec[v] ? vec[v] + (size_t)h * Sk : NULL;
-    ierr = FMMaskSetBounds(m, h, p[0], p[1], p[2], p[3]);
+    for (int v = 0; v < 4; v++) p[v] = vec[v] ? vec[v] + g * Sk : NULL;
+    ierr = FMMaskSetSampleBounds(m, smp, h, p[0], p[1], p[2], p[3]);
     if (ierr) {
       /* Restate the error with the file context (copy: the message buffer is reused). */
-      char msg[1024];
+      char msg[1024], loc[48] = "";
+      if (B > 1) snprintf(loc, sizeof(loc), "sample %d, ", smp);
       snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
-      FMRaise(MPI_COMM_SELF, ierr, "Mask head %d of %s in \"%s\": %s", h, gname, path, msg);
+      FMRaise(MPI_COMM_SELF, ierr, "Mask %shead %d of %s in \"%s\": %s", loc, h, gname, path, msg);
     }
   }
   return FM_SUCCESS;
@@ -268,7 +281,7 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
 {
   hid_t file = -1, grp = -1;
   char gname[300];
-  int Sq = 0, Sk = 0, H = 0, causal = 0, present = 0, block = 128, version = FMH5_FORMAT_VERSION;
+  int Sq = 0, Sk = 0, H = 0, B = 1, causal = 0, present = 0, block = 128, version = FMH5_FORMAT_VERSION;
   int32_t *vec[4] = {NULL, NULL, NULL, NULL};
   hid_t dset[4] = {-1, -1, -1, -1};
   FMErrorCode ierr = FM_SUCCESS;
@@ -292,6 +305,7 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
   FMCallGoto(FMH5AttrReadInt(grp, gname, "causal", FM_TRUE, &causal));
   FMCallGoto(FMH5AttrReadInt(grp, gname, "present", FM_TRUE, &present));
   FMCallGoto(FMH5AttrReadInt(grp, gname, "block", FM_FALSE, &block));
+  FMCallGoto(FMH5AttrReadInt(grp, gname, "mask_batch", FM_FALSE, &B)); /* absent before issue 11: 1 */
   FMCheckGoto(Sq > 0 && Sk > 0 && H > 0, MPI_COMM_SELF, FM_ERR_HDF5, "Group %s has seqlen_q %d, seqlen_k %d, mask_heads %d; expected all > 0",
               gname, Sq, Sk, H);
   FMCheckGoto(present >= 0 && present <= 15 && (causal == 0 || causal == 1) && block >= 1, MPI_COMM_SELF, FM_ERR_HDF5,
@@ -300,7 +314,7 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
   {
     char what[340];
     snprintf(what, sizeof(what), "Group %s: attribute", gname);
-    if (FMMaskCheckSizes_Private(Sq, Sk, H, block, what)) {
+    if (FMMaskCheckSizes_Private(Sq, Sk, H, block, what) || FMMaskCheckBatch_Private(B, H, Sk, what)) {
       char msg[1024]; /* copy: the message buffer is reused */
       snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
       FMRaiseGoto(MPI_COMM_SELF, FM_ERR_HDF5, "%s (in \"%s\")", msg, path);
@@ -308,16 +322,16 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
   }
   /* Every dataset is checked against the attributes before any buffer is sized from them. */
   for (int v = 0; v < 4; v++)
-    if (present & (1 << v)) FMCallGoto(open_vector(grp, gname, vec_names[v], H, Sk, &dset[v]));
+    if (present & (1 << v)) FMCallGoto(open_vector(grp, gname, vec_names[v], B, H, Sk, &dset[v]));
   for (int v = 0; v < 4; v++) {
     if (dset[v] < 0) continue;
-    FMCallGoto(FMMalloc((size_t)H * Sk, &vec[v]));
+    FMCallGoto(FMMalloc((size_t)B * H * Sk, &vec[v]));
     ierr = read_vector(dset[v], gname, vec_names[v], vec[v]);
     dset[v] = -1;
     FMCallGoto(ierr);
   }
   H5Eclear2(H5E_DEFAULT);
-  FMCallGoto(fill_mask(m, path, gname, Sq, Sk, H, causal, block, vec));
+  FMCallGoto(fill_mask(m, path, gname, Sq, Sk, B, H, causal, block, vec));
 cleanup:
   for (int v = 0; v < 4; v++) {
     free(vec[v]);

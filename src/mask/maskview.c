@@ -100,6 +100,9 @@ FMErrorCode FMMaskView(FMMask mask, FILE *fp)
     }
   FMCall(FMPrintf(comm, fp, "FMMask \"%s\": seqlen_q %d, seqlen_k %d, %d mask head%s, causal %s, vectors {%s}\n", mask->hdr.type_name,
                   mask->seqlen_q, mask->seqlen_k, mask->mask_heads, mask->mask_heads > 1 ? "s" : "", mask->causal ? "yes" : "no", vec));
+  if (mask->mask_batch > 1)
+    FMCall(FMPrintf(comm, fp, "  mask batch %d: bounds per sample (sample s draws its random defaults from seed + s; parameters below: "
+                              "sample 0)\n", mask->mask_batch));
   if (t != FM_MT_BOUNDS && t != FM_MT_FULL && t != FM_MT_CAUSAL) FMCall(view_params(mask, comm, fp));
   if (t == FM_MT_RANDOMEVICTION)
     FMCall(FMPrintf(comm, fp, "  evictions: per head, one column at each row position %d..%d\n", mask->seqlen_k / 2, mask->seqlen_k - 1));

@@ -67,20 +67,23 @@ FMErrorCode FMMaskValidate_Private(FMMask m)
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   for (int v = 0; v < 4; v++)
     FMCheck(m->bnd[v], MPI_COMM_SELF, FM_ERR_LIB, "Bound vector %s is not allocated", vname[v]);
-  for (int h = 0; h < m->mask_heads; h++) {
+  for (size_t g = 0; g < FM_MASK_NG(m); g++) {
+    char loc[48];
+    const int h = (int)(g % (size_t)m->mask_heads), smp = (int)(g / (size_t)m->mask_heads);
+    if (m->mask_batch > 1) snprintf(loc, sizeof(loc), "sample %d][head %d", smp, h);
+    else snprintf(loc, sizeof(loc), "head %d", h);
     for (int v = 0; v < 4; v++) {
-      const int32_t *x = m->bnd[v] + (size_t)h * Sk;
+      const int32_t *x = m->bnd[v] + g * Sk;
       for (int j = 0; j < Sk; j++)
         FMCheck(x[j] >= 0 && x[j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-                "Bound %s[head %d][column %d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", vname[v], h, j, (int)x[j],
-                vname[v], Sq);
+                "Bound %s[%s][column %d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", vname[v], loc, j, (int)x[j], vname[v], Sq);
     }
     for (int v = 0; v < 4; v += 2) {
-      const int32_t *s = m->bnd[v] + (size_t)h * Sk, *e = m->bnd[v + 1] + (size_t)h * Sk;
+      const int32_t *s = m->bnd[v] + g * Sk, *e = m->bnd[v + 1] + g * Sk;
       for (int j = 0; j < Sk; j++)
         FMCheck(s[j] <= e[j], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-                "Bound %s[head %d][column %d] = %d is greater than %s = %d; expected start <= end", vname[v], h, j, (int)s[j],
-                vname[v + 1], (int)e[j]);
+                "Bound %s[%s][column %d] = %d is greater than %s = %d; expected start <= end", vname[v], loc, j, (int)s[j], vname[v + 1],
+                (int)e[j]);
     }
   }
   return FM_SUCCESS;
@@ -121,7 +124,7 @@ static inline int column_masked(const FMMask m, int h, int j, int a[3], int b[3]
 /* Empty intervals in default form (lts = lte = Sq, uts = ute = 0) so the summaries stay tight. */
 static void normalize(FMMask m)
 {
-  const size_t n = (size_t)m->mask_heads * m->seqlen_k;
+  const size_t n = FM_MASK_NG(m) * m->seqlen_k;
   for (size_t i = 0; i < n; i++) {
     if (m->bnd[0][i] == m->bnd[1][i]) m->bnd[0][i] = m->bnd[1][i] = m->seqlen_q;
     if (m->bnd[2][i] == m->bnd[3][i]) m->bnd[2][i] = m->bnd[3][i] = 0;
@@ -130,17 +133,19 @@ static void normalize(FMMask m)
 
 /*
  * FMMaskComputeSummaries_Private - normalize empty intervals, then compute m->summary
- *   ([mask_heads][nblocks_k][FM_SUM_N], blocks of m->block key columns, the last one short),
- *   m->nblocks_k, the exact element density (fraction of (head, i, j) entries not masked) and
+ *   ([mask_batch * mask_heads][nblocks_k][FM_SUM_N], blocks of m->block key columns, the last one short),
+ *   m->nblocks_k, the exact element density (fraction of (sample, head, i, j) entries not masked) and
  *   block sparsity (fraction of block x block tiles, the last row/column of tiles short, whose
  *   entries are all masked). Not collective. Call after FMMaskValidate_Private.
  */
 FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
 {
-  const int Sq = m->seqlen_q, Sk = m->seqlen_k, H = m->mask_heads, B = m->block;
-  int nkb, nqb, *cnt;
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k, B = m->block;
+  int H, nkb, nqb, *cnt;
   double masked = 0, skipped = 0;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
+  FMCall(FMMaskCheckBatch_Private(m->mask_batch, m->mask_heads, Sk, "Mask"));
+  H = (int)FM_MASK_NG(m); /* rows: (sample, head) */
   /* The limits keep every index below in int (c0 + B <= 2 * FM_MASK_MAX_SEQLEN - 1 <= INT_MAX);
      the block counts are computed in 64 bits all the same. */
   FMCall(FMMaskCheckSizes_Private(Sq, Sk, H, B > 0 ? B : -1, "Mask"));

@@ -181,8 +181,9 @@ FMErrorCode FMPlanSetDefaultType_Private(FMPlan plan)
   return FM_SUCCESS;
 }
 
-static FMErrorCode setfromoptions(FMPlan plan)
+static FMErrorCode setfromoptions(void *obj)
 {
+  FMPlan plan = (FMPlan)obj;
   int b, hq, hkv, d, dt, t;
   double scale;
   FMBool set = FM_FALSE;
@@ -212,6 +213,18 @@ static FMErrorCode check_mask_heads(FMPlan plan)
   FMMask m = plan->mask;
   FMCheck(m->mask_heads == 1 || m->mask_heads == plan->heads_kv, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
           "The mask has %d heads; expected 1 or heads_kv = %d", m->mask_heads, plan->heads_kv);
+  FMCheck(m->mask_batch == 1 || m->mask_batch == plan->batch, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+          "The mask has mask_batch %d (FMMaskSetBatch); expected 1 (shared by every sample) or the plan's batch %d", m->mask_batch,
+          plan->batch);
+  return FM_SUCCESS;
+}
+
+/* Per-sample masks (mask_batch > 1) in a plan type that does not take them yet (local; agreed by the caller). */
+static FMErrorCode check_type_batch(FMPlan plan)
+{
+  FMCheck(plan->mask->mask_batch == 1 || strcmp(plan->hdr.type_name, FMPLANCP), MPI_COMM_SELF, FM_ERR_SUP,
+          "Plan type \"cp\" does not support per-sample masks yet: the mask has mask_batch %d; use mask_batch 1 or plan type \"local\"",
+          plan->mask->mask_batch);
   return FM_SUCCESS;
 }
 
@@ -243,6 +256,7 @@ static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
                            {"seqlen_q (of the mask)", FM_PLAN_FIELD_INT, ok ? m->seqlen_q : -1, 0},
                            {"seqlen_k (of the mask)", FM_PLAN_FIELD_INT, ok ? m->seqlen_k : -1, 0},
                            {"mask_heads (of the mask)", FM_PLAN_FIELD_INT, ok ? m->mask_heads : -1, 0},
+                           {"mask_batch (of the mask)", FM_PLAN_FIELD_INT, ok ? m->mask_batch : -1, 0},
                            {"the mask's hash (its bounds)", FM_PLAN_FIELD_HASH, ok ? (long long)m->hash : 0, 0},
                            {"the backend (FMBackend)", FM_PLAN_FIELD_INT, (long long)plan->ctx->backend, 0}};
   *n = (int)(sizeof(x) / sizeof(x[0]));
@@ -261,6 +275,7 @@ FMErrorCode FMPlanSetUp(FMPlan plan)
   FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_SETUP, ierr, n, f)); /* the first message: names what differs */
   FMAgree(plan->hdr.comm, FMPlanSetDefaultType_Private(plan));
   FMCall(FMAgreeSame(plan->hdr.comm, FMHash_Private(FM_HASH_INIT, plan->hdr.type_name, strlen(plan->hdr.type_name)), "the plan type"));
+  FMAgree(plan->hdr.comm, check_type_batch(plan));
   if (!plan->scale_set) plan->scale = 1.0 / sqrt((double)plan->head_dim);
   plan->backend = plan->ctx->backend;
   plan->hdr.setupcalled = 0;
@@ -398,28 +413,21 @@ FMErrorCode FMPlanDestroy(FMPlan *plan)
    agreed, so that a refused option (-fm_plan_type local on several ranks) fails on every rank. */
 FMErrorCode FMPlanSetFromOptions(FMPlan plan)
 {
-  FMErrorCode ierr;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCall(FMOptionsPushPrefix_Private(plan->hdr.prefix));
-  ierr = setfromoptions(plan);
-  FMCall(FMOptionsPopPrefix_Private());
-  FMCall(FMAgreeCode(plan->hdr.comm, ierr));
+  FMCall(FMAgreeCode(plan->hdr.comm, FMHeaderSetFromOptions(plan, FM_CLASSID_PLAN, setfromoptions)));
   return FM_SUCCESS;
 }
 
 /* FMPlanSetOptionsPrefix - see flashmask.h. */
 FMErrorCode FMPlanSetOptionsPrefix(FMPlan plan, const char *prefix)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCall(FMHeaderSetOptionsPrefix(plan, prefix));
+  FMCall(FMHeaderSetOptionsPrefix(plan, FM_CLASSID_PLAN, prefix));
   return FM_SUCCESS;
 }
 
 /* FMPlanGetOptionsPrefix - see flashmask.h. */
 FMErrorCode FMPlanGetOptionsPrefix(FMPlan plan, const char **prefix)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMValidPointer(prefix, 2);
-  *prefix = plan->hdr.prefix;
+  FMCall(FMHeaderGetOptionsPrefix(plan, FM_CLASSID_PLAN, prefix));
   return FM_SUCCESS;
 }

@@ -99,10 +99,11 @@ void FMHeaderDestroy(void *obj)
   h->classid = 0;
 }
 
-FMErrorCode FMHeaderSetOptionsPrefix(void *obj, const char *prefix)
+FMErrorCode FMHeaderSetOptionsPrefix(void *obj, FMClassId cid, const char *prefix)
 {
   FMObjectHeader *h = (FMObjectHeader *)obj;
   char *p = NULL;
+  FMValidHeader(obj, cid, 1);
   if (prefix && prefix[0]) {
     FMCheck(prefix[0] != '-', h->comm, FM_ERR_ARG_WRONG,
             "Argument 2 (prefix) is \"%s\"; a prefix must not start with '-' (it goes after the option's dash)", prefix);
@@ -114,5 +115,26 @@ FMErrorCode FMHeaderSetOptionsPrefix(void *obj, const char *prefix)
   }
   FMFree(h->prefix);
   h->prefix = p;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMHeaderGetOptionsPrefix(void *obj, FMClassId cid, const char **prefix)
+{
+  FMValidHeader(obj, cid, 1);
+  FMValidPointer(prefix, 2);
+  *prefix = ((FMObjectHeader *)obj)->prefix;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMHeaderSetFromOptions(void *obj, FMClassId cid, FMErrorCode (*body)(void *obj))
+{
+  FMErrorCode ierr;
+  FMValidHeader(obj, cid, 1);
+  FMCall(FMOptionsPushPrefix_Private(((FMObjectHeader *)obj)->prefix));
+  ierr = (*body)(obj);
+  FMCall(FMOptionsPopPrefix_Private());
+  /* collective: an option refused on one rank is an error on every rank (the others would go on
+     into the next collective call and hang there) */
+  FMCall(FMAgreeCode(((FMObjectHeader *)obj)->comm, ierr));
   return FM_SUCCESS;
 }

@@ -48,6 +48,8 @@ typedef struct {
   const int4 *packed;
   const int32_t *sum;
   int mask_heads, causal, nblk;
+  int mask_batch; /* > 1: packed and sum hold mask_batch * mask_heads rows, row b * mask_heads + mask head; else
+                     mask_heads rows shared by every sample (0 reads as 1) */
   /* scratch of FMGpuBackwardWorkspace bytes, 256-byte aligned, device; contents need not be kept */
   void *workspace;
   int force_fallback; /* 1: the SIMT kernels even where the Hopper kernel applies (tests) */

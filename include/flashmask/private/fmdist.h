@@ -85,6 +85,7 @@ typedef struct {
   int start;                /* which start won: 0 contiguous, 1 LPT, 2 dual-chunk (each improved) */
   int pair_moves, triple_moves;
   int inexact_pairs;        /* pair pools too large for the exact search (> 40 chunks) */
+  int budget_out;           /* improvements stopped by the work budget (0 unless the instance is huge) */
 } FMDistBalanceInfo;
 
 /*
@@ -99,6 +100,29 @@ typedef struct {
  */
 FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, double partial, double rowcost, int64_t *w);
 
+/* FMDistChunkWeightsRef - the same weights counted tile by tile, O(tiles x key blocks): the tests' reference. */
+FMErrorCode FMDistChunkWeightsRef(const FMMaskDesc *m, const FMDistChunks *ch, double partial, double rowcost, int64_t *w);
+
+/*
+ * The tile map (balance.c): for each (mask head, key block), the runs of row tiles (the tiles
+ * of FMDistChunkWeights: chunk by chunk, `block` rows from each chunk's first row, numbered
+ * t = 0..ntiles-1 in row order) whose class (FMClassifyTileInline) is FULL or PARTIAL; the
+ * tiles outside every run are SKIP. Built from the block summaries in O(heads x key blocks);
+ * the chunk weights and the needed sets are interval queries on it.
+ */
+typedef struct { int lo, hi, cls; } FMDistTileRun; /* tiles lo..hi-1, class FM_TILE_FULL or FM_TILE_PARTIAL */
+typedef struct {
+  int seqlen_q, seqlen_k, chunk, block, nchunks, mask_heads, nkb, ntiles;
+  int *tstart;          /* [nchunks + 1] first tile of each chunk */
+  int *m0, *m1;         /* [ntiles] rows of each tile */
+  int *roff;            /* [mask_heads * nkb + 1] runs of (h, kb) are run[roff[h * nkb + kb] .. roff[... + 1]) */
+  FMDistTileRun *run;
+} FMDistTileMap;
+FMErrorCode FMDistTileMapCreate(const FMMaskDesc *m, const FMDistChunks *ch, FMDistTileMap *tm);
+FMErrorCode FMDistTileMapDestroy(FMDistTileMap *tm);
+/* FMDistChunkWeightsMap - FMDistChunkWeights from a tile map, O(runs + tiles). */
+FMErrorCode FMDistChunkWeightsMap(const FMDistTileMap *tm, double partial, double rowcost, int64_t *w);
+
 /* FMDistAssignContiguous / DualChunk - owner[c] for nchunks chunks on P ranks. */
 void FMDistAssignContiguous(int nchunks, int P, int *owner);
 void FMDistAssignDualChunk(int nchunks, int P, int *owner);
@@ -109,10 +133,16 @@ void FMDistAssignDualChunk(int nchunks, int P, int *owner);
  *   of the heaviest with the two lightest when the pool is small; among optimal splits the
  *   one moving the fewest chunks. The same improvement runs from the contiguous and the
  *   dual-chunk assignments; the least max wins, ties going to contiguous, LPT, dual-chunk
- *   in that order (locality first).
+ *   in that order (locality first). Each improvement keeps every rank's chunks in a list and
+ *   the ranks sorted by load, so a round costs the pools it tries, and stops after a fixed
+ *   work budget (subsets enumerated; info->budget_out counts the stops): bounded time, the same
+ *   answer on every rank, and still never worse than its start (so within the LPT bound and
+ *   never worse than dual-chunk).
  *   Deterministic. owner out: [n]. info may be NULL.
  */
 FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info);
+/* FMDistBalanceRef - the same decisions by the direct loops (O(P x n) per round, no work budget): the tests' reference. */
+FMErrorCode FMDistBalanceRef(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info);
 
 /*
  * FMDistPartitionCreate - build a partition of the given type. w (chunk weights) is
@@ -179,6 +209,18 @@ FMErrorCode FMDistNeeded(const FMDistLocalMask *lm, const FMDistChunks *ch, int 
 FMErrorCode FMDistNeededAll(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistPartition *part, int prune,
                             unsigned char *needed);
 
+/*
+ * FMDistNeededRank - one rank's needed[c] (as FMDistNeeded on its localized mask), without
+ *   localizing: key blocks with a FULL tile on the rank's rows make their chunks needed, key
+ *   blocks with only SKIP tiles are not looked at, and only the columns of the remaining
+ *   (PARTIAL) blocks are tested one by one. O(heads x key blocks + tiles + chunks + partial
+ *   columns). tm may be NULL (built here). needed out: [nchunks].
+ */
+FMErrorCode FMDistNeededRank(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistTileMap *tm, const FMDistPartition *part, int rank,
+                             int prune, unsigned char *needed);
+/* FMDistNeededAllRef - FMDistNeededAll by a column scan per rank (O(P x seqlen)): the tests' reference. */
+FMErrorCode FMDistNeededAllRef(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistPartition *part, int prune, unsigned char *needed);
+
 /* Bytes of K and V of key chunk c: 2 * batch * len * heads_kv * head_dim * elsize. */
 double FMDistChunkBytes(const FMDistChunks *ch, int c, int batch, int heads_kv, int head_dim, size_t elsize);
 
@@ -223,6 +265,13 @@ typedef struct {
  */
 FMErrorCode FMDistRouteBuild(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part,
                              const unsigned char *needed, const double *bytes, FMDistRoute *route);
+/*
+ * FMDistRouteBuildRank - the entries of FMDistRouteBuild with src or dst = rank, in the same
+ *   order, in O(chunks x node size + own chunks x P); bytes, needed_bytes and allgather_bytes
+ *   count that rank's transfers and remote chunks only.
+ */
+FMErrorCode FMDistRouteBuildRank(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part, const unsigned char *needed,
+                                 const double *bytes, int rank, FMDistRoute *route);
 FMErrorCode FMDistRouteDestroy(FMDistRoute *route);
 
 /* ---------------- the ring schedule baseline (ring.c) ---------------- */
@@ -260,6 +309,14 @@ typedef struct {
  */
 FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
                                 const FMDistRoute *route, int group, int *n, FMDistStepXfer **x, int *nsteps);
+
+/*
+ * FMDistExchangeStepsRank - FMDistExchangeSteps restricted to rank's transfers (src or dst),
+ *   in the same order, steps renumbered 0..nsteps-1 over the rank's own steps (steps.c).
+ *   route: the whole route or FMDistRouteBuildRank's for this rank.
+ */
+FMErrorCode FMDistExchangeStepsRank(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
+                                    const FMDistRoute *route, int group, int rank, int *n, FMDistStepXfer **x, int *nsteps);
 
 /* ---------------- execution statistics (exec.c) ---------------- */
 typedef struct {

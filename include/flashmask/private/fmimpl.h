@@ -156,8 +156,17 @@ typedef struct {
  */
 void FMHeaderCreate(void *obj, FMClassId classid, const char *class_name, MPI_Comm comm);
 void FMHeaderDestroy(void *obj);
-/* FMHeaderSetOptionsPrefix - set (copy) or clear (NULL) the header's options prefix. */
-FMErrorCode FMHeaderSetOptionsPrefix(void *obj, const char *prefix);
+/*
+ * The options-prefix functions every class shares (its public FM<Class>SetOptionsPrefix,
+ * GetOptionsPrefix and SetFromOptions call these with its class id, checked as argument 1):
+ * FMHeaderSetOptionsPrefix sets (copies) or clears (NULL) the prefix; FMHeaderGetOptionsPrefix
+ * returns it (borrowed); FMHeaderSetFromOptions runs the class's lookups, body(obj), with the
+ * prefix pushed (FMOptionsPushPrefix_Private), and agrees on body's code over the object's
+ * communicator (collective: a failure on one rank is FM_ERR_COLLECTIVE on the others).
+ */
+FMErrorCode FMHeaderSetOptionsPrefix(void *obj, FMClassId cid, const char *prefix);
+FMErrorCode FMHeaderGetOptionsPrefix(void *obj, FMClassId cid, const char **prefix);
+FMErrorCode FMHeaderSetFromOptions(void *obj, FMClassId cid, FMErrorCode (*body)(void *obj));
 
 /* FMValidHeader(obj, CLASSID, argnum): NULL and class check for a public handle argument. */
 #define FMValidHeader(obj, cid, argnum)                                              \
@@ -281,9 +290,11 @@ struct _p_FMMask {
   FMObjectHeader hdr;
   FMContext ctx;
   int seqlen_q, seqlen_k, mask_heads;
+  int mask_batch;         /* samples with their own bounds: 1 (shared by every sample) or the plan's batch */
   int causal;             /* add the bottom-right aligned causal triangle */
   int present;            /* FM_BOUND_* bits */
-  int32_t *bnd[4];        /* lts, lte, uts, ute: [mask_heads][seqlen_k] each, always allocated after SetUp */
+  int32_t *bnd[4];        /* lts, lte, uts, ute: [mask_batch][mask_heads][seqlen_k] each, always allocated after SetUp;
+                           * row g = sample * mask_heads + head (FM_MASK_NG rows in all) */
   /* builder parameters */
   int ndocs; int *docs;
   int window_left, window_right;  /* -1: default */
@@ -293,7 +304,7 @@ struct _p_FMMask {
   int nspans; int *span_start, *span_len;
   unsigned long seed;
   /* user bounds before SetUp (type "bounds") */
-  int32_t *user[4];       /* [mask_heads][seqlen_k] or NULL */
+  int32_t *user[4];       /* [mask_batch][mask_heads][seqlen_k] or NULL */
   int user_present;       /* bits; -1 until the first SetBounds */
   unsigned char *user_head_set;
   int user_causal;        /* FMMaskSetCausal (type "bounds"); builders set causal themselves */
@@ -302,8 +313,9 @@ struct _p_FMMask {
    * hash: FNV-1a (FMHash_Private from FM_HASH_INIT) of what a set-up mask is, computed once by
    * FMMaskSetUp and agreed on (FMAgreeSame), so it is the same on every rank of the mask's
    * communicator: the ints {seqlen_q, seqlen_k, mask_heads, causal, present, block} in that
-   * order, the type name with its NUL, then the four bound vectors bnd[0..3] (int32
-   * [mask_heads][seqlen_k] each, absent ones in their default form). Two set-up masks with
+   * order, the type name with its NUL, the int mask_batch only when it is > 1, then the four
+   * bound vectors bnd[0..3] (int32 [mask_batch][mask_heads][seqlen_k] each, absent ones in
+   * their default form). Two set-up masks with
    * the same hash have (up to a 64-bit collision) the same tiles, so a plan may hash this value
    * instead of re-hashing the bounds. Valid while hdr.setupcalled; 0 before the first SetUp.
    */
@@ -311,16 +323,19 @@ struct _p_FMMask {
   /* summaries */
   int block;              /* block size (both axes), default 128 */
   int nblocks_k;          /* ceil(seqlen_k / block) */
-  int32_t *summary;       /* [mask_heads][nblocks_k][FM_SUM_N] */
+  int32_t *summary;       /* [mask_batch][mask_heads][nblocks_k][FM_SUM_N] */
   double density, sparsity;
 };
 
-/* Index of head h, column j in a bound vector. */
+/* Rows of the bound vectors and summaries: one per (sample, mask head). */
+#define FM_MASK_NG(m) ((size_t)(m)->mask_batch * (size_t)(m)->mask_heads)
+
+/* Index of row h (= sample * mask_heads + head), column j in a bound vector. */
 #define FM_BND(m, v, h, j) ((m)->bnd[(v)][(size_t)(h) * (m)->seqlen_k + (j)])
 
 /*
  * FMMaskClassifyTile_Private - class of the tile of query rows [m0, m1) (global indices)
- *   against key block kb of mask head h, from the summaries and the causal diagonal.
+ *   against key block kb of mask row h (sample * mask_heads + head), from the summaries and the causal diagonal.
  *   Conservative: FM_TILE_SKIP only if every entry is masked, FM_TILE_FULL only if none is.
  */
 FMTileClass FMMaskClassifyTile_Private(const struct _p_FMMask *m, int h, int m0, int m1, int kb);

@@ -20,7 +20,8 @@ extern "C" {
  */
 typedef struct FMMaskDesc_s {
   int seqlen_q, seqlen_k, mask_heads, causal, present;
-  const int32_t *bnd[4];
+  int mask_batch;          /* <= 1: one set of bounds for every sample; else the batch (bounds per sample) */
+  const int32_t *bnd[4];   /* [mask_batch][mask_heads][seqlen_k]: row (mask_batch > 1 ? b : 0) * mask_heads + head */
   int block, nblocks_k;
   const int32_t *summary;
 } FMMaskDesc;

@@ -64,6 +64,7 @@
 typedef struct {
   const FMAttnProblem *p;
   int D, Hq, Hkv, g, gm, nq, nk, k0, off;
+  int ms;                 /* mask rows per sample: mask_heads when mask_batch > 1, else 0 (one shared set) */
   int VW;                 /* vector width of the kernels in use */
   int Dp;                 /* head_dim rounded up to VW: row stride of staged rows and accumulators */
   int nqt, kt0, nkt;      /* query tiles; first global key tile index, number of key tiles */
@@ -101,7 +102,10 @@ FM_INLINE void key_tile(const FMCPUCtx *c, int t, int *c0, int *c1)
   *c1 = e < c->k0 + c->nk ? e : c->k0 + c->nk;
 }
 
-/* Class of global rows [g0, g1) (a hull) against global columns [c0, c1) for mask head hm. */
+/* Mask row of batch b, query head h: (mask_batch > 1 ? b : 0) * mask_heads + h / (heads_q / mask_heads). */
+FM_INLINE int mask_row_index(const FMCPUCtx *c, int b, int h) { return b * c->ms + h / c->gm; }
+
+/* Class of global rows [g0, g1) (a hull) against global columns [c0, c1) for mask row hm. */
 FM_INLINE FMTileClass tile_class(const FMMaskDesc *m, int hm, int g0, int g1, int c0, int c1)
 {
   const int32_t *sh;
@@ -267,6 +271,8 @@ static FMErrorCode check_problem(const FMAttnProblem *p)
           m->seqlen_q, m->seqlen_k);
   FMCheck(m->mask_heads == 1 || m->mask_heads == p->heads_kv, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
           "Mask has %d heads; expected 1 or heads_kv = %d", m->mask_heads, p->heads_kv);
+  FMCheck(m->mask_batch <= 1 || m->mask_batch == p->batch, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+          "Mask has mask_batch %d; expected 1 or the problem's batch %d", m->mask_batch, p->batch);
   for (int v = 0; v < 4; v++)
     FMCheck(m->bnd[v], MPI_COMM_SELF, FM_ERR_ARG_NULL, "Mask bound vector %d is NULL; expected all four vectors", v);
   FMCheck(p->k0 >= 0 && p->nk >= 0 && (long)p->k0 + p->nk <= m->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
@@ -295,6 +301,7 @@ static void ctx_init(FMCPUCtx *c, const FMAttnProblem *p, int vw)
   c->Dp = (p->head_dim + vw - 1) / vw * vw;
   c->D = p->head_dim; c->Hq = p->heads_q; c->Hkv = p->heads_kv;
   c->g = p->heads_q / p->heads_kv; c->gm = p->heads_q / p->mask.mask_heads;
+  c->ms = p->mask.mask_batch > 1 ? p->mask.mask_heads : 0;
   c->nq = p->nq; c->nk = p->nk; c->k0 = p->k0;
   c->off = p->mask.seqlen_k - p->mask.seqlen_q;
   c->nqt = (p->nq + BM - 1) / BM;

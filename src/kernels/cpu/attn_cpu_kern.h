@@ -132,7 +132,7 @@ FMK_TARGET static void FMK(fwd_item)(const FMCPUCtx *c, int s, int hh, int qt, f
 {
   const FMAttnProblem *p = c->p;
   const FMMaskDesc *m = &p->mask;
-  const int D = c->D, Dp = c->Dp, id = c->gs + s, b = id / c->Hkv, hk = id % c->Hkv, h = hk * c->g + hh, hm = h / c->gm;
+  const int D = c->D, Dp = c->Dp, id = c->gs + s, b = id / c->Hkv, hk = id % c->Hkv, h = hk * c->g + hh, hm = mask_row_index(c, b, h);
   const int r0 = qt * BM, mr = c->nq - r0 < BM ? c->nq - r0 : BM;
   float *restrict Q = buf, *restrict O = Q + BM * Dp, *restrict S = O + BM * Dp, *restrict mx = S + BM * BN, *restrict l = mx + BM;
   const float *kt = c->kt + (size_t)s * D * c->ldt, *vrows = slice_rows(c, s, 1);
@@ -241,7 +241,7 @@ FMK_TARGET static void FMK(bwd_kv_item)(const FMCPUCtx *c, int s, int t, float *
   memset(dK, 0, sizeof(float) * (size_t)nt * Dp);
   memset(dV, 0, sizeof(float) * (size_t)nt * Dp);
   for (int hh = 0; hh < c->g; hh++) {
-    const int h = hk * c->g + hh, hm = h / c->gm;
+    const int h = hk * c->g + hh, hm = mask_row_index(c, b, h);
     const float *Qs = slice_qrows(c, s, hh, 0), *dOs = slice_qrows(c, s, hh, 1);
     const float *delta = c->delta + ((size_t)s * c->g + hh) * c->nq;
     for (int qt = 0; qt < c->nqt; qt++) {
@@ -269,7 +269,7 @@ FMK_TARGET static void FMK(bwd_kv_item)(const FMCPUCtx *c, int s, int t, float *
 FMK_TARGET static void FMK(bwd_q_item)(const FMCPUCtx *c, int s, int hh, int qt, float *buf)
 {
   const FMAttnProblem *p = c->p;
-  const int D = c->D, Dp = c->Dp, id = c->gs + s, b = id / c->Hkv, hk = id % c->Hkv, h = hk * c->g + hh, hm = h / c->gm;
+  const int D = c->D, Dp = c->Dp, id = c->gs + s, b = id / c->Hkv, hk = id % c->Hkv, h = hk * c->g + hh, hm = mask_row_index(c, b, h);
   const int r0 = qt * BM, mr = c->nq - r0 < BM ? c->nq - r0 : BM;
   float *restrict S = buf, *restrict dP = S + BM * BN, *restrict dQ = dP + BM * BN;
   const float *kt = c->kt + (size_t)s * D * c->ldt, *vt = c->vt + (size_t)s * D * c->ldt;

@@ -28,7 +28,7 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) fm_fwd_
   const int i = blockIdx.x * 4 + warp, hq = blockIdx.y, b = blockIdx.z;
   if (i >= p.c.seqlen_q) return;
   const int Sq = p.c.seqlen_q, Sk = p.c.seqlen_k, D = p.head_dim, off = Sk - Sq;
-  const int hkv = hq / (p.c.heads_q / p.c.heads_kv), mh = hq / (p.c.heads_q / p.c.mask_heads);
+  const int hkv = hq / (p.c.heads_q / p.c.heads_kv), mh = FM_GPU_MASK_ROW(p.c, b, hq);
   const T *q = (const T *)p.q + b * p.q_batch_stride + i * p.q_row_stride + hq * p.q_head_stride;
   const T *kb0 = (const T *)p.k + b * p.k_batch_stride + hkv * p.k_head_stride;
   const T *vb0 = (const T *)p.v + b * p.v_batch_stride + hkv * p.v_head_stride;

@@ -41,7 +41,7 @@
 #include <math.h>
 #include "bwd_sm90.cuh"
 #include "ptx.cuh"
-#include "bwd_wgmma.cuh"
+#include "wgmma_gen.cuh"
 
 namespace fmbwd {
 using namespace fmsm90;
@@ -78,6 +78,7 @@ struct Params {
   const int32_t *sum;
   int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B;
   int G, hpm;   /* query heads per kv head, per mask head (host-divided: no registers held) */
+  int mstride;  /* mask rows per sample: mask_heads when the mask has a batch (mask_batch > 1), else 0 */
   int nitems;   /* nblk * Hkv * B work items, key block fastest */
   int *counter; /* items handed out so far (zero at launch) */
   float scale, c; /* c = scale * log2(e) */
@@ -153,8 +154,8 @@ template <int D, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, u
   for (int kk = 0; kk < D / 16; kk++) {
     const uint64_t da = make_desc(a + (kk / 4) * 16384 + (kk % 4) * 32, 16, 1024);
     const uint64_t db = make_desc(b + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024);
-    if constexpr (F16) fmbwd_ss_m64n64k16_f16_t00(acc, da, db, kk > 0);
-    else fmbwd_ss_m64n64k16_bf16_t00(acc, da, db, kk > 0);
+    if constexpr (F16) wgmma_ss_m64n64k16_f16(acc, da, db, kk > 0);
+    else wgmma_ss_m64n64k16_bf16(acc, da, db, kk > 0);
   }
 }
 
@@ -165,11 +166,11 @@ template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, c
   for (int u = 0; u < kBM / 16; u++) {
     const uint64_t db = make_desc(b + u * 2048, 8192, 1024);
     if constexpr (D == 128) {
-      if constexpr (F16) fmbwd_rs_m64n128k16_f16(acc, a + 4 * u, db);
-      else fmbwd_rs_m64n128k16_bf16(acc, a + 4 * u, db);
+      if constexpr (F16) wgmma_rs_m64n128k16_f16(acc, a + 4 * u, db);
+      else wgmma_rs_m64n128k16_bf16(acc, a + 4 * u, db);
     } else {
-      if constexpr (F16) fmbwd_rs_m64n64k16_f16(acc, a + 4 * u, db);
-      else fmbwd_rs_m64n64k16_bf16(acc, a + 4 * u, db);
+      if constexpr (F16) wgmma_rs_m64n64k16_f16(acc, a + 4 * u, db);
+      else wgmma_rs_m64n64k16_bf16(acc, a + 4 * u, db);
     }
   }
 }
@@ -181,8 +182,8 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, u
   for (int t = 0; t < NT; t++) {
     const uint64_t da = make_desc(ds + t * 2048, 8192, 1024);
     const uint64_t db = make_desc(k + t * 2048, 16384, 1024);
-    if constexpr (F16) fmbwd_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
-    else fmbwd_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
+    if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
+    else wgmma_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
   }
 }
 
@@ -243,7 +244,7 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
       int kb_, hkv_, b_;
       cur(&kb_, &hkv_, &b_);
       FMBwdWalk w;
-      fmbwd_walk_init(&w, p.sum + (size_t)((hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
+      fmbwd_walk_init(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
       return fmbwd_walk_next(&w, q, pt);
     };
     for (int g = 0; g < p.G; g++) {
@@ -455,7 +456,7 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
     for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
     mbar_wait(sy.kv_full, n & 1);
     for (int g = 0; g < p.G; g++) {
-      const int hq = hkv * p.G + g, mh = hq / p.hpm;
+      const int hq = hkv * p.G + g, mh = b * p.mstride + hq / p.hpm;
       const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
       auto next = [&](int q, int *pt) { /* rebuilt at each step: no registers held across one */
         FMBwdWalk wk;
@@ -592,6 +593,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   p.counter = w->counter;
   p.G = a->heads_q / a->heads_kv;
   p.hpm = a->heads_q / a->mask_heads;
+  p.mstride = a->mask_batch > 1 ? a->mask_heads : 0;
   p.scale = a->scale;
   p.c = a->scale * 1.4426950408889634f;
   static int attr_done[64], nsm[64];

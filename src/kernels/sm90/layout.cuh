@@ -50,7 +50,7 @@ __device__ __forceinline__ CtaCoords cta_coords(const FMGpuFwdCore &p)
   c.hq = blockIdx.y;
   c.b = blockIdx.z;
   c.hkv = c.hq / (p.heads_q / p.heads_kv);
-  c.mh = c.hq / (p.heads_q / p.mask_heads);
+  c.mh = FM_GPU_MASK_ROW(p, c.b, c.hq); /* the mask row: (sample,) mask head */
   c.m0 = mblk * kBM;
   c.tid = threadIdx.x;
   c.warp = c.tid >> 5;

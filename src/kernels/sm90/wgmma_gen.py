@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""wgmma_gen.py - write wgmma_gen.cuh: the inline-PTX wgmma wrappers of the Hopper forward, one
-per shape and input type (their operand lists are long and regular, so they are generated).
+"""wgmma_gen.py - write wgmma_gen.cuh: the inline-PTX wgmma wrappers of the Hopper forward and
+backward kernels, one per shape and input type (their operand lists are long and regular, so they
+are generated).
 
   python3 wgmma_gen.py [OUT]    (default: wgmma_gen.cuh beside this script; '-' = stdout)
 
 Wrappers, for each type in (bf16, f16):
-  wgmma_ss_m64n128k16_<t>(d, da, db, accum)  d[64] = (accum ? d : 0) + A * B^T, A and B K-major
-                                             in shared memory (descriptors da, db)
-  wgmma_rs_m64n<N>k16_<t>(d, a, db)          d[N/2] += A * B, A in registers (a[4]), B MN-major
-                                             in shared memory (trans-b = 1), N = 64, 128
+  wgmma_ss_m64n<N>k16_<t>(d, da, db, accum)      d[N/2] = (accum ? d : 0) + A * B^T, A and B
+                                                 K-major in shared memory (descriptors da, db),
+                                                 N = 128 (forward), 64 (backward)
+  wgmma_ss_m64n64k16_<t>_t11(d, da, db, accum)   the same with both operands transposed (MN-major)
+  wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
+                                                 in shared memory (trans-b = 1), N = 64, 128
 The output is committed; `make` regenerates it when this script changes.
 """
 import os
@@ -29,20 +32,21 @@ def outs(n):
     return ", ".join('"+f"(d[%d])' % i for i in range(n))
 
 
-def ss(t, n=128):
+def ss(t, n=128, trans=0):
     nd = n // 2
+    what = "both MN-major (transposed)" if trans else "A and B K-major"
     return """
-/* d[%d] = (accum ? d : 0) + A * B^T: m64n%dk16, %s, A and B K-major in shared memory. */
-__device__ __forceinline__ void wgmma_ss_m64n%dk16_%s(float *d, uint64_t da, uint64_t db, int accum)
+/* d[%d] = (accum ? d : 0) + A * B^T: m64n%dk16, %s, %s in shared memory. */
+__device__ __forceinline__ void wgmma_ss_m64n%dk16_%s%s(float *d, uint64_t da, uint64_t db, int accum)
 {
   asm volatile(
     "{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"
     "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s "
-    "{%s}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}\\n"
+    "{%s}, %%%d, %%%d, p, 1, 1, %d, %d;\\n}\\n"
     : %s
     : "l"(da), "l"(db), "r"(accum));
 }
-""" % (nd, n, t, n, t, nd + 2, n, t, t, regs(0, nd), nd, nd + 1, outs(nd))
+""" % (nd, n, t, what, n, t, "_t11" if trans else "", nd + 2, n, t, t, regs(0, nd), nd, nd + 1, trans, trans, outs(nd))
 
 
 def rs(t, n):
@@ -63,6 +67,8 @@ __device__ __forceinline__ void wgmma_rs_m64n%dk16_%s(float *d, const uint32_t *
 
 def main():
     text = HEAD + "".join(ss(t) + rs(t, 64) + rs(t, 128) for t in ("bf16", "f16"))
+    text += "\n/* ---- the backward's shapes ---- */\n"
+    text += "".join(ss(t, 64) + ss(t, 64, 1) for t in ("bf16", "f16"))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "wgmma_gen.cuh")
     if out == "-":
         sys.stdout.write(text)

@@ -1,5 +1,5 @@
 /*
- * balance.c - chunk weights from the block summaries, and the balancer: longest-processing-
+ * balance.c - the balancer: longest-processing-
  * time-first, then exact pairwise repartition of the heaviest rank with each partner and
  * exact three-way repartition with the two lightest ranks where the pool is small.
  * Deterministic and message free (doc/distributed.md gives the bounds).
@@ -11,33 +11,6 @@
 
 #define FM_PAIR_EXACT_MAX 40   /* meet in the middle: 2 x 2^20 subset sums at most */
 #define FM_TRIPLE_EXACT_MAX 12 /* 3^12 = 531441 assignments */
-
-FMErrorCode FMDistChunkWeights(const FMMaskDesc *m, const FMDistChunks *ch, double partial, double rowcost, int64_t *w)
-{
-  int block = m->block > 0 ? m->block : 128;
-  FMCheck(m->summary != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "The mask descriptor has no block summaries");
-  FMCheck(m->seqlen_q == ch->seqlen_q && m->seqlen_k == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
-          "Mask is %d x %d but the chunks cut %d x %d", m->seqlen_q, m->seqlen_k, ch->seqlen_q, ch->seqlen_k);
-  for (int c = 0; c < ch->nchunks; c++) {
-    int r0, r1;
-    int64_t s = 0;
-    FMDistChunkRows(ch, c, &r0, &r1);
-    for (int h = 0; h < m->mask_heads; h++) {
-      const int32_t *sh = m->summary + (size_t)h * m->nblocks_k * FM_SUM_N;
-      for (int t0 = r0; t0 < r1; t0 += block) {
-        int t1 = t0 + block < r1 ? t0 + block : r1;
-        int64_t wp = partial == 1.0 ? t1 - t0 : (int64_t)llround(partial * (t1 - t0));
-        s += (int64_t)llround(rowcost * (t1 - t0));
-        for (int kb = 0; kb < m->nblocks_k; kb++) {
-          FMTileClass tc = FMClassifyTileInline(sh, m->causal, m->seqlen_q, m->seqlen_k, block, t0, t1, kb);
-          s += tc == FM_TILE_FULL ? t1 - t0 : tc == FM_TILE_PARTIAL ? wp : 0;
-        }
-      }
-    }
-    w[c] = s;
-  }
-  return FM_SUCCESS;
-}
 
 /* ---------------- helpers ---------------- */
 typedef struct { int64_t s; uint32_t mask; } SumMask;
@@ -75,6 +48,42 @@ static int popc(uint32_t v) { int c = 0; while (v) { v &= v - 1; c++; } return c
  * returns one that moves the fewest items: cur[i] = 1 when item i is now on b; out side[i]
  * = 1 when it goes to b.
  */
+/*
+ * split2_exact for small pools (n <= 10) by enumerating every subset, with the meet-in-the-
+ * middle's choice (returns 0 without choosing when the larger side cannot get below bound): the largest smaller side <= T/2, then among the subsets for b of sum best
+ * (t = 0) or T - best (t = 1) the least (moves, t, low half mask, high half mask).
+ */
+static int split2_small(int n, const int64_t *x, const unsigned char *cur, unsigned char *side, int64_t bound)
+{
+  int n1 = n / 2, bestcost = -1, bt = 0;
+  uint32_t N = 1u << n, c = 0, lowm = (1u << n1) - 1, bm = 0;
+  int64_t T = 0, H, best = 0, tgt[2], sum[1 << 10];
+  for (int i = 0; i < n; i++) { T += x[i]; c |= (uint32_t)(cur[i] != 0) << i; }
+  H = T / 2;
+  sum[0] = 0;
+  for (uint32_t k = 1, g = 0; k < N; k++) { /* Gray code: one item in or out per step */
+    int i = __builtin_ctz(k);
+    int64_t sm;
+    g ^= 1u << i;
+    sm = sum[g ^ (1u << i)] + ((g >> i & 1) ? x[i] : -x[i]);
+    sum[g] = sm;
+    if (sm <= H && sm > best) best = sm;
+  }
+  if (T - best >= bound) return 0; /* the larger side stays at bound or above: no improvement, no choice needed */
+  tgt[0] = best; tgt[1] = T - best;
+  for (uint32_t m = 0; m < N; m++) {
+    int t, cost;
+    if (sum[m] == tgt[0]) t = 0; else if (sum[m] == tgt[1]) t = 1; else continue;
+    cost = popc(m ^ c);
+    if (bestcost < 0 || cost < bestcost || (cost == bestcost && (t < bt || (t == bt && ((m & lowm) < (bm & lowm) ||
+        ((m & lowm) == (bm & lowm) && (m >> n1) < (bm >> n1))))))) {
+      bestcost = cost; bt = t; bm = m;
+    }
+  }
+  for (int i = 0; i < n; i++) side[i] = (unsigned char)(bm >> i & 1);
+  return 1;
+}
+
 static FMErrorCode split2_exact(int n, const int64_t *x, const unsigned char *cur, unsigned char *side)
 {
   int n1 = n / 2, n2 = n - n1, bestcost = -1;
@@ -134,6 +143,50 @@ static FMErrorCode split2_exact(int n, const int64_t *x, const unsigned char *cu
 }
 
 /*
+ * split3_exact by branch and bound, with the same answer: the items are placed from the last
+ * to the first, bins 0, 1, 2 in turn, so the leaves come in the enumeration's code order, and a
+ * branch is cut when it cannot beat the best (max, moves) so far: its max so far, or a third of
+ * the total, is above the best max, or equal to it with as many moves. Starts from cur (no
+ * move). Returns the number of nodes visited (the work budget's units).
+ */
+typedef struct {
+  int n, bestmv;
+  const int64_t *x;
+  const unsigned char *cur;
+  unsigned char tmp[FM_TRIPLE_EXACT_MAX], *bin;
+  int64_t best, third;
+  long nodes;
+} Split3;
+
+static void split3_dfs(Split3 *S, int i, int64_t l0, int64_t l1, int64_t l2, int mv)
+{
+  int64_t pm = l0 > l1 ? l0 : l1, lb;
+  S->nodes++;
+  if (l2 > pm) pm = l2;
+  lb = pm > S->third ? pm : S->third;
+  if (lb > S->best || (lb == S->best && mv >= S->bestmv)) return;
+  if (i < 0) { S->best = pm; S->bestmv = mv; memcpy(S->bin, S->tmp, (size_t)S->n); return; }
+  for (int b = 0; b < 3; b++) {
+    S->tmp[i] = (unsigned char)b;
+    split3_dfs(S, i - 1, l0 + (b == 0 ? S->x[i] : 0), l1 + (b == 1 ? S->x[i] : 0), l2 + (b == 2 ? S->x[i] : 0), mv + (b != S->cur[i]));
+  }
+}
+
+static long split3_bb(int n, const int64_t *x, const unsigned char *cur, unsigned char *bin, int64_t *best_max)
+{
+  Split3 S;
+  int64_t l[3] = {0, 0, 0}, T = 0;
+  S.n = n; S.x = x; S.cur = cur; S.bin = bin; S.nodes = 0; S.bestmv = 0;
+  for (int i = 0; i < n; i++) { l[cur[i]] += x[i]; T += x[i]; bin[i] = cur[i]; }
+  S.best = l[0] > l[1] ? l[0] : l[1];
+  if (l[2] > S.best) S.best = l[2];
+  S.third = (T + 2) / 3;
+  split3_dfs(&S, n - 1, 0, 0, 0, 0);
+  *best_max = S.best;
+  return S.nodes;
+}
+
+/*
  * Exact three-way assignment of x[0..n) (n <= 12) minimizing the largest bin; among the
  * optimal ones the one that moves the fewest items from their current bins cur[].
  */
@@ -156,8 +209,8 @@ static void split3_exact(int n, const int64_t *x, const unsigned char *cur, unsi
   *best_max = best;
 }
 
-/* Improve owner[] in place; loads kept consistent. */
-static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *load, FMDistBalanceInfo *info)
+/* The reference improvement (scans every chunk for every pool, sorts the ranks each round). */
+static FMErrorCode improve_ref(int n, const int64_t *w, int P, int *owner, int64_t *load, FMDistBalanceInfo *info)
 {
   int *pool, *order;
   int64_t *x;
@@ -184,7 +237,7 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
       for (int c = 0; c < n; c++)
         if (owner[c] == a || owner[c] == b) { pool[np] = c; cur[np] = owner[c] == b; x[np++] = w[c]; }
       if (np > FM_PAIR_EXACT_MAX) { if (info) info->inexact_pairs++; continue; }
-      FMCall(split2_exact(np, x, cur, side));
+      FMCall(split2_exact(np, x, cur, side)); /* the reference: always the meet in the middle */
       small = 0;
       for (int i = 0; i < np; i++) small += side[i] ? x[i] : 0; /* b's new load */
       if (small < load[a] && T - small < load[a]) {
@@ -223,6 +276,208 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
   return FM_SUCCESS;
 }
 
+/*
+ * The same improvement as improve_ref, decision for decision, in O(pool) per partner tried:
+ * every rank's chunks in an ascending list (head/next) merged into the pools, and the ranks
+ * kept sorted by (load, index) (order), two of them moved per round. The rounds are
+ * bounded by a deterministic work budget (units: pool items and subset sums), the same on
+ * every rank: when it is spent the improvement stops (info->budget_out), so the balancer's
+ * time is bounded whatever the weights.
+ */
+typedef struct {
+  int P, *head, *next, *order;
+  int64_t *load;
+} Ranks;
+
+static int rank_less(const Ranks *R, int x, int y) { return R->load[x] < R->load[y] || (R->load[x] == R->load[y] && x < y); }
+
+/* first index in order[0..m) whose key (load, index) is not below (l, r) */
+static int rank_lower(const Ranks *R, int m, int64_t l, int r)
+{
+  int lo = 0, hi = m;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2, q = R->order[mid];
+    if (R->load[q] < l || (R->load[q] == l && q < r)) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+/* who[0..k) had the loads old[] (the keys they are sorted by) and now have load[]: move them */
+static void rank_resort(Ranks *R, int k, const int *who, const int64_t *old)
+{
+  int m = R->P;
+  int64_t *load = (int64_t *)R->load, now[3];
+  for (int t = 0; t < k; t++) { now[t] = load[who[t]]; load[who[t]] = old[t]; }
+  for (int t = 0; t < k; t++) { /* out, found by the keys the order was sorted by */
+    int i = rank_lower(R, m, old[t], who[t]);
+    memmove(R->order + i, R->order + i + 1, sizeof(int) * (size_t)(m - i - 1));
+    m--;
+  }
+  for (int t = 0; t < k; t++) load[who[t]] = now[t];
+  for (int t = 0; t < k; t++) { /* back in, by their new keys */
+    int i = rank_lower(R, m, load[who[t]], who[t]);
+    memmove(R->order + i + 1, R->order + i, sizeof(int) * (size_t)(m - i));
+    R->order[i] = who[t];
+    m++;
+  }
+}
+
+/* pool = the chunks of ranks who[0..k) in ascending order; cur[i] = index in who of the owner */
+static int rank_pool(const Ranks *R, int k, const int *who, const int64_t *w, int *pool, unsigned char *cur, int64_t *x)
+{
+  int p[3], np = 0;
+  for (int i = 0; i < k; i++) p[i] = R->head[who[i]];
+  for (;;) {
+    int best = -1;
+    for (int i = 0; i < k; i++)
+      if (p[i] >= 0 && (best < 0 || p[i] < p[best])) best = i;
+    if (best < 0) break;
+    pool[np] = p[best]; cur[np] = (unsigned char)best; x[np++] = w[p[best]];
+    p[best] = R->next[p[best]];
+  }
+  return np;
+}
+
+/* after a move: the lists of who[0..k) from the pool (ascending) and the new bins side[] */
+static void rank_relist(Ranks *R, int k, const int *who, int np, const int *pool, const unsigned char *side, int *owner)
+{
+  for (int i = 0; i < k; i++) R->head[who[i]] = -1;
+  for (int i = np - 1; i >= 0; i--) {
+    int r = who[side[i]];
+    owner[pool[i]] = r;
+    R->next[pool[i]] = R->head[r];
+    R->head[r] = pool[i];
+  }
+}
+
+/*
+ * The partners a round has seen fail, by their weights: whether a pair splits below load[a]
+ * depends only on the multiset of weights in the pool, so a partner with the same load and
+ * the same sorted chunk weights as one that failed in this round (same a) fails too and is
+ * skipped (the choice among optimal splits, which depends on chunk order, is only made on
+ * success). Partners come in ascending load, so the list keeps the current load only.
+ */
+#define FM_FAILED_MAX 8
+#define FM_FAILED_LEN 16
+typedef struct {
+  int n, len[FM_FAILED_MAX];
+  int64_t load, wt[FM_FAILED_MAX][FM_FAILED_LEN];
+} Failed;
+
+/* b's chunk weights, sorted; -1 when it has more than FM_FAILED_LEN chunks */
+static int sorted_weights(const Ranks *R, const int64_t *w, int b, int64_t *v)
+{
+  int m = 0;
+  for (int c = R->head[b]; c >= 0; c = R->next[c]) {
+    int i = m++;
+    if (m > FM_FAILED_LEN) return -1;
+    while (i > 0 && v[i - 1] > w[c]) { v[i] = v[i - 1]; i--; }
+    v[i] = w[c];
+  }
+  return m;
+}
+
+static int same_as_failed(const Failed *F, const Ranks *R, const int64_t *w, int b)
+{
+  int64_t v[FM_FAILED_LEN];
+  int m;
+  if (F->n == 0 || R->load[b] != F->load) return 0;
+  if ((m = sorted_weights(R, w, b, v)) < 0) return 0;
+  for (int i = 0; i < F->n; i++)
+    if (F->len[i] == m && !memcmp(F->wt[i], v, sizeof(int64_t) * (size_t)m)) return 1;
+  return 0;
+}
+
+static void record_failed(Failed *F, const Ranks *R, const int64_t *w, int b)
+{
+  int m;
+  if (F->n > 0 && R->load[b] != F->load) F->n = 0;
+  if (F->n == FM_FAILED_MAX || (m = sorted_weights(R, w, b, F->wt[F->n])) < 0) return;
+  F->load = R->load[b];
+  F->len[F->n++] = m;
+}
+
+#ifndef FM_BALANCE_BUDGET
+#define FM_BALANCE_BUDGET (1L << 22) /* work units (subsets enumerated, pool items) per improvement: a few ms at most */
+#endif
+
+static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *load, FMDistBalanceInfo *info)
+{
+  Ranks R;
+  Failed F;
+  int *pool = NULL, who[3];
+  int64_t *x = NULL;
+  unsigned char *side = NULL, *cur = NULL;
+  long iter, maxiter = 1000L + 50L * P + 10L * n, budget = FM_BALANCE_BUDGET;
+  FMErrorCode ierr = FM_SUCCESS;
+  memset(&R, 0, sizeof(R));
+  R.P = P; R.load = load;
+  FMCallGoto(FMMalloc(n, &pool)); FMCallGoto(FMMalloc(n, &x)); FMCallGoto(FMMalloc(n, &side)); FMCallGoto(FMMalloc(n, &cur));
+  FMCallGoto(FMMalloc(P, &R.head)); FMCallGoto(FMMalloc(n, &R.next)); FMCallGoto(FMMalloc(P, &R.order));
+  for (int r = 0; r < P; r++) { R.head[r] = -1; R.order[r] = r; }
+  for (int c = n - 1; c >= 0; c--) { R.next[c] = R.head[owner[c]]; R.head[owner[c]] = c; }
+  for (int i = 1; i < P; i++) { /* insertion sort once; then two ranks move per round */
+    int v = R.order[i], j = i - 1;
+    while (j >= 0 && rank_less(&R, v, R.order[j])) { R.order[j + 1] = R.order[j]; j--; }
+    R.order[j + 1] = v;
+  }
+  for (iter = 0; iter < maxiter && P > 1; iter++) {
+    int a, improved = 0, top = P - 1;
+    while (top > 0 && load[R.order[top - 1]] == load[R.order[P - 1]]) top--;
+    a = R.order[top]; /* the heaviest, lowest index among ties */
+    F.n = 0;
+    for (int k = 0; k < P && !improved && budget > 0; k++) {
+      int b = R.order[k], np;
+      int64_t small = 0, T = load[a] + load[b];
+      if (b == a) continue;
+      who[0] = a; who[1] = b;
+      np = rank_pool(&R, 2, who, w, pool, cur, x);
+      budget -= np + 1;
+      if (np > FM_PAIR_EXACT_MAX) { if (info) info->inexact_pairs++; continue; }
+      if (T - T / 2 >= load[a]) continue; /* a side keeps at least half: no split is below load[a] */
+      if (same_as_failed(&F, &R, w, b)) continue; /* the same pool of weights failed this round */
+      budget -= np <= 10 ? 1L << np : (2L << (np - np / 2)) * (np - np / 2); /* the subsets enumerated */
+      if (np <= 10) { /* small pools: every subset; a failed pair stops after the first pass */
+        if (!split2_small(np, x, cur, side, load[a])) { record_failed(&F, &R, w, b); continue; }
+      } else FMCallGoto(split2_exact(np, x, cur, side));
+      for (int i = 0; i < np; i++) small += side[i] ? x[i] : 0;
+      if (small < load[a] && T - small < load[a]) {
+        int64_t old[2] = {load[a], load[b]};
+        rank_relist(&R, 2, who, np, pool, side, owner);
+        load[b] = small; load[a] = T - small;
+        rank_resort(&R, 2, who, old);
+        if (info) info->pair_moves++;
+        improved = 1;
+      }
+    }
+    if (!improved && P >= 3 && budget > 0) {
+      int np;
+      int64_t bmax;
+      who[0] = a; who[1] = R.order[0] == a ? R.order[1] : R.order[0];
+      who[2] = R.order[0] == a || R.order[1] == a ? R.order[2] : R.order[1];
+      np = rank_pool(&R, 3, who, w, pool, cur, x);
+      budget -= np + 1;
+      if (np <= FM_TRIPLE_EXACT_MAX) {
+        budget -= split3_bb(np, x, cur, side, &bmax);
+        if (bmax < load[a]) {
+          int64_t old[3] = {load[who[0]], load[who[1]], load[who[2]]};
+          rank_relist(&R, 3, who, np, pool, side, owner);
+          load[who[0]] = load[who[1]] = load[who[2]] = 0;
+          for (int i = 0; i < np; i++) load[who[side[i]]] += x[i];
+          rank_resort(&R, 3, who, old);
+          if (info) info->triple_moves++;
+          improved = 1;
+        }
+      }
+    }
+    if (budget <= 0 && info) info->budget_out++;
+    if (!improved) break;
+  }
+cleanup:
+  free(pool); free(x); free(side); free(cur); free(R.head); free(R.next); free(R.order);
+  return ierr;
+}
+
 static void loads_of(int n, const int64_t *w, int P, const int *owner, int64_t *load)
 {
   for (int r = 0; r < P; r++) load[r] = 0;
@@ -234,7 +489,20 @@ static int64_t max_of(int P, const int64_t *load)
   return load[argmax_load(P, load)];
 }
 
-FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info)
+/* LPT's least loaded rank (ties: lower rank) from a binary heap of (load, rank) */
+static void heap_down(int P, int *hp, const int64_t *load, int i)
+{
+  for (;;) {
+    int l = 2 * i + 1, m = i;
+    if (l < P && (load[hp[l]] < load[hp[m]] || (load[hp[l]] == load[hp[m]] && hp[l] < hp[m]))) m = l;
+    if (l + 1 < P && (load[hp[l + 1]] < load[hp[m]] || (load[hp[l + 1]] == load[hp[m]] && hp[l + 1] < hp[m]))) m = l + 1;
+    if (m == i) return;
+    { int t = hp[i]; hp[i] = hp[m]; hp[m] = t; }
+    i = m;
+  }
+}
+
+static FMErrorCode balance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info, int ref)
 {
   int *idx, *own2;
   int64_t *load, *load2, m1;
@@ -258,15 +526,27 @@ FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBala
     for (int c = 0; c < n; c++) idx[c] = (int)o[c].mask;
     free(o);
   }
-  for (int i = 0; i < n; i++) {
-    int c = idx[i], best = 0;
-    for (int r = 1; r < P; r++)
-      if (load[r] < load[best]) best = r;
-    owner[c] = best;
-    load[best] += w[c];
+  if (ref)
+    for (int i = 0; i < n; i++) {
+      int c = idx[i], best = 0;
+      for (int r = 1; r < P; r++)
+        if (load[r] < load[best]) best = r;
+      owner[c] = best;
+      load[best] += w[c];
+    }
+  else {
+    int *hp;
+    FMCall(FMMalloc(P, &hp));
+    for (int r = 0; r < P; r++) hp[r] = r; /* all loads 0: already a heap */
+    for (int i = 0; i < n; i++) {
+      owner[idx[i]] = hp[0];
+      load[hp[0]] += w[idx[i]];
+      heap_down(P, hp, load, 0);
+    }
+    free(hp);
   }
   loc.lpt_max = max_of(P, load);
-  FMCall(improve(n, w, P, owner, load, &loc));
+  FMCall(ref ? improve_ref(n, w, P, owner, load, &loc) : improve(n, w, P, owner, load, &loc));
   m1 = max_of(P, load);
   /*
    * The same improvement from the contiguous and the dual-chunk assignments; the least max
@@ -283,7 +563,7 @@ FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBala
       else FMDistAssignDualChunk(n, P, own2);
       loads_of(n, w, P, own2, load2);
       if (cand == 2) loc.dual_max = max_of(P, load2);
-      FMCall(improve(n, w, P, own2, load2, &loc));
+      FMCall(ref ? improve_ref(n, w, P, own2, load2, &loc) : improve(n, w, P, own2, load2, &loc));
       cm = max_of(P, load2);
       if (cm < bmax || (cm == bmax && cand < best)) {
         bmax = cm;
@@ -296,6 +576,18 @@ FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBala
   }
   free(idx); free(own2); free(load); free(load2);
   if (info) *info = loc;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info)
+{
+  FMCall(balance(n, w, P, owner, info, 0));
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistBalanceRef(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info)
+{
+  FMCall(balance(n, w, P, owner, info, 1));
   return FM_SUCCESS;
 }
 

@@ -75,8 +75,8 @@ static void needed_direct(const FMMaskDesc *m, const FMDistChunks *ch, const int
   }
 }
 
-FMErrorCode FMDistNeededAll(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistPartition *part, int prune,
-                            unsigned char *needed)
+FMErrorCode FMDistNeededAllRef(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistPartition *part, int prune,
+                               unsigned char *needed)
 {
   int Sq = m->seqlen_q, *cnt;
   FMCheck(Sq == ch->seqlen_q && m->seqlen_k == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Mask is %d x %d but the chunks cut %d x %d",
@@ -94,6 +94,130 @@ FMErrorCode FMDistNeededAll(const FMMaskDesc *m, const FMDistChunks *ch, const F
   }
   free(cnt);
   return FM_SUCCESS;
+}
+
+/* ---------------- the interval query on the tile map ---------------- */
+typedef struct {
+  const FMMaskDesc *m;
+  const FMDistChunks *ch;
+  const FMDistPartition *part;
+  int rank, nlocal;
+  const int *rb; /* [nchunks + 1] rows of the rank in chunks before c */
+} RankRows;
+
+/* number of the rank's rows with global index < x */
+static int loc_rows(const RankRows *q, long x)
+{
+  int c;
+  if (x <= 0) return 0;
+  if (x >= q->ch->seqlen_q) return q->nlocal;
+  c = (int)(x / q->ch->chunk);
+  return q->rb[c] + (q->part->owner[c] == q->rank ? (int)(x - (long)c * q->ch->chunk) : 0);
+}
+
+/* whether some row of the rank sees key j of mask head h (FMDistColumnVisible on localized bounds) */
+static int col_visible(const RankRows *q, int h, int j)
+{
+  const FMMaskDesc *m = q->m;
+  size_t o = (size_t)h * m->seqlen_k + j;
+  int s[3], e[3], pos = 0, changed = 1;
+  s[0] = 0; e[0] = m->causal ? loc_rows(q, (long)j - (m->seqlen_k - m->seqlen_q)) : 0;
+  s[1] = loc_rows(q, m->bnd[0][o]); e[1] = loc_rows(q, m->bnd[1][o]);
+  s[2] = loc_rows(q, m->bnd[2][o]); e[2] = loc_rows(q, m->bnd[3][o]);
+  while (changed && pos < q->nlocal) {
+    changed = 0;
+    for (int t = 0; t < 3; t++)
+      if (s[t] <= pos && e[t] > pos) { pos = e[t]; changed = 1; }
+  }
+  return pos < q->nlocal;
+}
+
+/* needed[] of one rank from the map; lt [ntiles + 1], rb [nchunks + 1] and st [heads x nkb] are scratch */
+static void needed_map(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistTileMap *tm, const FMDistPartition *part, int rank,
+                       int prune, int *lt, int *rb, unsigned char *st, unsigned char *needed)
+{
+  RankRows q;
+  int C = ch->nchunks, K = tm->nkb, B = tm->block;
+  size_t nb = (size_t)tm->mask_heads * K;
+  memset(needed, 0, (size_t)C);
+  rb[0] = 0;
+  for (int c = 0; c < C; c++) {
+    int r0, r1;
+    FMDistChunkRows(ch, c, &r0, &r1);
+    rb[c + 1] = rb[c] + (part->owner[c] == rank ? r1 - r0 : 0);
+  }
+  q.m = m; q.ch = ch; q.part = part; q.rank = rank; q.nlocal = rb[C]; q.rb = rb;
+  if (q.nlocal == 0) return;
+  if (!prune) {
+    for (int c = 0; c < C; c++) needed[c] = FMDistChunkKeyLen(ch, c) > 0;
+    return;
+  }
+  lt[0] = 0;
+  for (int c = 0; c < C; c++)
+    for (int t = tm->tstart[c]; t < tm->tstart[c + 1]; t++) lt[t + 1] = lt[t] + (part->owner[c] == rank);
+  /* st: 2 when a FULL tile of the block lies on the rank's rows, else 1 for a PARTIAL one, else 0 */
+  for (size_t hb = 0; hb < nb; hb++) {
+    unsigned char v = 0;
+    for (int k = tm->roff[hb]; k < tm->roff[hb + 1] && v < 2; k++)
+      if (lt[tm->run[k].hi] > lt[tm->run[k].lo]) v = tm->run[k].cls == FM_TILE_FULL ? 2 : 1;
+    st[hb] = v;
+  }
+  for (int pass = 2; pass >= 1; pass--)
+    for (size_t hb = 0; hb < nb; hb++) {
+      int h = (int)(hb / (size_t)K), kb = (int)(hb % (size_t)K), j0 = kb * B, j1 = j0 + B;
+      if (st[hb] != pass) continue;
+      if (j1 > m->seqlen_k) j1 = m->seqlen_k;
+      for (int c = j0 / ch->kchunk; c < C && (long)c * ch->kchunk < j1; c++) {
+        int k0, k1;
+        if (needed[c]) continue;
+        if (pass == 2) { needed[c] = 1; continue; }
+        FMDistChunkKeys(ch, c, &k0, &k1);
+        if (k0 < j0) k0 = j0;
+        if (k1 > j1) k1 = j1;
+        for (int j = k0; j < k1 && !needed[c]; j++) needed[c] = (unsigned char)col_visible(&q, h, j);
+      }
+    }
+}
+
+static FMErrorCode needed_scratch(const FMDistTileMap *tm, int **lt, int **rb, unsigned char **st)
+{
+  FMCall(FMMalloc(tm->ntiles + 1, lt));
+  FMCall(FMMalloc(tm->nchunks + 1, rb));
+  FMCall(FMMalloc((size_t)tm->mask_heads * tm->nkb + 1, st));
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistNeededRank(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistTileMap *tm, const FMDistPartition *part, int rank,
+                             int prune, unsigned char *needed)
+{
+  FMDistTileMap own;
+  int *lt = NULL, *rb = NULL;
+  unsigned char *st = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
+  memset(&own, 0, sizeof(own));
+  FMCheck(rank >= 0 && rank < part->nranks, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "rank %d; expected 0..%d", rank, part->nranks - 1);
+  if (!tm) { FMCall(FMDistTileMapCreate(m, ch, &own)); tm = &own; }
+  FMCallGoto(needed_scratch(tm, &lt, &rb, &st));
+  needed_map(m, ch, tm, part, rank, prune, lt, rb, st, needed);
+cleanup:
+  free(lt); free(rb); free(st);
+  FMDistTileMapDestroy(&own);
+  return ierr;
+}
+
+FMErrorCode FMDistNeededAll(const FMMaskDesc *m, const FMDistChunks *ch, const FMDistPartition *part, int prune, unsigned char *needed)
+{
+  FMDistTileMap tm;
+  int *lt = NULL, *rb = NULL;
+  unsigned char *st = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
+  FMCall(FMDistTileMapCreate(m, ch, &tm));
+  FMCallGoto(needed_scratch(&tm, &lt, &rb, &st));
+  for (int r = 0; r < part->nranks; r++) needed_map(m, ch, &tm, part, r, prune, lt, rb, st, needed + (size_t)r * ch->nchunks);
+cleanup:
+  free(lt); free(rb); free(st);
+  FMDistTileMapDestroy(&tm);
+  return ierr;
 }
 
 double FMDistChunkBytes(const FMDistChunks *ch, int c, int batch, int heads_kv, int head_dim, size_t elsize)

@@ -129,3 +129,58 @@ FMErrorCode FMDistRouteDestroy(FMDistRoute *rt)
   rt->n = 0;
   return FM_SUCCESS;
 }
+
+/*
+ * FMDistRouteBuildRank - the transfers of FMDistRouteBuild whose source or destination is
+ * `rank`, in the same order, without building the others: a rank looks at its own node's
+ * needs for the chunks it does not own (O(chunks x node size)) and at every rank's needs only
+ * for the chunks it owns (O(own chunks x P)). bytes[], needed_bytes and allgather_bytes count
+ * the rank's own transfers and needs only (the received and remote chunks).
+ */
+FMErrorCode FMDistRouteBuildRank(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part, const unsigned char *needed,
+                                 const double *bytes, int rank, FMDistRoute *rt)
+{
+  int C = part->nchunks, P = part->nranks, cap = 0, mn;
+  const int *mk;
+  memset(rt, 0, sizeof(*rt));
+  FMCheck(t->nranks == P, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Topology has %d ranks, partition %d", t->nranks, P);
+  FMCheck(rank >= 0 && rank < P, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "rank %d; expected 0..%d", rank, P - 1);
+  mn = t->node[rank];
+  mk = t->nranks_of + t->nfirst[mn];
+#define NEED(r) needed[(size_t)(r) * C + c]
+  for (int c = 0; c < C; c++) {
+    int o = part->owner[c], on = t->node[o];
+    double b = bytes ? bytes[c] : 1.0;
+    if (b <= 0) continue;
+    if (o != rank) {
+      rt->allgather_bytes += b;
+      if (NEED(rank)) rt->needed_bytes += b;
+    }
+    if (type == FM_DIST_ROUTE_FLAT) {
+      if (o == rank) {
+        for (int r = 0; r < P; r++)
+          if (r != o && NEED(r)) FMCall(push(rt, &cap, c, o, r, t->node[r] != on, 0, b));
+      } else if (NEED(rank)) FMCall(push(rt, &cap, c, o, rank, mn != on, 0, b));
+      continue;
+    }
+    for (int n = 0; n < t->nnodes; n++) {
+      const int *rk = t->nranks_of + t->nfirst[n];
+      int any = 0, relay;
+      if (n != mn && o != rank) continue; /* only the owner acts on other nodes */
+      if (n == on) {
+        for (int l = 0; l < t->nsize[n]; l++)
+          if (rk[l] != o && NEED(rk[l]) && (o == rank || rk[l] == rank)) FMCall(push(rt, &cap, c, o, rk[l], 0, 0, b));
+        continue;
+      }
+      for (int l = 0; l < t->nsize[n]; l++) any |= NEED(rk[l]);
+      if (!any) continue;
+      relay = rk[t->local[o] % t->nsize[n]];
+      if (o == rank || relay == rank) FMCall(push(rt, &cap, c, o, relay, 1, 0, b));
+      for (int l = 0; l < t->nsize[n]; l++)
+        if (rk[l] != relay && NEED(rk[l]) && (relay == rank || rk[l] == rank)) FMCall(push(rt, &cap, c, relay, rk[l], 0, 1, b));
+    }
+  }
+#undef NEED
+  (void)mk;
+  return FM_SUCCESS;
+}

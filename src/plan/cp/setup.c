@@ -52,15 +52,21 @@ static FMErrorCode dist_reset(FMDist *d)
 static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsigned char *myneed)
 {
   int P = plan->ctx->size, me = plan->ctx->rank;
-  FMDistLocalMask lm;
+  FMDistTileMap tm;
   FMErrorCode ierr;
   FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, d->opt.chunk_opt, P, m->block, &d->ch));
   FMCheck(2L * d->ch.nchunks + 2 <= (long)d->tag_ub, MPI_COMM_SELF, FM_ERR_SUP,
           "%d chunks need MPI tags up to %d but MPI_TAG_UB is %d; use a larger -fm_plan_chunk", d->ch.nchunks, 2 * d->ch.nchunks + 1,
           d->tag_ub);
   FMCall(FMMalloc(d->ch.nchunks, &d->w));
-  FMCall(FMDistChunkWeights(m, &d->ch, d->opt.partial_cost, d->opt.row_cost, d->w));
-  FMCall(FMDistPartitionCreate((FMDistPartType)d->opt.part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo));
+  /* one tile map from the block summaries serves the chunk weights and this rank's needed set */
+  FMCall(FMDistTileMapCreate(m, &d->ch, &tm));
+  ierr = FMDistChunkWeightsMap(&tm, d->opt.partial_cost, d->opt.row_cost, d->w);
+  if (!ierr) ierr = FMDistPartitionCreate((FMDistPartType)d->opt.part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo);
+  /* this rank's needed chunks: an interval query on the tile map (no localization) */
+  if (!ierr) ierr = FMDistNeededRank(m, &d->ch, &tm, &d->part, me, d->opt.prune, myneed);
+  FMCall(FMDistTileMapDestroy(&tm));
+  FMCall(ierr);
   FMFree(plan->rows);
   plan->nlocal = 0;
   FMCall(FMDistRankRows(&d->ch, &d->part, me, &plan->nlocal, &plan->rows));
@@ -75,11 +81,6 @@ static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsi
   FMCall(FMMalloc(d->ch.nchunks, &d->cbytes));
   for (int c = 0; c < d->ch.nchunks; c++)
     d->cbytes[c] = FMDistChunkBytes(&d->ch, c, plan->batch, plan->heads_kv, plan->head_dim, FMDTypeSize(plan->dtype));
-  /* this rank's needed chunks, from its localized bounds */
-  FMCall(FMDistLocalize(m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], &lm));
-  ierr = FMDistNeeded(&lm, &d->ch, d->opt.prune, myneed);
-  FMCall(FMDistLocalMaskDestroy(&lm));
-  FMCall(ierr);
   /* topology: the context's nodes, or -fm_plan_nodes virtual nodes of consecutive ranks */
   if (d->opt.vnodes > 0) {
     FMCheck(d->opt.vnodes <= P, MPI_COMM_SELF, FM_ERR_OPT, "-fm_plan_nodes is %d; expected 0 (real topology) or 1..%d", d->opt.vnodes, P);
@@ -106,7 +107,8 @@ static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsi
 static FMErrorCode setup_route(FMPlan plan, FMDist *d)
 {
   int me = plan->ctx->rank, C = d->ch.nchunks;
-  FMCall(FMDistRouteBuild((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->needed, d->cbytes, &d->route));
+  /* this rank's own transfers only (src or dst = me): what the executors use */
+  FMCall(FMDistRouteBuildRank((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->needed, d->cbytes, me, &d->route));
   d->nin = d->nout = 0;
   for (int k = 0; k < d->route.n; k++) {
     d->nin += d->route.x[k].dst == me;
@@ -236,7 +238,9 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
   MPI_Comm comm = plan->hdr.comm;
   int P = plan->ctx->size, C, block = plan->mask->block > 0 ? plan->mask->block : 128;
   int64_t mx;
-  double mean, imb, *recv;
+  double mean, imb, *recv = NULL;
+  FMDistRoute full; /* the plan keeps only this rank's transfers; the view shows every rank's */
+  FMErrorCode ierr = FM_SUCCESS;
   if (!d) return FM_SUCCESS;
   if (!fp) fp = stdout;
   C = d->ch.nchunks;
@@ -250,10 +254,12 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
     FMCall(FMPrintf(comm, fp, " (LPT %.1f, dual_chunk %.1f; %d pair and %d three-way moves)", (double)d->binfo.lpt_max / block,
                     (double)d->binfo.dual_max / block, d->binfo.pair_moves, d->binfo.triple_moves));
   FMCall(FMPrintf(comm, fp, "\n"));
-  FMCall(FMMalloc(P, &recv));
+  memset(&full, 0, sizeof(full));
+  FMCall(FMDistRouteBuild((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->needed, d->cbytes, &full));
+  FMCallGoto(FMMalloc(P, &recv));
   for (int r = 0; r < P; r++) recv[r] = 0;
-  for (int i = 0; i < d->route.n; i++) recv[d->route.x[i].dst] += d->cbytes[d->route.x[i].chunk];
-  FMCall(FMPrintf(comm, fp, "  rank node  rows chunks  work(tiles) needed  recv(MB)\n"));
+  for (int i = 0; i < full.n; i++) recv[full.x[i].dst] += d->cbytes[full.x[i].chunk];
+  FMCallGoto(FMPrintf(comm, fp, "  rank node  rows chunks  work(tiles) needed  recv(MB)\n"));
   for (int r = 0; r < P; r++) {
     int nrows = 0, nn = 0;
     for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) {
@@ -262,24 +268,26 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
       nrows += r1 - r0;
     }
     for (int c = 0; c < C; c++) nn += d->needed[(size_t)r * C + c];
-    FMCall(FMPrintf(comm, fp, "  %4d %4d %5d %6d %12.1f %3d/%-3d %9.3f\n", r, d->topo.node[r], nrows, d->part.rstart[r + 1] - d->part.rstart[r],
-                    (double)d->part.work[r] / block, nn, C, recv[r] / 1048576.0));
+    FMCallGoto(FMPrintf(comm, fp, "  %4d %4d %5d %6d %12.1f %3d/%-3d %9.3f\n", r, d->topo.node[r], nrows, d->part.rstart[r + 1] - d->part.rstart[r],
+                        (double)d->part.work[r] / block, nn, C, recv[r] / 1048576.0));
   }
-  free(recv);
-  FMCall(FMPrintf(comm, fp, "  K/V bytes: needed %.3f MB vs unpruned all-gather %.3f MB (%.1f%%); route moves %.3f MB inside nodes, %.3f MB across nodes\n",
-                  d->route.needed_bytes / 1048576.0, d->route.allgather_bytes / 1048576.0,
-                  d->route.allgather_bytes > 0 ? 100.0 * d->route.needed_bytes / d->route.allgather_bytes : 100.0, d->route.bytes[0] / 1048576.0,
-                  d->route.bytes[1] / 1048576.0));
+  FMCallGoto(FMPrintf(comm, fp, "  K/V bytes: needed %.3f MB vs unpruned all-gather %.3f MB (%.1f%%); route moves %.3f MB inside nodes, %.3f MB across nodes\n",
+                      full.needed_bytes / 1048576.0, full.allgather_bytes / 1048576.0,
+                      full.allgather_bytes > 0 ? 100.0 * full.needed_bytes / full.allgather_bytes : 100.0, full.bytes[0] / 1048576.0,
+                      full.bytes[1] / 1048576.0));
   {
     double rb[2];
     FMDistRingBytes(&d->topo, d->rbytes, rb);
-    FMCall(FMPrintf(comm, fp, "  ring schedule would move %.3f MB inside nodes, %.3f MB across nodes%s\n", rb[0] / 1048576.0, rb[1] / 1048576.0,
-                    d->opt.schedule == FM_DIST_SCHED_RING ? " (the schedule in use)" : ""));
+    FMCallGoto(FMPrintf(comm, fp, "  ring schedule would move %.3f MB inside nodes, %.3f MB across nodes%s\n", rb[0] / 1048576.0, rb[1] / 1048576.0,
+                        d->opt.schedule == FM_DIST_SCHED_RING ? " (the schedule in use)" : ""));
   }
 #if FM_HAVE_CUDA
-  if (d->gpu) FMCall(FMDistViewGPU_Private(plan, d, fp));
+  if (d->gpu) FMCallGoto(FMDistViewGPU_Private(plan, d, fp));
 #endif
-  return FM_SUCCESS;
+cleanup:
+  free(recv);
+  FMDistRouteDestroy(&full);
+  return ierr;
 }
 
 /* ---------------- layout queries ---------------- */

@@ -236,7 +236,10 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
   }
   FMCall(FMCudaEventCreate(&g->ev_in));
   FMCall(FMCudaEventCreate(&g->ev_done));
-  FMCall(FMDistExchangeSteps((FMDistSchedType)d->opt.schedule, &d->ch, &d->part, &d->topo, &d->route, d->opt.step_chunks, &ntx, &tx, &g->nsteps));
+  /* this rank's steps only, numbered 0..nsteps-1 in the global order (tags are per chunk, and no step
+     is collective, so ranks need not share step numbers) */
+  FMCall(FMDistExchangeStepsRank((FMDistSchedType)d->opt.schedule, &d->ch, &d->part, &d->topo, &d->route, d->opt.step_chunks, me, &ntx,
+                                 &tx, &g->nsteps));
   FMCall(FMCalloc(g->nsteps + 1, &g->st));
   FMCall(FMMalloc(C, &g->where));
   FMCall(FMMalloc(C, &g->woff));

@@ -47,8 +47,12 @@ static int cmp_step(const void *u, const void *v)
   return (p->x.chunk > q->x.chunk) - (p->x.chunk < q->x.chunk);
 }
 
-FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
-                                const FMDistRoute *route, int group, int *n, FMDistStepXfer **x, int *nsteps)
+/* whether a transfer src -> dst is kept: all of them (rank < 0) or those of rank */
+static int keep(int rank, int src, int dst) { return rank < 0 || src == rank || dst == rank; }
+
+/* The steps of every transfer (rank < 0) or of rank's transfers, numbered over those kept. */
+static FMErrorCode steps_build(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
+                               const FMDistRoute *route, int group, int rank, int *n, FMDistStepXfer **x, int *nsteps)
 {
   int P = part->nranks, m = 0, cnt = 0;
   Keyed *t;
@@ -59,6 +63,7 @@ FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, c
   if (sched == FM_DIST_SCHED_RING) {
     for (int s = 1; s < P; s++)
       for (int r = 0; r < P; r++) {
+        if (!keep(rank, (r - 1 + P) % P, r)) continue;
         int own = ((r - s) % P + P) % P;
         for (int b = part->rstart[own]; b < part->rstart[own + 1]; b++) cnt += FMDistChunkKeyLen(ch, part->rchunks[b]) > 0;
       }
@@ -71,6 +76,7 @@ FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, c
     for (int s = 1; s < P; s++)
       for (int r = 0; r < P; r++) {
         int own = ((r - s) % P + P) % P, src = (r - 1 + P) % P;
+        if (!keep(rank, src, r)) continue;
         for (int b = part->rstart[own]; b < part->rstart[own + 1]; b++) {
           int c = part->rchunks[b];
           if (FMDistChunkKeyLen(ch, c) <= 0) continue;
@@ -83,6 +89,7 @@ FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, c
   } else {
     for (int k = 0; k < route->n; k++) {
       const FMDistXfer *y = &route->x[k];
+      if (!keep(rank, y->src, y->dst)) continue;
       t[m].a = y->stage; t[m].b = ((y->dst - y->src) % P + P) % P; t[m].c = 0;
       t[m].x.chunk = y->chunk; t[m].x.src = y->src; t[m].x.dst = y->dst; t[m].x.level = y->level;
       m++;
@@ -106,5 +113,27 @@ FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, c
     *n = m; *x = out; *nsteps = s + 1;
   }
   free(t);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
+                                const FMDistRoute *route, int group, int *n, FMDistStepXfer **x, int *nsteps)
+{
+  FMCall(steps_build(sched, ch, part, topo, route, group, -1, n, x, nsteps));
+  return FM_SUCCESS;
+}
+
+/*
+ * FMDistExchangeStepsRank - the steps of rank's own transfers only (route may be the whole
+ *   route or FMDistRouteBuildRank's), numbered 0..nsteps-1 over the keys of those transfers:
+ *   the same transfers in the same order as FMDistExchangeSteps filtered to rank, with each
+ *   step number replaced by its rank among the rank's steps. Every rank executes its steps in
+ *   the global key order, so skipping the steps it has no part in cannot deadlock.
+ */
+FMErrorCode FMDistExchangeStepsRank(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
+                                    const FMDistRoute *route, int group, int rank, int *n, FMDistStepXfer **x, int *nsteps)
+{
+  FMCheck(rank >= 0 && rank < part->nranks, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "rank %d; expected 0..%d", rank, part->nranks - 1);
+  FMCall(steps_build(sched, ch, part, topo, route, group, rank, n, x, nsteps));
   return FM_SUCCESS;
 }

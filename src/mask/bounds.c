@@ -1,0 +1,152 @@
+/*
+ * bounds.c - the batch dimension of a mask (FMMaskSetBatch) and the user's bounds of type
+ * "bounds" per (sample, head): FMMaskSetBounds (every sample), FMMaskSetSampleBounds (one),
+ * and the getters FMMaskGetBounds / FMMaskGetSampleBounds. Rows of the bound vectors are
+ * g = sample * mask_heads + head (FM_MASK_NG rows in all).
+ */
+#include "maskimpl.h"
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const bound_names[4] = {"lts", "lte", "uts", "ute"};
+
+FMErrorCode FMMaskCheckBatch_Private(int mask_batch, int mask_heads, int seqlen_k, const char *what)
+{
+  const int64_t n = (int64_t)mask_batch * mask_heads * (seqlen_k > 0 ? seqlen_k : 0);
+  FMCheck(mask_batch >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "%s (mask_batch) is %d; expected >= 1 (1: shared by every sample)", what,
+          mask_batch);
+  FMCheck(n <= FM_MASK_MAX_ENTRIES, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
+          "%s: mask_batch %d times mask_heads %d times seqlen_k %d is %lld bound columns; expected at most FM_MASK_MAX_ENTRIES = %d", what,
+          mask_batch, mask_heads, seqlen_k, (long long)n, FM_MASK_MAX_ENTRIES);
+  return FM_SUCCESS;
+}
+
+/* FMMaskSetBatch - see flashmask.h. Bounds given before are discarded when the batch changes. */
+FMErrorCode FMMaskSetBatch(FMMask mask, int mask_batch)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCall(FMMaskCheckBatch_Private(mask_batch, mask->mask_heads, mask->seqlen_k, "Argument 2"));
+  if (mask->user_head_set && mask_batch != mask->mask_batch) FMMaskFreeUserBounds_Private(mask);
+  if (mask_batch != mask->mask_batch) mask->hdr.setupcalled = 0;
+  mask->mask_batch = mask_batch;
+  return FM_SUCCESS;
+}
+
+/* FMMaskGetBatch - see flashmask.h. */
+FMErrorCode FMMaskGetBatch(FMMask mask, int *mask_batch)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMValidPointer(mask_batch, 2);
+  *mask_batch = mask->mask_batch;
+  return FM_SUCCESS;
+}
+
+/* Check one head's vectors; a is the argument number of lts. */
+static FMErrorCode check_vectors(FMMask mask, const int32_t *const in[4], int a, int *bits)
+{
+  const int Sq = mask->seqlen_q, Sk = mask->seqlen_k;
+  FMCheck(!(in[1] && !in[0]), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument %d (lte) is given without argument %d (lts); give lts too", a + 1,
+          a);
+  FMCheck(!(in[2] && !in[3]), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument %d (uts) is given without argument %d (ute); give ute too", a + 2,
+          a + 3);
+  *bits = 0;
+  for (int v = 0; v < 4; v++) {
+    if (!in[v]) continue;
+    *bits |= 1 << v;
+    for (int j = 0; j < Sk; j++)
+      FMCheck(in[v][j] >= 0 && in[v][j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+              "Argument %d (%s): %s[%d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", v + a, bound_names[v], bound_names[v], j,
+              (int)in[v][j], bound_names[v], Sq);
+  }
+  for (int j = 0; j < Sk; j++) {
+    int32_t s = in[0] ? in[0][j] : Sq, e = in[1] ? in[1][j] : Sq;
+    FMCheck(s <= e, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+            "Argument %d (lts): lts[%d] = %d is greater than lte[%d] = %d; expected start <= end", a, j, (int)s, j, (int)e);
+    s = in[2] ? in[2][j] : 0;
+    e = in[3] ? in[3][j] : 0;
+    FMCheck(s <= e, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+            "Argument %d (uts): uts[%d] = %d is greater than ute[%d] = %d; expected start <= end", a + 2, j, (int)s, j, (int)e);
+  }
+  return FM_SUCCESS;
+}
+
+/* Copy head's vectors into samples [s0, s1); a is the argument number of lts. */
+static FMErrorCode set_bounds(FMMask mask, int s0, int s1, int head, const int32_t *const in[4], int a)
+{
+  const size_t G = FM_MASK_NG(mask), Sk = (size_t)mask->seqlen_k;
+  int bits = 0;
+  FMCheck(mask->seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMMaskSetSizes() before FMMaskSetBounds()");
+  FMCheck(head >= 0 && head < mask->mask_heads, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument %d (head) is %d; expected 0 <= head < mask_heads = %d", a - 1, head, mask->mask_heads);
+  FMCall(check_vectors(mask, in, a, &bits));
+  if (!mask->user_head_set) FMCall(FMCalloc(G, &mask->user_head_set));
+  for (int v = 0; v < 4; v++) {
+    if (!in[v]) continue;
+    if (!mask->user[v]) FMCall(FMMalloc(G * Sk, &mask->user[v]));
+    for (int s = s0; s < s1; s++) memcpy(mask->user[v] + ((size_t)s * mask->mask_heads + head) * Sk, in[v], sizeof(int32_t) * Sk);
+  }
+  for (int s = s0; s < s1; s++) mask->user_head_set[(size_t)s * mask->mask_heads + head] = (unsigned char)(0x10 | bits);
+  mask->user_present = 0;
+  for (size_t g = 0; g < G; g++) mask->user_present |= mask->user_head_set[g] & 0xF;
+  mask->hdr.setupcalled = 0;
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetBounds - copy one head's user bounds into every sample (type "bounds"). Not
+ *   collective. Needs FMMaskSetSizes (and FMMaskSetBatch, if any) first. Values are checked
+ *   here (0 <= x <= seqlen_q, start <= end) and again at SetUp. lte without lts, or uts
+ *   without ute, is refused (no default start). Setting a head again replaces it.
+ */
+FMErrorCode FMMaskSetBounds(FMMask mask, int head, const int32_t *lts, const int32_t *lte, const int32_t *uts, const int32_t *ute)
+{
+  const int32_t *const in[4] = {lts, lte, uts, ute};
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCall(set_bounds(mask, 0, mask->mask_batch, head, in, 3));
+  return FM_SUCCESS;
+}
+
+/* FMMaskSetSampleBounds - the same for one sample (see flashmask.h). Not collective. */
+FMErrorCode FMMaskSetSampleBounds(FMMask mask, int sample, int head, const int32_t *lts, const int32_t *lte, const int32_t *uts,
+                                  const int32_t *ute)
+{
+  const int32_t *const in[4] = {lts, lte, uts, ute};
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(sample >= 0 && sample < mask->mask_batch, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 2 (sample) is %d; expected 0 <= sample < mask_batch = %d (FMMaskSetBatch)", sample, mask->mask_batch);
+  FMCall(set_bounds(mask, sample, sample + 1, head, in, 4));
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskGetSampleBounds - borrowed pointers to the vectors of (sample, head) (after SetUp;
+ *   valid until the next SetUp or Destroy). Not collective. Any output may be NULL.
+ */
+FMErrorCode FMMaskGetSampleBounds(FMMask mask, int sample, int head, const int32_t **lts, const int32_t **lte, const int32_t **uts,
+                                  const int32_t **ute, int *present, FMBool *causal)
+{
+  const int32_t **out[4] = {lts, lte, uts, ute};
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheckSetUp(mask, "FMMask");
+  FMCheck(sample >= 0 && sample < mask->mask_batch, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 2 (sample) is %d; expected 0 <= sample < mask_batch = %d", sample, mask->mask_batch);
+  FMCheck(head >= 0 && head < mask->mask_heads, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 3 (head) is %d; expected 0 <= head < mask_heads = %d", head, mask->mask_heads);
+  for (int v = 0; v < 4; v++)
+    if (out[v]) *out[v] = mask->bnd[v] + ((size_t)sample * mask->mask_heads + head) * mask->seqlen_k;
+  if (present) *present = mask->present;
+  if (causal) *causal = mask->causal ? FM_TRUE : FM_FALSE;
+  return FM_SUCCESS;
+}
+
+/* FMMaskGetBounds - FMMaskGetSampleBounds of sample 0. Not collective. */
+FMErrorCode FMMaskGetBounds(FMMask mask, int head, const int32_t **lts, const int32_t **lte, const int32_t **uts, const int32_t **ute,
+                            int *present, FMBool *causal)
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheckSetUp(mask, "FMMask");
+  FMCheck(head >= 0 && head < mask->mask_heads, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 2 (head) is %d; expected 0 <= head < mask_heads = %d", head, mask->mask_heads);
+  FMCall(FMMaskGetSampleBounds(mask, 0, head, lts, lte, uts, ute, present, causal));
+  return FM_SUCCESS;
+}

@@ -1,0 +1,240 @@
+/*
+ * test_mask_batch - per-sample masks (FMMaskSetBatch, issue 11) on the CPU backend:
+ *  - batch builders pack every sample differently; forward and backward with B = 3, GQA 4:2,
+ *    S_q != S_k against a float64 reference per sample (batch_cases.h), fp32;
+ *  - mask_batch 1 gives bitwise the results of a batch mask holding it in every sample, and
+ *    each sample of a batch run equals bitwise a batch-1 plan on that sample's bounds;
+ *  - the update path: new per-sample bounds, FMMaskSetUp, FMPlanSetUp give bitwise the
+ *    results of a fresh mask and plan;
+ *  - bad input: sample out of range, a mask batch that is neither 1 nor the plan's batch;
+ *  - HDF5: a batch mask saved and loaded keeps every sample; a file written before issue 11
+ *    (-old FILE) loads as mask_batch 1 with the builders' bounds.
+ * Usage: test_mask_batch [-dir DIR] [-old FILE]     (1 rank)
+ *        test_mask_batch -cp                        (2 ranks: a "cp" plan refuses mask_batch > 1;
+ *                                                    a mask batch that is not the plan's is refused)
+ */
+#include <flashmask/fmconf.h>
+#include "batch_cases.h"
+
+/* Forward then backward on host tensors (CPU backend). */
+static void run_cpu(FMPlan plan, FMDType dt, const size_t n[4], size_t nl, void *const in[4], void *const out[4], float *lse)
+{
+  (void)nl;
+  for (int t = 0; t < 4; t++) memset(out[t], 0xff, n[t < 2 ? 0 : 1] * FMDTypeSize(dt)); /* NaN poison */
+  FMT_CALL(FMPlanForward(plan, in[0], in[1], in[2], out[0], lse));
+  FMT_CALL(FMPlanBackward(plan, in[0], in[1], in[2], out[0], lse, in[3], out[1], out[2], out[3]));
+}
+
+/* Sample b of a batch run equals a batch-1 plan on sample b's bounds (every output, bitwise). */
+static void check_split(FMContext ctx, const BCShape *s, uint64_t *seed)
+{
+  BCShape one = *s;
+  BCData d, e;
+  FMMask m = bc_builder(ctx, FMMASKCAUSALDOCUMENT, s, s->B);
+  const size_t es = FMDTypeSize(s->dt);
+  one.B = 1;
+  bc_data_init(&d, s, seed);
+  bc_data_init(&e, &one, seed);
+  bc_run(ctx, run_cpu, m, s, &d);
+  for (int b = 0; b < s->B; b++) {
+    const int src[1] = {b};
+    FMMask u = bc_copy_samples(ctx, m, 1, src);
+    for (int t = 0; t < 4; t++) memcpy(e.in[t], (char *)d.in[t] + b * e.n[t] * es, e.n[t] * es);
+    bc_run(ctx, run_cpu, u, &one, &e);
+    for (int t = 0; t < 4; t++)
+      FMT_CHECK(!memcmp(e.out[t], (char *)d.out[t] + b * e.no[t] * es, e.no[t] * es),
+                "sample %d of the batch run: output %d differs from a batch-1 plan on that sample's bounds", b, t);
+    FMT_CHECK(!memcmp(e.lse, d.lse + b * e.nl, e.nl * sizeof(float)), "sample %d: LSE differs from the batch-1 plan", b);
+    FMT_CALL(FMMaskDestroy(&u));
+  }
+  printf("  each sample of a batch run equals a batch-1 plan on its bounds (bitwise)\n");
+  bc_data_free(&d);
+  bc_data_free(&e);
+  FMT_CALL(FMMaskDestroy(&m));
+}
+
+/* New per-sample bounds every step (same sizes) through one mask and plan = a fresh mask and plan. */
+static void check_update(FMContext ctx, const BCShape *s, uint64_t *seed)
+{
+  static const int orders[3][3] = {{0, 1, 2}, {2, 0, 1}, {1, 1, 0}};
+  FMMask src = bc_builder(ctx, FMMASKDOCUMENT, s, s->B), m;
+  FMPlan plan;
+  BCData d;
+  int mh = s->mh;
+  bc_data_init(&d, s, seed);
+  m = bc_copy_samples(ctx, src, s->B, orders[0]);
+  plan = bc_plan(ctx, m, s, s->B);
+  for (int step = 1; step < 3; step++) {
+    BCOut a;
+    FMMask f;
+    for (int b = 0; b < s->B; b++)
+      for (int h = 0; h < mh; h++) {
+        const int32_t *v[4];
+        FMT_CALL(FMMaskGetSampleBounds(src, orders[step][b], h, &v[0], &v[1], &v[2], &v[3], NULL, NULL));
+        FMT_CALL(FMMaskSetSampleBounds(m, b, h, v[0], v[1], v[2], v[3]));
+      }
+    FMT_CALL(FMMaskSetUp(m));
+    FMT_CALL(FMPlanSetUp(plan));
+    run_cpu(plan, s->dt, d.n, d.nl, d.in, d.out, d.lse);
+    bc_save(&a, &d, s->dt);
+    f = bc_copy_samples(ctx, src, s->B, orders[step]);
+    bc_run(ctx, run_cpu, f, s, &d);
+    bc_check_same(step == 1 ? "update step 1 against a fresh plan" : "update step 2 against a fresh plan", &a, &d, s->dt, 0);
+    if (step == 2) bc_check_ref("update step 2 against the reference", f, s, &d);
+    bc_out_free(&a);
+    FMT_CALL(FMMaskDestroy(&f));
+  }
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&m));
+  FMT_CALL(FMMaskDestroy(&src));
+  bc_data_free(&d);
+}
+
+/* Named errors for bad input. */
+static void check_errors(FMContext ctx, const BCShape *s)
+{
+  FMMask m;
+  FMPlan plan;
+  int32_t *lts = calloc((size_t)s->Sk, sizeof(int32_t));
+  const int32_t *p;
+  FMT_CALL(FMMaskCreate(ctx, &m));
+  FMT_CALL(FMMaskSetSizes(m, s->Sq, s->Sk, s->mh));
+  FMT_EXPECT_ERR(FMMaskSetBatch(m, 0), FM_ERR_ARG_OUTOFRANGE, "mask_batch");
+  FMT_CALL(FMMaskSetBatch(m, 2));
+  FMT_CALL(FMMaskSetType(m, FMMASKBOUNDS));
+  FMT_EXPECT_ERR(FMMaskSetSampleBounds(m, 2, 0, lts, NULL, NULL, NULL), FM_ERR_ARG_OUTOFRANGE, "(sample) is 2");
+  FMT_EXPECT_ERR(FMMaskSetSampleBounds(m, -1, 0, lts, NULL, NULL, NULL), FM_ERR_ARG_OUTOFRANGE, "(sample) is -1");
+  FMT_EXPECT_ERR(FMMaskSetSampleBounds(m, 0, s->mh, lts, NULL, NULL, NULL), FM_ERR_ARG_OUTOFRANGE, "(head)");
+  for (int h = 0; h < s->mh; h++) FMT_CALL(FMMaskSetSampleBounds(m, 0, h, lts, NULL, NULL, NULL));
+  FMT_EXPECT_ERR(FMMaskSetUp(m), FM_ERR_ORDER, "sample 1, head 0");
+  for (int h = 0; h < s->mh; h++) FMT_CALL(FMMaskSetSampleBounds(m, 1, h, lts, NULL, NULL, NULL));
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_EXPECT_ERR(FMMaskGetSampleBounds(m, 2, 0, &p, NULL, NULL, NULL, NULL, NULL), FM_ERR_ARG_OUTOFRANGE, "(sample) is 2");
+  /* mask_batch 2 with a plan of batch 3 */
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetMask(plan, m));
+  FMT_CALL(FMPlanSetType(plan, FMPLANLOCAL));
+  FMT_CALL(FMPlanSetShape(plan, 3, s->Hq, s->Hkv, s->D, s->dt));
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ARG_INCOMP, "mask_batch 2");
+  FMT_CALL(FMPlanSetShape(plan, 2, s->Hq, s->Hkv, s->D, s->dt));
+  FMT_CALL(FMPlanSetUp(plan));
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&m));
+  free(lts);
+  printf("  bad sample index, mask batch and missing samples refused with named errors\n");
+}
+
+/* Bounds of every (sample, head) of a and b equal, and their batches. */
+static void check_same_bounds(const char *what, FMMask a, FMMask b)
+{
+  int ba, bb, Sq, Sk, mh;
+  size_t nd = 0;
+  FMT_CALL(FMMaskGetBatch(a, &ba));
+  FMT_CALL(FMMaskGetBatch(b, &bb));
+  FMT_CHECK(ba == bb, "%s: mask_batch %d, expected %d", what, bb, ba);
+  if (ba != bb) return;
+  FMT_CALL(FMMaskGetSizes(a, &Sq, &Sk, &mh));
+  for (int s = 0; s < ba; s++)
+    for (int h = 0; h < mh; h++) {
+      const int32_t *va[4], *vb[4];
+      FMT_CALL(FMMaskGetSampleBounds(a, s, h, &va[0], &va[1], &va[2], &va[3], NULL, NULL));
+      FMT_CALL(FMMaskGetSampleBounds(b, s, h, &vb[0], &vb[1], &vb[2], &vb[3], NULL, NULL));
+      for (int v = 0; v < 4; v++)
+        for (int j = 0; j < Sk; j++) nd += va[v][j] != vb[v][j];
+    }
+  FMT_CHECK(nd == 0, "%s: %zu bound entries differ", what, nd);
+}
+
+static void check_hdf5(FMContext ctx, const BCShape *s, const char *dir, const char *old)
+{
+#if FM_HAVE_HDF5
+  char path[512];
+  FMMask m = bc_builder(ctx, FMMASKRANDOMEVICTION, s, s->B), l;
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  snprintf(path, sizeof(path), "%s/test_mask_batch.h5", dir);
+  if (rank == 0) remove(path);
+  FMT_CALL(FMMaskSave(m, path, "evict3"));
+  FMT_CALL(FMMaskLoad(ctx, path, "evict3", &l));
+  check_same_bounds("random_eviction, mask_batch 3, saved and loaded", m, l);
+  FMT_CALL(FMMaskDestroy(&l));
+  FMT_CALL(FMMaskDestroy(&m));
+  if (old) { /* written by the library before issue 11: 96 x 96, 2 heads, seed 42 */
+    static const char *const names[3] = {FMMASKDOCUMENT, FMMASKRANDOMEVICTION, FMMASKCAUSAL};
+    const BCShape o = {1, 96, 96, 2, 2, 2, 8, FM_DTYPE_FP32, 0, 0, 0};
+    for (int t = 0; t < 3; t++) {
+      FMMask b = bc_builder(ctx, names[t], &o, 1);
+      FMT_CALL(FMMaskLoad(ctx, old, names[t], &l));
+      check_same_bounds(names[t], b, l);
+      FMT_CALL(FMMaskDestroy(&l));
+      FMT_CALL(FMMaskDestroy(&b));
+    }
+    printf("  %s (written before mask_batch) loads as mask_batch 1 with the builders' bounds\n", old);
+  }
+  printf("  HDF5 round trip of a batch mask keeps every sample\n");
+#else
+  (void)ctx, (void)s, (void)dir, (void)old;
+  printf("  (no HDF5 in this build: save/load not checked)\n");
+#endif
+}
+
+/* At 2 ranks: a "cp" plan refuses mask_batch > 1 with FM_ERR_SUP on every rank; mask_batch 1 sets up. */
+static void check_cp(FMContext ctx, const BCShape *s)
+{
+  for (int mb = 3; mb >= 1; mb -= 2) {
+    FMMask m = bc_builder(ctx, FMMASKCAUSALDOCUMENT, s, mb);
+    FMPlan plan;
+    FMT_CALL(FMPlanCreate(ctx, &plan));
+    FMT_CALL(FMPlanSetMask(plan, m));
+    FMT_CALL(FMPlanSetType(plan, FMPLANCP));
+    FMT_CALL(FMPlanSetShape(plan, s->B, s->Hq, s->Hkv, s->D, s->dt));
+    if (mb > 1) FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_SUP, "per-sample masks");
+    else FMT_CALL(FMPlanSetUp(plan));
+    FMT_CALL(FMPlanDestroy(&plan));
+    FMT_CALL(FMMaskDestroy(&m));
+  }
+  { /* a mask batch that is neither 1 nor the plan's batch: a named error on every rank */
+    FMMask m = bc_builder(ctx, FMMASKDOCUMENT, s, 2);
+    FMPlan plan;
+    FMT_CALL(FMPlanCreate(ctx, &plan));
+    FMT_CALL(FMPlanSetMask(plan, m));
+    FMT_CALL(FMPlanSetShape(plan, s->B, s->Hq, s->Hkv, s->D, s->dt));
+    FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_ARG_INCOMP, "mask_batch 2");
+    FMT_CALL(FMPlanDestroy(&plan));
+    FMT_CALL(FMMaskDestroy(&m));
+  }
+  printf("  cp plan: mask_batch 3 refused with FM_ERR_SUP on this rank, mask_batch 1 sets up, mask_batch 2 for batch 3 "
+         "refused (FM_ERR_ARG_INCOMP)\n");
+}
+
+int main(int argc, char **argv)
+{
+  const BCShape s = {3, 80, 112, 4, 2, 2, 16, FM_DTYPE_FP32, 1e-5, 2e-5, 0};
+  const char *dir = ".", *old = NULL;
+  int cp = 0;
+  uint64_t seed;
+  FMContext ctx;
+  FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_mask_batch: per-sample masks on the CPU backend"));
+  for (int a = 1; a < argc; a++) {
+    if (!strcmp(argv[a], "-dir") && a + 1 < argc) dir = argv[++a];
+    else if (!strcmp(argv[a], "-old") && a + 1 < argc) old = argv[++a];
+    else if (!strcmp(argv[a], "-cp")) cp = 1;
+  }
+  seed = fmt_seed();
+  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CPU));
+  FMT_CALL(FMContextSetUp(ctx));
+  if (cp) {
+    check_cp(ctx, &s);
+  } else {
+    bc_check_all(ctx, run_cpu, &s, &seed);
+    check_split(ctx, &s, &seed);
+    check_update(ctx, &s, &seed);
+    check_errors(ctx, &s);
+    check_hdf5(ctx, &s, dir, old);
+  }
+  FMT_CALL(FMContextDestroy(&ctx));
+  FMT_CALL(FMFinalize());
+  return fmt_finish("test_mask_batch");
+}

@@ -6,7 +6,8 @@
  * columns, GQA 4:1, S_q != S_k both ways (bottom-right causal), odd lengths (1000, 4099), head
  * dims 64/128/256, bf16 and fp16, several softmax scales.
  * Pass: ||g - ref|| / ||ref|| <= 2e-2 (bf16) / 5e-3 (fp16) for g = dq, dk, dv; no NaN anywhere.
- * Exit 77 without CUDA or without a GPU.
+ * Exit 77 without CUDA or without a GPU (no device or no driver at all); a CUDA error from the
+ * device count (a broken driver) is a hard error (99).
  * Usage: test_gpu_bwd [-quick] [-case N] [-seed S]
  */
 #include <flashmask.h>

@@ -18,7 +18,8 @@
  * (FMPlanGetLocalKeys), copies them to its device, poisons O and LSE (0xFF bytes: NaN), runs
  * FMPlanForward, synchronizes and checks every local row:
  *   against float64:  |O - ref| <= 2e-2 (bf16) / 5e-3 (fp16) per element, ||O - ref|| / ||ref||
- *                     <= 2e-2 / 5e-3 per case, |LSE - ref| <= 1e-2 + 1e-3 |ref|;
+ *                     <= 2e-2 / 5e-3 per case (fails on an all-zero or scaled O), |LSE - ref|
+ *                     <= 1e-3 (1 + |ref|) (LSE is fp32 whatever the dtype);
  *   against one GPU:  |O - O_1| <= 2e-2 per element, |LSE - LSE_1| <= 1e-3;
  *   rows that see no key: O = 0 exactly and LSE = -inf (also on the one GPU).
  * Backward (384 x 384, 2 query / 1 KV heads, d = 64, bf16, every configuration): dQ on the local
@@ -26,7 +27,8 @@
  * MPI_COMM_SELF, CPU backend) within bf16 tolerance (relative 2-norm error <= 2e-2 per tensor,
  * every element within 5e-2 of the largest reference magnitude).
  * Failures name the case, configuration, rank, row, head and values; the exit status is the same
- * on every rank: 0 pass, 1 fail, 77 no CUDA in the build or no GPU on some rank, 99 hard error.
+ * on every rank: 0 pass, 1 fail, 77 no CUDA in the build or no GPU on some rank, 99 hard error
+ * (also a CUDA error in the device count: a broken driver is not "no GPU").
  *
  * Usage: test_gpu_cp [-quick] [-case N (the number printed before each case)] [-seed S] [-ngpus] [-fm_plan_transport nccl|mpi]
  *                    [-fm_gpu_aware_mpi auto|0|1]
@@ -276,7 +278,7 @@ static void check_rows(const Case *c, const char *cfg, int nl, const int *rows, 
         }
         {
           double e = fabs((double)got_l - ref_l);
-          if (!(e <= 1e-2 + 1e-3 * fabs(ref_l))) REPORT("row %d (local %d) head %d batch %d: LSE = %.6g, float64 reference %.6g", i, li, h, b, got_l, ref_l);
+          if (!(e <= 1e-3 * (1 + fabs(ref_l)))) REPORT("row %d (local %d) head %d batch %d: LSE = %.6g, float64 reference %.6g", i, li, h, b, got_l, ref_l);
           if (!(e <= st->lse_ref)) st->lse_ref = isnan(e) ? INFINITY : e;
           if (one) {
             e = fabs((double)got_l - one_l);
@@ -728,17 +730,21 @@ int main(int argc, char **argv)
     else if (!strcmp(argv[a], "-quick")) quick = 1;
     else if (!strcmp(argv[a], "-ngpus")) probe = 1;
   }
-  if (cudaGetDeviceCount(&ngpus) != cudaSuccess) {
-    (void)cudaGetLastError();
-    ngpus = 0;
-  }
+  /* no device or no driver: skip; any other CUDA failure (a broken driver) is a hard error on every rank */
+  if (FMCudaDeviceCount(&ngpus) != FM_SUCCESS) {
+    fprintf(stderr, "HARD ERROR rank %d: FMCudaDeviceCount failed: %s\n", rank, FMGetLastErrorMessage());
+    have = -1;
+  } else have = ngpus > 0;
   if (probe) {
-    if (rank == 0) printf("ngpus %d\ncuda_aware_mpi %d\n", ngpus, FMMPICUDAAware_Private());
+    if (rank == 0 && have >= 0) printf("ngpus %d\ncuda_aware_mpi %d\n", ngpus, FMMPICUDAAware_Private());
     FMFinalize();
-    return ngpus > 0 ? 0 : 77;
+    return have < 0 ? 99 : ngpus > 0 ? 0 : 77;
   }
-  have = ngpus > 0;
   MPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (all < 0) {
+    FMFinalize();
+    return 99;
+  }
   if (!all) {
     if (rank == 0) printf("SKIP: no CUDA device visible on some rank\n");
     FMFinalize();

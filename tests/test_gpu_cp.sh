@@ -1,14 +1,19 @@
 #!/bin/sh
 # test_gpu_cp - the context-parallel forward (and a tiny backward) on GPUs against float64 and one GPU.
-# Skips (77) without CUDA in the build or without a visible GPU. Five legs: 2 ranks over
+# Skips (77) without CUDA in the build or without a visible GPU (no device, or no driver at all);
+# a CUDA error in the device probe (a broken driver) fails the test. Five legs: 2 ranks over
 # -fm_plan_transport mpi staged through host memory (ranks may share a GPU), over mpi on device
 # buffers (-fm_gpu_aware_mpi 1), over nccl; 3 ranks (-quick) sharing one GPU over staged mpi, and
 # over nccl. A leg the machine cannot run (nccl with fewer GPUs than ranks, a CUDA-unaware MPI)
 # exits 77 by itself and is reported as skipped; any other failure fails the test.
 . "$srcdir/tests/common.sh"
 fm_skip_unless_cuda
-fm_run 1 ./tests/test_gpu_cp -ngpus >/dev/null 2>&1
-if [ $? -eq 77 ]; then echo "SKIP: no CUDA device visible"; exit 77; fi
+fm_run 1 ./tests/test_gpu_cp -ngpus; rc=$?
+case $rc in
+  0) ;;
+  77) echo "SKIP: no CUDA device visible (no device or no driver installed)"; exit 77 ;;
+  *) echo "FAIL: the device probe exited $rc (a CUDA error is a failure, not a skip)"; exit 1 ;;
+esac
 ran=0
 leg() {
   np=$1; shift

@@ -8,8 +8,10 @@
  * kernel covers. The reference masks each element from the bounds FMMaskGetBounds returns, by
  * the format's definition. Rows are sampled for the reference on long sequences; O and LSE are
  * checked for NaN everywhere.
- * Pass: ||O - ref|| / ||ref|| <= 2e-2 (bf16) / 5e-3 (fp16); |LSE - ref| <= 1e-2 + 1e-3 |ref|;
- * LSE = -inf and O = 0 exactly on rows with no visible key. Exit 77 when no GPU.
+ * Pass: ||O - ref|| / ||ref|| <= 2e-2 (bf16) / 5e-3 (fp16) (fails on an all-zero or scaled O);
+ * |LSE - ref| <= 1e-3 (1 + |ref|) for every dtype (the kernels compute LSE in fp32);
+ * LSE = -inf and O = 0 exactly on rows with no visible key. Exit 77 when no GPU (no device or no
+ * driver at all); a CUDA error from the device count (a broken driver) is a hard error (99).
  * Usage: test_gpu_fwd [-quick] [-case N]
  */
 #include <flashmask.h>
@@ -199,7 +201,7 @@ static int run_case(FMContext ctx, FMContext fctx, const Case *c, uint64_t seed,
             bad_masked += !ok;
           } else {
             double ref_l = mx + log(l), e = fabs(got_l - ref_l);
-            e = e / (1e-2 + 1e-3 * fabs(ref_l)); /* <= 1 passes */
+            e = e / (1e-3 * (1 + fabs(ref_l))); /* <= 1 passes: LSE is fp32 whatever the dtype, so 1e-3 relative */
             if (isnan(e)) e = INFINITY;
             if (e > lse_err) lse_err = e;
             for (int d = 0; d < D; d++) {

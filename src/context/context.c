@@ -24,6 +24,10 @@ FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx)
   FMCheck(comm != MPI_COMM_NULL, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Argument 1 (comm) is MPI_COMM_NULL; expected a valid communicator");
   FMCall(FMCalloc(1, &c));
   FMCallMPIGoto(MPI_Comm_dup(comm, &c->comm));
+  /* MPI errors on the library's communicators (and those split from it) return to FMCallMPI, which
+     names them and lets the ranks agree, instead of aborting the job (the user's communicator keeps
+     its own handler) */
+  FMCallMPIGoto(MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN));
   FMHeaderCreate(c, FM_CLASSID_CONTEXT, "FMContext", c->comm);
   MPI_Comm_rank(c->comm, &c->rank);
   MPI_Comm_size(c->comm, &c->size);

@@ -17,20 +17,31 @@
 /* ------------------------------------------------------------------ devices */
 
 /*
- * FMCudaDeviceCount - number of CUDA devices visible to this process; 0 (and success) when
- *   there is no driver or no device. Not collective.
+ * FMCudaDeviceCount - number of CUDA devices visible to this process. Not collective.
+ *   0 (and success) only when there is none to find: no device (cudaErrorNoDevice, also an
+ *   empty CUDA_VISIBLE_DEVICES) or no driver installed at all (cudaErrorInsufficientDriver
+ *   with cudaDriverGetVersion giving 0). Any other failure (a driver older than the runtime, a
+ *   broken installation, a device in a bad state) is FM_ERR_CUDA with CUDA's error name, so
+ *   that a broken machine is an error, not "no GPU".
  *   ndev  out: the count
  */
 FMErrorCode FMCudaDeviceCount(int *ndev)
 {
-  int n = 0;
+  int n = 0, drv = -1;
+  cudaError_t e;
   FMValidPointer(ndev, 1);
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    n = 0;
+  *ndev = 0;
+  e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) {
+    *ndev = n;
+    return FM_SUCCESS;
   }
-  *ndev = n;
-  return FM_SUCCESS;
+  (void)cudaGetLastError();
+  if (e == cudaErrorNoDevice) return FM_SUCCESS;
+  if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&drv) == cudaSuccess && drv == 0) return FM_SUCCESS;
+  (void)cudaGetLastError();
+  FMRaise(MPI_COMM_SELF, FM_ERR_CUDA, "CUDA error in cudaGetDeviceCount: %s (%s)%s", cudaGetErrorName(e), cudaGetErrorString(e),
+          e == cudaErrorInsufficientDriver ? "; a CUDA driver is installed but older than this build's runtime" : "");
 }
 
 /*

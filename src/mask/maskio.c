@@ -305,7 +305,6 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
   FMCallGoto(FMH5AttrReadInt(grp, gname, "causal", FM_TRUE, &causal));
   FMCallGoto(FMH5AttrReadInt(grp, gname, "present", FM_TRUE, &present));
   FMCallGoto(FMH5AttrReadInt(grp, gname, "block", FM_FALSE, &block));
-  FMCallGoto(FMH5AttrReadInt(grp, gname, "mask_batch", FM_FALSE, &B)); /* absent before issue 11: 1 */
   FMCheckGoto(Sq > 0 && Sk > 0 && H > 0, MPI_COMM_SELF, FM_ERR_HDF5, "Group %s has seqlen_q %d, seqlen_k %d, mask_heads %d; expected all > 0",
               gname, Sq, Sk, H);
   FMCheckGoto(present >= 0 && present <= 15 && (causal == 0 || causal == 1) && block >= 1, MPI_COMM_SELF, FM_ERR_HDF5,
@@ -314,7 +313,10 @@ static FMErrorCode load_local(FMMask m, const char *path, const char *name)
   {
     char what[340];
     snprintf(what, sizeof(what), "Group %s: attribute", gname);
-    if (FMMaskCheckSizes_Private(Sq, Sk, H, block, what) || FMMaskCheckBatch_Private(B, H, Sk, what)) {
+    /* mask_batch (absent before issue 11: 1) only once the sizes passed: looking up an absent
+       attribute walks every attribute message, and HDF5 1.10 overflows a buffer on some corrupt ones */
+    if (FMMaskCheckSizes_Private(Sq, Sk, H, block, what) || FMH5AttrReadInt(grp, gname, "mask_batch", FM_FALSE, &B) ||
+        FMMaskCheckBatch_Private(B, H, Sk, what)) {
       char msg[1024]; /* copy: the message buffer is reused */
       snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
       FMRaiseGoto(MPI_COMM_SELF, FM_ERR_HDF5, "%s (in \"%s\")", msg, path);

@@ -133,5 +133,8 @@ FMErrorCode FMHeaderSetFromOptions(void *obj, FMClassId cid, FMErrorCode (*body)
   FMCall(FMOptionsPushPrefix_Private(((FMObjectHeader *)obj)->prefix));
   ierr = (*body)(obj);
   FMCall(FMOptionsPopPrefix_Private());
-  return ierr;
+  /* collective: an option refused on one rank is an error on every rank (the others would go on
+     into the next collective call and hang there) */
+  FMCall(FMAgreeCode(((FMObjectHeader *)obj)->comm, ierr));
+  return FM_SUCCESS;
 }

@@ -161,7 +161,8 @@ void FMHeaderDestroy(void *obj);
  * GetOptionsPrefix and SetFromOptions call these with its class id, checked as argument 1):
  * FMHeaderSetOptionsPrefix sets (copies) or clears (NULL) the prefix; FMHeaderGetOptionsPrefix
  * returns it (borrowed); FMHeaderSetFromOptions runs the class's lookups, body(obj), with the
- * prefix pushed (FMOptionsPushPrefix_Private) and returns body's code.
+ * prefix pushed (FMOptionsPushPrefix_Private), and agrees on body's code over the object's
+ * communicator (collective: a failure on one rank is FM_ERR_COLLECTIVE on the others).
  */
 FMErrorCode FMHeaderSetOptionsPrefix(void *obj, FMClassId cid, const char *prefix);
 FMErrorCode FMHeaderGetOptionsPrefix(void *obj, FMClassId cid, const char **prefix);

@@ -166,8 +166,10 @@ FMErrorCode FMCudaConvertOut(const float *src, void *dst, FMDType t, size_t n, v
 /* FMCudaFillFloat - p[0..n) = x on the device, asynchronously on stream. */
 FMErrorCode FMCudaFillFloat(float *p, size_t n, float x, void *stream);
 
-/* FMCudaDeviceInfo - number of devices and properties; ndev = 0 when no driver/GPU. */
+/* FMCudaDeviceCount - number of visible devices: 0 when there is no device or no driver at all,
+   FM_ERR_CUDA on any other CUDA failure (a broken driver is an error, not "no GPU"). */
 FMErrorCode FMCudaDeviceCount(int *ndev);
+/* FMCudaDeviceInfo - properties of one device. */
 FMErrorCode FMCudaDeviceInfo(int dev, char *name, size_t namelen, char *busid, size_t buslen, int *sm);
 FMErrorCode FMCudaSetDevice(int dev);
 /*

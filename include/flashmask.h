@@ -236,8 +236,9 @@ FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend);
  */
 FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads);
 
-/* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_context_view into ctx.
- *   Collective. */
+/* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_context_view (and the kernel
+ *   options -fm_cuda_fallback, -fm_sm90_vdesc_swap, -fm_cpu_vector_width, -fm_cpu_stage_bytes)
+ *   into ctx. Collective; an error on any rank is an error on every rank. */
 FMErrorCode FMContextSetFromOptions(FMContext ctx);
 /*
  * FMContextSetOptionsPrefix - set the prefix that FMContextSetFromOptions puts after the dash of
@@ -464,7 +465,8 @@ FMErrorCode FMMaskSetSampleBounds(FMMask mask, int sample, int head, const int32
  *   Option: -fm_mask_block_size */
 FMErrorCode FMMaskSetBlockSize(FMMask mask, int block);
 
-/* FMMaskSetFromOptions - read every -fm_mask_* option into mask. Collective. */
+/* FMMaskSetFromOptions - read every -fm_mask_* option into mask. Collective; an error on any
+ *   rank is an error on every rank. */
 FMErrorCode FMMaskSetFromOptions(FMMask mask);
 /*
  * FMMaskSetOptionsPrefix - set the prefix that FMMaskSetFromOptions puts after the dash of

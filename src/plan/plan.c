@@ -399,12 +399,12 @@ FMErrorCode FMPlanDestroy(FMPlan *plan)
   return FM_SUCCESS;
 }
 
-/* FMPlanSetFromOptions - see flashmask.h: the lookups above, under the object's options prefix;
-   agreed, so that a refused option (-fm_plan_type local on several ranks) fails on every rank. */
+/* FMPlanSetFromOptions - see flashmask.h: the lookups above, under the object's options prefix
+   (FMHeaderSetFromOptions agrees on the outcome, so a refused option, such as -fm_plan_type
+   local on several ranks, fails on every rank). */
 FMErrorCode FMPlanSetFromOptions(FMPlan plan)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCall(FMAgreeCode(plan->hdr.comm, FMHeaderSetFromOptions(plan, FM_CLASSID_PLAN, setfromoptions)));
+  FMCall(FMHeaderSetFromOptions(plan, FM_CLASSID_PLAN, setfromoptions));
   return FM_SUCCESS;
 }
 

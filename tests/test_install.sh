@@ -157,11 +157,18 @@ while read -r p; do
   [ -f "$man3/$p" ] || bad "man page $p was not installed"; n=$((n + 1))
 done < "$top_builddir/man/pages.list"
 [ "$n" -gt 20 ] || bad "only $n man pages listed"
-if command -v man > /dev/null 2>&1; then
+# man itself must work here: a page of our own with a known word is the probe (minimized images
+# ship a man that only says so, and some lack groff); where it does not, only the files are checked
+probe=$tmp/probe/man3
+mkdir -p "$probe"
+printf '.TH FMPROBE 3\n.SH NAME\nfmprobe \\- xyzzyprobe\n' > "$probe/fmprobe.3"
+if command -v man > /dev/null 2>&1 && MANPAGER=cat man -M "$tmp/probe" 3 fmprobe 2> /dev/null | grep -q xyzzyprobe; then
   mroot=$(dirname "$man3")
   MANPAGER=cat man -M "$mroot" 3 FMOptionsGetReal 2> /dev/null | grep -q FMOptionsGetInt ||
     bad "man -M $mroot FMOptionsGetReal does not show the FMOptionsGet* page"
   MANPAGER=cat man -M "$mroot" 3 flashmask 2> /dev/null | grep -q FMPlanForward || bad "man flashmask does not list FMPlanForward"
+else
+  echo "note: man does not render pages on this machine (no man, or a minimized one): only the page files were checked"
 fi
 docdir=$(dirname "$(find "$root" -path '*/doc/flashmask/format.md' | head -n 1)")
 for f in "$srcdir"/doc/*.md "$srcdir"/doc/*.svg "$srcdir/README.md"; do

@@ -40,6 +40,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include "bwd_sm90.cuh"
+#include "tma_host.cuh"
 #include "ptx.cuh"
 #include "wgmma_gen.cuh"
 
@@ -531,25 +532,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* ------------------------------ host side ------------------------------ */
-static PFN_cuTensorMapEncodeTiled_v12000 get_encode(void)
-{
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-  if (!fn) {
-    void *ptr = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      return NULL;
-    fn = (PFN_cuTensorMapEncodeTiled_v12000)ptr;
-  }
-  return fn;
-}
 
 /* 4-D map over a [B][S][H][D] tensor with element strides st: dims {D, H, S, B}, box {64, 1, rows, 1}. */
 static cudaError_t make_map(CUtensorMap *map, const void *base, const FMGpuStrides *st, int B, int S, int H, int D, int rows,
                             int f16)
 {
-  PFN_cuTensorMapEncodeTiled_v12000 enc = get_encode();
+  PFN_cuTensorMapEncodeTiled_v12000 enc = fm_tma_encode_fn();
   if (!enc) return cudaErrorNotSupported;
   cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
   cuuint64_t strides[3] = {(cuuint64_t)st->sh * 2, (cuuint64_t)st->ss * 2, (cuuint64_t)st->sb * 2};

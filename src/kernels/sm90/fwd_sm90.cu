@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <math.h>
 #include "fwd_sm90.cuh"
+#include "tma_host.cuh"
 #include "layout.cuh"
 #include "blocklist.cuh"
 #include "mainloop.cuh"
@@ -85,19 +86,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* ------------------------------ host side ------------------------------ */
-static PFN_cuTensorMapEncodeTiled_v12000 get_encode(void)
-{
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-  if (!fn) {
-    void *ptr = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      return NULL;
-    fn = (PFN_cuTensorMapEncodeTiled_v12000)ptr;
-  }
-  return fn;
-}
 
 /*
  * 4-D map over a [B][S][H][D] tensor with element strides bs, ss, hs (D contiguous): dims
@@ -106,7 +94,7 @@ static PFN_cuTensorMapEncodeTiled_v12000 get_encode(void)
 static cudaError_t make_map(CUtensorMap *map, const void *base, int B, int S, int H, int D, int f16, int64_t bs, int64_t ss,
                             int64_t hs)
 {
-  PFN_cuTensorMapEncodeTiled_v12000 enc = get_encode();
+  PFN_cuTensorMapEncodeTiled_v12000 enc = fm_tma_encode_fn();
   if (!enc) return cudaErrorNotSupported;
   cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
   cuuint64_t strides[3] = {(cuuint64_t)hs * 2, (cuuint64_t)ss * 2, (cuuint64_t)bs * 2};

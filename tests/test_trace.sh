@@ -113,13 +113,27 @@ done
 # computed) with -fm_trace and -fm_log_view. The forward's compute events add up to the
 # FlashMask-convention flops 4 H S^2 d * 36/64 (not 4 H S^2 d), and the log's "GB moved" of
 # FMPlanForward (the K/V bytes sent, FMDistGetStats) is the trace's bytes moved, and not 0.
+# The trace is read by the README's fmtrace command, taken from README.md as written.
 ex1dir=$dir/ex1
 mkdir "$ex1dir" || exit 99
 if (cd "$ex1dir" && fm_run 2 "$top_builddir/tutorials/ex1" -seqlen 1024 -fm_plan_heads 2 -fm_plan_kv_heads 1 -fm_plan_head_dim 32 \
       -fm_backend cpu -fm_mask_type causal -fm_trace trace.h5 -fm_log_view > ex1.out 2>&1); then
-  (cd "$ex1dir" && "$FMTRACE" trace.h5 -run forward -json t.json -svg t.svg > fmtrace.out) || bad "fmtrace on ex1's trace: $(cat "$ex1dir/fmtrace.out")"
-  if [ -n "$PY" ] && [ -f "$ex1dir/t.json" ]; then
-    "$PY" - "$ex1dir/t.json" "$ex1dir/ex1.out" <<'EOF' || bad "ex1's trace and log (above)"
+  # the README's fmtrace command line, exactly as written there (fmtrace from this build)
+  readme=$(sed -n 's/^\* `\(fmtrace trace\.h5 [^`]*\)`.*/\1/p' "$srcdir/README.md")
+  [ -n "$readme" ] || bad "README.md shows no 'fmtrace trace.h5 ...' command"
+  echo "README: $readme"
+  set -- $readme
+  shift
+  (cd "$ex1dir" && "$FMTRACE" "$@" > fmtrace.out 2>&1) || bad "the README's '$readme' on ex1's trace: $(cat "$ex1dir/fmtrace.out")"
+  json= svg=
+  while [ $# -gt 1 ]; do
+    case $1 in -json) json=$2 ;; -svg) svg=$2 ;; esac
+    shift
+  done
+  [ -n "$json" ] && [ -s "$ex1dir/$json" ] || bad "the README's fmtrace command wrote no JSON"
+  [ -n "$svg" ] && [ -s "$ex1dir/$svg" ] || bad "the README's fmtrace command wrote no SVG"
+  if [ -n "$PY" ] && [ -n "$json" ] && [ -f "$ex1dir/$json" ]; then
+    "$PY" - "$ex1dir/$json" "$ex1dir/ex1.out" <<'EOF' || bad "ex1's trace and log (above)"
 import json, sys
 d = json.load(open(sys.argv[1]))
 fl = sum(e["args"]["flops"] for e in d["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "compute")

@@ -109,6 +109,51 @@ for np in 1 2 3; do
   if "$FMTRACE" "$f" -run nosuchrun > "$f.err" 2>&1; then bad "fmtrace -run nosuchrun must fail"; fi
   rm -f "$f.a" "$f.b" "$f.err" "$f.sparse.json"
 done
+# A real run: ex1 on 2 ranks (causal, seqlen 1024, block 128, so 36 of the 64 tiles are
+# computed) with -fm_trace and -fm_log_view. The forward's compute events add up to the
+# FlashMask-convention flops 4 H S^2 d * 36/64 (not 4 H S^2 d), and the log's "GB moved" of
+# FMPlanForward (the K/V bytes sent, FMDistGetStats) is the trace's bytes moved, and not 0.
+# The trace is read by the README's fmtrace command, taken from README.md as written.
+ex1dir=$dir/ex1
+mkdir "$ex1dir" || exit 99
+if (cd "$ex1dir" && fm_run 2 "$top_builddir/tutorials/ex1" -seqlen 1024 -fm_plan_heads 2 -fm_plan_kv_heads 1 -fm_plan_head_dim 32 \
+      -fm_backend cpu -fm_mask_type causal -fm_trace trace.h5 -fm_log_view > ex1.out 2>&1); then
+  # the README's fmtrace command line, exactly as written there (fmtrace from this build)
+  readme=$(sed -n 's/^\* `\(fmtrace trace\.h5 [^`]*\)`.*/\1/p' "$srcdir/README.md")
+  [ -n "$readme" ] || bad "README.md shows no 'fmtrace trace.h5 ...' command"
+  echo "README: $readme"
+  set -- $readme
+  shift
+  (cd "$ex1dir" && "$FMTRACE" "$@" > fmtrace.out 2>&1) || bad "the README's '$readme' on ex1's trace: $(cat "$ex1dir/fmtrace.out")"
+  json= svg=
+  while [ $# -gt 1 ]; do
+    case $1 in -json) json=$2 ;; -svg) svg=$2 ;; esac
+    shift
+  done
+  [ -n "$json" ] && [ -s "$ex1dir/$json" ] || bad "the README's fmtrace command wrote no JSON"
+  [ -n "$svg" ] && [ -s "$ex1dir/$svg" ] || bad "the README's fmtrace command wrote no SVG"
+  if [ -n "$PY" ] && [ -n "$json" ] && [ -f "$ex1dir/$json" ]; then
+    "$PY" - "$ex1dir/$json" "$ex1dir/ex1.out" <<'EOF' || bad "ex1's trace and log (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+fl = sum(e["args"]["flops"] for e in d["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "compute")
+want = 4.0 * 2 * 1024 * 1024 * 32 * 36 / 64
+bad = []
+if abs(fl - want) > 1e-9 * want: bad.append("forward compute flops %.6g, expected %.6g (FlashMask convention)" % (fl, want))
+moved = d["otherData"]["bytes_moved"]
+log = [l.split() for l in open(sys.argv[2]) if l.startswith("FMPlanForward ")]
+if not log: bad.append("no FMPlanForward line in the -fm_log_view output")
+else:
+    gb = float(log[0][-1])
+    if moved <= 0 or abs(gb * 1e9 - moved) > 1e-3 * moved: bad.append("log moved %g GB, trace %d bytes" % (gb, moved))
+for b in bad: print("FAIL: ex1: " + b)
+sys.exit(1 if bad else 0)
+EOF
+  fi
+else
+  bad "ex1 with -fm_trace: $(cat "$ex1dir/ex1.out")"
+fi
+
 if [ $fail = 0 ] && [ -z "$PY" ]; then
   echo "SKIP: python3 not found: fmtrace's JSON (the summary values and every rank's figures) was not checked"
   exit 77

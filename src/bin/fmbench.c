@@ -17,6 +17,7 @@
  *             mask_batch B (FMMaskSetBatch), so the random builders (document, ...) pack
  *             every sample differently (sample b from seed + b)
  *   -dryrun   build, measure and save the masks only (no GPU needed; for checking a build)
+ *   -help     these options and the library's, exit 0 (no GPU needed)
  * The masks are the library's builders (FMMaskSetType, -seed); the kernel options of the
  * context apply (-fm_cuda_fallback times nothing: fallback runs are reported, not timed).
  *
@@ -252,6 +253,36 @@ static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
   FC(FMCudaFree(lse));
 }
 
+/* -help: fmbench's own options, then the library's (a context lists them as it reads them); no
+   device is needed. Returns the exit status 0 after FMFinalize. */
+static int print_help(void)
+{
+  FMContext ctx = NULL;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0)
+    printf("fmbench options:\n"
+           "  -masks all|name,name,...  masks to time (the library's builders; default all)\n"
+           "  -seqlen S,S,...           sequence lengths\n"
+           "  -head_dim d  -heads H  -heads_kv Hkv   head dimension, query and key/value heads\n"
+           "  -tokens N                 tokens per batch (batch = N / S)\n"
+           "  -dtype bf16|fp16          element type\n"
+           "  -warmup n  -reps n        warm-up and timed runs (the median is reported)\n"
+           "  -seed s                   seed of the random masks and tensors\n"
+           "  -o file                   HDF5 file of the exact bounds used\n"
+           "  -csv file                 results as CSV\n"
+           "  -dryrun                   build, measure and save the masks only (no GPU needed)\n"
+           "  -mask_batch B             per-sample masks: batch B, every sample its own bounds\n"
+           "  -cp                       time the context-parallel forward (-trace_dir DIR, -single 0)\n"
+           "the context's library options:\n");
+  if (FMContextCreate(MPI_COMM_WORLD, &ctx) == FM_SUCCESS) {
+    (void)FMContextSetFromOptions(ctx);
+    (void)FMContextDestroy(&ctx);
+  }
+  FMFinalize();
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
   Args a;
@@ -261,6 +292,8 @@ int main(int argc, char **argv)
   char devname[256];
 
   FC(FMInitialize(&argc, &argv, NULL, "fmbench: time the CUDA forward on the benchmark masks (-cp: the context-parallel forward)"));
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-help")) return print_help();
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "-cp")) {
       int rc = FMBenchCP(argc, argv);

@@ -320,9 +320,25 @@ static FMErrorCode check_run(FMPlan plan, const char *fn, int n, const void *con
   return FM_SUCCESS;
 }
 
+/* Bytes this rank moved in its last forward (backward = 0) or backward (1), for the log: the
+   type's count (a "cp" plan: K/V bytes sent), else the local tensors read and written (forward:
+   Q, K, V, O and LSE; backward: those and dO, dQ, dK, dV). */
+static FMErrorCode run_bytes(FMPlan plan, int backward, double *bytes)
+{
+  int nkeys = 0;
+  double es = (double)FMDTypeSize(plan->dtype), qb, kb, lb;
+  if (plan->ops->getbytes) return (*plan->ops->getbytes)(plan, bytes);
+  FMCall((*plan->ops->getlocalkeys)(plan, &nkeys, NULL));
+  qb = es * plan->batch * (double)plan->nlocal * plan->heads_q * plan->head_dim;
+  kb = es * plan->batch * (double)nkeys * plan->heads_kv * plan->head_dim;
+  lb = 4.0 * plan->batch * (double)plan->heads_q * plan->nlocal;
+  *bytes = backward ? 4 * qb + 4 * kb + lb : 2 * qb + 2 * kb + lb;
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
 {
-  double flops = 0;
+  double flops = 0, bytes = 0;
   FMErrorCode ierr;
   FMPlanField f[FM_PLAN_MAX_FIELDS];
   int n = 0;
@@ -334,7 +350,8 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
   FMCall(FMLogEventBegin(plan->ev_fwd));
   ierr = (*plan->ops->forward)(plan, q, k, v, o, lse);
   FMCall(FMPlanGetFlops(plan, &flops));
-  FMCall(FMLogEventEnd(plan->ev_fwd, ierr ? 0 : flops / plan->ctx->size, 0));
+  if (!ierr) FMCall(run_bytes(plan, 0, &bytes));
+  FMCall(FMLogEventEnd(plan->ev_fwd, ierr ? 0 : flops / plan->ctx->size, bytes));
   FMCall(ierr);
   return FM_SUCCESS;
 }
@@ -342,7 +359,7 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
 FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
                            const void *dout, void *dq, void *dk, void *dv)
 {
-  double flops = 0;
+  double flops = 0, bytes = 0;
   FMErrorCode ierr;
   FMPlanField f[FM_PLAN_MAX_FIELDS];
   int n = 0;
@@ -354,7 +371,8 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
   FMCall(FMLogEventBegin(plan->ev_bwd));
   ierr = (*plan->ops->backward)(plan, q, k, v, o, lse, dout, dq, dk, dv);
   FMCall(FMPlanGetFlops(plan, &flops));
-  FMCall(FMLogEventEnd(plan->ev_bwd, ierr ? 0 : 2.5 * flops / plan->ctx->size, 0));
+  if (!ierr) FMCall(run_bytes(plan, 1, &bytes));
+  FMCall(FMLogEventEnd(plan->ev_bwd, ierr ? 0 : 2.5 * flops / plan->ctx->size, bytes));
   FMCall(ierr);
   return FM_SUCCESS;
 }

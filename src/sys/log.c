@@ -89,11 +89,13 @@ FMErrorCode FMLogView(FILE *fp)
     FMCallMPI(MPI_Reduce(&b, &bsum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
     FMCallMPI(MPI_Reduce(&c, &cmax, 1, MPI_LONG, MPI_MAX, 0, MPI_COMM_WORLD));
     if (rank == 0)
-      fprintf(fp, "%-24s %8ld %10.4es %10.4es %10.4es %9.2f %11.2f %11.4f\n", fm_events[i].name, cmax, tmin, tmax,
+      fprintf(fp, "%-24s %8ld %10.4es %10.4es %10.4es %9.2f %11.2f %11.4g\n", fm_events[i].name, cmax, tmin, tmax,
               tsum / size, tmin > 0 ? tmax / tmin : 1.0, tmax > 0 ? fsum / tmax * 1e-9 : 0.0, bsum * 1e-9);
   }
   if (rank == 0) {
     fprintf(fp, "Ratio = max/min time over ranks; GFlop/s = total flops / max time (FlashMask convention for attention).\n");
+    fprintf(fp, "GB moved = sum over ranks: FMPlanForward/Backward of a \"cp\" plan, the K/V bytes sent; of a \"local\" plan,\n"
+                "           the bytes of the tensors read and written.\n");
     fprintf(fp, "------------------------------------------------------------------------------------------------\n");
   }
   return FM_SUCCESS;

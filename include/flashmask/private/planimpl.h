@@ -14,6 +14,9 @@
  *   getlocalkeys    not collective: this rank's key positions (borrowed)
  *   getlayout       not collective: the query rows (keys = 0) or key positions (keys = 1) of
  *                   rank r, allocated (the caller frees), for FMPlanScatter/FMPlanGather
+ *   getbytes        not collective: the bytes this rank moved in its last forward or backward,
+ *                   for -fm_log_view's "GB moved"; may be NULL: plan.c then counts the bytes of
+ *                   the tensors the call read and wrote on this rank
  */
 #ifndef FLASHMASK_PRIVATE_PLANIMPL_H
 #define FLASHMASK_PRIVATE_PLANIMPL_H
@@ -35,6 +38,7 @@ typedef struct _FMPlanOps {
   FMErrorCode (*destroy)(FMPlan plan);
   FMErrorCode (*getlocalkeys)(FMPlan plan, int *nkeys, const int **global_keys);
   FMErrorCode (*getlayout)(FMPlan plan, int keys, int rank, int *n, int **idx);
+  FMErrorCode (*getbytes)(FMPlan plan, double *bytes);
 } FMPlanOps;
 
 struct _p_FMPlan {

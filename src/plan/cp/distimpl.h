@@ -138,6 +138,7 @@ typedef struct {
  *   FMDistExecInit_Private / Free_Private  the state of one call (host tensors only); Free after
  *                                  any Init, failed or not
  *   FMDistExecRecord_Private       one trace event (no-op unless -fm_trace)
+ *   FMDistExecFlops_Private        FlashMask-convention forward flops of one problem (its tiles not fully masked)
  *   FMDistExecTraceBegin_Private / End_Private  FMDistTraceBegin/End_Private for the call (collective)
  *   FMDistExecPollSends_Private    record the gather's sends that completed since the last poll
  *   FMDistExecFinishSends_Private  wait for every send of the gather (a WAIT event)
@@ -149,6 +150,7 @@ typedef struct {
 FMErrorCode FMDistExecInit_Private(FMPlan plan, FMDistExec *e);
 void FMDistExecFree_Private(FMDistExec *e);
 void FMDistExecRecord_Private(FMDistExec *e, int kind, double t0, double t1, double bytes, double flops, int peer, int chunk);
+double FMDistExecFlops_Private(const FMAttnProblem *p);
 FMErrorCode FMDistExecTraceBegin_Private(FMDistExec *e, const char *run);
 FMErrorCode FMDistExecTraceEnd_Private(FMDistExec *e, const char *run);
 FMErrorCode FMDistExecPollSends_Private(FMDistExec *e);

@@ -4,6 +4,7 @@
  * Shared by the gather (exec_gather.c, reduce.c) and ring (exec_ring.c) schedules.
  */
 #include "distimpl.h"
+#include <flashmask/private/fmtile.h>
 #include <flashmask/private/fmtracing.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,31 @@ int FMDistExecNeeds_Private(const FMDistExec *e, int c)
   return e->d->needed[(size_t)e->plan->ctx->rank * e->d->ch.nchunks + c] && FMDistChunkLen_Private(e->d, c) > 0 && e->plan->nlocal > 0;
 }
 
+/* FlashMask-convention forward flops of p (the trace's compute events): 4 d per (row, key) pair
+   of every (sample, head) over the tiles of the summary's block that are not fully masked,
+   rows and keys clipped to p's, so the events of one call add up to FMPlanGetFlops. Without a
+   summary every pair counts. The backward is 2.5 times this. */
+double FMDistExecFlops_Private(const FMAttnProblem *p)
+{
+  const FMMaskDesc *m = &p->mask;
+  const int blk = m->block, mh = m->mask_heads > 0 ? m->mask_heads : 1, mb = m->mask_batch > 1 ? m->mask_batch : 1;
+  const int kend = p->k0 + p->nk;
+  double area = 0;
+  if (!m->summary || blk <= 0 || m->nblocks_k <= 0) return 4.0 * p->batch * p->heads_q * (double)p->nq * p->nk * p->head_dim;
+  for (int r = 0, n; r < p->nq; r += n) { /* runs of local rows in one query tile */
+    const int t = (p->qrows ? p->qrows[r] : r) / blk, m0 = t * blk, m1 = m0 + blk < m->seqlen_q ? m0 + blk : m->seqlen_q;
+    for (n = 1; r + n < p->nq && (p->qrows ? p->qrows[r + n] : r + n) / blk == t; n++) {}
+    for (int kb = p->k0 / blk; kb < m->nblocks_k && kb * blk < kend; kb++) {
+      const int c0 = kb * blk > p->k0 ? kb * blk : p->k0, c1 = (kb + 1) * blk < kend ? (kb + 1) * blk : kend;
+      for (int row = 0; row < mb * mh; row++)
+        if (FMClassifyTileInline(m->summary + (size_t)row * m->nblocks_k * FM_SUM_N, m->causal, m->seqlen_q, m->seqlen_k, blk, m0, m1, kb) !=
+            FM_TILE_SKIP)
+          area += (double)n * (c1 - c0);
+    }
+  }
+  return 4.0 * p->head_dim * (p->heads_q / mh) * (mb > 1 ? 1 : p->batch) * area;
+}
+
 /* Forward on one held chunk, merged into (oacc, lacc). */
 FMErrorCode FMDistExecForwardChunk_Private(FMDistExec *e, int c, float *oacc, float *lacc, float *opart, float *lpart, int *first)
 {
@@ -118,7 +144,7 @@ FMErrorCode FMDistExecForwardChunk_Private(FMDistExec *e, int c, float *oacc, fl
     FMCall(FMCPUForward(&p, e->qptr, e->buf[c], e->buf[c] + B * len * e->row_kv, opart, FM_DTYPE_FP32, lpart));
     FMCall(FMCPUMergePartial(&p, oacc, lacc, opart, lpart));
   }
-  FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, 4.0 * B * p.heads_q * p.nq * (double)len * p.head_dim, -1, c);
+  FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, e->tr ? FMDistExecFlops_Private(&p) : 0, -1, c);
   FMCall(FMDistExecPollSends_Private(e));
   return FM_SUCCESS;
 }

@@ -192,7 +192,7 @@ static FMErrorCode backward_chunks(FMDistExec *e, FMDistReduce *R, const void *q
     p.k0 = k0; p.nk = (int)len;
     t0 = FMTime();
     FMCall(FMCPUBackward(&p, q, e->buf[c], e->buf[c] + (size_t)B * len * e->row_kv, o, lse, dout, dqacc, R->g[c], R->g[c] + n, FM_DTYPE_FP32));
-    FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, 10.0 * B * p.heads_q * p.nq * (double)len * p.head_dim, -1, c);
+    FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, e->tr ? 2.5 * FMDistExecFlops_Private(&p) : 0, -1, c);
     FMCall(FMDistExecPollSends_Private(e));
   }
   return FM_SUCCESS;

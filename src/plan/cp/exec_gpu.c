@@ -57,11 +57,32 @@ static double since(const FMDistGPU *g, void *ev)
   return 1e-3 * ms;
 }
 
+/* FlashMask-convention flops of a stage: the local rows against the keys of chunks x[0..n) (x NULL:
+   the rank's own chunks), FMDistExecFlops_Private per chunk. */
+static double stage_flops(FMPlan plan, FMDist *d, const FMAttnProblem *base, int n, const GXfer *x)
+{
+  const int me = plan->ctx->rank, a = x ? 0 : d->part.rstart[me];
+  double fl = 0;
+  if (!x) n = d->part.rstart[me + 1] - a;
+  for (int i = 0; i < n; i++) {
+    FMAttnProblem p = *base;
+    int k0, k1;
+    FMDistChunkKeys(&d->ch, x ? x[i].chunk : d->part.rchunks[a + i], &k0, &k1);
+    p.k0 = k0; p.nk = k1 - k0;
+    if (p.nk > 0) fl += FMDistExecFlops_Private(&p);
+  }
+  return fl;
+}
+
 /* After the run (streams synchronized): the events of this rank into the recorder. */
 static FMErrorCode trace_events(FMPlan plan, FMDist *d, FMDistGPU *g, void *tr, double t0, const int *ran, const double (*hostt)[2])
 {
   FMTrace T = (FMTrace)tr;
-  double fl = 4.0 * plan->batch * plan->heads_q * (double)plan->nlocal * plan->head_dim;
+  FMAttnProblem base;
+  memset(&base, 0, sizeof base);
+  base.batch = plan->batch; base.heads_q = plan->heads_q; base.heads_kv = plan->heads_kv; base.head_dim = plan->head_dim;
+  base.nq = plan->nlocal; base.qrows = plan->rows;
+  FMCall(FMMaskGetDesc_Private(plan->mask, &base.mask));
   for (int s = 0; s < g->nsteps; s++) {
     const GStep *S = &g->st[s];
     double a, b;
@@ -81,7 +102,7 @@ static FMErrorCode trace_events(FMPlan plan, FMDist *d, FMDistGPU *g, void *tr, 
     k1 = t0 + since(g, g->ev_k1[s + 1]);
     if (k0 - w0 > 2e-6) FMCall(FMTraceRecord_Private(T, FM_TRACE_WAIT, 0, w0, k0, 0, 0, -1, -1));
     FMCall(FMTraceRecord_Private(T, FM_TRACE_COMPUTE, 0, k0, k1 < k0 ? k0 : k1, 0,
-                                 fl * (s < 0 ? d->nkeys : g->st[s].nk), -1,
+                                 s < 0 ? stage_flops(plan, d, &base, 0, NULL) : stage_flops(plan, d, &base, g->st[s].nrecv, g->st[s].recv), -1,
                                  s < 0 ? -1 : (g->st[s].nrecv ? g->st[s].recv[0].chunk : -1)));
   }
   return FM_SUCCESS;

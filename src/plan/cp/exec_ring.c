@@ -177,7 +177,7 @@ FMErrorCode FMDistRingBackward_Private(FMDistExec *e, const void *k, const void 
       p.k0 = k0; p.nk = (int)len;
       t0 = FMTime();
       FMCallGoto(FMCPUBackward(&p, q, kc, kc + B * len * e->row_kv, o, lse, dout, dqacc, gc, gc + n, FM_DTYPE_FP32));
-      FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, 10.0 * B * p.heads_q * p.nq * (double)len * p.head_dim, -1, c);
+      FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, e->tr ? 2.5 * FMDistExecFlops_Private(&p) : 0, -1, c);
     }
     if (d->opt.overlap && comm_kv) FMCallGoto(ring_wait(e, &R, r, rn, rq, post));
     if (s > 0) {

@@ -312,8 +312,17 @@ static FMErrorCode getlayout(FMPlan plan, int keys, int r, int *n, int **idx)
   return FM_SUCCESS;
 }
 
+/* The K/V bytes this rank sent in the last forward or backward (FMDistGetStats' sent_bytes, both
+   link levels): what -fm_log_view reports as moved for a "cp" plan. */
+static FMErrorCode getbytes(FMPlan plan, double *bytes)
+{
+  const FMDist *d = (const FMDist *)plan->data;
+  *bytes = d ? d->stats.sent_bytes[0] + d->stats.sent_bytes[1] : 0;
+  return FM_SUCCESS;
+}
+
 static const FMPlanOps cp_ops = {FMPlanSetFromOptions_CP, FMPlanSetUp_CP, FMPlanForward_CP, FMPlanBackward_CP, FMPlanView_CP, FMPlanDestroy_CP, getlocalkeys,
-                                 getlayout};
+                                 getlayout, getbytes};
 
 /* FMPlanCreate_CP - see planimpl.h. */
 FMErrorCode FMPlanCreate_CP(FMPlan plan)

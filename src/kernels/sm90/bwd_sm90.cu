@@ -112,17 +112,6 @@ __device__ __forceinline__ uint64_t tile_rows_masked(int4 b, int m0, int j, int 
   return m;
 }
 
-template <bool F16> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
-{
-  if constexpr (F16) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-  } else {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-  }
-}
-
 /* Shared-memory accesses through 32-bit addresses (the compiler would otherwise hoist and spill
    64-bit generic addresses of these loop-invariant patterns). */
 __device__ __forceinline__ void st_u32(uint32_t a, uint32_t v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory"); }

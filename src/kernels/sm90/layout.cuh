@@ -71,17 +71,6 @@ struct Barriers {
  */
 constexpr int kLower = 1 << 28, kUpper = 1 << 29, kCausal = 1 << 30, kSimple = 1 << 27, kBlockBits = (1 << 27) - 1;
 
-template <bool F16> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
-{
-  if constexpr (F16) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-  } else {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-  }
-}
-
 __device__ __forceinline__ void release(uint64_t *bar, int lane)
 {
   __syncwarp();

@@ -6,6 +6,8 @@
 #pragma once
 #include <stdint.h>
 #include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace fmsm90 {
 
@@ -115,3 +117,15 @@ __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sy
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 } /* namespace fmsm90 */
+
+/* pack2<F16>(lo, hi) - two floats rounded to one 32-bit pair of fp16 (F16) or bf16, lo in the low half. */
+template <bool F16> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+  if constexpr (F16) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+  }
+}

@@ -231,7 +231,7 @@ static FMErrorCode cp_buf_alloc(const CPArgs *a, int nl, int nk, unsigned long l
   }
   if (ierr) {
     cp_buf_free(b);
-    return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+    return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
   }
   return FM_SUCCESS;
 }
@@ -248,7 +248,7 @@ static FMErrorCode cp_time(FMPlan plan, MPI_Comm comm, const CPBuf *b, int warm,
   FMCall(FMMalloc(reps, &t));
   for (int w = 0; w < warm; w++) {
     FMErrorCode ierr = FMPlanForward(plan, b->q, b->k, b->v, b->o, b->lse);
-    if (ierr) { free(t); return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); }
+    if (ierr) { free(t); return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr); }
   }
   for (int r = 0; r < reps; r++) {
     double loc[2] = {0, 0}, all[2], t0;
@@ -257,7 +257,7 @@ static FMErrorCode cp_time(FMPlan plan, MPI_Comm comm, const CPBuf *b, int warm,
     MPI_Barrier(comm);
     t0 = MPI_Wtime();
     ierr = FMPlanForward(plan, b->q, b->k, b->v, b->o, b->lse);
-    if (ierr) { free(t); return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); }
+    if (ierr) { free(t); return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr); }
     if (cudaDeviceSynchronize() != cudaSuccess) loc[1] = 1;
     loc[0] = MPI_Wtime() - t0;
     if (MPI_Allreduce(loc, all, 2, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS) { free(t); FMRaise(MPI_COMM_SELF, FM_ERR_MPI, "MPI_Allreduce of the run times failed"); }
@@ -328,7 +328,7 @@ static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, in
     FMErrorCode e2 = FMPlanDestroy(&plan);
     if (!ierr) ierr = e2;
   }
-  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+  if (ierr) return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
   return FM_SUCCESS;
 }
 
@@ -367,7 +367,7 @@ static FMErrorCode cp_run_config(FMContext ctx, FMMask mask, const CPArgs *a, co
       row->imbalance = st.imbalance;
     }
   }
-  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+  if (ierr) return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
   return FM_SUCCESS;
 }
 
@@ -393,7 +393,7 @@ static FMErrorCode cp_run_single(FMContext self, const CPArgs *a, const char *mn
     FMErrorCode e2 = FMMaskDestroy(&mask);
     if (!ierr) ierr = e2;
   }
-  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+  if (ierr) return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
   return FM_SUCCESS;
 }
 
@@ -650,7 +650,7 @@ static FMErrorCode cp_main(int argc, char **argv, int *rc)
     FMErrorCode e2 = FMContextDestroy(&ctx);
     if (!ierr) ierr = e2;
   }
-  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+  if (ierr) return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
   *rc = 0;
   return FM_SUCCESS;
 }

@@ -24,9 +24,9 @@ FMErrorCode FMError_Private(MPI_Comm comm, const char *file, const char *func, i
                             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Raise FM_ERR_MPI for an MPI error code, with MPI's text and the failing expression. */
 FMErrorCode FMMPIError_Private(int mpierr, const char *expr, const char *file, const char *func, int line);
-/* FMTraceback_Private: the former name of the public FMErrorTraceback (flashmask.h), which is
-   also where FMCall(expr) is defined, once, for the library and for applications. */
-#define FMTraceback_Private FMErrorTraceback
+
+/* FMCall(expr) and its traceback, FMErrorTraceback, are public (flashmask.h): one definition for
+   the library and for applications. */
 
 /* FMCheck(cond, comm, code, fmt, ...): user-input check, always compiled in. */
 #define FMCheck(cond, comm, code, ...)                                               \

@@ -124,7 +124,7 @@ static void stage(FMPlan plan, FMDist *d, FMDistGPU *g, Run *R, int s)
 {
   if (!R->cerr) {
     R->cerr = compute_stage(plan, d, g, s, R->q, R->k, R->v, &R->first, R->ran);
-    if (R->cerr) R->cerr = FMTraceback_Private(__FILE__, __func__, __LINE__, R->cerr);
+    if (R->cerr) R->cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, R->cerr);
   }
 }
 
@@ -157,7 +157,7 @@ static void exchange_all(FMPlan plan, FMDist *d, FMDistGPU *g, Run *R)
       R->nposted++;
     }
     FMDistGPUDebug_Private(plan, d, "step %d of %d %s\n", s, g->nsteps, xe ? "failed" : "posted");
-    if (xe && !R->xerr) R->xerr = FMTraceback_Private(__FILE__, __func__, __LINE__, xe);
+    if (xe && !R->xerr) R->xerr = FMErrorTraceback(__FILE__, __func__, __LINE__, xe);
     for (int i = 0; i < S->nsend; i++) {
       d->stats.sent_bytes[S->send[i].level] += d->cbytes[S->send[i].chunk];
       if (d->part.owner[S->send[i].chunk] != me) d->stats.relayed_bytes += d->cbytes[S->send[i].chunk];
@@ -231,7 +231,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   if (!ierr) ierr = FMCalloc(g->nsteps + 1, &R.hostt);
   ierr = FMAgreeCode(plan->hdr.comm, ierr);
   if (!ierr) ierr = nccl_current(plan, d, g);
-  if (ierr) { free(R.ran); free(R.hostt); return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr); }
+  if (ierr) { free(R.ran); free(R.hostt); return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr); }
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
   FMCallGoto(FMDistTraceBegin_Private(plan, d, "forward", &tr));
   FMCallGoto(FMCudaEventRecord(g->ev_in, us));
@@ -242,7 +242,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
      wait until the plan's stream reached this call (the local stage, queued after ev_in, runs on) */
   if (g->direct && g->nsteps > 0) {
     FMErrorCode we = FMCudaEventSynchronize(g->ev_in); /* kept as the exchange's error: the steps are posted anyway */
-    if (we) R.xerr = FMTraceback_Private(__FILE__, __func__, __LINE__, we);
+    if (we) R.xerr = FMErrorTraceback(__FILE__, __func__, __LINE__, we);
   }
   exchange_all(plan, d, g, &R);
   if (!d->opt.overlap) {
@@ -279,6 +279,6 @@ cleanup:
   ierr = FMAgreeCode(plan->hdr.comm, ierr);
   if (!ierr) ierr = FMDistTraceEnd_Private(plan, d, "forward", &tr);
   else if (tr) { FMTrace T = (FMTrace)tr; (void)FMTraceDestroy_Private(&T); }
-  if (ierr) return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+  if (ierr) return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
   return FM_SUCCESS;
 }

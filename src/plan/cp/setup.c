@@ -205,7 +205,7 @@ FMErrorCode FMPlanSetUp_CP(FMPlan plan)
     if (!loc) loc = setup_local(plan, d, &m, myneed);
     if (!loc) loc = FMMalloc((size_t)P * d->ch.nchunks, &d->needed);
     loc = FMAgreeCode(comm, loc);
-    if (loc) { free(myneed); return FMTraceback_Private(__FILE__, __func__, __LINE__, loc); }
+    if (loc) { free(myneed); return FMErrorTraceback(__FILE__, __func__, __LINE__, loc); }
   }
   ierr = (FMErrorCode)MPI_Allgather(myneed, d->ch.nchunks, MPI_UNSIGNED_CHAR, d->needed, d->ch.nchunks, MPI_UNSIGNED_CHAR, comm);
   free(myneed);

@@ -346,7 +346,7 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
 #endif
   if (ierr) {
     (void)FMDistDestroyGPU_Private(d);
-    return FMTraceback_Private(__FILE__, __func__, __LINE__, ierr);
+    return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
   }
   return FM_SUCCESS;
 }

@@ -100,7 +100,13 @@ else
   cat "$tmp/cc.log"; bad "$CC \$(pkg-config --cflags flashmask) app.c \$(pkg-config --libs flashmask)"
 fi
 if [ "${FM_HAVE_CUDA:-0}" = 1 ]; then
-  echo "$cflags" | grep -q -- "-I[^ ]*cuda[^ ]*/include" || bad "built with CUDA, but flashmask.pc's Cflags has no CUDA include path: $cflags"
+  # the CUDA toolkit may live anywhere (/usr/local/cuda, /usr/local, /opt/...): Cflags must carry
+  # every -I that configure found cuda_runtime_api.h with
+  [ -n "${FM_CUDA_CFLAGS:-}" ] || bad "built with CUDA, but configure's CUDA_CFLAGS did not reach the test"
+  for f in ${FM_CUDA_CFLAGS:-}; do
+    case " $cflags " in *" $f "*) ;; *) [ "$f" = -I/usr/include ] && continue  # pkg-config drops system dirs
+      bad "built with CUDA, but flashmask.pc's Cflags lacks $f (configure's CUDA_CFLAGS): $cflags" ;; esac
+  done
 fi
 
 # ---------------------------------------------------------------- Fortran

@@ -257,6 +257,11 @@ FMErrorCode FMContextGetOptionsPrefix(FMContext ctx, const char **prefix);
  *   with PCI bus ids), split node-local ranks (MPI_Comm_split_type), choose a GPU near
  *   this rank's cores when CUDA is present, and resolve the backend. Collective; an
  *   error on any rank is returned on every rank.
+ *   On the CUDA backend the chosen GPU becomes the calling thread's current device
+ *   (cudaSetDevice): allocate the tensors you pass to FMPlanForward/Backward after this call,
+ *   on that device (FMContextView prints it). The CPU backend runs its threads (OpenMP) inside
+ *   the cores this rank is bound to: `mpiexec -n 1` may bind the rank to one core, so give
+ *   launchers such as Open MPI `--bind-to none` (or a wider binding) for CPU runs.
  *   ctx  the context
  */
 FMErrorCode FMContextSetUp(FMContext ctx);
@@ -806,6 +811,8 @@ typedef enum {
  *           local count is 0)
  *   Argument errors on any rank are returned on every rank; kind and root must be the same on
  *   every rank (else FM_ERR_MISMATCH naming the argument, on every rank).
+ *   global and local are host memory on every backend (the data moves over MPI): on the CUDA
+ *   backend copy the local part to the device yourself before FMPlanForward.
  */
 FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *global, void *local);
 
@@ -829,7 +836,15 @@ FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops);
  *   prints. Option: -fm_plan_view */
 FMErrorCode FMPlanView(FMPlan plan, FILE *fp);
 
-/* FMPlanDestroy - drop a reference; frees at zero and sets *plan = NULL. Collective. */
+/*
+ * FMPlanDestroy - drop a reference; frees at zero and sets *plan = NULL. Collective: every
+ *   rank of the plan's communicator destroys it at the same point of the program. A rank that
+ *   destroys its plan early, or exits, while the others still call FMPlanForward, Backward,
+ *   Scatter or Gather, leaves them waiting in MPI (or NCCL) for messages that never come: MPI
+ *   has no portable way to detect a peer that left, so this is the one misuse the library
+ *   cannot turn into an error. (A rank that is killed makes the MPI launcher end the job.)
+ *   plan  the plan (NULL or *plan NULL: nothing happens)
+ */
 FMErrorCode FMPlanDestroy(FMPlan *plan);
 
 #ifdef __cplusplus

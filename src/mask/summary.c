@@ -171,27 +171,47 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
       }
     }
 
-  /* Density and sparsity, exactly: per column, the masked rows are <= 3 disjoint intervals;
-     a tile of rows is fully masked in a column iff it lies inside one of them. For each key
-     block, count per query tile the columns that cover it (difference array over tiles). */
-  FMCall(FMMalloc(nqb + 1, &cnt));
-  for (int h = 0; h < H; h++)
-    for (int kb = 0; kb < nkb; kb++) {
-      const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
-      memset(cnt, 0, sizeof(int) * (size_t)(nqb + 1));
-      for (int j = c0; j < c1; j++) {
-        int a[3], b[3], n = column_masked(m, h, j, a, b);
-        for (int k = 0; k < n; k++) {
-          int lo = (int)(((int64_t)a[k] + B - 1) / B), hi = b[k] >= Sq ? nqb - 1 : b[k] / B - 1;
-          masked += b[k] - a[k];
-          if (lo <= hi) { cnt[lo]++; cnt[hi + 1]--; }
+  /* Density and sparsity, exactly: per column, the masked rows are <= 3 disjoint intervals,
+     and the query tiles that lie wholly inside one of them are <= 3 intervals of tiles. A tile
+     of a key block is skipped iff every column of the block covers it: intersect the columns'
+     tile intervals one column after the other (a short running list, in practice), so the work
+     grows with seqlen_k, not with the number of tiles. */
+  {
+    /* room for the list: each intersection adds at most 2 intervals to it, and disjoint
+       intervals of nqb tiles are at most nqb */
+    const size_t room = 2 * (2 * (size_t)B + 3 < (size_t)nqb + 1 ? 2 * (size_t)B + 3 : (size_t)nqb + 1);
+    int *run = NULL, *next = NULL;
+    FMCall(FMMalloc(2 * room, &cnt));
+    for (int h = 0; h < H; h++)
+      for (int kb = 0; kb < nkb; kb++) {
+        const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
+        int nrun = -1; /* -1: before the block's first column */
+        run = cnt; next = cnt + room;
+        for (int j = c0; j < c1; j++) {
+          int a[3], b[3], n = column_masked(m, h, j, a, b), tl[3], th[3], nt = 0, no = 0, x = 0, y = 0;
+          for (int k = 0; k < n; k++) {
+            int lo = (int)(((int64_t)a[k] + B - 1) / B), hi = b[k] >= Sq ? nqb - 1 : b[k] / B - 1;
+            masked += b[k] - a[k];
+            if (lo <= hi) { tl[nt] = lo; th[nt++] = hi; }
+          }
+          if (nrun < 0) {
+            for (int k = 0; k < nt; k++) { run[2 * k] = tl[k]; run[2 * k + 1] = th[k]; }
+            nrun = nt;
+            continue;
+          }
+          if (nrun == 0) continue;
+          while (x < nrun && y < nt) { /* both lists sorted and disjoint */
+            const int lo = run[2 * x] > tl[y] ? run[2 * x] : tl[y], hi = run[2 * x + 1] < th[y] ? run[2 * x + 1] : th[y];
+            if (lo <= hi) { next[2 * no] = lo; next[2 * no + 1] = hi; no++; }
+            if (run[2 * x + 1] < th[y]) x++;
+            else y++;
+          }
+          { int *t = run; run = next; next = t; }
+          nrun = no;
         }
+        for (int k = 0; k < nrun; k++) skipped += run[2 * k + 1] - run[2 * k] + 1;
       }
-      for (int qb = 0, run = 0; qb < nqb; qb++) {
-        run += cnt[qb];
-        if (run == c1 - c0) skipped++;
-      }
-    }
+  }
   free(cnt);
   m->density = 1.0 - masked / ((double)H * Sq * Sk);
   m->sparsity = skipped / ((double)H * nqb * nkb);

@@ -132,7 +132,9 @@ FMErrorCode FMAgreeRootOutcome_Private(MPI_Comm comm, int root, FMErrorCode ierr
 #define FMAgreeRootOutcome(comm, root, ierr) FMAgreeRootOutcome_Private((comm), (root), (ierr), __FILE__, __func__, __LINE__)
 FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *file, const char *func, int line);
 #define FMAgreeAny(comm, flag, any) FMAgreeAny_Private((comm), (flag), (any), __FILE__, __func__, __LINE__)
-/* FMHash_Private - FNV-1a over n bytes, continuing from h (start with FM_HASH_INIT). */
+/* FMHash_Private - a 64-bit hash of n bytes continuing from h (start with FM_HASH_INIT): FNV-1a
+   byte by byte for short inputs; inputs of 32 bytes or more go 8-byte words at a time in four
+   lanes (about 1 ms per 16 MB), folded into h. The same bytes give the same value on every rank. */
 #define FM_HASH_INIT 0xcbf29ce484222325ULL
 uint64_t FMHash_Private(uint64_t h, const void *p, size_t n);
 
@@ -310,7 +312,7 @@ struct _p_FMMask {
   int user_causal;        /* FMMaskSetCausal (type "bounds"); builders set causal themselves */
   int state;              /* incremented by every successful FMMaskSetUp (plans compare it) */
   /*
-   * hash: FNV-1a (FMHash_Private from FM_HASH_INIT) of what a set-up mask is, computed once by
+   * hash: FMHash_Private (from FM_HASH_INIT) of what a set-up mask is, computed once by
    * FMMaskSetUp and agreed on (FMAgreeSame), so it is the same on every rank of the mask's
    * communicator: the ints {seqlen_q, seqlen_k, mask_heads, causal, present, block} in that
    * order, the type name with its NUL, the int mask_batch only when it is > 1, then the four

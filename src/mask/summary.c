@@ -5,6 +5,7 @@
  */
 #include "maskimpl.h"
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 /*
@@ -89,6 +90,14 @@ FMErrorCode FMMaskValidate_Private(FMMask m)
   return FM_SUCCESS;
 }
 
+/* Order entries x < y of the interval list by start, without a branch. */
+static inline void cswap(int sa[3], int sb[3], int x, int y)
+{
+  const int sw = sa[x] > sa[y], ax = sa[x], ay = sa[y], bx = sb[x], by = sb[y];
+  sa[x] = sw ? ay : ax; sa[y] = sw ? ax : ay;
+  sb[x] = sw ? by : bx; sb[y] = sw ? bx : by;
+}
+
 /*
  * Masked rows of one column as at most 3 disjoint sorted intervals (the lower and upper
  * intervals and the causal rows [0, j - off)); returns the count.
@@ -105,12 +114,12 @@ static inline int column_masked(const FMMask m, int h, int j, int a[3], int b[3]
     if (c > m->seqlen_q) c = m->seqlen_q;
     if (c > 0) { sa[n] = 0; sb[n++] = (int)c; }
   }
-  /* sort by start (n <= 3) */
-  for (int x = 1; x < n; x++)
-    for (int y = x; y > 0 && sa[y - 1] > sa[y]; y--) {
-      int t = sa[y]; sa[y] = sa[y - 1]; sa[y - 1] = t;
-      t = sb[y]; sb[y] = sb[y - 1]; sb[y - 1] = t;
-    }
+  /* sort by start: the unused entries are padded to sort last, then a three-comparator network
+     of conditional swaps (no data-dependent branch: this runs once per key column) */
+  for (int x = n; x < 3; x++) sa[x] = sb[x] = INT_MAX;
+  cswap(sa, sb, 0, 1);
+  cswap(sa, sb, 1, 2);
+  cswap(sa, sb, 0, 1);
   for (int x = 0; x < n; x++) {
     if (k > 0 && sa[x] <= b[k - 1]) {
       if (sb[x] > b[k - 1]) b[k - 1] = sb[x];
@@ -180,18 +189,23 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
     /* room for the list: each intersection adds at most 2 intervals to it, and disjoint
        intervals of nqb tiles are at most nqb */
     const size_t room = 2 * (2 * (size_t)B + 3 < (size_t)nqb + 1 ? 2 * (size_t)B + 3 : (size_t)nqb + 1);
-    int *run = NULL, *next = NULL;
+    int *run = NULL, *next = NULL, sh = -1;
+    if ((B & (B - 1)) == 0)
+      for (sh = 0; (1 << sh) < B; sh++) {}
     FMCall(FMMalloc(2 * room, &cnt));
     for (int h = 0; h < H; h++)
       for (int kb = 0; kb < nkb; kb++) {
         const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
         int nrun = -1; /* -1: before the block's first column */
+        int64_t bmasked = 0; /* the block's masked entries: at most block x seqlen_q */
         run = cnt; next = cnt + room;
         for (int j = c0; j < c1; j++) {
           int a[3], b[3], n = column_masked(m, h, j, a, b), tl[3], th[3], nt = 0, no = 0, x = 0, y = 0;
           for (int k = 0; k < n; k++) {
-            int lo = (int)(((int64_t)a[k] + B - 1) / B), hi = b[k] >= Sq ? nqb - 1 : b[k] / B - 1;
-            masked += b[k] - a[k];
+            /* the tiles wholly inside [a, b): a shift where the block is a power of two */
+            int lo = sh >= 0 ? (int)(((int64_t)a[k] + B - 1) >> sh) : (int)(((int64_t)a[k] + B - 1) / B);
+            int hi = b[k] >= Sq ? nqb - 1 : (sh >= 0 ? b[k] >> sh : b[k] / B) - 1;
+            bmasked += b[k] - a[k];
             if (lo <= hi) { tl[nt] = lo; th[nt++] = hi; }
           }
           if (nrun < 0) {
@@ -210,6 +224,7 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
           nrun = no;
         }
         for (int k = 0; k < nrun; k++) skipped += run[2 * k + 1] - run[2 * k] + 1;
+        masked += (double)bmasked;
       }
   }
   free(cnt);

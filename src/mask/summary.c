@@ -130,14 +130,66 @@ static inline int column_masked(const FMMask m, int h, int j, int a[3], int b[3]
   return k;
 }
 
-/* Empty intervals in default form (lts = lte = Sq, uts = ute = 0) so the summaries stay tight. */
-static void normalize(FMMask m)
+/* Empty intervals of columns [c0, c1) of row h in default form (lts = lte = Sq, uts = ute = 0),
+   so that the summaries stay tight. */
+static void normalize(FMMask m, int h, int c0, int c1)
 {
-  const size_t n = FM_MASK_NG(m) * m->seqlen_k;
-  for (size_t i = 0; i < n; i++) {
-    if (m->bnd[0][i] == m->bnd[1][i]) m->bnd[0][i] = m->bnd[1][i] = m->seqlen_q;
-    if (m->bnd[2][i] == m->bnd[3][i]) m->bnd[2][i] = m->bnd[3][i] = 0;
+  const size_t o = (size_t)h * m->seqlen_k;
+  int32_t *b0 = m->bnd[0] + o, *b1 = m->bnd[1] + o, *b2 = m->bnd[2] + o, *b3 = m->bnd[3] + o;
+  for (int j = c0; j < c1; j++) {
+    if (b0[j] == b1[j]) b0[j] = b1[j] = m->seqlen_q;
+    if (b2[j] == b3[j]) b2[j] = b3[j] = 0;
   }
+}
+
+typedef struct {
+  int B, Sq, nqb, sh; /* block, rows, row tiles; sh: log2(B) when B is a power of two, else -1 */
+  int *run, *next;    /* two lists of [lo, hi] tile pairs, each of room ints */
+} Scan;
+
+/*
+ * The skipped tiles and the masked entries of key block [c0, c1) of row h. Per column, the masked
+ * rows are <= 3 disjoint intervals, and the query tiles wholly inside one of them are <= 3
+ * intervals of tiles. A tile is skipped iff every column of the block covers it: intersect the
+ * columns' tile intervals one column after the other (a short running list in practice; a column
+ * with the same tile intervals as the previous one changes nothing), so the work grows with
+ * seqlen_k, not with the number of tiles.
+ */
+static void scan_block(const FMMask m, Scan *sc, int h, int c0, int c1, double *skipped, double *masked)
+{
+  const int B = sc->B, Sq = sc->Sq, nqb = sc->nqb, sh = sc->sh;
+  int *run = sc->run, *next = sc->next, nrun = -1; /* -1: before the block's first column */
+  int ptl[3] = {0, 0, 0}, pth[3] = {0, 0, 0}, pnt = -1; /* the previous column's tile intervals */
+  int64_t bmasked = 0;                                  /* at most block x seqlen_q */
+  for (int j = c0; j < c1; j++) {
+    int a[3], b[3], n = column_masked(m, h, j, a, b), tl[3] = {0, 0, 0}, th[3] = {0, 0, 0}, nt = 0, no = 0, x = 0, y = 0;
+    for (int k = 0; k < n; k++) {
+      /* the tiles wholly inside [a, b): a shift where the block is a power of two */
+      int lo = sh >= 0 ? (int)(((int64_t)a[k] + B - 1) >> sh) : (int)(((int64_t)a[k] + B - 1) / B);
+      int hi = b[k] >= Sq ? nqb - 1 : (sh >= 0 ? b[k] >> sh : b[k] / B) - 1;
+      bmasked += b[k] - a[k];
+      if (lo <= hi) { tl[nt] = lo; th[nt++] = hi; }
+    }
+    if (nrun == 0 || (nt == pnt && !memcmp(tl, ptl, sizeof(tl)) && !memcmp(th, pth, sizeof(th)))) continue;
+    pnt = nt;
+    memcpy(ptl, tl, sizeof(tl));
+    memcpy(pth, th, sizeof(th));
+    if (nrun < 0) {
+      for (int k = 0; k < nt; k++) { run[2 * k] = tl[k]; run[2 * k + 1] = th[k]; }
+      nrun = nt;
+      continue;
+    }
+    while (x < nrun && y < nt) { /* both lists sorted and disjoint */
+      const int lo = run[2 * x] > tl[y] ? run[2 * x] : tl[y], hi = run[2 * x + 1] < th[y] ? run[2 * x + 1] : th[y];
+      if (lo <= hi) { next[2 * no] = lo; next[2 * no + 1] = hi; no++; }
+      if (run[2 * x + 1] < th[y]) x++;
+      else y++;
+    }
+    { int *t = run; run = next; next = t; }
+    nrun = no;
+  }
+  for (int k = 0; k < nrun; k++) *skipped += run[2 * k + 1] - run[2 * k] + 1;
+  *masked += (double)bmasked;
 }
 
 /*
@@ -145,88 +197,51 @@ static void normalize(FMMask m)
  *   ([mask_batch * mask_heads][nblocks_k][FM_SUM_N], blocks of m->block key columns, the last one short),
  *   m->nblocks_k, the exact element density (fraction of (sample, head, i, j) entries not masked) and
  *   block sparsity (fraction of block x block tiles, the last row/column of tiles short, whose
- *   entries are all masked). Not collective. Call after FMMaskValidate_Private.
+ *   entries are all masked). Not collective. Call after FMMaskValidate_Private. One pass over the
+ *   bounds: each key block is normalized, summarized and scanned while it is in cache.
  */
 FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k, B = m->block;
   int H, nkb, nqb, *cnt;
   double masked = 0, skipped = 0;
+  Scan sc;
+  size_t room;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   FMCall(FMMaskCheckBatch_Private(m->mask_batch, m->mask_heads, Sk, "Mask"));
   H = (int)FM_MASK_NG(m); /* rows: (sample, head) */
   /* The limits keep every index below in int (c0 + B <= 2 * FM_MASK_MAX_SEQLEN - 1 <= INT_MAX);
      the block counts are computed in 64 bits all the same. */
   FMCall(FMMaskCheckSizes_Private(Sq, Sk, H, B > 0 ? B : -1, "Mask"));
-  normalize(m);
   nkb = (int)(((int64_t)Sk + B - 1) / B);
   nqb = (int)(((int64_t)Sq + B - 1) / B);
+  /* room for a tile list: each intersection adds at most 2 intervals, and disjoint intervals of
+     nqb tiles are at most nqb */
+  room = 2 * (2 * (size_t)B + 3 < (size_t)nqb + 1 ? 2 * (size_t)B + 3 : (size_t)nqb + 1);
   FMFree(m->summary);
   FMCall(FMMalloc((size_t)H * nkb * FM_SUM_N, &m->summary));
+  FMCall(FMMalloc(2 * room, &cnt));
   m->nblocks_k = nkb;
+  sc.B = B; sc.Sq = Sq; sc.nqb = nqb; sc.sh = -1; sc.run = cnt; sc.next = cnt + room;
+  if ((B & (B - 1)) == 0)
+    for (sc.sh = 0; (1 << sc.sh) < B; sc.sh++) {}
   for (int h = 0; h < H; h++)
     for (int kb = 0; kb < nkb; kb++) {
       int32_t *s = m->summary + ((size_t)h * nkb + kb) * FM_SUM_N;
       const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
+      normalize(m, h, c0, c1);
       for (int v = 0; v < 4; v++) {
         const int32_t *x = m->bnd[v] + (size_t)h * Sk;
         int32_t lo = x[c0], hi = x[c0];
-        for (int j = c0 + 1; j < c1; j++) {
-          if (x[j] < lo) lo = x[j];
-          if (x[j] > hi) hi = x[j];
+        for (int j = c0 + 1; j < c1; j++) { /* branch-free: vectorizes */
+          lo = x[j] < lo ? x[j] : lo;
+          hi = x[j] > hi ? x[j] : hi;
         }
         s[2 * v] = lo;
         s[2 * v + 1] = hi;
       }
+      scan_block(m, &sc, h, c0, c1, &skipped, &masked);
     }
-
-  /* Density and sparsity, exactly: per column, the masked rows are <= 3 disjoint intervals,
-     and the query tiles that lie wholly inside one of them are <= 3 intervals of tiles. A tile
-     of a key block is skipped iff every column of the block covers it: intersect the columns'
-     tile intervals one column after the other (a short running list, in practice), so the work
-     grows with seqlen_k, not with the number of tiles. */
-  {
-    /* room for the list: each intersection adds at most 2 intervals to it, and disjoint
-       intervals of nqb tiles are at most nqb */
-    const size_t room = 2 * (2 * (size_t)B + 3 < (size_t)nqb + 1 ? 2 * (size_t)B + 3 : (size_t)nqb + 1);
-    int *run = NULL, *next = NULL, sh = -1;
-    if ((B & (B - 1)) == 0)
-      for (sh = 0; (1 << sh) < B; sh++) {}
-    FMCall(FMMalloc(2 * room, &cnt));
-    for (int h = 0; h < H; h++)
-      for (int kb = 0; kb < nkb; kb++) {
-        const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
-        int nrun = -1; /* -1: before the block's first column */
-        int64_t bmasked = 0; /* the block's masked entries: at most block x seqlen_q */
-        run = cnt; next = cnt + room;
-        for (int j = c0; j < c1; j++) {
-          int a[3], b[3], n = column_masked(m, h, j, a, b), tl[3], th[3], nt = 0, no = 0, x = 0, y = 0;
-          for (int k = 0; k < n; k++) {
-            /* the tiles wholly inside [a, b): a shift where the block is a power of two */
-            int lo = sh >= 0 ? (int)(((int64_t)a[k] + B - 1) >> sh) : (int)(((int64_t)a[k] + B - 1) / B);
-            int hi = b[k] >= Sq ? nqb - 1 : (sh >= 0 ? b[k] >> sh : b[k] / B) - 1;
-            bmasked += b[k] - a[k];
-            if (lo <= hi) { tl[nt] = lo; th[nt++] = hi; }
-          }
-          if (nrun < 0) {
-            for (int k = 0; k < nt; k++) { run[2 * k] = tl[k]; run[2 * k + 1] = th[k]; }
-            nrun = nt;
-            continue;
-          }
-          if (nrun == 0) continue;
-          while (x < nrun && y < nt) { /* both lists sorted and disjoint */
-            const int lo = run[2 * x] > tl[y] ? run[2 * x] : tl[y], hi = run[2 * x + 1] < th[y] ? run[2 * x + 1] : th[y];
-            if (lo <= hi) { next[2 * no] = lo; next[2 * no + 1] = hi; no++; }
-            if (run[2 * x + 1] < th[y]) x++;
-            else y++;
-          }
-          { int *t = run; run = next; next = t; }
-          nrun = no;
-        }
-        for (int k = 0; k < nrun; k++) skipped += run[2 * k + 1] - run[2 * k] + 1;
-        masked += (double)bmasked;
-      }
-  }
   free(cnt);
   m->density = 1.0 - masked / ((double)H * Sq * Sk);
   m->sparsity = skipped / ((double)H * nqb * nkb);

@@ -236,7 +236,23 @@ FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend);
  */
 FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads);
 
-/* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_context_view (and the kernel
+/*
+ * FMContextSetNCCLTimeout - a time limit for the K/V exchanges over NCCL (context-parallel plans
+ *   on the CUDA backend). With seconds > 0, FMPlanForward waits on the host until its exchange
+ *   is over, polling NCCL for asynchronous errors (a failed peer or link): on an error, or when
+ *   the exchange takes longer than seconds, every rank returns FM_ERR_NCCL and the communicators
+ *   are aborted (new ones are made on the next call) instead of leaving the plan's stream waiting
+ *   for ever. The compute kernels stay asynchronous. 0 (the default) sets no limit: the call
+ *   returns while the exchange runs. Not collective (give every rank the same value).
+ *   Option: -fm_nccl_timeout
+ *   ctx      the context
+ *   seconds  >= 0
+ * FMContextGetNCCLTimeout - the limit in seconds (0: none). Not collective.
+ */
+FMErrorCode FMContextSetNCCLTimeout(FMContext ctx, double seconds);
+FMErrorCode FMContextGetNCCLTimeout(FMContext ctx, double *seconds);
+
+/* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_nccl_timeout, -fm_context_view (and the kernel
  *   options -fm_cuda_fallback, -fm_sm90_vdesc_swap, -fm_cpu_vector_width, -fm_cpu_stage_bytes)
  *   into ctx. Collective; an error on any rank is an error on every rank. */
 FMErrorCode FMContextSetFromOptions(FMContext ctx);

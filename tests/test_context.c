@@ -79,6 +79,23 @@ int main(int argc, char **argv)
   FMT_EXPECT_ERR(FMContextView(ctx, NULL), FM_ERR_ORDER, "SetUp");
   FMT_EXPECT_ERR(FMContextGetBackend(ctx, &be), FM_ERR_ORDER, "SetUp");
   FMT_EXPECT_ERR(FMMaskSetUp((FMMask)ctx), FM_ERR_ARG_WRONG, "argument 1");
+  { /* the NCCL time limit: refused when negative or NaN, read back, and set by its option */
+    double t = -1;
+    FMT_EXPECT_ERR(FMContextSetNCCLTimeout(ctx, -1.0), FM_ERR_ARG_OUTOFRANGE, "seconds");
+    FMT_EXPECT_ERR(FMContextSetNCCLTimeout(ctx, NAN), FM_ERR_ARG_OUTOFRANGE, "seconds");
+    FMT_CALL(FMContextGetNCCLTimeout(ctx, &t));
+    FMT_CHECK(t == 0, "the default NCCL time limit is %g, expected 0 (none)", t);
+    FMT_CALL(FMContextSetNCCLTimeout(ctx, 2.5));
+    FMT_CALL(FMContextGetNCCLTimeout(ctx, &t));
+    FMT_CHECK(t == 2.5, "FMContextGetNCCLTimeout gave %g after setting 2.5", t);
+    FMT_CALL(FMOptionsSetValue("-fm_nccl_timeout", "-3"));
+    FMT_EXPECT_ERR(FMContextSetFromOptions(ctx), FM_ERR_ARG_OUTOFRANGE, "-fm_nccl_timeout");
+    FMT_CALL(FMOptionsSetValue("-fm_nccl_timeout", "7"));
+    FMT_CALL(FMContextSetFromOptions(ctx));
+    FMT_CALL(FMContextGetNCCLTimeout(ctx, &t));
+    FMT_CHECK(t == 7, "-fm_nccl_timeout 7 gave %g", t);
+    FMT_CALL(FMOptionsSetValue("-fm_nccl_timeout", "0"));
+  }
   FMT_CALL(FMContextSetFromOptions(ctx));
   FMT_CALL(FMContextSetUp(ctx));
   FMT_CALL(FMContextGetComm(ctx, &comm));

@@ -61,6 +61,23 @@ FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads)
   return FM_SUCCESS;
 }
 
+FMErrorCode FMContextSetNCCLTimeout(FMContext ctx, double seconds)
+{
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMCheck(seconds >= 0 && seconds <= 1e9, ctx->comm, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 2 (seconds) is %g; expected a finite number of seconds >= 0 (0 = no limit)", seconds);
+  ctx->nccl_timeout = seconds;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMContextGetNCCLTimeout(FMContext ctx, double *seconds)
+{
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMValidPointer(seconds, 2);
+  *seconds = ctx->nccl_timeout;
+  return FM_SUCCESS;
+}
+
 /* The kernels' switches (FMKernelOptions in fmkernels.h), read once here and passed down in every problem. */
 static FMErrorCode kernel_options(FMContext ctx)
 {
@@ -92,6 +109,12 @@ static FMErrorCode setfromoptions(void *obj)
   FMCall(FMContextSetBackend(ctx, (FMBackend)b));
   FMCall(FMOptionsGetInt("-fm_num_threads", "CPU threads per rank, 0 = OpenMP default (FMContextSetNumThreads)", &ctx->nthreads, NULL));
   FMCall(FMContextSetNumThreads(ctx, ctx->nthreads));
+  {
+    double t = ctx->nccl_timeout;
+    FMCall(FMOptionsGetReal("-fm_nccl_timeout", "seconds an NCCL K/V exchange may take; the forward then waits for it and aborts on error or time-out (0 = no limit; FMContextSetNCCLTimeout)", &t, NULL));
+    FMCheck(t >= 0 && t <= 1e9, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_nccl_timeout is %g; expected seconds >= 0 (0 = no limit)", t);
+    FMCall(FMContextSetNCCLTimeout(ctx, t));
+  }
   FMCall(kernel_options(ctx));
   return FM_SUCCESS;
 }

@@ -8,6 +8,7 @@
 #include <flashmask/private/fmimpl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if FM_HAVE_NCCL
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -89,6 +90,39 @@ FMErrorCode FMContextAbortNCCL_Private(FMContext ctx)
   return FMContextDestroyNCCL_Private(ctx);
 }
 
+/* FMContextNCCLWait_Private - see fmimpl.h. */
+FMErrorCode FMContextNCCLWait_Private(FMContext ctx, void *ev, const char *what)
+{
+  FMNCCL *n = (FMNCCL *)ctx->nccl;
+  const double t0 = FMTime(), limit = ctx->nccl_timeout;
+  for (long polls = 0;; polls++) {
+    cudaError_t ce = cudaEventQuery((cudaEvent_t)ev);
+    if (ce == cudaSuccess) return FM_SUCCESS;
+    if (ce != cudaErrorNotReady)
+      FMRaise(MPI_COMM_SELF, FM_ERR_CUDA, "Waiting for %s on rank %d: %s", what, ctx->rank, cudaGetErrorString(ce));
+    if (n) {
+      ncclComm_t c[3] = {n->world, n->node, n->cross};
+      for (int i = 0; i < 3; i++) {
+        ncclResult_t st = ncclSuccess;
+        if (c[i] && ncclCommGetAsyncError(c[i], &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress) {
+          n->failed = 1;
+          FMRaise(MPI_COMM_SELF, FM_ERR_NCCL, "NCCL reported an asynchronous error during %s on rank %d: %s (%s)", what, ctx->rank,
+                  ncclGetErrorString(st), ncclGetLastError(c[i]));
+        }
+      }
+    }
+    if (limit > 0 && FMTime() - t0 > limit) {
+      if (n) n->failed = 1;
+      FMRaise(MPI_COMM_SELF, FM_ERR_NCCL,
+              "%s did not finish within %g s on rank %d (-fm_nccl_timeout; a peer may have stopped or failed)", what, limit, ctx->rank);
+    }
+    if (polls > 100) { /* a few microseconds of spinning first, then short sleeps */
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
 FMErrorCode FMContextDestroyNCCL_Private(FMContext ctx)
 {
   FMNCCL *n = (FMNCCL *)ctx->nccl;
@@ -128,5 +162,11 @@ long FMContextNCCLGeneration_Private(FMContext ctx)
 {
   (void)ctx;
   return 0;
+}
+FMErrorCode FMContextNCCLWait_Private(FMContext ctx, void *ev, const char *what)
+{
+  (void)ev;
+  FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
+  FMRaise(MPI_COMM_SELF, FM_ERR_SUP, "This build has no NCCL: nothing to wait for (%s)", what);
 }
 #endif

@@ -273,6 +273,7 @@ struct _p_FMContext {
   FMRankInfo *all;        /* [size], filled at SetUp */
   void *topology;         /* hwloc_topology_t, or NULL */
   void *nccl;             /* NCCL communicators (src/context/nccl.c), created on first use */
+  double nccl_timeout;    /* -fm_nccl_timeout: seconds an NCCL exchange may take before it is aborted (0: no limit, no wait) */
   FMKernelOptions kopts;  /* -fm_cuda_fallback, -fm_sm90_vdesc_swap, -fm_cpu_* (FMContextSetFromOptions) */
 };
 
@@ -286,6 +287,15 @@ FMErrorCode FMContextGetNCCL_Private(FMContext ctx, void **world, void **node, v
 FMErrorCode FMContextDestroyNCCL_Private(FMContext ctx);
 FMErrorCode FMContextAbortNCCL_Private(FMContext ctx); /* after a failed exchange: abort, re-bootstrap on next use */
 long FMContextNCCLGeneration_Private(FMContext ctx);    /* id of the current communicators, new per bootstrap */
+/*
+ * FMContextNCCLWait_Private - wait on the host until the CUDA event ev (recorded after NCCL
+ *   operations of the context's communicators) completes, polling ncclCommGetAsyncError meanwhile
+ *   and stopping after ctx->nccl_timeout seconds (> 0; 0: no limit). Not collective. Returns
+ *   FM_ERR_NCCL naming what (a phrase: "the K/V exchange of the forward") when NCCL reports an
+ *   asynchronous error or the time runs out; the caller must then agree with the other ranks and
+ *   abort the communicators (FMContextAbortNCCL_Private), which ends the operations left waiting.
+ */
+FMErrorCode FMContextNCCLWait_Private(FMContext ctx, void *ev, const char *what);
 
 /* ---------------- mask ---------------- */
 struct _p_FMMask {

@@ -156,7 +156,17 @@ FMErrorCode FMDistNCCLConnect_Private(FMPlan plan, FMDist *d, FMDistGPU *g)
   if (!ierr) ierr = cuda_code(cudaStreamSynchronize((cudaStream_t)plan->stream), "waiting for the plan's stream before connecting NCCL", -1);
   ierr = FMAgreeCode(plan->hdr.comm, ierr);
   for (int s = 0; s < g->nsteps && !ierr; s++) ierr = FMDistExchangeNCCL_Private(plan, d, g, s, NULL, NULL, 1);
-  if (!ierr) ierr = cuda_code(cudaStreamSynchronize((cudaStream_t)g->cs), "the NCCL connection run", -1);
+  /* not cudaStreamSynchronize: a peer that failed to post leaves this rank's operations waiting
+     on the device; the wait polls NCCL's asynchronous errors and honours -fm_nccl_timeout */
+  if (!ierr) ierr = FMCudaEventRecord(g->ev_done, g->cs);
+  if (!ierr) ierr = FMContextNCCLWait_Private(plan->ctx, g->ev_done, "the NCCL connection run");
+  ierr = FMAgreeCode(plan->hdr.comm, ierr);
+  if (ierr) { /* every rank: abort, which ends the operations left waiting, before any free */
+    (void)FMContextAbortNCCL_Private(plan->ctx);
+    g->nccl = NULL;
+    g->gen = 0;
+    (void)cudaStreamSynchronize((cudaStream_t)g->cs);
+  }
   if (g->ping && !ierr) ierr = FMCudaFree(g->ping);
   else if (g->ping) (void)cudaFree(g->ping); /* after the connection's first error, ignored (it is not news) */
   g->ping = NULL;

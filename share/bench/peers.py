@@ -343,6 +343,13 @@ def run(a):
         fconf.donated_buffer = False
     except Exception:
         pass
+    try:  # one compiled entry per mask, pass and backend: more than dynamo's default of 8
+        import torch._dynamo.config as dconf
+        for lim in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+            if isinstance(getattr(dconf, lim, None), int):
+                setattr(dconf, lim, max(getattr(dconf, lim), 512))
+    except Exception:
+        pass
     from torch.nn.attention.flex_attention import flex_attention
     dtype = torch.float16 if a.dtype == "fp16" else torch.bfloat16
     ctx = {"flex": torch.compile(flex_attention, dynamic=False), "fa4": None}

@@ -97,8 +97,9 @@ enum { PASS_FWD = 0, PASS_BWD = 1, PASS_FWDBWD = 2, NPASS = 3 };
 static const char *const pass_name[NPASS] = {"fwd", "bwd", "fwdbwd"};
 
 /* FLOPs of one run of a pass under the FlashMask convention, from the forward's (FMPlanGetFlops):
-   the backward counts 2.5 forwards, forward + backward 3.5. The one definition of fmbench and
-   share/bench/peers.py (pass_flops there) and share/bench/bwd. */
+   the backward counts 2.5 forwards, forward + backward 3.5. The one definition: compare.sh gives
+   every peer these FLOPs (share/bench/compare_table.py: our TFLOP/s x our ms over the peer's ms),
+   and share/bench/bwd/bwd_bench.cu counts the same. */
 static double pass_flops(double fwd_flops, int pass)
 {
   return fwd_flops * (pass == PASS_FWD ? 1.0 : pass == PASS_BWD ? 2.5 : 3.5);

@@ -54,12 +54,10 @@ run_fmbench $rest $shape $fmonly -pass "$pass" -o "$WORK/masks.h5" -csv "$WORK/o
 if [ "$mb" -gt 1 ]; then
   run_fmbench -masks document -seqlen "$seq1" -mask_batch "$mb" $shape $fmonly -pass "$pass" -o "$WORK/masks_mb.h5" -csv "$WORK/ours_mb.csv"
 fi
-# 2. the peers on the same files and shapes
-PYTHONUNBUFFERED=1 $PYTHON3 "$here/peers.py" "$WORK/masks.h5" $shape --pass "$pass" --peers "${PEERS:-flex,flex_flash,cudnn,fa4}" \
+# 2. the peers on the same files and shapes, in one process (the compiled kernels are reused)
+files="$WORK/masks.h5"
+[ "$mb" -gt 1 ] && files="$files $WORK/masks_mb.h5"
+PYTHONUNBUFFERED=1 $PYTHON3 "$here/peers.py" $files $shape --pass "$pass" --peers "${PEERS:-flex,flex_flash,cudnn,fa4}" \
   --cbm "${CBM:-1}" -csv "$WORK/peers.csv"
-if [ "$mb" -gt 1 ]; then
-  PYTHONUNBUFFERED=1 $PYTHON3 "$here/peers.py" "$WORK/masks_mb.h5" $shape --pass "$pass" \
-    --peers "${PEERS:-flex,flex_flash,cudnn,fa4}" --cbm "${CBM:-1}" -csv "$WORK/peers_mb.csv"
-fi
 # 3. one table and compare.csv
 $PYTHON3 "$here/compare_table.py" "$WORK"

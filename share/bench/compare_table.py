@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """compare_table.py WORK - the table of compare.sh: joins fmbench's CSVs (WORK/ours.csv,
-WORK/ours_mb.csv) with peers.py's (WORK/peers.csv, WORK/peers_mb.csv) on (mask, seqlen,
-mask_batch, pass), prints one table and writes WORK/compare.csv. No numpy, no torch.
+WORK/ours_mb.csv) with peers.py's (WORK/peers.csv; also WORK/peers_mb.csv if there) on (mask,
+seqlen, mask_batch, pass), prints one table and writes WORK/compare.csv. No numpy, no torch.
 
 TFLOP/s of a peer = our FLOPs (fmbench: tflops x ms, FlashMask convention, the same count for the
 same mask, shape and pass) over the peer's median ms: one FLOP definition for everyone. A CSV

@@ -30,11 +30,11 @@ Prints one line per mask and pass and writes a CSV (-csv):
   mask,seqlen,batch,flex_ms,cudnn_ms,pass,mask_batch,flex_flash_ms,fa4_ms,cbm_ms
 (nan where a peer does not run the mask or failed: the reason is printed).
 
-usage: peers.py MASKFILE [-heads 32] [-head_dim 128] [-tokens 131072] [-reps 10] [-warmup 3]
+usage: peers.py MASKFILE... [-heads 32] [-head_dim 128] [-tokens 131072] [-reps 10] [-warmup 3]
                 [-dtype bf16] [-masks all|a,b] [-csv out.csv] [--pass fwd,bwd,fwdbwd]
                 [--peers flex,flex_flash,cudnn,fa4] [--cbm 0|1]
-       peers.py --self-test [MASKFILE]   (no GPU, no torch: the argument parsing and, where numpy
-                and h5py are installed, the HDF5 reading, on a file it writes and on MASKFILE)
+       peers.py --self-test [MASKFILE...]   (no GPU, no torch: the argument parsing and, where numpy
+                and h5py are installed, the HDF5 reading, on a file it writes and on each MASKFILE)
 Every option takes one or two dashes.
 """
 import argparse
@@ -64,7 +64,8 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(prog="peers.py", allow_abbrev=False, add_help=False,
                                  description="Time FlexAttention (Triton and BACKEND=FLASH), cuDNN SDPA and "
                                              "FlashAttention-4 on fmbench's masks (see the module docstring).")
-    ap.add_argument("maskfile", nargs="?", help="HDF5 mask file written by fmbench -o")
+    ap.add_argument("maskfiles", nargs="*", metavar="MASKFILE",
+                    help="HDF5 mask files written by fmbench -o (several: timed in one process, one CSV)")
     ap.add_argument("-h", "-help", "--help", action="help", help="show this help and exit")
     opts = (("heads", int, 32, "query (= key/value) heads"), ("head_dim", int, 128, "head dimension"),
             ("tokens", int, 131072, "tokens per batch (batch = tokens / seqlen unless the mask has a batch)"),
@@ -84,7 +85,7 @@ def parse_args(argv):
         ap.error("-dtype %s: expected bf16 or fp16" % a.dtype)
     if a.reps < 1 or a.warmup < 0:
         ap.error("-reps must be >= 1 and -warmup >= 0")
-    if not a.self_test and not a.maskfile:
+    if not a.self_test and not a.maskfiles:
         ap.error("a MASKFILE (fmbench -o) is required")
     return a
 
@@ -361,7 +362,7 @@ def run(a):
     rows, cache = [], {}
     print("%-22s %6s %3s %-6s %10s %10s %10s %10s %10s" % ("mask", "seqlen", "B", "pass", "flex_ms", "flash_ms", "cudnn_ms",
                                                           "fa4_ms", "cbm_ms"), flush=True)
-    for name, typ, Sq, Sk, causal, mb, vec in load_masks(a.maskfile):
+    for name, typ, Sq, Sk, causal, mb, vec in (m for path in a.maskfiles for m in load_masks(path)):
         if a.masks != "all" and typ not in a.masks.split(","):
             continue
         B = mb if mb > 1 else max(a.tokens // Sk, 1)  # a per-sample mask fixes the batch
@@ -401,8 +402,10 @@ def self_test(a):
     d = parse_args(["m.h5", "--pass", "fwd,bwd", "-heads", "8", "--head_dim", "64", "-reps", "3", "--peers", "flex,fa4"])
     check(d.passes == ["fwd", "bwd"] and d.heads == 8 and d.head_dim == 64 and d.reps == 3 and d.peers == ["flex", "fa4"],
           "one- and two-dash options, comma lists")
+    d = parse_args(["m.h5", "m2.h5", "-pass", "bwd"])
+    check(d.maskfiles == ["m.h5", "m2.h5"] and d.passes == ["bwd"], "several mask files")
     d = parse_args(["-pass", "fwdbwd", "m.h5", "-csv", "o.csv"])
-    check(d.passes == ["fwdbwd"] and d.maskfile == "m.h5" and d.csv == "o.csv", "options before the file")
+    check(d.passes == ["fwdbwd"] and d.maskfiles == ["m.h5"] and d.csv == "o.csv", "options before the file")
     for bad in (["m.h5", "--pass", "backward"], ["m.h5", "--peers", "xformers"], ["m.h5", "-dtype", "fp8"], []):
         try:
             with open(os.devnull, "w") as null:
@@ -421,16 +424,16 @@ def self_test(a):
         print("skip: HDF5 reading (%s)" % e)
         return 1 if fails else 0
     self_test_hdf5(h5py, np, check)
-    if a.maskfile:  # a file fmbench wrote: every mask loads with the shapes its attributes give
+    for path in a.maskfiles:  # a file fmbench wrote: every mask loads with the shapes its attributes give
         n = 0
-        for name, typ, sq, sk, causal, mb, vec in load_masks(a.maskfile):
+        for name, typ, sq, sk, causal, mb, vec in load_masks(path):
             n += 1
             ok = all(x.shape[0] == mb and x.shape[2] == sk and x.dtype == np.int32 for x in vec)
             ok = ok and all(((x >= 0) & (x <= sq)).all() for x in vec) and (vec[0] <= vec[1]).all() and (vec[2] <= vec[3]).all()
-            check(ok, "%s: %s, mask_batch %d, bounds in [0, %d] and ordered" % (a.maskfile, name, mb, sq))
+            check(ok, "%s: %s, mask_batch %d, bounds in [0, %d] and ordered" % (path, name, mb, sq))
             if mb > 1 and typ in ("document", "causal_document", "share_question"):  # every sample packs its own documents
                 check(any((x != x[:1]).any() for x in vec), "%s: the %d samples have different bounds" % (name, mb))
-        check(n > 0, "%s holds masks" % a.maskfile)
+        check(n > 0, "%s holds masks" % path)
     return 1 if fails else 0
 
 

@@ -1,16 +1,35 @@
 #!/bin/sh
 # fmbench -help prints fmbench's own options and the library's, then exits 0, without a GPU
-# (it must not stop at the device check). Skips (77) when fmbench is not built (no CUDA).
+# (it must not stop at the device check). Its -pass list is checked without a GPU too (-dryrun):
+# a bad pass is refused by name, and the known ones (fwd, bwd, fwdbwd, -bwd, -fwdbwd) are
+# accepted and announced. Skips (77) when fmbench is not built (no CUDA).
 . "$srcdir/tests/common.sh"
 FMBENCH="${top_builddir}/fmbench"
 [ -x "$FMBENCH" ] || { echo "SKIP: fmbench not built (no CUDA in this build)"; exit 77; }
 out=test_fmbench_help.out
-rm -f "$out"
+h5=test_fmbench_help.h5
+rm -f "$out" "$h5"
 fm_run 1 "$FMBENCH" -help > "$out" 2>&1
 rc=$?
 [ $rc = 0 ] || { echo "FAIL: fmbench -help exited $rc"; cat "$out"; exit 1; }
-for opt in -masks -seqlen -head_dim -heads_kv -tokens -dtype -warmup -reps -seed -csv -dryrun -mask_batch -cp -fm_log_view; do
+for opt in -masks -seqlen -head_dim -heads_kv -tokens -dtype -warmup -reps -seed -csv -dryrun -mask_batch -pass -bwd -fwdbwd \
+           -cp -fm_log_view; do
   grep -q -- "$opt" "$out" || { echo "FAIL: fmbench -help does not list $opt"; cat "$out"; exit 1; }
 done
-rm -f "$out"
-echo "PASS: fmbench -help lists its options and the library's and exits 0"
+grep -q "backward 2.5x" "$out" || { echo "FAIL: fmbench -help does not state the backward FLOP convention"; cat "$out"; exit 1; }
+# a bad pass: refused with its name, nonzero exit
+fm_run 1 "$FMBENCH" -dryrun -masks causal -seqlen 256 -o "$h5" -pass fwd,backward > "$out" 2>&1
+rc=$?
+[ $rc != 0 ] || { echo "FAIL: fmbench -pass fwd,backward exited 0"; cat "$out"; exit 1; }
+grep -q "unknown pass 'backward'" "$out" || { echo "FAIL: fmbench does not name the bad pass"; cat "$out"; exit 1; }
+# the known passes, as -pass and as flags: accepted and listed in the header line
+for args in "-pass fwd,bwd,fwdbwd|fwd bwd fwdbwd" "-bwd|bwd" "-fwdbwd -bwd|bwd fwdbwd" "-pass fwd|fwd" "|fwd"; do
+  a=${args%%|*}; want=${args#*|}
+  rm -f "$h5"
+  fm_run 1 "$FMBENCH" -dryrun -masks causal -seqlen 256 -o "$h5" $a > "$out" 2>&1
+  rc=$?
+  [ $rc = 0 ] || { echo "FAIL: fmbench -dryrun $a exited $rc"; cat "$out"; exit 1; }
+  grep -q "^fmbench: passes $want (" "$out" || { echo "FAIL: fmbench -dryrun $a does not announce passes '$want'"; cat "$out"; exit 1; }
+done
+rm -f "$out" "$h5"
+echo "PASS: fmbench -help lists its options and the library's and exits 0; -pass is parsed and checked"

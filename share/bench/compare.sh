@@ -1,42 +1,63 @@
 #!/bin/sh
-# compare.sh - time our forward (fmbench) and the peers (share/bench/peers.py: FlexAttention,
-# cuDNN SDPA) on the same masks and shapes in one run, and print one table:
-#   mask | seqlen | ours | Flex | cuDNN | ours/Flex | ours/cuDNN     (TFLOP/s, FlashMask convention)
-# usage: compare.sh [fmbench options: -masks -seqlen -head_dim -heads -tokens -reps -warmup -dtype]
+# compare.sh - time our forward and backward (fmbench) and the peers (share/bench/peers.py:
+# FlexAttention's Triton kernel, FlexAttention BACKEND=FLASH, cuDNN SDPA, FlashAttention-4 dense)
+# on the same masks and shapes, in one run, and print one table per pass:
+#   mask | S | B | pass | ours | Flex | Flex-FLASH | cuDNN | FA4 (TFLOP/s) | ours/each | create_block_mask ms
+# TFLOP/s: fmbench's FLOP count for everyone (FlashMask convention: forward 4 B H S^2 d (1 - rho),
+# rho = fraction of 128 x 128 tiles fully masked; backward 2.5x; fwdbwd 3.5x), over each one's
+# median time. A peer that does not run a mask (cuDNN and FA4: full and causal only), is not
+# installed (FA4) or failed (the reason is in the log) reads n/a.
+# Besides the masks asked for, a per-sample document case (fmbench -mask_batch: every sample its
+# own packing; the peers' BlockMask gets a batch dimension) at the first sequence length.
+# usage: compare.sh [fmbench options: -masks -seqlen -head_dim -heads -tokens -reps -warmup -dtype -seed
+#                    -pass fwd,bwd,fwdbwd (default here: fwd,bwd)]
 # Environment: FMBENCH (default: fmbench on PATH; with MPIEXEC set it runs "$MPIEXEC -n 1 $FMBENCH"),
-#   PYTHON3 (default python3), WORK (directory for the mask file and CSVs, default ./fmbench-out).
+#   PYTHON3 (default python3), WORK (directory for the mask files and CSVs, default ./fmbench-out),
+#   MASK_BATCH (the per-sample case's batch; default tokens / the first seqlen; 0: no such case),
+#   PEERS (peers.py --peers, default all), CBM (peers.py --cbm, default 1).
+# Output: the table on stdout, $WORK/compare.csv (one row per mask, length, batch and pass, every
+# TFLOP/s and ratio), and the raw $WORK/ours*.csv, $WORK/peers*.csv.
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 FMBENCH=${FMBENCH:-fmbench}
 PYTHON3=${PYTHON3:-python3}
 WORK=${WORK:-fmbench-out}
 mkdir -p "$WORK"
-# MASKS: the mask file (HDF5, written by fmbench -o)
-masks=${MASKS:-$WORK/masks.h5}
 run_fmbench() {
   if [ -n "$MPIEXEC" ]; then $MPIEXEC -n 1 $FMBENCH "$@"; else $FMBENCH "$@"; fi
 }
-run_fmbench "$@" -o "$masks" -csv "$WORK/ours.csv"
-[ -e "$masks" ] || { echo "compare.sh: fmbench wrote no mask file $masks" >&2; exit 1; }
-# peers take the shape options only
-popts=""
+# the options: the passes, the shape (both fmbench runs and the peers), fmbench-only ones, the rest
+pass="" shape="" fmonly="" rest="" seq1="" tokens=131072
 while [ $# -gt 0 ]; do
-  case $1 in -head_dim|-heads|-tokens|-reps|-warmup|-dtype) popts="$popts $1 $2"; shift 2;; *) shift;; esac
+  case $1 in
+    -pass) pass="$pass,$2"; shift 2;;
+    -bwd) pass="$pass,bwd"; shift;;
+    -fwdbwd) pass="$pass,fwdbwd"; shift;;
+    -head_dim|-heads|-reps|-warmup|-dtype) shape="$shape $1 $2"; shift 2;;
+    -seed) fmonly="$fmonly $1 $2"; shift 2;;
+    -tokens) shape="$shape $1 $2"; tokens=$2; shift 2;;
+    -heads_kv) echo "compare.sh: -heads_kv is not given to the peers (they run heads_kv = heads)" >&2; rest="$rest $1 $2"; shift 2;;
+    -seqlen) seq1=${2%%,*}; rest="$rest $1 $2"; shift 2;;
+    -mask_batch) echo "compare.sh: -mask_batch: use MASK_BATCH= (the per-sample case is run apart)" >&2; exit 2;;
+    *) rest="$rest $1"; shift;;
+  esac
 done
-PYTHONUNBUFFERED=1 $PYTHON3 "$here/peers.py" "$masks" $popts -csv "$WORK/peers.csv"
-$PYTHON3 - "$WORK/ours.csv" "$WORK/peers.csv" <<'PY'
-import csv, sys
-ours = {(r["mask"], int(r["seqlen"])): r for r in csv.DictReader(open(sys.argv[1]))}
-peers = {(r["mask"], int(r["seqlen"])): r for r in csv.DictReader(open(sys.argv[2]))}
-print("%-22s %6s %8s %8s %8s %10s %11s" % ("mask", "seqlen", "ours", "Flex", "cuDNN", "ours/Flex", "ours/cuDNN"))
-def f(x): return "%8.1f" % x if x == x else "%8s" % "-"
-for key in sorted(ours, key=lambda k: (k[1], list(ours).index(k))):
-    r = ours[key]
-    ms = float(r["ms"]); tf = float(r["tflops"]); flops = tf * ms
-    p = peers.get(key, {})
-    fl = float(p.get("flex_ms", "nan")); cd = float(p.get("cudnn_ms", "nan"))
-    tfl = flops / fl if fl == fl else float("nan")
-    tcd = flops / cd if cd == cd else float("nan")
-    print("%-22s %6d %s %s %s %10s %11s" % (key[0], key[1], f(tf), f(tfl), f(tcd),
-          "%.2f" % (tf / tfl) if tfl == tfl else "-", "%.2f" % (tf / tcd) if tcd == tcd else "-"))
-PY
+pass=${pass#,}
+pass=${pass:-fwd,bwd}
+seq1=${seq1:-8192}
+mb=${MASK_BATCH:-$((tokens / seq1))}
+[ "$mb" -ge 1 ] 2>/dev/null || mb=0
+rm -f "$WORK"/ours*.csv "$WORK"/peers*.csv "$WORK/compare.csv"
+# 1. ours, on the masks asked for, then the per-sample document case
+run_fmbench $rest $shape $fmonly -pass "$pass" -o "$WORK/masks.h5" -csv "$WORK/ours.csv"
+[ -e "$WORK/masks.h5" ] || { echo "compare.sh: fmbench wrote no mask file $WORK/masks.h5" >&2; exit 1; }
+if [ "$mb" -gt 1 ]; then
+  run_fmbench -masks document -seqlen "$seq1" -mask_batch "$mb" $shape $fmonly -pass "$pass" -o "$WORK/masks_mb.h5" -csv "$WORK/ours_mb.csv"
+fi
+# 2. the peers on the same files and shapes, in one process (the compiled kernels are reused)
+files="$WORK/masks.h5"
+[ "$mb" -gt 1 ] && files="$files $WORK/masks_mb.h5"
+PYTHONUNBUFFERED=1 $PYTHON3 "$here/peers.py" $files $shape --pass "$pass" --peers "${PEERS:-flex,flex_flash,cudnn,fa4}" \
+  --cbm "${CBM:-1}" -csv "$WORK/peers.csv"
+# 3. one table and compare.csv
+$PYTHON3 "$here/compare_table.py" "$WORK"

@@ -1,25 +1,36 @@
 /*
- * fmbench - time the CUDA forward on the 12 FlashMask benchmark masks.
+ * fmbench - time the CUDA forward and backward on the 12 FlashMask benchmark masks.
  *
- *   mpiexec -n 1 fmbench -masks all -seqlen 8192,32768 -head_dim 128 -heads 32 -tokens 131072
+ *   mpiexec -n 1 fmbench -masks all -seqlen 8192,32768 -head_dim 128 -heads 32 -tokens 131072 -pass fwd,bwd
  *
- * Per mask and sequence length: batch = tokens / seqlen; random bf16 (or fp16) Q, K, V on the
- * device; a warm-up, then -reps timed runs with CUDA events; the median is reported as ms and as
- * TFLOP/s under the FlashMask convention 4 B H S^2 d (1 - rho), rho = fraction of 128 x 128 tiles
- * fully masked, beside the exact element density. The exact bounds used are written to -o
- * (HDF5, /masks/<mask>_<seqlen> with datasets lts, lte, uts, ute int32[mask_heads][seqlen_k],
- * [mask_batch][mask_heads][seqlen_k] with -mask_batch, and attributes seqlen_q, seqlen_k,
- * causal, type, mask_heads, mask_batch) for share/bench/peers.py, and the results to -csv.
+ * Per mask and sequence length: batch = tokens / seqlen; random bf16 (or fp16) Q, K, V (and dO)
+ * on the device; one plan (FMPlanCreate ... FMPlanSetUp, the -fm_plan_* options apply) per
+ * mask; one forward (its O and LSE feed the backward, and it tells the path), then per pass a
+ * warm-up and -reps timed runs with CUDA events on the plan's stream. The passes (-pass):
+ *   fwd      FMPlanForward alone (the default)
+ *   bwd      FMPlanBackward alone (-bwd), on the O and LSE of that one forward
+ *   fwdbwd   FMPlanForward then FMPlanBackward in every run (-fwdbwd)
+ * The median is reported as ms and as TFLOP/s under the FlashMask convention, one definition
+ * for every pass and every peer (share/bench/peers.py): forward FLOPs = 4 B H S^2 d (1 - rho)
+ * (FMPlanGetFlops), rho = fraction of 128 x 128 tiles fully masked; backward = 2.5 x forward;
+ * forward + backward = 3.5 x forward; beside it the exact element density. The exact bounds
+ * used are written to -o (HDF5, /masks/<mask>_<seqlen> with datasets lts, lte, uts, ute
+ * int32[mask_heads][seqlen_k], [mask_batch][mask_heads][seqlen_k] with -mask_batch, and
+ * attributes seqlen_q, seqlen_k, causal, type, mask_heads, mask_batch) for share/bench/peers.py,
+ * and the results to -csv (columns mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,
+ * density,path,mask_batch,pass: one row per mask, length and pass).
  * Options:
  *   -masks all|name,name,...   -seqlen S,S,...   -head_dim d   -heads H   -heads_kv Hkv
  *   -tokens N   -dtype bf16|fp16   -warmup n   -reps n   -seed s   -o file   -csv file
+ *   -pass fwd,bwd,fwdbwd   the passes to time (default fwd); -bwd and -fwdbwd add one
  *   -mask_batch B   per-sample masks: batch B (instead of tokens / seqlen) and every mask with
  *             mask_batch B (FMMaskSetBatch), so the random builders (document, ...) pack
  *             every sample differently (sample b from seed + b)
  *   -dryrun   build, measure and save the masks only (no GPU needed; for checking a build)
  *   -help     these options and the library's, exit 0 (no GPU needed)
  * The masks are the library's builders (FMMaskSetType, -seed); the kernel options of the
- * context apply (-fm_cuda_fallback times nothing: fallback runs are reported, not timed).
+ * context apply (-fm_cuda_fallback times nothing: passes on a fallback path are reported, not
+ * timed).
  *
  * Context parallelism (-cp; src/bin/fmbench_cp.c):
  *
@@ -81,58 +92,97 @@ static int cmpf(const void *a, const void *b)
 }
 
 
-/* Upload one mask, run the forward once (path check), then warm-up and timed runs; print a row. */
-static void time_mask(FMContext ctx, const char *name, const FMMaskDesc *md, double rho, double dens, int S, int B, int H,
-                      int Hkv, int D, FMDType dt, void *q, void *k, void *v, void *o, float *lse, void *e0, void *e1,
-                      int warm, int reps, FILE *fcsv)
+/* The passes fmbench times (-pass), as bits of Args.passes and indices of pass_name. */
+enum { PASS_FWD = 0, PASS_BWD = 1, PASS_FWDBWD = 2, NPASS = 3 };
+static const char *const pass_name[NPASS] = {"fwd", "bwd", "fwdbwd"};
+
+/* FLOPs of one run of a pass under the FlashMask convention, from the forward's (FMPlanGetFlops):
+   the backward counts 2.5 forwards, forward + backward 3.5. The one definition: compare.sh gives
+   every peer these FLOPs (share/bench/compare_table.py: our TFLOP/s x our ms over the peer's ms),
+   and share/bench/bwd/bwd_bench.cu counts the same. */
+static double pass_flops(double fwd_flops, int pass)
 {
-  FMAttnProblem p;
-  void *dmask = NULL;
+  return fwd_flops * (pass == PASS_FWD ? 1.0 : pass == PASS_BWD ? 2.5 : 3.5);
+}
+
+/* The device tensors of one sequence length (dout, dq, dk, dv only when a backward is timed). */
+typedef struct {
+  void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *e0, *e1;
+  float *lse;
+} Bufs;
+
+static void run_pass(FMPlan plan, int pass, const Bufs *b)
+{
+  if (pass != PASS_BWD) FC(FMPlanForward(plan, b->q, b->k, b->v, b->o, b->lse));
+  if (pass != PASS_FWD) FC(FMPlanBackward(plan, b->q, b->k, b->v, b->o, b->lse, b->dout, b->dq, b->dk, b->dv));
+}
+
+/* Warm-up, then reps event-timed runs of the pass on the default stream; the median in ms. */
+static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, int reps)
+{
   float *ms = (float *)malloc(sizeof(float) * reps), med;
-  FC(FMCudaMaskUpload(md, &dmask));
-  memset(&p, 0, sizeof p);
-  p.batch = B;
-  p.heads_q = H;
-  p.heads_kv = Hkv;
-  p.head_dim = D;
-  p.dtype = dt;
-  p.scale = 1.0f / sqrtf((float)D);
-  p.nq = S;
-  p.nk = S;
-  p.mask = *md;
-  p.opts = ctx->kopts;
-  FC(FMCudaForward(&p, dmask, q, k, v, o, lse, NULL));
-  FC(FMCudaStreamSynchronize(NULL));
-  if (FMCudaLastPath_Private != 1) {
-    printf("%-22s %6d %3d %9s %9s %7.4f %8.4f fallback (not timed)\n", name, S, B, "-", "-", rho, dens);
-  } else {
-    for (int w = 0; w < warm; w++) FC(FMCudaForward(&p, dmask, q, k, v, o, lse, NULL));
-    for (int r = 0; r < reps; r++) {
-      double sec = 0;
-      FC(FMCudaEventRecord(e0, NULL));
-      FC(FMCudaForward(&p, dmask, q, k, v, o, lse, NULL));
-      FC(FMCudaEventRecord(e1, NULL));
-      FC(FMCudaEventSynchronize(e1));
-      FC(FMCudaEventElapsed(e0, e1, &sec));
-      ms[r] = (float)(1e3 * sec);
-    }
-    qsort(ms, reps, sizeof(float), cmpf);
-    med = ms[reps / 2];
-    const double fl = 4.0 * B * H * (double)S * S * D * (1.0 - rho);
-    const double tf = fl / (med * 1e-3) / 1e12;
-    printf("%-22s %6d %3d %9.3f %9.1f %7.4f %8.4f sm90\n", name, S, B, med, tf, rho, dens);
-    if (fcsv) fprintf(fcsv, "%s,%d,%d,%d,%d,%.4f,%.2f,%.5f,%.5f,sm90,%d\n", name, S, B, H, D, med, tf, rho, dens, md->mask_batch);
+  for (int w = 0; w < warm; w++) run_pass(plan, pass, b);
+  for (int r = 0; r < reps; r++) {
+    double sec = 0;
+    FC(FMCudaEventRecord(b->e0, NULL));
+    run_pass(plan, pass, b);
+    FC(FMCudaEventRecord(b->e1, NULL));
+    FC(FMCudaEventSynchronize(b->e1));
+    FC(FMCudaEventElapsed(b->e0, b->e1, &sec));
+    ms[r] = (float)(1e3 * sec);
   }
-  fflush(stdout);
+  qsort(ms, reps, sizeof(float), cmpf);
+  med = ms[reps / 2];
   free(ms);
-  FC(FMCudaMaskFree(dmask));
+  return med;
+}
+
+/* One plan on the mask: a forward (the path; O and LSE for the backward), then each chosen pass
+   timed (or reported as not timed on a fallback path); a row per pass on stdout and in the CSV. */
+static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, double dens, int S, int B, int H, int Hkv, int D,
+                      FMDType dt, int passes, const Bufs *b, int warm, int reps, FILE *fcsv)
+{
+  FMPlan plan;
+  FMAttnProblem p;
+  double fl = 0;
+  int hopper[NPASS];
+  const char *bpath;
+  FC(FMPlanCreate(ctx, &plan));
+  FC(FMPlanSetMask(plan, m));
+  FC(FMPlanSetShape(plan, B, H, Hkv, D, dt));
+  FC(FMPlanSetFromOptions(plan));
+  FC(FMPlanSetUp(plan));
+  FC(FMPlanGetFlops(plan, &fl));
+  FC(FMPlanGetProblem_Private(plan, &p));
+  FC(FMPlanForward(plan, b->q, b->k, b->v, b->o, b->lse));
+  FC(FMCudaStreamSynchronize(NULL));
+  bpath = FMCudaBackwardPathName(&p);
+  hopper[PASS_FWD] = FMCudaLastPath_Private == 1;
+  hopper[PASS_BWD] = !strncmp(bpath, "sm90", 4);
+  hopper[PASS_FWDBWD] = hopper[PASS_FWD] && hopper[PASS_BWD];
+  for (int t = 0; t < NPASS; t++) {
+    if (!(passes & 1 << t)) continue;
+    if (!hopper[t]) {
+      printf("%-22s %6d %3d %-6s %9s %9s %7.4f %8.4f fallback (not timed)\n", name, S, B, pass_name[t], "-", "-", rho, dens);
+    } else {
+      const float med = time_pass(plan, t, b, warm, reps);
+      const double tf = pass_flops(fl, t) / (med * 1e-3) / 1e12;
+      printf("%-22s %6d %3d %-6s %9.3f %9.1f %7.4f %8.4f sm90\n", name, S, B, pass_name[t], med, tf, rho, dens);
+      if (fcsv)
+        fprintf(fcsv, "%s,%d,%d,%d,%d,%.4f,%.2f,%.5f,%.5f,sm90,%d,%s\n", name, S, B, H, D, med, tf, rho, dens, p.mask.mask_batch,
+                pass_name[t]);
+    }
+    fflush(stdout);
+  }
+  FC(FMPlanDestroy(&plan));
 }
 
 /* The command line (fmbench's own options; the library reads the -fm_* ones). */
 typedef struct {
-  char masks[1024], seq[256], out[512], csv[512], dts[16];
+  char masks[1024], seq[256], out[512], csv[512], dts[16], pass[64];
   int D, H, Hkv, warm, reps, seqs[16], nseq, dry;
   int mask_batch;           /* -mask_batch: 0 = one mask shared by the batch */
+  int passes;               /* bits 1 << PASS_*: -pass, -bwd, -fwdbwd (none given: the forward) */
   long tokens;
   unsigned long seed;
   FMDType dt;
@@ -153,8 +203,11 @@ static int parse_args(int argc, char **argv, Args *a)
   FC(FMMaskTypeList(&n, &a->names));
   for (int i = 0; i < n && a->nnames < (int)(sizeof(a->use) / sizeof(a->use[0])); i++)
     if (strcmp(a->names[i], FMMASKBOUNDS)) a->nnames = i + 1; /* "bounds" comes last: not a builder */
-  for (int i = 1; i < argc; i++)
+  for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-dryrun")) a->dry = 1;
+    if (!strcmp(argv[i], "-bwd")) a->passes |= 1 << PASS_BWD;
+    if (!strcmp(argv[i], "-fwdbwd")) a->passes |= 1 << PASS_FWDBWD;
+  }
   for (int i = 1; i + 1 < argc; i++) {
     const char *k = argv[i], *v = argv[i + 1];
     if (!strcmp(k, "-masks")) snprintf(a->masks, sizeof a->masks, "%s", v);
@@ -170,6 +223,7 @@ static int parse_args(int argc, char **argv, Args *a)
     else if (!strcmp(k, "-o")) snprintf(a->out, sizeof a->out, "%s", v);
     else if (!strcmp(k, "-csv")) snprintf(a->csv, sizeof a->csv, "%s", v);
     else if (!strcmp(k, "-mask_batch")) a->mask_batch = atoi(v);
+    else if (!strcmp(k, "-pass")) snprintf(a->pass, sizeof a->pass, "%s", v);
     else continue;
     i++;
   }
@@ -195,62 +249,88 @@ static int parse_args(int argc, char **argv, Args *a)
     char *tok, *save = NULL;
     for (tok = strtok_r(a->seq, ",", &save); tok && a->nseq < 16; tok = strtok_r(NULL, ",", &save)) a->seqs[a->nseq++] = atoi(tok);
   }
+  {
+    char *tok, *save = NULL;
+    for (tok = strtok_r(a->pass, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      int t = 0;
+      while (t < NPASS && strcmp(tok, pass_name[t])) t++;
+      if (t == NPASS) {
+        fprintf(stderr, "fmbench: unknown pass '%s' in -pass; expected fwd, bwd or fwdbwd\n", tok);
+        return 1;
+      }
+      a->passes |= 1 << t;
+    }
+  }
+  if (!a->passes) a->passes = 1 << PASS_FWD;
   return 0;
+}
+
+/* The device tensors of batch B at length S: Q, K, V (and dO) random, the rest outputs. */
+static void alloc_bufs(const Args *a, int S, int B, Bufs *b)
+{
+  const size_t nq = (size_t)B * S * a->H * a->D, nk = (size_t)B * S * a->Hkv * a->D;
+  const int bwd = (a->passes & ~(1 << PASS_FWD)) != 0;
+  memset(b, 0, sizeof(*b));
+  FC(FMCudaMalloc(nq * 2, &b->q));
+  FC(FMCudaMalloc(nk * 2, &b->k));
+  FC(FMCudaMalloc(nk * 2, &b->v));
+  FC(FMCudaMalloc(nq * 2, &b->o));
+  FC(FMCudaMalloc((size_t)B * a->H * S * sizeof(float), (void **)&b->lse));
+  FC(FMCudaFillRandom_Private(b->q, nq, a->dt, a->seed * 3 + 1, 1.5f, NULL));
+  FC(FMCudaFillRandom_Private(b->k, nk, a->dt, a->seed * 3 + 2, 1.5f, NULL));
+  FC(FMCudaFillRandom_Private(b->v, nk, a->dt, a->seed * 3 + 3, 1.0f, NULL));
+  if (bwd) {
+    FC(FMCudaMalloc(nq * 2, &b->dout));
+    FC(FMCudaMalloc(nq * 2, &b->dq));
+    FC(FMCudaMalloc(nk * 2, &b->dk));
+    FC(FMCudaMalloc(nk * 2, &b->dv));
+    FC(FMCudaFillRandom_Private(b->dout, nq, a->dt, a->seed * 3 + 4, 1.0f, NULL));
+  }
+  FC(FMCudaEventCreate(&b->e0));
+  FC(FMCudaEventCreate(&b->e1));
+}
+
+static void free_bufs(Bufs *b)
+{
+  void *p[] = {b->q, b->k, b->v, b->o, b->dout, b->dq, b->dk, b->dv, b->lse};
+  FC(FMCudaEventDestroy(b->e0));
+  FC(FMCudaEventDestroy(b->e1));
+  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) FC(FMCudaFree(p[i]));
+  memset(b, 0, sizeof(*b));
 }
 
 /* Every chosen mask at sequence length S: build (and save) it, then time it unless a dry run. */
 static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
 {
   const int B = a->mask_batch > 0 ? a->mask_batch : a->tokens / S > 0 ? (int)(a->tokens / S) : 1;
-  const size_t nq = (size_t)B * S * a->H * a->D, nk = (size_t)B * S * a->Hkv * a->D;
-  void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *e0 = NULL, *e1 = NULL;
-  float *lse = NULL;
-  if (!a->dry) {
-    FC(FMCudaMalloc(nq * 2, &q));
-    FC(FMCudaMalloc(nk * 2, &k));
-    FC(FMCudaMalloc(nk * 2, &v));
-    FC(FMCudaMalloc(nq * 2, &o));
-    FC(FMCudaMalloc((size_t)B * a->H * S * sizeof(float), (void **)&lse));
-    FC(FMCudaFillRandom_Private(q, nq, a->dt, a->seed * 3 + 1, 1.5f, NULL));
-    FC(FMCudaFillRandom_Private(k, nk, a->dt, a->seed * 3 + 2, 1.5f, NULL));
-    FC(FMCudaFillRandom_Private(v, nk, a->dt, a->seed * 3 + 3, 1.0f, NULL));
-    FC(FMCudaEventCreate(&e0));
-    FC(FMCudaEventCreate(&e1));
-  }
+  Bufs b;
+  memset(&b, 0, sizeof b);
+  if (!a->dry) alloc_bufs(a, S, B, &b);
   for (int t = 0; t < a->nnames; t++) {
     const char *name = a->names[t];
     const int mh = !strcmp(name, FMMASKRANDOMEVICTION) ? a->Hkv : 1; /* random eviction differs per head */
-    FMMaskDesc md;
     FMMask m;
     double dens = 0, rho = 0;
     char mname[128];
     if (!a->use[t]) continue;
     snprintf(mname, sizeof mname, "%s_%d", name, S);
-    memset(&md, 0, sizeof md);
     FC(FMMaskCreate(ctx, &m));
     FC(FMMaskSetSizes(m, S, S, mh));
     if (a->mask_batch > 0) FC(FMMaskSetBatch(m, a->mask_batch));
     FC(FMMaskSetType(m, name));
     FC(FMMaskSetSeed(m, a->seed));
     FC(FMMaskSetUp(m));
-    FC(FMMaskGetDesc_Private(m, &md));
     FC(FMMaskGetDensity(m, &dens, &rho));
 #if FM_HAVE_HDF5
     FC(FMMaskSave(m, a->out, mname));
 #endif
     if (a->dry)
-      printf("%-22s %6d %3d %9s %9s %7.4f %8.4f dry run (mask saved)\n", name, S, B, "-", "-", rho, dens);
+      printf("%-22s %6d %3d %-6s %9s %9s %7.4f %8.4f dry run (mask saved)\n", name, S, B, "-", "-", "-", rho, dens);
     else
-      time_mask(ctx, name, &md, rho, dens, S, B, a->H, a->Hkv, a->D, a->dt, q, k, v, o, lse, e0, e1, a->warm, a->reps, fcsv);
+      time_mask(ctx, name, m, rho, dens, S, B, a->H, a->Hkv, a->D, a->dt, a->passes, &b, a->warm, a->reps, fcsv);
     FC(FMMaskDestroy(&m));
   }
-  FC(FMCudaEventDestroy(e0));
-  FC(FMCudaEventDestroy(e1));
-  FC(FMCudaFree(q));
-  FC(FMCudaFree(k));
-  FC(FMCudaFree(v));
-  FC(FMCudaFree(o));
-  FC(FMCudaFree(lse));
+  if (!a->dry) free_bufs(&b);
 }
 
 /* -help: fmbench's own options, then the library's (a context lists them as it reads them); no
@@ -273,8 +353,13 @@ static int print_help(void)
            "  -csv file                 results as CSV\n"
            "  -dryrun                   build, measure and save the masks only (no GPU needed)\n"
            "  -mask_batch B             per-sample masks: batch B, every sample its own bounds\n"
+           "  -pass fwd,bwd,fwdbwd      passes to time (default fwd): fwd FMPlanForward, bwd FMPlanBackward\n"
+           "                            alone (after one forward), fwdbwd both in every run\n"
+           "  -bwd  -fwdbwd             add the backward pass, the forward + backward pass\n"
+           "  TFLOP/s: FlashMask convention, forward 4 B H S^2 d (1 - rho), backward 2.5x, fwdbwd 3.5x\n"
            "  -cp                       time the context-parallel forward (-trace_dir DIR, -single 0)\n"
            "the context's library options:\n");
+  fflush(stdout);
   if (FMContextCreate(MPI_COMM_WORLD, &ctx) == FM_SUCCESS) {
     (void)FMContextSetFromOptions(ctx);
     (void)FMContextDestroy(&ctx);
@@ -291,7 +376,7 @@ int main(int argc, char **argv)
   int dev = 0, sm = 0;
   char devname[256];
 
-  FC(FMInitialize(&argc, &argv, NULL, "fmbench: time the CUDA forward on the benchmark masks (-cp: the context-parallel forward)"));
+  FC(FMInitialize(&argc, &argv, NULL, "fmbench: time the CUDA forward and backward on the benchmark masks (-cp: the context-parallel forward)"));
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "-help")) return print_help();
   for (int i = 1; i < argc; i++)
@@ -322,14 +407,18 @@ int main(int argc, char **argv)
   remove(a.out);
   if (a.csv[0]) {
     fcsv = fopen(a.csv, "w");
-    if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch\n");
+    if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch,pass\n");
   }
   printf("fmbench: %s (sm %d), path %s; %s, d = %d, H = %d (kv %d), %ld tokens per batch\n", devname, sm,
          FMCudaForwardPathName(sm), a.dts, a.D, a.H, a.Hkv, a.tokens);
+  printf("fmbench: passes");
+  for (int t = 0; t < NPASS; t++)
+    if (a.passes & 1 << t) printf(" %s", pass_name[t]);
+  printf(" (TFLOP/s: FlashMask convention, backward = 2.5 x forward, fwdbwd = 3.5 x forward)\n");
   if (a.mask_batch > 0)
     printf("fmbench: -mask_batch %d: batch %d, every sample with its own bounds (sample b drawn from seed + b)\n", a.mask_batch,
            a.mask_batch);
-  printf("%-22s %6s %3s %9s %9s %7s %8s %s\n", "mask", "seqlen", "B", "ms", "TFLOP/s", "rho", "density", "path");
+  printf("%-22s %6s %3s %-6s %9s %9s %7s %8s %s\n", "mask", "seqlen", "B", "pass", "ms", "TFLOP/s", "rho", "density", "path");
   for (int si = 0; si < a.nseq; si++) bench_seqlen(ctx, &a, a.seqs[si], fcsv);
   if (fcsv) fclose(fcsv);
   FC(FMContextDestroy(&ctx));

@@ -9,6 +9,7 @@
  *   ./bwd_bench check     the correctness cases (table: case, path, rel. errors, PASS/FAIL)
  *   ./bwd_bench small     one small case (for compute-sanitizer)
  *   ./bwd_bench bench     8K and 32K, bf16, d = 128, H = 32, 128K tokens per batch
+ *   ./bwd_bench rho       host only: each harness mask's rho (FlashMask FLOPs) and element density
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -146,17 +147,35 @@ static DevMask upload_mask(const HostMask &m)
   return d;
 }
 
-/* visible (row, key) pairs of one head */
-static double visible_pairs(const HostMask &m, int h)
+/* Whether every row of [m0, m1) is masked in column j of head h: the column's masked rows are
+   [lts, lte), [uts, ute) and, when causal, the rows above the diagonal [0, j - (Sk - Sq)). */
+static bool rows_masked(const HostMask &m, int h, int j, int m0, int m1)
 {
-  double n = 0;
-#pragma omp parallel for reduction(+ : n)
-  for (int j = 0; j < m.Sk; j++) {
-    long c = 0;
-    for (int i = 0; i < m.Sq; i++) c += !masked(m, h, i, j);
-    n += c;
+  const size_t o = (size_t)h * m.Sk + j;
+  const int a[3] = {m.lts[o], m.uts[o], 0}, b[3] = {m.lte[o], m.ute[o], m.causal ? j - (m.Sk - m.Sq) : 0};
+  int cur = m0;
+  for (bool moved = true; cur < m1 && moved;) {
+    moved = false;
+    for (int t = 0; t < 3; t++)
+      if (a[t] <= cur && cur < b[t]) cur = b[t], moved = true;
   }
-  return n;
+  return cur >= m1;
+}
+
+/* rho of the FlashMask FLOP convention (the library's block sparsity, doc/performance.md): the
+   fraction of 128 x 128 tiles of head h, the last ones short, with every element masked. */
+static double block_sparsity(const HostMask &m, int h)
+{
+  const int bs = 128, nqb = (m.Sq + bs - 1) / bs, nkb = (m.Sk + bs - 1) / bs;
+  long skipped = 0;
+#pragma omp parallel for reduction(+ : skipped) schedule(dynamic, 4)
+  for (int qb = 0; qb < nqb; qb++)
+    for (int kb = 0; kb < nkb; kb++) {
+      bool all = true;
+      for (int j = kb * bs; j < std::min(m.Sk, (kb + 1) * bs) && all; j++) all = rows_masked(m, h, j, qb * bs, std::min(m.Sq, (qb + 1) * bs));
+      skipped += all;
+    }
+  return (double)skipped / ((double)nqb * nkb);
 }
 
 static float h2f(uint16_t x, int f16)
@@ -392,7 +411,8 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
     if (Hkv != H && kind != M_FULL && kind != M_CAUSAL) continue;
     HostMask m = build_mask((MaskKind)kind, S, S, 1);
     DevMask dm = upload_mask(m);
-    const double flops = std::max(1.0, 2.5 * 4.0 * visible_pairs(m, 0) * D * H * B);
+    /* the FlashMask convention, as fmbench and share/bench/peers.py count: 2.5 x 4 B H Sq Sk d (1 - rho) */
+    const double rho = block_sparsity(m, 0), flops = std::max(1.0, 2.5 * 4.0 * B * H * (double)S * S * D * (1.0 - rho));
     FMGpuBwdParams p;
     memset(&p, 0, sizeof(p));
     p.q = buf[0], p.k = buf[1], p.v = buf[2], p.o = buf[3], p.dout = buf[4], p.lse = lse;
@@ -429,8 +449,8 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
       printf("sweep S=%d window %5d: %8.3f ms %7.1f TFLOP/s, %.2f steps per item, %.3f us per step per SM\n", S, g_window,
              med, flops / (med * 1e-3) / 1e12, steps / ((double)dm.nblk * H * B), steps > 0 ? med * 1e3 * 132 / steps : 0.0);
     else
-      printf("bench S=%-6d B=%-3d %-16s%s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms)\n", S, B, mask_name[kind],
-             Hkv != H ? " GQA4" : "", med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back());
+      printf("bench S=%-6d B=%-3d %-16s%s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f\n", S, B, mask_name[kind],
+             Hkv != H ? " GQA4" : "", med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho);
     fflush(stdout);
     cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
@@ -451,6 +471,19 @@ int main(int argc, char **argv)
     Case c2 = {"small fp16 d64 causal 200x130", 2, 200, 130, 2, 1, 64, 1, 0, 0, M_CAUSAL, 0.125f};
     const int ok = run_case(c, 2e-2) & run_case(c2, 5e-3);
     return ok ? 0 : 1;
+  }
+  if (mode == "rho") { /* host only: the harness masks' rho and element density (the FLOP conventions) */
+    for (int S : {8192, 32768})
+      for (int kind = 0; kind < M_NKIND; kind++) {
+        HostMask m = build_mask((MaskKind)kind, S, S, 1);
+        long vis = 0;
+#pragma omp parallel for reduction(+ : vis)
+        for (int j = 0; j < S; j++)
+          for (int i = 0; i < S; i++) vis += !masked(m, 0, i, j);
+        printf("rho S=%-6d %-16s rho %.4f (1 - rho %.4f) density %.4f\n", S, mask_name[kind], block_sparsity(m, 0),
+               1.0 - block_sparsity(m, 0), (double)vis / ((double)S * S));
+      }
+    return 0;
   }
   if (mode == "sweep") { /* per-item overhead: sliding windows of several sizes at 8K */
     const int ws[] = {0, 64, 300, 1000, 3000, 8192};

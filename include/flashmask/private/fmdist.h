@@ -342,11 +342,23 @@ typedef struct {
      every rank): traced = 1 once there is one */
   int traced;
   double overlap_efficiency, exposed_max, exposed_mean, imbalance;
+  /* FMPlanSetUp calls on this plan so far (kept across set-ups; the same on every rank): full set-ups
+     (everything rebuilt) and updates (same shape, options and communicator as the set-up before:
+     only the bound-dependent state recomputed; doc/distributed.md, "Re-planning every step") */
+  int setups_full, setups_update;
 } FMDistStats;
 
 /* FMDistGetStats - this rank's statistics of a "cp" plan (after SetUp; byte counts after a Forward;
    FM_ERR_ARG_WRONG for another type). Not collective. */
 FMErrorCode FMDistGetStats(FMPlan plan, FMDistStats *stats);
+
+/*
+ * FMPlanGetSetUpCounts_Private - how many FMPlanSetUp calls of a set-up plan of either type
+ *   ("local": local.c, "cp": FMDistStats) were full set-ups and how many were updates (the same
+ *   shape, options and communicator as the set-up before; see FMPlanSetUp). For tests and
+ *   benchmarks. Not collective.
+ */
+FMErrorCode FMPlanGetSetUpCounts_Private(FMPlan plan, int *full, int *update);
 
 #ifdef __cplusplus
 }

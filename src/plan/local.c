@@ -16,7 +16,7 @@ typedef struct {
   int *keys;    /* 0..seqlen_k-1 */
   /* the update path: the layout (rows, keys) depends on the sizes only and is kept while kept = 1
      and the sizes and backend are those of the last set-up (shape[]); the device mask is re-uploaded */
-  int kept, shape[3];
+  int kept, shape[10];
   int setups_full, setups_update; /* FMPlanGetSetUpCounts_Private */
 } FMPlanLocal;
 
@@ -40,10 +40,12 @@ static FMErrorCode destroy_local(FMPlan plan)
 }
 
 /* The purely local part of the set-up (agreed by the caller): the layout is rebuilt only when
-   the sizes or the backend changed (*update = 0), the device mask always. */
+   the mask's sizes, the plan's shape or the backend changed (*update = 0), the device mask always. */
 static FMErrorCode setup_local(FMPlan plan, FMPlanLocal *L, int *update)
 {
-  const int shape[3] = {plan->mask->seqlen_q, plan->mask->seqlen_k, (int)plan->backend};
+  const FMMask m = plan->mask;
+  const int shape[10] = {m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, plan->batch, plan->heads_q, plan->heads_kv,
+                         plan->head_dim, (int)plan->dtype, (int)plan->backend};
   *update = L->kept && !memcmp(shape, L->shape, sizeof(shape));
   L->kept = 0;
   FMCheck(plan->ctx->size == 1, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,

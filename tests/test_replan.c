@@ -1,0 +1,294 @@
+/*
+ * test_replan - re-planning every training step (issue 13's update path) on the CPU backend.
+ * For each plan type ("local" on one rank, "cp" on any), mask type (document, causal_document)
+ * and mask batch (1, 3), with GQA 4:2 and S_q != S_k: one long-lived mask and plan get a fresh
+ * random packing every step (FMMaskSetSeed, FMMaskSetUp, FMPlanSetUp: the update path, counted by
+ * FMPlanGetSetUpCounts_Private), and a fresh mask and plan are built from scratch on the same
+ * seed; the forward's O and LSE and the backward's dQ, dK and dV of the two must be bitwise equal
+ * (dQ within float32 rounding on several ranks: see compare()),
+ * and equal to a float64 reference (batch_cases.h) within float32 rounding. Then a changed shape
+ * (other heads, then other sequence lengths) on the same plan takes the full path and still
+ * equals a fresh plan, and (several ranks) a plan that differs on one rank is refused on every
+ * rank with a message naming what differs, after which the plan sets up and runs again.
+ * Usage: test_replan [-steps N]   (any number of ranks)
+ */
+#include <flashmask/private/fmdist.h>
+#include "batch_cases.h"
+
+typedef struct {
+  int rank, size;
+  const char *ptype;   /* FMPLANLOCAL or FMPLANCP */
+  const char *mtype;   /* the mask builder */
+  int mb, block, vnodes;
+} Case;
+
+/* A builder mask of the case with sizes s and seed. */
+static FMMask make_mask(FMContext ctx, const Case *c, const BCShape *s, unsigned long seed)
+{
+  FMMask m;
+  FMT_CALL(FMMaskCreate(ctx, &m));
+  FMT_CALL(FMMaskSetSizes(m, s->Sq, s->Sk, s->mh));
+  FMT_CALL(FMMaskSetBatch(m, c->mb));
+  FMT_CALL(FMMaskSetBlockSize(m, c->block));
+  FMT_CALL(FMMaskSetType(m, c->mtype));
+  FMT_CALL(FMMaskSetSeed(m, seed));
+  FMT_CALL(FMMaskSetUp(m));
+  return m;
+}
+
+/* A plan of the case (type and cp settings) on mask m, shape s, not set up. */
+static FMPlan make_plan(FMContext ctx, const Case *c, FMMask m, const BCShape *s)
+{
+  FMPlan plan;
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetMask(plan, m));
+  FMT_CALL(FMPlanSetType(plan, c->ptype));
+  if (!strcmp(c->ptype, FMPLANCP)) {
+    FMT_CALL(FMPlanSetChunk(plan, 16)); /* many chunks: the balanced partition moves with the mask */
+    /* the chunks in chunk order, not in arrival order: two runs of one plan are then bitwise equal */
+    FMT_CALL(FMPlanSetOverlap(plan, FM_FALSE));
+    if (c->vnodes > 0) FMT_CALL(FMPlanSetVirtualNodes(plan, c->vnodes));
+  }
+  FMT_CALL(FMPlanSetShape(plan, s->B, s->Hq, s->Hkv, s->D, s->dt));
+  return plan;
+}
+
+/* Forward and backward of a set-up plan on the global inputs of d (the same on every rank):
+   scattered from rank 0, the outputs gathered there and broadcast, so every rank holds them in d. */
+static void run(FMPlan plan, const BCShape *s, BCData *d)
+{
+  const size_t es = FMDTypeSize(s->dt), uq = (size_t)s->Hq * s->D * es, uk = (size_t)s->Hkv * s->D * es;
+  int nl, nk;
+  const int *rows, *keys;
+  char *l[8];
+  float *lse;
+  FMT_CALL(FMPlanGetLocalRows(plan, &nl, &rows));
+  FMT_CALL(FMPlanGetLocalKeys(plan, &nk, &keys));
+  for (int t = 0; t < 8; t++) {
+    size_t n = (size_t)s->B * (t == 1 || t == 2 || t == 6 || t == 7 ? nk * uk : nl * uq);
+    l[t] = malloc(n + 1);
+    memset(l[t], 0xff, n + 1); /* NaN poison */
+  }
+  lse = malloc(sizeof(float) * ((size_t)s->B * s->Hq * nl + 1));
+  /* l: q k v dout | o dq dk dv */
+  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, 0, d->in[0], l[0]));
+  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_KV, 0, d->in[1], l[1]));
+  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_KV, 0, d->in[2], l[2]));
+  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, 0, d->in[3], l[3]));
+  FMT_CALL(FMPlanForward(plan, l[0], l[1], l[2], l[4], lse));
+  FMT_CALL(FMPlanBackward(plan, l[0], l[1], l[2], l[4], lse, l[3], l[5], l[6], l[7]));
+  for (int t = 0; t < 4; t++) {
+    FMT_CALL(FMPlanGather(plan, t < 2 ? FM_PLAN_TENSOR_Q : FM_PLAN_TENSOR_KV, 0, l[4 + t], d->out[t]));
+    MPI_Bcast(d->out[t], (int)(d->no[t] * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+  }
+  FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_LSE, 0, lse, d->lse));
+  MPI_Bcast(d->lse, (int)d->nl, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  for (int t = 0; t < 8; t++) free(l[t]);
+  free(lse);
+}
+
+/* A fresh mask and plan of the case on seed: their outputs into d. */
+static void run_fresh(FMContext ctx, const Case *c, const BCShape *s, unsigned long seed, BCData *d)
+{
+  FMMask m = make_mask(ctx, c, s, seed);
+  FMPlan plan = make_plan(ctx, c, m, s);
+  int full = -1, upd = -1;
+  FMT_CALL(FMPlanSetUp(plan));
+  FMT_CALL(FMPlanGetSetUpCounts_Private(plan, &full, &upd));
+  FMT_CHECK(full == 1 && upd == 0, "a fresh plan counts %d full and %d update set-ups; expected 1 and 0", full, upd);
+  run(plan, s, d);
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&m));
+}
+
+/* The set-up counts of plan are (full, upd). */
+static void check_counts(const char *what, FMPlan plan, int full, int upd)
+{
+  int f = -1, u = -1;
+  FMT_CALL(FMPlanGetSetUpCounts_Private(plan, &f, &u));
+  FMT_CHECK(f == full && u == upd, "%s: %d full and %d update set-ups; expected %d and %d", what, f, u, full, upd);
+}
+
+/* Entries of the bounds of sample 0, head 0 that differ from prev (then copied into prev). */
+static size_t bounds_changed(FMMask m, int Sk, int32_t *prev)
+{
+  const int32_t *v[4];
+  size_t nd = 0;
+  FMT_CALL(FMMaskGetSampleBounds(m, 0, 0, &v[0], &v[1], &v[2], &v[3], NULL, NULL));
+  for (int t = 0; t < 4; t++)
+    for (int j = 0; j < Sk; j++) {
+      nd += prev[(size_t)t * Sk + j] != v[t][j];
+      prev[(size_t)t * Sk + j] = v[t][j];
+    }
+  return nd;
+}
+
+/* Compare the long-lived plan's run (saved in a) with a fresh plan's (d), and (rank 0) d with the reference. */
+static void compare(FMContext ctx, const Case *c, const BCShape *s, FMMask m, unsigned long seed, BCData *d, const char *what)
+{
+  BCOut a;
+  char w[200];
+  bc_save(&a, d, s->dt);
+  run_fresh(ctx, c, s, seed, d);
+  snprintf(w, sizeof(w), "%s: update against a fresh plan", what);
+  /* O, LSE, dK, dV bitwise; dQ too on one rank. On several, the CPU cp backward adds each arriving
+     chunk's dQ in arrival order (exec_gather.c, even with -fm_plan_overlap 0), so two runs of one
+     plan differ in the last bits of dQ: held to float32 rounding instead. */
+  bc_check_same(w, &a, d, s->dt, c->size > 1 && !strcmp(c->ptype, FMPLANCP) ? 1e-6 : 0);
+  if (c->rank == 0) {
+    snprintf(w, sizeof(w), "%s: reference", what);
+    bc_check_ref(w, m, s, d);
+  }
+  bc_out_free(&a);
+}
+
+/* One case: steps fresh packings on one plan, then the shape changes. */
+static void check_case(FMContext ctx, const Case *c, int steps, uint64_t *seed)
+{
+  BCShape s = {3, 96, 112, 4, 2, 2, 16, FM_DTYPE_FP32, 1e-5, 2e-5, 0};
+  BCData d;
+  unsigned long ms = (unsigned long)(fmt_next(seed) % 100000) + 1;
+  FMMask m;
+  FMPlan plan;
+  int32_t *prev = calloc(4 * (size_t)s.Sk, sizeof(int32_t));
+  size_t changed = 0;
+  char what[160];
+  MPI_Bcast(&ms, 1, MPI_UNSIGNED_LONG, 0, MPI_COMM_WORLD);
+  bc_data_init(&d, &s, seed);
+  m = make_mask(ctx, c, &s, ms);
+  plan = make_plan(ctx, c, m, &s);
+  FMT_CALL(FMPlanSetUp(plan));
+  bounds_changed(m, s.Sk, prev);
+  for (int step = 0; step < steps; step++) {
+    if (step > 0) { /* a new packing, the same sizes: the update path */
+      FMT_CALL(FMMaskSetSeed(m, ms + (unsigned long)step));
+      FMT_CALL(FMMaskSetUp(m));
+      FMT_CALL(FMPlanSetUp(plan));
+      changed += bounds_changed(m, s.Sk, prev) > 0;
+    }
+    check_counts("the long-lived plan", plan, 1, step);
+    run(plan, &s, &d);
+    snprintf(what, sizeof(what), "%s on %d rank%s, %s, mask_batch %d, step %d", c->ptype, c->size, c->size > 1 ? "s" : "", c->mtype, c->mb, step);
+    compare(ctx, c, &s, m, ms + (unsigned long)step, &d, what);
+  }
+  FMT_CHECK(changed == (size_t)(steps - 1), "%s, mask_batch %d: the bounds changed in %zu of %d steps; expected every step", c->mtype, c->mb,
+            changed, steps - 1);
+  bc_data_free(&d);
+  /* other heads (the same mask): the full path */
+  s.Hq = 8; s.Hkv = 2;
+  bc_data_init(&d, &s, seed);
+  FMT_CALL(FMPlanSetShape(plan, s.B, s.Hq, s.Hkv, s.D, s.dt));
+  FMT_CALL(FMPlanSetUp(plan));
+  check_counts("after a new shape (heads_q 8)", plan, 2, steps - 1);
+  run(plan, &s, &d);
+  snprintf(what, sizeof(what), "%s on %d ranks, %s, mask_batch %d, heads_q 8", c->ptype, c->size, c->mtype, c->mb);
+  compare(ctx, c, &s, m, ms + (unsigned long)(steps - 1), &d, what);
+  bc_data_free(&d);
+  /* other sequence lengths: a new mask size on the same mask object */
+  s.Sq = 80; s.Sk = 80;
+  bc_data_init(&d, &s, seed);
+  FMT_CALL(FMMaskSetSizes(m, s.Sq, s.Sk, s.mh));
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_CALL(FMPlanSetUp(plan));
+  check_counts("after new sequence lengths (80 x 80)", plan, 3, steps - 1);
+  run(plan, &s, &d);
+  snprintf(what, sizeof(what), "%s on %d ranks, %s, mask_batch %d, 80 x 80", c->ptype, c->size, c->mtype, c->mb);
+  compare(ctx, c, &s, m, ms + (unsigned long)(steps - 1), &d, what);
+  /* and an update again at the new size */
+  FMT_CALL(FMMaskSetSeed(m, ms + 1000));
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_CALL(FMPlanSetUp(plan));
+  check_counts("an update at the new size", plan, 3, steps);
+  run(plan, &s, &d);
+  snprintf(what, sizeof(what), "%s on %d ranks, %s, mask_batch %d, 80 x 80, updated", c->ptype, c->size, c->mtype, c->mb);
+  compare(ctx, c, &s, m, ms + 1000, &d, what);
+  bc_data_free(&d);
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&m));
+  free(prev);
+  if (c->rank == 0)
+    printf("  %s, %s, mask_batch %d: %d steps updated bitwise as fresh plans; new heads and sizes took the full path\n", c->ptype, c->mtype,
+           c->mb, steps);
+}
+
+/*
+ * Several ranks: after updates, a plan that differs on the last rank is refused on every rank,
+ * naming what differs: a cp setting (its chunk size: caught by the plan's hash, and the failed
+ * set-up drops the kept state, so the next one is a full one) and the shape (heads_q: caught by
+ * the agreement at the entry of FMPlanSetUp, before anything changed, so the next is an update).
+ */
+static void check_mismatch(FMContext ctx, const Case *c, uint64_t *seed)
+{
+  BCShape s = {1, 96, 96, 4, 2, 1, 16, FM_DTYPE_FP32, 1e-5, 2e-5, 0};
+  BCData d;
+  FMMask m = make_mask(ctx, c, &s, 7);
+  FMPlan plan = make_plan(ctx, c, m, &s);
+  const int last = c->rank == c->size - 1;
+  bc_data_init(&d, &s, seed);
+  FMT_CALL(FMPlanSetUp(plan));
+  FMT_CALL(FMMaskSetSeed(m, 8));
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_CALL(FMPlanSetUp(plan));
+  check_counts("before the mismatch", plan, 1, 1);
+  FMT_CALL(FMPlanSetChunk(plan, last ? 32 : 16));
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_MISMATCH, "differs from rank 0's");
+  FMT_CALL(FMPlanSetChunk(plan, 16));
+  FMT_CALL(FMPlanSetUp(plan));
+  check_counts("after a refused cp setting", plan, 2, 1);
+  FMT_CALL(FMPlanSetShape(plan, s.B, last ? 8 : s.Hq, s.Hkv, s.D, s.dt));
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_MISMATCH, "heads_q is 4 on rank 0");
+  FMT_CALL(FMPlanSetShape(plan, s.B, s.Hq, s.Hkv, s.D, s.dt));
+  FMT_CALL(FMMaskSetSeed(m, 9));
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_CALL(FMPlanSetUp(plan));
+  check_counts("after a refused shape", plan, 2, 2);
+  run(plan, &s, &d);
+  compare(ctx, c, &s, m, 9, &d, "after the refused set-ups");
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&m));
+  bc_data_free(&d);
+  if (c->rank == 0) printf("  a cp setting and a shape that differ on rank %d: FM_ERR_MISMATCH naming them on every rank\n", c->size - 1);
+}
+
+int main(int argc, char **argv)
+{
+  static const char *const masks[2] = {FMMASKDOCUMENT, FMMASKCAUSALDOCUMENT};
+  int steps = 3;
+  uint64_t seed;
+  FMContext ctx;
+  Case c;
+  (void)bc_check_all; /* batch_cases.h: the per-sample checks of test_mask_batch, not run here */
+  FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_replan: re-planning every step (the update path of FMPlanSetUp)"));
+  for (int a = 1; a < argc; a++)
+    if (!strcmp(argv[a], "-steps") && a + 1 < argc) steps = atoi(argv[++a]);
+  if (steps < 2) steps = 2;
+  memset(&c, 0, sizeof(c));
+  MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &c.size);
+  seed = fmt_seed();
+  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD); /* the same inputs (and reference) on every rank */
+  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CPU));
+  FMT_CALL(FMContextSetUp(ctx));
+  c.vnodes = c.size >= 4 ? 2 : 0; /* two virtual nodes at 4 ranks: the hierarchical route relays */
+  for (int t = 0; t < (c.size == 1 ? 2 : 1); t++) {
+    c.ptype = t ? FMPLANLOCAL : FMPLANCP;
+    for (int k = 0; k < 2; k++)
+      for (int mb = 1; mb <= 3; mb += 2) {
+        c.mtype = masks[k];
+        c.mb = mb;
+        c.block = 32;
+        check_case(ctx, &c, steps, &seed);
+      }
+  }
+  if (c.size > 1) {
+    c.ptype = FMPLANCP;
+    c.mtype = FMMASKCAUSALDOCUMENT;
+    c.mb = 1;
+    check_mismatch(ctx, &c, &seed);
+  }
+  FMT_CALL(FMContextDestroy(&ctx));
+  FMT_CALL(FMFinalize());
+  return fmt_finish("test_replan");
+}

@@ -10,9 +10,13 @@
  * (other heads, then other sequence lengths) on the same plan takes the full path and still
  * equals a fresh plan, and (several ranks) a plan that differs on one rank is refused on every
  * rank with a message naming what differs, after which the plan sets up and runs again.
- * Usage: test_replan [-steps N]   (any number of ranks)
+ * -cuda: the same on the CUDA backend (bf16, head_dim 64, device tensors; per-sample masks through
+ * the cp plan's GPU executor; dQ within bf16 rounding, as the backwards add it in no fixed order);
+ * exits 77 without a GPU.
+ * Usage: test_replan [-steps N] [-cuda]   (any number of ranks; -cuda: ranks may share a GPU)
  */
 #include <flashmask/private/fmdist.h>
+#include <flashmask/private/fmkernels.h>
 #include "batch_cases.h"
 
 typedef struct {
@@ -20,6 +24,7 @@ typedef struct {
   const char *ptype;   /* FMPLANLOCAL or FMPLANCP */
   const char *mtype;   /* the mask builder */
   int mb, block, vnodes;
+  int cuda;            /* -cuda: the CUDA backend (device tensors) */
 } Case;
 
 /* A builder mask of the case with sizes s and seed. */
@@ -53,10 +58,82 @@ static FMPlan make_plan(FMContext ctx, const Case *c, FMMask m, const BCShape *s
   return plan;
 }
 
+#if FM_HAVE_CUDA
+/*
+ * The CUDA backend: every rank copies its local rows and keys of the global inputs of d to its
+ * device, runs forward and backward there and copies back; the global outputs are assembled on
+ * every rank by a sum in which each entry comes from one rank only (x + 0 = x: exact).
+ */
+static void run_cuda(FMPlan plan, const BCShape *s, BCData *d)
+{
+  const size_t es = FMDTypeSize(s->dt), uq = (size_t)s->Hq * s->D, uk = (size_t)s->Hkv * s->D;
+  int nl, nk;
+  const int *rows, *keys;
+  size_t n[8];
+  void *h[8], *g[8];
+  float *lse, *glse = calloc(d->nl, sizeof(float)), *gl;
+  void *dl;
+  FMT_CALL(FMPlanGetLocalRows(plan, &nl, &rows));
+  FMT_CALL(FMPlanGetLocalKeys(plan, &nk, &keys));
+  for (int t = 0; t < 8; t++) { /* q k v dout | o dq dk dv */
+    const int kv = t == 1 || t == 2 || t == 6 || t == 7;
+    const size_t u = kv ? uk : uq;
+    n[t] = (size_t)s->B * (kv ? nk : nl) * u;
+    h[t] = malloc(n[t] * es + 1);
+    memset(h[t], 0xff, n[t] * es + 1); /* NaN poison */
+    if (t < 4)
+      for (int b = 0; b < s->B; b++)
+        for (int i = 0; i < (kv ? nk : nl); i++)
+          memcpy((char *)h[t] + ((size_t)b * (kv ? nk : nl) + i) * u * es,
+                 (const char *)d->in[t] + ((size_t)b * (kv ? s->Sk : s->Sq) + (kv ? keys[i] : rows[i])) * u * es, u * es);
+    FMT_CALL(FMCudaMalloc(n[t] * es + 16, &g[t]));
+    FMT_CALL(FMCudaMemcpyH2D(g[t], h[t], n[t] * es, NULL));
+  }
+  lse = malloc(sizeof(float) * ((size_t)s->B * s->Hq * nl + 1));
+  FMT_CALL(FMCudaMalloc(sizeof(float) * ((size_t)s->B * s->Hq * nl + 1), &dl));
+  FMT_CALL(FMPlanForward(plan, g[0], g[1], g[2], g[4], (float *)dl));
+  FMT_CALL(FMPlanBackward(plan, g[0], g[1], g[2], g[4], (float *)dl, g[3], g[5], g[6], g[7]));
+  FMT_CALL(FMCudaMemcpyD2H(lse, dl, sizeof(float) * (size_t)s->B * s->Hq * nl, NULL));
+  for (int t = 4; t < 8; t++) {
+    const int kv = t >= 6;
+    const size_t u = kv ? uk : uq, N = d->no[t - 4];
+    float *x = calloc(N, sizeof(float)), *y = malloc(N * sizeof(float));
+    FMT_CALL(FMCudaMemcpyD2H(h[t], g[t], n[t] * es, NULL));
+    for (int b = 0; b < s->B; b++)
+      for (int i = 0; i < (kv ? nk : nl); i++)
+        for (size_t e = 0; e < u; e++)
+          x[((size_t)b * (kv ? s->Sk : s->Sq) + (kv ? keys[i] : rows[i])) * u + e] = FMToFloat(h[t], ((size_t)b * (kv ? nk : nl) + i) * u + e, s->dt);
+    MPI_Allreduce(x, y, (int)N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (size_t e = 0; e < N; e++) FMFromFloat(d->out[t - 4], e, s->dt, y[e]);
+    free(x);
+    free(y);
+  }
+  for (int b = 0; b < s->B; b++)
+    for (int hq = 0; hq < s->Hq; hq++)
+      for (int i = 0; i < nl; i++) glse[((size_t)b * s->Hq + hq) * s->Sq + rows[i]] = lse[((size_t)b * s->Hq + hq) * nl + i];
+  gl = d->lse;
+  MPI_Allreduce(glse, gl, (int)d->nl, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  for (int t = 0; t < 8; t++) {
+    free(h[t]);
+    FMT_CALL(FMCudaFree(g[t]));
+  }
+  FMT_CALL(FMCudaFree(dl));
+  free(lse);
+  free(glse);
+}
+#endif
+
 /* Forward and backward of a set-up plan on the global inputs of d (the same on every rank):
    scattered from rank 0, the outputs gathered there and broadcast, so every rank holds them in d. */
-static void run(FMPlan plan, const BCShape *s, BCData *d)
+static void run(const Case *c, FMPlan plan, const BCShape *s, BCData *d)
 {
+#if FM_HAVE_CUDA
+  if (c->cuda) {
+    run_cuda(plan, s, d);
+    return;
+  }
+#endif
+  (void)c;
   const size_t es = FMDTypeSize(s->dt), uq = (size_t)s->Hq * s->D * es, uk = (size_t)s->Hkv * s->D * es;
   int nl, nk;
   const int *rows, *keys;
@@ -96,7 +173,7 @@ static void run_fresh(FMContext ctx, const Case *c, const BCShape *s, unsigned l
   FMT_CALL(FMPlanSetUp(plan));
   FMT_CALL(FMPlanGetSetUpCounts_Private(plan, &full, &upd));
   FMT_CHECK(full == 1 && upd == 0, "a fresh plan counts %d full and %d update set-ups; expected 1 and 0", full, upd);
-  run(plan, s, d);
+  run(c, plan, s, d);
   FMT_CALL(FMPlanDestroy(&plan));
   FMT_CALL(FMMaskDestroy(&m));
 }
@@ -134,7 +211,7 @@ static void compare(FMContext ctx, const Case *c, const BCShape *s, FMMask m, un
   /* O, LSE, dK, dV bitwise; dQ too on one rank. On several, the CPU cp backward adds each arriving
      chunk's dQ in arrival order (exec_gather.c, even with -fm_plan_overlap 0), so two runs of one
      plan differ in the last bits of dQ: held to float32 rounding instead. */
-  bc_check_same(w, &a, d, s->dt, c->size > 1 && !strcmp(c->ptype, FMPLANCP) ? 1e-6 : 0);
+  bc_check_same(w, &a, d, s->dt, c->cuda ? s->dq_same : c->size > 1 && !strcmp(c->ptype, FMPLANCP) ? 1e-6 : 0);
   if (c->rank == 0) {
     snprintf(w, sizeof(w), "%s: reference", what);
     bc_check_ref(w, m, s, d);
@@ -145,7 +222,8 @@ static void compare(FMContext ctx, const Case *c, const BCShape *s, FMMask m, un
 /* One case: steps fresh packings on one plan, then the shape changes. */
 static void check_case(FMContext ctx, const Case *c, int steps, uint64_t *seed)
 {
-  BCShape s = {3, 96, 112, 4, 2, 2, 16, FM_DTYPE_FP32, 1e-5, 2e-5, 0};
+  /* CUDA: bf16, head_dim 64 (the Hopper kernels); the local type's Hopper backward adds dQ across CTAs in no fixed order */
+  BCShape s = c->cuda ? (BCShape){3, 96, 112, 4, 2, 2, 64, FM_DTYPE_BF16, 2e-2, 2e-2, 1e-2} : (BCShape){3, 96, 112, 4, 2, 2, 16, FM_DTYPE_FP32, 1e-5, 2e-5, 0};
   BCData d;
   unsigned long ms = (unsigned long)(fmt_next(seed) % 100000) + 1;
   FMMask m;
@@ -167,7 +245,7 @@ static void check_case(FMContext ctx, const Case *c, int steps, uint64_t *seed)
       changed += bounds_changed(m, s.Sk, prev) > 0;
     }
     check_counts("the long-lived plan", plan, 1, step);
-    run(plan, &s, &d);
+    run(c, plan, &s, &d);
     snprintf(what, sizeof(what), "%s on %d rank%s, %s, mask_batch %d, step %d", c->ptype, c->size, c->size > 1 ? "s" : "", c->mtype, c->mb, step);
     compare(ctx, c, &s, m, ms + (unsigned long)step, &d, what);
   }
@@ -180,7 +258,7 @@ static void check_case(FMContext ctx, const Case *c, int steps, uint64_t *seed)
   FMT_CALL(FMPlanSetShape(plan, s.B, s.Hq, s.Hkv, s.D, s.dt));
   FMT_CALL(FMPlanSetUp(plan));
   check_counts("after a new shape (heads_q 8)", plan, 2, steps - 1);
-  run(plan, &s, &d);
+  run(c, plan, &s, &d);
   snprintf(what, sizeof(what), "%s on %d ranks, %s, mask_batch %d, heads_q 8", c->ptype, c->size, c->mtype, c->mb);
   compare(ctx, c, &s, m, ms + (unsigned long)(steps - 1), &d, what);
   bc_data_free(&d);
@@ -191,7 +269,7 @@ static void check_case(FMContext ctx, const Case *c, int steps, uint64_t *seed)
   FMT_CALL(FMMaskSetUp(m));
   FMT_CALL(FMPlanSetUp(plan));
   check_counts("after new sequence lengths (80 x 80)", plan, 3, steps - 1);
-  run(plan, &s, &d);
+  run(c, plan, &s, &d);
   snprintf(what, sizeof(what), "%s on %d ranks, %s, mask_batch %d, 80 x 80", c->ptype, c->size, c->mtype, c->mb);
   compare(ctx, c, &s, m, ms + (unsigned long)(steps - 1), &d, what);
   /* and an update again at the new size */
@@ -199,7 +277,7 @@ static void check_case(FMContext ctx, const Case *c, int steps, uint64_t *seed)
   FMT_CALL(FMMaskSetUp(m));
   FMT_CALL(FMPlanSetUp(plan));
   check_counts("an update at the new size", plan, 3, steps);
-  run(plan, &s, &d);
+  run(c, plan, &s, &d);
   snprintf(what, sizeof(what), "%s on %d ranks, %s, mask_batch %d, 80 x 80, updated", c->ptype, c->size, c->mtype, c->mb);
   compare(ctx, c, &s, m, ms + 1000, &d, what);
   bc_data_free(&d);
@@ -219,7 +297,7 @@ static void check_case(FMContext ctx, const Case *c, int steps, uint64_t *seed)
  */
 static void check_mismatch(FMContext ctx, const Case *c, uint64_t *seed)
 {
-  BCShape s = {1, 96, 96, 4, 2, 1, 16, FM_DTYPE_FP32, 1e-5, 2e-5, 0};
+  BCShape s = c->cuda ? (BCShape){1, 96, 96, 4, 2, 1, 64, FM_DTYPE_BF16, 2e-2, 2e-2, 1e-2} : (BCShape){1, 96, 96, 4, 2, 1, 16, FM_DTYPE_FP32, 1e-5, 2e-5, 0};
   BCData d;
   FMMask m = make_mask(ctx, c, &s, 7);
   FMPlan plan = make_plan(ctx, c, m, &s);
@@ -242,7 +320,7 @@ static void check_mismatch(FMContext ctx, const Case *c, uint64_t *seed)
   FMT_CALL(FMMaskSetUp(m));
   FMT_CALL(FMPlanSetUp(plan));
   check_counts("after a refused shape", plan, 2, 2);
-  run(plan, &s, &d);
+  run(c, plan, &s, &d);
   compare(ctx, c, &s, m, 9, &d, "after the refused set-ups");
   FMT_CALL(FMPlanDestroy(&plan));
   FMT_CALL(FMMaskDestroy(&m));
@@ -259,17 +337,32 @@ int main(int argc, char **argv)
   Case c;
   (void)bc_check_all; /* batch_cases.h: the per-sample checks of test_mask_batch, not run here */
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_replan: re-planning every step (the update path of FMPlanSetUp)"));
-  for (int a = 1; a < argc; a++)
-    if (!strcmp(argv[a], "-steps") && a + 1 < argc) steps = atoi(argv[++a]);
-  if (steps < 2) steps = 2;
   memset(&c, 0, sizeof(c));
+  for (int a = 1; a < argc; a++) {
+    if (!strcmp(argv[a], "-steps") && a + 1 < argc) steps = atoi(argv[++a]);
+    else if (!strcmp(argv[a], "-cuda")) c.cuda = 1;
+  }
+  if (steps < 2) steps = 2;
+  if (c.cuda) {
+    int ndev = 0, all = 0;
+#if FM_HAVE_CUDA
+    FMT_CALL(FMCudaDeviceCount(&ndev));
+#endif
+    MPI_Allreduce(&ndev, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all == 0) {
+      printf("SKIP: -cuda: no CUDA %s on some rank\n", FM_HAVE_CUDA ? "device" : "in this build");
+      FMFinalize();
+      return 77;
+    }
+  }
   MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &c.size);
   seed = fmt_seed();
   MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD); /* the same inputs (and reference) on every rank */
   FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
   FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
-  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CPU));
+  FMT_CALL(FMContextSetBackend(ctx, c.cuda ? FM_BACKEND_CUDA : FM_BACKEND_CPU));
+  FMT_CALL(FMContextSetFromOptions(ctx));
   FMT_CALL(FMContextSetUp(ctx));
   c.vnodes = c.size >= 4 ? 2 : 0; /* two virtual nodes at 4 ranks: the hierarchical route relays */
   for (int t = 0; t < (c.size == 1 ? 2 : 1); t++) {

@@ -200,11 +200,7 @@ static FMErrorCode check_supported(FMPlan plan)
 #if !FM_HAVE_CUDA
   FMCheck(plan->backend != FM_BACKEND_CUDA, MPI_COMM_SELF, FM_ERR_SUP, "This build has no CUDA support");
 #endif
-  /* the CUDA executor builds its stage masks per step from one set of bounds: per-sample masks run on the CPU backend only */
-  FMCheck(plan->backend != FM_BACKEND_CUDA || plan->mask->mask_batch <= 1, MPI_COMM_SELF, FM_ERR_SUP,
-          "Plan type \"cp\" on the CUDA backend does not support per-sample masks yet: the mask has mask_batch %d; use mask_batch 1, "
-          "the CPU backend or plan type \"local\"",
-          plan->mask->mask_batch);
+  /* per-sample masks (mask_batch > 1) on the CUDA backend: each stage mask is uploaded with its samples (setup_gpu.c) */
   return FM_SUCCESS;
 }
 

@@ -328,6 +328,48 @@ static void check_mismatch(FMContext ctx, const Case *c, uint64_t *seed)
   if (c->rank == 0) printf("  a cp setting and a shape that differ on rank %d: FM_ERR_MISMATCH naming them on every rank\n", c->size - 1);
 }
 
+/*
+ * FMDistLocalizeColumns (the CUDA backend's stage masks) against FMDistLocalize, column by column,
+ * on random columns of per-sample causal and non-causal masks for each rank of a 3-rank partition.
+ */
+static void check_localize_columns(FMContext ctx, uint64_t *seed)
+{
+  static const char *const types[2] = {FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT};
+  const BCShape s = {3, 96, 112, 4, 2, 2, 16, FM_DTYPE_FP32, 0, 0, 0};
+  size_t bad = 0, total = 0;
+  for (int t = 0; t < 2; t++) {
+    Case c = {0, 1, FMPLANCP, types[t], 3, 32, 0, 0};
+    FMMask mask = make_mask(ctx, &c, &s, 11 + (unsigned long)t);
+    FMMaskDesc m;
+    FMDistChunks ch;
+    FMDistPartition part;
+    int cols[64];
+    FMT_CALL(FMMaskGetDesc_Private(mask, &m));
+    FMT_CALL(FMDistChunksInit(s.Sq, s.Sk, 16, 3, m.block, &ch));
+    FMT_CALL(FMDistPartitionCreate(FM_DIST_DUAL_CHUNK, ch.nchunks, 3, NULL, &part, NULL));
+    for (int x = 0; x < 64; x++) cols[x] = (int)(fmt_next(seed) % (uint64_t)s.Sk);
+    for (int r = 0; r < 3; r++) {
+      FMDistLocalMask a, b;
+      const int nown = part.rstart[r + 1] - part.rstart[r], *own = part.rchunks + part.rstart[r];
+      FMT_CALL(FMDistLocalize(&m, &ch, nown, own, &a));
+      FMT_CALL(FMDistLocalizeColumns(&m, &ch, nown, own, 64, cols, &b));
+      bad += a.nlocal != b.nlocal || a.mask_heads != b.mask_heads || !a.cut != !b.cut;
+      for (int h = 0; h < a.mask_heads; h++)
+        for (int x = 0; x < 64; x++) {
+          for (int v = 0; v < 4; v++) bad += a.bnd[v][(size_t)h * s.Sk + cols[x]] != b.bnd[v][(size_t)h * 64 + x];
+          total += 4;
+        }
+      for (int x = 0; x < 64 && a.cut && b.cut; x++) bad += a.cut[cols[x]] != b.cut[x];
+      FMT_CALL(FMDistLocalMaskDestroy(&a));
+      FMT_CALL(FMDistLocalMaskDestroy(&b));
+    }
+    FMT_CALL(FMDistPartitionDestroy(&part));
+    FMT_CALL(FMMaskDestroy(&mask));
+  }
+  FMT_CHECK(bad == 0 && total > 0, "FMDistLocalizeColumns differs from FMDistLocalize in %zu of %zu entries", bad, total);
+  printf("  FMDistLocalizeColumns equals FMDistLocalize on %zu entries\n", total);
+}
+
 int main(int argc, char **argv)
 {
   static const char *const masks[2] = {FMMASKDOCUMENT, FMMASKCAUSALDOCUMENT};
@@ -364,6 +406,7 @@ int main(int argc, char **argv)
   FMT_CALL(FMContextSetBackend(ctx, c.cuda ? FM_BACKEND_CUDA : FM_BACKEND_CPU));
   FMT_CALL(FMContextSetFromOptions(ctx));
   FMT_CALL(FMContextSetUp(ctx));
+  if (c.size == 1 && !c.cuda) check_localize_columns(ctx, &seed);
   c.vnodes = c.size >= 4 ? 2 : 0; /* two virtual nodes at 4 ranks: the hierarchical route relays */
   for (int t = 0; t < (c.size == 1 ? 2 : 1); t++) {
     c.ptype = t ? FMPLANLOCAL : FMPLANCP;

@@ -178,7 +178,8 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
   tp[6] = tp[0] + tp[1] + tp[2] + tp[3] + tp[4] + tp[5];
   if (tu) {
     /* tu[0]: what an update keeps and a full set-up builds (chunks, K/V bytes, topology);
-       tu[1]: the CUDA backend's host work of an update beside the above (localize the rank's rows) */
+       tu[1]: the CUDA backend's host work of an update beside the above: localize the rank's rows
+       on the columns of its stages (FMDistLocalizeColumns, as setup_gpu.c), before folding */
     FMDistChunks c2;
     FMDistTopo t2;
     FMDistLocalMask lm;
@@ -188,9 +189,21 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
     FMCall(FMDistTopoVirtual(o->P, o->nodes, &t2));
     tu[0] = FMTime() - t;
     FMCall(FMDistTopoDestroy(&t2));
+    int *cols, n = 0;
     t = FMTime();
-    FMCall(FMDistLocalize(m, &ch, part.rstart[me + 1] - part.rstart[me], part.rchunks + part.rstart[me], &lm));
+    /* the stage masks' columns: the own keys, then every chunk the rank receives */
+    FMCall(FMMalloc((size_t)m->seqlen_k + 1, &cols));
+    memcpy(cols, keys, sizeof(int) * (size_t)nk);
+    n = nk;
+    for (int k = 0; k < route.n; k++)
+      if (route.x[k].dst == me) {
+        int k0, k1;
+        FMDistChunkKeys(&ch, route.x[k].chunk, &k0, &k1);
+        for (int j = k0; j < k1; j++) cols[n++] = j;
+      }
+    FMCall(FMDistLocalizeColumns(m, &ch, part.rstart[me + 1] - part.rstart[me], part.rchunks + part.rstart[me], n, cols, &lm));
     tu[1] = FMTime() - t;
+    free(cols);
     FMCall(FMDistLocalMaskDestroy(&lm));
   }
   if (!ref) FMDistTileMapDestroy(&tm);

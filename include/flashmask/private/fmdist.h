@@ -195,6 +195,15 @@ int FMDistLocalizeBound(const FMDistChunks *ch, int nown, const int *chunks, int
 FMErrorCode FMDistLocalize(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, FMDistLocalMask *lm);
 FMErrorCode FMDistLocalMaskDestroy(FMDistLocalMask *lm);
 
+/*
+ * FMDistLocalizeColumns - FMDistLocalize restricted to the key columns cols[0..n) (global
+ *   indices, any order, repeats allowed): lm->seqlen_k = n and column x of lm (bnd[v][h * n + x],
+ *   cut[x]) is global column cols[x], with the values FMDistLocalize gives it. O(seqlen_q + rows x n)
+ *   instead of O(rows x seqlen_k): what the CUDA backend's stage masks need (setup.c).
+ */
+FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, int n, const int *cols,
+                                  FMDistLocalMask *lm);
+
 static inline int FMDistLocalMasked(const FMDistLocalMask *lm, int h, int li, int j)
 {
   size_t o = (size_t)h * lm->seqlen_k + j;

@@ -36,7 +36,7 @@ typedef struct {
      every step's stage buffer is a piece of one pool for K and one for V */
   void *kpool, *vpool;   /* device, poolcap bytes each */
   size_t poolcap;
-  size_t ocap, lcap;     /* floats allocated in oacc / lacc */
+  size_t ocap, lcap;     /* bytes allocated in oacc / lacc */
   size_t hscap, hrcap;   /* bytes allocated in hsend / hrecv */
   size_t rqcap;          /* requests allocated in rq */
   unsigned char *linked; /* [P] NCCL pairs connected on communicator generation linked_gen: bit 1 sent to, bit 2 received from */

@@ -35,9 +35,10 @@ static int fold_column(int cut, int32_t b[4])
   return 0;
 }
 
-/* Upload the localized mask restricted to the key columns cols[0..n) (global indices); its rows
-   are mask_batch (<= 1: one) samples of lm->mask_heads / mask_batch mask heads. */
-static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int n, const int *cols, void **dmask)
+/* Upload columns x0..x0+n-1 of the localized mask lm (FMDistLocalizeColumns; cols: their global
+   indices, for messages); its rows are mask_batch (<= 1: one) samples of lm->mask_heads / mask_batch
+   mask heads. */
+static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x0, int n, const int *cols, void **dmask)
 {
   int32_t *b[4] = {NULL, NULL, NULL, NULL};
   size_t N = (size_t)lm->mask_heads * n;
@@ -47,13 +48,13 @@ static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int n
   for (int v = 0; v < 4 && !ierr; v++) ierr = FMMalloc(N + 1, &b[v]);
   for (int h = 0; h < lm->mask_heads && !ierr; h++)
     for (int x = 0; x < n && !ierr; x++) {
-      size_t o = (size_t)h * lm->seqlen_k + cols[x], t = (size_t)h * n + x;
+      size_t o = (size_t)h * lm->seqlen_k + x0 + x, t = (size_t)h * n + x;
       int32_t w[4] = {lm->bnd[0][o], lm->bnd[1][o], lm->bnd[2][o], lm->bnd[3][o]};
-      if (!fold_column(lm->cut ? lm->cut[cols[x]] : 0, w))
+      if (!fold_column(lm->cut ? lm->cut[x0 + x] : 0, w))
         ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_SUP,
                                "Key %d of mask head %d: the causal triangle plus two masked intervals below the diagonal "
                                "cannot be localized into the GPU kernels' two intervals; use -fm_backend cpu for this mask",
-                               cols[x], h);
+                               cols[x0 + x], h);
       for (int v = 0; v < 4; v++) b[v][t] = w[v];
     }
   if (!ierr) {
@@ -146,7 +147,7 @@ static void event_free(void *ev)
 /* The bound-dependent part of g: the steps and their stage masks (the pools stay). Errors ignored. */
 static void free_steps(FMDistGPU *g)
 {
-  for (int s = 0; s < g->nsteps; s++) {
+  for (int s = 0; s < g->nsteps && g->st; s++) {
     FMCudaMaskFree(g->st[s].dmask);
     free(g->st[s].send);
     free(g->st[s].recv);
@@ -232,35 +233,51 @@ static FMErrorCode events_grow(FMDistGPU *g, int n)
   return FM_SUCCESS;
 }
 
-/* The accumulators and the stage masks (a rank with local rows only). */
+/*
+ * The accumulators and the stage masks (a rank with local rows only): the columns of every stage
+ * (the own keys first, then each step's) are localized at once (FMDistLocalizeColumns: only these
+ * columns, not the whole key axis), then each stage that a local row sees is folded and uploaded.
+ */
 static FMErrorCode upload_stages(FMPlan plan, FMDist *d, FMDistGPU *g, size_t no, size_t nl)
 {
-  int me = plan->ctx->rank, *cols = NULL;
+  int me = plan->ctx->rank, *cols = NULL, *x0 = NULL, n = 0;
   FMMaskDesc m;
   FMDistLocalMask lm;
   FMErrorCode ierr = FM_SUCCESS;
   int any = 0;
-  FMCall(dev_grow(no * sizeof(float), no * sizeof(float), (void **)&g->oacc, &g->ocap));
-  FMCall(dev_grow(nl * sizeof(float), nl * sizeof(float), (void **)&g->lacc, &g->lcap));
+  /* a quarter more room: the next partition's local rows mostly fit */
+  FMCall(dev_grow(no * sizeof(float), no * sizeof(float) / 4 * 5 + 16, (void **)&g->oacc, &g->ocap));
+  FMCall(dev_grow(nl * sizeof(float), nl * sizeof(float) / 4 * 5 + 16, (void **)&g->lacc, &g->lcap));
   FMCall(FMMaskGetDesc_Private(plan->mask, &m));
-  FMCall(FMDistLocalize(&m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], &lm));
-  for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++) any |= sees(plan, d, d->part.rchunks[b]);
-  if (any && d->nkeys > 0) ierr = upload_stage(&lm, m.mask_batch, d->nkeys, d->keys, &g->dmask0);
-  if (!ierr) ierr = FMMalloc(d->ch.seqlen_k + 1, &cols);
+  memset(&lm, 0, sizeof(lm));
+  for (int s = 0; s < g->nsteps; s++) n += g->st[s].nk;
+  ierr = FMMalloc((size_t)n + d->nkeys + 1, &cols);
+  if (!ierr) ierr = FMMalloc(g->nsteps + 2, &x0);
+  if (!ierr) {
+    memcpy(cols, d->keys, sizeof(int) * (size_t)d->nkeys);
+    n = d->nkeys;
+    for (int s = 0; s < g->nsteps; s++) {
+      x0[s] = n;
+      for (int i = 0; i < g->st[s].nrecv; i++) {
+        int k0, k1;
+        FMDistChunkKeys(&d->ch, g->st[s].recv[i].chunk, &k0, &k1);
+        for (int j = k0; j < k1; j++) cols[n++] = j;
+      }
+    }
+    x0[g->nsteps] = n;
+    ierr = FMDistLocalizeColumns(&m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], n, cols, &lm);
+  }
+  for (int b = d->part.rstart[me]; !ierr && b < d->part.rstart[me + 1]; b++) any |= sees(plan, d, d->part.rchunks[b]);
+  if (!ierr && any && d->nkeys > 0) ierr = upload_stage(&lm, m.mask_batch, 0, d->nkeys, cols, &g->dmask0);
   for (int s = 0; s < g->nsteps && !ierr; s++) {
     GStep *S = &g->st[s];
-    int n = 0;
     any = 0;
-    for (int i = 0; i < S->nrecv; i++) {
-      int c = S->recv[i].chunk, k0, k1;
-      any |= sees(plan, d, c);
-      FMDistChunkKeys(&d->ch, c, &k0, &k1);
-      for (int j = k0; j < k1; j++) cols[n++] = j;
-    }
-    if (any && n > 0) ierr = upload_stage(&lm, m.mask_batch, n, cols, &S->dmask);
+    for (int i = 0; i < S->nrecv; i++) any |= sees(plan, d, S->recv[i].chunk);
+    if (any && x0[s + 1] > x0[s]) ierr = upload_stage(&lm, m.mask_batch, x0[s], x0[s + 1] - x0[s], cols, &S->dmask);
   }
   free(cols);
-  FMCall(FMDistLocalMaskDestroy(&lm));
+  free(x0);
+  (void)FMDistLocalMaskDestroy(&lm);
   FMCall(ierr);
   return FM_SUCCESS;
 }

@@ -1,7 +1,9 @@
 /*
  * setup.c - the "cp" plan type: its constructor and ops table, FMPlanSetUp_CP (consistency
- * hash, chunks, partition, needed set, route, statistics), FMPlanView_CP, the layout queries
- * and FMDistGetStats. The executors are exec_gather.c / exec_ring.c (CPU) and exec_gpu.c.
+ * hash, chunks, partition, needed set, route, statistics; a full set-up or, with the shape,
+ * options and communicator of the last one on every rank, an update of the bound-dependent
+ * part only), FMPlanView_CP, the layout queries, FMDistGetStats and FMDistLocalizeColumns.
+ * The executors are exec_gather.c / exec_ring.c (CPU) and exec_gpu.c.
  */
 #include "distimpl.h"
 #include <stdlib.h>

@@ -12,7 +12,10 @@
  * folded into the lower or upper interval. Steps are whole (hop, pair) exchanges by default;
  * -fm_plan_step_chunks n cuts them into steps of at most n chunks per pair (finer pipelining,
  * one more merge per step). -fm_gpu_aware_mpi auto|0|1 is resolved here to one answer on
- * every rank.
+ * every rank. An update (FMPlanSetUp_CP's update path) keeps the transport, the stream, the
+ * events, the NCCL connections (a new connection run only for pairs not connected yet) and the
+ * pools of the stage buffers, accumulators and staging while large enough, and rebuilds the
+ * steps and stage masks.
  */
 #include "gpuimpl.h"
 #include <cuda_runtime_api.h>

@@ -750,6 +750,15 @@ FMErrorCode FMPlanSetTrace(FMPlan plan, const char *path, FMBool view);
  *   naming the field and its values ("batch is 1 on rank 0 and 2 on rank 3"). Every
  *   collective call of a plan (SetUp, Forward, Backward, Scatter, Gather) starts with such an
  *   agreement, so ranks in different calls also get FM_ERR_MISMATCH instead of a hang.
+ *   Calling it again after the mask changed (FMMaskSetBounds, a builder setter or a new seed,
+ *   then FMMaskSetUp) is an update when the shape, the mask's sizes, heads, batch and block, the
+ *   backend, the type's settings and the communicator are those of the last successful set-up
+ *   (decided on every rank alike): what depends only on them is kept (a "cp" plan's chunk
+ *   layout and topology; on the CUDA backend its streams, NCCL connections and device buffers
+ *   while large enough) and only what depends on the bounds is recomputed (partition, needed
+ *   K/V, route, stage masks), with the results of a fresh plan. Anything else, or a set-up
+ *   after a failed one, is a full set-up. The local rows and keys may move with the partition:
+ *   scatter the inputs again. See doc/distributed.md, "Re-planning every step".
  *   plan  the plan
  */
 FMErrorCode FMPlanSetUp(FMPlan plan);

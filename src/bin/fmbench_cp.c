@@ -31,6 +31,8 @@
 /* src/kernels/cuda.cu: uniform device values in [-amp, amp), never zeros */
 FMErrorCode FMCudaFillRandom_Private(void *p, size_t n, FMDType t, unsigned long long seed, float amp, void *stream);
 int FMBenchCP(int argc, char **argv);
+FMErrorCode FMBenchCPSteps_Private(FMContext ctx, const char *type, int S, int mh, int H, int Hkv, int D, FMDType dt, unsigned long seed,
+                                   int steps, int dev); /* fmbench_steps.c */
 
 /* The mask builders: FMMaskTypeList less its last name, "bounds" (set by cp_parse). */
 static const char *const *cp_masks;
@@ -50,6 +52,7 @@ static const CPConfig cp_conf[CP_NCONF] = {{"plan", "plan_", FM_TRUE, FM_TRUE, "
 typedef struct {
   int use[32], seqlen[16], nseq; /* use: [cp_nmasks] */
   int H, Hkv, D, warm, reps, single;
+  int steps; /* -steps N: time re-planning with a fresh mask every step instead (fmbench_steps.c) */
   FMDType dt;
   unsigned long seed;
   char csv[512], trace_dir[512];
@@ -109,6 +112,7 @@ static FMErrorCode cp_parse(int argc, char **argv, CPArgs *a)
     else if (!strcmp(k, "-csv")) snprintf(a->csv, sizeof(a->csv), "%s", v);
     else if (!strcmp(k, "-trace_dir")) snprintf(a->trace_dir, sizeof(a->trace_dir), "%s", v);
     else if (!strcmp(k, "-single")) a->single = atoi(v);
+    else if (!strcmp(k, "-steps")) a->steps = atoi(v);
     else continue;
     i++;
   }
@@ -610,6 +614,10 @@ static FMErrorCode cp_main(int argc, char **argv, int *rc)
       CPGroup *g;
       FMMask mask = NULL;
       if (!a.use[t]) continue;
+      if (a.steps > 0) { /* -steps: the update path's cost instead of the configurations */
+        ierr = FMBenchCPSteps_Private(ctx, cp_masks[t], S, mh, a.H, a.Hkv, a.D, a.dt, a.seed, a.steps, a.dev);
+        continue;
+      }
       g = &groups[ngroups++];
       g->mask = cp_masks[t];
       g->S = S;
@@ -639,7 +647,7 @@ static FMErrorCode cp_main(int argc, char **argv, int *rc)
         cp_csv_group(fcsv, g, &a, size);
       }
     }
-  if (!ierr && rank == 0) cp_print_summary(groups, ngroups);
+  if (!ierr && rank == 0 && a.steps <= 0) cp_print_summary(groups, ngroups);
   if (fcsv) fclose(fcsv);
   free(groups);
   if (self) {

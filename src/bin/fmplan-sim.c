@@ -14,7 +14,10 @@
  * Beside the every-rank simulation (the table), it times what ONE rank computes in
  * FMPlanSetUp: chunk weights, partition, rows, its needed set, its route and its exchange
  * steps. -steps N re-plans N times, each with a fresh mask of the same type (seed S + step:
- * new documents, as a data loader gives), and reports the median per step.
+ * new documents, as a data loader gives), and reports the median per step. These phases are
+ * what an update of a set-up plan recomputes (FMPlanSetUp with the same shape: doc/distributed.md,
+ * "Re-planning every step"); the summary also times what an update keeps (chunks, K/V bytes per
+ * chunk, topology) and the host part the CUDA backend adds to an update (localizing the rank's rows).
  */
 #include <flashmask/private/fmdist.h>
 #include <stdio.h>
@@ -121,7 +124,7 @@ static FMErrorCode make_mask(const Sim *o, FMContext ctx, int seed, FMMask *mask
  * (weights tile by tile, localize + scan, the whole route and every rank's steps). The other
  * ranks' needed sets (what the rank gets from the all-gather) are computed untimed.
  */
-static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, int ref, double *tp)
+static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, int ref, double *tp, double *tu)
 {
   FMDistChunks ch;
   FMDistTileMap tm;
@@ -173,6 +176,36 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
   else FMCall(FMDistExchangeStepsRank(FM_DIST_SCHED_GATHER, &ch, &part, topo, &route, 0, me, &ntx, &tx, &nst));
   tp[5] = FMTime() - t;
   tp[6] = tp[0] + tp[1] + tp[2] + tp[3] + tp[4] + tp[5];
+  if (tu) {
+    /* tu[0]: what an update keeps and a full set-up builds (chunks, K/V bytes, topology);
+       tu[1]: the CUDA backend's host work of an update beside the above: localize the rank's rows
+       on the columns of its stages (FMDistLocalizeColumns, as setup_gpu.c), before folding */
+    FMDistChunks c2;
+    FMDistTopo t2;
+    FMDistLocalMask lm;
+    t = FMTime();
+    FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, o->chunk, o->P, m->block, &c2));
+    for (int c = 0; c < c2.nchunks; c++) cb[c] = FMDistChunkBytes(&c2, c, o->batch, o->hkv, o->d, o->es);
+    FMCall(FMDistTopoVirtual(o->P, o->nodes, &t2));
+    tu[0] = FMTime() - t;
+    FMCall(FMDistTopoDestroy(&t2));
+    int *cols, n = 0;
+    t = FMTime();
+    /* the stage masks' columns: the own keys, then every chunk the rank receives */
+    FMCall(FMMalloc((size_t)m->seqlen_k + 1, &cols));
+    memcpy(cols, keys, sizeof(int) * (size_t)nk);
+    n = nk;
+    for (int k = 0; k < route.n; k++)
+      if (route.x[k].dst == me) {
+        int k0, k1;
+        FMDistChunkKeys(&ch, route.x[k].chunk, &k0, &k1);
+        for (int j = k0; j < k1; j++) cols[n++] = j;
+      }
+    FMCall(FMDistLocalizeColumns(m, &ch, part.rstart[me + 1] - part.rstart[me], part.rchunks + part.rstart[me], n, cols, &lm));
+    tu[1] = FMTime() - t;
+    free(cols);
+    FMCall(FMDistLocalMaskDestroy(&lm));
+  }
   if (!ref) FMDistTileMapDestroy(&tm);
   FMCall(FMDistRouteDestroy(&route));
   FMCall(FMDistPartitionDestroy(&part));
@@ -296,7 +329,7 @@ static double median(double *v, int n, int k, double *tmp)
 }
 
 /* One summary line (and CSV row) per path: the median phases over the steps. */
-static FMErrorCode report(const Sim *o, const FMDistChunks *ch, const char *path, double *v, int n, double simt)
+static FMErrorCode report(const Sim *o, const FMDistChunks *ch, const char *path, double *v, int n, double simt, const double *tx)
 {
   double med[NPH + 1], *tmp;
   FILE *f = NULL;
@@ -306,6 +339,19 @@ static FMErrorCode report(const Sim *o, const FMDistChunks *ch, const char *path
   printf("  rank %d set-up (%s, median of %d step%s): total %.3f ms = weights %.3f + balance %.3f + rows %.3f + needed %.3f + route %.3f + steps %.3f; mask set-up %.3f ms\n",
          o->rank, path, n, n > 1 ? "s" : "", 1e3 * med[6], 1e3 * med[0], 1e3 * med[1], 1e3 * med[2], 1e3 * med[3], 1e3 * med[4], 1e3 * med[5],
          1e3 * med[7]);
+  if (tx) {
+    double a[2], *tmp2;
+    FMCall(FMMalloc(n, &tmp2));
+    for (int k = 0; k < 2; k++) {
+      for (int i = 0; i < n; i++) tmp2[i] = tx[2 * i + k];
+      qsort(tmp2, (size_t)n, sizeof(double), cmp_dbl);
+      a[k] = n % 2 ? tmp2[n / 2] : 0.5 * (tmp2[n / 2 - 1] + tmp2[n / 2]);
+    }
+    free(tmp2);
+    printf("  an update of a set-up plan recomputes the %.3f ms above and keeps %.3f ms of a full set-up's host work (chunks, K/V bytes, topology);\n"
+           "  on the CUDA backend it adds %.3f ms to localize the rank's rows for its stage masks (beside their upload)\n",
+           1e3 * med[6], 1e3 * a[0], 1e3 * a[1]);
+  }
   if (!o->csv[0]) return FM_SUCCESS;
   f = fopen(o->csv, "a+");
   FMCheck(f != NULL, MPI_COMM_SELF, FM_ERR_FILE, "Cannot open -csv file %s", o->csv);
@@ -328,7 +374,7 @@ static FMErrorCode run(void)
   FMContext ctx;
   FMDistTopo topo;
   FMDistChunks ch;
-  double simt = -1, *vn = NULL, *vr = NULL;
+  double simt = -1, *vn = NULL, *vr = NULL, *vx = NULL;
   int n;
   FMCall(sim_options(&o));
   n = o.steps > 0 ? o.steps : 1;
@@ -338,6 +384,7 @@ static FMErrorCode run(void)
   FMCall(FMDistTopoVirtual(o.P, o.nodes, &topo));
   FMCall(FMCalloc((size_t)n * (NPH + 1), &vn));
   FMCall(FMCalloc((size_t)n * (NPH + 1), &vr));
+  FMCall(FMCalloc((size_t)n * 2, &vx));
   for (int s = 0; s < n; s++) {
     FMMask mask;
     FMMaskDesc m;
@@ -353,10 +400,10 @@ static FMErrorCode run(void)
              o.dts, ch.nchunks, ch.chunk, ch.kchunk, o.prune ? "on" : "off");
       if (o.table) FMCall(sim_table(&o, &m, &topo, &simt));
     }
-    FMCall(rank_work(&o, &m, &topo, 0, vn + (size_t)s * (NPH + 1)));
+    FMCall(rank_work(&o, &m, &topo, 0, vn + (size_t)s * (NPH + 1), vx + 2 * (size_t)s));
     vn[(size_t)s * (NPH + 1) + NPH] = tmask;
     if (o.ref) {
-      FMCall(rank_work(&o, &m, &topo, 1, vr + (size_t)s * (NPH + 1)));
+      FMCall(rank_work(&o, &m, &topo, 1, vr + (size_t)s * (NPH + 1), NULL));
       vr[(size_t)s * (NPH + 1) + NPH] = tmask;
     }
     if (o.steps > 0 && (o.P >= 256 || n >= 50))
@@ -365,9 +412,9 @@ static FMErrorCode run(void)
     FMCall(FMMaskDestroy(&mask));
   }
   printf("\n");
-  FMCall(report(&o, &ch, "fast", vn, n, simt));
-  if (o.ref) FMCall(report(&o, &ch, "reference", vr, n, simt));
-  free(vn); free(vr);
+  FMCall(report(&o, &ch, "fast", vn, n, simt, o.steps > 0 ? vx : NULL));
+  if (o.ref) FMCall(report(&o, &ch, "reference", vr, n, simt, NULL));
+  free(vn); free(vr); free(vx);
   FMCall(FMDistTopoDestroy(&topo));
   FMCall(FMContextDestroy(&ctx));
   return FM_SUCCESS;

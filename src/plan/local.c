@@ -6,6 +6,7 @@
  */
 #include <flashmask/private/planimpl.h>
 #include <flashmask/private/fmkernels.h>
+#include <flashmask/private/fmdist.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,10 @@ typedef struct {
   void *gpu;    /* the mask on the device (FMCudaMaskUpload), CUDA backend only */
   int nkeys;
   int *keys;    /* 0..seqlen_k-1 */
+  /* the update path: the layout (rows, keys) depends on the sizes only and is kept while kept = 1
+     and the sizes and backend are those of the last set-up (shape[]); the device mask is re-uploaded */
+  int kept, shape[10];
+  int setups_full, setups_update; /* FMPlanGetSetUpCounts_Private */
 } FMPlanLocal;
 
 static FMErrorCode identity(int n, int **idx)
@@ -34,9 +39,15 @@ static FMErrorCode destroy_local(FMPlan plan)
   return FM_SUCCESS;
 }
 
-/* The purely local part of the set-up (agreed by the caller). */
-static FMErrorCode setup_local(FMPlan plan, FMPlanLocal *L)
+/* The purely local part of the set-up (agreed by the caller): the layout is rebuilt only when
+   the mask's sizes, the plan's shape or the backend changed (*update = 0), the device mask always. */
+static FMErrorCode setup_local(FMPlan plan, FMPlanLocal *L, int *update)
 {
+  const FMMask m = plan->mask;
+  const int shape[10] = {m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, plan->batch, plan->heads_q, plan->heads_kv,
+                         plan->head_dim, (int)plan->dtype, (int)plan->backend};
+  *update = L->kept && !memcmp(shape, L->shape, sizeof(shape));
+  L->kept = 0;
   FMCheck(plan->ctx->size == 1, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
           "The plan type is \"%s\", but the plan's communicator has %d ranks; \"%s\" runs on one rank only (use \"%s\")", FMPLANLOCAL,
           plan->ctx->size, FMPLANLOCAL, FMPLANCP);
@@ -51,20 +62,47 @@ static FMErrorCode setup_local(FMPlan plan, FMPlanLocal *L)
 #else
   FMCheck(plan->backend != FM_BACKEND_CUDA, MPI_COMM_SELF, FM_ERR_SUP, "This build has no CUDA support");
 #endif
-  FMFree(plan->rows);
-  FMFree(L->keys);
-  plan->nlocal = 0;
-  L->nkeys = 0;
-  FMCall(identity(plan->mask->seqlen_q, &plan->rows));
+  if (!*update || !plan->rows || !L->keys) {
+    *update = 0;
+    FMFree(plan->rows);
+    FMFree(L->keys);
+    plan->nlocal = 0;
+    L->nkeys = 0;
+    FMCall(identity(plan->mask->seqlen_q, &plan->rows));
+    FMCall(identity(plan->mask->seqlen_k, &L->keys));
+  }
   plan->nlocal = plan->mask->seqlen_q;
-  FMCall(identity(plan->mask->seqlen_k, &L->keys));
   L->nkeys = plan->mask->seqlen_k;
+  memcpy(L->shape, shape, sizeof(shape));
+  L->kept = 1;
   return FM_SUCCESS;
 }
 
 static FMErrorCode setup(FMPlan plan)
 {
-  FMAgree(plan->hdr.comm, setup_local(plan, (FMPlanLocal *)plan->data));
+  FMPlanLocal *L = (FMPlanLocal *)plan->data;
+  int update = 0;
+  FMAgree(plan->hdr.comm, setup_local(plan, L, &update));
+  if (update) L->setups_update++;
+  else L->setups_full++;
+  return FM_SUCCESS;
+}
+
+/* FMPlanGetSetUpCounts_Private - see fmdist.h. */
+FMErrorCode FMPlanGetSetUpCounts_Private(FMPlan plan, int *full, int *update)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCheckSetUp(plan, "FMPlan");
+  if (!strcmp(plan->hdr.type_name, FMPLANLOCAL)) {
+    const FMPlanLocal *L = (const FMPlanLocal *)plan->data;
+    if (full) *full = L->setups_full;
+    if (update) *update = L->setups_update;
+  } else {
+    FMDistStats st;
+    FMCall(FMDistGetStats(plan, &st));
+    if (full) *full = st.setups_full;
+    if (update) *update = st.setups_update;
+  }
   return FM_SUCCESS;
 }
 

@@ -195,6 +195,15 @@ int FMDistLocalizeBound(const FMDistChunks *ch, int nown, const int *chunks, int
 FMErrorCode FMDistLocalize(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, FMDistLocalMask *lm);
 FMErrorCode FMDistLocalMaskDestroy(FMDistLocalMask *lm);
 
+/*
+ * FMDistLocalizeColumns - FMDistLocalize restricted to the key columns cols[0..n) (global
+ *   indices, any order, repeats allowed): lm->seqlen_k = n and column x of lm (bnd[v][h * n + x],
+ *   cut[x]) is global column cols[x], with the values FMDistLocalize gives it. O(seqlen_q + rows x n)
+ *   instead of O(rows x seqlen_k): what the CUDA backend's stage masks need (setup.c).
+ */
+FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, int n, const int *cols,
+                                  FMDistLocalMask *lm);
+
 static inline int FMDistLocalMasked(const FMDistLocalMask *lm, int h, int li, int j)
 {
   size_t o = (size_t)h * lm->seqlen_k + j;
@@ -342,11 +351,23 @@ typedef struct {
      every rank): traced = 1 once there is one */
   int traced;
   double overlap_efficiency, exposed_max, exposed_mean, imbalance;
+  /* FMPlanSetUp calls on this plan so far (kept across set-ups; the same on every rank): full set-ups
+     (everything rebuilt) and updates (same shape, options and communicator as the set-up before:
+     only the bound-dependent state recomputed; doc/distributed.md, "Re-planning every step") */
+  int setups_full, setups_update;
 } FMDistStats;
 
 /* FMDistGetStats - this rank's statistics of a "cp" plan (after SetUp; byte counts after a Forward;
    FM_ERR_ARG_WRONG for another type). Not collective. */
 FMErrorCode FMDistGetStats(FMPlan plan, FMDistStats *stats);
+
+/*
+ * FMPlanGetSetUpCounts_Private - how many FMPlanSetUp calls of a set-up plan of either type
+ *   ("local": local.c, "cp": FMDistStats) were full set-ups and how many were updates (the same
+ *   shape, options and communicator as the set-up before; see FMPlanSetUp). For tests and
+ *   benchmarks. Not collective.
+ */
+FMErrorCode FMPlanGetSetUpCounts_Private(FMPlan plan, int *full, int *update);
 
 #ifdef __cplusplus
 }

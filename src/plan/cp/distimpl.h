@@ -73,6 +73,12 @@ typedef struct {
   double *boff;           /* [C] byte offset of chunk c inside its owner's ring block */
   FMDistStats stats;
   int tag_ub;
+  /* The update path of FMPlanSetUp_CP (setup.c): ch, topo, cbytes, tag_ub and, on the CUDA
+     backend, the GPU executor's streams, events, NCCL connections and buffers depend only on
+     the shape, the options and the communicator (shape_hash); they are kept while kept = 1, and
+     a set-up with the same shape_hash on every rank recomputes the bound-dependent rest only. */
+  uint64_t shape_hash;
+  int kept;
   void *gpu;              /* the GPU executor's state (FMDistGPU, gpuimpl.h) on the CUDA backend, else NULL */
 } FMDist;
 
@@ -108,13 +114,17 @@ FMErrorCode FMDistTraceEnd_Private(FMPlan plan, FMDist *d, const char *run, void
  * The GPU executor (setup_gpu.c, transport_gpu.c, exec_gpu.c; built with CUDA):
  *   FMDistSetUpGPU_Private  collective: choose the transport, bootstrap NCCL if used, build the
  *                           exchange steps, upload one localized mask per compute stage and
- *                           allocate the device buffers. Called at the end of FMPlanSetUp_Dist.
+ *                           allocate the device buffers. Called at the end of FMPlanSetUp_CP.
+ *                           update = 1 (the same on every rank: FMPlanSetUp_CP's update path):
+ *                           keep the transport, streams, events, NCCL connections and the
+ *                           device and pinned buffers that are still large enough; rebuild the
+ *                           steps and re-upload the stage masks only.
  *   FMDistForwardGPU_Private collective: the distributed forward on device tensors (plan layout),
  *                           asynchronous on the plan's stream with the NCCL transport.
  *   FMDistDestroyGPU_Private not collective: free d->gpu.
  *   FMDistViewGPU_Private    not collective: one line about the transport and the steps.
  */
-FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d);
+FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d, int update);
 FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
 FMErrorCode FMDistDestroyGPU_Private(FMDist *d);
 FMErrorCode FMDistViewGPU_Private(FMPlan plan, FMDist *d, FILE *fp);

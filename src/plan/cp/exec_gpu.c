@@ -204,6 +204,7 @@ static FMErrorCode nccl_current(FMPlan plan, FMDist *d, FMDistGPU *g)
     g->nccl = w;
     g->gen = FMContextNCCLGeneration_Private(plan->ctx);
     FMCall(FMDistNCCLConnect_Private(plan, d, g));
+    FMDistGPUMarkLinked_Private(plan, g, 1);
   }
 #else
   (void)plan; (void)d; (void)g;

@@ -15,7 +15,7 @@ typedef struct {
   int nsend, nrecv;
   GXfer *send, *recv;    /* this rank's transfers of the step, in the global order */
   int nk;                /* keys received in the step (length of the stage buffer) */
-  void *kbuf, *vbuf;     /* device [B][nk][Hkv][D], or NULL when nothing arrives here */
+  void *kbuf, *vbuf;     /* device [B][nk][Hkv][D] inside kpool / vpool, or NULL when nothing arrives here */
   void *dmask;           /* the stage's localized mask, NULL when no local row sees its keys */
   size_t hsend, hrecv;   /* bytes of the step's host staging (mpi transport, staged) */
 } GStep;
@@ -32,13 +32,22 @@ typedef struct {
   void *dmask0;          /* the local stage (own keys), NULL if no local row sees them */
   int *where, *woff;     /* [C] where chunk c is held: -1 the user's k/v, s >= 0 step s's buffer, -2 nowhere; key offset */
   float *oacc, *lacc;    /* fp32 accumulator of O and the LSE, merged into stage by stage */
+  /* Kept by an update of the plan (FMDistSetUpGPU_Private with update = 1) while large enough:
+     every step's stage buffer is a piece of one pool for K and one for V */
+  void *kpool, *vpool;   /* device, poolcap bytes each */
+  size_t poolcap;
+  size_t ocap, lcap;     /* bytes allocated in oacc / lacc */
+  size_t hscap, hrcap;   /* bytes allocated in hsend / hrecv */
+  size_t rqcap;          /* requests allocated in rq */
+  unsigned char *linked; /* [P] NCCL pairs connected on communicator generation linked_gen: bit 1 sent to, bit 2 received from */
+  long linked_gen;
   /* streams and events (cudaStream_t, cudaEvent_t) come from the kernel layer's FMCudaStreamCreate
      and FMCudaEventCreate (fmkernels.h) */
   void *cs;              /* communication stream (high priority) */
   void *ev_in, *ev_done;
   void **ev_c0, **ev_c1;        /* [nsteps] around each exchange on cs */
   void **ev_w0, **ev_k0, **ev_k1; /* [nsteps + 1] stage wait start, compute start, end (0 = local) */
-  int nev;               /* events created in the arrays */
+  int nev;               /* events created in each of the five arrays (>= nsteps + 1 once set up; kept by updates) */
   char *hsend, *hrecv;   /* pinned host staging (mpi transport, unless direct) */
   MPI_Request *rq;       /* direct: room for the largest step's messages (allocated at set-up) */
 } FMDistGPU;
@@ -79,6 +88,13 @@ FMErrorCode FMDistExchangeNCCL_Private(FMPlan plan, FMDist *d, FMDistGPU *g, int
 FMErrorCode FMDistNCCLConnect_Private(FMPlan plan, FMDist *d, FMDistGPU *g);
 #endif
 FMErrorCode FMDistExchangeMPI_Private(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v, double t[2]);
+
+/*
+ * FMDistGPUMarkLinked_Private (setup_gpu.c) - after FMDistNCCLConnect_Private: record the pairs of
+ *   this rank's steps as connected on g->gen (forgetting the others first when fresh = 1, as
+ *   after new communicators). Not collective.
+ */
+void FMDistGPUMarkLinked_Private(FMPlan plan, FMDistGPU *g, int fresh);
 
 /* FMDistGPUDebug_Private - a progress line on stderr under -fm_debug_fail_exchange (else nothing). */
 void FMDistGPUDebug_Private(FMPlan plan, const FMDist *d, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -1,83 +1,91 @@
 /*
  * setup.c - the "cp" plan type: its constructor and ops table, FMPlanSetUp_CP (consistency
- * hash, chunks, partition, needed set, route, statistics), FMPlanView_CP, the layout queries
- * and FMDistGetStats. The executors are exec_gather.c / exec_ring.c (CPU) and exec_gpu.c.
+ * hash, chunks, partition, needed set, route, statistics; a full set-up or, with the shape,
+ * options and communicator of the last one on every rank, an update of the bound-dependent
+ * part only), FMPlanView_CP, the layout queries, FMDistGetStats and FMDistLocalizeColumns.
+ * The executors are exec_gather.c / exec_ring.c (CPU) and exec_gpu.c.
  */
 #include "distimpl.h"
 #include <stdlib.h>
 #include <string.h>
 
 /* ---------------- helpers ---------------- */
-/* The plan's scalars, cp settings and mask bounds: every rank must set up the same plan. */
-static FMErrorCode plan_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d, uint64_t *hash)
+/*
+ * What the kept state (FMDist.kept) depends on: the ranks, the mask's sizes and block, the
+ * plan's shape and backend, and every cp setting. Not the bounds, the causal flag or the scale.
+ */
+static uint64_t shape_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d)
 {
   uint64_t h = FM_HASH_INIT;
-  int v[21];
-  double sc = plan->scale;
-  v[0] = m->seqlen_q; v[1] = m->seqlen_k; v[2] = m->mask_heads; v[3] = m->causal; v[4] = m->present; v[5] = m->block;
-  v[6] = plan->batch; v[7] = plan->heads_q; v[8] = plan->heads_kv; v[9] = plan->head_dim; v[10] = (int)plan->dtype;
+  int v[22];
+  v[0] = m->seqlen_q; v[1] = m->seqlen_k; v[2] = m->mask_heads; v[3] = m->mask_batch > 1 ? m->mask_batch : 1; v[4] = plan->ctx->size;
+  v[5] = m->block; v[6] = plan->batch; v[7] = plan->heads_q; v[8] = plan->heads_kv; v[9] = plan->head_dim; v[10] = (int)plan->dtype;
   v[11] = d->opt.part_type; v[12] = d->opt.route_type; v[13] = d->opt.prune * 2 + d->opt.overlap; v[14] = d->opt.chunk_opt; v[15] = d->opt.vnodes;
   v[16] = d->opt.trace_on; v[17] = d->opt.schedule; v[18] = d->opt.transport; v[19] = d->opt.step_chunks;
-  v[20] = d->opt.gpu_aware;
+  v[20] = d->opt.gpu_aware; v[21] = (int)plan->backend;
   h = FMHash_Private(h, v, sizeof(v));
-  h = FMHash_Private(h, &sc, sizeof(sc));
   h = FMHash_Private(h, &d->opt.partial_cost, sizeof(d->opt.partial_cost));
   h = FMHash_Private(h, &d->opt.row_cost, sizeof(d->opt.row_cost));
+  return h;
+}
+
+/* The plan's scalars, cp settings and mask bounds: every rank must set up the same plan. */
+static uint64_t plan_hash(FMPlan plan, const FMMaskDesc *m, uint64_t shape)
+{
+  uint64_t h = shape;
+  int v[2] = {m->causal, m->present};
+  double sc = plan->scale;
+  h = FMHash_Private(h, v, sizeof(v));
+  h = FMHash_Private(h, &sc, sizeof(sc));
   /* the mask's own hash (sizes, type, causal, bounds), computed and agreed at FMMaskSetUp */
   h = FMHash_Private(h, &plan->mask->hash, sizeof(plan->mask->hash));
-  *hash = h;
+  return h;
+}
+
+/* Free the bound-dependent state of d (partition, needed sets, route, ...) and zero it. */
+static FMErrorCode dist_clear_bounds(FMDist *d)
+{
+  FMCall(FMDistPartitionDestroy(&d->part));
+  FMCall(FMDistRouteDestroy(&d->route));
+  FMFree(d->w); FMFree(d->needed); FMFree(d->keys); FMFree(d->kofs); FMFree(d->in); FMFree(d->out); FMFree(d->parent);
+  FMFree(d->rbytes); FMFree(d->boff);
+  memset(&d->binfo, 0, sizeof(d->binfo));
+  d->nkeys = d->nin = d->nout = 0;
   return FM_SUCCESS;
 }
 
-/* Free the set-up state of d (not d itself) and zero it; the settings d->opt stay. */
+/* Free the set-up state of d (not d itself) and zero it; the settings d->opt and the set-up counts stay. */
 static FMErrorCode dist_reset(FMDist *d)
 {
   FMDistOptions opt;
+  int full, update;
   if (!d) return FM_SUCCESS;
   opt = d->opt;
-  FMCall(FMDistPartitionDestroy(&d->part));
+  full = d->stats.setups_full;
+  update = d->stats.setups_update;
+  FMCall(dist_clear_bounds(d));
   FMCall(FMDistTopoDestroy(&d->topo));
-  FMCall(FMDistRouteDestroy(&d->route));
-  free(d->w); free(d->needed); free(d->cbytes); free(d->keys); free(d->kofs); free(d->in); free(d->out); free(d->parent);
-  free(d->rbytes); free(d->boff);
+  free(d->cbytes);
 #if FM_HAVE_CUDA
   FMCall(FMDistDestroyGPU_Private(d));
 #endif
   memset(d, 0, sizeof(*d));
   d->opt = opt;
+  d->stats.setups_full = full;
+  d->stats.setups_update = update;
   return FM_SUCCESS;
 }
 
-/* The planning steps that are purely local; the result is identical on every rank. */
-static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsigned char *myneed)
+/* The state that depends on the shape, options and communicator only: chunks, K/V bytes per
+   chunk and the topology (purely local; agreed by the caller). */
+static FMErrorCode setup_shape(FMPlan plan, FMDist *d, const FMMaskDesc *m)
 {
-  int P = plan->ctx->size, me = plan->ctx->rank;
-  FMDistTileMap tm;
+  int P = plan->ctx->size;
   FMErrorCode ierr;
   FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, d->opt.chunk_opt, P, m->block, &d->ch));
   FMCheck(2L * d->ch.nchunks + 2 <= (long)d->tag_ub, MPI_COMM_SELF, FM_ERR_SUP,
           "%d chunks need MPI tags up to %d but MPI_TAG_UB is %d; use a larger -fm_plan_chunk", d->ch.nchunks, 2 * d->ch.nchunks + 1,
           d->tag_ub);
-  FMCall(FMMalloc(d->ch.nchunks, &d->w));
-  /* one tile map from the block summaries serves the chunk weights and this rank's needed set */
-  FMCall(FMDistTileMapCreate(m, &d->ch, &tm));
-  ierr = FMDistChunkWeightsMap(&tm, d->opt.partial_cost, d->opt.row_cost, d->w);
-  if (!ierr) ierr = FMDistPartitionCreate((FMDistPartType)d->opt.part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo);
-  /* this rank's needed chunks: an interval query on the tile map (no localization) */
-  if (!ierr) ierr = FMDistNeededRank(m, &d->ch, &tm, &d->part, me, d->opt.prune, myneed);
-  FMCall(FMDistTileMapDestroy(&tm));
-  FMCall(ierr);
-  FMFree(plan->rows);
-  plan->nlocal = 0;
-  FMCall(FMDistRankRows(&d->ch, &d->part, me, &plan->nlocal, &plan->rows));
-  FMCall(FMDistRankKeys(&d->ch, &d->part, me, &d->nkeys, &d->keys));
-  FMCall(FMMalloc(d->ch.nchunks, &d->kofs));
-  for (int c = 0, o = 0; c < d->ch.nchunks; c++) {
-    int k0, k1;
-    FMDistChunkKeys(&d->ch, c, &k0, &k1);
-    d->kofs[c] = d->part.owner[c] == me ? o : -1;
-    if (d->part.owner[c] == me) o += k1 - k0;
-  }
   FMCall(FMMalloc(d->ch.nchunks, &d->cbytes));
   for (int c = 0; c < d->ch.nchunks; c++)
     d->cbytes[c] = FMDistChunkBytes(&d->ch, c, plan->batch, plan->heads_kv, plan->head_dim, FMDTypeSize(plan->dtype));
@@ -104,6 +112,36 @@ static FMErrorCode setup_local(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsi
   return FM_SUCCESS;
 }
 
+/* The bound-dependent planning steps that are purely local (weights, partition, this rank's
+   needed set, rows and keys); the result is identical on every rank. */
+static FMErrorCode setup_bounds(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsigned char *myneed)
+{
+  int P = plan->ctx->size, me = plan->ctx->rank;
+  FMDistTileMap tm;
+  FMErrorCode ierr;
+  FMCall(FMMalloc(d->ch.nchunks, &d->w));
+  /* one tile map from the block summaries serves the chunk weights and this rank's needed set */
+  FMCall(FMDistTileMapCreate(m, &d->ch, &tm));
+  ierr = FMDistChunkWeightsMap(&tm, d->opt.partial_cost, d->opt.row_cost, d->w);
+  if (!ierr) ierr = FMDistPartitionCreate((FMDistPartType)d->opt.part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo);
+  /* this rank's needed chunks: an interval query on the tile map (no localization) */
+  if (!ierr) ierr = FMDistNeededRank(m, &d->ch, &tm, &d->part, me, d->opt.prune, myneed);
+  FMCall(FMDistTileMapDestroy(&tm));
+  FMCall(ierr);
+  FMFree(plan->rows);
+  plan->nlocal = 0;
+  FMCall(FMDistRankRows(&d->ch, &d->part, me, &plan->nlocal, &plan->rows));
+  FMCall(FMDistRankKeys(&d->ch, &d->part, me, &d->nkeys, &d->keys));
+  FMCall(FMMalloc(d->ch.nchunks, &d->kofs));
+  for (int c = 0, o = 0; c < d->ch.nchunks; c++) {
+    int k0, k1;
+    FMDistChunkKeys(&d->ch, c, &k0, &k1);
+    d->kofs[c] = d->part.owner[c] == me ? o : -1;
+    if (d->part.owner[c] == me) o += k1 - k0;
+  }
+  return FM_SUCCESS;
+}
+
 static FMErrorCode setup_route(FMPlan plan, FMDist *d)
 {
   int me = plan->ctx->rank, C = d->ch.nchunks;
@@ -119,7 +157,12 @@ static FMErrorCode setup_route(FMPlan plan, FMDist *d)
   FMCall(FMMalloc(C, &d->parent));
   for (int c = 0; c < C; c++) d->parent[c] = -1;
   d->nin = d->nout = 0;
-  memset(&d->stats, 0, sizeof(d->stats));
+  {
+    const int full = d->stats.setups_full, update = d->stats.setups_update;
+    memset(&d->stats, 0, sizeof(d->stats));
+    d->stats.setups_full = full;
+    d->stats.setups_update = update;
+  }
   for (int k = 0; k < d->route.n; k++) {
     const FMDistXfer *x = &d->route.x[k];
     if (x->dst == me) { d->in[d->nin++] = *x; d->parent[x->chunk] = x->src; d->stats.predicted_recv += d->cbytes[x->chunk]; }
@@ -152,6 +195,50 @@ static FMErrorCode setup_route(FMPlan plan, FMDist *d)
   return FM_SUCCESS;
 }
 
+/* FMDistLocalizeColumns - see fmdist.h (FMDistLocalize's rule, column by column). */
+FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, int n, const int *cols,
+                                  FMDistLocalMask *lm)
+{
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k, off = m->seqlen_k - m->seqlen_q, rows = FMDistMaskRows(m);
+  const size_t N = (size_t)rows * n;
+  int *cnt = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
+  memset(lm, 0, sizeof(*lm));
+  FMCheck(Sq == ch->seqlen_q && Sk == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Mask is %d x %d but the chunks cut %d x %d", Sq, Sk,
+          ch->seqlen_q, ch->seqlen_k);
+  /* cnt[x] = number of local rows < x */
+  FMCall(FMCalloc((size_t)Sq + 1, &cnt));
+  for (int b = 0; b < nown; b++) {
+    int r0, r1;
+    FMDistChunkRows(ch, chunks[b], &r0, &r1);
+    for (int i = r0; i < r1; i++) cnt[i + 1] = 1;
+  }
+  for (int x = 0; x < Sq; x++) cnt[x + 1] += cnt[x];
+  lm->nlocal = cnt[Sq];
+  lm->mask_heads = rows;
+  lm->seqlen_k = n;
+  for (int v = 0; v < 4 && !ierr; v++) ierr = FMMalloc(N + 1, &lm->bnd[v]);
+  if (!ierr && m->causal) ierr = FMMalloc((size_t)n + 1, &lm->cut);
+  for (int v = 0; v < 4 && !ierr; v++)
+    for (int h = 0; h < rows; h++) {
+      const int32_t *src = m->bnd[v] + (size_t)h * Sk;
+      int32_t *dst = lm->bnd[v] + (size_t)h * n;
+      for (int x = 0; x < n; x++) {
+        int b = src[cols[x]];
+        dst[x] = cnt[b < 0 ? 0 : b > Sq ? Sq : b];
+      }
+    }
+  if (!ierr && m->causal)
+    for (int x = 0; x < n; x++) {
+      long g = (long)cols[x] - off; /* rows i < j - off are right of the diagonal */
+      lm->cut[x] = cnt[g < 0 ? 0 : g > Sq ? Sq : g];
+    }
+  free(cnt);
+  if (ierr) (void)FMDistLocalMaskDestroy(lm);
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
 /* The cp type's supported plans: the same refusals on one rank and on several (agreed by the caller). */
 static FMErrorCode check_supported(FMPlan plan)
 {
@@ -159,50 +246,60 @@ static FMErrorCode check_supported(FMPlan plan)
 #if !FM_HAVE_CUDA
   FMCheck(plan->backend != FM_BACKEND_CUDA, MPI_COMM_SELF, FM_ERR_SUP, "This build has no CUDA support");
 #endif
-  /* the CUDA executor builds its stage masks per step from one set of bounds: per-sample masks run on the CPU backend only */
-  FMCheck(plan->backend != FM_BACKEND_CUDA || plan->mask->mask_batch <= 1, MPI_COMM_SELF, FM_ERR_SUP,
-          "Plan type \"cp\" on the CUDA backend does not support per-sample masks yet: the mask has mask_batch %d; use mask_batch 1, "
-          "the CPU backend or plan type \"local\"",
-          plan->mask->mask_batch);
+  /* per-sample masks (mask_batch > 1) on the CUDA backend: each stage mask is uploaded with its samples (setup_gpu.c) */
   return FM_SUCCESS;
 }
 
-FMErrorCode FMPlanSetUp_CP(FMPlan plan)
+/*
+ * The set-up proper. Every rank gathers (plan hash, whether its kept state matches the new
+ * shape hash): the first must be equal everywhere, and the update path is taken when the
+ * second is 1 on every rank; otherwise everything is rebuilt. Errors agreed.
+ */
+static FMErrorCode setup_cp(FMPlan plan, FMDist *d, int kept, int *update)
 {
   MPI_Comm comm = plan->hdr.comm;
-  int P = plan->ctx->size, me = plan->ctx->rank, flag = 0, *tagub = NULL;
+  int P = plan->ctx->size, flag = 0, *tagub = NULL;
   FMMaskDesc m;
-  FMDist *d = (FMDist *)plan->data;
-  uint64_t hash, *all;
+  uint64_t sh, mine[2], *all;
   unsigned char *myneed = NULL;
   FMErrorCode ierr;
 
+  *update = 0;
   FMAgree(comm, check_supported(plan));
-  FMCall(dist_reset(d));
-  FMCallMPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tagub, &flag));
-  d->tag_ub = flag && tagub ? *tagub : 32767;
   FMCall(FMMaskGetDesc_Private(plan->mask, &m));
+  sh = shape_hash(plan, &m, d);
+  mine[0] = plan_hash(plan, &m, sh);
+  mine[1] = kept && d->shape_hash == sh;
 
   /* consistency: mask, shape and options must be the same everywhere (hash, gathered) */
-  FMCall(plan_hash(plan, &m, d, &hash));
-  FMAgree(comm, FMMalloc(P, &all)); /* on failure all is NULL here: nothing to free */
-  ierr = (FMErrorCode)MPI_Allgather(&hash, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, comm);
+  FMAgree(comm, FMMalloc(2 * (size_t)P, &all)); /* on failure all is NULL here: nothing to free */
+  ierr = (FMErrorCode)MPI_Allgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, comm);
   if (ierr) { free(all); FMCallMPI((int)ierr); }
-  for (int r = 1; r < P; r++)
-    if (all[r] != all[0]) {
-      unsigned long long hr = (unsigned long long)all[r], h0 = (unsigned long long)all[0];
+  *update = 1;
+  for (int r = 0; r < P; r++) {
+    if (all[2 * r] != all[0]) {
+      unsigned long long hr = (unsigned long long)all[2 * r], h0 = (unsigned long long)all[0];
       free(all);
+      *update = 0;
       FMRaise(MPI_COMM_SELF, FM_ERR_MISMATCH,
               "Rank %d's plan (mask bounds, sizes, shape, scale or -fm_plan_* options) differs from rank 0's (hash %016llx vs %016llx); "
               "every rank must set up the same mask and plan",
               r, hr, h0);
     }
+    if (!all[2 * r + 1]) *update = 0;
+  }
   free(all);
 
+  if (*update) FMCall(dist_clear_bounds(d)); /* keep ch, topo, cbytes, tag_ub and the GPU's kept state */
+  else {
+    FMCall(dist_reset(d));
+    FMCallMPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tagub, &flag));
+    d->tag_ub = flag && tagub ? *tagub : 32767;
+    FMAgree(comm, setup_shape(plan, d, &m));
+  }
   {
-    FMErrorCode loc = FMDistChunksInit(m.seqlen_q, m.seqlen_k, d->opt.chunk_opt, P, m.block, &d->ch);
-    if (!loc) loc = FMMalloc(d->ch.nchunks, &myneed);
-    if (!loc) loc = setup_local(plan, d, &m, myneed);
+    FMErrorCode loc = FMMalloc(d->ch.nchunks, &myneed);
+    if (!loc) loc = setup_bounds(plan, d, &m, myneed);
     if (!loc) loc = FMMalloc((size_t)P * d->ch.nchunks, &d->needed);
     loc = FMAgreeCode(comm, loc);
     if (loc) { free(myneed); return FMErrorTraceback(__FILE__, __func__, __LINE__, loc); }
@@ -212,9 +309,31 @@ FMErrorCode FMPlanSetUp_CP(FMPlan plan)
   FMCallMPI((int)ierr);
   FMAgree(comm, setup_route(plan, d));
 #if FM_HAVE_CUDA
-  if (plan->backend == FM_BACKEND_CUDA) FMCall(FMDistSetUpGPU_Private(plan, d)); /* collective; agrees internally */
+  if (plan->backend == FM_BACKEND_CUDA) FMCall(FMDistSetUpGPU_Private(plan, d, *update)); /* collective; agrees internally */
 #endif
-  (void)me;
+  d->shape_hash = sh;
+  return FM_SUCCESS;
+}
+
+/*
+ * FMPlanSetUp_CP - a full set-up, or the update path when the shape, the options and the
+ * communicator are those of the last successful set-up on every rank (see setup_cp). After any
+ * error (agreed) everything is freed, so the next set-up is a full one on every rank.
+ */
+FMErrorCode FMPlanSetUp_CP(FMPlan plan)
+{
+  FMDist *d = (FMDist *)plan->data;
+  int update = 0, kept = d->kept;
+  FMErrorCode ierr;
+  d->kept = 0; /* until this set-up succeeds */
+  ierr = setup_cp(plan, d, kept, &update);
+  if (ierr) {
+    (void)dist_reset(d);
+    return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
+  }
+  d->kept = 1;
+  if (update) d->stats.setups_update++;
+  else d->stats.setups_full++;
   return FM_SUCCESS;
 }
 

@@ -12,7 +12,10 @@
  * folded into the lower or upper interval. Steps are whole (hop, pair) exchanges by default;
  * -fm_plan_step_chunks n cuts them into steps of at most n chunks per pair (finer pipelining,
  * one more merge per step). -fm_gpu_aware_mpi auto|0|1 is resolved here to one answer on
- * every rank.
+ * every rank. An update (FMPlanSetUp_CP's update path) keeps the transport, the stream, the
+ * events, the NCCL connections (a new connection run only for pairs not connected yet) and the
+ * pools of the stage buffers, accumulators and staging while large enough, and rebuilds the
+ * steps and stage masks.
  */
 #include "gpuimpl.h"
 #include <cuda_runtime_api.h>
@@ -35,8 +38,10 @@ static int fold_column(int cut, int32_t b[4])
   return 0;
 }
 
-/* Upload the localized mask restricted to the key columns cols[0..n) (global indices). */
-static FMErrorCode upload_stage(const FMDistLocalMask *lm, int n, const int *cols, void **dmask)
+/* Upload columns x0..x0+n-1 of the localized mask lm (FMDistLocalizeColumns; cols: their global
+   indices, for messages); its rows are mask_batch (<= 1: one) samples of lm->mask_heads / mask_batch
+   mask heads. */
+static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x0, int n, const int *cols, void **dmask)
 {
   int32_t *b[4] = {NULL, NULL, NULL, NULL};
   size_t N = (size_t)lm->mask_heads * n;
@@ -46,20 +51,21 @@ static FMErrorCode upload_stage(const FMDistLocalMask *lm, int n, const int *col
   for (int v = 0; v < 4 && !ierr; v++) ierr = FMMalloc(N + 1, &b[v]);
   for (int h = 0; h < lm->mask_heads && !ierr; h++)
     for (int x = 0; x < n && !ierr; x++) {
-      size_t o = (size_t)h * lm->seqlen_k + cols[x], t = (size_t)h * n + x;
+      size_t o = (size_t)h * lm->seqlen_k + x0 + x, t = (size_t)h * n + x;
       int32_t w[4] = {lm->bnd[0][o], lm->bnd[1][o], lm->bnd[2][o], lm->bnd[3][o]};
-      if (!fold_column(lm->cut ? lm->cut[cols[x]] : 0, w))
+      if (!fold_column(lm->cut ? lm->cut[x0 + x] : 0, w))
         ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_SUP,
                                "Key %d of mask head %d: the causal triangle plus two masked intervals below the diagonal "
                                "cannot be localized into the GPU kernels' two intervals; use -fm_backend cpu for this mask",
-                               cols[x], h);
+                               cols[x0 + x], h);
       for (int v = 0; v < 4; v++) b[v][t] = w[v];
     }
   if (!ierr) {
     memset(&md, 0, sizeof(md));
     md.seqlen_q = lm->nlocal;
     md.seqlen_k = n;
-    md.mask_heads = lm->mask_heads;
+    md.mask_batch = mask_batch > 1 ? mask_batch : 1;
+    md.mask_heads = lm->mask_heads / md.mask_batch;
     md.causal = 0;
     md.present = 15;
     for (int v = 0; v < 4; v++) md.bnd[v] = b[v];
@@ -141,6 +147,21 @@ static void event_free(void *ev)
   if (ev) (void)cudaEventDestroy((cudaEvent_t)ev);
 }
 
+/* The bound-dependent part of g: the steps and their stage masks (the pools stay). Errors ignored. */
+static void free_steps(FMDistGPU *g)
+{
+  for (int s = 0; s < g->nsteps && g->st; s++) {
+    FMCudaMaskFree(g->st[s].dmask);
+    free(g->st[s].send);
+    free(g->st[s].recv);
+  }
+  free(g->st);
+  g->st = NULL;
+  g->nsteps = 0;
+  FMCudaMaskFree(g->dmask0);
+  g->dmask0 = NULL;
+}
+
 FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
 {
   FMDistGPU *g = d ? (FMDistGPU *)d->gpu : NULL;
@@ -149,19 +170,14 @@ FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
      sticky device error every call here fails, and the kernel layer's helpers would raise (print,
      or abort under FM_ERROR_HANDLER_ABORT) once per buffer while nothing can be done about it. */
   if (g->cs) (void)cudaStreamSynchronize((cudaStream_t)g->cs);
-  for (int s = 0; s < g->nsteps; s++) {
-    (void)cudaFree(g->st[s].kbuf);
-    (void)cudaFree(g->st[s].vbuf);
-    FMCudaMaskFree(g->st[s].dmask);
-    free(g->st[s].send);
-    free(g->st[s].recv);
-  }
-  FMCudaMaskFree(g->dmask0);
+  free_steps(g);
+  if (g->kpool) (void)cudaFree(g->kpool);
+  if (g->vpool) (void)cudaFree(g->vpool);
   (void)cudaFree(g->oacc); (void)cudaFree(g->lacc);
   event_free(g->ev_in);
   event_free(g->ev_done);
   for (int s = 0; s < g->nev; s++) {
-    if (s < g->nsteps) { event_free(g->ev_c0[s]); event_free(g->ev_c1[s]); }
+    event_free(g->ev_c0[s]); event_free(g->ev_c1[s]);
     event_free(g->ev_w0[s]); event_free(g->ev_k0[s]); event_free(g->ev_k1[s]);
   }
   free(g->ev_c0); free(g->ev_c1); free(g->ev_w0); free(g->ev_k0); free(g->ev_k1);
@@ -170,80 +186,118 @@ FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
   if (g->ping) (void)cudaFree(g->ping);
   free(g->rq);
   if (g->cs) (void)cudaStreamDestroy((cudaStream_t)g->cs);
-  free(g->st); free(g->where); free(g->woff);
+  free(g->where); free(g->woff); free(g->linked);
   free(g);
   d->gpu = NULL;
   (void)cudaGetLastError();
   return FM_SUCCESS;
 }
 
-static FMErrorCode dev_alloc(size_t bytes, void **p)
+/* Device memory: *p holds at least need bytes (*cap of them), grown to want >= need when short. */
+static FMErrorCode dev_grow(size_t need, size_t want, void **p, size_t *cap)
 {
+  if (need <= *cap && (*p || need == 0)) return FM_SUCCESS;
+  if (*p) FMCall(FMCudaFree(*p));
   *p = NULL;
-  if (bytes == 0) return FM_SUCCESS;
-  FMCall(FMCudaMalloc(bytes, p));
+  *cap = 0;
+  FMCall(FMCudaMalloc(want, p));
+  *cap = want;
   return FM_SUCCESS;
 }
 
-/* The accumulators and the stage masks (a rank with local rows only). */
+/* Pinned host memory, likewise (at least 1 byte). */
+static FMErrorCode host_grow(size_t need, char **p, size_t *cap)
+{
+  if (need < 1) need = 1;
+  if (need <= *cap && *p) return FM_SUCCESS;
+  if (*p) FMCall(FMCudaHostFree(*p));
+  *p = NULL;
+  *cap = 0;
+  FMCall(FMCudaHostAlloc(need, (void **)p));
+  *cap = need;
+  return FM_SUCCESS;
+}
+
+/* The event arrays: at least n events in each (created ones kept). */
+static FMErrorCode events_grow(FMDistGPU *g, int n)
+{
+  void ***a[5] = {&g->ev_c0, &g->ev_c1, &g->ev_w0, &g->ev_k0, &g->ev_k1};
+  if (n <= g->nev) return FM_SUCCESS;
+  for (int i = 0; i < 5; i++) {
+    void **x = (void **)realloc(*a[i], sizeof(void *) * (size_t)n);
+    FMCheck(x, MPI_COMM_SELF, FM_ERR_MEM, "Cannot allocate %d event handles", n);
+    *a[i] = x;
+  }
+  while (g->nev < n) {
+    const int e = g->nev++; /* counted first: the destroy frees what was created (NULL is skipped) */
+    for (int i = 0; i < 5; i++) (*a[i])[e] = NULL;
+    for (int i = 0; i < 5; i++) FMCall(FMCudaEventCreate(&(*a[i])[e]));
+  }
+  return FM_SUCCESS;
+}
+
+/*
+ * The accumulators and the stage masks (a rank with local rows only): the columns of every stage
+ * (the own keys first, then each step's) are localized at once (FMDistLocalizeColumns: only these
+ * columns, not the whole key axis), then each stage that a local row sees is folded and uploaded.
+ */
 static FMErrorCode upload_stages(FMPlan plan, FMDist *d, FMDistGPU *g, size_t no, size_t nl)
 {
-  int me = plan->ctx->rank, *cols = NULL;
+  int me = plan->ctx->rank, *cols = NULL, *x0 = NULL, n = 0;
   FMMaskDesc m;
   FMDistLocalMask lm;
   FMErrorCode ierr = FM_SUCCESS;
   int any = 0;
-  FMCall(dev_alloc(no * sizeof(float), (void **)&g->oacc));
-  FMCall(dev_alloc(nl * sizeof(float), (void **)&g->lacc));
+  /* a quarter more room: the next partition's local rows mostly fit */
+  FMCall(dev_grow(no * sizeof(float), no * sizeof(float) / 4 * 5 + 16, (void **)&g->oacc, &g->ocap));
+  FMCall(dev_grow(nl * sizeof(float), nl * sizeof(float) / 4 * 5 + 16, (void **)&g->lacc, &g->lcap));
   FMCall(FMMaskGetDesc_Private(plan->mask, &m));
-  FMCall(FMDistLocalize(&m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], &lm));
-  for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++) any |= sees(plan, d, d->part.rchunks[b]);
-  if (any && d->nkeys > 0) ierr = upload_stage(&lm, d->nkeys, d->keys, &g->dmask0);
-  if (!ierr) ierr = FMMalloc(d->ch.seqlen_k + 1, &cols);
+  memset(&lm, 0, sizeof(lm));
+  for (int s = 0; s < g->nsteps; s++) n += g->st[s].nk;
+  ierr = FMMalloc((size_t)n + d->nkeys + 1, &cols);
+  if (!ierr) ierr = FMMalloc(g->nsteps + 2, &x0);
+  if (!ierr) {
+    memcpy(cols, d->keys, sizeof(int) * (size_t)d->nkeys);
+    n = d->nkeys;
+    for (int s = 0; s < g->nsteps; s++) {
+      x0[s] = n;
+      for (int i = 0; i < g->st[s].nrecv; i++) {
+        int k0, k1;
+        FMDistChunkKeys(&d->ch, g->st[s].recv[i].chunk, &k0, &k1);
+        for (int j = k0; j < k1; j++) cols[n++] = j;
+      }
+    }
+    x0[g->nsteps] = n;
+    ierr = FMDistLocalizeColumns(&m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], n, cols, &lm);
+  }
+  for (int b = d->part.rstart[me]; !ierr && b < d->part.rstart[me + 1]; b++) any |= sees(plan, d, d->part.rchunks[b]);
+  if (!ierr && any && d->nkeys > 0) ierr = upload_stage(&lm, m.mask_batch, 0, d->nkeys, cols, &g->dmask0);
   for (int s = 0; s < g->nsteps && !ierr; s++) {
     GStep *S = &g->st[s];
-    int n = 0;
     any = 0;
-    for (int i = 0; i < S->nrecv; i++) {
-      int c = S->recv[i].chunk, k0, k1;
-      any |= sees(plan, d, c);
-      FMDistChunkKeys(&d->ch, c, &k0, &k1);
-      for (int j = k0; j < k1; j++) cols[n++] = j;
-    }
-    if (any && n > 0) ierr = upload_stage(&lm, n, cols, &S->dmask);
+    for (int i = 0; i < S->nrecv; i++) any |= sees(plan, d, S->recv[i].chunk);
+    if (any && x0[s + 1] > x0[s]) ierr = upload_stage(&lm, m.mask_batch, x0[s], x0[s + 1] - x0[s], cols, &S->dmask);
   }
   free(cols);
-  FMCall(FMDistLocalMaskDestroy(&lm));
+  free(x0);
+  (void)FMDistLocalMaskDestroy(&lm);
   FMCall(ierr);
   return FM_SUCCESS;
 }
 
-/* The purely local part of the GPU set-up (agreed by the caller). */
-static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
+/* The steps of this rank (FMDistExchangeStepsRank), where each chunk is held, and the checks. */
+static FMErrorCode build_steps(FMPlan plan, FMDist *d, FMDistGPU *g)
 {
   int me = plan->ctx->rank, C = d->ch.nchunks, ntx = 0;
   FMDistStepXfer *tx = NULL;
-  size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch;
-  size_t no = B * plan->nlocal * plan->heads_q * plan->head_dim, nl = B * plan->heads_q * plan->nlocal;
-
-  {
-    /* The exchange stream gets the highest priority: NCCL moves data with kernels, and behind
-       an attention kernel that fills every SM with queued CTAs a normal-priority NCCL kernel
-       starts only when the attention kernel ends (measured: a 1.9 ms exchange took 5.3-16 ms
-       next to the local stage, all of it exposed). With priority its CTAs take the next SM
-       that frees up. */
-    FMCall(FMCudaStreamCreate(1, &g->cs));
-  }
-  FMCall(FMCudaEventCreate(&g->ev_in));
-  FMCall(FMCudaEventCreate(&g->ev_done));
   /* this rank's steps only, numbered 0..nsteps-1 in the global order (tags are per chunk, and no step
      is collective, so ranks need not share step numbers) */
   FMCall(FMDistExchangeStepsRank((FMDistSchedType)d->opt.schedule, &d->ch, &d->part, &d->topo, &d->route, d->opt.step_chunks, me, &ntx,
                                  &tx, &g->nsteps));
-  FMCall(FMCalloc(g->nsteps + 1, &g->st));
-  FMCall(FMMalloc(C, &g->where));
-  FMCall(FMMalloc(C, &g->woff));
+  if (!g->where) FMCall(FMMalloc(C, &g->where));
+  if (!g->woff) FMCall(FMMalloc(C, &g->woff));
   for (int c = 0; c < C; c++) { g->where[c] = d->part.owner[c] == me ? -1 : -2; g->woff[c] = d->kofs[c]; }
+  FMCall(FMCalloc(g->nsteps + 1, &g->st));
   for (int k = 0; k < ntx; k++) {
     g->st[tx[k].step].nsend += tx[k].src == me;
     g->st[tx[k].step].nrecv += tx[k].dst == me;
@@ -271,34 +325,47 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
       FMCheck(g->where[c] == -1 || (g->where[c] >= 0 && g->where[c] < s), MPI_COMM_SELF, FM_ERR_LIB,
               "Step %d sends chunk %d that rank %d does not hold yet (internal error in the step order)", s, c, me);
     }
-  /* stage buffers, host staging sizes, events */
+  return FM_SUCCESS;
+}
+
+#define FM_GPU_POOL_ALIGN 256 /* byte alignment of each stage buffer inside the pools */
+
+/*
+ * The stage buffers as pieces of the pools (grown, with a quarter more room so that the next
+ * masks' steps mostly fit, never past the worst case of the shape: every key of the batch), the
+ * host staging sizes, events and requests (grown only).
+ */
+static FMErrorCode carve_buffers(FMPlan plan, FMDist *d, FMDistGPU *g)
+{
+  size_t row = (size_t)plan->heads_kv * plan->head_dim * FMDTypeSize(plan->dtype), B = (size_t)plan->batch, total = 0, o = 0, want;
+  const size_t worst = B * (size_t)d->ch.seqlen_k * row + (size_t)(g->nsteps + 1) * FM_GPU_POOL_ALIGN;
+  for (int s = 0; s < g->nsteps; s++) total += (B * g->st[s].nk * row + FM_GPU_POOL_ALIGN - 1) / FM_GPU_POOL_ALIGN * FM_GPU_POOL_ALIGN;
+  want = total + total / 4;
+  if (want > worst) want = worst > total ? worst : total;
+  if (total > 0) {
+    size_t kc = g->poolcap, vc = g->poolcap;
+    FMCall(dev_grow(total, want, &g->kpool, &kc));
+    FMCall(dev_grow(total, want, &g->vpool, &vc));
+    g->poolcap = kc < vc ? kc : vc;
+  }
   for (int s = 0; s < g->nsteps; s++) {
     GStep *S = &g->st[s];
-    FMCall(dev_alloc(B * S->nk * row, &S->kbuf));
-    FMCall(dev_alloc(B * S->nk * row, &S->vbuf));
+    size_t len = B * S->nk * row;
+    S->kbuf = len ? (char *)g->kpool + o : NULL;
+    S->vbuf = len ? (char *)g->vpool + o : NULL;
+    o += (len + FM_GPU_POOL_ALIGN - 1) / FM_GPU_POOL_ALIGN * FM_GPU_POOL_ALIGN;
     for (int i = 0; i < S->nsend; i++) S->hsend += (size_t)d->cbytes[S->send[i].chunk];
     for (int i = 0; i < S->nrecv; i++) S->hrecv += (size_t)d->cbytes[S->recv[i].chunk];
   }
-  FMCall(FMMalloc(g->nsteps + 1, &g->ev_c0));
-  FMCall(FMMalloc(g->nsteps + 1, &g->ev_c1));
-  FMCall(FMMalloc(g->nsteps + 1, &g->ev_w0));
-  FMCall(FMMalloc(g->nsteps + 1, &g->ev_k0));
-  FMCall(FMMalloc(g->nsteps + 1, &g->ev_k1));
-  for (int s = 0; s <= g->nsteps; s++) {
-    if (s < g->nsteps) { FMCall(FMCudaEventCreate(&g->ev_c0[s])); FMCall(FMCudaEventCreate(&g->ev_c1[s])); }
-    FMCall(FMCudaEventCreate(&g->ev_w0[s]));
-    FMCall(FMCudaEventCreate(&g->ev_k0[s]));
-    FMCall(FMCudaEventCreate(&g->ev_k1[s]));
-    g->nev = s + 1;
-  }
+  FMCall(events_grow(g, g->nsteps + 1));
   if (g->transport == FM_DIST_TRANSPORT_MPI && !g->direct) {
     size_t hs = 0, hr = 0;
     for (int s = 0; s < g->nsteps; s++) {
       hs = g->st[s].hsend > hs ? g->st[s].hsend : hs;
       hr = g->st[s].hrecv > hr ? g->st[s].hrecv : hr;
     }
-    FMCall(FMCudaHostAlloc(hs + 1, (void **)&g->hsend));
-    FMCall(FMCudaHostAlloc(hr + 1, (void **)&g->hrecv));
+    FMCall(host_grow(hs + 1, &g->hsend, &g->hscap));
+    FMCall(host_grow(hr + 1, &g->hrecv, &g->hrcap));
   }
   if (g->transport == FM_DIST_TRANSPORT_MPI && g->direct) {
     /* one request per piece: (sends + receives) x 2 x batch, the largest step */
@@ -309,18 +376,112 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g)
     }
     FMCheck(nr <= (size_t)INT_MAX, MPI_COMM_SELF, FM_ERR_SUP,
             "-fm_gpu_aware_mpi: an exchange step of %zu messages is more than MPI_Waitall takes; use -fm_plan_step_chunks or -fm_gpu_aware_mpi 0", nr);
-    FMCall(FMMalloc(nr + 1, &g->rq));
+    if (nr + 1 > g->rqcap) {
+      free(g->rq);
+      g->rq = NULL;
+      g->rqcap = 0;
+      FMCall(FMMalloc(nr + 1, &g->rq));
+      g->rqcap = nr + 1;
+    }
   }
+  return FM_SUCCESS;
+}
+
+/*
+ * The purely local part of the GPU set-up (agreed by the caller). A full one (update = 0) first
+ * makes the stream and the two call events; an update waits for the streams (a forward of the
+ * last plan may still read the stage masks) and frees the old steps only.
+ */
+static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g, int update)
+{
+  size_t B = (size_t)plan->batch;
+  size_t no = B * plan->nlocal * plan->heads_q * plan->head_dim, nl = B * plan->heads_q * plan->nlocal;
+  if (!update) {
+    /* The exchange stream gets the highest priority: NCCL moves data with kernels, and behind
+       an attention kernel that fills every SM with queued CTAs a normal-priority NCCL kernel
+       starts only when the attention kernel ends (measured: a 1.9 ms exchange took 5.3-16 ms
+       next to the local stage, all of it exposed). With priority its CTAs take the next SM
+       that frees up. */
+    FMCall(FMCudaStreamCreate(1, &g->cs));
+    FMCall(FMCudaEventCreate(&g->ev_in));
+    FMCall(FMCudaEventCreate(&g->ev_done));
+  } else {
+    FMCall(FMCudaStreamSynchronize(g->cs));
+    FMCall(FMCudaStreamSynchronize(plan->stream));
+    free_steps(g);
+  }
+  FMCall(build_steps(plan, d, g));
+  FMCall(carve_buffers(plan, d, g));
   if (plan->nlocal > 0) FMCall(upload_stages(plan, d, g, no, nl));
   return FM_SUCCESS;
 }
 
-FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
+/* FMDistGPUMarkLinked_Private - see gpuimpl.h. */
+void FMDistGPUMarkLinked_Private(FMPlan plan, FMDistGPU *g, int fresh)
+{
+  if (!g->linked) return;
+  if (fresh) memset(g->linked, 0, (size_t)plan->ctx->size);
+  for (int s = 0; s < g->nsteps; s++) {
+    for (int i = 0; i < g->st[s].nsend; i++) g->linked[g->st[s].send[i].peer] |= 1;
+    for (int i = 0; i < g->st[s].nrecv; i++) g->linked[g->st[s].recv[i].peer] |= 2;
+  }
+  g->linked_gen = g->gen;
+}
+
+#if FM_HAVE_NCCL
+/*
+ * After an update on the NCCL transport: the context's communicators (new ones after an
+ * aborted exchange of any plan) and the connection run, only when some rank has a step with a
+ * peer it is not connected to yet (one allreduce decides). Collective, agreed.
+ */
+static FMErrorCode nccl_update(FMPlan plan, FMDist *d, FMDistGPU *g)
+{
+  void *w = NULL;
+  int miss = 0, any = 0;
+  FMCall(FMContextGetNCCL_Private(plan->ctx, &w, NULL, NULL)); /* collective, agreed inside */
+  if (FMContextNCCLGeneration_Private(plan->ctx) != g->gen || !g->nccl) {
+    g->nccl = w;
+    g->gen = FMContextNCCLGeneration_Private(plan->ctx);
+  }
+  miss = g->linked_gen != g->gen || !g->linked;
+  for (int s = 0; s < g->nsteps && !miss; s++) {
+    for (int i = 0; i < g->st[s].nsend && !miss; i++) miss = !(g->linked[g->st[s].send[i].peer] & 1);
+    for (int i = 0; i < g->st[s].nrecv && !miss; i++) miss = !(g->linked[g->st[s].recv[i].peer] & 2);
+  }
+  FMCallMPI(MPI_Allreduce(&miss, &any, 1, MPI_INT, MPI_MAX, plan->hdr.comm));
+  if (!any) return FM_SUCCESS;
+  FMCall(FMDistNCCLConnect_Private(plan, d, g)); /* collective, agreed inside */
+  FMDistGPUMarkLinked_Private(plan, g, g->linked_gen != g->gen);
+  return FM_SUCCESS;
+}
+#endif
+
+/* An update of a set-up GPU executor (FMDistSetUpGPU_Private with update = 1). */
+static FMErrorCode update_gpu(FMPlan plan, FMDist *d, FMDistGPU *g)
+{
+  FMErrorCode ierr = setup_gpu_local(plan, d, g, 1);
+  ierr = FMAgreeCode(plan->hdr.comm, ierr);
+#if FM_HAVE_NCCL
+  if (!ierr && g->transport == FM_DIST_TRANSPORT_NCCL) ierr = nccl_update(plan, d, g);
+#endif
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d, int update)
 {
   FMDistGPU *g;
   FMErrorCode ierr;
   int direct = 0, all = 0;
   const char *why = "staged";
+  if (update && d->gpu) { /* update is the same on every rank, and so is d->gpu after the last set-up */
+    ierr = update_gpu(plan, d, (FMDistGPU *)d->gpu);
+    if (ierr) {
+      (void)FMDistDestroyGPU_Private(d);
+      return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
+    }
+    return FM_SUCCESS;
+  }
   FMCall(FMDistDestroyGPU_Private(d));
   FMAgree(plan->hdr.comm, resolve_transport(plan, d));
   FMAgree(plan->hdr.comm, resolve_gpu_aware(plan, d, &direct, &why));
@@ -339,10 +500,14 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d)
   g->direct = all;
   g->direct_why = why;
   d->gpu = g;
-  ierr = setup_gpu_local(plan, d, g);
+  ierr = FMCalloc(plan->ctx->size, &g->linked);
+  if (!ierr) ierr = setup_gpu_local(plan, d, g, 0);
   ierr = FMAgreeCode(plan->hdr.comm, ierr);
 #if FM_HAVE_NCCL
-  if (!ierr && g->transport == FM_DIST_TRANSPORT_NCCL) ierr = FMDistNCCLConnect_Private(plan, d, g);
+  if (!ierr && g->transport == FM_DIST_TRANSPORT_NCCL) {
+    ierr = FMDistNCCLConnect_Private(plan, d, g);
+    if (!ierr) FMDistGPUMarkLinked_Private(plan, g, 1);
+  }
 #endif
   if (ierr) {
     (void)FMDistDestroyGPU_Private(d);

@@ -172,13 +172,24 @@ static FMErrorCode backward_chunks(FMDistExec *e, FMDistReduce *R, const void *q
 {
   FMPlan plan = e->plan;
   FMDist *d = e->d;
-  int me = plan->ctx->rank, B = plan->batch, order_own = 1, b = d->part.rstart[me], c;
+  int me = plan->ctx->rank, B = plan->batch, order_own = 1, b = d->part.rstart[me], c, next = 0;
+  /* without overlap, as the forward: everything arrives first (relays still forward as chunks
+     come), then the chunks are computed in chunk order, so dQ's sum has one order (bitwise
+     reproducible); with overlap, own chunks first, then each as it arrives */
+  if (!d->opt.overlap) {
+    do FMCall(gather_next(e, &c));
+    while (c >= 0);
+  }
   for (;;) {
     FMAttnProblem p = e->p;
     size_t len, n;
     int k0, k1;
     double t0;
-    if (order_own && b < d->part.rstart[me + 1]) c = d->part.rchunks[b++];
+    if (!d->opt.overlap) {
+      while (next < d->ch.nchunks && !e->buf[next]) next++;
+      if (next >= d->ch.nchunks) break;
+      c = next++;
+    } else if (order_own && b < d->part.rstart[me + 1]) c = d->part.rchunks[b++];
     else {
       order_own = 0;
       FMCall(gather_next(e, &c));

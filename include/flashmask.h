@@ -362,8 +362,7 @@ FMErrorCode FMMaskSetSizes(FMMask mask, int seqlen_q, int seqlen_k, int mask_hea
  *   (FMMaskSetSeed) plus s, so every sample packs other documents; values given by setters
  *   (FMMaskSetDocuments, ...) and the deterministic types (full, causal, windows) are the same
  *   in every sample. Changing the batch discards bounds given with FMMaskSetBounds.
- *   The plan type "cp" runs them on the CPU backend (one partition for the whole batch); on
- *   the CUDA backend it refuses mask_batch > 1 for now (FM_ERR_SUP at FMPlanSetUp).
+ *   The plan type "cp" runs them on every backend (one partition for the whole batch).
  *   Option: -fm_mask_batch
  */
 FMErrorCode FMMaskSetBatch(FMMask mask, int mask_batch);

@@ -5,8 +5,8 @@
  * a float64 reference per sample, and mask_batch 1 bitwise equal to a batch mask that holds the
  * shared mask in every sample (O, LSE, dK, dV; dQ within a tolerance, as the Hopper backward adds
  * dQ across CTAs in no fixed order). Shapes: the Hopper kernels (head_dim 128 bf16, 64 fp16) and the
- * SIMT fallback (head_dim 256; -fm_cuda_fallback forces it for the others too). A "cp" plan on
- * the CUDA backend refuses mask_batch > 1 (FM_ERR_SUP) for now.
+ * SIMT fallback (head_dim 256; -fm_cuda_fallback forces it for the others too). The "cp" plan on
+ * the CUDA backend is checked with per-sample masks by test_replan -cuda.
  * Exit 77 without CUDA or without a GPU.
  * Usage: test_gpu_batch [-quick]
  */
@@ -44,23 +44,6 @@ static void run_gpu(FMPlan plan, FMDType dt, const size_t n[4], size_t nl, void 
   FMT_CALL(FMCudaFree(dlse));
 }
 
-/* A "cp" plan on the CUDA backend refuses per-sample masks for now, with a named FM_ERR_SUP (every rank). */
-static void check_cp_refused(FMContext ctx, const BCShape *s)
-{
-  FMMask m = bc_builder(ctx, FMMASKDOCUMENT, s, s->B);
-  FMPlan plan;
-  FMT_CALL(FMPlanCreate(ctx, &plan));
-  FMT_CALL(FMPlanSetMask(plan, m));
-  FMT_CALL(FMPlanSetType(plan, FMPLANCP));
-  FMT_CALL(FMPlanSetShape(plan, s->B, s->Hq, s->Hkv, s->D, s->dt));
-  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
-  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_SUP, "on the CUDA backend does not support per-sample masks");
-  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
-  FMT_CALL(FMPlanDestroy(&plan));
-  FMT_CALL(FMMaskDestroy(&m));
-  printf("  cp plan on the CUDA backend: mask_batch %d refused with FM_ERR_SUP\n", s->B);
-}
-
 int main(int argc, char **argv)
 {
   /* dQ of two runs on the same bounds: the Hopper backward reduces dQ across CTAs in no fixed order */
@@ -89,7 +72,6 @@ int main(int argc, char **argv)
     printf("shape B %d Sq %d Sk %d Hq %d Hkv %d mh %d D %d %s\n", s->B, s->Sq, s->Sk, s->Hq, s->Hkv, s->mh, s->D, FMDTypeName(s->dt));
     bc_check_all(ctx, run_gpu, s, &seed);
   }
-  check_cp_refused(ctx, &shapes[0]);
   FMT_CALL(FMContextDestroy(&ctx));
   FMFinalize();
   return fmt_finish("test_gpu_batch");

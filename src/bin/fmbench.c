@@ -38,6 +38,11 @@
  *           -seqlen 65536,131072 -heads 32 -heads_kv 32 -head_dim 128 -reps 5 -warmup 2 \
  *           -csv cp.csv -trace_dir DIR
  *
+ *   mpiexec -n 2 fmbench -cp -steps 10 -masks causal_document -seqlen 131072 -single 0
+ *     re-plans one cp plan 10 times, each step with a new packing (the update path of
+ *     FMPlanSetUp; src/bin/fmbench_steps.c): full set-up against the medians of the mask set-up,
+ *     the update and the forward, max over ranks.
+ *
  * For each mask and sequence length (batch 1, one sequence of S tokens, the library's builders
  * with -seed, identical on every rank) it times, on the CUDA backend over all ranks, the
  * distributed plan in three configurations: plan (the defaults: pruned, overlapped gather),
@@ -357,7 +362,8 @@ static int print_help(void)
            "                            alone (after one forward), fwdbwd both in every run\n"
            "  -bwd  -fwdbwd             add the backward pass, the forward + backward pass\n"
            "  TFLOP/s: FlashMask convention, forward 4 B H S^2 d (1 - rho), backward 2.5x, fwdbwd 3.5x\n"
-           "  -cp                       time the context-parallel forward (-trace_dir DIR, -single 0)\n"
+           "  -cp                       time the context-parallel forward (-trace_dir DIR, -single 0;\n"
+           "                            -steps N: re-plan N times with a new packing, timing the update)\n"
            "the context's library options:\n");
   fflush(stdout);
   if (FMContextCreate(MPI_COMM_WORLD, &ctx) == FM_SUCCESS) {

@@ -14,7 +14,8 @@
  *   - with FMPlanSetCheckFinite (and -fm_check_finite through FMPlanSetFromOptions): Forward
  *     with a NaN in q or an Inf in k, and Backward with a NaN in dout, fail on every rank (the
  *     rank holding the element with FM_ERR_ARG_WRONG, the others with FM_ERR_COLLECTIVE, all
- *     naming the tensor, the value and its position), and finite inputs still run.
+ *     naming the tensor, the value and its position), and finite inputs still run; ranks with
+ *     different settings get FM_ERR_MISMATCH naming it.
  * Argument: bf16 (default fp32).
  */
 #include "fmtest.h"
@@ -334,6 +335,14 @@ static void test_check(FMContext ctx, FMMask mask, const char *type, uint64_t *s
   FMFromFloat(tdo, qi(1, 40, 2, 7), dt, INFINITY);
   expect_named(what, run_backward(&r, tdo, tdq, tdk, tdv), holds(r.plan, 0, 40),
                "Argument 7 (dout) of FMPlanBackward() holds a non-finite value (inf) at batch 1, head 2, row 40, col 7");
+  if (size > 1) { /* ranks with different settings: FM_ERR_MISMATCH on every rank, not a hang */
+    FMErrorCode e;
+    FMFromFloat(tdo, qi(1, 40, 2, 7), dt, 0.5f);
+    FMT_CALL(FMPlanSetCheckFinite(r.plan, rank == 0 ? FM_TRUE : FM_FALSE));
+    e = run_forward(&r, tq, tk, tv, to, lse);
+    FMT_CHECK(e == FM_ERR_MISMATCH && fmt_msg_has("check_finite"), "%s (rank %d): check_finite on rank 0 only: %s: %s", what, rank,
+              FMErrorString(e), FMGetLastErrorMessage());
+  }
   FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
   run_free(&r);
   free(x); free(tq); free(tk); free(tv); free(to); free(tdo); free(tdq); free(tdk); free(tdv); free(lse);

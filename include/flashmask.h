@@ -655,6 +655,25 @@ FMErrorCode FMPlanSetScale(FMPlan plan, double scale);
  */
 FMErrorCode FMPlanGetScale(FMPlan plan, double *scale);
 
+/*
+ * FMPlanSetCheckFinite - whether FMPlanForward and FMPlanBackward first scan their inputs for
+ *   NaN and Inf (off by default). Not collective (give every rank the same setting: Forward
+ *   and Backward check that they agree). When on, Forward scans this rank's q, k and v, and
+ *   Backward also dout, before computing (on the CPU a threaded scan, on the CUDA backend a
+ *   small kernel on the plan's stream, which the call then waits for); the first non-finite
+ *   element is an error on every rank: FM_ERR_ARG_WRONG on the rank holding it, with a
+ *   message such as "Argument 2 (q) of FMPlanForward() holds a non-finite value (nan) at batch
+ *   0, head 3, row 17, col 5" (row: the global query row; for k, v the global key position),
+ *   and FM_ERR_COLLECTIVE with that message on the others. Nothing is computed then. The scan
+ *   reads every input once more and synchronizes the CUDA stream: meant for debugging.
+ *   plan   the plan
+ *   check  FM_TRUE or FM_FALSE (else FM_ERR_ARG_OUTOFRANGE)
+ *   Option: -fm_check_finite
+ * FMPlanGetCheckFinite - the current setting in *check. Not collective.
+ */
+FMErrorCode FMPlanSetCheckFinite(FMPlan plan, FMBool check);
+FMErrorCode FMPlanGetCheckFinite(FMPlan plan, FMBool *check);
+
 /* FMPlanSetStream - cuda_stream: the CUDA stream (cudaStream_t) plan runs on; NULL = default
  *   stream. Not collective. */
 FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream);
@@ -787,6 +806,13 @@ FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows
  *   device buffers directly, without host staging.
  *   The ranks first agree on the plan's shape, scale and mask (see FMPlanSetUp): a rank that
  *   changed its scale after FMPlanSetUp gives FM_ERR_MISMATCH on every rank.
+ *   Non-finite inputs give visibly non-finite outputs: a row whose visible scores include NaN
+ *   or +Inf (a NaN or Inf in q or k, or a finite product that overflows fp32) gets NaN in its
+ *   O and LSE, never the O = 0, LSE = -inf of a fully masked row; the other rows are not
+ *   touched (but a NaN or Inf in v reaches every row of a tile that holds its key, since
+ *   0 x Inf is NaN). A score of -Inf counts as weight 0, as a masked key does. With
+ *   FMPlanSetCheckFinite (-fm_check_finite) such inputs are an error instead (FM_ERR_ARG_WRONG
+ *   naming the tensor and the element, on every rank) and nothing is computed.
  */
 FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
 
@@ -801,6 +827,9 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  *   for head_dim 64 and 128 on sm_90, a SIMT kernel otherwise) asynchronously on the plan's
  *   stream, like the forward. A "cp" plan still stages the tensors through host memory and
  *   runs the exact distributed CPU backward: correct but slow, and synchronous.
+ *   A row whose LSE is NaN (a non-finite forward) gives NaN in its dQ and in the dK, dV of the
+ *   keys it sees; fully masked rows (LSE -inf) contribute nothing. With FMPlanSetCheckFinite,
+ *   q, k, v and dout are scanned first, as in FMPlanForward.
  */
 FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void *v, const void *o,
                            const float *lse, const void *dout, void *dq, void *dk, void *dv);

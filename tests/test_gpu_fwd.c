@@ -7,7 +7,9 @@
  * bf16 and fp16, and the SIMT fallback forced through -fm_cuda_fallback on shapes the Hopper
  * kernel covers. The reference masks each element from the bounds FMMaskGetBounds returns, by
  * the format's definition. Rows are sampled for the reference on long sequences; O and LSE are
- * checked for NaN everywhere.
+ * checked for NaN everywhere. Non-finite inputs (a NaN in Q, Inf in K, +-1e30 in a Q row) give
+ * the CPU backend's non-finite rows and leave the others as the CPU computes them; the fp32 merge
+ * keeps NaN rows NaN (run_nonfinite).
  * Pass: ||O - ref|| / ||ref|| <= 2e-2 (bf16) / 5e-3 (fp16) (fails on an all-zero or scaled O);
  * |LSE - ref| <= 1e-3 (1 + |ref|) for every dtype (the kernels compute LSE in fp32);
  * LSE = -inf and O = 0 exactly on rows with no visible key. Exit 77 when no GPU (no device or no
@@ -245,6 +247,136 @@ static int run_case(FMContext ctx, FMContext fctx, const Case *c, uint64_t seed,
   return fails;
 }
 
+/* A mask of type "bounds" of one head: every row hidden from every key (all = 1), else none. */
+static FMMask plain_mask(FMContext ctx, int Sq, int Sk, int all)
+{
+  FMMask m;
+  int32_t *a = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)Sk), *b = a + Sk, *u = b + Sk, *e = u + Sk;
+  for (int j = 0; j < Sk; j++) { a[j] = 0; b[j] = all ? Sq : 0; u[j] = e[j] = 0; }
+  FMT_CALL(FMMaskCreate(ctx, &m));
+  FMT_CALL(FMMaskSetSizes(m, Sq, Sk, 1));
+  FMT_CALL(FMMaskSetType(m, FMMASKBOUNDS));
+  FMT_CALL(FMMaskSetBounds(m, 0, a, b, u, e));
+  FMT_CALL(FMMaskSetUp(m));
+  free(a);
+  return m;
+}
+
+/*
+ * Non-finite inputs (issue 14): bottom-right causal, Sq = 300 > Sk = 200 (rows 0..99 see no key),
+ * a NaN in Q (batch 0, row 150, head 0), +Inf in K (key 199: row 299 sees it, with a +-Inf
+ * score), +-1e30 over the Q row (0, 250, head 1). The CUDA forward (the Hopper kernel, or the
+ * fallback when fb) against the CPU backend on the same inputs, row by row: rows the CPU gives
+ * O = 0, LSE = -inf must be exactly that; rows it gives a non-finite LSE must have a non-finite
+ * LSE and O; the 1e30 row must not look fully masked (LSE != -inf; finite only if it matches);
+ * every other row finite and close. Then the fp32 path: FMCudaForwardF32 (merge 0), then a merge
+ * with a part that sees nothing: O and LSE unchanged (NaN rows stay NaN, masked rows -inf).
+ */
+static int run_nonfinite(FMContext ctx, FMContext fctx, int D, FMDType dt, int fb)
+{
+  const int B = 1, Sq = 300, Sk = 200, Hq = 2, Hkv = 1, big_row = 250, big_head = 1;
+  const size_t nq = (size_t)B * Sq * Hq * D, nk = (size_t)B * Sk * Hkv * D, nl = (size_t)B * Hq * Sq, es = FMDTypeSize(dt);
+  FMMask mask, none;
+  FMMaskDesc md, md0;
+  FMAttnProblem p;
+  void *hq_ = malloc(nq * es), *hk = malloc(nk * es), *hv = malloc(nk * es), *ho = malloc(nq * es), *co = malloc(nq * es);
+  float *hl = (float *)malloc(nl * 4), *cl = (float *)malloc(nl * 4), *o32 = (float *)malloc(nq * 4), *l32 = (float *)malloc(nl * 4);
+  void *dq, *dk, *dv, *dout, *dmask = NULL, *dmask0 = NULL;
+  float *dl, *do32;
+  uint64_t s = 0x5eedull + (uint64_t)D;
+  int bad = 0, bad_merge = 0, path, nonfinite_rows = 0;
+  double num = 0, den = 0;
+
+  FMT_CALL(FMMaskCreate(ctx, &mask));
+  FMT_CALL(FMMaskSetSizes(mask, Sq, Sk, 1));
+  FMT_CALL(FMMaskSetType(mask, FMMASKCAUSAL));
+  FMT_CALL(FMMaskSetUp(mask));
+  none = plain_mask(ctx, Sq, Sk, 1);
+  for (size_t i = 0; i < nq; i++) FMFromFloat(hq_, i, dt, (float)(1.5 * uni(&s)));
+  for (size_t i = 0; i < nk; i++) FMFromFloat(hk, i, dt, (float)(1.5 * uni(&s)));
+  for (size_t i = 0; i < nk; i++) FMFromFloat(hv, i, dt, (float)uni(&s));
+  FMFromFloat(hq_, ((size_t)150 * Hq + 0) * D + 3, dt, NAN);
+  FMFromFloat(hk, ((size_t)199 * Hkv + 0) * D + 5, dt, INFINITY); /* the last key: only row 299 sees it */
+  for (int d = 0; d < D; d++) FMFromFloat(hq_, ((size_t)big_row * Hq + big_head) * D + d, dt, d % 3 ? 1e30f : -1e30f);
+  FMT_CALL(FMMaskGetDesc_Private(mask, &md));
+  FMT_CALL(FMMaskGetDesc_Private(none, &md0));
+  memset(&p, 0, sizeof(p));
+  p.batch = B; p.heads_q = Hq; p.heads_kv = Hkv; p.head_dim = D; p.dtype = dt; p.scale = 1.0f / sqrtf((float)D);
+  p.nq = Sq; p.nk = Sk; p.mask = md;
+  p.opts = (fb ? fctx : ctx)->kopts;
+  FMT_CALL(FMCPUForward(&p, hq_, hk, hv, co, dt, cl));
+  FMT_CALL(FMCudaMalloc(nq * es, &dq));
+  FMT_CALL(FMCudaMalloc(nk * es, &dk));
+  FMT_CALL(FMCudaMalloc(nk * es, &dv));
+  FMT_CALL(FMCudaMalloc(nq * 4, &dout)); /* O in dtype, then fp32 */
+  FMT_CALL(FMCudaMalloc(nl * 4, (void **)&dl));
+  FMT_CALL(FMCudaMemcpyH2D(dq, hq_, nq * es, NULL));
+  FMT_CALL(FMCudaMemcpyH2D(dk, hk, nk * es, NULL));
+  FMT_CALL(FMCudaMemcpyH2D(dv, hv, nk * es, NULL));
+  FMT_CALL(FMCudaMaskUpload(&md, &dmask));
+  FMT_CALL(FMCudaMaskUpload(&md0, &dmask0));
+  FMT_CALL(FMCudaForward(&p, dmask, dq, dk, dv, dout, dl, NULL));
+  path = FMCudaLastPath_Private;
+  FMT_CALL(FMCudaMemcpyD2H(ho, dout, nq * es, NULL));
+  FMT_CALL(FMCudaMemcpyD2H(hl, dl, nl * 4, NULL));
+  for (int h = 0; h < Hq; h++)
+    for (int i = 0; i < Sq; i++) {
+      const float g = hl[(size_t)h * Sq + i], c = cl[(size_t)h * Sq + i];
+      int zeros = 0, nonfinite = 0;
+      for (int d = 0; d < D; d++) {
+        const float x = FMToFloat(ho, ((size_t)i * Hq + h) * D + d, dt);
+        zeros += x == 0.0f;
+        nonfinite += !isfinite(x);
+      }
+      if (c == -INFINITY) bad += !(g == -INFINITY && zeros == D);
+      else if (!isfinite(c)) { bad += isfinite(g) || nonfinite == 0; nonfinite_rows++; }
+      else if (i == big_row && h == big_head) bad += g == -INFINITY || (isfinite(g) && fabsf(g - c) > 1e-3f * (1 + fabsf(c)));
+      else {
+        bad += !isfinite(g) || nonfinite || fabsf(g - c) > 1e-3f * (1 + fabsf(c));
+        for (int d = 0; d < D; d++) {
+          const double x = FMToFloat(ho, ((size_t)i * Hq + h) * D + d, dt), y = FMToFloat(co, ((size_t)i * Hq + h) * D + d, dt);
+          num += (x - y) * (x - y);
+          den += y * y;
+        }
+      }
+    }
+  /* fp32 output, then a merge with a part that sees nothing: unchanged */
+  do32 = (float *)dout;
+  FMT_CALL(FMCudaForwardF32(&p, dmask, dq, dk, dv, do32, 0, dl, NULL));
+  FMT_CALL(FMCudaMemcpyD2H(o32, do32, nq * 4, NULL));
+  FMT_CALL(FMCudaMemcpyD2H(l32, dl, nl * 4, NULL));
+  p.mask = md0;
+  FMT_CALL(FMCudaForwardF32(&p, dmask0, dq, dk, dv, do32, 1, dl, NULL));
+  {
+    float *m32 = (float *)malloc(nq * 4), *ml = (float *)malloc(nl * 4);
+    FMT_CALL(FMCudaMemcpyD2H(m32, do32, nq * 4, NULL));
+    FMT_CALL(FMCudaMemcpyD2H(ml, dl, nl * 4, NULL));
+    for (size_t r = 0; r < nl; r++) {
+      const float a = l32[r], b = ml[r];
+      bad_merge += !(a == b || (isnan(a) && isnan(b)) || fabsf(a - b) <= 1e-6f * (1 + fabsf(a))); /* fast-math exp/log of 0 and 1 */
+      bad_merge += !isfinite(cl[r]) && isfinite(b) && cl[r] != -INFINITY; /* a NaN row stays NaN */
+    }
+    for (size_t i = 0; i < nq; i++)
+      bad_merge += !(o32[i] == m32[i] || (isnan(o32[i]) && isnan(m32[i])) || fabsf(o32[i] - m32[i]) <= 1e-6f * (1 + fabsf(o32[i])));
+    free(m32);
+    free(ml);
+  }
+  {
+    const double rel = den > 0 ? sqrt(num / den) : INFINITY, tol = dt == FM_DTYPE_BF16 ? 2e-2 : 5e-3;
+    const int ok = bad == 0 && bad_merge == 0 && rel <= tol && nonfinite_rows > 0 && !(fb && path != 0);
+    printf("%-4s non-finite inputs D=%-3d %s path=%-8s rows bad %d, non-finite rows %d, merge bad %d, rel=%.2e\n", ok ? "ok" : "FAIL", D,
+           FMDTypeName(dt), path == 1 ? "sm90" : "fallback", bad, nonfinite_rows, bad_merge, rel);
+    FMT_CHECK(ok, "non-finite inputs D=%d %s fallback=%d failed", D, FMDTypeName(dt), fb);
+  }
+  FMT_CALL(FMCudaMaskFree(dmask));
+  FMT_CALL(FMCudaMaskFree(dmask0));
+  FMCudaFree(dq); FMCudaFree(dk); FMCudaFree(dv); FMCudaFree(dout); FMCudaFree(dl);
+  free(hq_); free(hk); free(hv); free(ho); free(co); free(hl); free(cl); free(o32); free(l32);
+  FMT_CALL(FMMaskDestroy(&mask));
+  FMT_CALL(FMMaskDestroy(&none));
+  return bad != 0 || bad_merge != 0;
+}
+
 int main(int argc, char **argv)
 {
   int ndev = 0, ncase = 0, only = -1, quick = 0;
@@ -317,6 +449,14 @@ int main(int argc, char **argv)
     if (quick && cs[i].Sq > 1100) continue;
     fails += run_case(ctx, fctx, &cs[i], seed + 17 * (uint64_t)i, 1);
     run++;
+  }
+  /* non-finite inputs: the Hopper kernel (D 64, 128) and the fallback (D 128 forced, D 256) */
+  if (only < 0) {
+    fails += run_nonfinite(ctx, fctx, 64, FM_DTYPE_BF16, 0);
+    fails += run_nonfinite(ctx, fctx, 128, FM_DTYPE_FP16, 0);
+    fails += run_nonfinite(ctx, fctx, 128, FM_DTYPE_BF16, 1);
+    fails += run_nonfinite(ctx, fctx, 256, FM_DTYPE_FP16, 0);
+    run += 4;
   }
   printf("test_gpu_fwd: %d of %d cases failed\n", fails, run);
   FMT_CALL(FMContextDestroy(&fctx));

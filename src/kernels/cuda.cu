@@ -341,3 +341,31 @@ FMErrorCode FMCudaFillFloat(float *p, size_t n, float x, void *stream)
   FMCallCUDA(FMGpuFillFloat(p, n, x, (cudaStream_t)stream));
   return FM_SUCCESS;
 }
+
+/*
+ * FMCudaFindNonFinite - the index of the first NaN or Inf of x[0..n) (device memory, type t),
+ *   or n when there is none, in *first. Runs a scan kernel on stream and waits for it. Not
+ *   collective.
+ */
+FMErrorCode FMCudaFindNonFinite(const void *x, size_t n, FMDType t, void *stream, size_t *first)
+{
+  cudaStream_t st = (cudaStream_t)stream;
+  unsigned long long *d = NULL, h = (unsigned long long)n;
+  cudaError_t e;
+  FMErrorCode ierr = FM_SUCCESS;
+  *first = n;
+  if (n == 0) return FM_SUCCESS;
+  FMCheck(t == FM_DTYPE_BF16 || t == FM_DTYPE_FP16 || t == FM_DTYPE_FP32, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "dtype %d; expected bf16, fp16 or fp32",
+          (int)t);
+  FMCallCUDA(cudaMallocAsync((void **)&d, sizeof(*d), st));
+  e = cudaMemcpyAsync(d, &h, sizeof(h), cudaMemcpyHostToDevice, st);
+  if (e == cudaSuccess) e = FMGpuFindNonFinite(x, n, t == FM_DTYPE_FP32 ? 4 : t == FM_DTYPE_FP16 ? 3 : 2, d, st);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, st);
+  (void)cudaFreeAsync(d, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  if (e != cudaSuccess)
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "CUDA error scanning for non-finite values: %s (%s)",
+                           cudaGetErrorName(e), cudaGetErrorString(e));
+  else *first = h < n ? (size_t)h : n;
+  return ierr;
+}

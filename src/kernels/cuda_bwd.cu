@@ -34,7 +34,9 @@ __device__ __forceinline__ float warp_sum(float x)
 }
 
 /* One warp per (padded) query row: dsum = rowsum(dO o O), lse2 = lse log2(e), +inf where the row
-   has nothing visible (lse = -inf) or is padding. */
+   has nothing visible (lse = -inf) or is padding. A NaN lse (a non-finite forward) stays NaN, so
+   P = dS = NaN on the row's visible keys; its dsum is 0 there, so that the keys the mask hides
+   from the row (P = 0) get dS = 0, not 0 x NaN. */
 template <typename T>
 __global__ void __launch_bounds__(256) bwd_pre(const T *o, FMGpuStrides so, const T *dout, FMGpuStrides sdo, const float *lse,
                                                float *lse2, float *dsum, int Sq, int Hq, int D, int Sqp)
@@ -51,7 +53,7 @@ __global__ void __launch_bounds__(256) bwd_pre(const T *o, FMGpuStrides so, cons
   if (lane == 0) {
     const size_t r = ((size_t)b * Hq + h) * Sqp + i;
     const float l = i < Sq ? lse[((size_t)b * Hq + h) * Sq + i] : -INFINITY;
-    dsum[r] = acc;
+    dsum[r] = l != l ? 0.f : acc;
     lse2[r] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
   }
 }

@@ -94,3 +94,4 @@ cudaError_t FMGpuFallbackForward(const FMGpuFwdParams *p, cudaStream_t stream);
 /* simt/util.cu: elementwise helpers, asynchronous on stream. */
 cudaError_t FMGpuConvertOut(const float *src, void *dst, int fp16, size_t n, cudaStream_t stream);
 cudaError_t FMGpuFillFloat(float *p, size_t n, float x, cudaStream_t stream);
+cudaError_t FMGpuFindNonFinite(const void *x, size_t n, int kind, unsigned long long *first, cudaStream_t stream);

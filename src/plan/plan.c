@@ -127,6 +127,25 @@ FMErrorCode FMPlanGetScale(FMPlan plan, double *scale)
   return FM_SUCCESS;
 }
 
+/* FMPlanSetCheckFinite - see flashmask.h. */
+FMErrorCode FMPlanSetCheckFinite(FMPlan plan, FMBool check)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCheck(check == FM_FALSE || check == FM_TRUE, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (check) is %d; expected FM_FALSE or FM_TRUE",
+          (int)check);
+  plan->check_finite = check == FM_TRUE;
+  return FM_SUCCESS;
+}
+
+/* FMPlanGetCheckFinite - see flashmask.h. */
+FMErrorCode FMPlanGetCheckFinite(FMPlan plan, FMBool *check)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(check, 2);
+  *check = plan->check_finite ? FM_TRUE : FM_FALSE;
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream)
 {
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
@@ -201,6 +220,12 @@ static FMErrorCode setfromoptions(void *obj)
   FMCall(FMOptionsGetReal("-fm_plan_scale", "softmax scale, default 1/sqrt(head_dim) (FMPlanSetScale)", &scale, &set));
   if (set) FMCall(FMPlanSetScale(plan, scale));
   t = plan->hdr.type_name && !strcmp(plan->hdr.type_name, FMPLANCP) ? 1 : (plan->hdr.type_name ? 0 : (plan->ctx->size > 1));
+  {
+    FMBool check = plan->check_finite ? FM_TRUE : FM_FALSE;
+    FMCall(FMOptionsGetBool("-fm_check_finite", "Forward/Backward first check their inputs for NaN and Inf, a named error on every rank "
+                            "(FMPlanSetCheckFinite)", &check, NULL));
+    FMCall(FMPlanSetCheckFinite(plan, check));
+  }
   FMCall(FMOptionsGetEnum_Private("-fm_plan_type", "plan type: local (one rank) or cp (context parallel); default local on one rank, "
                                   "cp on several (FMPlanSetType)", type_names, &t, NULL));
   FMCall(FMPlanSetType(plan, type_names[t]));
@@ -233,7 +258,7 @@ static FMErrorCode check_setup(FMPlan plan)
   return FM_SUCCESS;
 }
 
-/* The scalars every rank must share in FMPlanSetUp, Forward and Backward; *n fields out (f: room for 12). */
+/* The scalars every rank must share in FMPlanSetUp, Forward and Backward; *n fields out (f: room for 13). */
 static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
 {
   const FMMask m = plan->mask;
@@ -249,7 +274,8 @@ static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
                            {"mask_heads (of the mask)", FM_PLAN_FIELD_INT, ok ? m->mask_heads : -1, 0},
                            {"mask_batch (of the mask)", FM_PLAN_FIELD_INT, ok ? m->mask_batch : -1, 0},
                            {"the mask's hash (its bounds)", FM_PLAN_FIELD_HASH, ok ? (long long)m->hash : 0, 0},
-                           {"the backend (FMBackend)", FM_PLAN_FIELD_INT, (long long)plan->ctx->backend, 0}};
+                           {"the backend (FMBackend)", FM_PLAN_FIELD_INT, (long long)plan->ctx->backend, 0},
+                           {"check_finite (FMPlanSetCheckFinite, -fm_check_finite)", FM_PLAN_FIELD_INT, plan->check_finite, 0}};
   *n = (int)(sizeof(x) / sizeof(x[0]));
   memcpy(f, x, sizeof(x));
 }
@@ -336,6 +362,63 @@ static FMErrorCode run_bytes(FMPlan plan, int backward, double *bytes)
   return FM_SUCCESS;
 }
 
+/*
+ * With -fm_check_finite: scan the n local input tensors ptr[i] (iskey[i]: K-like, rows are this
+ * rank's keys, else Q-like, this rank's query rows) for NaN and Inf before computing. Not
+ * collective; the caller folds the outcome into the plan call's agreement. The first bad element
+ * is named as "batch b, head h, row r, col c" with r the global row (query) or key position.
+ */
+static FMErrorCode check_finite(FMPlan plan, const char *fn, int n, const void *const *ptr, const char *const *name, const int *argno,
+                                const int *iskey)
+{
+  int nkeys;
+  const int *keys;
+  FMCall((*plan->ops->getlocalkeys)(plan, &nkeys, &keys));
+  for (int i = 0; i < n; i++) {
+    const int rows = iskey[i] ? nkeys : plan->nlocal, H = iskey[i] ? plan->heads_kv : plan->heads_q, D = plan->head_dim;
+    const size_t cnt = (size_t)plan->batch * rows * H * D;
+    size_t at = cnt;
+    if (!ptr[i] || cnt == 0) continue;
+    if (plan->backend == FM_BACKEND_CUDA) {
+#if FM_HAVE_CUDA
+      FMCall(FMCudaFindNonFinite(ptr[i], cnt, plan->dtype, plan->stream, &at));
+#endif
+    } else FMCall(FMCPUFindNonFinite(ptr[i], cnt, plan->dtype, plan->ctx->nthreads, &at));
+    if (at < cnt) {
+      float x = 0;
+      const int c = (int)(at % D), h = (int)(at / D % H), r = (int)(at / ((size_t)D * H) % rows), b = (int)(at / ((size_t)D * H * rows));
+      const int g = iskey[i] ? (keys ? keys[r] : r) : (plan->rows ? plan->rows[r] : r);
+      if (plan->backend == FM_BACKEND_CUDA) {
+#if FM_HAVE_CUDA
+        char e[4];
+        FMCall(FMCudaMemcpyD2H(e, (const char *)ptr[i] + at * FMDTypeSize(plan->dtype), FMDTypeSize(plan->dtype), plan->stream));
+        x = FMToFloat(e, 0, plan->dtype);
+#endif
+      } else x = FMToFloat(ptr[i], at, plan->dtype);
+      FMRaise(MPI_COMM_SELF, FM_ERR_ARG_WRONG,
+              "Argument %d (%s) of %s() holds a non-finite value (%s) at batch %d, head %d, %s %d, col %d (-fm_check_finite); expected finite "
+              "inputs", argno[i], name[i], fn, isnan(x) ? "nan" : x > 0 ? "inf" : "-inf", b, h, iskey[i] ? "key" : "row", g, c);
+    }
+  }
+  return FM_SUCCESS;
+}
+
+/*
+ * The outcome of check_finite on every rank. Collective: one FMAgreeAny; only when a rank
+ * failed, FMAgreeRootOutcome from rank 0 up to the lowest failing one, so that every rank
+ * returns that rank's message (FM_ERR_COLLECTIVE on the others, its own code there).
+ */
+static FMErrorCode agree_finite(FMPlan plan, FMErrorCode ierr)
+{
+  int any = 0, rank = 0, size = 1;
+  FMCall(FMAgreeAny(plan->hdr.comm, ierr != FM_SUCCESS, &any));
+  if (!any) return FM_SUCCESS;
+  FMCallMPI(MPI_Comm_rank(plan->hdr.comm, &rank));
+  FMCallMPI(MPI_Comm_size(plan->hdr.comm, &size));
+  for (int r = 0; r < size; r++) FMCall(FMAgreeRootOutcome(plan->hdr.comm, r, r == rank ? ierr : FM_SUCCESS));
+  FMRaise(MPI_COMM_SELF, FM_ERR_LIB, "A rank failed the finite check, but none reported it"); /* not reached */
+}
+
 FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
 {
   double flops = 0, bytes = 0;
@@ -347,6 +430,9 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
                    (const int[]){0, 1, 1, 0, -1});
   shape_fields(plan, plan->scale, f, &n);
   FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_FORWARD, ierr, n, f));
+  if (plan->check_finite) /* agreed above */
+    FMCall(agree_finite(plan, check_finite(plan, "FMPlanForward", 3, (const void *[]){q, k, v}, (const char *[]){"q", "k", "v"},
+                                           (const int[]){2, 3, 4}, (const int[]){0, 1, 1})));
   FMCall(FMLogEventBegin(plan->ev_fwd));
   ierr = (*plan->ops->forward)(plan, q, k, v, o, lse);
   FMCall(FMPlanGetFlops(plan, &flops));
@@ -368,6 +454,9 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
                    (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}, (const int[]){0, 1, 1, 0, 0, 0, 0, 1, 1});
   shape_fields(plan, plan->scale, f, &n);
   FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_BACKWARD, ierr, n, f));
+  if (plan->check_finite)
+    FMCall(agree_finite(plan, check_finite(plan, "FMPlanBackward", 4, (const void *[]){q, k, v, dout},
+                                           (const char *[]){"q", "k", "v", "dout"}, (const int[]){2, 3, 4, 7}, (const int[]){0, 1, 1, 0})));
   FMCall(FMLogEventBegin(plan->ev_bwd));
   ierr = (*plan->ops->backward)(plan, q, k, v, o, lse, dout, dq, dk, dv);
   FMCall(FMPlanGetFlops(plan, &flops));

@@ -99,6 +99,15 @@ FMErrorCode FMCPUBackward(const FMAttnProblem *p, const void *q, const void *k, 
                           const void *o, const float *lse, const void *dout,
                           float *dq_acc, void *dk, void *dv, FMDType g_dtype);
 
+/*
+ * FMCPUFindNonFinite - the index of the first NaN or Inf among x[0..n) (host memory, type t),
+ *   or n when every element is finite, in *first. Not collective; multithreaded (nthreads > 0
+ *   threads, else the OpenMP default). For -fm_check_finite (plan.c).
+ * FMCudaFindNonFinite - the same for device memory: a scan kernel on stream, waited for.
+ */
+FMErrorCode FMCPUFindNonFinite(const void *x, size_t n, FMDType t, int nthreads, size_t *first);
+FMErrorCode FMCudaFindNonFinite(const void *x, size_t n, FMDType t, void *stream, size_t *first);
+
 /* Element conversion helpers (exact for fp32 -> fp32; round-to-nearest-even to bf16/fp16). */
 float FMToFloat(const void *base, size_t idx, FMDType t);
 void  FMFromFloat(void *base, size_t idx, FMDType t, float x);

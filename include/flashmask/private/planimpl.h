@@ -51,6 +51,7 @@ struct _p_FMPlan {
   FMDType dtype;
   double scale; int scale_set;
   int shape_set;          /* the last FMPlanSetShape succeeded (FMPlanSetUp refuses the plan otherwise) */
+  int check_finite;       /* Forward/Backward first scan their inputs for NaN/Inf (FMPlanSetCheckFinite) */
   void *stream;
   int nlocal; int *rows;  /* global query rows owned here (set by the type's setup) */
   FMBackend backend;      /* the context's, taken at FMPlanSetUp */

@@ -160,19 +160,25 @@ FMK_TARGET static void FMK(fwd_item)(const FMCPUCtx *c, int s, int hh, int qt, f
         VF x = FMK(vld)(si + j);
         vm = FMK(vmax)(&x, &vm);
       }
-      float rmax = FMK(vhmax)(&vm) * c->cs, mold = mx[i], mnew = rmax > mold ? rmax : mold;
+      /* mx: the running max of the raw scores; P below subtracts it before scaling, so the max
+         element gets exactly 2^0 however large the scores (s * cs - m * cs loses all precision
+         past |s * cs| ~ 2^31: every P underflowed and the row looked fully masked) */
+      float rmax = FMK(vhmax)(&vm), mold = mx[i], mnew = rmax > mold ? rmax : mold;
       if (mnew == -INFINITY) { /* nothing visible so far: P = 0 */
+        /* vmax drops NaN: a NaN score here is not a masked one, and makes the row NaN (l) */
+        for (int j = 0; j < nt; j++)
+          if (si[j] != -INFINITY) l[i] = NAN;
         memset(si, 0, sizeof(float) * (size_t)ntp);
         continue;
       }
       VF vs = FMK(vset1)(0.0f), vmn = FMK(vset1)(mnew);
-      for (int j = 0; j < ntp; j += VW) { /* P = 2^(s * scale * log2(e) - m), and its row sum */
-        VF x = FMK(vld)(si + j) * vcs - vmn, e = FMK(vexp2)(&x);
+      for (int j = 0; j < ntp; j += VW) { /* P = 2^((s - m) * scale * log2(e)), and its row sum */
+        VF x = (FMK(vld)(si + j) - vmn) * vcs, e = FMK(vexp2)(&x);
         VST(si + j, e);
         vs += e;
       }
       if (mold != mnew) {
-        float alpha = exp2f(mold - mnew); /* 0 when mold = -inf */
+        float alpha = exp2f((mold - mnew) * c->cs); /* 0 when mold = -inf */
         VF va = FMK(vset1)(alpha);
         float *restrict oi = O + (size_t)i * Dp;
         for (int d = 0; d < Dp; d += VW) VST(oi + d, FMK(vld)(oi + d) * va);
@@ -187,10 +193,10 @@ FMK_TARGET static void FMK(fwd_item)(const FMCPUCtx *c, int s, int hh, int qt, f
   for (int i = 0; i < mr; i++) {
     float *restrict oi = O + (size_t)i * Dp;
     float *lse = c->lse + ((size_t)b * c->Hq + h) * c->nq + r0 + i;
-    if (l[i] > 0) {
+    if (l[i] != 0) { /* l is NaN when a visible score was NaN or +inf: so are O and LSE */
       VF inv = FMK(vset1)(1.0f / l[i]);
       for (int d = 0; d < Dp; d += VW) VST(oi + d, FMK(vld)(oi + d) * inv);
-      *lse = (mx[i] + log2f(l[i])) * LN2;
+      *lse = mx[i] * p->scale + log2f(l[i]) * LN2;
     } else { /* no visible key: O = 0, LSE = -inf */
       memset(oi, 0, sizeof(float) * (size_t)Dp);
       *lse = -INFINITY;
@@ -202,7 +208,9 @@ FMK_TARGET static void FMK(fwd_item)(const FMCPUCtx *c, int s, int hh, int qt, f
 /* ------------------------------------------------------------------ backward */
 /*
  * P and dS of one (query tile, key tile): S holds Q K^T on entry and P on exit; dP holds dO V^T
- * on entry and dS = scale * P * (dP - Delta) on exit. Rows with LSE = -inf get P = dS = 0.
+ * on entry and dS = scale * P * (dP - Delta) on exit. Rows with LSE = -inf get P = dS = 0; rows
+ * with LSE = NaN (a non-finite forward) get P = dS = NaN on their visible keys and 0 on the
+ * others, so the NaN reaches the gradients of exactly the keys the row sees.
  */
 FMK_INLINE void FMK(bwd_probs)(const FMCPUCtx *c, float *restrict S, float *restrict dP, int mr, int nt, int ntp, FMTileClass cls,
                               int r0, int b, int h, int hm, int c0, const float *restrict delta)
@@ -219,6 +227,10 @@ FMK_INLINE void FMK(bwd_probs)(const FMCPUCtx *c, float *restrict S, float *rest
     }
     if (cls == FM_TILE_PARTIAL) mask_row(si, grow(p, r0 + i), c0, nt, &p->mask, hm, c->off);
     for (int j = nt; j < ntp; j++) si[j] = -INFINITY;
+    if (lse[i] != lse[i]) {
+      for (int j = 0; j < ntp; j++) si[j] = dpi[j] = si[j] == -INFINITY ? 0.0f : NAN;
+      continue;
+    }
     const VF vd = FMK(vset1)(delta[r0 + i]), vl2 = FMK(vset1)(lse[i] * LOG2E);
     for (int j = 0; j < ntp; j += VW) { /* P = 2^(s * scale * log2(e) - lse * log2(e)) */
       VF x = FMK(vld)(si + j) * vcs - vl2, e = FMK(vexp2)(&x);

@@ -60,7 +60,10 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) fm_fwd_
       float mx = s;
       for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float mnew = fmaxf(m, mx);
-      if (mnew == -INFINITY) continue; /* nothing visible yet */
+      if (mnew == -INFINITY) { /* nothing visible yet, or only NaN (fmaxf drops it): then the row is NaN */
+        if (__any_sync(0xffffffffu, s != -INFINITY)) l = NAN;
+        continue;
+      }
       const float corr = exp2f(m - mnew);
       const float pj = exp2f(s - mnew);
       float ps = pj;
@@ -83,12 +86,16 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) fm_fwd_
   }
   const int64_t oo = b * p.o_batch_stride + i * p.o_row_stride + hq * p.o_head_stride;
   const int64_t lo = b * p.lse_batch_stride + hq * p.lse_head_stride + i;
-  float inv = l > 0.f ? 1.f / l : 0.f, wa = 0.f, lse = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
+  /* l = 0: nothing visible (O = 0, LSE = -inf); l = NaN (a NaN or +inf score): O, LSE NaN */
+  float inv = l != 0.f ? 1.f / l : 0.f, wa = 0.f, lse = l != 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
   if (p.c.o32 && p.c.merge) { /* exact merge with the accumulated (O, LSE) through the LSE */
     const float la = p.c.lse[lo], mm = fmaxf(la, lse);
     __syncwarp();
-    if (mm == -INFINITY) inv = 0.f;
-    else {
+    if (mm == -INFINITY) { /* both -inf or NaN (fmaxf drops NaN): keep a NaN of either side */
+      inv = 0.f;
+      wa = la != la ? 1.f : 0.f;
+      lse = la + lse;
+    } else {
       const float ea = expf(la - mm), eb = expf(lse - mm), s = ea + eb;
       wa = ea / s;
       inv *= eb / s;

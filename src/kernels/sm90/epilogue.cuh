@@ -12,12 +12,13 @@ namespace fmsm90 {
 /*
  * Weights of an exact merge through the LSE: the accumulated part (LSE la) and a new part
  * (*lse, its O scaled by *wb = 1/l so far) become O = wa O_acc + wb O_new, LSE = log(e^la + e^lse).
- * Both -inf: nothing is visible yet (wa = wb = 0, LSE -inf).
+ * Both -inf: nothing is visible yet (wa = wb = 0, LSE -inf). fmaxf drops NaN, so m = -inf
+ * also when a side is NaN and the other -inf or NaN: then the NaN is kept (O and LSE).
  */
 __device__ __forceinline__ void merge_weights(float la, float *lse, float *wa, float *wb)
 {
   const float lb = *lse, m = fmaxf(la, lb);
-  if (m == -INFINITY) { *wa = 0.f; *wb = 0.f; return; }
+  if (m == -INFINITY) { *wa = la != la ? 1.f : 0.f; *wb = 0.f; *lse = la + lb; return; }
   const float ea = __expf(la - m), eb = __expf(lb - m), inv = 1.f / (ea + eb);
   *wa = ea * inv;
   *wb *= eb * inv;
@@ -37,21 +38,26 @@ __device__ __forceinline__ void epilogue_store(const FMGpuFwdCore &p, unsigned c
   const int hq = cc.hq, b = cc.b, m0 = cc.m0, lane = cc.lane;
   const int cw = cc.wg - 1, wt = cc.tid - 128 * cc.wg, w = wt >> 5;
   const int row0 = m0 + cw * 64 + w * 16 + (lane >> 2), row1 = row0 + 8;
-  /* epilogue: O /= l, LSE = m * scale + ln(l); rows with nothing visible: O = 0, LSE = -inf */
+  /* epilogue: O /= l, LSE = m * scale + ln(l); rows with nothing visible (l = 0, m = -inf): O = 0,
+     LSE = -inf. Rows with a NaN or +inf score have l = NaN (exp2 of NaN or of inf - inf), so O
+     and LSE are NaN: the tests are l != 0, not l > 0. A row that saw keys (m finite) but whose
+     every P underflowed (scores so large, |m * scale| beyond ~2^31, that s * c - m * c is only
+     rounding) has l = 0 too: it gets NaN, not the fully masked result. */
   float l0 = lrow[0], l1 = lrow[1];
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  const float z0 = mrow[0] == -INFINITY ? 0.f : NAN, z1 = mrow[1] == -INFINITY ? 0.f : NAN; /* l = 0: masked, or lost */
+  const float inv0 = l0 != 0.f ? 1.f / l0 : z0, inv1 = l1 != 0.f ? 1.f / l1 : z1;
   const int q4 = lane & 3;
   /*
    * O through shared memory: each consumer overwrites its own 64 rows of the Q tile (its last
    * S GEMM has retired) in the 128-byte-swizzled chunk layout (16-byte unit u of row r at
    * u ^ (r & 7): conflict-free), then writes whole 16-byte units, row by row, to global.
    */
-  float lse0 = l0 > 0.f ? mrow[0] * p.scale + logf(l0) : -INFINITY;
-  float lse1 = l1 > 0.f ? mrow[1] * p.scale + logf(l1) : -INFINITY;
+  float lse0 = l0 != 0.f ? mrow[0] * p.scale + logf(l0) : z0 == 0.f ? -INFINITY : NAN;
+  float lse1 = l1 != 0.f ? mrow[1] * p.scale + logf(l1) : z1 == 0.f ? -INFINITY : NAN;
   if (p.o32) {
     /*
      * fp32 output: each thread stores its own fragments (row r, columns 8k + 2 q4, +1). With

@@ -264,6 +264,18 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   /* the caller's K/V and our buffers are free again only after the last send left */
   FMCallGoto(FMCudaEventRecord(g->ev_done, g->cs));
   FMCallGoto(FMCudaStreamWaitEvent(us, g->ev_done));
+#if FM_HAVE_NCCL
+  /* -fm_nccl_timeout: wait here for the exchange, polling NCCL's asynchronous errors; a failure
+     or time-out is this rank's exchange error, and every rank then aborts the communicators
+     (recover), which ends the operations still waiting on the device */
+  if (g->transport == FM_DIST_TRANSPORT_NCCL && plan->ctx->nccl_timeout > 0 && g->nsteps > 0 && R.nposted == g->nsteps) {
+    FMErrorCode we = FMContextNCCLWait_Private(plan->ctx, g->ev_done, "the K/V exchange of the forward");
+    if (we) {
+      if (!R.cerr) R.cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, we);
+      R.nposted = -1; /* counts as not posted: recover() aborts on every rank */
+    }
+  }
+#endif
   if (tr && !R.cerr) {
     FMCallGoto(FMCudaStreamSynchronize(us));
     FMCallGoto(trace_events(plan, d, g, tr, t0, R.ran, (const double(*)[2])R.hostt));

@@ -199,7 +199,8 @@ FMErrorCode FMDistLocalMaskDestroy(FMDistLocalMask *lm);
  * FMDistLocalizeColumns - FMDistLocalize restricted to the key columns cols[0..n) (global
  *   indices, any order, repeats allowed): lm->seqlen_k = n and column x of lm (bnd[v][h * n + x],
  *   cut[x]) is global column cols[x], with the values FMDistLocalize gives it. O(seqlen_q + rows x n)
- *   instead of O(rows x seqlen_k): what the CUDA backend's stage masks need (setup.c).
+ *   instead of O(rows x seqlen_k): what the CUDA backend's stage masks need. cols NULL means every
+ *   column in order (n = seqlen_k): that is FMDistLocalize (localize.c).
  */
 FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, int n, const int *cols,
                                   FMDistLocalMask *lm);

@@ -23,14 +23,17 @@ int FMDistLocalizeBound(const FMDistChunks *ch, int nown, const int *chunks, int
   return l;
 }
 
-FMErrorCode FMDistLocalize(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, FMDistLocalMask *lm)
+/* FMDistLocalizeColumns - see fmdist.h (cols NULL: every column, in order; n = seqlen_k). */
+FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, int n, const int *cols,
+                                  FMDistLocalMask *lm)
 {
-  int Sq = m->seqlen_q, Sk = m->seqlen_k, off = m->seqlen_k - m->seqlen_q;
-  size_t n = (size_t)FMDistMaskRows(m) * Sk; /* every (sample, mask head) row */
-  int *cnt;
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k, off = m->seqlen_k - m->seqlen_q, rows = FMDistMaskRows(m);
+  const size_t N = (size_t)rows * n;
+  int *cnt = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
   memset(lm, 0, sizeof(*lm));
-  FMCheck(Sq == ch->seqlen_q && Sk == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Mask is %d x %d but the chunks cut %d x %d", Sq,
-          Sk, ch->seqlen_q, ch->seqlen_k);
+  FMCheck(Sq == ch->seqlen_q && Sk == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Mask is %d x %d but the chunks cut %d x %d", Sq, Sk,
+          ch->seqlen_q, ch->seqlen_k);
   /* cnt[x] = number of local rows < x, for x = 0..Sq: the localization of every bound in O(1) */
   FMCall(FMCalloc((size_t)Sq + 1, &cnt));
   for (int b = 0; b < nown; b++) {
@@ -40,27 +43,33 @@ FMErrorCode FMDistLocalize(const FMMaskDesc *m, const FMDistChunks *ch, int nown
   }
   for (int x = 0; x < Sq; x++) cnt[x + 1] += cnt[x];
   lm->nlocal = cnt[Sq];
-  lm->mask_heads = FMDistMaskRows(m);
-  lm->seqlen_k = Sk;
-  for (int v = 0; v < 4; v++) {
-    FMCall(FMMalloc(n > 0 ? n : 1, &lm->bnd[v]));
-    for (size_t t = 0; t < n; t++) {
-      int x = m->bnd[v][t];
-      if (x < 0) x = 0;
-      if (x > Sq) x = Sq;
-      lm->bnd[v][t] = cnt[x];
+  lm->mask_heads = rows;
+  lm->seqlen_k = n;
+  for (int v = 0; v < 4 && !ierr; v++) ierr = FMMalloc(N + 1, &lm->bnd[v]);
+  if (!ierr && m->causal) ierr = FMMalloc((size_t)n + 1, &lm->cut);
+  for (int v = 0; v < 4 && !ierr; v++)
+    for (int h = 0; h < rows; h++) {
+      const int32_t *src = m->bnd[v] + (size_t)h * Sk;
+      int32_t *dst = lm->bnd[v] + (size_t)h * n;
+      for (int x = 0; x < n; x++) {
+        int b = src[cols ? cols[x] : x];
+        dst[x] = cnt[b < 0 ? 0 : b > Sq ? Sq : b];
+      }
     }
-  }
-  if (m->causal) {
-    FMCall(FMMalloc(Sk, &lm->cut));
-    for (int j = 0; j < Sk; j++) {
-      long g = (long)j - off; /* rows i < j - off are right of the diagonal */
-      if (g < 0) g = 0;
-      if (g > Sq) g = Sq;
-      lm->cut[j] = cnt[g];
+  if (!ierr && m->causal)
+    for (int x = 0; x < n; x++) {
+      long g = (long)(cols ? cols[x] : x) - off; /* rows i < j - off are right of the diagonal */
+      lm->cut[x] = cnt[g < 0 ? 0 : g > Sq ? Sq : g];
     }
-  }
   free(cnt);
+  if (ierr) (void)FMDistLocalMaskDestroy(lm);
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistLocalize(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, FMDistLocalMask *lm)
+{
+  FMCall(FMDistLocalizeColumns(m, ch, nown, chunks, m->seqlen_k, NULL, lm));
   return FM_SUCCESS;
 }
 

@@ -195,50 +195,6 @@ static FMErrorCode setup_route(FMPlan plan, FMDist *d)
   return FM_SUCCESS;
 }
 
-/* FMDistLocalizeColumns - see fmdist.h (FMDistLocalize's rule, column by column). */
-FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, int n, const int *cols,
-                                  FMDistLocalMask *lm)
-{
-  const int Sq = m->seqlen_q, Sk = m->seqlen_k, off = m->seqlen_k - m->seqlen_q, rows = FMDistMaskRows(m);
-  const size_t N = (size_t)rows * n;
-  int *cnt = NULL;
-  FMErrorCode ierr = FM_SUCCESS;
-  memset(lm, 0, sizeof(*lm));
-  FMCheck(Sq == ch->seqlen_q && Sk == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Mask is %d x %d but the chunks cut %d x %d", Sq, Sk,
-          ch->seqlen_q, ch->seqlen_k);
-  /* cnt[x] = number of local rows < x */
-  FMCall(FMCalloc((size_t)Sq + 1, &cnt));
-  for (int b = 0; b < nown; b++) {
-    int r0, r1;
-    FMDistChunkRows(ch, chunks[b], &r0, &r1);
-    for (int i = r0; i < r1; i++) cnt[i + 1] = 1;
-  }
-  for (int x = 0; x < Sq; x++) cnt[x + 1] += cnt[x];
-  lm->nlocal = cnt[Sq];
-  lm->mask_heads = rows;
-  lm->seqlen_k = n;
-  for (int v = 0; v < 4 && !ierr; v++) ierr = FMMalloc(N + 1, &lm->bnd[v]);
-  if (!ierr && m->causal) ierr = FMMalloc((size_t)n + 1, &lm->cut);
-  for (int v = 0; v < 4 && !ierr; v++)
-    for (int h = 0; h < rows; h++) {
-      const int32_t *src = m->bnd[v] + (size_t)h * Sk;
-      int32_t *dst = lm->bnd[v] + (size_t)h * n;
-      for (int x = 0; x < n; x++) {
-        int b = src[cols[x]];
-        dst[x] = cnt[b < 0 ? 0 : b > Sq ? Sq : b];
-      }
-    }
-  if (!ierr && m->causal)
-    for (int x = 0; x < n; x++) {
-      long g = (long)cols[x] - off; /* rows i < j - off are right of the diagonal */
-      lm->cut[x] = cnt[g < 0 ? 0 : g > Sq ? Sq : g];
-    }
-  free(cnt);
-  if (ierr) (void)FMDistLocalMaskDestroy(lm);
-  FMCall(ierr);
-  return FM_SUCCESS;
-}
-
 /* The cp type's supported plans: the same refusals on one rank and on several (agreed by the caller). */
 static FMErrorCode check_supported(FMPlan plan)
 {

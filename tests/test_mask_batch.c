@@ -185,11 +185,6 @@ static void check_hdf5(FMContext ctx, const BCShape *s, const char *dir, const c
 static void run_cp(FMContext ctx, FMMask m, const BCShape *s, const char *part, int chunk, BCData *d)
 {
   FMPlan plan;
-  const size_t es = FMDTypeSize(s->dt), uq = (size_t)s->Hq * s->D * es, uk = (size_t)s->Hkv * s->D * es;
-  int nl, nk;
-  const int *rows, *keys;
-  char *l[8];
-  float *lse;
   FMT_CALL(FMPlanCreate(ctx, &plan));
   FMT_CALL(FMPlanSetMask(plan, m));
   FMT_CALL(FMPlanSetType(plan, FMPLANCP));
@@ -197,25 +192,7 @@ static void run_cp(FMContext ctx, FMMask m, const BCShape *s, const char *part, 
   FMT_CALL(FMPlanSetChunk(plan, chunk));
   FMT_CALL(FMPlanSetShape(plan, s->B, s->Hq, s->Hkv, s->D, s->dt));
   FMT_CALL(FMPlanSetUp(plan));
-  FMT_CALL(FMPlanGetLocalRows(plan, &nl, &rows));
-  FMT_CALL(FMPlanGetLocalKeys(plan, &nk, &keys));
-  for (int t = 0; t < 8; t++) l[t] = malloc((size_t)s->B * (t == 1 || t == 2 || t == 6 || t == 7 ? nk * uk : nl * uq) + 1);
-  lse = malloc(sizeof(float) * ((size_t)s->B * s->Hq * nl + 1));
-  /* l: q k v dout | o dq dk dv */
-  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, 0, d->in[0], l[0]));
-  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_KV, 0, d->in[1], l[1]));
-  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_KV, 0, d->in[2], l[2]));
-  FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, 0, d->in[3], l[3]));
-  FMT_CALL(FMPlanForward(plan, l[0], l[1], l[2], l[4], lse));
-  FMT_CALL(FMPlanBackward(plan, l[0], l[1], l[2], l[4], lse, l[3], l[5], l[6], l[7]));
-  for (int t = 0; t < 4; t++) {
-    FMT_CALL(FMPlanGather(plan, t < 2 ? FM_PLAN_TENSOR_Q : FM_PLAN_TENSOR_KV, 0, l[4 + t], d->out[t]));
-    MPI_Bcast(d->out[t], (int)(d->no[t] * es), MPI_BYTE, 0, MPI_COMM_WORLD);
-  }
-  FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_LSE, 0, lse, d->lse));
-  MPI_Bcast(d->lse, (int)d->nl, MPI_FLOAT, 0, MPI_COMM_WORLD);
-  for (int t = 0; t < 8; t++) free(l[t]);
-  free(lse);
+  bc_run_host(plan, s, d);
   FMT_CALL(FMPlanDestroy(&plan));
 }
 

@@ -33,6 +33,8 @@ static const char help[] =
   "                 packing per sample; the chunk weights sum the samples, the needed sets are their union\n"
   "  -heads_q H -tflops F -bw_intra G -bw_inter G  the predicted compute, exchange and step times\n"
   "  -chunk L (0: default) -block 128 -prune 1 -view_ranks\n"
+  "  -balance_comm 1  the rank's set-up uses the communication-aware balancer (-fm_plan_balance_comm); the table\n"
+  "                 always shows it as the comm_aware row, scored on the hierarchical route\n"
   "  -steps N  re-plan N times with a fresh mask (seed S + step) and report the median per step\n"
   "  -seed S -rank R (the rank whose set-up work is timed) -table 0|1 (the every-rank table)\n"
   "  -ref 1    also time the reference paths (the planner before the fast paths) -csv FILE (append one row)\n";
@@ -42,7 +44,7 @@ typedef struct {
   double bw[2], tflops;
   int seed;
   char mtype[64], dts[16], csv[512];
-  FMBool prune, view, table, ref;
+  FMBool prune, view, table, ref, comm;
   size_t es;
   double pcost, rcost;
 } Sim;
@@ -74,6 +76,7 @@ static FMErrorCode sim_options(Sim *o)
   FMCall(FMOptionsGetInt("-block", "block size of the mask summaries", &o->block, NULL));
   FMCall(FMOptionsGetReal("-row_cost", "fixed cost of each query tile, in full tiles (as -fm_plan_row_cost)", &o->rcost, NULL));
   FMCall(FMOptionsGetReal("-partial_cost", "cost of a partially masked tile, in full tiles (as -fm_plan_partial_cost)", &o->pcost, NULL));
+  FMCall(FMOptionsGetBool("-balance_comm", "time the communication-aware balancer (as -fm_plan_balance_comm) in the rank's set-up", &o->comm, NULL));
   FMCall(FMOptionsGetBool("-prune", "prune K/V chunks no local query sees", &o->prune, NULL));
   FMCall(FMOptionsGetBool("-view_ranks", "print every rank's work and bytes", &o->view, NULL));
   FMCall(FMOptionsGetInt("-steps", "re-plan this many times with a fresh mask each (0: once)", &o->steps, NULL));
@@ -115,6 +118,12 @@ static FMErrorCode make_mask(const Sim *o, FMContext ctx, int seed, FMMask *mask
   return FM_SUCCESS;
 }
 
+/* The cost model of the options (the one the communication-aware balancer uses: cost.c). */
+static void sim_model(const Sim *o, const FMMaskDesc *m, FMDistCostModel *cm)
+{
+  FMDistCostModelInit(cm, m->block, o->d, o->hq, o->batch, FMDistMaskRows(m), o->tflops, o->bw[0], o->bw[1]);
+}
+
 /*
  * What rank o->rank computes in FMPlanSetUp (the balanced partition, the hierarchical route,
  * the gather's steps), phase by phase into tp[NPH] (seconds). ref: the reference paths
@@ -142,7 +151,19 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
     FMCall(FMDistChunkWeightsMap(&tm, o->pcost, o->rcost, w));
   }
   t = FMTime(); tp[0] = t - t0;
-  FMCall(FMDistPartitionCreate(FM_DIST_BALANCED, ch.nchunks, o->P, w, &part, NULL));
+  if (o->comm && !ref) { /* the chunk visibility, the model and the comm-aware balancer (-fm_plan_balance_comm) */
+    FMDistChunkVis vis;
+    FMDistCostModel cm;
+    int *owner;
+    FMCall(FMMalloc(ch.nchunks, &owner));
+    for (int c = 0; c < ch.nchunks; c++) cb[c] = FMDistChunkBytes(&ch, c, o->batch, o->hkv, o->d, o->es);
+    sim_model(o, m, &cm);
+    FMCall(FMDistChunkVisCreate(&tm, &ch, &vis));
+    FMCall(FMDistBalanceComm(&vis, ch.nchunks, w, cb, topo, FM_DIST_ROUTE_HIER, o->prune == FM_TRUE, &cm, owner, NULL));
+    FMCall(FMDistPartitionFromOwner(ch.nchunks, o->P, owner, w, &part));
+    FMCall(FMDistChunkVisDestroy(&vis));
+    free(owner);
+  } else FMCall(FMDistPartitionCreate(FM_DIST_BALANCED, ch.nchunks, o->P, w, &part, NULL));
   tp[1] = FMTime() - t; t = FMTime();
   FMCall(FMDistRankRows(&ch, &part, me, &nr, &rows));
   FMCall(FMDistRankKeys(&ch, &part, me, &nk, &keys));
@@ -178,12 +199,6 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
   FMCall(FMDistPartitionDestroy(&part));
   free(tx); free(w); free(cb); free(need); free(rows); free(keys);
   return FM_SUCCESS;
-}
-
-/* The cost model of the options (the one the communication-aware balancer uses: cost.c). */
-static void sim_model(const Sim *o, const FMMaskDesc *m, FMDistCostModel *cm)
-{
-  FMDistCostModelInit(cm, m->block, o->d, o->hq, o->batch, FMDistMaskRows(m), o->tflops, o->bw[0], o->bw[1]);
 }
 
 /*

@@ -9,55 +9,174 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef FM_COMM_BUDGET
+#define FM_COMM_BUDGET (1L << 23) /* visibility entries the refinement may touch (about 10 ms on one core) */
+#endif
 #ifndef FM_COMM_VIS_MAX
 #define FM_COMM_VIS_MAX (1L << 22) /* visibility size above which the candidate is not scored (a few ms per score) */
 #endif
 
-/* SortItem: chunks by weight descending, then index */
-typedef struct { int64_t w; int c; } SortItem;
+/*
+ * The work-only partition's rank loads, given to other ranks: each rank's chunks (its bin) keep
+ * together, the bins are sorted by the work-weighted mean of their chunk indices (ties: the old
+ * rank), and the i-th bin goes to the i-th rank in node order (nodes in turn, each by local
+ * index). Every rank's work is one of the old loads, so the compute is the same; bins of
+ * neighbouring chunks land on one node.
+ */
+typedef struct { double key; int r; } BinKey;
 
-static int cmp_item(const void *a, const void *b)
+static int cmp_bin(const void *a, const void *b)
 {
-  const SortItem *x = (const SortItem *)a, *y = (const SortItem *)b;
-  if (x->w != y->w) return x->w > y->w ? -1 : 1;
-  return (x->c > y->c) - (x->c < y->c);
+  const BinKey *x = (const BinKey *)a, *y = (const BinKey *)b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return (x->r > y->r) - (x->r < y->r);
+}
+
+static FMErrorCode bin_permute(int n, const int64_t *w, const FMDistTopo *t, const int *base, int *owner)
+{
+  int P = t->nranks, *to;
+  double *sw, *sc;
+  BinKey *bk;
+  FMCall(FMMalloc(P, &bk));
+  FMCall(FMCalloc(P, &sw));
+  FMCall(FMCalloc(P, &sc));
+  FMCall(FMMalloc(P, &to));
+  for (int c = 0; c < n; c++) { sw[base[c]] += (double)w[c] + 1.0; sc[base[c]] += ((double)w[c] + 1.0) * c; } /* +1: empty chunks count */
+  for (int r = 0; r < P; r++) { bk[r].key = sw[r] > 0 ? sc[r] / sw[r] : (double)n; bk[r].r = r; }
+  qsort(bk, (size_t)P, sizeof(*bk), cmp_bin);
+  for (int i = 0; i < P; i++) to[bk[i].r] = t->nranks_of[i]; /* nranks_of lists the ranks node by node */
+  for (int c = 0; c < n; c++) owner[c] = to[base[c]];
+  free(bk); free(sw); free(sc); free(to);
+  return FM_SUCCESS;
 }
 
 /*
- * The node-local start: chunks cut into contiguous node ranges whose work is proportional to
- * the node's ranks (each cut at the chunk boundary nearest its target), then LPT of each
- * range over its node's ranks (heaviest first onto the least loaded, ties to the lower rank).
+ * Bin swaps that lower the bytes across nodes: two ranks on different nodes exchange their
+ * whole chunk sets (so the multiset of loads, and the compute, stays), when that lowers
+ * sum_k bytes(k) x (nodes other than k's owner's that see k), the hierarchical route's
+ * cross-node bytes, kept exact under the moves by cnt[node][k] (the node's query chunks that
+ * see key chunk k). Partners are the next `window` ranks in node order; a few sweeps.
  */
-static FMErrorCode node_start(int n, const int64_t *w, const FMDistTopo *t, int *owner, int64_t *load)
+typedef struct {
+  int C, N, *knode, *cnt, *vto, *vt; /* vt[vto[q] .. vto[q + 1]): the key chunks query chunk q sees */
+  const double *b;
+  double inter;
+  long budget;   /* work units left (visibility entries touched): the same bounded work on every rank */
+} Swap;
+
+static void move_chunk(Swap *S, int q, int A, int B)
 {
-  int P = t->nranks, c0 = 0;
-  int64_t total = 0, pre = 0;
-  SortItem *it;
-  FMCall(FMMalloc(n, &it));
-  for (int c = 0; c < n; c++) total += w[c];
-  for (int r = 0; r < P; r++) load[r] = 0;
-  for (int nd = 0; nd < t->nnodes; nd++) {
-    const int *rk = t->nranks_of + t->nfirst[nd];
-    int c1 = c0, m = 0;
-    double target = (double)total * t->nfirst[nd + 1] / P;
-    if (nd == t->nnodes - 1) c1 = n;
-    else {
-      while (c1 < n && (double)(pre + w[c1]) <= target) pre += w[c1++];
-      if (c1 < n && (double)(pre + w[c1]) - target < target - (double)pre) pre += w[c1++]; /* the nearer boundary */
-    }
-    for (int c = c0; c < c1; c++) { it[m].w = w[c]; it[m].c = c; m++; }
-    qsort(it, (size_t)m, sizeof(*it), cmp_item);
-    for (int i = 0; i < m; i++) {
-      int best = rk[0];
-      for (int l = 1; l < t->nsize[nd]; l++)
-        if (load[rk[l]] < load[best] || (load[rk[l]] == load[best] && rk[l] < best)) best = rk[l];
-      owner[it[i].c] = best;
-      load[best] += it[i].w;
-    }
-    c0 = c1;
+  int *ca = S->cnt + (size_t)A * S->C, *cb = S->cnt + (size_t)B * S->C;
+  S->inter += S->b[q] * ((ca[q] > 0) - (cb[q] > 0)); /* q's K/V now leaves from B */
+  S->knode[q] = B;
+  S->budget -= 1 + S->vto[q + 1] - S->vto[q];
+  for (int i = S->vto[q]; i < S->vto[q + 1]; i++) {
+    int k = S->vt[i];
+    if (--ca[k] == 0 && S->knode[k] != A) S->inter -= S->b[k];
+    if (cb[k]++ == 0 && S->knode[k] != B) S->inter += S->b[k];
   }
-  free(it);
-  return FM_SUCCESS;
+}
+
+/* the sweeps of bin swaps; head/next: each rank's chunks */
+static void swap_sweeps(Swap *S, const FMDistTopo *t, int *head, int *next, int *owner)
+{
+  int P = t->nranks, window = 2 * (P / t->nnodes) + 2;
+  for (int sweep = 0, better = 1; sweep < 4 && better && S->budget > 0; sweep++) {
+    better = 0;
+    for (int i = 0; i < P && S->budget > 0; i++)
+      for (int j = i + 1; j < P && j <= i + window; j++) {
+        int x = t->nranks_of[i], y = t->nranks_of[j], A = t->node[x], B = t->node[y], h;
+        double before = S->inter;
+        if (A == B) continue;
+        for (int c = head[x]; c >= 0; c = next[c]) move_chunk(S, c, A, B);
+        for (int c = head[y]; c >= 0; c = next[c]) move_chunk(S, c, B, A);
+        if (S->inter < before - 0.5) { /* bytes are whole numbers: a real gain */
+          for (int c = head[x]; c >= 0; c = next[c]) owner[c] = y;
+          for (int c = head[y]; c >= 0; c = next[c]) owner[c] = x;
+          h = head[x]; head[x] = head[y]; head[y] = h;
+          better = 1;
+        } else {
+          for (int c = head[x]; c >= 0; c = next[c]) move_chunk(S, c, B, A);
+          for (int c = head[y]; c >= 0; c = next[c]) move_chunk(S, c, A, B);
+          S->inter = before;
+        }
+      }
+  }
+}
+
+/*
+ * Single chunks moved to the node that needs their K/V (cnt[node][q] > 0), onto its least
+ * loaded rank, when that rank stays at or below cap (the work-only partition's heaviest
+ * load, so the compute of the step cannot grow) and the bytes across nodes drop. Chunks in
+ * ascending order, nodes ascending, a few sweeps.
+ */
+static void chunk_moves(Swap *S, const int64_t *w, const FMDistTopo *t, int64_t cap, int64_t *load, int *owner)
+{
+  int n = S->C;
+  for (int sweep = 0, better = 1; sweep < 3 && better && S->budget > 0; sweep++) {
+    better = 0;
+    for (int q = 0; q < n && S->budget > 0; q++)
+      for (int nd = 0; nd < S->N; nd++) {
+        int x = owner[q], A = t->node[x], y = -1;
+        const int *rk = t->nranks_of + t->nfirst[nd];
+        double before = S->inter;
+        if (nd == A || S->cnt[(size_t)nd * n + q] == 0) continue;
+        for (int l = 0; l < t->nsize[nd]; l++)
+          if (y < 0 || load[rk[l]] < load[y]) y = rk[l];
+        if (load[y] + w[q] > cap) continue;
+        move_chunk(S, q, A, nd);
+        if (S->inter < before - 0.5) { owner[q] = y; load[x] -= w[q]; load[y] += w[q]; better = 1; }
+        else { move_chunk(S, q, nd, A); S->inter = before; }
+      }
+  }
+}
+
+/*
+ * The refinement of a node-ordered assignment (owner in/out): bin swaps, then (cap >= 0)
+ * single-chunk moves under cap; load [P] in/out.
+ */
+static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, const double *cbytes, const FMDistTopo *t, int64_t cap,
+                          int64_t *load, int *owner)
+{
+  Swap S;
+  int P = t->nranks, *head = NULL, *next = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
+  memset(&S, 0, sizeof(S));
+  S.C = n; S.N = t->nnodes; S.b = cbytes; S.budget = FM_COMM_BUDGET;
+  FMCallGoto(FMMalloc(n, &S.knode));
+  FMCallGoto(FMCalloc((size_t)S.N * n, &S.cnt));
+  FMCallGoto(FMCalloc((size_t)n + 1, &S.vto));
+  FMCallGoto(FMMalloc((size_t)v->size + 1, &S.vt));
+  FMCallGoto(FMMalloc(P, &head));
+  FMCallGoto(FMMalloc(n, &next));
+  /* the transpose of the visibility, by query chunk */
+  for (int k = 0; k < n; k++)
+    for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++)
+      for (int q = v->q[i].lo; q < v->q[i].hi; q++) S.vto[q + 1]++;
+  for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
+  for (int q = 0; q < n; q++) next[q] = S.vto[q]; /* the fill pointers, here */
+  for (int k = 0; k < n; k++)
+    for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++)
+      for (int q = v->q[i].lo; q < v->q[i].hi; q++) S.vt[next[q]++] = k;
+  for (int c = 0; c < n; c++) {
+    int nd = t->node[owner[c]];
+    S.knode[c] = nd;
+    for (int i = S.vto[c]; i < S.vto[c + 1]; i++) S.cnt[(size_t)nd * n + S.vt[i]]++;
+  }
+  for (int k = 0; k < n; k++)
+    for (int nd = 0; nd < S.N; nd++)
+      if (nd != S.knode[k] && S.cnt[(size_t)nd * n + k] > 0) S.inter += cbytes[k];
+  for (int r = 0; r < P; r++) head[r] = -1;
+  for (int c = n - 1; c >= 0; c--) { next[c] = head[owner[c]]; head[owner[c]] = c; }
+  swap_sweeps(&S, t, head, next, owner);
+  if (cap >= 0) {
+    for (int r = 0; r < P; r++) load[r] = 0;
+    for (int c = 0; c < n; c++) load[owner[c]] += w[c];
+    chunk_moves(&S, w, t, cap, load, owner);
+  }
+cleanup:
+  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next);
+  return ierr;
 }
 
 /* Score of an assignment under the model: predicted step, bytes across and inside nodes, max work. */
@@ -88,10 +207,8 @@ FMErrorCode FMDistBalanceComm(const FMDistChunkVis *v, int n, const int64_t *w, 
   int64_t *work = NULL;
   double *recv = NULL;
   FMDistCommInfo loc;
-  FMDistBalanceInfo ci;
   FMErrorCode ierr = FM_SUCCESS;
   memset(&loc, 0, sizeof(loc));
-  memset(&ci, 0, sizeof(ci));
   FMCheck(v && v->nchunks == n, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "The chunk visibility has %d chunks; expected %d", v ? v->nchunks : -1, n);
   FMCall(FMDistBalance(n, w, P, owner, &loc.work));
   FMCallGoto(FMMalloc(n, &own2));
@@ -100,9 +217,15 @@ FMErrorCode FMDistBalanceComm(const FMDistChunkVis *v, int n, const int64_t *w, 
   FMCallGoto(FMMalloc((size_t)P + t->nnodes, &scratch));
   score(v, n, w, cbytes, t, type, cm, owner, work, recv, scratch, &loc.step[0], &loc.inter[0], &loc.intra[0], &loc.max[0]);
   if (P < 2 || t->nnodes < 2 || !prune || v->size > FM_COMM_VIS_MAX) { loc.skipped = 1; goto cleanup; }
-  FMCallGoto(node_start(n, w, t, own2, work));
-  FMCallGoto(FMDistBalanceImprove_Private(n, w, P, t->node, own2, work, &ci));
-  score(v, n, w, cbytes, t, type, cm, own2, work, recv, scratch, &loc.step[1], &loc.inter[1], &loc.intra[1], &loc.max[1]);
+  {
+    /* the work cap of the moves: the work-only partition's heaviest load, or more when its step
+       is the exchange's (compute up to that step costs nothing) */
+    int64_t cap = loc.max[0];
+    if (cm->unit_s > 0 && loc.step[0] / cm->unit_s > (double)cap) cap = (int64_t)(loc.step[0] / cm->unit_s);
+    FMCallGoto(bin_permute(n, w, t, owner, own2));
+    FMCallGoto(refine(v, n, w, cbytes, t, cap, work, own2));
+    score(v, n, w, cbytes, t, type, cm, own2, work, recv, scratch, &loc.step[1], &loc.inter[1], &loc.intra[1], &loc.max[1]);
+  }
   if (loc.step[1] <= loc.step[0] && loc.inter[1] <= loc.inter[0] && (loc.step[1] < loc.step[0] || loc.inter[1] < loc.inter[0])) {
     loc.kept = 1;
     memcpy(owner, own2, sizeof(int) * (size_t)n);

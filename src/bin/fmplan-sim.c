@@ -151,18 +151,12 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
     FMCall(FMDistChunkWeightsMap(&tm, o->pcost, o->rcost, w));
   }
   t = FMTime(); tp[0] = t - t0;
-  if (o->comm && !ref) { /* the chunk visibility, the model and the comm-aware balancer (-fm_plan_balance_comm) */
-    FMDistChunkVis vis;
+  if (!ref) { /* what FMPlanSetUp runs: the work-only balancer, or with -balance_comm the communication-aware one */
     FMDistCostModel cm;
-    int *owner;
-    FMCall(FMMalloc(ch.nchunks, &owner));
     for (int c = 0; c < ch.nchunks; c++) cb[c] = FMDistChunkBytes(&ch, c, o->batch, o->hkv, o->d, o->es);
     sim_model(o, m, &cm);
-    FMCall(FMDistChunkVisCreate(&tm, &ch, &vis));
-    FMCall(FMDistBalanceComm(&vis, ch.nchunks, w, cb, topo, FM_DIST_ROUTE_HIER, o->prune == FM_TRUE, &cm, owner, NULL));
-    FMCall(FMDistPartitionFromOwner(ch.nchunks, o->P, owner, w, &part));
-    FMCall(FMDistChunkVisDestroy(&vis));
-    free(owner);
+    FMCall(FMDistPartitionPlan(FM_DIST_BALANCED, o->comm == FM_TRUE, &tm, &ch, w, cb, topo, FM_DIST_ROUTE_HIER, o->prune == FM_TRUE, &cm, &part,
+                               NULL, NULL));
   } else FMCall(FMDistPartitionCreate(FM_DIST_BALANCED, ch.nchunks, o->P, w, &part, NULL));
   tp[1] = FMTime() - t; t = FMTime();
   FMCall(FMDistRankRows(&ch, &part, me, &nr, &rows));

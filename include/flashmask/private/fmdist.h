@@ -415,6 +415,16 @@ typedef struct {
 FMErrorCode FMDistBalanceComm(const FMDistChunkVis *v, int n, const int64_t *w, const double *cbytes, const FMDistTopo *t, FMDistRouteType type,
                               int prune, const FMDistCostModel *cm, int *owner, FMDistCommInfo *info);
 
+/*
+ * FMDistPartitionPlan - the partition of a plan's set-up: FMDistPartitionCreate of type, or, for
+ *   FM_DIST_BALANCED with balance_comm (-fm_plan_balance_comm), FMDistBalanceComm on the chunk
+ *   visibility of the tile map tm, topology t and route. cbytes [nchunks] (FMDistChunkBytes);
+ *   info (the work-only balancer's, as FMDistPartitionCreate gives) and cinfo may be NULL.
+ */
+FMErrorCode FMDistPartitionPlan(FMDistPartType type, int balance_comm, const FMDistTileMap *tm, const FMDistChunks *ch, const int64_t *w,
+                                const double *cbytes, const FMDistTopo *t, FMDistRouteType route, int prune, const FMDistCostModel *cm,
+                                FMDistPartition *part, FMDistBalanceInfo *info, FMDistCommInfo *cinfo);
+
 /* ---------------- execution statistics (exec.c) ---------------- */
 typedef struct {
   double sent_bytes[2];     /* K/V bytes this rank sent in the last gather (forward or backward), per link level */

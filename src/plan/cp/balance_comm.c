@@ -235,3 +235,31 @@ cleanup:
   if (info) *info = loc;
   return ierr;
 }
+
+/* FMDistPartitionPlan - see fmdist.h. */
+FMErrorCode FMDistPartitionPlan(FMDistPartType type, int balance_comm, const FMDistTileMap *tm, const FMDistChunks *ch, const int64_t *w,
+                                const double *cbytes, const FMDistTopo *t, FMDistRouteType route, int prune, const FMDistCostModel *cm,
+                                FMDistPartition *part, FMDistBalanceInfo *info, FMDistCommInfo *cinfo)
+{
+  FMDistChunkVis v;
+  FMDistCommInfo ci;
+  int *owner = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
+  memset(&ci, 0, sizeof(ci));
+  if (cinfo) *cinfo = ci;
+  if (type != FM_DIST_BALANCED || !balance_comm) {
+    FMCall(FMDistPartitionCreate(type, ch->nchunks, t->nranks, w, part, info));
+    return FM_SUCCESS;
+  }
+  memset(&v, 0, sizeof(v));
+  FMCallGoto(FMMalloc(ch->nchunks, &owner));
+  FMCallGoto(FMDistChunkVisCreate(tm, ch, &v));
+  FMCallGoto(FMDistBalanceComm(&v, ch->nchunks, w, cbytes, t, route, prune, cm, owner, &ci));
+  FMCallGoto(FMDistPartitionFromOwner(ch->nchunks, t->nranks, owner, w, part));
+  if (info) *info = ci.work;
+  if (cinfo) *cinfo = ci;
+cleanup:
+  free(owner);
+  FMDistChunkVisDestroy(&v);
+  return ierr;
+}

@@ -131,20 +131,38 @@ static void chunk_moves(Swap *S, const int64_t *w, const FMDistTopo *t, int64_t 
   }
 }
 
+/* S's counts, owner nodes and bytes across nodes for the assignment owner (vt built) */
+static void swap_load(Swap *S, const FMDistTopo *t, const int *owner)
+{
+  int n = S->C;
+  memset(S->cnt, 0, sizeof(int) * (size_t)S->N * n);
+  for (int c = 0; c < n; c++) S->knode[c] = t->node[owner[c]];
+  S->inter = 0;
+  for (int c = 0; c < n; c++) {
+    int *cn = S->cnt + (size_t)S->knode[c] * n;
+    for (int i = S->vto[c]; i < S->vto[c + 1]; i++) {
+      int k = S->vt[i];
+      if (cn[k]++ == 0 && S->knode[k] != S->knode[c]) S->inter += S->b[k];
+    }
+  }
+}
+
 /*
- * The refinement of a node-ordered assignment (owner in/out): bin swaps, then (cap >= 0)
- * single-chunk moves under cap; load [P] in/out.
+ * The refinement: from the work-only partition base, or its bins in node order (bin_permute)
+ * when that moves fewer bytes across nodes, bin swaps (half the work budget), then single-chunk
+ * moves under cap (the rest). owner out [n]; load [P] scratch.
  */
 static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, const double *cbytes, const FMDistTopo *t, int64_t cap,
-                          int64_t *load, int *owner)
+                          int64_t *load, const int *base, int *owner)
 {
   Swap S;
   int P = t->nranks, *head = NULL, *next = NULL;
+  double ib;
   FMErrorCode ierr = FM_SUCCESS;
   memset(&S, 0, sizeof(S));
-  S.C = n; S.N = t->nnodes; S.b = cbytes; S.budget = FM_COMM_BUDGET;
+  S.C = n; S.N = t->nnodes; S.b = cbytes; S.budget = FM_COMM_BUDGET / 2;
   FMCallGoto(FMMalloc(n, &S.knode));
-  FMCallGoto(FMCalloc((size_t)S.N * n, &S.cnt));
+  FMCallGoto(FMMalloc((size_t)S.N * n, &S.cnt));
   FMCallGoto(FMCalloc((size_t)n + 1, &S.vto));
   FMCallGoto(FMMalloc((size_t)v->size + 1, &S.vt));
   FMCallGoto(FMMalloc(P, &head));
@@ -158,22 +176,18 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   for (int k = 0; k < n; k++)
     for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++)
       for (int q = v->q[i].lo; q < v->q[i].hi; q++) S.vt[next[q]++] = k;
-  for (int c = 0; c < n; c++) {
-    int nd = t->node[owner[c]];
-    S.knode[c] = nd;
-    for (int i = S.vto[c]; i < S.vto[c + 1]; i++) S.cnt[(size_t)nd * n + S.vt[i]]++;
-  }
-  for (int k = 0; k < n; k++)
-    for (int nd = 0; nd < S.N; nd++)
-      if (nd != S.knode[k] && S.cnt[(size_t)nd * n + k] > 0) S.inter += cbytes[k];
+  swap_load(&S, t, base);
+  ib = S.inter;
+  FMCallGoto(bin_permute(n, w, t, base, owner));
+  swap_load(&S, t, owner);
+  if (ib <= S.inter) { memcpy(owner, base, sizeof(int) * (size_t)n); swap_load(&S, t, owner); }
   for (int r = 0; r < P; r++) head[r] = -1;
   for (int c = n - 1; c >= 0; c--) { next[c] = head[owner[c]]; head[owner[c]] = c; }
   swap_sweeps(&S, t, head, next, owner);
-  if (cap >= 0) {
-    for (int r = 0; r < P; r++) load[r] = 0;
-    for (int c = 0; c < n; c++) load[owner[c]] += w[c];
-    chunk_moves(&S, w, t, cap, load, owner);
-  }
+  S.budget += FM_COMM_BUDGET / 2;
+  for (int r = 0; r < P; r++) load[r] = 0;
+  for (int c = 0; c < n; c++) load[owner[c]] += w[c];
+  chunk_moves(&S, w, t, cap, load, owner);
 cleanup:
   free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next);
   return ierr;
@@ -222,8 +236,7 @@ FMErrorCode FMDistBalanceComm(const FMDistChunkVis *v, int n, const int64_t *w, 
        is the exchange's (compute up to that step costs nothing) */
     int64_t cap = loc.max[0];
     if (cm->unit_s > 0 && loc.step[0] / cm->unit_s > (double)cap) cap = (int64_t)(loc.step[0] / cm->unit_s);
-    FMCallGoto(bin_permute(n, w, t, owner, own2));
-    FMCallGoto(refine(v, n, w, cbytes, t, cap, work, own2));
+    FMCallGoto(refine(v, n, w, cbytes, t, cap, work, owner, own2));
     score(v, n, w, cbytes, t, type, cm, own2, work, recv, scratch, &loc.step[1], &loc.inter[1], &loc.intra[1], &loc.max[1]);
   }
   if (loc.step[1] <= loc.step[0] && loc.inter[1] <= loc.inter[0] && (loc.step[1] < loc.step[0] || loc.inter[1] < loc.inter[0])) {

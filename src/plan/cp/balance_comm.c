@@ -10,7 +10,7 @@
 #include <string.h>
 
 #ifndef FM_COMM_BUDGET
-#define FM_COMM_BUDGET (1L << 23) /* visibility entries the refinement may touch (about 10 ms on one core) */
+#define FM_COMM_BUDGET (1L << 21) /* visibility entries the refinement may touch (about 2 ms on one core) */
 #endif
 #ifndef FM_COMM_VIS_MAX
 #define FM_COMM_VIS_MAX (1L << 22) /* visibility size above which the candidate is not scored (a few ms per score) */
@@ -77,17 +77,32 @@ static void move_chunk(Swap *S, int q, int A, int B)
   }
 }
 
-/* the sweeps of bin swaps; head/next: each rank's chunks */
-static void swap_sweeps(Swap *S, const FMDistTopo *t, int *head, int *next, int *owner)
+/*
+ * The sweeps of bin swaps; head/next: each rank's chunks. A swap of x (node A) and y (node B)
+ * can only lower the bytes across nodes when x's chunks see keys on B or are seen from B, or
+ * y's with A: rel[r] holds those nodes (bit node % 64), from the assignment at the sweep's
+ * start, and the other pairs are not tried.
+ */
+static FMErrorCode swap_sweeps(Swap *S, const FMDistTopo *t, int *head, int *next, int *owner)
 {
-  int P = t->nranks, window = 2 * (P / t->nnodes) + 2;
-  for (int sweep = 0, better = 1; sweep < 4 && better && S->budget > 0; sweep++) {
+  int P = t->nranks, window = 2 * (P / t->nnodes) + 2, maxsw = 4;
+  uint64_t *rel;
+  FMCall(FMMalloc(P, &rel));
+  for (int sweep = 0, better = 1; sweep < maxsw && better && S->budget > 0; sweep++) {
     better = 0;
+    for (int r = 0; r < P; r++) rel[r] = 0;
+    for (int c = 0; c < S->C; c++)
+      for (int i = S->vto[c]; i < S->vto[c + 1]; i++) {
+        int k = S->vt[i];
+        rel[owner[c]] |= 1ull << (S->knode[k] % 64);
+        rel[owner[k]] |= 1ull << (S->knode[c] % 64);
+      }
+    S->budget -= S->vto[S->C];
     for (int i = 0; i < P && S->budget > 0; i++)
       for (int j = i + 1; j < P && j <= i + window; j++) {
         int x = t->nranks_of[i], y = t->nranks_of[j], A = t->node[x], B = t->node[y], h;
         double before = S->inter;
-        if (A == B) continue;
+        if (A == B || !((rel[x] >> (B % 64) & 1) || (rel[y] >> (A % 64) & 1))) continue;
         for (int c = head[x]; c >= 0; c = next[c]) move_chunk(S, c, A, B);
         for (int c = head[y]; c >= 0; c = next[c]) move_chunk(S, c, B, A);
         if (S->inter < before - 0.5) { /* bytes are whole numbers: a real gain */
@@ -102,31 +117,58 @@ static void swap_sweeps(Swap *S, const FMDistTopo *t, int *head, int *next, int 
         }
       }
   }
+  free(rel);
+  return FM_SUCCESS;
 }
 
 /*
- * Single chunks moved to the node that needs their K/V (cnt[node][q] > 0), onto its least
- * loaded rank, when that rank stays at or below cap (the work-only partition's heaviest
- * load, so the compute of the step cannot grow) and the bytes across nodes drop. Chunks in
- * ascending order, nodes ascending, a few sweeps.
+ * Single chunks to the node that needs their K/V (cnt[node][q] > 0): moved onto its least
+ * loaded rank when that rank stays at or below cap (the work-only partition's heaviest load,
+ * or the work its step pays for, so the compute of the step cannot grow), else swapped with a
+ * chunk p of that node that q's node needs, when both ranks stay at or below cap; applied when
+ * the bytes across nodes drop. Chunks in ascending order, nodes ascending, a few sweeps;
+ * nl/noff [n], [N + 1] scratch (each node's chunks at the sweep's start).
  */
-static void chunk_moves(Swap *S, const int64_t *w, const FMDistTopo *t, int64_t cap, int64_t *load, int *owner)
+static void chunk_moves(Swap *S, const int64_t *w, const FMDistTopo *t, int64_t cap, int64_t *load, int *owner, int *nl, int *noff)
 {
   int n = S->C;
   for (int sweep = 0, better = 1; sweep < 3 && better && S->budget > 0; sweep++) {
     better = 0;
+    for (int nd = 0; nd <= S->N; nd++) noff[nd] = 0;
+    for (int c = 0; c < n; c++) noff[S->knode[c] + 1]++;
+    for (int nd = 0; nd < S->N; nd++) noff[nd + 1] += noff[nd];
+    for (int c = 0, *f = nl; c < n; c++) f[noff[S->knode[c]]++] = c; /* noff[nd] is now node nd's end */
+    for (int nd = S->N; nd > 0; nd--) noff[nd] = noff[nd - 1];
+    noff[0] = 0;
     for (int q = 0; q < n && S->budget > 0; q++)
       for (int nd = 0; nd < S->N; nd++) {
-        int x = owner[q], A = t->node[x], y = -1;
+        int x = owner[q], A = t->node[x], y = -1, done = 0;
         const int *rk = t->nranks_of + t->nfirst[nd];
         double before = S->inter;
         if (nd == A || S->cnt[(size_t)nd * n + q] == 0) continue;
         for (int l = 0; l < t->nsize[nd]; l++)
           if (y < 0 || load[rk[l]] < load[y]) y = rk[l];
-        if (load[y] + w[q] > cap) continue;
-        move_chunk(S, q, A, nd);
-        if (S->inter < before - 0.5) { owner[q] = y; load[x] -= w[q]; load[y] += w[q]; better = 1; }
-        else { move_chunk(S, q, nd, A); S->inter = before; }
+        if (load[y] + w[q] <= cap) {
+          move_chunk(S, q, A, nd);
+          if (S->inter < before - 0.5) { owner[q] = y; load[x] -= w[q]; load[y] += w[q]; better = done = 1; }
+          else { move_chunk(S, q, nd, A); S->inter = before; }
+        }
+        for (int i = noff[nd]; i < noff[nd + 1] && !done && S->budget > 0; i++) {
+          int p = nl[i], yp = owner[p];
+          if (S->knode[p] != nd || S->cnt[(size_t)A * n + p] == 0) continue; /* moved since, or not needed on A */
+          if (load[x] - w[q] + w[p] > cap || load[yp] - w[p] + w[q] > cap) continue;
+          move_chunk(S, q, A, nd);
+          move_chunk(S, p, nd, A);
+          if (S->inter < before - 0.5) {
+            owner[q] = yp; owner[p] = x;
+            load[x] += w[p] - w[q]; load[yp] += w[q] - w[p];
+            better = done = 1;
+          } else {
+            move_chunk(S, p, A, nd);
+            move_chunk(S, q, nd, A);
+            S->inter = before;
+          }
+        }
       }
   }
 }
@@ -156,7 +198,7 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
                           int64_t *load, const int *base, int *owner)
 {
   Swap S;
-  int P = t->nranks, *head = NULL, *next = NULL;
+  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL;
   double ib;
   FMErrorCode ierr = FM_SUCCESS;
   memset(&S, 0, sizeof(S));
@@ -167,6 +209,7 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   FMCallGoto(FMMalloc((size_t)v->size + 1, &S.vt));
   FMCallGoto(FMMalloc(P, &head));
   FMCallGoto(FMMalloc(n, &next));
+  FMCallGoto(FMMalloc((size_t)t->nnodes + 1, &head2));
   /* the transpose of the visibility, by query chunk */
   for (int k = 0; k < n; k++)
     for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++)
@@ -183,13 +226,13 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   if (ib <= S.inter) { memcpy(owner, base, sizeof(int) * (size_t)n); swap_load(&S, t, owner); }
   for (int r = 0; r < P; r++) head[r] = -1;
   for (int c = n - 1; c >= 0; c--) { next[c] = head[owner[c]]; head[owner[c]] = c; }
-  swap_sweeps(&S, t, head, next, owner);
+  FMCallGoto(swap_sweeps(&S, t, head, next, owner));
   S.budget += FM_COMM_BUDGET / 2;
   for (int r = 0; r < P; r++) load[r] = 0;
   for (int c = 0; c < n; c++) load[owner[c]] += w[c];
-  chunk_moves(&S, w, t, cap, load, owner);
+  chunk_moves(&S, w, t, cap, load, owner, next, head2);
 cleanup:
-  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next);
+  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next); free(head2);
   return ierr;
 }
 

@@ -73,7 +73,24 @@ FMErrorCode FMDistChunkVisCreate(const FMDistTileMap *tm, const FMDistChunks *ch
       }
     }
   }
-  qsort(s, ns, sizeof(*s), cmp_span3);
+  {
+    /* by key chunk (a counting sort), then each key chunk's few spans by (lo, hi) */
+    Span3 *u;
+    int *cnt;
+    FMCallGoto(FMMalloc(ns + 1, &u));
+    FMCallGoto(FMCalloc((size_t)ch->nchunks + 1, &cnt));
+    for (size_t i = 0; i < ns; i++) cnt[s[i].k + 1]++;
+    for (int k = 0; k < ch->nchunks; k++) cnt[k + 1] += cnt[k];
+    for (size_t i = 0; i < ns; i++) u[cnt[s[i].k]++] = s[i];
+    free(s); s = u;
+    for (size_t i = 1; i < ns; i++) { /* insertion sort: already ordered by k, short runs within */
+      Span3 x = s[i];
+      size_t j = i;
+      while (j > 0 && cmp_span3(&s[j - 1], &x) > 0) { s[j] = s[j - 1]; j--; }
+      s[j] = x;
+    }
+    free(cnt);
+  }
   /* merge overlapping or touching intervals of each key chunk */
   FMCallGoto(FMMalloc(ns + 1, &v->q));
   FMCallGoto(FMCalloc((size_t)ch->nchunks + 1, &v->kofs));

@@ -7,7 +7,7 @@
  *   fmplan-sim -nodes 16 -gpus_per_node 8 -mask causal_document -seqlen 1048576
  *              [-seqlen_k N] [-mask_heads 1] [-batch 1] [-mask_batch 1] [-heads_kv 8] [-head_dim 128]
  *              [-dtype bf16|fp16|fp32] [-chunk 0] [-block 128] [-prune 1] [-view_ranks]
- *              [-steps N] [-seed S] [-rank R] [-table 0|1] [-ref 0|1] [-csv FILE]
+ *              [-steps N] [-seed S] [-rank R] [-table 0|1] [-ref 0|1] [-csv FILE] [-balance_comm 0|1]
  *              [-heads_q 32] [-tflops 500] [-bw_intra 450] [-bw_inter 50]
  *              [-fm_mask_* options of the mask builders]
  *
@@ -400,7 +400,7 @@ static FMErrorCode run(void)
     FMCall(FMMaskDestroy(&mask));
   }
   printf("\n");
-  FMCall(report(&o, &ch, "fast", vn, n, simt));
+  FMCall(report(&o, &ch, o.comm ? "comm" : "fast", vn, n, simt)); /* comm: -balance_comm 1, the comm-aware balancer */
   if (o.ref) FMCall(report(&o, &ch, "reference", vr, n, simt));
   free(vn); free(vr);
   FMCall(FMDistTopoDestroy(&topo));

@@ -77,38 +77,55 @@ static void move_chunk(Swap *S, int q, int A, int B)
   }
 }
 
+/* the change of the bytes across nodes if rank x's chunks (on node A) moved to node B; S unchanged */
+static double bin_gain(Swap *S, const int *head, const int *next, int x, int A, int B)
+{
+  double before = S->inter, g;
+  for (int c = head[x]; c >= 0; c = next[c]) move_chunk(S, c, A, B);
+  g = S->inter - before;
+  for (int c = head[x]; c >= 0; c = next[c]) move_chunk(S, c, B, A);
+  S->inter = before;
+  return g;
+}
+
+#define FM_GAIN_SPAN 3 /* node offsets -3..3 whose bin moves are cached */
+
 /*
- * The sweeps of bin swaps; head/next: each rank's chunks. A swap of x (node A) and y (node B)
- * can only lower the bytes across nodes when x's chunks see keys on B or are seen from B, or
- * y's with A: rel[r] holds those nodes (bit node % 64), from the assignment at the sweep's
- * start, and the other pairs are not tried.
+ * The sweeps of bin swaps; head/next: each rank's chunks. The swap of x (node A) with y
+ * (node B), a partner among the next `window` ranks in node order, is tried only when moving x
+ * to B and y to A one at a time would lower the bytes across nodes together (each single move's
+ * change, cached per rank and node offset, refreshed each sweep and for the ranks that swapped);
+ * then it is applied for real and kept when the bytes drop.
  */
 static FMErrorCode swap_sweeps(Swap *S, const FMDistTopo *t, int *head, int *next, int *owner)
 {
-  int P = t->nranks, window = 2 * (P / t->nnodes) + 2, maxsw = 4;
-  uint64_t *rel;
-  FMCall(FMMalloc(P, &rel));
-  for (int sweep = 0, better = 1; sweep < maxsw && better && S->budget > 0; sweep++) {
+  int P = t->nranks, window = 2 * (P / t->nnodes) + 2, span = 2 * FM_GAIN_SPAN + 1;
+  double *gain;
+  unsigned char *have;
+  FMCall(FMMalloc((size_t)P * span, &gain));
+  FMCall(FMMalloc((size_t)P * span, &have));
+  for (int sweep = 0, better = 1; sweep < 4 && better && S->budget > 0; sweep++) {
     better = 0;
-    for (int r = 0; r < P; r++) rel[r] = 0;
-    for (int c = 0; c < S->C; c++)
-      for (int i = S->vto[c]; i < S->vto[c + 1]; i++) {
-        int k = S->vt[i];
-        rel[owner[c]] |= 1ull << (S->knode[k] % 64);
-        rel[owner[k]] |= 1ull << (S->knode[c] % 64);
-      }
-    S->budget -= S->vto[S->C];
+    memset(have, 0, (size_t)P * span);
     for (int i = 0; i < P && S->budget > 0; i++)
-      for (int j = i + 1; j < P && j <= i + window; j++) {
-        int x = t->nranks_of[i], y = t->nranks_of[j], A = t->node[x], B = t->node[y], h;
+      for (int j = i + 1; j < P && j <= i + window && S->budget > 0; j++) {
+        int x = t->nranks_of[i], y = t->nranks_of[j], A = t->node[x], B = t->node[y], h, d = B - A;
         double before = S->inter;
-        if (A == B || !((rel[x] >> (B % 64) & 1) || (rel[y] >> (A % 64) & 1))) continue;
+        if (A == B) continue;
+        if (d >= -FM_GAIN_SPAN && d <= FM_GAIN_SPAN) {
+          size_t ix = (size_t)x * span + (size_t)(d + FM_GAIN_SPAN), iy = (size_t)y * span + (size_t)(FM_GAIN_SPAN - d);
+          if (!have[ix]) { gain[ix] = bin_gain(S, head, next, x, A, B); have[ix] = 1; }
+          if (!have[iy]) { gain[iy] = bin_gain(S, head, next, y, B, A); have[iy] = 1; }
+          if (gain[ix] + gain[iy] > -0.5) continue; /* together no gain: not tried */
+        }
         for (int c = head[x]; c >= 0; c = next[c]) move_chunk(S, c, A, B);
         for (int c = head[y]; c >= 0; c = next[c]) move_chunk(S, c, B, A);
         if (S->inter < before - 0.5) { /* bytes are whole numbers: a real gain */
           for (int c = head[x]; c >= 0; c = next[c]) owner[c] = y;
           for (int c = head[y]; c >= 0; c = next[c]) owner[c] = x;
           h = head[x]; head[x] = head[y]; head[y] = h;
+          memset(have + (size_t)x * span, 0, (size_t)span);
+          memset(have + (size_t)y * span, 0, (size_t)span);
           better = 1;
         } else {
           for (int c = head[x]; c >= 0; c = next[c]) move_chunk(S, c, B, A);
@@ -117,7 +134,7 @@ static FMErrorCode swap_sweeps(Swap *S, const FMDistTopo *t, int *head, int *nex
         }
       }
   }
-  free(rel);
+  free(gain); free(have);
   return FM_SUCCESS;
 }
 

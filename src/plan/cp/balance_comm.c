@@ -32,7 +32,7 @@ static int cmp_bin(const void *a, const void *b)
   return (x->r > y->r) - (x->r < y->r);
 }
 
-static FMErrorCode bin_permute(int n, const int64_t *w, const FMDistTopo *t, const int *base, int *owner)
+static FMErrorCode bin_permute(int n, const int64_t *w, const FMDistTopo *t, int median, const int *base, int *owner)
 {
   int P = t->nranks, *to;
   double *sw, *sc;
@@ -43,6 +43,14 @@ static FMErrorCode bin_permute(int n, const int64_t *w, const FMDistTopo *t, con
   FMCall(FMMalloc(P, &to));
   for (int c = 0; c < n; c++) { sw[base[c]] += (double)w[c] + 1.0; sc[base[c]] += ((double)w[c] + 1.0) * c; } /* +1: empty chunks count */
   for (int r = 0; r < P; r++) { bk[r].key = sw[r] > 0 ? sc[r] / sw[r] : (double)n; bk[r].r = r; }
+  if (median) /* the key is the chunk where the bin's weight passes its half instead */
+    for (int r = 0; r < P; r++) { sc[r] = 0; bk[r].key = n; }
+  for (int c = 0; c < n && median; c++) {
+    int r = base[c];
+    double before = sc[r];
+    sc[r] += (double)w[c] + 1.0;
+    if (before < 0.5 * sw[r] && sc[r] >= 0.5 * sw[r]) bk[r].key = c;
+  }
   qsort(bk, (size_t)P, sizeof(*bk), cmp_bin);
   for (int i = 0; i < P; i++) to[bk[i].r] = t->nranks_of[i]; /* nranks_of lists the ranks node by node */
   for (int c = 0; c < n; c++) owner[c] = to[base[c]];
@@ -207,15 +215,15 @@ static void swap_load(Swap *S, const FMDistTopo *t, const int *owner)
 }
 
 /*
- * The refinement: from the work-only partition base, or its bins in node order (bin_permute)
- * when that moves fewer bytes across nodes, bin swaps (half the work budget), then single-chunk
- * moves under cap (the rest). owner out [n]; load [P] scratch.
+ * The refinement: from the work-only partition base, or its bins in node order (bin_permute,
+ * by mean or median chunk) when that moves fewer bytes across nodes, bin swaps (half the work
+ * budget), then single-chunk moves and swaps under cap (the rest). owner out [n]; load [P] scratch.
  */
 static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, const double *cbytes, const FMDistTopo *t, int64_t cap,
                           int64_t *load, const int *base, int *owner)
 {
   Swap S;
-  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL;
+  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL;
   double ib;
   FMErrorCode ierr = FM_SUCCESS;
   memset(&S, 0, sizeof(S));
@@ -227,6 +235,7 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   FMCallGoto(FMMalloc(P, &head));
   FMCallGoto(FMMalloc(n, &next));
   FMCallGoto(FMMalloc((size_t)t->nnodes + 1, &head2));
+  FMCallGoto(FMMalloc(n, &trial));
   /* the transpose of the visibility, by query chunk */
   for (int k = 0; k < n; k++)
     for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++)
@@ -236,11 +245,16 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   for (int k = 0; k < n; k++)
     for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++)
       for (int q = v->q[i].lo; q < v->q[i].hi; q++) S.vt[next[q]++] = k;
+  /* the start: base, or its bins ordered by their mean or their median chunk, whichever moves least across nodes */
   swap_load(&S, t, base);
   ib = S.inter;
-  FMCallGoto(bin_permute(n, w, t, base, owner));
+  memcpy(owner, base, sizeof(int) * (size_t)n);
+  for (int med = 0; med < 2; med++) {
+    FMCallGoto(bin_permute(n, w, t, med, base, trial));
+    swap_load(&S, t, trial);
+    if (S.inter < ib) { ib = S.inter; memcpy(owner, trial, sizeof(int) * (size_t)n); }
+  }
   swap_load(&S, t, owner);
-  if (ib <= S.inter) { memcpy(owner, base, sizeof(int) * (size_t)n); swap_load(&S, t, owner); }
   for (int r = 0; r < P; r++) head[r] = -1;
   for (int c = n - 1; c >= 0; c--) { next[c] = head[owner[c]]; head[owner[c]] = c; }
   FMCallGoto(swap_sweeps(&S, t, head, next, owner));
@@ -249,7 +263,7 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   for (int c = 0; c < n; c++) load[owner[c]] += w[c];
   chunk_moves(&S, w, t, cap, load, owner, next, head2);
 cleanup:
-  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next); free(head2);
+  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next); free(head2); free(trial);
   return ierr;
 }
 

@@ -282,7 +282,7 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
       free(recv);
       FMCall(FMDistRouteDestroy(&route));
     }
-    {
+    if (type < 3) { /* (the comm-aware row's ring would only repeat the balanced one's) */
       /* the ring baseline (-fm_plan_schedule ring): every rank's whole block visits every rank, unpruned */
       double *rb, rl[2], total = 0, mrecv = 0;
       FMCall(FMMalloc(P, &rb));

@@ -18,9 +18,9 @@
 
 /*
  * The work-only partition's rank loads, given to other ranks: each rank's chunks (its bin) keep
- * together, the bins are sorted by the work-weighted mean of their chunk indices (ties: the old
- * rank), and the i-th bin goes to the i-th rank in node order (nodes in turn, each by local
- * index). Every rank's work is one of the old loads, so the compute is the same; bins of
+ * together, the bins are sorted by the work-weighted mean of their chunk indices, or (median)
+ * by the chunk where their weight passes half (ties: the old rank), and the i-th bin goes to the
+ * i-th rank in node order (nodes in turn, each by local index). Every rank's work is one of the old loads, so the compute is the same; bins of
  * neighbouring chunks land on one node.
  */
 typedef struct { double key; int r; } BinKey;
@@ -333,8 +333,9 @@ FMErrorCode FMDistPartitionPlan(FMDistPartType type, int balance_comm, const FMD
   int *owner = NULL;
   FMErrorCode ierr = FM_SUCCESS;
   memset(&ci, 0, sizeof(ci));
+  ci.skipped = 1;
   if (cinfo) *cinfo = ci;
-  if (type != FM_DIST_BALANCED || !balance_comm) {
+  if (type != FM_DIST_BALANCED || !balance_comm || !prune || t->nnodes < 2) { /* nothing to trade: the work-only answer, no visibility */
     FMCall(FMDistPartitionCreate(type, ch->nchunks, t->nranks, w, part, info));
     return FM_SUCCESS;
   }

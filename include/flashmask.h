@@ -715,6 +715,15 @@ FMErrorCode FMPlanGetOptionsPrefix(FMPlan plan, const char **prefix);
  *   (0, 64] (default 1). Option: -fm_plan_partial_cost.  FMPlanGetPartialCost - the value.
  * FMPlanSetRowCost - the balancer's fixed cost of every query tile, in full tiles, in [0, 1e6]
  *   (default 0). Option: -fm_plan_row_cost.  FMPlanGetRowCost - the value.
+ * FMPlanSetBalanceComm - on FM_TRUE: with the "balanced" partition, the communication-aware
+ *   balancer (doc/distributed.md, "The balancer's cost model"): beside the work-only partition it
+ *   builds one that keeps neighbouring chunks on one node and keeps it only when, under the cost
+ *   model, its predicted step is no longer and it moves no more K/V bytes across nodes (and one of
+ *   the two is smaller). Default FM_FALSE. Option: -fm_plan_balance_comm.  FMPlanGetBalanceComm - the flag.
+ * FMPlanSetCostModel - that cost model: tflops the attention TFLOP/s of one GPU (default 500),
+ *   bw_intra and bw_inter the GB/s a rank receives inside a node (default 450) and across nodes
+ *   (default 50), each in (0, 1e6]. Options: -fm_plan_tflops, -fm_plan_bw_intra, -fm_plan_bw_inter.
+ *   FMPlanGetCostModel - the values (any output may be NULL).
  * FMPlanSetRoute - the K/V gather's route: "flat" (owner to rank) or "hierarchical" (default:
  *   once across nodes, then relayed inside). Option: -fm_plan_route.  FMPlanGetRoute - the route.
  * FMPlanSetVirtualNodes - route over nodes >= 0 virtual nodes of consecutive ranks (0, the
@@ -744,6 +753,10 @@ FMErrorCode FMPlanSetPartialCost(FMPlan plan, double cost);
 FMErrorCode FMPlanGetPartialCost(FMPlan plan, double *cost);
 FMErrorCode FMPlanSetRowCost(FMPlan plan, double cost);
 FMErrorCode FMPlanGetRowCost(FMPlan plan, double *cost);
+FMErrorCode FMPlanSetBalanceComm(FMPlan plan, FMBool on);
+FMErrorCode FMPlanGetBalanceComm(FMPlan plan, FMBool *on);
+FMErrorCode FMPlanSetCostModel(FMPlan plan, double tflops, double bw_intra, double bw_inter);
+FMErrorCode FMPlanGetCostModel(FMPlan plan, double *tflops, double *bw_intra, double *bw_inter);
 FMErrorCode FMPlanSetRoute(FMPlan plan, const char *route);
 FMErrorCode FMPlanGetRoute(FMPlan plan, const char **route);
 FMErrorCode FMPlanSetVirtualNodes(FMPlan plan, int nodes);

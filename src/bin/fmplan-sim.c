@@ -7,7 +7,7 @@
  *   fmplan-sim -nodes 16 -gpus_per_node 8 -mask causal_document -seqlen 1048576
  *              [-seqlen_k N] [-mask_heads 1] [-batch 1] [-mask_batch 1] [-heads_kv 8] [-head_dim 128]
  *              [-dtype bf16|fp16|fp32] [-chunk 0] [-block 128] [-prune 1] [-view_ranks]
- *              [-steps N] [-seed S] [-rank R] [-table 0|1] [-ref 0|1] [-csv FILE]
+ *              [-steps N] [-seed S] [-rank R] [-table 0|1] [-ref 0|1] [-csv FILE] [-balance_comm 0|1]
  *              [-heads_q 32] [-tflops 500] [-bw_intra 450] [-bw_inter 50]
  *              [-fm_mask_* options of the mask builders]
  *
@@ -36,6 +36,8 @@ static const char help[] =
   "                 packing per sample; the chunk weights sum the samples, the needed sets are their union\n"
   "  -heads_q H -tflops F -bw_intra G -bw_inter G  the predicted compute, exchange and step times\n"
   "  -chunk L (0: default) -block 128 -prune 1 -view_ranks\n"
+  "  -balance_comm 1  the rank's set-up uses the communication-aware balancer (-fm_plan_balance_comm); the table\n"
+  "                 always shows it as the comm_aware row, scored on the hierarchical route\n"
   "  -steps N  re-plan N times with a fresh mask (seed S + step) and report the median per step\n"
   "  -seed S -rank R (the rank whose set-up work is timed) -table 0|1 (the every-rank table)\n"
   "  -ref 1    also time the reference paths (the planner before the fast paths) -csv FILE (append one row)\n";
@@ -45,7 +47,7 @@ typedef struct {
   double bw[2], tflops;
   int seed;
   char mtype[64], dts[16], csv[512];
-  FMBool prune, view, table, ref;
+  FMBool prune, view, table, ref, comm;
   size_t es;
   double pcost, rcost;
 } Sim;
@@ -77,6 +79,7 @@ static FMErrorCode sim_options(Sim *o)
   FMCall(FMOptionsGetInt("-block", "block size of the mask summaries", &o->block, NULL));
   FMCall(FMOptionsGetReal("-row_cost", "fixed cost of each query tile, in full tiles (as -fm_plan_row_cost)", &o->rcost, NULL));
   FMCall(FMOptionsGetReal("-partial_cost", "cost of a partially masked tile, in full tiles (as -fm_plan_partial_cost)", &o->pcost, NULL));
+  FMCall(FMOptionsGetBool("-balance_comm", "time the communication-aware balancer (as -fm_plan_balance_comm) in the rank's set-up", &o->comm, NULL));
   FMCall(FMOptionsGetBool("-prune", "prune K/V chunks no local query sees", &o->prune, NULL));
   FMCall(FMOptionsGetBool("-view_ranks", "print every rank's work and bytes", &o->view, NULL));
   FMCall(FMOptionsGetInt("-steps", "re-plan this many times with a fresh mask each (0: once)", &o->steps, NULL));
@@ -118,6 +121,12 @@ static FMErrorCode make_mask(const Sim *o, FMContext ctx, int seed, FMMask *mask
   return FM_SUCCESS;
 }
 
+/* The cost model of the options (the one the communication-aware balancer uses: cost.c). */
+static void sim_model(const Sim *o, const FMMaskDesc *m, FMDistCostModel *cm)
+{
+  FMDistCostModelInit(cm, m->block, o->d, o->hq, o->batch, FMDistMaskRows(m), o->tflops, o->bw[0], o->bw[1]);
+}
+
 /*
  * What rank o->rank computes in FMPlanSetUp (the balanced partition, the hierarchical route,
  * the gather's steps), phase by phase into tp[NPH] (seconds). ref: the reference paths
@@ -145,7 +154,13 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
     FMCall(FMDistChunkWeightsMap(&tm, o->pcost, o->rcost, w));
   }
   t = FMTime(); tp[0] = t - t0;
-  FMCall(FMDistPartitionCreate(FM_DIST_BALANCED, ch.nchunks, o->P, w, &part, NULL));
+  if (!ref) { /* what FMPlanSetUp runs: the work-only balancer, or with -balance_comm the communication-aware one */
+    FMDistCostModel cm;
+    for (int c = 0; c < ch.nchunks; c++) cb[c] = FMDistChunkBytes(&ch, c, o->batch, o->hkv, o->d, o->es);
+    sim_model(o, m, &cm);
+    FMCall(FMDistPartitionPlan(FM_DIST_BALANCED, o->comm == FM_TRUE, &tm, &ch, w, cb, topo, FM_DIST_ROUTE_HIER, o->prune == FM_TRUE, &cm, &part,
+                               NULL, NULL));
+  } else FMCall(FMDistPartitionCreate(FM_DIST_BALANCED, ch.nchunks, o->P, w, &part, NULL));
   tp[1] = FMTime() - t; t = FMTime();
   FMCall(FMDistRankRows(&ch, &part, me, &nr, &rows));
   FMCall(FMDistRankKeys(&ch, &part, me, &nk, &keys));
@@ -214,47 +229,58 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
 }
 
 /*
- * The predicted times of a partition and route (ms): compute = the heaviest rank's tiles at
- * -tflops, exchange = the slowest rank's receive (bytes inside a node at -bw_intra, across at
- * -bw_inter), step = the slowest rank's max(compute, exchange) (the exchange overlapped with the
- * compute of the chunks already there). lev: [2][P] received bytes by link level.
+ * The predicted times of a partition and route (ms), by the planner's cost model
+ * (FMDistPredict): compute = the heaviest rank's work at -tflops, exchange = the slowest
+ * rank's receive (bytes inside a node at -bw_intra, across at -bw_inter), step = the slowest
+ * rank's max(compute, exchange) (the exchange overlapped with the compute of the chunks
+ * already there). recv: [2][P] received bytes by link level.
  */
-static void predict(const Sim *o, const FMMaskDesc *m, const FMDistPartition *part, const double *lev, double *t)
+static void predict(const Sim *o, const FMMaskDesc *m, const FMDistPartition *part, const double *recv, double *t)
 {
-  double tile = 4.0 * m->block * m->block * o->d * o->hq * o->batch / (o->tflops * 1e12) / FMDistMaskRows(m) * 1e3; /* per weight unit: a tile of one mask row */
-  t[0] = t[1] = t[2] = 0;
-  for (int r = 0; r < o->P; r++) {
-    double c = (double)part->work[r] / m->block * tile, x = lev[r] / (o->bw[0] * 1e6) + lev[o->P + r] / (o->bw[1] * 1e6);
-    if (c > t[0]) t[0] = c;
-    if (x > t[1]) t[1] = x;
-    if ((c > x ? c : x) > t[2]) t[2] = c > x ? c : x;
-  }
+  FMDistCostModel cm;
+  sim_model(o, m, &cm);
+  FMDistPredict(&cm, o->P, part->work, recv, t);
+  for (int i = 0; i < 3; i++) t[i] *= 1e3;
 }
 
 /* The every-rank simulation: each partition's work and each route's bytes (the table). */
 static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, double *elapsed)
 {
   FMDistChunks ch;
+  FMDistTileMap tm;
+  FMDistChunkVis vis;
+  FMDistCostModel cm;
+  FMDistCommInfo cinfo;
   int64_t *w;
   double *bytes, t0 = FMTime();
   unsigned char *need;
-  int P = o->P;
+  int P = o->P, *owner;
   static const char *const starts[] = {"improved contiguous", "improved LPT", "improved dual_chunk"};
   FMCall(FMDistChunksInit(m->seqlen_q, m->seqlen_k, o->chunk, P, m->block, &ch));
   FMCall(FMMalloc(ch.nchunks, &w));
+  FMCall(FMMalloc(ch.nchunks, &owner));
   FMCall(FMMalloc(ch.nchunks, &bytes));
   FMCall(FMMalloc((size_t)P * ch.nchunks, &need));
-  FMCall(FMDistChunkWeights(m, &ch, o->pcost, o->rcost, w));
+  FMCall(FMDistTileMapCreate(m, &ch, &tm));
+  FMCall(FMDistChunkWeightsMap(&tm, o->pcost, o->rcost, w));
+  FMCall(FMDistChunkVisCreate(&tm, &ch, &vis));
+  FMCall(FMDistTileMapDestroy(&tm));
+  sim_model(o, m, &cm);
   for (int c = 0; c < ch.nchunks; c++) bytes[c] = FMDistChunkBytes(&ch, c, o->batch, o->hkv, o->d, o->es);
   printf("\n  %-10s %12s %12s %9s %12s %12s %7s  %-12s %11s %11s %13s\n", "partition", "max tiles", "mean tiles", "max/mean",
          "needed GB", "allgather GB", "needed", "route", "intra GB", "inter GB", "max recv MB");
-  for (int type = 0; type < 3; type++) {
+  for (int type = 0; type < 4; type++) { /* 3: balanced with -fm_plan_balance_comm (the communication-aware balancer) */
     FMDistPartition part;
     FMDistBalanceInfo info;
     int64_t mx;
     double mean, imb, pred[2][3];
-    if (P >= 256) fprintf(stderr, "fmplan-sim: %s partition of %d chunks on %d ranks (%.1f s)\n", FMDistPartNames[type], ch.nchunks, P, FMTime() - t0);
-    FMCall(FMDistPartitionCreate((FMDistPartType)type, ch.nchunks, P, w, &part, &info));
+    const char *pname = type < 3 ? FMDistPartNames[type] : "comm_aware";
+    if (P >= 256) fprintf(stderr, "fmplan-sim: %s partition of %d chunks on %d ranks (%.1f s)\n", pname, ch.nchunks, P, FMTime() - t0);
+    if (type < 3) FMCall(FMDistPartitionCreate((FMDistPartType)type, ch.nchunks, P, w, &part, &info));
+    else {
+      FMCall(FMDistBalanceComm(&vis, ch.nchunks, w, bytes, topo, FM_DIST_ROUTE_HIER, o->prune == FM_TRUE, &cm, owner, &cinfo));
+      FMCall(FMDistPartitionFromOwner(ch.nchunks, P, owner, w, &part));
+    }
     FMDistPartitionImbalance(&part, &mx, &mean, &imb);
     if (P >= 256) fprintf(stderr, "fmplan-sim: needed sets and routes of %d ranks (%.1f s)\n", P, FMTime() - t0);
     FMCall(FMDistNeededAll(m, &ch, &part, o->prune == FM_TRUE, need));
@@ -270,7 +296,7 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
       for (int r = 0; r < P; r++) if (recv[r] > mrecv) mrecv = recv[r];
       predict(o, m, &part, recv + P, &pred[rt][0]);
       if (rt == 0)
-        printf("  %-10s %12.1f %12.1f %9.4f %12.4f %12.4f %6.1f%%  %-12s %11.4f %11.4f %13.2f\n", FMDistPartNames[type], (double)mx / m->block,
+        printf("  %-10s %12.1f %12.1f %9.4f %12.4f %12.4f %6.1f%%  %-12s %11.4f %11.4f %13.2f\n", pname, (double)mx / m->block,
                mean / m->block, imb, route.needed_bytes / 1e9, route.allgather_bytes / 1e9,
                route.allgather_bytes > 0 ? 100.0 * route.needed_bytes / route.allgather_bytes : 100.0, FMDistRouteNames[rt],
                route.bytes[0] / 1e9, route.bytes[1] / 1e9, mrecv / 1048576.0);
@@ -289,7 +315,7 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
       free(recv);
       FMCall(FMDistRouteDestroy(&route));
     }
-    {
+    if (type < 3) { /* (the comm-aware row's ring would only repeat the balanced one's) */
       /* the ring baseline (-fm_plan_schedule ring): every rank's whole block visits every rank, unpruned */
       double *rb, rl[2], total = 0, mrecv = 0;
       FMCall(FMMalloc(P, &rb));
@@ -307,6 +333,14 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
       printf("  balancer: LPT max %.1f tiles, dual_chunk max %.1f, kept the %s start; %d pair and %d three-way moves%s\n",
              (double)info.lpt_max / m->block, (double)info.dual_max / m->block, starts[info.start], info.pair_moves,
              info.triple_moves, info.inexact_pairs ? " (some pair pools too large for the exact search)" : "");
+    if (type == 3)
+      printf("  comm-aware balancer (hierarchical route): work-only step %.3f ms, %.4f GB across nodes, max %.1f tiles; node-local candidate %s;"
+             " kept the %s partition\n", 1e3 * cinfo.step[0], cinfo.inter[0] / 1e9, (double)cinfo.max[0] / m->block,
+             cinfo.skipped ? "not built" : "built", cinfo.kept ? "node-local" : "work-only");
+    if (type == 3 && !cinfo.skipped)
+      printf("  %-10s node-local candidate: step %.3f ms, %.4f GB across nodes (%+.1f%%), max %.1f tiles\n", "", 1e3 * cinfo.step[1],
+             cinfo.inter[1] / 1e9, cinfo.inter[0] > 0 ? 100.0 * (cinfo.inter[1] - cinfo.inter[0]) / cinfo.inter[0] : 0.0,
+             (double)cinfo.max[1] / m->block);
     FMCall(FMDistPartitionDestroy(&part));
   }
   *elapsed = FMTime() - t0;
@@ -314,7 +348,8 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
          "   bytes are K+V of the needed remote chunks; the flat and hierarchical rows are the pruned gather routes, the ring row the\n"
          "   unpruned ring baseline of -fm_plan_schedule ring, (P-1) x all K/V; the every-rank simulation took %.2f s)\n", m->block, m->block,
          *elapsed);
-  free(w); free(bytes); free(need);
+  free(w); free(bytes); free(need); free(owner);
+  FMCall(FMDistChunkVisDestroy(&vis));
   return FM_SUCCESS;
 }
 
@@ -412,7 +447,7 @@ static FMErrorCode run(void)
     FMCall(FMMaskDestroy(&mask));
   }
   printf("\n");
-  FMCall(report(&o, &ch, "fast", vn, n, simt, o.steps > 0 ? vx : NULL));
+  FMCall(report(&o, &ch, o.comm ? "comm" : "fast", vn, n, simt, o.steps > 0 ? vx : NULL)); /* comm: -balance_comm 1, the comm-aware balancer */
   if (o.ref) FMCall(report(&o, &ch, "reference", vr, n, simt, NULL));
   free(vn); free(vr); free(vx);
   FMCall(FMDistTopoDestroy(&topo));

@@ -75,6 +75,7 @@ module flashmask
     fm_plan_set_type, fm_plan_get_type, fm_plan_set_partition, fm_plan_get_partition, &
     fm_plan_set_chunk, fm_plan_get_chunk, fm_plan_set_partial_cost, fm_plan_get_partial_cost, &
     fm_plan_set_row_cost, fm_plan_get_row_cost, fm_plan_set_route, fm_plan_get_route, &
+    fm_plan_set_balance_comm, fm_plan_get_balance_comm, fm_plan_set_cost_model, fm_plan_get_cost_model, &
     fm_plan_set_virtual_nodes, fm_plan_set_schedule, fm_plan_get_schedule, fm_plan_set_prune, &
     fm_plan_set_overlap, fm_plan_set_transport, fm_plan_set_gpu_aware_mpi, fm_plan_set_step_chunks, &
     fm_plan_set_trace

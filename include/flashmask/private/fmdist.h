@@ -338,6 +338,103 @@ FMErrorCode FMDistExchangeSteps(FMDistSchedType sched, const FMDistChunks *ch, c
 FMErrorCode FMDistExchangeStepsRank(FMDistSchedType sched, const FMDistChunks *ch, const FMDistPartition *part, const FMDistTopo *topo,
                                     const FMDistRoute *route, int group, int rank, int *n, FMDistStepXfer **x, int *nsteps);
 
+/* ---------------- the step cost model and the communication-aware balancer (cost.c, balance_comm.c) ---------------- */
+/*
+ * The one model of a step's time that fmplan-sim predicts with and the communication-aware
+ * balancer minimizes (doc/distributed.md, "The balancer's cost model"). Rank r computes its
+ * work (chunk weights) at unit_s seconds per weight unit and receives recv[0][r] bytes inside
+ * its node at bw[0] and recv[1][r] across nodes at bw[1] bytes/s; the exchange overlaps the
+ * compute (the gather with -fm_plan_overlap), so its time is
+ *   t_r = max(compute_r, exchange_r) = compute_r + exposed exchange_r
+ * and the step's time is the slowest rank's.
+ */
+typedef struct {
+  double unit_s;  /* seconds per weight unit (one row of a key block of one mask row) */
+  double bw[2];   /* bytes/s a rank receives inside a node, across nodes */
+} FMDistCostModel;
+
+/*
+ * FMDistCostModelInit - the model for blocks of `block`, head_dim x heads_q query heads, batch
+ *   samples and mask_rows mask rows (FMDistMaskRows: the weights sum them), at tflops TFLOP/s of
+ *   attention (4 flops per query, key and head dimension) and bw_intra / bw_inter GB/s.
+ */
+void FMDistCostModelInit(FMDistCostModel *cm, int block, int head_dim, int heads_q, int batch, int mask_rows, double tflops, double bw_intra,
+                         double bw_inter);
+/*
+ * FMDistPredict - t[0] the slowest rank's compute, t[1] the slowest rank's exchange, t[2] the
+ *   step (max over ranks of max(compute, exchange)), in seconds. work [P]; recv [2][P] (level 0
+ *   then level 1, as FMDistRouteRecv gives).
+ */
+void FMDistPredict(const FMDistCostModel *cm, int P, const int64_t *work, const double *recv, double t[3]);
+/* FMDistRouteRecv - recv[2][P]: the bytes each rank receives per link level on a route (the whole route). */
+void FMDistRouteRecv(const FMDistRoute *rt, const double *cbytes, int P, double *recv);
+
+/*
+ * The chunk visibility the communication-aware balancer plans with: for each key chunk k, the
+ * query chunks that see it, as merged intervals [q[i].lo, q[i].hi) at kofs[k] .. kofs[k + 1];
+ * query chunk q sees k when some (mask row, key block of k) tile of q is FULL or PARTIAL (the
+ * tile map's classes: the exact needed sets, or a superset where a PARTIAL tile hides nothing
+ * visible). A rank needs k when it owns a query chunk that sees it, so every partition's
+ * needed sets and route bytes follow without localizing. size: the sum of the interval lengths
+ * (the cost of one evaluation).
+ */
+typedef struct { int lo, hi; } FMDistSpan;
+typedef struct {
+  int nchunks, nspan;
+  int *kofs;       /* [nchunks + 1] */
+  FMDistSpan *q;   /* [nspan] */
+  long size;
+} FMDistChunkVis;
+FMErrorCode FMDistChunkVisCreate(const FMDistTileMap *tm, const FMDistChunks *ch, FMDistChunkVis *v);
+FMErrorCode FMDistChunkVisDestroy(FMDistChunkVis *v);
+
+/*
+ * FMDistCommRecv - recv[2][P] of the given owner[] on route `type` (as FMDistRouteBuild +
+ *   FMDistRouteRecv on the visibility's needed sets, pruned), O(v->size + P + chunks).
+ *   scratch: [P + nnodes] ints.
+ */
+void FMDistCommRecv(const FMDistChunkVis *v, const FMDistTopo *t, FMDistRouteType type, const int *owner, const double *cbytes, int *scratch,
+                    double *recv);
+
+/*
+ * FMDistBalanceImprove_Private - the balancer's improvement (balance.c) on the assignment owner
+ *   with loads load[P]; node NULL: as FMDistBalance; else [P] each rank's node: partners on the
+ *   heaviest rank's node are tried first.
+ */
+FMErrorCode FMDistBalanceImprove_Private(int n, const int64_t *w, int P, const int *node, int *owner, int64_t *load, FMDistBalanceInfo *info);
+
+/* What the communication-aware balancer decided (FMDistBalanceComm). */
+typedef struct {
+  FMDistBalanceInfo work;   /* the work-only balancer's information (its candidate) */
+  int kept;                 /* 0: the work-only partition was kept; 1: the node-local candidate won */
+  int skipped;              /* 1: no candidate was built (one node, one rank, no pruning, or the visibility is too large) */
+  double step[2], inter[2], intra[2]; /* work-only and node-local candidates: predicted step (s), bytes across / inside nodes */
+  int64_t max[2];           /* their heaviest rank's work */
+} FMDistCommInfo;
+
+/*
+ * FMDistBalanceComm - the communication-aware balancer: the work-only balancer's partition
+ *   (FMDistBalance) and a node-local candidate (the chunks cut into contiguous node ranges of
+ *   equal work, LPT over each node's ranks, then the improvement with partners on the same
+ *   node first), each scored by the cost model on route `type`; the candidate wins only when
+ *   its predicted step is no longer and it moves no more bytes across nodes, and one of the two
+ *   is strictly smaller. So its predicted step is never longer than the work-only balancer's,
+ *   it never moves more bytes across nodes (both under the model), and it is deterministic (the
+ *   same on every rank). w [n], cbytes [n], owner out [n]; info may be NULL.
+ */
+FMErrorCode FMDistBalanceComm(const FMDistChunkVis *v, int n, const int64_t *w, const double *cbytes, const FMDistTopo *t, FMDistRouteType type,
+                              int prune, const FMDistCostModel *cm, int *owner, FMDistCommInfo *info);
+
+/*
+ * FMDistPartitionPlan - the partition of a plan's set-up: FMDistPartitionCreate of type, or, for
+ *   FM_DIST_BALANCED with balance_comm (-fm_plan_balance_comm), FMDistBalanceComm on the chunk
+ *   visibility of the tile map tm, topology t and route. cbytes [nchunks] (FMDistChunkBytes);
+ *   info (the work-only balancer's, as FMDistPartitionCreate gives) and cinfo may be NULL.
+ */
+FMErrorCode FMDistPartitionPlan(FMDistPartType type, int balance_comm, const FMDistTileMap *tm, const FMDistChunks *ch, const int64_t *w,
+                                const double *cbytes, const FMDistTopo *t, FMDistRouteType route, int prune, const FMDistCostModel *cm,
+                                FMDistPartition *part, FMDistBalanceInfo *info, FMDistCommInfo *cinfo);
+
 /* ---------------- execution statistics (exec.c) ---------------- */
 typedef struct {
   double sent_bytes[2];     /* K/V bytes this rank sent in the last gather (forward or backward), per link level */

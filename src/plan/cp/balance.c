@@ -401,7 +401,13 @@ static void record_failed(Failed *F, const Ranks *R, const int64_t *w, int b)
 #define FM_BALANCE_BUDGET (1L << 22) /* work units (subsets enumerated, pool items) per improvement: a few ms at most */
 #endif
 
-static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *load, FMDistBalanceInfo *info)
+/*
+ * node: NULL for the work-only balancer; else each rank's node (the communication-aware
+ * balancer, balance_comm.c): the heaviest rank's partners are tried on its own node first,
+ * in ascending load, and only then on the other nodes, so that work moves across nodes only
+ * when no partner inside the node can take it.
+ */
+static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *load, const int *node, FMDistBalanceInfo *info)
 {
   Ranks R;
   Failed F;
@@ -425,11 +431,12 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
     int a, improved = 0, top = P - 1;
     while (top > 0 && load[R.order[top - 1]] == load[R.order[P - 1]]) top--;
     a = R.order[top]; /* the heaviest, lowest index among ties */
+    for (int pass = 0; pass < (node ? 2 : 1) && !improved; pass++) {
     F.n = 0;
     for (int k = 0; k < P && !improved && budget > 0; k++) {
       int b = R.order[k], np;
       int64_t small = 0, T = load[a] + load[b];
-      if (b == a) continue;
+      if (b == a || (node && (node[b] == node[a]) != (pass == 0))) continue;
       who[0] = a; who[1] = b;
       np = rank_pool(&R, 2, who, w, pool, cur, x);
       budget -= np + 1;
@@ -449,6 +456,7 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
         if (info) info->pair_moves++;
         improved = 1;
       }
+    }
     }
     if (!improved && P >= 3 && budget > 0) {
       int np;
@@ -546,7 +554,7 @@ static FMErrorCode balance(int n, const int64_t *w, int P, int *owner, FMDistBal
     free(hp);
   }
   loc.lpt_max = max_of(P, load);
-  FMCall(ref ? improve_ref(n, w, P, owner, load, &loc) : improve(n, w, P, owner, load, &loc));
+  FMCall(ref ? improve_ref(n, w, P, owner, load, &loc) : improve(n, w, P, owner, load, NULL, &loc));
   m1 = max_of(P, load);
   /*
    * The same improvement from the contiguous and the dual-chunk assignments; the least max
@@ -563,7 +571,7 @@ static FMErrorCode balance(int n, const int64_t *w, int P, int *owner, FMDistBal
       else FMDistAssignDualChunk(n, P, own2);
       loads_of(n, w, P, own2, load2);
       if (cand == 2) loc.dual_max = max_of(P, load2);
-      FMCall(ref ? improve_ref(n, w, P, own2, load2, &loc) : improve(n, w, P, own2, load2, &loc));
+      FMCall(ref ? improve_ref(n, w, P, own2, load2, &loc) : improve(n, w, P, own2, load2, NULL, &loc));
       cm = max_of(P, load2);
       if (cm < bmax || (cm == bmax && cand < best)) {
         bmax = cm;
@@ -579,6 +587,13 @@ static FMErrorCode balance(int n, const int64_t *w, int P, int *owner, FMDistBal
   return FM_SUCCESS;
 }
 
+/* FMDistBalanceImprove_Private - see fmdist.h: improve() on a given assignment. */
+FMErrorCode FMDistBalanceImprove_Private(int n, const int64_t *w, int P, const int *node, int *owner, int64_t *load, FMDistBalanceInfo *info)
+{
+  FMCall(improve(n, w, P, owner, load, node, info));
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info)
 {
   FMCall(balance(n, w, P, owner, info, 0));
@@ -589,27 +604,4 @@ FMErrorCode FMDistBalanceRef(int n, const int64_t *w, int P, int *owner, FMDistB
 {
   FMCall(balance(n, w, P, owner, info, 1));
   return FM_SUCCESS;
-}
-
-/* FMDistPartitionCreate - see fmdist.h: the contiguous, dual-chunk or balanced partition. */
-FMErrorCode FMDistPartitionCreate(FMDistPartType type, int nchunks, int P, const int64_t *w, FMDistPartition *part,
-                                  FMDistBalanceInfo *info)
-{
-  int *owner = NULL;
-  FMErrorCode ierr = FM_SUCCESS;
-  FMCheck(nchunks >= 1 && P >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "nchunks = %d, P = %d; expected both >= 1", nchunks, P);
-  FMCall(FMMalloc(nchunks, &owner));
-  switch (type) {
-  case FM_DIST_CONTIGUOUS: FMDistAssignContiguous(nchunks, P, owner); break;
-  case FM_DIST_DUAL_CHUNK: FMDistAssignDualChunk(nchunks, P, owner); break;
-  case FM_DIST_BALANCED:
-    FMCheckGoto(w, MPI_COMM_SELF, FM_ERR_ARG_NULL, "The balanced partition needs chunk weights (w is NULL)");
-    FMCallGoto(FMDistBalance(nchunks, w, P, owner, info));
-    break;
-  default: FMRaiseGoto(MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Partition type %d; expected 0..2", (int)type);
-  }
-  FMCallGoto(FMDistPartitionFromOwner(nchunks, P, owner, w, part));
-cleanup:
-  free(owner);
-  return ierr;
 }

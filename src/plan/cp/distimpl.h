@@ -46,6 +46,8 @@ typedef struct {
   int gpu_aware;          /* -fm_gpu_aware_mpi as given (FMDistGPUAware); the executor resolves AUTO */
   double partial_cost;    /* -fm_plan_partial_cost: a partial tile's weight in the balancer (full tile = 1) */
   double row_cost;        /* -fm_plan_row_cost: fixed cost of a query tile in the balancer, in full tiles */
+  int balance_comm;       /* -fm_plan_balance_comm: 0 or 1, the communication-aware balancer (FMDistBalanceComm) */
+  double tflops, bw_intra, bw_inter; /* -fm_plan_tflops, -fm_plan_bw_intra, -fm_plan_bw_inter: its cost model (FMPlanSetCostModel) */
   int trace_on, trace_view; /* -fm_trace file (trace_path), -fm_trace_view */
   char trace_path[1024];
 } FMDistOptions;

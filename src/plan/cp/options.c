@@ -23,6 +23,8 @@ void FMDistOptionsDefault_Private(FMDistOptions *o)
   o->debug_fail = -1;
   o->partial_cost = 1.0;
   o->row_cost = 0.0;
+  o->balance_comm = 0;
+  o->tflops = 500; o->bw_intra = 450; o->bw_inter = 50;
 }
 
 /* The checks a setting passes, from a setter (code FM_ERR_ARG_OUTOFRANGE) or an option (FM_ERR_OPT);
@@ -43,6 +45,13 @@ static FMErrorCode check_row_cost(FMErrorCode code, const char *name, double v)
   return FM_SUCCESS;
 }
 
+static FMErrorCode check_model(FMErrorCode code, const char *name, double tflops, double bw_intra, double bw_inter)
+{
+  FMCheck(tflops > 0 && tflops <= 1e6 && bw_intra > 0 && bw_intra <= 1e6 && bw_inter > 0 && bw_inter <= 1e6, MPI_COMM_SELF, code,
+          "%s: tflops %g, bw_intra %g, bw_inter %g; expected each in (0, 1e6] (TFLOP/s, GB/s)", name, tflops, bw_intra, bw_inter);
+  return FM_SUCCESS;
+}
+
 /* FMPlanSetFromOptions_CP - see distimpl.h. The options start from the current settings. */
 FMErrorCode FMPlanSetFromOptions_CP(FMPlan plan)
 {
@@ -55,6 +64,19 @@ FMErrorCode FMPlanSetFromOptions_CP(FMPlan plan)
                           &o.partial_cost, NULL));
   FMCall(FMOptionsGetReal("-fm_plan_row_cost", "balancer: fixed cost of each query tile (load, epilogue), in full tiles (FMPlanSetRowCost)",
                           &o.row_cost, NULL));
+  {
+    FMBool bc = o.balance_comm ? FM_TRUE : FM_FALSE;
+    FMCall(FMOptionsGetBool("-fm_plan_balance_comm",
+                            "balancer: also count the K/V bytes each rank receives, by link, and keep a partition with fewer bytes across "
+                            "nodes when its predicted step is no longer (FMPlanSetBalanceComm)", &bc, NULL));
+    o.balance_comm = bc == FM_TRUE;
+  }
+  FMCall(FMOptionsGetReal("-fm_plan_tflops", "-fm_plan_balance_comm's model: attention TFLOP/s of one GPU (FMPlanSetCostModel)", &o.tflops, NULL));
+  FMCall(FMOptionsGetReal("-fm_plan_bw_intra", "-fm_plan_balance_comm's model: GB/s a rank receives inside a node (FMPlanSetCostModel)",
+                          &o.bw_intra, NULL));
+  FMCall(FMOptionsGetReal("-fm_plan_bw_inter", "-fm_plan_balance_comm's model: GB/s a rank receives across nodes (FMPlanSetCostModel)",
+                          &o.bw_inter, NULL));
+  FMCall(check_model(FM_ERR_OPT, "-fm_plan_tflops, -fm_plan_bw_intra, -fm_plan_bw_inter", o.tflops, o.bw_intra, o.bw_inter));
   FMCall(FMOptionsGetEnum_Private("-fm_plan_route", "K/V gather route (FMPlanSetRoute)", FMDistRouteNames, &o.route_type, NULL));
   FMCall(FMOptionsGetBool("-fm_plan_prune", "never transfer K/V chunks no local query can see (FMPlanSetPrune)", &prune, NULL));
   FMCall(FMOptionsGetBool("-fm_plan_overlap", "compute on arrived chunks while others are in flight (FMPlanSetOverlap)", &overlap, NULL));
@@ -270,6 +292,43 @@ FMErrorCode FMPlanGetPartialCost(FMPlan plan, double *cost)
   FMValidPointer(cost, 2);
   FMCall(get_settings(plan, &o));
   *cost = o.partial_cost;
+  return FM_SUCCESS;
+}
+FMErrorCode FMPlanSetBalanceComm(FMPlan plan, FMBool on)
+{
+  FMDistOptions *o;
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCheck(on == FM_TRUE || on == FM_FALSE, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (on) of FMPlanSetBalanceComm() is %d; expected FM_TRUE or FM_FALSE", (int)on);
+  FMCall(settings(plan, &o));
+  if (o) o->balance_comm = on == FM_TRUE;
+  return FM_SUCCESS;
+}
+FMErrorCode FMPlanGetBalanceComm(FMPlan plan, FMBool *on)
+{
+  FMDistOptions o;
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(on, 2);
+  FMCall(get_settings(plan, &o));
+  *on = o.balance_comm ? FM_TRUE : FM_FALSE;
+  return FM_SUCCESS;
+}
+FMErrorCode FMPlanSetCostModel(FMPlan plan, double tflops, double bw_intra, double bw_inter)
+{
+  FMDistOptions *o;
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCall(check_model(FM_ERR_ARG_OUTOFRANGE, "Arguments 2-4 of FMPlanSetCostModel()", tflops, bw_intra, bw_inter));
+  FMCall(settings(plan, &o));
+  if (o) { o->tflops = tflops; o->bw_intra = bw_intra; o->bw_inter = bw_inter; }
+  return FM_SUCCESS;
+}
+FMErrorCode FMPlanGetCostModel(FMPlan plan, double *tflops, double *bw_intra, double *bw_inter)
+{
+  FMDistOptions o;
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCall(get_settings(plan, &o));
+  if (tflops) *tflops = o.tflops;
+  if (bw_intra) *bw_intra = o.bw_intra;
+  if (bw_inter) *bw_inter = o.bw_inter;
   return FM_SUCCESS;
 }
 FMErrorCode FMPlanSetRowCost(FMPlan plan, double cost)

@@ -81,6 +81,29 @@ FMErrorCode FMDistPartitionFromOwner(int nchunks, int P, const int *owner, const
   return FM_SUCCESS;
 }
 
+/* FMDistPartitionCreate - see fmdist.h: the contiguous, dual-chunk or balanced partition. */
+FMErrorCode FMDistPartitionCreate(FMDistPartType type, int nchunks, int P, const int64_t *w, FMDistPartition *part,
+                                  FMDistBalanceInfo *info)
+{
+  int *owner = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
+  FMCheck(nchunks >= 1 && P >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "nchunks = %d, P = %d; expected both >= 1", nchunks, P);
+  FMCall(FMMalloc(nchunks, &owner));
+  switch (type) {
+  case FM_DIST_CONTIGUOUS: FMDistAssignContiguous(nchunks, P, owner); break;
+  case FM_DIST_DUAL_CHUNK: FMDistAssignDualChunk(nchunks, P, owner); break;
+  case FM_DIST_BALANCED:
+    FMCheckGoto(w, MPI_COMM_SELF, FM_ERR_ARG_NULL, "The balanced partition needs chunk weights (w is NULL)");
+    FMCallGoto(FMDistBalance(nchunks, w, P, owner, info));
+    break;
+  default: FMRaiseGoto(MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Partition type %d; expected 0..2", (int)type);
+  }
+  FMCallGoto(FMDistPartitionFromOwner(nchunks, P, owner, w, part));
+cleanup:
+  free(owner);
+  return ierr;
+}
+
 FMErrorCode FMDistPartitionDestroy(FMDistPartition *part)
 {
   if (!part) return FM_SUCCESS;

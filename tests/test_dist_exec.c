@@ -31,6 +31,7 @@ typedef struct {
   int prune, overlap, vnodes;
   const char *sched; /* NULL = gather */
   int mb;            /* mask batch (FMMaskSetBatch; 0 or 1: shared by every sample, else B) */
+  int comm;          /* the communication-aware balancer (FMPlanSetBalanceComm) */
 } Case;
 
 static int ring_even;   /* ring cases where every rank held the same K/V and got exactly (P-1) x its own */
@@ -113,6 +114,7 @@ static void set_opts(FMPlan plan, const Case *c)
   FMT_CALL(FMPlanSetOverlap(plan, c->overlap ? FM_TRUE : FM_FALSE));
   FMT_CALL(FMPlanSetVirtualNodes(plan, c->vnodes));
   FMT_CALL(FMPlanSetSchedule(plan, c->sched ? c->sched : "gather"));
+  FMT_CALL(FMPlanSetBalanceComm(plan, c->comm ? FM_TRUE : FM_FALSE));
   FMT_CALL(FMPlanSetFromOptions(plan));
 }
 
@@ -592,6 +594,10 @@ int main(int argc, char **argv)
       {FMMASKCAUSALDOCUMENT, 520, 300, 3, 2, 1, 16, 1, FM_DTYPE_FP32, "dual_chunk", "flat", "48", 1, 0, 0, NULL, 3},
       {FMMASKBOUNDS, 333, 411, 3, 6, 3, 16, 3, FM_DTYPE_FP32, "contiguous", "flat", "37", 1, 1, 0, NULL, 3},
       {FMMASKDOCUMENT, 600, 600, 3, 2, 2, 16, 2, FM_DTYPE_FP32, "balanced", "hierarchical", "0", 1, 1, 2, "ring", 3},
+      /* the communication-aware balancer over two virtual nodes (test_dist_comm checks its partitions) */
+      {FMMASKCAUSALDOCUMENT, 900, 900, 1, 2, 2, 16, 1, FM_DTYPE_FP32, "balanced", "hierarchical", "32", 1, 1, 2, NULL, 0, 1},
+      {FMMASKDOCUMENT, 800, 800, 2, 4, 2, 16, 1, FM_DTYPE_FP32, "balanced", "flat", "32", 1, 0, 2, NULL, 0, 1},
+      {FMMASKBOUNDS, 500, 500, 3, 4, 2, 32, 2, FM_DTYPE_FP32, "balanced", "hierarchical", "32", 1, 1, 2, NULL, 3, 1},
     };
     for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
       if (cs[i].vnodes > size) cs[i].vnodes = size;

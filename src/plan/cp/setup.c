@@ -26,6 +26,10 @@ static uint64_t shape_hash(FMPlan plan, const FMMaskDesc *m, const FMDist *d)
   h = FMHash_Private(h, v, sizeof(v));
   h = FMHash_Private(h, &d->opt.partial_cost, sizeof(d->opt.partial_cost));
   h = FMHash_Private(h, &d->opt.row_cost, sizeof(d->opt.row_cost));
+  h = FMHash_Private(h, &d->opt.balance_comm, sizeof(d->opt.balance_comm));
+  h = FMHash_Private(h, &d->opt.tflops, sizeof(d->opt.tflops));
+  h = FMHash_Private(h, &d->opt.bw_intra, sizeof(d->opt.bw_intra));
+  h = FMHash_Private(h, &d->opt.bw_inter, sizeof(d->opt.bw_inter));
   return h;
 }
 
@@ -116,14 +120,20 @@ static FMErrorCode setup_shape(FMPlan plan, FMDist *d, const FMMaskDesc *m)
    needed set, rows and keys); the result is identical on every rank. */
 static FMErrorCode setup_bounds(FMPlan plan, FMDist *d, const FMMaskDesc *m, unsigned char *myneed)
 {
-  int P = plan->ctx->size, me = plan->ctx->rank;
+  int me = plan->ctx->rank;
   FMDistTileMap tm;
   FMErrorCode ierr;
   FMCall(FMMalloc(d->ch.nchunks, &d->w));
   /* one tile map from the block summaries serves the chunk weights and this rank's needed set */
   FMCall(FMDistTileMapCreate(m, &d->ch, &tm));
   ierr = FMDistChunkWeightsMap(&tm, d->opt.partial_cost, d->opt.row_cost, d->w);
-  if (!ierr) ierr = FMDistPartitionCreate((FMDistPartType)d->opt.part_type, d->ch.nchunks, P, d->w, &d->part, &d->binfo);
+  if (!ierr) {
+    FMDistCostModel cm; /* -fm_plan_balance_comm's model (doc/distributed.md) */
+    FMDistCostModelInit(&cm, m->block, plan->head_dim, plan->heads_q, plan->batch, FMDistMaskRows(m), d->opt.tflops, d->opt.bw_intra,
+                        d->opt.bw_inter);
+    ierr = FMDistPartitionPlan((FMDistPartType)d->opt.part_type, d->opt.balance_comm, &tm, &d->ch, d->w, d->cbytes, &d->topo,
+                               (FMDistRouteType)d->opt.route_type, d->opt.prune, &cm, &d->part, &d->binfo, NULL);
+  }
   /* this rank's needed chunks: an interval query on the tile map (no localization) */
   if (!ierr) ierr = FMDistNeededRank(m, &d->ch, &tm, &d->part, me, d->opt.prune, myneed);
   FMCall(FMDistTileMapDestroy(&tm));

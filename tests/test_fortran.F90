@@ -68,6 +68,10 @@ program test_fortran
   if (ierr /= 0) call hard('fm_context_create', ierr)
   call fm_context_set_backend(ctx, FM_BACKEND_CPU, ierr)
   if (ierr /= 0) call hard('fm_context_set_backend', ierr)
+  call fm_context_set_nccl_timeout(ctx, 4.5d0, ierr)
+  if (ierr /= 0) call hard('fm_context_set_nccl_timeout', ierr)
+  call fm_context_get_nccl_timeout(ctx, err, ierr)
+  call check(ierr == 0 .and. err == 4.5d0, 'fm_context_get_nccl_timeout does not give back 4.5')
   call fm_context_set_up(ctx, ierr)
   if (ierr /= 0) call hard('fm_context_set_up', ierr)
 #if FM_HAVE_MPI_F08
@@ -159,6 +163,10 @@ program test_fortran
   scale = 0.3d0
   call fm_plan_set_scale(plan, scale, ierr)
   if (ierr /= 0) call hard('fm_plan_set_scale', ierr)
+  call fm_plan_set_check_finite(plan, .true., ierr)
+  if (ierr /= 0) call hard('fm_plan_set_check_finite', ierr)
+  call fm_plan_get_check_finite(plan, want, ierr)
+  call check(ierr == 0 .and. want, 'fm_plan_get_check_finite does not give back .true.')
   call fm_plan_set_up(plan, ierr)
   if (ierr /= 0) call hard('fm_plan_set_up', ierr)
   call fm_plan_get_local_rows(plan, nlocal, rows, ierr)
@@ -342,6 +350,8 @@ program test_fortran
   call fm_plan_set_virtual_nodes(plan2, nranks, ierr)
   call fm_plan_set_partial_cost(plan2, 1.5d0, ierr)
   call fm_plan_set_row_cost(plan2, 0.25d0, ierr)
+  call fm_plan_set_balance_comm(plan2, .true., ierr)
+  call fm_plan_set_cost_model(plan2, 400.0d0, 300.0d0, 40.0d0, ierr)
   call fm_plan_set_trace(plan2, '', .false., ierr)
   call fm_plan_set_chunk(plan2, 64, ierr) ! -fplan_fm_plan_chunk 32 overrides it
   call check(ierr == 0, 'a context-parallel setter failed')
@@ -361,6 +371,11 @@ program test_fortran
   call check(expect == 1.5d0, 'fm_plan_get_partial_cost is not 1.5')
   call fm_plan_get_row_cost(plan2, expect, ierr)
   call check(expect == 0.25d0, 'fm_plan_get_row_cost is not 0.25')
+  call fm_plan_get_balance_comm(plan2, want, ierr)
+  call check(ierr == 0 .and. want, 'fm_plan_get_balance_comm does not give back .true.')
+  call fm_plan_get_cost_model(plan2, expect, err, nrm, ierr)
+  call check(ierr == 0 .and. expect == 400.0d0 .and. err == 300.0d0 .and. nrm == 40.0d0, &
+    'fm_plan_get_cost_model does not give back 400, 300, 40')
   call fm_plan_set_up(plan2, ierr)
   call check(ierr == 0, 'fm_plan_set_up of the cp plan with its settings failed')
   call fm_plan_get_local_rows(plan2, nlocal, rows, ierr)

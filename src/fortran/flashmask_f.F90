@@ -59,6 +59,7 @@ module flashmask
   public :: fm_initialize, fm_finalize, fm_initialized, fm_error_string, fm_push_error_handler, &
     fm_get_last_error_message, fm_get_version, fm_options_set_value, fm_options_get_int, fm_options_get_real, &
     fm_context_create, fm_context_set_backend, fm_context_set_num_threads, fm_context_set_from_options, &
+    fm_context_set_nccl_timeout, fm_context_get_nccl_timeout, &
     fm_context_set_up, fm_context_view, fm_context_get_backend, fm_context_get_device, fm_context_destroy, &
     fm_mask_create, fm_mask_set_sizes, fm_mask_set_type, fm_mask_get_type, fm_mask_set_causal, &
     fm_mask_set_documents, fm_mask_set_window, fm_mask_set_global_tokens, fm_mask_set_prefix_lengths, &

@@ -32,17 +32,20 @@ run_tests() { # limit, tests...
     cp "$n.log" "$OUT/" 2>/dev/null
   done
 }
-run_tests 100 tests/test_gpu_fwd.sh tests/test_gpu_bwd.sh tests/test_gpu_batch.sh tests/test_replan.sh
+make -j"$(nproc)" check TESTS= > "$OUT/build-tests.log" 2>&1 # every test program, in parallel, nothing run
+el "test programs built"
+run_tests ${LIM1:-60} tests/test_gpu_fwd.sh tests/test_gpu_bwd.sh tests/test_replan.sh
 grep -h -i "non-finite" tests/test_gpu_fwd.log tests/test_gpu_bwd.log 2>/dev/null | head -4
 grep -h -E "^(FAIL|HARD)" tests/test_gpu_*.log tests/test_replan.log 2>/dev/null | head -10
-run_tests 45 tests/test_gpu_cp.sh
+run_tests ${LIM2:-40} tests/test_gpu_batch.sh tests/test_gpu_cp.sh
 grep -h "^===\|FAIL" tests/test_gpu_cp.log 2>/dev/null | head -8
+grep -h -E "^(FAIL|HARD)" tests/test_gpu_batch.log 2>/dev/null | head -5
 el "fmbench -pass fwd,bwd (ours only)"
-timeout 25 mpiexec -n 1 ./fmbench -pass fwd,bwd -masks full,causal,causal_document -seqlen 8192 -heads 32 -head_dim 128 \
+timeout 15 mpiexec -n 1 ./fmbench -pass fwd,bwd -masks full,causal,causal_document -seqlen 8192 -heads 32 -head_dim 128 \
   -tokens 65536 -reps 3 -warmup 1 > "$OUT/fmbench.log" 2>&1
 el "fmbench rc=$?"; grep -E "TFLOP|tflop|^ *(full|causal)" "$OUT/fmbench.log" | head -8
 el "fmbench -cp -steps 5 (2 ranks on one GPU, mpi transport)"
-timeout 25 mpiexec -n 2 ./fmbench -cp -steps 5 -masks causal_document -seqlen 65536 -single 0 -trace_dir none \
+timeout 15 mpiexec -n 2 ./fmbench -cp -steps 5 -masks causal_document -seqlen 65536 -single 0 -trace_dir none \
   -fm_plan_transport mpi > "$OUT/fmbench_steps.log" 2>&1
 el "fmbench -cp -steps rc=$?"; tail -6 "$OUT/fmbench_steps.log"
 el "done"

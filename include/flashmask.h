@@ -229,10 +229,15 @@ FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx);
 FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend);
 
 /*
- * FMContextSetNumThreads - CPU backend threads per rank (default: OpenMP's default).
- *   Not collective. Option: -fm_num_threads
+ * FMContextSetNumThreads - CPU backend threads per rank. Not collective. Option: -fm_num_threads
  *   ctx       the context
- *   nthreads  >= 0; 0 means OpenMP's default
+ *   nthreads  >= 0. 0 (the default) is resolved at FMContextSetUp: OpenMP's default when the
+ *             environment sets OMP_NUM_THREADS, else the cores of the rank's binding (its hwloc
+ *             cpuset) divided among the node's ranks bound to the same cores, at least 1. So
+ *             unbound ranks share the machine (3 ranks on 2 cores run 1 thread each, not 2 each),
+ *             and a rank bound to one core runs one thread (give the launcher a wider binding,
+ *             e.g. `mpiexec --bind-to none` or `--bind-to socket`, for more). FMContextView
+ *             prints the count in use. A count > 0 set after FMContextSetUp applies at once.
  */
 FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads);
 
@@ -275,9 +280,8 @@ FMErrorCode FMContextGetOptionsPrefix(FMContext ctx, const char **prefix);
  *   error on any rank is returned on every rank.
  *   On the CUDA backend the chosen GPU becomes the calling thread's current device
  *   (cudaSetDevice): allocate the tensors you pass to FMPlanForward/Backward after this call,
- *   on that device (FMContextView prints it). The CPU backend runs its threads (OpenMP) inside
- *   the cores this rank is bound to: `mpiexec -n 1` may bind the rank to one core, so give
- *   launchers such as Open MPI `--bind-to none` (or a wider binding) for CPU runs.
+ *   on that device (FMContextView prints it). The CPU backend's default thread count comes from
+ *   the cores this rank is bound to (FMContextSetNumThreads).
  *   ctx  the context
  */
 FMErrorCode FMContextSetUp(FMContext ctx);

@@ -105,6 +105,29 @@ int main(int argc, char **argv)
   FMT_CALL(FMContextGetDevice(ctx, &dev));
   FMT_CHECK((be == FM_BACKEND_CUDA) == (dev >= 0), "backend %s but device %d", FMBackendName(be), dev);
 
+  /* The default CPU threads: without OMP_NUM_THREADS, the ranks bound to the same cores share
+     them (at least one thread each), so they never oversubscribe the cores they share. */
+  {
+    int mine[2] = {ctx->threads, ctx->self.ncores}, *all = malloc(sizeof(int) * 2 * (size_t)size);
+    uint64_t *hs = malloc(sizeof(uint64_t) * (size_t)size);
+    MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD);
+    MPI_Allgather(&ctx->cpuset_hash, 1, MPI_UINT64_T, hs, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    FMT_CHECK(ctx->threads >= 1, "rank %d: %d CPU threads", rank, ctx->threads);
+    if (!getenv("OMP_NUM_THREADS")) {
+      int sum = 0, same = 0;
+      for (int r = 0; r < size; r++)
+        if (hs[r] == ctx->cpuset_hash) { sum += all[2 * r]; same++; }
+      FMT_CHECK(sum <= (ctx->self.ncores > same ? ctx->self.ncores : same),
+                "rank %d: the %d ranks bound to its %d cores run %d threads in all (oversubscribed)", rank, same, ctx->self.ncores, sum);
+      if (rank == 0) printf("default CPU threads: %d per rank (%d ranks share %d cores)\n", ctx->threads, same, ctx->self.ncores);
+    }
+    free(all);
+    free(hs);
+    FMT_CALL(FMContextSetNumThreads(ctx, 3));
+    FMT_CHECK(ctx->threads == 3, "FMContextSetNumThreads(3) after set-up: %d threads in use", ctx->threads);
+    FMT_CALL(FMContextSetNumThreads(ctx, mine[0]));
+  }
+
   /* The view lists every rank (rank 0 prints). */
   {
     char *buf = NULL;

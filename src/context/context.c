@@ -56,8 +56,9 @@ FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend)
 FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads)
 {
   FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
-  FMCheck(nthreads >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (nthreads) is %d; expected >= 0 (0 = OpenMP default)", nthreads);
+  FMCheck(nthreads >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (nthreads) is %d; expected >= 0 (0 = the default)", nthreads);
   ctx->nthreads = nthreads;
+  if (nthreads > 0) ctx->threads = nthreads; /* after SetUp too; 0 takes effect at the next SetUp */
   return FM_SUCCESS;
 }
 
@@ -107,7 +108,7 @@ static FMErrorCode setfromoptions(void *obj)
   b = (int)ctx->backend_req;
   FMCall(FMOptionsGetEnum_Private("-fm_backend", "compute backend (FMContextSetBackend)", FMBackendNames, &b, NULL));
   FMCall(FMContextSetBackend(ctx, (FMBackend)b));
-  FMCall(FMOptionsGetInt("-fm_num_threads", "CPU threads per rank, 0 = OpenMP default (FMContextSetNumThreads)", &ctx->nthreads, NULL));
+  FMCall(FMOptionsGetInt("-fm_num_threads", "CPU threads per rank, 0 = the default: the cores of the rank's binding shared by the ranks bound to them (FMContextSetNumThreads)", &ctx->nthreads, NULL));
   FMCall(FMContextSetNumThreads(ctx, ctx->nthreads));
   {
     double t = ctx->nccl_timeout;
@@ -140,6 +141,13 @@ static FMErrorCode detect_topology(FMContext ctx)
   if (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) != 0 || hwloc_bitmap_iszero(set))
     hwloc_bitmap_copy(set, hwloc_topology_get_topology_cpuset(topo));
   ctx->self.ncores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, HWLOC_OBJ_CORE);
+  if (ctx->self.ncores < 1) ctx->self.ncores = hwloc_bitmap_weight(set) > 0 ? hwloc_bitmap_weight(set) : 1;
+  {
+    char *str = NULL;
+    int len = hwloc_bitmap_asprintf(&str, set);
+    ctx->cpuset_hash = len > 0 && str ? FMHash_Private(FM_HASH_INIT, str, (size_t)len) : 0;
+    free(str);
+  }
   {
     int first = hwloc_bitmap_first(set);
     hwloc_obj_t pu = first >= 0 ? hwloc_get_pu_obj_by_os_index(topo, (unsigned)first) : NULL;
@@ -228,6 +236,34 @@ static FMErrorCode setup_local(FMContext ctx)
   return FM_SUCCESS;
 }
 
+/*
+ * The CPU backend's threads per rank: the set count, else OpenMP's default when OMP_NUM_THREADS
+ * is set, else the cores of the rank's binding shared evenly by the node's ranks bound to the
+ * same cores (unbound ranks all have the whole machine: 3 ranks on 2 cores get 1 thread each,
+ * not 2, which oversubscribed the cores 3-fold). Collective on the node's ranks.
+ */
+static FMErrorCode resolve_threads(FMContext ctx)
+{
+  uint64_t *h = NULL;
+  int same = 0;
+  FMErrorCode ierr = FM_SUCCESS;
+  ctx->threads = 1;
+#ifdef _OPENMP
+  ctx->threads = omp_get_max_threads();
+#endif
+  FMCallGoto(FMMalloc(ctx->node_size, &h));
+  FMCallMPIGoto(MPI_Allgather(&ctx->cpuset_hash, 1, MPI_UINT64_T, h, 1, MPI_UINT64_T, ctx->nodecomm));
+  for (int r = 0; r < ctx->node_size; r++) same += h[r] == ctx->cpuset_hash;
+  if (same < 1) same = 1;
+#ifdef _OPENMP
+  if (ctx->nthreads > 0) ctx->threads = ctx->nthreads;
+  else if (!getenv("OMP_NUM_THREADS")) ctx->threads = ctx->self.ncores / same > 1 ? ctx->self.ncores / same : 1;
+#endif
+cleanup:
+  free(h);
+  return ierr;
+}
+
 FMErrorCode FMContextSetUp(FMContext ctx)
 {
   MPI_Comm leaders;
@@ -259,6 +295,7 @@ FMErrorCode FMContextSetUp(FMContext ctx)
   ctx->self.node_size = ctx->node_size;
   gethostname(ctx->self.hostname, sizeof(ctx->self.hostname) - 1);
   FMAgree(ctx->comm, setup_local(ctx));
+  FMAgree(ctx->comm, resolve_threads(ctx));
   if (!ctx->all) FMCall(FMMalloc(ctx->size, &ctx->all));
   FMCallMPI(MPI_Allgather(&ctx->self, (int)sizeof(FMRankInfo), MPI_BYTE, ctx->all, (int)sizeof(FMRankInfo), MPI_BYTE, ctx->comm));
   ctx->hdr.setupcalled = 1;
@@ -269,13 +306,11 @@ FMErrorCode FMContextSetUp(FMContext ctx)
 
 FMErrorCode FMContextView(FMContext ctx, FILE *fp)
 {
-  int nthreads = ctx && ctx->nthreads ? ctx->nthreads : 1;
+  int nthreads;
   FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
   FMCheckSetUp(ctx, "FMContext");
   if (!fp) fp = stdout;
-#ifdef _OPENMP
-  if (!ctx->nthreads) nthreads = omp_get_max_threads();
-#endif
+  nthreads = ctx->threads;
   FMCall(FMPrintf(ctx->comm, fp, "FMContext: %d rank%s on %d node%s, backend %s (requested %s), %d CPU thread%s per rank\n",
                   ctx->size, ctx->size > 1 ? "s" : "", ctx->nnodes, ctx->nnodes > 1 ? "s" : "", FMBackendName(ctx->backend),
                   FMBackendName(ctx->backend_req), nthreads, nthreads > 1 ? "s" : ""));

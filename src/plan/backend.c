@@ -19,7 +19,7 @@ FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p)
   FMCall(FMMaskGetDesc_Private(plan->mask, &p->mask));
   p->nq = p->mask.seqlen_q; p->qrows = NULL;
   p->k0 = 0; p->nk = p->mask.seqlen_k;
-  p->nthreads = plan->ctx->nthreads;
+  p->nthreads = plan->ctx->threads;
   p->opts = plan->ctx->kopts;
   return FM_SUCCESS;
 }

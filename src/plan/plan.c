@@ -383,7 +383,7 @@ static FMErrorCode check_finite(FMPlan plan, const char *fn, int n, const void *
 #if FM_HAVE_CUDA
       FMCall(FMCudaFindNonFinite(ptr[i], cnt, plan->dtype, plan->stream, &at));
 #endif
-    } else FMCall(FMCPUFindNonFinite(ptr[i], cnt, plan->dtype, plan->ctx->nthreads, &at));
+    } else FMCall(FMCPUFindNonFinite(ptr[i], cnt, plan->dtype, plan->ctx->threads, &at));
     if (at < cnt) {
       float x = 0;
       const int c = (int)(at % D), h = (int)(at / D % H), r = (int)(at / ((size_t)D * H) % rows), b = (int)(at / ((size_t)D * H * rows));

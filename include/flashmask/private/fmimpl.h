@@ -265,7 +265,9 @@ struct _p_FMContext {
   int node_rank, node_size, nnodes, node;
   MPI_Comm crosscomm;     /* ranks with the same node_rank across nodes */
   FMBackend backend_req, backend;
-  int nthreads;
+  int nthreads;           /* as set (FMContextSetNumThreads, -fm_num_threads); 0: the default */
+  int threads;            /* CPU threads per rank in use, resolved at SetUp (see FMContextSetNumThreads) */
+  uint64_t cpuset_hash;   /* FMHash_Private of this rank's binding (hwloc cpuset), 0 without hwloc */
   int device;             /* chosen CUDA device, -1 if none */
   int ngpus;              /* visible GPUs on this node */
   int gpu_sm;             /* compute capability * 10 of the chosen device, 0 if none */

@@ -72,7 +72,7 @@ FMErrorCode FMDistExecInit_Private(FMPlan plan, FMDistExec *e)
   /* the whole mask: with mask_batch > 1 the CPU kernels take sample b's bounds and summaries for sample b */
   FMCall(FMMaskGetDesc_Private(plan->mask, &e->p.mask));
   e->p.nq = plan->nlocal; e->p.qrows = plan->rows;
-  e->p.nthreads = plan->ctx->nthreads;
+  e->p.nthreads = plan->ctx->threads;
   e->p.opts = plan->ctx->kopts;
   e->es = FMDTypeSize(plan->dtype);
   e->row_kv = (size_t)plan->heads_kv * plan->head_dim * e->es;

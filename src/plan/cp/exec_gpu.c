@@ -34,7 +34,7 @@ static FMErrorCode compute_stage(FMPlan plan, FMDist *d, FMDistGPU *g, int s, co
   p.scale = (float)plan->scale;
   p.nq = plan->nlocal;
   p.nk = s < 0 ? d->nkeys : g->st[s].nk;
-  p.nthreads = plan->ctx->nthreads;
+  p.nthreads = plan->ctx->threads;
   p.opts = plan->ctx->kopts;
   FMCall(FMCudaEventRecord(g->ev_w0[s + 1], us));
   if (s >= 0) FMCall(FMCudaStreamWaitEvent(us, g->ev_c1[s]));

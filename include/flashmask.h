@@ -685,7 +685,9 @@ FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream);
 /*
  * FMPlanSetFromOptions - read every -fm_plan_* option: the shape, -fm_plan_type (which sets the
  *   default type if none was set), then the type's own options. Collective; an error on any rank
- *   is returned on every rank.
+ *   is returned on every rank. The shape options (-fm_plan_batch, -fm_plan_heads, ...) override
+ *   what FMPlanSetShape set: a program that allocates its tensors itself reads the shape back
+ *   with FMPlanGetShape after this call (and the local sizes after FMPlanSetUp).
  *   plan  the plan
  */
 FMErrorCode FMPlanSetFromOptions(FMPlan plan);
@@ -814,6 +816,8 @@ FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows
  *   o    out: [batch][nlocal][heads_q][head_dim]      (dtype)
  *   lse  out: float [batch][heads_q][nlocal]; natural log; -inf for fully masked rows
  *        (whose O is 0). May be NULL if not needed (then Backward cannot run).
+ *   A rank that holds no rows (nlocal = 0) may pass NULL for q and o (and lse), one that holds
+ *   no keys (nkeys = 0) NULL for k and v; it still takes part in the call.
  *   On the CUDA backend every tensor is device memory and the call is asynchronous on the
  *   plan's stream (FMPlanSetStream): synchronize it before reading o and lse. Over several
  *   ranks the K/V gather runs on a second stream (NCCL, or MPI through pinned host memory:

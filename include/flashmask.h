@@ -65,8 +65,12 @@ typedef enum { FM_ERROR_HANDLER_TRACEBACK = 0, FM_ERROR_HANDLER_ABORT = 1, FM_ER
  *        ABORT (print, then MPI_Abort), SILENT (return the code, print nothing;
  *        used by tests that provoke errors on purpose).
  *   Also settable with -fm_error_abort and -fm_error_silent.
+ *   Handlers nest (up to 32): FMPopErrorHandler restores the one before.
+ * FMPopErrorHandler - restore the handler that was current before the last FMPushErrorHandler.
+ *   Not collective. FM_ERR_ORDER without a matching push.
  */
 FMErrorCode FMPushErrorHandler(FMErrorHandler h);
+FMErrorCode FMPopErrorHandler(void);
 
 /*
  * FMGetLastErrorMessage - the message of the most recent error raised on this rank.

@@ -192,7 +192,7 @@ static void test_options(void)
   FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
   FMT_EXPECT_ERR(FMPlanSetCostModel(plan, 800, -1, 25), FM_ERR_ARG_OUTOFRANGE, "bw_intra -1");
   FMT_EXPECT_ERR(FMPlanSetBalanceComm(plan, (FMBool)7), FM_ERR_ARG_OUTOFRANGE, "is 7");
-  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
+  FMT_CALL(FMPopErrorHandler());
   FMT_CALL(FMPlanGetCostModel(plan, NULL, &bi, NULL));
   FMT_CHECK(bi == 900, "a failed FMPlanSetCostModel changed bw_intra to %g", bi);
   FMT_CALL(FMPlanDestroy(&plan));

@@ -352,7 +352,7 @@ static void test_mismatch(FMContext ctx)
     if (variant == 1) FMT_CALL(FMPlanSetScale(plan, rank == size - 1 ? 0.5 : 0.25));
     FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
     e = FMPlanSetUp(plan);
-    FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+    FMPopErrorHandler();
     {
       char want[96] = "differs"; /* variant 0: the cp plan's own agreement on its settings */
       if (variant == 1) snprintf(want, sizeof(want), "FMPlanSetUp(): scale is 0.25 on rank 0 and 0.5 on rank %d", size - 1);
@@ -415,17 +415,17 @@ static void test_move_errors(FMContext ctx)
 
     FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
     e = FMPlanScatter(plan, FM_PLAN_TENSOR_Q, root, NULL, lq);
-    FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+    FMPopErrorHandler();
     expect_everywhere(e, root, "FMPlanScatter with a NULL global on root");
 
     FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
     e = FMPlanGather(plan, FM_PLAN_TENSOR_Q, root, rank == bad ? NULL : lq, rank == root ? back : NULL);
-    FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+    FMPopErrorHandler();
     expect_everywhere(e, bad, "FMPlanGather with a NULL local (count > 0)");
 
     FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
     e = FMPlanScatter(plan, FM_PLAN_TENSOR_Q, root, rank == root ? gq : NULL, rank == bad ? NULL : lq);
-    FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+    FMPopErrorHandler();
     expect_everywhere(e, bad, "FMPlanScatter with a NULL local (count > 0)");
 
     /* still usable; NULL local where this rank has no rows */
@@ -478,7 +478,7 @@ static void test_agreement(FMContext ctx)
     if (variant == 1 && rank == L) FMT_CHECK(FMPlanSetShape(plan, 1, c.Hq, c.Hkv, 12, c.dtype), "head_dim 12 accepted"); /* fails: unset */
     else FMT_CALL(FMPlanSetShape(plan, variant == 0 && rank == L ? 2 : 1, c.Hq, c.Hkv, c.D, c.dtype));
     e = FMPlanSetUp(plan);
-    FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+    FMPopErrorHandler();
     snprintf(m, sizeof(m), "FMPlanSetUp(): batch is 1 on rank 0 and 2 on rank %d", L);
     if (variant == 0) expect_all(e, FM_ERR_MISMATCH, -1, m, "FMPlanSetUp with batch 2 on the last rank");
     else expect_all(e, FM_ERR_ORDER, L, "Must call FMPlanSetShape()", "FMPlanSetUp after a failed FMPlanSetShape on the last rank");
@@ -510,7 +510,7 @@ static void test_agreement(FMContext ctx)
   e = FMPlanForward(plan, q, k, v, o, lse);
   snprintf(m, sizeof(m), "FMPlanForward(): scale is 0.25 on rank 0 and 0.5 on rank %d", L);
   expect_all(e, FM_ERR_MISMATCH, -1, m, "FMPlanForward with scale 0.5 on the last rank");
-  FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+  FMPopErrorHandler();
   if (rank == L) FMT_CALL(FMPlanSetScale(plan, 0.25));
   FMT_CALL(FMPlanForward(plan, q, k, v, o, lse)); /* still usable */
   FMT_CALL(FMPlanScatter(plan, FM_PLAN_TENSOR_Q, L, rank == L ? gl : NULL, nl ? q : NULL));
@@ -534,7 +534,7 @@ static void test_types(FMContext ctx)
   FMT_CALL(FMPlanSetOptionsPrefix(plan, "loc_"));
   FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
   e = FMPlanSetFromOptions(plan);
-  FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+  FMPopErrorHandler();
   ok = e == FM_ERR_ARG_INCOMP && fmt_msg_has("one rank only");
   FMT_CHECK(ok, "rank %d: -loc_fm_plan_type local on %d ranks gave %s (\"%s\"), expected FM_ERR_ARG_INCOMP", rank, size, FMErrorString(e),
             FMGetLastErrorMessage());

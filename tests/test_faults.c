@@ -144,7 +144,7 @@ int main(int argc, char **argv)
       MPI_Errhandler_free(&h);
     } else e = run(s, &x, &known);
   }
-  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
+  FMT_CALL(FMPopErrorHandler());
   ok = known && e != FM_SUCCESS;
   if (!known && rank == 0) fprintf(stderr, "test_faults: no scenario named %s\n", s);
   else if (e == FM_SUCCESS) fprintf(stderr, "FAIL rank %d: scenario %s: the call succeeded; expected an error on every rank\n", rank, s);

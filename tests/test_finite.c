@@ -328,7 +328,7 @@ static void test_check(FMContext ctx, FMMask mask, const char *type, uint64_t *s
   expect_named(what, run_forward(&r, tq, tk, tv, to, lse), holds(r.plan, 1, 20),
                "Argument 3 (k) of FMPlanForward() holds a non-finite value (-inf) at batch 1, head 0, key 20, col 5");
   FMFromFloat(tk, ki(1, 20, 0, 5), dt, 0.5f);
-  FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+  FMPopErrorHandler();
   FMT_CALL(run_forward(&r, tq, tk, tv, to, lse)); /* the plan still runs */
   FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
   /* Inf in dout at batch 1, head 2, row 40, col 7: the backward refuses it */
@@ -343,7 +343,7 @@ static void test_check(FMContext ctx, FMMask mask, const char *type, uint64_t *s
     FMT_CHECK(e == FM_ERR_MISMATCH && fmt_msg_has("check_finite"), "%s (rank %d): check_finite on rank 0 only: %s: %s", what, rank,
               FMErrorString(e), FMGetLastErrorMessage());
   }
-  FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+  FMPopErrorHandler();
   run_free(&r);
   free(x); free(tq); free(tk); free(tv); free(to); free(tdo); free(tdq); free(tdk); free(tdv); free(lse);
 }

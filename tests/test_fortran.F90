@@ -302,7 +302,7 @@ program test_fortran
   call check(ierr == FM_ERR_ORDER, 'fm_plan_forward before fm_plan_set_up did not return FM_ERR_ORDER')
   call fm_error_string(FM_ERR_ORDER, msg)
   call check(index(msg, 'FM_ERR_ORDER') > 0, 'fm_error_string(FM_ERR_ORDER) is "'//trim(msg)//'"')
-  call fm_push_error_handler(FM_ERROR_HANDLER_TRACEBACK, ierr)
+  call fm_pop_error_handler(ierr)
   call fm_plan_destroy(plan2, ierr)
   call check(ierr == 0 .and. .not. c_associated(plan2%ptr), 'fm_plan_destroy did not null the handle')
 
@@ -389,7 +389,7 @@ program test_fortran
   else
     call check(ierr == 0, 'fm_plan_set_type(FMPLANLOCAL) on one rank failed')
   end if
-  call fm_push_error_handler(FM_ERROR_HANDLER_TRACEBACK, ierr)
+  call fm_pop_error_handler(ierr)
   call fm_plan_destroy(plan2, ierr)
   call fm_mask_set_options_prefix(mask2, '', ierr)
 
@@ -398,7 +398,7 @@ program test_fortran
     call get_command_argument(1, path)
     call fm_push_error_handler(FM_ERROR_HANDLER_SILENT, ierr)
     call fm_mask_save(mask, path, 'fortran_cdoc', ierr)
-    call fm_push_error_handler(FM_ERROR_HANDLER_TRACEBACK, ierr)
+    call fm_pop_error_handler(ierr)
     if (ierr == FM_ERR_SUP) then
       if (rank == 0) write (*, '(a)') 'HDF5 round trip skipped: built without HDF5'
     else

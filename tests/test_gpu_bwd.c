@@ -288,13 +288,13 @@ static int run_nonfinite(FMContext ctx, int D, FMDType dt)
   FMFromFloat(h[3], ((size_t)7 * H + 1) * D + 9, dt, -INFINITY);
   FMT_CALL(FMCudaMemcpyH2D(d[0], h[0], n * es, NULL));
   FMT_CALL(FMCudaMemcpyH2D(d[3], h[3], n * es, NULL));
-  FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+  FMPopErrorHandler();
   FMT_CALL(FMPlanForward(gp, d[0], d[1], d[2], dev_o, dl));
   FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
   e = FMPlanBackward(gp, d[0], d[1], d[2], dev_o, dl, d[3], dg[0], dg[1], dg[2]);
   FMT_CHECK(e == FM_ERR_ARG_WRONG && fmt_msg_has("Argument 7 (dout) of FMPlanBackward() holds a non-finite value (-inf) at batch 0, head 1, row 7, col 9"),
             "check_finite on CUDA: FMPlanBackward returned %s: %s", FMErrorString(e), FMGetLastErrorMessage());
-  FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK);
+  FMPopErrorHandler();
   for (int t = 0; t < 4; t++) { free(h[t]); FMT_CALL(FMCudaFree(d[t])); }
   for (int t = 0; t < 3; t++) { free(hg[t]); free(cg[t]); FMT_CALL(FMCudaFree(dg[t])); }
   FMT_CALL(FMCudaFree(dev_o));

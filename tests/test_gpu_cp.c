@@ -544,7 +544,7 @@ static void run_fail(FMContext world, const Case *c, uint64_t seed)
   CU(cudaDeviceSynchronize());
   CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
   e = FMPlanForward(plan, dq, dk, dv, doo, dl);
-  CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
+  CALL(FMPopErrorHandler());
   CU(cudaDeviceSynchronize());
   failed = e != FM_SUCCESS;
   MPI_Allreduce(&failed, &everyone, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

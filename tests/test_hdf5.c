@@ -268,7 +268,7 @@ static void expect_load_error(FMContext ctx, const char *path, const char *name,
   FMErrorCode e;
   FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
   e = FMMaskLoad(ctx, path, name, &m);
-  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
+  FMT_CALL(FMPopErrorHandler());
   FMT_CHECK(e == code, "[rank %d] load %s:%s returned %s, expected %s (message: %s)", rank, path, name, FMErrorString(e), FMErrorString(code),
             FMGetLastErrorMessage());
   FMT_CHECK(m == NULL, "[rank %d] load %s:%s failed but left a mask handle", rank, path, name);
@@ -284,7 +284,7 @@ static void expect_save_error(FMMask m, const char *path, const char *name, FMEr
   FMErrorCode e;
   FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
   e = FMMaskSave(m, path, name);
-  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
+  FMT_CALL(FMPopErrorHandler());
   /* rank 0 writes: a file error is its code there and FM_ERR_COLLECTIVE, carrying its message, elsewhere */
   FMT_CHECK(e == code || (rank != 0 && e == FM_ERR_COLLECTIVE && (code == FM_ERR_FILE || code == FM_ERR_HDF5)),
             "[rank %d] save %s:%s returned %s, expected %s (message: %s)", rank, path, name, FMErrorString(e), FMErrorString(code),

@@ -545,7 +545,7 @@ static void options(FMContext ctx)
       /* the options give 3 documents (100,200,300) and segments of 2 documents: SetUp must refuse */
       FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
       FMT_EXPECT_ERR(FMMaskSetUp(a), FM_ERR_ARG_INCOMP, "documents");
-      FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
+      FMT_CALL(FMPopErrorHandler());
       FMT_CALL(FMMaskSetDocuments(a, 0, NULL)); /* back to the default: documents from the segments */
     }
     FMT_CALL(FMMaskSetUp(a));

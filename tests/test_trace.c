@@ -251,7 +251,7 @@ int main(int argc, char **argv)
     FMT_EXPECT_ERR(FMTraceLoad_Private("/nonexistent-dir-fmtrace/x.h5", NULL, &td), FM_ERR_FILE, "cannot open");
   }
   FMT_CHECK(FMTraceRecord_Private(NULL, 99, 0, 0, 1, 0, 0, -1, -1) == FM_SUCCESS, "Record on a NULL recorder must be a no-op");
-  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
+  FMT_CALL(FMPopErrorHandler());
 
   /* ---- record the synthetic events in a random order */
   memset(&info, 0, sizeof(info));
@@ -291,7 +291,7 @@ int main(int argc, char **argv)
   FMT_EXPECT_ERR(FMTraceRecord_Private(tr, FM_TRACE_SEND, 0, t0, t0 + 1, -5, 0, -1, -1), FM_ERR_ARG_OUTOFRANGE, "bytes");
   FMT_EXPECT_ERR(FMTraceRecord_Private(tr, FM_TRACE_SEND, 0, t0, t0 + 1, 5, 0, size, -1), FM_ERR_ARG_OUTOFRANGE, "peer");
   FMT_EXPECT_ERR(FMTraceSetBytes_Private(tr, -1, 0), FM_ERR_ARG_OUTOFRANGE, "bytes_needed");
-  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
+  FMT_CALL(FMPopErrorHandler());
   FMT_CALL(FMTraceGetEvents_Private(tr, &n, &got));
   FMT_CHECK(n == (size_t)nexp, "recorded %zu events, expected %d", n, nexp);
   for (size_t i = 0; i < n && i < (size_t)nexp; i++)
@@ -413,7 +413,7 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) unlink(bad);
   }
-  FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_TRACEBACK));
+  FMT_CALL(FMPopErrorHandler());
 
   FMT_CALL(FMTraceDestroy_Private(&tr));
   FMT_CALL(FMTraceDestroy_Private(&tr2));

@@ -56,7 +56,7 @@ module flashmask
   character(len=*), parameter, public :: FMPLANLOCAL = "local", FMPLANCP = "cp"
 
   ! ------------------------------------------------------------------ public procedures
-  public :: fm_initialize, fm_finalize, fm_initialized, fm_error_string, fm_push_error_handler, &
+  public :: fm_initialize, fm_finalize, fm_initialized, fm_error_string, fm_push_error_handler, fm_pop_error_handler, &
     fm_get_last_error_message, fm_get_version, fm_options_set_value, fm_options_get_int, fm_options_get_real, &
     fm_context_create, fm_context_set_backend, fm_context_set_num_threads, fm_context_set_from_options, &
     fm_context_set_nccl_timeout, fm_context_get_nccl_timeout, &

@@ -35,11 +35,26 @@ const char *FMErrorString(FMErrorCode code)
   return "unknown error code";
 }
 
+#define FM_HANDLER_DEPTH 32
+static FMErrorHandler fm_handler_stack[FM_HANDLER_DEPTH]; /* the handlers under the current one */
+static int fm_handler_depth = 0;
+
 FMErrorCode FMPushErrorHandler(FMErrorHandler h)
 {
   FMCheck(h == FM_ERROR_HANDLER_TRACEBACK || h == FM_ERROR_HANDLER_ABORT || h == FM_ERROR_HANDLER_SILENT, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
           "Argument 1 (handler) is %d; expected FM_ERROR_HANDLER_TRACEBACK, _ABORT or _SILENT", (int)h);
+  FMCheck(fm_handler_depth < FM_HANDLER_DEPTH, MPI_COMM_SELF, FM_ERR_ORDER,
+          "FMPushErrorHandler() nested %d deep; pop with FMPopErrorHandler() (at most %d pushed at once)", fm_handler_depth + 1,
+          FM_HANDLER_DEPTH);
+  fm_handler_stack[fm_handler_depth++] = fm_handler;
   fm_handler = h;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMPopErrorHandler(void)
+{
+  FMCheck(fm_handler_depth > 0, MPI_COMM_SELF, FM_ERR_ORDER, "FMPopErrorHandler() without a matching FMPushErrorHandler()");
+  fm_handler = fm_handler_stack[--fm_handler_depth];
   return FM_SUCCESS;
 }
 

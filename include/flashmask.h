@@ -11,7 +11,9 @@
  *   FMMask     column-bound mask plus its per-block summaries
  *   FMPlan     an attention problem (shape, dtype, scale, mask) ready to run
  *
- * Every function returns an FMErrorCode; FM_SUCCESS is 0.
+ * Every function that can fail returns an FMErrorCode (FM_SUCCESS is 0); the few that cannot
+ * (FMErrorString, FMGetLastErrorMessage, FMToFloat, FMDTypeSize, ...) return their value.
+ * Outputs never alias inputs: a tensor passed as an output must not overlap any input.
  */
 #ifndef FLASHMASK_H
 #define FLASHMASK_H
@@ -115,7 +117,9 @@ typedef enum { FM_FALSE = 0, FM_TRUE = 1 } FMBool;
  *               holding NUL or other control bytes) is FM_ERR_FILE naming it
  *   help        text printed by -help before the option list, or NULL
  *   The environment variable FM_OPTIONS is also read (for codes that do not pass argv).
- *   Options read here: -help, -fm_error_abort, -fm_error_silent, -fm_log_view, -options_left.
+ *   Options read here: -help, -fm_error_abort, -fm_error_silent, -fm_log_view, -fm_trace_serial,
+ *   -options_left, -options_file FILE (a further options file: the command line and FM_OPTIONS
+ *   override it).
  */
 FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *help);
 
@@ -809,6 +813,8 @@ FMErrorCode FMPlanSetUp(FMPlan plan);
  *   nlocal       out: number of local rows
  *   global_rows  out (may be NULL): borrowed array of nlocal global row indices; the
  *                local tensors hold these rows in this order
+ *   After every FMPlanSetUp (a re-plan for new bounds included) query again: the rows, and
+ *   their count, change with the mask; the array stays valid until the next SetUp or Destroy.
  */
 FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows);
 
@@ -853,8 +859,11 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  *   stream, like the forward. A "cp" plan still stages the tensors through host memory and
  *   runs the exact distributed CPU backward: correct but slow, and synchronous.
  *   A row whose LSE is NaN (a non-finite forward) gives NaN in its dQ and in the dK, dV of the
- *   keys it sees; fully masked rows (LSE -inf) contribute nothing. With FMPlanSetCheckFinite,
- *   q, k, v and dout are scanned first, as in FMPlanForward.
+ *   keys it sees; fully masked rows (LSE -inf) contribute nothing. Inside the (batch, kv head)
+ *   slice of a non-finite element of q, k, v or dout, 0 x NaN can also reach dK, dV or dQ
+ *   elements that only share a tile with it (keys the row does not see included), as in every
+ *   tiled kernel; every gradient outside that slice stays finite and exact. With
+ *   FMPlanSetCheckFinite, q, k, v and dout are scanned first, as in FMPlanForward.
  */
 FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void *v, const void *o,
                            const float *lse, const void *dout, void *dq, void *dk, void *dv);
@@ -868,6 +877,8 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
  *   c lives with query chunk c. A "local" plan holds all seqlen_k positions, in order.
  *   nkeys        out: number of local key positions
  *   global_keys  out (may be NULL): borrowed array of nkeys global key indices
+ *   As for FMPlanGetLocalRows: query again after every FMPlanSetUp (the keys and their count
+ *   change with the partition); valid until the next SetUp or Destroy.
  */
 FMErrorCode FMPlanGetLocalKeys(FMPlan plan, int *nkeys, const int **global_keys);
 
@@ -907,7 +918,8 @@ FMErrorCode FMPlanScatter(FMPlan plan, FMPlanTensor kind, int root, const void *
 FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *local, void *global);
 
 /* FMPlanGetFlops - fwd_flops out: the forward FLOPs of plan under the FlashMask convention
- *   4*B*H*Sq*Sk*d*(1-rho), after SetUp. Not collective. */
+ *   4*B*H*Sq*Sk*d*(1-rho), rho the mask's block sparsity (FMMaskGetDensity: the fraction of
+ *   block x block tiles fully masked), after SetUp. Not collective. */
 FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops);
 
 /* FMPlanView - print the plan (its type first) to fp (NULL means stdout). Collective; rank 0

@@ -22,6 +22,18 @@ echo "$out" | grep -q "never used" && bad "-options_left 0 still warns: $out"
 out=$(sys -options_left 2>&1) || bad "test_sys -options_left failed: $out"
 echo "$out" | grep -q "There are no unused options." || bad "-options_left does not say there are no unused options: $out"
 echo "$out" | grep -q "never used" && bad "-options_left warns with every option used: $out"
+# -options_file F on the command line: F's options are read (test_sys checks -fm_test_env 7 and
+# -fm_test_override 3, which the command line and FM_OPTIONS still set over the file's), and a
+# missing file is a named error
+of=$(mktemp "${TMPDIR:-/tmp}/fm_opts.XXXXXX") || exit 99
+printf -- '-fm_test_override 99\n-fm_test_from_file 5\n' > "$of"
+out=$(sys -options_file "$of" -help 2>&1) || bad "test_sys -options_file failed: $out"
+echo "$out" | grep -q -- "-options_file" || bad "-help does not list -options_file: $out"
+out=$(sys -options_file "$of" 2>&1) || bad "test_sys -options_file (the command line over the file) failed: $out"
+echo "$out" | grep -q -- "option -fm_test_from_file 5 was set but never used" || bad "-options_file's -fm_test_from_file was not read: $out"
+out=$(sys -options_file "$of.missing" 2>&1) && bad "a missing -options_file was accepted: $out"
+echo "$out" | grep -q "Cannot open options file" || bad "a missing -options_file gave no named error: $out"
+rm -f "$of"
 # The other tests' logs (those already written by this make check) carry no such warning.
 # FM_OPTIONS_LOG_SKIP names logs not to scan (none by default).
 skip=${FM_OPTIONS_LOG_SKIP-}

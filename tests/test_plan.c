@@ -167,7 +167,7 @@ static void check_types(FMContext ctx)
   FMT_CALL(FMPlanGetType(plan, &t));
   FMT_CHECK(t && !strcmp(t, FMPLANCP), "type %s after FMPlanSetType(cp)", t ? t : "(null)");
   out = view_text(plan);
-  FMT_CHECK(strstr(out, "type cp") && strstr(out, "context parallel over 1 ranks"), "cp plan view:\n%s", out);
+  FMT_CHECK(strstr(out, "type cp") && strstr(out, "context parallel over 1 rank on"), "cp plan view:\n%s", out);
   free(out);
   FMT_CALL(FMDistGetStats(plan, &st));
   FMT_CHECK(st.nchunks >= 1 && st.recv_bytes == 0, "cp on one rank: %d chunks, %.0f bytes received", st.nchunks, st.recv_bytes);

@@ -16,6 +16,7 @@
  * Usage: test_replan [-steps N] [-cuda]   (any number of ranks; -cuda: ranks may share a GPU)
  */
 #include <flashmask/private/fmdist.h>
+#include <flashmask/private/planimpl.h>
 #include <flashmask/private/fmkernels.h>
 #include "batch_cases.h"
 

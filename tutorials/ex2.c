@@ -2,7 +2,7 @@ static const char help[] =
   "ex2: build the FlashMask benchmark masks from options, save them to HDF5, and print\n"
   "their element density and block sparsity.\n"
   "  mpiexec -n 1 ./ex2 [-seqlen 8192] [-masks all|causal,document,...] [-o ex2.h5]\n"
-  "                     [-<type>_fm_mask_docs ...] [-<type>_fm_mask_seed 42] [-fm_mask_view] [-help]\n"
+  "                     [-<type>_fm_mask_docs ...] [-<type>_fm_mask_seed 42] [-<type>_fm_mask_view] [-help]\n"
   "Each mask reads its -fm_mask_* options under the prefix \"<type>_\", e.g.\n"
   "-causal_document_fm_mask_docs 4000,4192 applies to the causal_document mask only.\n";
 

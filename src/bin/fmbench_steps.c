@@ -10,6 +10,7 @@
  * of full and update set-ups (every step must be an update). Collective on MPI_COMM_WORLD.
  */
 #include <flashmask/private/fmdist.h>
+#include <flashmask/private/planimpl.h>
 #include <flashmask/private/fmkernels.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>

@@ -316,6 +316,8 @@ FMErrorCode FMContextView(FMContext ctx, FILE *fp)
                   FMBackendName(ctx->backend_req), nthreads, nthreads > 1 ? "s" : ""));
   FMCall(FMPrintf(ctx->comm, fp, "  build: cuda %d, nccl %d, hwloc %d, hdf5 %d (parallel %d)\n", FM_HAVE_CUDA, FM_HAVE_NCCL,
                   FM_HAVE_HWLOC, FM_HAVE_HDF5, FM_HAVE_HDF5_PARALLEL));
+  if (FM_HAVE_NCCL && ctx->nccl_timeout > 0)
+    FMCall(FMPrintf(ctx->comm, fp, "  NCCL exchanges waited for, at most %g s each (-fm_nccl_timeout)\n", ctx->nccl_timeout));
   FMCall(FMPrintf(ctx->comm, fp, "  %4s %-16s %4s %5s %4s %4s %5s  %s\n", "rank", "host", "node", "local", "pkg", "numa", "cores", "GPU"));
   for (int r = 0; r < ctx->size; r++) {
     const FMRankInfo *ri = &ctx->all[r];

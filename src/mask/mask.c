@@ -402,7 +402,22 @@ static FMErrorCode setup_local(FMMask m)
  *   SetUp, the changed ranks rebuild, every rank checks mask->hash against the others and the
  *   state of the mask advances on every rank (so the plans of all ranks see the change).
  */
+static FMErrorCode setup_mask(FMMask mask);
+
 FMErrorCode FMMaskSetUp(FMMask mask)
+{
+  FMLogEvent ev;
+  FMErrorCode ierr;
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCall(FMLogEventRegister("FMMaskSetUp", &ev)); /* -fm_log_view: the mask's set-up per call */
+  FMCall(FMLogEventBegin(ev));
+  ierr = setup_mask(mask);
+  FMCall(FMLogEventEnd(ev, 0, 0));
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+static FMErrorCode setup_mask(FMMask mask)
 {
   FMErrorCode ierr = FM_SUCCESS;
   FMBool view = FM_FALSE;
@@ -415,7 +430,10 @@ FMErrorCode FMMaskSetUp(FMMask mask)
   FMCallGoto(FMAgreeSame(mask->hdr.comm, mask->hash, "the mask (its sizes, type, causal flag, block size and bounds)"));
   mask->hdr.setupcalled = 1;
   mask->state++;
-  FMCallGoto(FMOptionsGetView_Private("-fm_mask_view", "print the mask at set-up (FMMaskView)", &view));
+  FMCallGoto(FMOptionsPushPrefix_Private(mask->hdr.prefix)); /* -a_fm_mask_view for prefix a_ */
+  ierr = FMOptionsGetView_Private("-fm_mask_view", "print the mask at set-up (FMMaskView)", &view);
+  FMCallGoto(FMOptionsPopPrefix_Private());
+  FMCallGoto(ierr);
   if (view) FMCallGoto(FMMaskView(mask, stdout));
 cleanup:
   return ierr;

@@ -280,7 +280,22 @@ static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
   memcpy(f, x, sizeof(x));
 }
 
+static FMErrorCode setup_plan(FMPlan plan);
+
 FMErrorCode FMPlanSetUp(FMPlan plan)
+{
+  FMLogEvent ev;
+  FMErrorCode ierr;
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCall(FMLogEventRegister("FMPlanSetUp", &ev)); /* -fm_log_view: the planning's cost per call */
+  FMCall(FMLogEventBegin(ev));
+  ierr = setup_plan(plan);
+  FMCall(FMLogEventEnd(ev, 0, 0));
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+static FMErrorCode setup_plan(FMPlan plan)
 {
   FMBool view = FM_FALSE;
   FMPlanField f[FM_PLAN_MAX_FIELDS];
@@ -480,6 +495,12 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
                   plan->mask->hdr.type_name ? plan->mask->hdr.type_name : "?", plan->mask->seqlen_q, plan->mask->seqlen_k,
                   plan->mask->mask_heads, plan->mask->sparsity, plan->mask->density));
   FMCall(FMPrintf(plan->hdr.comm, fp, "  forward %.4g GFLOP (FlashMask convention), backward %.4g GFLOP\n", flops * 1e-9, 2.5 * flops * 1e-9));
+  {
+    int full = 0, update = 0;
+    FMCall(FMPlanGetSetUpCounts_Private(plan, &full, &update));
+    FMCall(FMPrintf(plan->hdr.comm, fp, "  set-ups: %d full, %d update%s (a re-SetUp with the same shape and options updates); check finite inputs: %s\n",
+                    full, update, update == 1 ? "" : "s", plan->check_finite ? "on" : "off"));
+  }
   if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
     FMAttnProblem p;

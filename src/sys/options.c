@@ -155,10 +155,21 @@ cleanup:
 
 FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file)
 {
+  char extra[PATH_MAX];
+  FMBool set = FM_FALSE;
   if (file) FMCall(insert_file(file));
   FMCall(insert_string(getenv("FM_OPTIONS")));
   if (argc > 1 && argv) FMCall(insert_tokens(argc - 1, argv + 1));
   if (fm_help < 0) fm_help = find("-help") != NULL;
+  /* -options_file F (command line or FM_OPTIONS): F's options, under those of the command line */
+  extra[0] = 0;
+  FMCall(FMOptionsGetString("-options_file", "read options from this file (the command line and FM_OPTIONS override it)", extra,
+                            sizeof(extra), &set));
+  if (set && extra[0]) {
+    FMCall(insert_file(extra));
+    FMCall(insert_string(getenv("FM_OPTIONS")));
+    if (argc > 1 && argv) FMCall(insert_tokens(argc - 1, argv + 1));
+  }
   return FM_SUCCESS;
 }
 

@@ -459,13 +459,6 @@ typedef struct {
    FM_ERR_ARG_WRONG for another type). Not collective. */
 FMErrorCode FMDistGetStats(FMPlan plan, FMDistStats *stats);
 
-/*
- * FMPlanGetSetUpCounts_Private - how many FMPlanSetUp calls of a set-up plan of either type
- *   ("local": local.c, "cp": FMDistStats) were full set-ups and how many were updates (the same
- *   shape, options and communicator as the set-up before; see FMPlanSetUp). For tests and
- *   benchmarks. Not collective.
- */
-FMErrorCode FMPlanGetSetUpCounts_Private(FMPlan plan, int *full, int *update);
 
 #ifdef __cplusplus
 }

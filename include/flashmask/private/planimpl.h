@@ -103,6 +103,14 @@ FMErrorCode FMPlanCheckCUDADType_Private(FMPlan plan);
  */
 FMErrorCode FMPlanCheckDeviceArgs_Private(FMPlan plan, int n, const void *const *ptr, const char *const *name);
 
+/*
+ * FMPlanGetSetUpCounts_Private - how many FMPlanSetUp calls of a set-up plan of either type
+ *   ("local": local.c, "cp": FMDistStats) were full set-ups and how many were updates (the same
+ *   shape, options and communicator as the set-up before; see FMPlanSetUp). For FMPlanView,
+ *   tests and benchmarks. Not collective.
+ */
+FMErrorCode FMPlanGetSetUpCounts_Private(FMPlan plan, int *full, int *update);
+
 /* A backward on host tensors (the local CPU one, or the context-parallel one over MPI). */
 typedef FMErrorCode (*FMPlanHostBackward)(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
                                           const void *dout, void *dq, void *dk, void *dv);

@@ -335,8 +335,8 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
   if (!fp) fp = stdout;
   C = d->ch.nchunks;
   FMDistPartitionImbalance(&d->part, &mx, &mean, &imb);
-  FMCall(FMPrintf(comm, fp, "  context parallel over %d ranks on %d node%s%s: partition %s, %d chunks of %d rows (key chunks of %d), schedule %s, route %s, prune %s, overlap %s\n",
-                  P, d->topo.nnodes, d->topo.nnodes > 1 ? "s" : "", d->opt.vnodes > 0 ? " (virtual)" : "", FMDistPartNames[d->opt.part_type], C,
+  FMCall(FMPrintf(comm, fp, "  context parallel over %d rank%s on %d node%s%s: partition %s, %d chunks of %d rows (key chunks of %d), schedule %s, route %s, prune %s, overlap %s\n",
+                  P, P > 1 ? "s" : "", d->topo.nnodes, d->topo.nnodes > 1 ? "s" : "", d->opt.vnodes > 0 ? " (virtual)" : "", FMDistPartNames[d->opt.part_type], C,
                   d->ch.chunk, d->ch.kchunk, FMDistSchedNames[d->opt.schedule], FMDistRouteNames[d->opt.route_type], d->opt.prune ? "on" : "off",
                   d->opt.overlap ? "on" : "off"));
   FMCall(FMPrintf(comm, fp, "  work (tiles): max %.1f, mean %.1f, max/mean imbalance %.4f", (double)mx / block, mean / block, imb));

@@ -232,6 +232,11 @@ static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, doubl
     }
   }
   FMT_CALL(FMPlanBackward(plan, lq, lk, lv, lo, llse, ldo, ldq, ldk, ldv));
+  if (!ring) { /* every chunk that came in over a route edge goes back up it as an fp32 dK/dV partial */
+    FMT_CALL(FMDistGetStats(plan, &st));
+    FMT_CHECK(st.reduce_bytes == st.recv_bytes * 4.0 / (double)es, "%s rank %d: sent %.0f bytes of dK/dV partials, expected %.0f (received %.0f K/V bytes)",
+              c->type, rank, st.reduce_bytes, st.recv_bytes * 4.0 / (double)es, st.recv_bytes);
+  }
 
   /* gather to rank 0 and compare with one single-rank CPU call */
   {

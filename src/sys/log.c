@@ -94,7 +94,8 @@ FMErrorCode FMLogView(FILE *fp)
   }
   if (rank == 0) {
     fprintf(fp, "Ratio = max/min time over ranks; GFlop/s = total flops / max time (FlashMask convention for attention).\n");
-    fprintf(fp, "GB moved = sum over ranks: FMPlanForward/Backward of a \"cp\" plan, the K/V bytes sent; of a \"local\" plan,\n"
+    fprintf(fp, "GB moved = sum over ranks: FMPlanForward/Backward of a \"cp\" plan, the K/V bytes sent (and by the backward the\n"
+                "           dK/dV partials sent back); of a \"local\" plan,\n"
                 "           the bytes of the tensors read and written.\n");
     fprintf(fp, "------------------------------------------------------------------------------------------------\n");
   }

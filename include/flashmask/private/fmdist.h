@@ -440,6 +440,7 @@ typedef struct {
   double sent_bytes[2];     /* K/V bytes this rank sent in the last gather (forward or backward), per link level */
   double recv_bytes;        /* K/V bytes this rank received in the last gather (MPI_Get_count of each message) */
   double relayed_bytes;     /* of sent_bytes, those forwarded as a relay of the hierarchical route */
+  double reduce_bytes;      /* dK/dV partial bytes (fp32) this rank sent back in the last backward (0 after a forward) */
   double predicted_recv;    /* what the route (or, with -fm_plan_schedule ring, the ring) says this rank receives */
   double predicted_sent;    /* what the route (or the ring) says this rank sends */
   double needed_bytes;      /* remote chunks this rank needs */

@@ -127,7 +127,7 @@ FMErrorCode FMPlanForward_CP(FMPlan plan, const void *q, const void *k, const vo
     if (!ierr && d->opt.schedule != FM_DIST_SCHED_RING) ierr = gather_alloc(&e, k, v);
   }
   FMAgreeGoto(plan->hdr.comm);
-  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = d->stats.reduce_bytes = 0;
   FMCallGoto(FMDistExecTraceBegin_Private(&e, "forward"));
   if (d->opt.schedule == FM_DIST_SCHED_RING) {
     FMCallGoto(FMDistRingForward_Private(&e, k, v, oacc, lacc, opart, lpart, &first));
@@ -230,7 +230,7 @@ static FMErrorCode backward_host(FMPlan plan, const void *q, const void *k, cons
   if (!ierr && !ring) ierr = gather_alloc(&e, k, v);
   FMAgreeGoto(plan->hdr.comm);
   e.qptr = q;
-  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = d->stats.reduce_bytes = 0;
   FMCallGoto(FMDistExecTraceBegin_Private(&e, "backward"));
   if (ring) FMCallGoto(FMDistRingBackward_Private(&e, k, v, q, o, lse, dout, dqacc, dk, dv));
   else {

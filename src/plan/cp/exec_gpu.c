@@ -233,7 +233,7 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
   ierr = FMAgreeCode(plan->hdr.comm, ierr);
   if (!ierr) ierr = nccl_current(plan, d, g);
   if (ierr) { free(R.ran); free(R.hostt); return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr); }
-  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = 0;
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = d->stats.reduce_bytes = 0;
   FMCallGoto(FMDistTraceBegin_Private(plan, d, "forward", &tr));
   FMCallGoto(FMCudaEventRecord(g->ev_in, us));
   FMCallGoto(FMCudaStreamWaitEvent(g->cs, g->ev_in));

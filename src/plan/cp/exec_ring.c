@@ -197,6 +197,7 @@ FMErrorCode FMDistRingBackward_Private(FMDistExec *e, const void *k, const void 
     }
     ft = gsend; gsend = gpart; gpart = ft;
     FMCallMPIGoto(FMMPIIsend_Private(gsend, (size_t)nr, MPI_FLOAT, R.next, R.tag_g, comm, &gsq));
+    d->stats.reduce_bytes += (double)nr * sizeof(float);
     gpost = FMTime(); gsr = r;
     t = cur; cur = nxt; nxt = t;
   }

@@ -77,6 +77,7 @@ static FMErrorCode finish_chunk(FMDistExec *e, FMDistReduce *R, int c, void *dk,
     int ii = 0;
     while (ii < d->nin && d->in[ii].chunk != c) ii++;
     FMCallMPI(FMMPIIsend_Private(g, n, MPI_FLOAT, d->parent[c], d->ch.nchunks + c, plan->hdr.comm, &R->psq[ii]));
+    d->stats.reduce_bytes += (double)n * sizeof(float);
     R->ppost[ii] = FMTime();
   } else if (d->part.owner[c] == plan->ctx->rank) {
     size_t nk = (size_t)d->nkeys;

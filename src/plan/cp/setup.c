@@ -397,12 +397,13 @@ static FMErrorCode getlayout(FMPlan plan, int keys, int r, int *n, int **idx)
   return FM_SUCCESS;
 }
 
-/* The K/V bytes this rank sent in the last forward or backward (FMDistGetStats' sent_bytes, both
-   link levels): what -fm_log_view reports as moved for a "cp" plan. */
+/* The bytes this rank sent in the last forward or backward: K/V (FMDistGetStats' sent_bytes, both
+   link levels) and, after a backward, the dK/dV partials sent back (reduce_bytes): what
+   -fm_log_view reports as moved for a "cp" plan. */
 static FMErrorCode getbytes(FMPlan plan, double *bytes)
 {
   const FMDist *d = (const FMDist *)plan->data;
-  *bytes = d ? d->stats.sent_bytes[0] + d->stats.sent_bytes[1] : 0;
+  *bytes = d ? d->stats.sent_bytes[0] + d->stats.sent_bytes[1] + d->stats.reduce_bytes : 0;
   return FM_SUCCESS;
 }
 

@@ -402,23 +402,18 @@ static FMErrorCode setup_local(FMMask m)
  *   SetUp, the changed ranks rebuild, every rank checks mask->hash against the others and the
  *   state of the mask advances on every rank (so the plans of all ranks see the change).
  */
-static FMErrorCode setup_mask(FMMask mask);
+static FMErrorCode setup_mask(void *obj);
 
 FMErrorCode FMMaskSetUp(FMMask mask)
 {
-  FMLogEvent ev;
-  FMErrorCode ierr;
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
-  FMCall(FMLogEventRegister("FMMaskSetUp", &ev)); /* -fm_log_view: the mask's set-up per call */
-  FMCall(FMLogEventBegin(ev));
-  ierr = setup_mask(mask);
-  FMCall(FMLogEventEnd(ev, 0, 0));
-  FMCall(ierr);
+  FMCall(FMLogTimed_Private("FMMaskSetUp", setup_mask, mask)); /* -fm_log_view: the mask's set-up per call */
   return FM_SUCCESS;
 }
 
-static FMErrorCode setup_mask(FMMask mask)
+static FMErrorCode setup_mask(void *obj)
 {
+  FMMask mask = (FMMask)obj;
   FMErrorCode ierr = FM_SUCCESS;
   FMBool view = FM_FALSE;
   int redo = 0;

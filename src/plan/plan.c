@@ -280,23 +280,18 @@ static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
   memcpy(f, x, sizeof(x));
 }
 
-static FMErrorCode setup_plan(FMPlan plan);
+static FMErrorCode setup_plan(void *obj);
 
 FMErrorCode FMPlanSetUp(FMPlan plan)
 {
-  FMLogEvent ev;
-  FMErrorCode ierr;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCall(FMLogEventRegister("FMPlanSetUp", &ev)); /* -fm_log_view: the planning's cost per call */
-  FMCall(FMLogEventBegin(ev));
-  ierr = setup_plan(plan);
-  FMCall(FMLogEventEnd(ev, 0, 0));
-  FMCall(ierr);
+  FMCall(FMLogTimed_Private("FMPlanSetUp", setup_plan, plan)); /* -fm_log_view: the planning's cost per call */
   return FM_SUCCESS;
 }
 
-static FMErrorCode setup_plan(FMPlan plan)
+static FMErrorCode setup_plan(void *obj)
 {
+  FMPlan plan = (FMPlan)obj;
   FMBool view = FM_FALSE;
   FMPlanField f[FM_PLAN_MAX_FIELDS];
   FMErrorCode ierr;

@@ -44,6 +44,19 @@ FMErrorCode FMLogEventRegister(const char *name, FMLogEvent *id)
   return FM_SUCCESS;
 }
 
+/* FMLogTimed_Private - see fmimpl.h. */
+FMErrorCode FMLogTimed_Private(const char *event, FMErrorCode (*body)(void *), void *obj)
+{
+  FMLogEvent ev;
+  FMErrorCode ierr;
+  FMCall(FMLogEventRegister(event, &ev));
+  FMCall(FMLogEventBegin(ev));
+  ierr = (*body)(obj);
+  FMCall(FMLogEventEnd(ev, 0, 0));
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMLogEventBegin(FMLogEvent id)
 {
   FMCheck(id >= 0 && id < fm_nevents, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 1 (event) is %d; expected 0..%d", id, fm_nevents - 1);

@@ -132,6 +132,10 @@ FMErrorCode FMAgreeRootOutcome_Private(MPI_Comm comm, int root, FMErrorCode ierr
 #define FMAgreeRootOutcome(comm, root, ierr) FMAgreeRootOutcome_Private((comm), (root), (ierr), __FILE__, __func__, __LINE__)
 FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *file, const char *func, int line);
 #define FMAgreeAny(comm, flag, any) FMAgreeAny_Private((comm), (flag), (any), __FILE__, __func__, __LINE__)
+/* FMLogTimed_Private - run body(obj) as the -fm_log_view event named event (registered on first
+   use); its error is returned after the event ends. Not collective by itself. */
+FMErrorCode FMLogTimed_Private(const char *event, FMErrorCode (*body)(void *), void *obj);
+
 /* FMHash_Private - a 64-bit hash of n bytes continuing from h (start with FM_HASH_INIT): FNV-1a
    byte by byte for short inputs; inputs of 32 bytes or more go 8-byte words at a time in four
    lanes (about 1 ms per 16 MB), folded into h. The same bytes give the same value on every rank. */

@@ -224,20 +224,34 @@ FMErrorCode FMPlanSetGPUAwareMPI(FMPlan plan, const char *aware)
   return FM_SUCCESS;
 }
 
-FMErrorCode FMPlanSetPrune(FMPlan plan, FMBool prune)
+/* The on/off settings (an int field holding 0 or 1). */
+static FMErrorCode set_bool(FMPlan plan, const char *fn, FMBool v, size_t field)
 {
   FMDistOptions *o;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCheck(v == FM_TRUE || v == FM_FALSE, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 of %s() is %d; expected FM_TRUE or FM_FALSE", fn,
+          (int)v);
   FMCall(settings(plan, &o));
-  if (o) o->prune = prune == FM_TRUE;
+  if (o) *(int *)((char *)o + field) = v == FM_TRUE;
+  return FM_SUCCESS;
+}
+static FMErrorCode get_bool(FMPlan plan, FMBool *v, size_t field)
+{
+  FMDistOptions o;
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(v, 2);
+  FMCall(get_settings(plan, &o));
+  *v = *(const int *)((const char *)&o + field) ? FM_TRUE : FM_FALSE;
+  return FM_SUCCESS;
+}
+FMErrorCode FMPlanSetPrune(FMPlan plan, FMBool prune)
+{
+  FMCall(set_bool(plan, "FMPlanSetPrune", prune, offsetof(FMDistOptions, prune)));
   return FM_SUCCESS;
 }
 FMErrorCode FMPlanSetOverlap(FMPlan plan, FMBool overlap)
 {
-  FMDistOptions *o;
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCall(settings(plan, &o));
-  if (o) o->overlap = overlap == FM_TRUE;
+  FMCall(set_bool(plan, "FMPlanSetOverlap", overlap, offsetof(FMDistOptions, overlap)));
   return FM_SUCCESS;
 }
 
@@ -296,20 +310,12 @@ FMErrorCode FMPlanGetPartialCost(FMPlan plan, double *cost)
 }
 FMErrorCode FMPlanSetBalanceComm(FMPlan plan, FMBool on)
 {
-  FMDistOptions *o;
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCheck(on == FM_TRUE || on == FM_FALSE, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (on) of FMPlanSetBalanceComm() is %d; expected FM_TRUE or FM_FALSE", (int)on);
-  FMCall(settings(plan, &o));
-  if (o) o->balance_comm = on == FM_TRUE;
+  FMCall(set_bool(plan, "FMPlanSetBalanceComm", on, offsetof(FMDistOptions, balance_comm)));
   return FM_SUCCESS;
 }
 FMErrorCode FMPlanGetBalanceComm(FMPlan plan, FMBool *on)
 {
-  FMDistOptions o;
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMValidPointer(on, 2);
-  FMCall(get_settings(plan, &o));
-  *on = o.balance_comm ? FM_TRUE : FM_FALSE;
+  FMCall(get_bool(plan, on, offsetof(FMDistOptions, balance_comm)));
   return FM_SUCCESS;
 }
 FMErrorCode FMPlanSetCostModel(FMPlan plan, double tflops, double bw_intra, double bw_inter)

@@ -223,23 +223,22 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
                           int64_t *load, const int *base, int *owner)
 {
   Swap S;
-  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL;
+  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL, best = -1;
   double ib;
   FMErrorCode ierr = FM_SUCCESS;
   memset(&S, 0, sizeof(S));
   S.C = n; S.N = t->nnodes; S.b = cbytes; S.budget = FM_COMM_BUDGET / 2;
   FMCallGoto(FMMalloc(n, &S.knode));
   FMCallGoto(FMMalloc((size_t)S.N * n, &S.cnt));
-  FMCallGoto(FMCalloc((size_t)n + 1, &S.vto));
+  FMCallGoto(FMCalloc((size_t)n + 2, &S.vto));
   FMCallGoto(FMMalloc((size_t)v->size + 1, &S.vt));
   FMCallGoto(FMMalloc(P, &head));
   FMCallGoto(FMMalloc(n, &next));
   FMCallGoto(FMMalloc((size_t)t->nnodes + 1, &head2));
   FMCallGoto(FMMalloc(n, &trial));
   /* the transpose of the visibility, by query chunk */
-  for (int k = 0; k < n; k++)
-    for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++)
-      for (int q = v->q[i].lo; q < v->q[i].hi; q++) S.vto[q + 1]++;
+  for (int i = 0; i < v->nspan; i++) { S.vto[v->q[i].lo + 1]++; S.vto[v->q[i].hi + 1]--; } /* counts by differences */
+  for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
   for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
   for (int q = 0; q < n; q++) next[q] = S.vto[q]; /* the fill pointers, here */
   for (int k = 0; k < n; k++)
@@ -252,9 +251,9 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   for (int med = 0; med < 2; med++) {
     FMCallGoto(bin_permute(n, w, t, med, base, trial));
     swap_load(&S, t, trial);
-    if (S.inter < ib) { ib = S.inter; memcpy(owner, trial, sizeof(int) * (size_t)n); }
+    if (S.inter < ib) { ib = S.inter; memcpy(owner, trial, sizeof(int) * (size_t)n); best = med; }
   }
-  swap_load(&S, t, owner);
+  if (best != 1) swap_load(&S, t, owner); /* S holds the last start loaded */
   for (int r = 0; r < P; r++) head[r] = -1;
   for (int c = n - 1; c >= 0; c--) { next[c] = head[owner[c]]; head[owner[c]] = c; }
   FMCallGoto(swap_sweeps(&S, t, head, next, owner));

@@ -215,6 +215,40 @@ static void swap_load(Swap *S, const FMDistTopo *t, const int *owner)
 }
 
 /*
+ * The rows of the visibility's transpose, vt[vto[q] .. vto[q + 1]) = the key chunks query chunk q
+ * sees (vto given), by a sweep over q: the spans covering q kept in an array (added at their
+ * start, swapped out at their end), each row one copy of it, so the writes are sequential.
+ * The order within a row is the sweep's; its users only count and add whole byte numbers.
+ */
+static FMErrorCode transpose_fill(const FMDistChunkVis *v, int n, const int *vto, int *vt)
+{
+  int ns = v->nspan, *buf, *soff, *eoff, *sl, *el, *actk, *acts, *pos, *spk, na = 0;
+  FMCall(FMCalloc(2 * ((size_t)n + 2) + 6 * (size_t)ns + 1, &buf));
+  soff = buf; eoff = soff + n + 2; sl = eoff + n + 2; el = sl + ns; actk = el + ns; acts = actk + ns; pos = acts + ns; spk = pos + ns;
+  for (int i = 0; i < ns; i++) { soff[v->q[i].lo + 1]++; eoff[v->q[i].hi + 1]++; }
+  for (int q = 0; q <= n; q++) { soff[q + 1] += soff[q]; eoff[q + 1] += eoff[q]; }
+  for (int k = 0; k < n; k++)
+    for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++) { sl[soff[v->q[i].lo]++] = i; el[eoff[v->q[i].hi]++] = i; spk[i] = k; }
+  for (int q = n; q > 0; q--) { soff[q] = soff[q - 1]; eoff[q] = eoff[q - 1]; } /* back to the bucket starts */
+  soff[0] = eoff[0] = 0;
+  for (int q = 0; q < n; q++) {
+    for (int e = eoff[q]; e < eoff[q + 1]; e++) { /* spans ending at q out */
+      int i = el[e], p = pos[i];
+      if (v->q[i].lo >= v->q[i].hi) continue;
+      na--; actk[p] = actk[na]; acts[p] = acts[na]; pos[acts[p]] = p;
+    }
+    for (int e = soff[q]; e < soff[q + 1]; e++) { /* spans starting at q in */
+      int i = sl[e];
+      if (v->q[i].lo >= v->q[i].hi) continue;
+      actk[na] = spk[i]; acts[na] = i; pos[i] = na++;
+    }
+    memcpy(vt + vto[q], actk, sizeof(int) * (size_t)na);
+  }
+  free(buf);
+  return FM_SUCCESS;
+}
+
+/*
  * The refinement: from the work-only partition base, or its bins in node order (bin_permute,
  * by mean or median chunk) when that moves fewer bytes across nodes, bin swaps (half the work
  * budget), then single-chunk moves and swaps under cap (the rest). owner out [n]; load [P] scratch.
@@ -240,10 +274,7 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   for (int i = 0; i < v->nspan; i++) { S.vto[v->q[i].lo + 1]++; S.vto[v->q[i].hi + 1]--; } /* counts by differences */
   for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
   for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
-  for (int q = 0; q < n; q++) next[q] = S.vto[q]; /* the fill pointers, here */
-  for (int k = 0; k < n; k++)
-    for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++)
-      for (int q = v->q[i].lo; q < v->q[i].hi; q++) S.vt[next[q]++] = k;
+  FMCallGoto(transpose_fill(v, n, S.vto, S.vt));
   /* the start: base, or its bins ordered by their mean or their median chunk, whichever moves least across nodes */
   swap_load(&S, t, base);
   ib = S.inter;

@@ -199,12 +199,26 @@ static void chunk_moves(Swap *S, const int64_t *w, const FMDistTopo *t, int64_t 
 }
 
 /* S's counts, owner nodes and bytes across nodes for the assignment owner (vt built) */
-static void swap_load(Swap *S, const FMDistTopo *t, const int *owner)
+static void swap_load(Swap *S, const FMDistTopo *t, const FMDistChunkVis *v, const int *owner, int *pre)
 {
   int n = S->C;
-  memset(S->cnt, 0, sizeof(int) * (size_t)S->N * n);
   for (int c = 0; c < n; c++) S->knode[c] = t->node[owner[c]];
   S->inter = 0;
+  if ((double)S->N * (n + v->nspan) < (double)v->size) { /* by node: cnt from prefix counts of the node's query chunks, O(nodes x spans) */
+    for (int nd = 0; nd < S->N; nd++) {
+      int *cn = S->cnt + (size_t)nd * n;
+      pre[0] = 0;
+      for (int q = 0; q < n; q++) pre[q + 1] = pre[q] + (S->knode[q] == nd);
+      for (int k = 0; k < n; k++) {
+        int c = 0;
+        for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++) c += pre[v->q[i].hi] - pre[v->q[i].lo];
+        cn[k] = c;
+        if (c > 0 && S->knode[k] != nd) S->inter += S->b[k]; /* whole byte numbers: the sum is exact in any order */
+      }
+    }
+    return;
+  }
+  memset(S->cnt, 0, sizeof(int) * (size_t)S->N * n);
   for (int c = 0; c < n; c++) {
     int *cn = S->cnt + (size_t)S->knode[c] * n;
     for (int i = S->vto[c]; i < S->vto[c + 1]; i++) {
@@ -257,7 +271,7 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
                           int64_t *load, const int *base, int *owner)
 {
   Swap S;
-  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL, best = -1;
+  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL, *pre = NULL, best = -1;
   double ib;
   FMErrorCode ierr = FM_SUCCESS;
   memset(&S, 0, sizeof(S));
@@ -270,21 +284,22 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   FMCallGoto(FMMalloc(n, &next));
   FMCallGoto(FMMalloc((size_t)t->nnodes + 1, &head2));
   FMCallGoto(FMMalloc(n, &trial));
+  FMCallGoto(FMMalloc((size_t)n + 1, &pre));
   /* the transpose of the visibility, by query chunk */
   for (int i = 0; i < v->nspan; i++) { S.vto[v->q[i].lo + 1]++; S.vto[v->q[i].hi + 1]--; } /* counts by differences */
   for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
   for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
   FMCallGoto(transpose_fill(v, n, S.vto, S.vt));
   /* the start: base, or its bins ordered by their mean or their median chunk, whichever moves least across nodes */
-  swap_load(&S, t, base);
+  swap_load(&S, t, v, base, pre);
   ib = S.inter;
   memcpy(owner, base, sizeof(int) * (size_t)n);
   for (int med = 0; med < 2; med++) {
     FMCallGoto(bin_permute(n, w, t, med, base, trial));
-    swap_load(&S, t, trial);
+    swap_load(&S, t, v, trial, pre);
     if (S.inter < ib) { ib = S.inter; memcpy(owner, trial, sizeof(int) * (size_t)n); best = med; }
   }
-  if (best != 1) swap_load(&S, t, owner); /* S holds the last start loaded */
+  if (best != 1) swap_load(&S, t, v, owner, pre); /* S holds the last start loaded */
   for (int r = 0; r < P; r++) head[r] = -1;
   for (int c = n - 1; c >= 0; c--) { next[c] = head[owner[c]]; head[owner[c]] = c; }
   FMCallGoto(swap_sweeps(&S, t, head, next, owner));
@@ -293,7 +308,7 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   for (int c = 0; c < n; c++) load[owner[c]] += w[c];
   chunk_moves(&S, w, t, cap, load, owner, next, head2);
 cleanup:
-  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next); free(head2); free(trial);
+  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next); free(head2); free(trial); free(pre);
   return ierr;
 }
 

@@ -3,7 +3,8 @@
  * tile map against FMClassifyTileInline, chunk weights against the tile-by-tile count, needed
  * sets from the map against the column scan), with per-sample masks among the random masks;
  * and per-sample masks (issue 11): the chunk weights of a mask of B samples are the sums of its
- * samples' weights and a rank's needed set is the union of the samples' needed sets.
+ * samples' weights and a rank's needed set is the union of the samples' needed sets; the
+ * balancer's pair splits on big pools against the reference's.
  * Runs on one rank; no MPI traffic. Usage: test_dist_fast [-iters N]
  */
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
@@ -133,6 +134,31 @@ static void test_batch_union(int iters)
   FMT_CHECK(differ > 0, "no per-sample instance had samples of different weights: the union test is vacuous");
 }
 
+/*
+ * The balancer's pair splits on big pools (few ranks, many chunks: pools of 11 to 26 chunks,
+ * where the fast balancer merges sorted half sums and the reference sorts them) with repeated
+ * weights (many optimal splits: the choice among them must agree), under the same stopping
+ * rule: the same decisions as the reference.
+ */
+static void test_balancer_pools(int iters)
+{
+  int big = 0;
+  for (int it = 0; it < iters; it++) {
+    int P = 2 + rnd(3), n = P * (6 + rnd(7)), o1[64], o2[64], style = rnd(3);
+    int64_t w[64];
+    FMDistBalanceInfo i1, i2;
+    for (int c = 0; c < n; c++) w[c] = style == 0 ? 1 + rnd(6) : style == 1 ? (int64_t)(1 + rnd(4)) * 1000003 : rnd(1 << 30);
+    FMT_CALL(FMDistBalance(n, w, P, o1, &i1));
+    FMT_CALL(FMDistBalanceRef(n, w, P, o2, &i2));
+    FMT_CHECK(!i1.budget_out, "n %d P %d: the budget ran out", n, P);
+    FMT_CHECK(!memcmp(o1, o2, sizeof(int) * (size_t)n) && i1.max == i2.max && i1.pair_moves == i2.pair_moves && i1.start == i2.start,
+              "n %d P %d style %d: balancer (max %lld, %d pair moves, start %d) and reference (max %lld, %d, %d) differ", n, P, style,
+              (long long)i1.max, i1.pair_moves, i1.start, (long long)i2.max, i2.pair_moves, i2.start);
+    big += n / P * 2 > 10;
+  }
+  FMT_CHECK(big > 0, "no pool above 10 chunks: the big-pool test is vacuous");
+}
+
 int main(int argc, char **argv)
 {
   int iters = 200;
@@ -142,6 +168,7 @@ int main(int argc, char **argv)
   seed = fmt_seed();
   test_fast_paths(iters);
   test_batch_union(iters / 2);
+  test_balancer_pools(iters);
   FMT_CALL(FMFinalize());
   return fmt_finish("test_dist_fast");
 }

@@ -56,6 +56,21 @@ static void test_chunks(int iters)
 }
 
 /* ---------------- balancer ---------------- */
+/*
+ * The balancer's stopping rule (balance.c): the improvement stops once the heaviest load is at
+ * or below LB + LB / 1024, LB = max(ceil(total / P), heaviest chunk), a lower bound of the
+ * optimum. Below that point it promises no pairwise optimality, only a max within 1/1024 of
+ * the optimum (and the optimum itself when LB < 1024, as for small integer weights).
+ */
+static int64_t bal_stop(int n, const int64_t *w, int P)
+{
+  int64_t lb = 0;
+  for (int i = 0; i < n; i++) lb += w[i];
+  lb = (lb + P - 1) / P;
+  for (int i = 0; i < n; i++) if (w[i] > lb) lb = w[i];
+  return lb + lb / 1024;
+}
+
 static int64_t brute_opt(int n, const int64_t *w, int P)
 {
   int64_t best = -1, load[8];
@@ -75,11 +90,11 @@ static int64_t brute_opt(int n, const int64_t *w, int P)
 
 static void test_balancer(int iters)
 {
-  int nopt = 0, ntot = 0;
+  int nopt = 0, ntot = 0, nstop = 0;
   double worst = 1.0;
   for (int it = 0; it < iters; it++) {
     int P = 1 + rnd(4), n = 1 + rnd(P == 4 ? 9 : 11), owner[16], owner2[16];
-    int64_t w[16], load[8] = {0}, opt, mx = 0, tot = 0;
+    int64_t w[16], load[8] = {0}, opt, mx = 0, tot = 0, stop;
     FMDistBalanceInfo info;
     int style = rnd(3);
     for (int i = 0; i < n; i++) w[i] = style == 0 ? rnd(100) : style == 1 ? 1 + rnd(10) : (int64_t)rnd(1000000) * 1000;
@@ -101,12 +116,18 @@ static void test_balancer(int iters)
     ntot++;
     if (mx == opt) nopt++;
     if (opt > 0 && (double)mx / opt > worst) worst = (double)mx / opt;
-    if (P <= 3) FMT_CHECK(mx == opt, "P = %d, n = %d: balancer max %lld, optimum %lld (exact for P <= 3)", P, n, (long long)mx, (long long)opt);
-    else
+    /* at or below the stop: within 1/1024 of the optimum, nothing more is promised (nstop counts these) */
+    stop = bal_stop(n, w, P);
+    if (mx <= stop && mx != opt) nstop++;
+    FMT_CHECK(mx <= stop || mx == opt || P > 3, "P = %d, n = %d: balancer max %lld, optimum %lld, stop %lld (exact for P <= 3 above the stop)", P, n,
+              (long long)mx, (long long)opt, (long long)stop);
+    FMT_CHECK(1024 * (mx - opt) <= opt || mx > stop, "P = %d, n = %d: balancer stopped at max %lld, more than 1/1024 above the optimum %lld", P,
+              n, (long long)mx, (long long)opt);
+    if (P > 3)
       FMT_CHECK(3.0 * P * mx <= (4.0 * P - 1.0) * opt, "P = %d, n = %d: balancer max %lld above the LPT bound of optimum %lld", P, n,
                 (long long)mx, (long long)opt);
-    /* pairwise optimality of the heaviest rank: no exact two-way split improves it */
-    if (P >= 2) {
+    /* above the stop, pairwise optimality of the heaviest rank: no exact two-way split improves it */
+    if (P >= 2 && mx > stop) {
       int a = 0;
       for (int r = 1; r < P; r++) if (load[r] > load[a]) a = r;
       for (int b = 0; b < P; b++) {
@@ -119,7 +140,8 @@ static void test_balancer(int iters)
       }
     }
   }
-  printf("balancer: optimal on %d of %d random instances; worst ratio to optimum %.4f\n", nopt, ntot, worst);
+  printf("balancer: optimal on %d of %d random instances (%d stopped within 1/1024 above it); worst ratio to optimum %.4f\n", nopt, ntot,
+         nstop, worst);
 }
 
 /* never worse than dual_chunk on causal masks, and weights against a dense tile count */

@@ -1,16 +1,19 @@
 /*
- * balance.c - the balancer: longest-processing-
- * time-first, then exact pairwise repartition of the heaviest rank with each partner and
- * exact three-way repartition with the two lightest ranks where the pool is small.
- * Deterministic and message free (doc/distributed.md gives the bounds).
+ * balance.c - the balancer: longest-processing-time-first, then exact pairwise repartition
+ * of the heaviest rank with each partner and exact three-way repartition with the two
+ * lightest ranks where the pool is small, until the max is within 0.1% of a lower bound of
+ * the optimum or nothing helps. Deterministic and message free (doc/distributed.md gives the
+ * bounds). The reference of the same decisions is in balance_ref.c.
  */
 #include <flashmask/private/fmdist.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define FM_PAIR_EXACT_MAX 40   /* meet in the middle: 2 x 2^20 subset sums at most */
 #define FM_TRIPLE_EXACT_MAX 12 /* 3^12 = 531441 assignments */
+
+/* balance_ref.c: the reference improvement (the direct loops), stopping at a load <= stop as improve() */
+FMErrorCode FMDistBalanceImproveRef_Private(int n, const int64_t *w, int P, int64_t stop, int *owner, int64_t *load, FMDistBalanceInfo *info);
 
 /* ---------------- helpers ---------------- */
 typedef struct { int64_t s; uint32_t mask; } SumMask;
@@ -30,115 +33,79 @@ static int argmax_load(int P, const int64_t *load)
   return a;
 }
 
-typedef struct { int64_t s; int cost; uint32_t mask; } SumCost;
+/* A subset of one half of a pool: its sum, its mask and its moves (items not on their current side). */
+typedef struct { int64_t s; uint32_t m; int c; } Half;
 
-static int cmp_sumcost(const void *a, const void *b)
+/*
+ * The 2^k subset sums of x[0..k) (x >= 0) in ascending order, by merging the sorted sums
+ * without item i with those with it, item by item (O(2^k)); out and tmp [2^k]; returns the
+ * array holding the result (out or tmp). Moves against the current sides cur (a mask).
+ */
+static Half *half_sums(int k, const int64_t *x, uint32_t cur, Half *out, Half *tmp)
 {
-  const SumCost *x = (const SumCost *)a, *y = (const SumCost *)b;
-  if (x->s != y->s) return x->s < y->s ? -1 : 1;
-  if (x->cost != y->cost) return x->cost - y->cost;
-  return x->mask < y->mask ? -1 : (x->mask > y->mask);
+  size_t len = 1;
+  out[0].s = 0; out[0].m = 0;
+  for (int i = 0; i < k; i++, len *= 2) {
+    size_t p = 0, q = 0, o = 0;
+    Half *t;
+    while (q < len) {
+      if (p < len && out[p].s <= out[q].s + x[i]) tmp[o++] = out[p++];
+      else { tmp[o].s = out[q].s + x[i]; tmp[o++].m = out[q++].m | 1u << i; }
+    }
+    while (p < len) tmp[o++] = out[p++];
+    t = out; out = tmp; tmp = t;
+  }
+  for (size_t m = 0; m < len; m++) out[m].c = __builtin_popcount(out[m].m ^ cur);
+  return out;
 }
-
-static int popc(uint32_t v) { int c = 0; while (v) { v &= v - 1; c++; } return c; }
 
 /*
  * Exact two-way split of items x[0..n) (n <= 40) between ranks a and b minimizing the
- * larger side, by meet in the middle. Among the optimal splits (either orientation) it
- * returns one that moves the fewest items: cur[i] = 1 when item i is now on b; out side[i]
- * = 1 when it goes to b.
+ * larger side, by meet in the middle over the sorted subset sums of the two halves, in
+ * O(2^(n/2)): the largest smaller side best <= T/2, then, among the subsets for b of sum best
+ * (t = 0) or T - best (t = 1), the least (moves, t, first half's mask, second half's mask),
+ * the choice of the reference (balance_ref.c). cur[i] = 1 when item i is now on b; out side[i] = 1 when it goes
+ * to b. Returns 0 without choosing when the larger side T - best stays at bound or above.
  */
-/*
- * split2_exact for small pools (n <= 10) by enumerating every subset, with the meet-in-the-
- * middle's choice (returns 0 without choosing when the larger side cannot get below bound): the largest smaller side <= T/2, then among the subsets for b of sum best
- * (t = 0) or T - best (t = 1) the least (moves, t, low half mask, high half mask).
- */
-static int split2_small(int n, const int64_t *x, const unsigned char *cur, unsigned char *side, int64_t bound)
+static FMErrorCode split2(int n, const int64_t *x, const unsigned char *cur, unsigned char *side, int64_t bound, int *ok)
 {
-  int n1 = n / 2, bestcost = -1, bt = 0;
-  uint32_t N = 1u << n, c = 0, lowm = (1u << n1) - 1, bm = 0;
-  int64_t T = 0, H, best = 0, tgt[2], sum[1 << 10];
-  for (int i = 0; i < n; i++) { T += x[i]; c |= (uint32_t)(cur[i] != 0) << i; }
-  H = T / 2;
-  sum[0] = 0;
-  for (uint32_t k = 1, g = 0; k < N; k++) { /* Gray code: one item in or out per step */
-    int i = __builtin_ctz(k);
-    int64_t sm;
-    g ^= 1u << i;
-    sm = sum[g ^ (1u << i)] + ((g >> i & 1) ? x[i] : -x[i]);
-    sum[g] = sm;
-    if (sm <= H && sm > best) best = sm;
-  }
-  if (T - best >= bound) return 0; /* the larger side stays at bound or above: no improvement, no choice needed */
-  tgt[0] = best; tgt[1] = T - best;
-  for (uint32_t m = 0; m < N; m++) {
-    int t, cost;
-    if (sum[m] == tgt[0]) t = 0; else if (sum[m] == tgt[1]) t = 1; else continue;
-    cost = popc(m ^ c);
-    if (bestcost < 0 || cost < bestcost || (cost == bestcost && (t < bt || (t == bt && ((m & lowm) < (bm & lowm) ||
-        ((m & lowm) == (bm & lowm) && (m >> n1) < (bm >> n1))))))) {
-      bestcost = cost; bt = t; bm = m;
-    }
-  }
-  for (int i = 0; i < n; i++) side[i] = (unsigned char)(bm >> i & 1);
-  return 1;
-}
-
-static FMErrorCode split2_exact(int n, const int64_t *x, const unsigned char *cur, unsigned char *side)
-{
-  int n1 = n / 2, n2 = n - n1, bestcost = -1;
+  int n1 = n / 2, n2 = n - n1, bc = -1, bt = 0, nb = 0;
   size_t N1 = (size_t)1 << n1, N2 = (size_t)1 << n2;
-  int64_t T = 0, H, best = -1, tgt[2];
+  int64_t T = 0, H, best = 0, tgt[2];
   uint32_t c1 = 0, c2 = 0, bm1 = 0, bm2 = 0;
-  SumCost *s2;
+  Half stk[4 << 8], *buf = stk, *A, *B;
+  *ok = 0;
   for (int i = 0; i < n; i++) T += x[i];
   for (int i = 0; i < n1; i++) c1 |= (uint32_t)(cur[i] != 0) << i;
   for (int i = 0; i < n2; i++) c2 |= (uint32_t)(cur[n1 + i] != 0) << i;
   H = T / 2;
-  FMCall(FMMalloc(N2, &s2));
-  for (size_t m = 0; m < N2; m++) {
-    int64_t sm = 0;
-    for (int i = 0; i < n2; i++)
-      if (m >> i & 1) sm += x[n1 + i];
-    s2[m].s = sm; s2[m].mask = (uint32_t)m; s2[m].cost = popc((uint32_t)m ^ c2);
+  if (n2 > 8) FMCall(FMMalloc(2 * (N1 + N2), &buf));
+  A = half_sums(n1, x, c1, buf, buf + N1);
+  B = half_sums(n2, x + n1, c2, buf + 2 * N1, buf + 2 * N1 + N2);
+  for (size_t m = 0; m < N2; m++) /* B: one entry per distinct sum, the least (moves, mask) */
+    if (nb == 0 || B[m].s != B[nb - 1].s) B[nb++] = B[m];
+    else if (B[m].c < B[nb - 1].c || (B[m].c == B[nb - 1].c && B[m].m < B[nb - 1].m)) B[nb - 1] = B[m];
+  for (size_t m = 0, j = (size_t)nb; m < N1; m++) { /* A ascending, B from the top */
+    while (j > 0 && B[j - 1].s > H - A[m].s) j--;
+    if (j == 0) break;
+    if (A[m].s + B[j - 1].s > best) best = A[m].s + B[j - 1].s;
   }
-  qsort(s2, N2, sizeof(*s2), cmp_sumcost);
-  /* pass 1: the best smaller-side sum (<= T/2) */
-  for (size_t m = 0; m < N1 && best < H; m++) {
-    int64_t sm = 0, lim;
-    size_t lo = 0, hi = N2;
-    for (int i = 0; i < n1; i++)
-      if (m >> i & 1) sm += x[i];
-    lim = H - sm;
-    if (lim < 0) continue;
-    while (lo < hi) { /* first index with s2 > lim */
-      size_t mid = (lo + hi) / 2;
-      if (s2[mid].s <= lim) lo = mid + 1; else hi = mid;
-    }
-    if (lo > 0 && sm + s2[lo - 1].s > best) best = sm + s2[lo - 1].s;
+  if (T - best < bound) {
+    tgt[0] = best; tgt[1] = T - best;
+    for (int t = 0; t < (tgt[1] == tgt[0] ? 1 : 2); t++)
+      for (size_t m = 0, j = (size_t)nb; m < N1; m++) {
+        int cost;
+        while (j > 0 && B[j - 1].s > tgt[t] - A[m].s) j--;
+        if (j == 0) break;
+        if (B[j - 1].s != tgt[t] - A[m].s) continue;
+        cost = A[m].c + B[j - 1].c;
+        if (bc < 0 || cost < bc || (cost == bc && t == bt && A[m].m < bm1)) { bc = cost; bt = t; bm1 = A[m].m; bm2 = B[j - 1].m; }
+      }
+    for (int i = 0; i < n1; i++) side[i] = (unsigned char)(bm1 >> i & 1);
+    for (int i = 0; i < n2; i++) side[n1 + i] = (unsigned char)(bm2 >> i & 1);
+    *ok = 1;
   }
-  if (best < 0) best = 0;
-  /* pass 2: the subset for b with sum best or T - best that moves the fewest items */
-  tgt[0] = best; tgt[1] = T - best;
-  for (int t = 0; t < (tgt[1] == tgt[0] ? 1 : 2); t++)
-    for (size_t m = 0; m < N1; m++) {
-      int64_t sm = 0, need;
-      size_t lo = 0, hi = N2;
-      for (int i = 0; i < n1; i++)
-        if (m >> i & 1) sm += x[i];
-      need = tgt[t] - sm;
-      while (lo < hi) { /* first index with s2 >= need: the least cost of that sum */
-        size_t mid = (lo + hi) / 2;
-        if (s2[mid].s < need) lo = mid + 1; else hi = mid;
-      }
-      if (lo < N2 && s2[lo].s == need) {
-        int cost = popc((uint32_t)m ^ c1) + s2[lo].cost;
-        if (bestcost < 0 || cost < bestcost) { bestcost = cost; bm1 = (uint32_t)m; bm2 = s2[lo].mask; }
-      }
-    }
-  free(s2);
-  for (int i = 0; i < n1; i++) side[i] = (unsigned char)(bm1 >> i & 1);
-  for (int i = 0; i < n2; i++) side[n1 + i] = (unsigned char)(bm2 >> i & 1);
+  if (buf != stk) free(buf);
   return FM_SUCCESS;
 }
 
@@ -187,101 +154,11 @@ static long split3_bb(int n, const int64_t *x, const unsigned char *cur, unsigne
 }
 
 /*
- * Exact three-way assignment of x[0..n) (n <= 12) minimizing the largest bin; among the
- * optimal ones the one that moves the fewest items from their current bins cur[].
- */
-static void split3_exact(int n, const int64_t *x, const unsigned char *cur, unsigned char *bin, int64_t *best_max)
-{
-  int64_t best = -1;
-  int bestmv = 0;
-  long total = 1;
-  unsigned char tmp[FM_TRIPLE_EXACT_MAX];
-  for (int i = 0; i < n; i++) total *= 3;
-  for (long code = 0; code < total; code++) {
-    int64_t l[3] = {0, 0, 0}, mx;
-    long c = code;
-    int mv = 0;
-    for (int i = 0; i < n; i++) { tmp[i] = (unsigned char)(c % 3); c /= 3; l[tmp[i]] += x[i]; mv += tmp[i] != cur[i]; }
-    mx = l[0] > l[1] ? l[0] : l[1];
-    if (l[2] > mx) mx = l[2];
-    if (best < 0 || mx < best || (mx == best && mv < bestmv)) { best = mx; bestmv = mv; memcpy(bin, tmp, (size_t)n); }
-  }
-  *best_max = best;
-}
-
-/* The reference improvement (scans every chunk for every pool, sorts the ranks each round). */
-static FMErrorCode improve_ref(int n, const int64_t *w, int P, int *owner, int64_t *load, FMDistBalanceInfo *info)
-{
-  int *pool, *order;
-  int64_t *x;
-  unsigned char *side, *cur;
-  long iter, maxiter = 1000L + 50L * P + 10L * n;
-  FMCall(FMMalloc(n, &pool));
-  FMCall(FMMalloc(n, &x));
-  FMCall(FMMalloc(n, &side));
-  FMCall(FMMalloc(n, &cur));
-  FMCall(FMMalloc(P, &order));
-  for (iter = 0; iter < maxiter && P > 1; iter++) {
-    int a = argmax_load(P, load), improved = 0;
-    /* partners by load ascending, ties by index */
-    for (int r = 0; r < P; r++) order[r] = r;
-    for (int i = 1; i < P; i++) {
-      int v = order[i], j = i - 1;
-      while (j >= 0 && (load[order[j]] > load[v] || (load[order[j]] == load[v] && order[j] > v))) { order[j + 1] = order[j]; j--; }
-      order[j + 1] = v;
-    }
-    for (int k = 0; k < P && !improved; k++) {
-      int b = order[k], np = 0;
-      int64_t small = 0, T = load[a] + load[b];
-      if (b == a) continue;
-      for (int c = 0; c < n; c++)
-        if (owner[c] == a || owner[c] == b) { pool[np] = c; cur[np] = owner[c] == b; x[np++] = w[c]; }
-      if (np > FM_PAIR_EXACT_MAX) { if (info) info->inexact_pairs++; continue; }
-      FMCall(split2_exact(np, x, cur, side)); /* the reference: always the meet in the middle */
-      small = 0;
-      for (int i = 0; i < np; i++) small += side[i] ? x[i] : 0; /* b's new load */
-      if (small < load[a] && T - small < load[a]) {
-        for (int i = 0; i < np; i++) owner[pool[i]] = side[i] ? b : a;
-        load[b] = small; load[a] = T - small;
-        if (info) info->pair_moves++;
-        improved = 1;
-      }
-    }
-    if (!improved && P >= 3) {
-      int b = -1, c2 = -1, np = 0;
-      int64_t bmax;
-      for (int k = 0; k < P; k++) {
-        int r = order[k];
-        if (r == a) continue;
-        if (b < 0) b = r; else if (c2 < 0) c2 = r;
-      }
-      for (int c = 0; c < n; c++)
-        if (owner[c] == a || owner[c] == b || owner[c] == c2) {
-          pool[np] = c; cur[np] = owner[c] == a ? 0 : owner[c] == b ? 1 : 2; x[np++] = w[c];
-        }
-      if (np <= FM_TRIPLE_EXACT_MAX) {
-        int who[3] = {a, b, c2};
-        split3_exact(np, x, cur, side, &bmax);
-        if (bmax < load[a]) {
-          load[a] = load[b] = load[c2] = 0;
-          for (int i = 0; i < np; i++) { owner[pool[i]] = who[side[i]]; load[who[side[i]]] += x[i]; }
-          if (info) info->triple_moves++;
-          improved = 1;
-        }
-      }
-    }
-    if (!improved) break;
-  }
-  free(pool); free(x); free(side); free(cur); free(order);
-  return FM_SUCCESS;
-}
-
-/*
- * The same improvement as improve_ref, decision for decision, in O(pool) per partner tried:
- * every rank's chunks in an ascending list (head/next) merged into the pools, and the ranks
+ * The same improvement as the reference (FMDistBalanceImproveRef_Private), decision for
+ * decision, in O(pool + 2^(pool/2)) per partner tried: every rank's chunks in an ascending list (head/next) merged into the pools, and the ranks
  * kept sorted by (load, index) (order), two of them moved per round. The rounds are
- * bounded by a deterministic work budget (units: pool items and subset sums), the same on
- * every rank: when it is spent the improvement stops (info->budget_out), so the balancer's
+ * bounded by a deterministic work budget (units: pool items and the subsets a full
+ * enumeration would visit, an over-count of split2's work), the same on every rank: when it is spent the improvement stops (info->budget_out), so the balancer's
  * time is bounded whatever the weights.
  */
 typedef struct {
@@ -397,6 +274,9 @@ static void record_failed(Failed *F, const Ranks *R, const int64_t *w, int b)
   F->len[F->n++] = m;
 }
 
+#ifndef FM_BALANCE_TOL
+#define FM_BALANCE_TOL 1024 /* the improvement stops within LB / FM_BALANCE_TOL of the lower bound LB (0.1%) */
+#endif
 #ifndef FM_BALANCE_BUDGET
 #define FM_BALANCE_BUDGET (1L << 22) /* work units (subsets enumerated, pool items) per improvement: a few ms at most */
 #endif
@@ -407,7 +287,7 @@ static void record_failed(Failed *F, const Ranks *R, const int64_t *w, int b)
  * in ascending load, and only then on the other nodes, so that work moves across nodes only
  * when no partner inside the node can take it.
  */
-static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *load, const int *node, FMDistBalanceInfo *info)
+static FMErrorCode improve(int n, const int64_t *w, int P, int64_t stop, int *owner, int64_t *load, const int *node, FMDistBalanceInfo *info)
 {
   Ranks R;
   Failed F;
@@ -431,10 +311,11 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
     int a, improved = 0, top = P - 1;
     while (top > 0 && load[R.order[top - 1]] == load[R.order[P - 1]]) top--;
     a = R.order[top]; /* the heaviest, lowest index among ties */
+    if (load[a] <= stop) break; /* within the tolerance of the lower bound */
     for (int pass = 0; pass < (node ? 2 : 1) && !improved; pass++) {
     F.n = 0;
     for (int k = 0; k < P && !improved && budget > 0; k++) {
-      int b = R.order[k], np;
+      int b = R.order[k], np, ok;
       int64_t small = 0, T = load[a] + load[b];
       if (b == a || (node && (node[b] == node[a]) != (pass == 0))) continue;
       who[0] = a; who[1] = b;
@@ -444,9 +325,8 @@ static FMErrorCode improve(int n, const int64_t *w, int P, int *owner, int64_t *
       if (T - T / 2 >= load[a]) continue; /* a side keeps at least half: no split is below load[a] */
       if (same_as_failed(&F, &R, w, b)) continue; /* the same pool of weights failed this round */
       budget -= np <= 10 ? 1L << np : (2L << (np - np / 2)) * (np - np / 2); /* the subsets enumerated */
-      if (np <= 10) { /* small pools: every subset; a failed pair stops after the first pass */
-        if (!split2_small(np, x, cur, side, load[a])) { record_failed(&F, &R, w, b); continue; }
-      } else FMCallGoto(split2_exact(np, x, cur, side));
+      FMCallGoto(split2(np, x, cur, side, load[a], &ok));
+      if (!ok) { record_failed(&F, &R, w, b); continue; } /* a failed pair stops after the first pass */
       for (int i = 0; i < np; i++) small += side[i] ? x[i] : 0;
       if (small < load[a] && T - small < load[a]) {
         int64_t old[2] = {load[a], load[b]};
@@ -510,30 +390,18 @@ static void heap_down(int P, int *hp, const int64_t *load, int i)
   }
 }
 
-static FMErrorCode balance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info, int ref)
+/* LPT: chunks by weight descending (ties: lower index) onto the least loaded rank (ties: lower rank); loads into load */
+static FMErrorCode assign_lpt(int n, const int64_t *w, int P, int ref, int *owner, int64_t *load)
 {
-  int *idx, *own2;
-  int64_t *load, *load2, m1;
-  FMDistBalanceInfo loc;
-  FMCheck(n >= 1 && P >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "n = %d, P = %d; expected both >= 1", n, P);
-  memset(&loc, 0, sizeof(loc));
+  int *idx, *hp;
+  SumMask *o;
+  FMCall(FMMalloc(n, &o));
   FMCall(FMMalloc(n, &idx));
-  FMCall(FMMalloc(n, &own2));
-  FMCall(FMCalloc(P, &load));
-  FMCall(FMCalloc(P, &load2));
-  for (int c = 0; c < n; c++) {
-    FMCheck(w[c] >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "w[%d] = %lld; expected >= 0", c, (long long)w[c]);
-    loc.total += w[c];
-  }
-  /* LPT: heaviest first (ties: lower index), onto the least loaded rank (ties: lower rank) */
-  {
-    SumMask *o;
-    FMCall(FMMalloc(n, &o));
-    for (int c = 0; c < n; c++) { o[c].s = -w[c]; o[c].mask = (uint32_t)c; } /* ascending (-w, c) */
-    qsort(o, (size_t)n, sizeof(*o), cmp_summask);
-    for (int c = 0; c < n; c++) idx[c] = (int)o[c].mask;
-    free(o);
-  }
+  for (int c = 0; c < n; c++) { o[c].s = -w[c]; o[c].mask = (uint32_t)c; } /* ascending (-w, c) */
+  qsort(o, (size_t)n, sizeof(*o), cmp_summask);
+  for (int c = 0; c < n; c++) idx[c] = (int)o[c].mask;
+  free(o);
+  for (int r = 0; r < P; r++) load[r] = 0;
   if (ref)
     for (int i = 0; i < n; i++) {
       int c = idx[i], best = 0;
@@ -543,7 +411,6 @@ static FMErrorCode balance(int n, const int64_t *w, int P, int *owner, FMDistBal
       load[best] += w[c];
     }
   else {
-    int *hp;
     FMCall(FMMalloc(P, &hp));
     for (int r = 0; r < P; r++) hp[r] = r; /* all loads 0: already a heap */
     for (int i = 0; i < n; i++) {
@@ -553,36 +420,69 @@ static FMErrorCode balance(int n, const int64_t *w, int P, int *owner, FMDistBal
     }
     free(hp);
   }
-  loc.lpt_max = max_of(P, load);
-  FMCall(ref ? improve_ref(n, w, P, owner, load, &loc) : improve(n, w, P, owner, load, NULL, &loc));
-  m1 = max_of(P, load);
-  /*
-   * The same improvement from the contiguous and the dual-chunk assignments; the least max
-   * wins, ties going to improved contiguous (most locality: fewest K/V chunks to move), then
-   * improved LPT, then improved dual-chunk. Improvement never raises the max, so the result
-   * is never worse than contiguous nor dual-chunk, and every candidate is pairwise optimal.
-   */
-  {
-    int best = 1;
-    int64_t bmax = m1, cm;
-    for (int cand = 0; cand < 3; cand++) {
-      if (cand == 1) continue;
-      if (cand == 0) FMDistAssignContiguous(n, P, own2);
-      else FMDistAssignDualChunk(n, P, own2);
-      loads_of(n, w, P, own2, load2);
-      if (cand == 2) loc.dual_max = max_of(P, load2);
-      FMCall(ref ? improve_ref(n, w, P, own2, load2, &loc) : improve(n, w, P, own2, load2, NULL, &loc));
-      cm = max_of(P, load2);
-      if (cm < bmax || (cm == bmax && cand < best)) {
-        bmax = cm;
-        best = cand;
-        memcpy(owner, own2, sizeof(int) * (size_t)n);
-      }
-    }
-    loc.start = best;
-    loc.max = bmax;
+  free(idx);
+  return FM_SUCCESS;
+}
+
+/*
+ * Where the improvement stops: LB + LB / FM_BALANCE_TOL, LB = max(ceil(total / P), the
+ * heaviest chunk), a lower bound of the optimum, so a max at or below it is within 0.1% of
+ * the optimum (and is the optimum when LB < FM_BALANCE_TOL).
+ */
+static int64_t balance_stop(int n, const int64_t *w, int P)
+{
+  int64_t lb = 0;
+  for (int c = 0; c < n; c++) lb += w[c];
+  lb = lb / P + (lb % P != 0);
+  for (int c = 0; c < n; c++)
+    if (w[c] > lb) lb = w[c];
+  return lb + lb / FM_BALANCE_TOL;
+}
+
+/*
+ * The improvement from three starts, in the order contiguous, LPT, dual-chunk (locality
+ * first: fewest K/V chunks to move), each improved until its max is at or below stop
+ * (balance_stop) or no move helps. The first start whose max is at or below both stop
+ * and the dual-chunk max wins (the later ones are not computed); else the least max wins,
+ * ties going to the earlier start. Improvement never raises the max, so the result is never
+ * worse than dual-chunk and is within the LPT bound (4/3 of the optimum): the stop is below both.
+ */
+static FMErrorCode balance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info, int ref)
+{
+  int *own2;
+  int64_t *load, stop, bmax = -1;
+  FMDistBalanceInfo loc;
+  FMCheck(n >= 1 && P >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "n = %d, P = %d; expected both >= 1", n, P);
+  memset(&loc, 0, sizeof(loc));
+  for (int c = 0; c < n; c++) {
+    FMCheck(w[c] >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "w[%d] = %lld; expected >= 0", c, (long long)w[c]);
+    loc.total += w[c];
   }
-  free(idx); free(own2); free(load); free(load2);
+  FMCall(FMMalloc(n, &own2));
+  FMCall(FMCalloc(P, &load));
+  FMDistAssignDualChunk(n, P, own2);
+  loads_of(n, w, P, own2, load);
+  loc.dual_max = max_of(P, load);
+  FMCall(assign_lpt(n, w, P, ref, own2, load));
+  loc.lpt_max = max_of(P, load);
+  stop = balance_stop(n, w, P);
+  for (int cand = 0; cand < 3; cand++) {
+    int64_t cm;
+    if (cand == 0) FMDistAssignContiguous(n, P, own2);
+    else if (cand == 1) FMCall(assign_lpt(n, w, P, ref, own2, load));
+    else FMDistAssignDualChunk(n, P, own2);
+    loads_of(n, w, P, own2, load);
+    FMCall(ref ? FMDistBalanceImproveRef_Private(n, w, P, stop, own2, load, &loc) : improve(n, w, P, stop, own2, load, NULL, &loc));
+    cm = max_of(P, load);
+    if (bmax < 0 || cm < bmax) {
+      bmax = cm;
+      loc.start = cand;
+      memcpy(owner, own2, sizeof(int) * (size_t)n);
+    }
+    if (cm <= stop && cm <= loc.dual_max) break;
+  }
+  loc.max = bmax;
+  free(own2); free(load);
   if (info) *info = loc;
   return FM_SUCCESS;
 }
@@ -590,7 +490,7 @@ static FMErrorCode balance(int n, const int64_t *w, int P, int *owner, FMDistBal
 /* FMDistBalanceImprove_Private - see fmdist.h: improve() on a given assignment. */
 FMErrorCode FMDistBalanceImprove_Private(int n, const int64_t *w, int P, const int *node, int *owner, int64_t *load, FMDistBalanceInfo *info)
 {
-  FMCall(improve(n, w, P, owner, load, node, info));
+  FMCall(improve(n, w, P, 0, owner, load, node, info));
   return FM_SUCCESS;
 }
 

@@ -199,12 +199,26 @@ static void chunk_moves(Swap *S, const int64_t *w, const FMDistTopo *t, int64_t 
 }
 
 /* S's counts, owner nodes and bytes across nodes for the assignment owner (vt built) */
-static void swap_load(Swap *S, const FMDistTopo *t, const int *owner)
+static void swap_load(Swap *S, const FMDistTopo *t, const FMDistChunkVis *v, const int *owner, int *pre)
 {
   int n = S->C;
-  memset(S->cnt, 0, sizeof(int) * (size_t)S->N * n);
   for (int c = 0; c < n; c++) S->knode[c] = t->node[owner[c]];
   S->inter = 0;
+  if ((double)S->N * (n + v->nspan) < (double)v->size) { /* by node: cnt from prefix counts of the node's query chunks, O(nodes x spans) */
+    for (int nd = 0; nd < S->N; nd++) {
+      int *cn = S->cnt + (size_t)nd * n;
+      pre[0] = 0;
+      for (int q = 0; q < n; q++) pre[q + 1] = pre[q] + (S->knode[q] == nd);
+      for (int k = 0; k < n; k++) {
+        int c = 0;
+        for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++) c += pre[v->q[i].hi] - pre[v->q[i].lo];
+        cn[k] = c;
+        if (c > 0 && S->knode[k] != nd) S->inter += S->b[k]; /* whole byte numbers: the sum is exact in any order */
+      }
+    }
+    return;
+  }
+  memset(S->cnt, 0, sizeof(int) * (size_t)S->N * n);
   for (int c = 0; c < n; c++) {
     int *cn = S->cnt + (size_t)S->knode[c] * n;
     for (int i = S->vto[c]; i < S->vto[c + 1]; i++) {
@@ -212,6 +226,40 @@ static void swap_load(Swap *S, const FMDistTopo *t, const int *owner)
       if (cn[k]++ == 0 && S->knode[k] != S->knode[c]) S->inter += S->b[k];
     }
   }
+}
+
+/*
+ * The rows of the visibility's transpose, vt[vto[q] .. vto[q + 1]) = the key chunks query chunk q
+ * sees (vto given), by a sweep over q: the spans covering q kept in an array (added at their
+ * start, swapped out at their end), each row one copy of it, so the writes are sequential.
+ * The order within a row is the sweep's; its users only count and add whole byte numbers.
+ */
+static FMErrorCode transpose_fill(const FMDistChunkVis *v, int n, const int *vto, int *vt)
+{
+  int ns = v->nspan, *buf, *soff, *eoff, *sl, *el, *actk, *acts, *pos, *spk, na = 0;
+  FMCall(FMCalloc(2 * ((size_t)n + 2) + 6 * (size_t)ns + 1, &buf));
+  soff = buf; eoff = soff + n + 2; sl = eoff + n + 2; el = sl + ns; actk = el + ns; acts = actk + ns; pos = acts + ns; spk = pos + ns;
+  for (int i = 0; i < ns; i++) { soff[v->q[i].lo + 1]++; eoff[v->q[i].hi + 1]++; }
+  for (int q = 0; q <= n; q++) { soff[q + 1] += soff[q]; eoff[q + 1] += eoff[q]; }
+  for (int k = 0; k < n; k++)
+    for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++) { sl[soff[v->q[i].lo]++] = i; el[eoff[v->q[i].hi]++] = i; spk[i] = k; }
+  for (int q = n; q > 0; q--) { soff[q] = soff[q - 1]; eoff[q] = eoff[q - 1]; } /* back to the bucket starts */
+  soff[0] = eoff[0] = 0;
+  for (int q = 0; q < n; q++) {
+    for (int e = eoff[q]; e < eoff[q + 1]; e++) { /* spans ending at q out */
+      int i = el[e], p = pos[i];
+      if (v->q[i].lo >= v->q[i].hi) continue;
+      na--; actk[p] = actk[na]; acts[p] = acts[na]; pos[acts[p]] = p;
+    }
+    for (int e = soff[q]; e < soff[q + 1]; e++) { /* spans starting at q in */
+      int i = sl[e];
+      if (v->q[i].lo >= v->q[i].hi) continue;
+      actk[na] = spk[i]; acts[na] = i; pos[i] = na++;
+    }
+    memcpy(vt + vto[q], actk, sizeof(int) * (size_t)na);
+  }
+  free(buf);
+  return FM_SUCCESS;
 }
 
 /*
@@ -223,38 +271,35 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
                           int64_t *load, const int *base, int *owner)
 {
   Swap S;
-  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL;
+  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL, *pre = NULL, best = -1;
   double ib;
   FMErrorCode ierr = FM_SUCCESS;
   memset(&S, 0, sizeof(S));
   S.C = n; S.N = t->nnodes; S.b = cbytes; S.budget = FM_COMM_BUDGET / 2;
   FMCallGoto(FMMalloc(n, &S.knode));
   FMCallGoto(FMMalloc((size_t)S.N * n, &S.cnt));
-  FMCallGoto(FMCalloc((size_t)n + 1, &S.vto));
+  FMCallGoto(FMCalloc((size_t)n + 2, &S.vto));
   FMCallGoto(FMMalloc((size_t)v->size + 1, &S.vt));
   FMCallGoto(FMMalloc(P, &head));
   FMCallGoto(FMMalloc(n, &next));
   FMCallGoto(FMMalloc((size_t)t->nnodes + 1, &head2));
   FMCallGoto(FMMalloc(n, &trial));
+  FMCallGoto(FMMalloc((size_t)n + 1, &pre));
   /* the transpose of the visibility, by query chunk */
-  for (int k = 0; k < n; k++)
-    for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++)
-      for (int q = v->q[i].lo; q < v->q[i].hi; q++) S.vto[q + 1]++;
+  for (int i = 0; i < v->nspan; i++) { S.vto[v->q[i].lo + 1]++; S.vto[v->q[i].hi + 1]--; } /* counts by differences */
   for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
-  for (int q = 0; q < n; q++) next[q] = S.vto[q]; /* the fill pointers, here */
-  for (int k = 0; k < n; k++)
-    for (int i = v->kofs[k]; i < v->kofs[k + 1]; i++)
-      for (int q = v->q[i].lo; q < v->q[i].hi; q++) S.vt[next[q]++] = k;
+  for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
+  FMCallGoto(transpose_fill(v, n, S.vto, S.vt));
   /* the start: base, or its bins ordered by their mean or their median chunk, whichever moves least across nodes */
-  swap_load(&S, t, base);
+  swap_load(&S, t, v, base, pre);
   ib = S.inter;
   memcpy(owner, base, sizeof(int) * (size_t)n);
   for (int med = 0; med < 2; med++) {
     FMCallGoto(bin_permute(n, w, t, med, base, trial));
-    swap_load(&S, t, trial);
-    if (S.inter < ib) { ib = S.inter; memcpy(owner, trial, sizeof(int) * (size_t)n); }
+    swap_load(&S, t, v, trial, pre);
+    if (S.inter < ib) { ib = S.inter; memcpy(owner, trial, sizeof(int) * (size_t)n); best = med; }
   }
-  swap_load(&S, t, owner);
+  if (best != 1) swap_load(&S, t, v, owner, pre); /* S holds the last start loaded */
   for (int r = 0; r < P; r++) head[r] = -1;
   for (int c = n - 1; c >= 0; c--) { next[c] = head[owner[c]]; head[owner[c]] = c; }
   FMCallGoto(swap_sweeps(&S, t, head, next, owner));
@@ -263,7 +308,7 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   for (int c = 0; c < n; c++) load[owner[c]] += w[c];
   chunk_moves(&S, w, t, cap, load, owner, next, head2);
 cleanup:
-  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next); free(head2); free(trial);
+  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next); free(head2); free(trial); free(pre);
   return ierr;
 }
 

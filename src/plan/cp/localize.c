@@ -23,26 +23,73 @@ int FMDistLocalizeBound(const FMDistChunks *ch, int nown, const int *chunks, int
   return l;
 }
 
+/*
+ * local(x) for the rank's chunks: a table cnt[x] (O(seqlen_q) to build) when the rank owns many
+ * chunks, else a binary search over its chunks' first rows (a few steps for the usual four
+ * chunks per rank, and no table to build or to miss in the cache).
+ */
+#define FM_LOCALIZE_SEARCH_MAX 32
+typedef struct {
+  int Sq, nown, *cnt;
+  int r0[FM_LOCALIZE_SEARCH_MAX], len[FM_LOCALIZE_SEARCH_MAX], pre[FM_LOCALIZE_SEARCH_MAX];
+} Local;
+
+static int cmp_int(const void *a, const void *b) { int x = *(const int *)a, y = *(const int *)b; return (x > y) - (x < y); }
+
+static inline int local_of(const Local *L, long x)
+{
+  int lo = 0, hi = L->nown;
+  if (x < 0) x = 0;
+  if (x > L->Sq) x = L->Sq;
+  if (L->cnt) return L->cnt[x];
+  while (lo < hi) { /* lo = the number of chunks starting at or before x */
+    int mid = (lo + hi) / 2;
+    if (L->r0[mid] <= x) lo = mid + 1; else hi = mid;
+  }
+  if (lo == 0) return 0;
+  lo--;
+  return L->pre[lo] + (x - L->r0[lo] < L->len[lo] ? (int)(x - L->r0[lo]) : L->len[lo]);
+}
+
+static FMErrorCode local_init(const FMDistChunks *ch, int nown, const int *chunks, Local *L, int *nlocal)
+{
+  int c[FM_LOCALIZE_SEARCH_MAX], r1;
+  L->Sq = ch->seqlen_q; L->nown = nown; L->cnt = NULL;
+  if (nown > FM_LOCALIZE_SEARCH_MAX) { /* cnt[x] = number of local rows < x, for x = 0..Sq */
+    FMCall(FMCalloc((size_t)L->Sq + 1, &L->cnt));
+    for (int b = 0; b < nown; b++) {
+      int r0;
+      FMDistChunkRows(ch, chunks[b], &r0, &r1);
+      for (int i = r0; i < r1; i++) L->cnt[i + 1] = 1;
+    }
+    for (int x = 0; x < L->Sq; x++) L->cnt[x + 1] += L->cnt[x];
+    *nlocal = L->cnt[L->Sq];
+    return FM_SUCCESS;
+  }
+  memcpy(c, chunks, sizeof(int) * (size_t)nown);
+  qsort(c, (size_t)nown, sizeof(int), cmp_int); /* chunk order is row order */
+  *nlocal = 0;
+  for (int b = 0; b < nown; b++) {
+    FMDistChunkRows(ch, c[b], &L->r0[b], &r1);
+    L->len[b] = r1 - L->r0[b];
+    L->pre[b] = *nlocal;
+    *nlocal += L->len[b];
+  }
+  return FM_SUCCESS;
+}
+
 /* FMDistLocalizeColumns - see fmdist.h (cols NULL: every column, in order; n = seqlen_k). */
 FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, int n, const int *cols,
                                   FMDistLocalMask *lm)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k, off = m->seqlen_k - m->seqlen_q, rows = FMDistMaskRows(m);
   const size_t N = (size_t)rows * n;
-  int *cnt = NULL;
+  Local L;
   FMErrorCode ierr = FM_SUCCESS;
   memset(lm, 0, sizeof(*lm));
   FMCheck(Sq == ch->seqlen_q && Sk == ch->seqlen_k, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Mask is %d x %d but the chunks cut %d x %d", Sq, Sk,
           ch->seqlen_q, ch->seqlen_k);
-  /* cnt[x] = number of local rows < x, for x = 0..Sq: the localization of every bound in O(1) */
-  FMCall(FMCalloc((size_t)Sq + 1, &cnt));
-  for (int b = 0; b < nown; b++) {
-    int r0, r1;
-    FMDistChunkRows(ch, chunks[b], &r0, &r1);
-    for (int i = r0; i < r1; i++) cnt[i + 1] = 1;
-  }
-  for (int x = 0; x < Sq; x++) cnt[x + 1] += cnt[x];
-  lm->nlocal = cnt[Sq];
+  FMCall(local_init(ch, nown, chunks, &L, &lm->nlocal));
   lm->mask_heads = rows;
   lm->seqlen_k = n;
   for (int v = 0; v < 4 && !ierr; v++) ierr = FMMalloc(N + 1, &lm->bnd[v]);
@@ -51,17 +98,11 @@ FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, i
     for (int h = 0; h < rows; h++) {
       const int32_t *src = m->bnd[v] + (size_t)h * Sk;
       int32_t *dst = lm->bnd[v] + (size_t)h * n;
-      for (int x = 0; x < n; x++) {
-        int b = src[cols ? cols[x] : x];
-        dst[x] = cnt[b < 0 ? 0 : b > Sq ? Sq : b];
-      }
+      for (int x = 0; x < n; x++) dst[x] = local_of(&L, src[cols ? cols[x] : x]);
     }
   if (!ierr && m->causal)
-    for (int x = 0; x < n; x++) {
-      long g = (long)(cols ? cols[x] : x) - off; /* rows i < j - off are right of the diagonal */
-      lm->cut[x] = cnt[g < 0 ? 0 : g > Sq ? Sq : g];
-    }
-  free(cnt);
+    for (int x = 0; x < n; x++) lm->cut[x] = local_of(&L, (long)(cols ? cols[x] : x) - off); /* rows i < j - off are right of the diagonal */
+  free(L.cnt);
   if (ierr) (void)FMDistLocalMaskDestroy(lm);
   FMCall(ierr);
   return FM_SUCCESS;

@@ -138,20 +138,24 @@ void FMDistAssignDualChunk(int nchunks, int P, int *owner);
 
 /*
  * FMDistBalance - the balancer: longest-processing-time-first, then exact pairwise
- *   repartition of the heaviest rank with each partner and exact three-way repartition
- *   of the heaviest with the two lightest when the pool is small; among optimal splits the
- *   one moving the fewest chunks. The same improvement runs from the contiguous and the
- *   dual-chunk assignments; the least max wins, ties going to contiguous, LPT, dual-chunk
- *   in that order (locality first). Each improvement keeps every rank's chunks in a list and
- *   the ranks sorted by load, so a round costs the pools it tries, and stops after a fixed
- *   work budget (subsets enumerated; info->budget_out counts the stops): bounded time, the same
- *   answer on every rank, and still never worse than its start (so within the LPT bound and
- *   never worse than dual-chunk).
- *   Deterministic. owner out: [n]. info may be NULL.
+ *   repartition of the heaviest rank with each partner (splits by merged sorted half sums,
+ *   O(2^(n/2)) per pool) and exact three-way repartition of the heaviest with the two lightest
+ *   when the pool is small; among optimal splits the one moving the fewest chunks. The
+ *   improvement stops once the max load is within LB/1024 of the lower bound LB = max(ceil(total
+ *   / P), heaviest chunk) (exact when LB < 1024), or after a fixed work budget (subsets
+ *   enumerated; info->budget_out counts the stops). Starts in the order contiguous, LPT,
+ *   dual-chunk: the first that reaches the stop and is no worse than dual-chunk wins and the
+ *   others are not computed; else the least max wins, ties in that order (locality first).
+ *   Bounded time, the same answer on every rank, never worse than its start (so within the LPT
+ *   bound and never worse than dual-chunk). Deterministic. owner out: [n]. info may be NULL.
  */
 FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info);
-/* FMDistBalanceRef - the same decisions by the direct loops (O(P x n) per round, no work budget): the tests' reference. */
+/* FMDistBalanceRef - the same decisions by the direct loops (O(P x n) per round, no work budget,
+   the same stop; balance_ref.c): the tests' reference. */
 FMErrorCode FMDistBalanceRef(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info);
+/* FMDistBalanceImproveRef_Private - the reference's improvement of owner (loads load[P]) down to
+   the stop (balance_ref.c); FMDistBalanceRef and the fast balancer's ref mode use it. */
+FMErrorCode FMDistBalanceImproveRef_Private(int n, const int64_t *w, int P, int64_t stop, int *owner, int64_t *load, FMDistBalanceInfo *info);
 
 /*
  * FMDistPartitionCreate - build a partition of the given type. w (chunk weights) is
@@ -198,8 +202,9 @@ FMErrorCode FMDistLocalMaskDestroy(FMDistLocalMask *lm);
 /*
  * FMDistLocalizeColumns - FMDistLocalize restricted to the key columns cols[0..n) (global
  *   indices, any order, repeats allowed): lm->seqlen_k = n and column x of lm (bnd[v][h * n + x],
- *   cut[x]) is global column cols[x], with the values FMDistLocalize gives it. O(seqlen_q + rows x n)
- *   instead of O(rows x seqlen_k): what the CUDA backend's stage masks need. cols NULL means every
+ *   cut[x]) is global column cols[x], with the values FMDistLocalize gives it. O(rows x n) (each
+ *   bound by a binary search over the rank's chunks; plus O(seqlen_q) for a table above 32
+ *   chunks) instead of O(rows x seqlen_k): what the CUDA backend's stage masks need. cols NULL means every
  *   column in order (n = seqlen_k): that is FMDistLocalize (localize.c).
  */
 FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, int n, const int *cols,

@@ -13,7 +13,6 @@
 #define FM_TRIPLE_EXACT_MAX 12 /* 3^12 = 531441 assignments */
 
 /* balance_ref.c: the reference improvement (the direct loops), stopping at a load <= stop as improve() */
-FMErrorCode FMDistBalanceImproveRef_Private(int n, const int64_t *w, int P, int64_t stop, int *owner, int64_t *load, FMDistBalanceInfo *info);
 
 /* ---------------- helpers ---------------- */
 typedef struct { int64_t s; uint32_t mask; } SumMask;

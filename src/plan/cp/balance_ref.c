@@ -11,7 +11,6 @@
 #define FM_PAIR_EXACT_MAX 40   /* meet in the middle: 2 x 2^20 subset sums at most */
 #define FM_TRIPLE_EXACT_MAX 12 /* 3^12 = 531441 assignments */
 
-FMErrorCode FMDistBalanceImproveRef_Private(int n, const int64_t *w, int P, int64_t stop, int *owner, int64_t *load, FMDistBalanceInfo *info);
 
 
 static int argmax_load(int P, const int64_t *load)

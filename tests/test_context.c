@@ -56,6 +56,22 @@ static void agreement(FMContext ctx, int rank, int size)
   e = FMAgreeCode(comm, rank == size - 1 ? FM_ERR_ARG_SIZ : FM_SUCCESS);
   FMT_CHECK(rank == size - 1 ? e == FM_ERR_ARG_SIZ : e == FM_ERR_COLLECTIVE, "[rank %d] FMAgreeCode: %s", rank, FMErrorString(e));
   if (rank != size - 1) FMT_CHECK(fmt_msg_has("FM_ERR_ARG_SIZ"), "[rank %d] FMAgreeCode message: %s", rank, FMGetLastErrorMessage());
+  /* the lowest failing rank's message reaches every rank (FMAgreeFirstError); none failing: success */
+  FMT_CALL(FMAgreeFirstError(comm, FM_SUCCESS));
+  {
+    int first = size > 1 ? 1 : 0;
+    char want[64];
+    if (rank >= first) e = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_ARG_WRONG, "planted on rank %d", rank);
+    else e = FM_SUCCESS;
+    e = FMAgreeFirstError(comm, e);
+    FMT_CHECK(rank == first ? e == FM_ERR_ARG_WRONG : e == FM_ERR_COLLECTIVE, "[rank %d] FMAgreeFirstError: %s", rank, FMErrorString(e));
+    snprintf(want, sizeof(want), "planted on rank %d", first);
+    FMT_CHECK(fmt_msg_has(want), "[rank %d] FMAgreeFirstError message: %s", rank, FMGetLastErrorMessage());
+    if (rank != first) {
+      snprintf(want, sizeof(want), "Rank %d failed with FM_ERR_ARG_WRONG", first);
+      FMT_CHECK(fmt_msg_has(want), "[rank %d] FMAgreeFirstError names the rank: %s", rank, FMGetLastErrorMessage());
+    }
+  }
 }
 
 int main(int argc, char **argv)

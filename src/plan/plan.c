@@ -413,21 +413,6 @@ static FMErrorCode check_finite(FMPlan plan, const char *fn, int n, const void *
   return FM_SUCCESS;
 }
 
-/*
- * The outcome of check_finite on every rank. Collective: one FMAgreeAny; only when a rank
- * failed, FMAgreeRootOutcome from rank 0 up to the lowest failing one, so that every rank
- * returns that rank's message (FM_ERR_COLLECTIVE on the others, its own code there).
- */
-static FMErrorCode agree_finite(FMPlan plan, FMErrorCode ierr)
-{
-  int any = 0, rank = 0, size = 1;
-  FMCall(FMAgreeAny(plan->hdr.comm, ierr != FM_SUCCESS, &any));
-  if (!any) return FM_SUCCESS;
-  FMCallMPI(MPI_Comm_rank(plan->hdr.comm, &rank));
-  FMCallMPI(MPI_Comm_size(plan->hdr.comm, &size));
-  for (int r = 0; r < size; r++) FMCall(FMAgreeRootOutcome(plan->hdr.comm, r, r == rank ? ierr : FM_SUCCESS));
-  FMRaise(MPI_COMM_SELF, FM_ERR_LIB, "A rank failed the finite check, but none reported it"); /* not reached */
-}
 
 FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
 {
@@ -441,7 +426,7 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
   shape_fields(plan, plan->scale, f, &n);
   FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_FORWARD, ierr, n, f));
   if (plan->check_finite) /* agreed above */
-    FMCall(agree_finite(plan, check_finite(plan, "FMPlanForward", 3, (const void *[]){q, k, v}, (const char *[]){"q", "k", "v"},
+    FMCall(FMAgreeFirstError(plan->hdr.comm, check_finite(plan, "FMPlanForward", 3, (const void *[]){q, k, v}, (const char *[]){"q", "k", "v"},
                                            (const int[]){2, 3, 4}, (const int[]){0, 1, 1})));
   FMCall(FMLogEventBegin(plan->ev_fwd));
   ierr = (*plan->ops->forward)(plan, q, k, v, o, lse);
@@ -465,7 +450,7 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
   shape_fields(plan, plan->scale, f, &n);
   FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_BACKWARD, ierr, n, f));
   if (plan->check_finite)
-    FMCall(agree_finite(plan, check_finite(plan, "FMPlanBackward", 4, (const void *[]){q, k, v, dout},
+    FMCall(FMAgreeFirstError(plan->hdr.comm, check_finite(plan, "FMPlanBackward", 4, (const void *[]){q, k, v, dout},
                                            (const char *[]){"q", "k", "v", "dout"}, (const int[]){2, 3, 4, 7}, (const int[]){0, 1, 1, 0})));
   FMCall(FMLogEventBegin(plan->ev_bwd));
   ierr = (*plan->ops->backward)(plan, q, k, v, o, lse, dout, dq, dk, dv);

@@ -70,24 +70,48 @@ FMErrorCode FMAgreeSame_Private(MPI_Comm comm, uint64_t value, const char *what,
   }
 }
 
+/* Rank src failed with code: its message goes to every rank, so each can say what went wrong;
+   src returns its own ierr, the others FM_ERR_COLLECTIVE naming src (who: " (the root)" or ""). */
+static FMErrorCode spread_failure(MPI_Comm comm, int src, int code, FMErrorCode ierr, const char *who, const char *file, const char *func, int line)
+{
+  int rank = 0, err;
+  char msg[1024];
+  MPI_Comm_rank(comm, &rank);
+  if (rank == src) snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
+  err = MPI_Bcast(msg, (int)sizeof(msg), MPI_CHAR, src, comm);
+  if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Bcast (a rank's error message)", file, func, line);
+  if (rank == src) return ierr;
+  msg[sizeof(msg) - 1] = '\0';
+  return FMError_Private(comm, file, func, line, FM_ERR_COLLECTIVE, "Rank %d%s failed with %s: %s", src, who, FMErrorString((FMErrorCode)code),
+                         msg);
+}
+
 FMErrorCode FMAgreeRootOutcome_Private(MPI_Comm comm, int root, FMErrorCode ierr, const char *file, const char *func, int line)
 {
   int size = 1, rank = 0, code = (int)ierr, err;
-  char msg[1024];
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
   if (size == 1) return ierr;
   err = MPI_Bcast(&code, 1, MPI_INT, root, comm);
   if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Bcast (root's outcome)", file, func, line);
   if (code == FM_SUCCESS) return rank == root ? ierr : FM_SUCCESS;
-  /* root failed: its message goes with it, so every rank can say what went wrong */
-  if (rank == root) snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
-  err = MPI_Bcast(msg, (int)sizeof(msg), MPI_CHAR, root, comm);
-  if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Bcast (root's error message)", file, func, line);
-  if (rank == root) return ierr;
-  msg[sizeof(msg) - 1] = '\0';
-  return FMError_Private(comm, file, func, line, FM_ERR_COLLECTIVE, "Rank %d (the root) failed with %s: %s", root,
-                         FMErrorString((FMErrorCode)code), msg);
+  return spread_failure(comm, root, code, ierr, " (the root)", file, func, line);
+}
+
+FMErrorCode FMAgreeFirstError_Private(MPI_Comm comm, FMErrorCode ierr, const char *file, const char *func, int line)
+{
+  int size = 1, rank = 0, in[2], out[2], err;
+  MPI_Comm_size(comm, &size);
+  MPI_Comm_rank(comm, &rank);
+  if (size == 1) return ierr;
+  in[0] = ierr ? rank : size; /* the lowest failing rank, and its code */
+  err = MPI_Allreduce(in, out, 1, MPI_INT, MPI_MIN, comm);
+  if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Allreduce (the first failing rank)", file, func, line);
+  if (out[0] == size) return FM_SUCCESS;
+  in[1] = (int)ierr;
+  err = MPI_Bcast(&in[1], 1, MPI_INT, out[0], comm);
+  if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Bcast (the first failing rank's code)", file, func, line);
+  return spread_failure(comm, out[0], in[1], ierr, "", file, func, line);
 }
 
 FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *file, const char *func, int line)

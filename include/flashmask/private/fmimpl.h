@@ -123,6 +123,9 @@ FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, 
  * FMAgreeRootOutcome_Private - root's code reaches every rank: root returns its own code, the
  *   others FM_ERR_COLLECTIVE when root failed, with root's code and message in theirs (for steps
  *   only root does, like writing a file).
+ * FMAgreeFirstError_Private - the lowest rank whose ierr is an error returns it; every other rank
+ *   returns FM_ERR_COLLECTIVE with that rank's code and message (FM_SUCCESS everywhere when no
+ *   rank failed): for checks that any rank may fail, whose message must reach the others.
  * FMAgreeAny_Private - *any = 1 on every rank when flag is nonzero on at least one rank, else 0
  *   (a logical OR; for "does any rank need to redo this collective step?").
  */
@@ -130,6 +133,8 @@ FMErrorCode FMAgreeSame_Private(MPI_Comm comm, uint64_t value, const char *what,
 #define FMAgreeSame(comm, value, what) FMAgreeSame_Private((comm), (value), (what), __FILE__, __func__, __LINE__)
 FMErrorCode FMAgreeRootOutcome_Private(MPI_Comm comm, int root, FMErrorCode ierr, const char *file, const char *func, int line);
 #define FMAgreeRootOutcome(comm, root, ierr) FMAgreeRootOutcome_Private((comm), (root), (ierr), __FILE__, __func__, __LINE__)
+FMErrorCode FMAgreeFirstError_Private(MPI_Comm comm, FMErrorCode ierr, const char *file, const char *func, int line);
+#define FMAgreeFirstError(comm, ierr) FMAgreeFirstError_Private((comm), (ierr), __FILE__, __func__, __LINE__)
 FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *file, const char *func, int line);
 #define FMAgreeAny(comm, flag, any) FMAgreeAny_Private((comm), (flag), (any), __FILE__, __func__, __LINE__)
 /* FMLogTimed_Private - run body(obj) as the -fm_log_view event named event (registered on first

@@ -251,7 +251,8 @@ static FMErrorCode resolve_threads(FMContext ctx)
 #ifdef _OPENMP
   ctx->threads = omp_get_max_threads();
 #endif
-  FMCallGoto(FMMalloc(ctx->node_size, &h));
+  ierr = FMAgreeCode(ctx->nodecomm, FMMalloc(ctx->node_size, &h)); /* no rank skips the gather alone */
+  if (ierr) goto cleanup;
   FMCallMPIGoto(MPI_Allgather(&ctx->cpuset_hash, 1, MPI_UINT64_T, h, 1, MPI_UINT64_T, ctx->nodecomm));
   for (int r = 0; r < ctx->node_size; r++) same += h[r] == ctx->cpuset_hash;
   if (same < 1) same = 1;

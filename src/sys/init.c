@@ -41,7 +41,8 @@ FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *
       FMRaise(MPI_COMM_SELF, FM_ERR_MPI, "MPI_Init_thread() failed");
     fm_we_initialized_mpi = 1;
   }
-  FMCall(FMOptionsInitialize_Private(argc ? *argc : 0, argv ? *argv : NULL, file));
+  /* agreed: an options file that one node cannot read is an error on every rank, not a hang later */
+  FMCall(FMAgreeCode(MPI_COMM_WORLD, FMOptionsInitialize_Private(argc ? *argc : 0, argv ? *argv : NULL, file)));
   FMCall(FMLogInitialize_Private());
   fm_initialized = 1;
   FMCall(FMOptionsHasName("-help", &flag));

@@ -92,7 +92,7 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) fm_fwd_
     const float la = p.c.lse[lo], mm = fmaxf(la, lse);
     __syncwarp();
     if (mm == -INFINITY) { /* both -inf or NaN (fmaxf drops NaN): keep a NaN of either side */
-      inv = 0.f;
+      inv = lse != lse ? NAN : 0.f; /* a NaN new part stays NaN even where its accumulator is finite */
       wa = la != la ? 1.f : 0.f;
       lse = la + lse;
     } else {

@@ -18,7 +18,7 @@ namespace fmsm90 {
 __device__ __forceinline__ void merge_weights(float la, float *lse, float *wa, float *wb)
 {
   const float lb = *lse, m = fmaxf(la, lb);
-  if (m == -INFINITY) { *wa = la != la ? 1.f : 0.f; *wb = 0.f; *lse = la + lb; return; }
+  if (m == -INFINITY) { *wa = la != la ? 1.f : 0.f; *wb = lb != lb ? NAN : 0.f; *lse = la + lb; return; }
   const float ea = __expf(la - m), eb = __expf(lb - m), inv = 1.f / (ea + eb);
   *wa = ea * inv;
   *wb *= eb * inv;

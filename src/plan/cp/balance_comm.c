@@ -34,13 +34,14 @@ static int cmp_bin(const void *a, const void *b)
 
 static FMErrorCode bin_permute(int n, const int64_t *w, const FMDistTopo *t, int median, const int *base, int *owner)
 {
-  int P = t->nranks, *to;
-  double *sw, *sc;
-  BinKey *bk;
-  FMCall(FMMalloc(P, &bk));
-  FMCall(FMCalloc(P, &sw));
-  FMCall(FMCalloc(P, &sc));
-  FMCall(FMMalloc(P, &to));
+  int P = t->nranks, *to = NULL;
+  double *sw = NULL, *sc = NULL;
+  BinKey *bk = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
+  FMCallGoto(FMMalloc(P, &bk));
+  FMCallGoto(FMCalloc(P, &sw));
+  FMCallGoto(FMCalloc(P, &sc));
+  FMCallGoto(FMMalloc(P, &to));
   for (int c = 0; c < n; c++) { sw[base[c]] += (double)w[c] + 1.0; sc[base[c]] += ((double)w[c] + 1.0) * c; } /* +1: empty chunks count */
   for (int r = 0; r < P; r++) { bk[r].key = sw[r] > 0 ? sc[r] / sw[r] : (double)n; bk[r].r = r; }
   if (median) /* the key is the chunk where the bin's weight passes its half instead */
@@ -54,8 +55,9 @@ static FMErrorCode bin_permute(int n, const int64_t *w, const FMDistTopo *t, int
   qsort(bk, (size_t)P, sizeof(*bk), cmp_bin);
   for (int i = 0; i < P; i++) to[bk[i].r] = t->nranks_of[i]; /* nranks_of lists the ranks node by node */
   for (int c = 0; c < n; c++) owner[c] = to[base[c]];
+cleanup:
   free(bk); free(sw); free(sc); free(to);
-  return FM_SUCCESS;
+  return ierr;
 }
 
 /*
@@ -109,9 +111,9 @@ static FMErrorCode swap_sweeps(Swap *S, const FMDistTopo *t, int *head, int *nex
 {
   int P = t->nranks, window = 2 * (P / t->nnodes) + 2, span = 2 * FM_GAIN_SPAN + 1;
   double *gain;
-  unsigned char *have;
+  unsigned char *have = NULL;
   FMCall(FMMalloc((size_t)P * span, &gain));
-  FMCall(FMMalloc((size_t)P * span, &have));
+  if (FMMalloc((size_t)P * span, &have)) { free(gain); FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Out of memory for the bin swaps of %d ranks", P); }
   for (int sweep = 0, better = 1; sweep < 4 && better && S->budget > 0; sweep++) {
     better = 0;
     memset(have, 0, (size_t)P * span);

@@ -78,7 +78,7 @@ FMErrorCode FMDistChunkVisCreate(const FMDistTileMap *tm, const FMDistChunks *ch
     Span3 *u;
     int *cnt;
     FMCallGoto(FMMalloc(ns + 1, &u));
-    FMCallGoto(FMCalloc((size_t)ch->nchunks + 1, &cnt));
+    if (FMCalloc((size_t)ch->nchunks + 1, &cnt)) { free(u); FMRaiseGoto(MPI_COMM_SELF, FM_ERR_MEM, "Out of memory sorting %zu spans", ns); }
     for (size_t i = 0; i < ns; i++) cnt[s[i].k + 1]++;
     for (int k = 0; k < ch->nchunks; k++) cnt[k + 1] += cnt[k];
     for (size_t i = 0; i < ns; i++) u[cnt[s[i].k]++] = s[i];

@@ -290,21 +290,22 @@ static FMErrorCode build_steps(FMPlan plan, FMDist *d, FMDistGPU *g)
 {
   int me = plan->ctx->rank, C = d->ch.nchunks, ntx = 0;
   FMDistStepXfer *tx = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
   /* this rank's steps only, numbered 0..nsteps-1 in the global order (tags are per chunk, and no step
      is collective, so ranks need not share step numbers) */
   FMCall(FMDistExchangeStepsRank((FMDistSchedType)d->opt.schedule, &d->ch, &d->part, &d->topo, &d->route, d->opt.step_chunks, me, &ntx,
                                  &tx, &g->nsteps));
-  if (!g->where) FMCall(FMMalloc(C, &g->where));
-  if (!g->woff) FMCall(FMMalloc(C, &g->woff));
+  if (!g->where) FMCallGoto(FMMalloc(C, &g->where));
+  if (!g->woff) FMCallGoto(FMMalloc(C, &g->woff));
   for (int c = 0; c < C; c++) { g->where[c] = d->part.owner[c] == me ? -1 : -2; g->woff[c] = d->kofs[c]; }
-  FMCall(FMCalloc(g->nsteps + 1, &g->st));
+  FMCallGoto(FMCalloc(g->nsteps + 1, &g->st));
   for (int k = 0; k < ntx; k++) {
     g->st[tx[k].step].nsend += tx[k].src == me;
     g->st[tx[k].step].nrecv += tx[k].dst == me;
   }
   for (int s = 0; s < g->nsteps; s++) {
-    FMCall(FMMalloc(g->st[s].nsend + 1, &g->st[s].send));
-    FMCall(FMMalloc(g->st[s].nrecv + 1, &g->st[s].recv));
+    FMCallGoto(FMMalloc(g->st[s].nsend + 1, &g->st[s].send));
+    FMCallGoto(FMMalloc(g->st[s].nrecv + 1, &g->st[s].recv));
     g->st[s].nsend = g->st[s].nrecv = 0;
   }
   for (int k = 0; k < ntx; k++) {
@@ -317,7 +318,9 @@ static FMErrorCode build_steps(FMPlan plan, FMDist *d, FMDistGPU *g)
       S->nk += FMDistChunkKeyLen(&d->ch, tx[k].chunk);
     }
   }
+cleanup:
   free(tx);
+  FMCall(ierr);
   /* sends must leave from where the chunk is held at that step */
   for (int s = 0; s < g->nsteps; s++)
     for (int i = 0; i < g->st[s].nsend; i++) {

@@ -156,8 +156,10 @@ FMErrorCode FMDistNCCLConnect_Private(FMPlan plan, FMDist *d, FMDistGPU *g)
   if (!ierr) ierr = cuda_code(cudaStreamSynchronize((cudaStream_t)plan->stream), "waiting for the plan's stream before connecting NCCL", -1);
   ierr = FMAgreeCode(plan->hdr.comm, ierr);
   for (int s = 0; s < g->nsteps && !ierr; s++) ierr = FMDistExchangeNCCL_Private(plan, d, g, s, NULL, NULL, 1);
-  /* not cudaStreamSynchronize: a peer that failed to post leaves this rank's operations waiting
-     on the device; the wait polls NCCL's asynchronous errors and honours -fm_nccl_timeout */
+  /* every rank posted everything before any waits (a rank that failed to post goes to the
+     abort below with the others, instead of leaving them in the wait); the wait is not
+     cudaStreamSynchronize: it polls NCCL's asynchronous errors and honours -fm_nccl_timeout */
+  ierr = FMAgreeCode(plan->hdr.comm, ierr);
   if (!ierr) ierr = FMCudaEventRecord(g->ev_done, g->cs);
   if (!ierr) ierr = FMContextNCCLWait_Private(plan->ctx, g->ev_done, "the NCCL connection run");
   ierr = FMAgreeCode(plan->hdr.comm, ierr);

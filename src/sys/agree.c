@@ -100,18 +100,17 @@ FMErrorCode FMAgreeRootOutcome_Private(MPI_Comm comm, int root, FMErrorCode ierr
 
 FMErrorCode FMAgreeFirstError_Private(MPI_Comm comm, FMErrorCode ierr, const char *file, const char *func, int line)
 {
-  int size = 1, rank = 0, in[2], out[2], err;
+  int size = 1, rank = 0, mine, first, code = (int)ierr, err;
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
   if (size == 1) return ierr;
-  in[0] = ierr ? rank : size; /* the lowest failing rank, and its code */
-  err = MPI_Allreduce(in, out, 1, MPI_INT, MPI_MIN, comm);
+  mine = ierr ? rank : size;
+  err = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm); /* the lowest failing rank */
   if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Allreduce (the first failing rank)", file, func, line);
-  if (out[0] == size) return FM_SUCCESS;
-  in[1] = (int)ierr;
-  err = MPI_Bcast(&in[1], 1, MPI_INT, out[0], comm);
+  if (first == size) return FM_SUCCESS;
+  err = MPI_Bcast(&code, 1, MPI_INT, first, comm);
   if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Bcast (the first failing rank's code)", file, func, line);
-  return spread_failure(comm, out[0], in[1], ierr, "", file, func, line);
+  return spread_failure(comm, first, code, ierr, "", file, func, line);
 }
 
 FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *file, const char *func, int line)

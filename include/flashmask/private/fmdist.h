@@ -150,6 +150,17 @@ void FMDistAssignDualChunk(int nchunks, int P, int *owner);
  *   bound and never worse than dual-chunk). Deterministic. owner out: [n]. info may be NULL.
  */
 FMErrorCode FMDistBalance(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info);
+/* The exact splits' pool limits, shared by the balancer and its reference (the same decisions). */
+#define FM_PAIR_EXACT_MAX 40   /* meet in the middle: 2 x 2^20 subset sums at most */
+#define FM_TRIPLE_EXACT_MAX 12 /* 3^12 = 531441 assignments */
+/* The heaviest of P loads (the lowest rank among equals). */
+static inline int FMDistArgmaxLoad(int P, const int64_t *load)
+{
+  int a = 0;
+  for (int r = 1; r < P; r++)
+    if (load[r] > load[a]) a = r;
+  return a;
+}
 /* FMDistBalanceRef - the same decisions by the direct loops (O(P x n) per round, no work budget,
    the same stop; balance_ref.c): the tests' reference. */
 FMErrorCode FMDistBalanceRef(int n, const int64_t *w, int P, int *owner, FMDistBalanceInfo *info);

@@ -9,9 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FM_PAIR_EXACT_MAX 40   /* meet in the middle: 2 x 2^20 subset sums at most */
-#define FM_TRIPLE_EXACT_MAX 12 /* 3^12 = 531441 assignments */
-
 /* balance_ref.c: the reference improvement (the direct loops), stopping at a load <= stop as improve() */
 
 /* ---------------- helpers ---------------- */
@@ -22,14 +19,6 @@ static int cmp_summask(const void *a, const void *b)
   const SumMask *x = (const SumMask *)a, *y = (const SumMask *)b;
   if (x->s != y->s) return x->s < y->s ? -1 : 1;
   return x->mask < y->mask ? -1 : (x->mask > y->mask);
-}
-
-static int argmax_load(int P, const int64_t *load)
-{
-  int a = 0;
-  for (int r = 1; r < P; r++)
-    if (load[r] > load[a]) a = r;
-  return a;
 }
 
 /* A subset of one half of a pool: its sum, its mask and its moves (items not on their current side). */
@@ -373,7 +362,7 @@ static void loads_of(int n, const int64_t *w, int P, const int *owner, int64_t *
 
 static int64_t max_of(int P, const int64_t *load)
 {
-  return load[argmax_load(P, load)];
+  return load[FMDistArgmaxLoad(P, load)];
 }
 
 /* LPT's least loaded rank (ties: lower rank) from a binary heap of (load, rank) */

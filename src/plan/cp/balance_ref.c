@@ -8,19 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FM_PAIR_EXACT_MAX 40   /* meet in the middle: 2 x 2^20 subset sums at most */
-#define FM_TRIPLE_EXACT_MAX 12 /* 3^12 = 531441 assignments */
-
-
-
-static int argmax_load(int P, const int64_t *load)
-{
-  int a = 0;
-  for (int r = 1; r < P; r++)
-    if (load[r] > load[a]) a = r;
-  return a;
-}
-
 typedef struct { int64_t s; int cost; uint32_t mask; } SumCost;
 
 static int cmp_sumcost(const void *a, const void *b)
@@ -133,7 +120,7 @@ FMErrorCode FMDistBalanceImproveRef_Private(int n, const int64_t *w, int P, int6
   FMCall(FMMalloc(n, &cur));
   FMCall(FMMalloc(P, &order));
   for (iter = 0; iter < maxiter && P > 1; iter++) {
-    int a = argmax_load(P, load), improved = 0;
+    int a = FMDistArgmaxLoad(P, load), improved = 0;
     if (load[a] <= stop) break; /* within the tolerance of the lower bound */
     /* partners by load ascending, ties by index */
     for (int r = 0; r < P; r++) order[r] = r;

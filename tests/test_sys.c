@@ -213,6 +213,18 @@ int main(int argc, char **argv)
     FMT_CHECK(strncmp(FMErrorString(codes[i]), "FM_ERR_", 7) == 0, "FMErrorString(%d) = %s", (int)codes[i], FMErrorString(codes[i]));
   FMT_CHECK(strstr(FMErrorString((FMErrorCode)12345), "unknown") != NULL, "unknown code string");
   FMT_EXPECT_ERR(FMPushErrorHandler((FMErrorHandler)9), FM_ERR_ARG_OUTOFRANGE, "handler");
+  { /* handlers nest: a pop without a push is FM_ERR_ORDER, and at most 32 are pushed at once */
+    FMErrorCode e = FM_SUCCESS;
+    int n = 0;
+    while (n < 40 && (e = FMPopErrorHandler()) == FM_SUCCESS) n++; /* empty the stack this test left */
+    FMT_CHECK(n <= 32 && e == FM_ERR_ORDER && fmt_msg_has("without a matching"), "FMPopErrorHandler on an empty stack: %s after %d pops (%s)",
+              FMErrorString(e), n, FMGetLastErrorMessage());
+    for (int i = 0; i < 32; i++) FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
+    e = FMPushErrorHandler(FM_ERROR_HANDLER_SILENT);
+    FMT_CHECK(e == FM_ERR_ORDER && fmt_msg_has("nested 33 deep"), "a 33rd push: %s (%s)", FMErrorString(e), FMGetLastErrorMessage());
+    for (int i = 0; i < 32; i++) FMT_CALL(FMPopErrorHandler());
+    for (int i = 0; i < n; i++) FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT)); /* as deep as before, silent */
+  }
 
   /* Objects refuse NULL handles with a named argument. */
   FMT_EXPECT_ERR(FMContextSetUp(NULL), FM_ERR_ARG_NULL, "argument 1");

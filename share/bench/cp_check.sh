@@ -4,7 +4,7 @@
 # tutorial on 2 ranks in every distributed configuration (each compared against the exact CPU
 # backend), a traced run turned into an SVG by fmtrace, then `fmbench -cp` (plan vs unpruned
 # all-gather vs ring vs one GPU). Run from the source root; logs go to $OUT (default /tmp/fmout).
-# Optional staged packages in .devdeps (../shared/device/stage-deps.sh).
+# Optional staged packages in .devdeps (a folder of .deb files and an install.sh that unpacks them).
 # usage: sh share/bench/cp_check.sh [fmbench -cp options]   (CP_SKIP_CHECK=1 skips make check)
 OUT=${OUT:-/tmp/fmout}
 NP=${NP:-2}

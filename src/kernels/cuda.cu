@@ -272,6 +272,7 @@ static void fill_bwd(FMGpuBwdParams *a, const FMAttnProblem *p, const FMGpuMask 
   a->packed = dm->packed; a->sum = dm->sum; a->mask_heads = dm->mask_heads; a->causal = dm->causal; a->nblk = dm->nblk;
   a->mask_batch = dm->mask_batch;
   a->force_fallback = p->opts.cuda_fallback != 0;
+  a->deterministic = p->opts.deterministic != 0;
 }
 
 /* FMCudaBackward - see fmkernels.h. */
@@ -303,6 +304,91 @@ FMErrorCode FMCudaBackward(const FMAttnProblem *p, const void *dmask, const void
   e = FMGpuBackward(&a, st);
   (void)cudaFreeAsync(ws, st);
   FMCallCUDA(e);
+  return FM_SUCCESS;
+}
+
+/* The pieces' sizes: the rows of p against p->nk keys under the uploaded stage mask dm (NULL: rows only). */
+static FMErrorCode pieces_params(FMGpuBwdParams *a, const FMAttnProblem *p, const FMGpuMask *dm)
+{
+  FMGpuMask m;
+  FMValidPointer(p, 1);
+  FMCheck(p->qrows == NULL && p->k0 == 0, MPI_COMM_SELF, FM_ERR_SUP,
+          "The CUDA backward's pieces take the rows 0..nq-1 of an uploaded stage mask; got qrows %s, k0 = %d",
+          p->qrows ? "set" : "NULL", p->k0);
+  FMCheck(p->dtype == FM_DTYPE_BF16 || p->dtype == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP,
+          "The CUDA backward runs bf16 and fp16; the problem's dtype is %s", FMDTypeName(p->dtype));
+  if (!dm) { /* Begin and End: the rows only; a one-block stand-in for the keys */
+    memset(&m, 0, sizeof(m));
+    m.mask_heads = p->mask.mask_heads > 0 ? p->mask.mask_heads : 1; m.seqlen_q = p->nq; m.seqlen_k = 1; m.nblk = 1;
+    m.mask_batch = 1;
+    dm = &m;
+  } else
+    FMCheck(p->nq == dm->seqlen_q && p->nk == dm->seqlen_k && (dm->mask_batch == 1 || dm->mask_batch == p->batch),
+            MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "The piece has nq = %d, nk = %d, batch %d; its stage mask is %d x %d, mask_batch %d",
+            p->nq, p->nk, p->batch, dm->seqlen_q, dm->seqlen_k, dm->mask_batch);
+  fill_bwd(a, p, dm);
+  if (!dm->packed) a->seqlen_k = 1;
+  FMCheck(FMGpuBackwardPath(a) >= 0, MPI_COMM_SELF, FM_ERR_SUP,
+          "The CUDA backward does not cover head_dim %d, heads %d/%d, mask heads %d, scale %g (head_dim a multiple of 8 up "
+          "to 256, heads_q a multiple of heads_kv and of the mask heads, scale > 0)",
+          p->head_dim, p->heads_q, p->heads_kv, dm->mask_heads, (double)p->scale);
+  return FM_SUCCESS;
+}
+
+/* FMCudaBackwardPiecesBytes - see fmkernels.h. */
+size_t FMCudaBackwardPiecesBytes(const FMAttnProblem *p)
+{
+  FMGpuBwdParams a;
+  FMGpuMask m;
+  memset(&m, 0, sizeof(m));
+  m.mask_heads = 1; m.seqlen_q = p->nq; m.seqlen_k = 1; m.nblk = 1; m.mask_batch = 1;
+  fill_bwd(&a, p, &m);
+  return FMGpuBackwardWorkspace(&a);
+}
+
+/* FMCudaBackwardBegin - see fmkernels.h. */
+FMErrorCode FMCudaBackwardBegin(const FMAttnProblem *p, void *ws, const void *o, const float *lse, const void *dout, void *stream)
+{
+  FMGpuBwdParams a;
+  FMCall(pieces_params(&a, p, NULL));
+  FMValidPointer(ws, 2);
+  a.o = o; a.lse = lse; a.dout = dout; a.workspace = ws;
+  FMCheck(o && lse && dout && !((uintptr_t)ws & 255), MPI_COMM_SELF, FM_ERR_ARG_NULL,
+          "FMCudaBackwardBegin needs o, lse, dout and a 256-byte aligned ws (o %p, lse %p, dout %p, ws %p)", o, (const void *)lse,
+          dout, ws);
+  FMCallCUDA(FMGpuBackwardBegin(&a, (cudaStream_t)stream));
+  return FM_SUCCESS;
+}
+
+/* FMCudaBackwardPiece - see fmkernels.h. */
+FMErrorCode FMCudaBackwardPiece(const FMAttnProblem *p, const void *dmask, void *ws, const void *q, const void *k, const void *v,
+                                const void *dout, float *dk32, float *dv32, void *stream)
+{
+  FMGpuBwdParams a;
+  const long long D = p->head_dim;
+  const FMGpuStrides s32 = {(long long)p->nk * p->heads_kv * D, (long long)p->heads_kv * D, D};
+  FMValidPointer(dmask, 2);
+  FMValidPointer(ws, 3);
+  FMCall(pieces_params(&a, p, (const FMGpuMask *)dmask));
+  a.q = q; a.k = k; a.v = v; a.dout = dout; a.dk = dk32; a.dv = dv32; a.workspace = ws;
+  a.sdk = a.sdv = s32;
+  a.dkv_f32 = 1;
+  FMCheck(q && k && v && dout && dk32 && dv32, MPI_COMM_SELF, FM_ERR_ARG_NULL,
+          "FMCudaBackwardPiece needs q, k, v, dout, dk32, dv32 (q %p, k %p, v %p, dout %p, dk32 %p, dv32 %p)", q, k, v, dout,
+          (void *)dk32, (void *)dv32);
+  FMCallCUDA(FMGpuBackwardPiece(&a, (cudaStream_t)stream));
+  return FM_SUCCESS;
+}
+
+/* FMCudaBackwardEnd - see fmkernels.h. */
+FMErrorCode FMCudaBackwardEnd(const FMAttnProblem *p, void *ws, void *dq, void *stream)
+{
+  FMGpuBwdParams a;
+  FMCall(pieces_params(&a, p, NULL));
+  FMValidPointer(ws, 2);
+  FMValidPointer(dq, 3);
+  a.workspace = ws; a.dq = dq;
+  FMCallCUDA(FMGpuBackwardEnd(&a, (cudaStream_t)stream));
   return FM_SUCCESS;
 }
 

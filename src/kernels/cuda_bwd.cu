@@ -84,13 +84,15 @@ __global__ void __launch_bounds__(256) bwd_post(const float *dqacc, T *dq, FMGpu
 
 struct FbArgs {
   const void *q, *k, *v, *dout;
-  void *dq, *dk, *dv;
+  float *dqacc; /* the blocked accumulator (bwd_sm90.cuh): pass 2 adds into it */
+  void *dk, *dv;
   FMGpuStrides sq, sk, sv, sdo, sdq, sdk, sdv;
   const float *lse2, *dsum;
   const int4 *packed;
   const int32_t *sum;
   int Sq, Sk, Hq, Hkv, D, mask_heads, causal, nblk, Sqp;
   int mstride; /* mask rows per sample: mask_heads when mask_batch > 1, else 0 */
+  int nqb, dkv_f32;
   float scale, c;
 };
 
@@ -144,6 +146,18 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_
       }
     }
   }
+  if (a.dkv_f32) {
+    float *dkr = (float *)a.dk + at(a.sdk, b, j, hkv), *dvr = (float *)a.dv + at(a.sdv, b, j, hkv);
+#pragma unroll
+    for (int t = 0; t < DPL; t++) {
+      const int d = lane + 32 * t;
+      if (d < a.D) {
+        dkr[d] = dk[t] * a.scale;
+        dvr[d] = dv[t];
+      }
+    }
+    return;
+  }
   T *dkr = (T *)a.dk + at(a.sdk, b, j, hkv), *dvr = (T *)a.dv + at(a.sdv, b, j, hkv);
 #pragma unroll
   for (int t = 0; t < DPL; t++) {
@@ -155,7 +169,8 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_
   }
 }
 
-/* Fallback pass 2: one warp per (query row, query head, batch); dQ over the visible keys. */
+/* Fallback pass 2: one warp per (query row, query head, batch); dQ over the visible keys, added
+   (unscaled, the postprocess scales) into the row's place in the blocked accumulator. */
 template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_dq(const FbArgs a)
 {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -199,11 +214,12 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_
       }
     }
   }
-  T *dqr = (T *)a.dq + at(a.sdq, b, i, hq);
+  const int r = i % FMBWD_BM, dp64 = (a.D + 63) / 64;
+  float *acc = a.dqacc + (((size_t)b * a.Hq + hq) * a.nqb + qb) * dp64 * (FMBWD_BM * 64) + r * 64;
 #pragma unroll
   for (int t = 0; t < DPL; t++) {
     const int d = lane + 32 * t;
-    if (d < a.D) dqr[d] = cvt<T>(dq[t] * a.scale);
+    if (d < a.D) acc[(d / 64) * (FMBWD_BM * 64) + ((d % 64) ^ ((r & 7) << 3))] += dq[t];
   }
 }
 
@@ -223,7 +239,7 @@ template <typename T> cudaError_t fallback(const FMGpuBwdParams *p, const FMBwdW
   a.k = p->k;
   a.v = p->v;
   a.dout = p->dout;
-  a.dq = p->dq;
+  a.dqacc = w->dqacc;
   a.dk = p->dk;
   a.dv = p->dv;
   a.sq = p->sq;
@@ -247,6 +263,8 @@ template <typename T> cudaError_t fallback(const FMGpuBwdParams *p, const FMBwdW
   a.causal = p->causal;
   a.nblk = p->nblk;
   a.Sqp = w->nqb * FMBWD_BM;
+  a.nqb = w->nqb;
+  a.dkv_f32 = p->dkv_f32;
   a.scale = p->scale;
   a.c = p->scale * 1.4426950408889634f;
   if (a.D <= 64) return launch_fb<T, 2>(a, p->batch, st);
@@ -265,10 +283,10 @@ int shape_ok(const FMGpuBwdParams *p)
   return 1;
 }
 
-/* Every tensor, the mask and an aligned workspace are given (what FMGpuBackward needs besides). */
-int pointers_ok(const FMGpuBwdParams *p)
+/* What a piece reads and writes, the mask and an aligned workspace are given. */
+int piece_pointers_ok(const FMGpuBwdParams *p)
 {
-  if (!p->q || !p->k || !p->v || !p->o || !p->dout || !p->lse || !p->dq || !p->dk || !p->dv) return 0;
+  if (!p->q || !p->k || !p->v || !p->dout || !p->dk || !p->dv) return 0;
   return p->packed && p->sum && p->workspace && !((uintptr_t)p->workspace & 255);
 }
 
@@ -282,38 +300,60 @@ extern "C" int FMGpuBackwardPath(const FMGpuBwdParams *p)
   return !p->force_fallback && FMBwdSm90Supported(p) ? 1 : 0;
 }
 
-extern "C" cudaError_t FMGpuBackward(const FMGpuBwdParams *p, cudaStream_t st)
+/* Begin: the rows' log2 LSE and D (reads o, dout, lse), dQ's accumulator zeroed. */
+extern "C" cudaError_t FMGpuBackwardBegin(const FMGpuBwdParams *p, cudaStream_t st)
+{
+  FMBwdWork w;
+  cudaError_t e;
+  if (FMGpuBackwardPath(p) < 0 || !p->o || !p->dout || !p->lse || !p->workspace || ((uintptr_t)p->workspace & 255))
+    return cudaErrorInvalidValue;
+  fmbwd_layout(p, &w);
+  const dim3 grid((w.nqb * FMBWD_BM + 7) / 8, p->heads_q, p->batch);
+  if (p->fp16)
+    bwd_pre<__half><<<grid, 256, 0, st>>>((const __half *)p->o, p->so, (const __half *)p->dout, p->sdo, p->lse, w.lse2, w.dsum,
+                                          p->seqlen_q, p->heads_q, p->head_dim, w.nqb * FMBWD_BM);
+  else
+    bwd_pre<__nv_bfloat16><<<grid, 256, 0, st>>>((const __nv_bfloat16 *)p->o, p->so, (const __nv_bfloat16 *)p->dout, p->sdo,
+                                                 p->lse, w.lse2, w.dsum, p->seqlen_q, p->heads_q, p->head_dim,
+                                                 w.nqb * FMBWD_BM);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  return cudaMemsetAsync(w.dqacc, 0, (size_t)p->batch * p->heads_q * w.nqb * FMBWD_BM * w.dp * sizeof(float), st);
+}
+
+/* Piece: the main kernel over p's keys (the Hopper kernel, or the SIMT fallback's two passes). */
+extern "C" cudaError_t FMGpuBackwardPiece(const FMGpuBwdParams *p, cudaStream_t st)
 {
   FMBwdWork w;
   cudaError_t e;
   const int path = FMGpuBackwardPath(p);
-  if (path < 0 || !pointers_ok(p)) return cudaErrorInvalidValue;
+  if (path < 0 || !piece_pointers_ok(p)) return cudaErrorInvalidValue;
   fmbwd_layout(p, &w);
-  {
-    const dim3 grid((w.nqb * FMBWD_BM + 7) / 8, p->heads_q, p->batch);
-    if (p->fp16)
-      bwd_pre<__half><<<grid, 256, 0, st>>>((const __half *)p->o, p->so, (const __half *)p->dout, p->sdo, p->lse, w.lse2, w.dsum,
-                                            p->seqlen_q, p->heads_q, p->head_dim, w.nqb * FMBWD_BM);
-    else
-      bwd_pre<__nv_bfloat16><<<grid, 256, 0, st>>>((const __nv_bfloat16 *)p->o, p->so, (const __nv_bfloat16 *)p->dout, p->sdo,
-                                                   p->lse, w.lse2, w.dsum, p->seqlen_q, p->heads_q, p->head_dim,
-                                                   w.nqb * FMBWD_BM);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  }
   if (path == 0) return p->fp16 ? fallback<__half>(p, &w, st) : fallback<__nv_bfloat16>(p, &w, st);
-  if ((e = cudaMemsetAsync(w.counter, 0, 256 + (size_t)p->batch * p->heads_q * w.nqb * FMBWD_BM * w.dp * sizeof(float), st)) !=
-      cudaSuccess)
-    return e;
-  if ((e = FMBwdSm90Launch(p, &w, st)) != cudaSuccess) return e;
-  {
-    const int vec = !((uintptr_t)p->dq & 15) && p->sdq.sb % 8 == 0 && p->sdq.ss % 8 == 0 && p->sdq.sh % 8 == 0;
-    if (p->fp16)
-      bwd_post<__half><<<2048, 256, 0, st>>>(w.dqacc, (__half *)p->dq, p->sdq, p->batch, p->seqlen_q, p->heads_q, p->head_dim,
-                                             w.nqb, p->scale, vec);
-    else
-      bwd_post<__nv_bfloat16><<<2048, 256, 0, st>>>(w.dqacc, (__nv_bfloat16 *)p->dq, p->sdq, p->batch, p->seqlen_q, p->heads_q,
-                                                    p->head_dim, w.nqb, p->scale, vec);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+  if ((e = cudaMemsetAsync(w.counter, 0, sizeof(int), st)) != cudaSuccess) return e;
+  return FMBwdSm90Launch(p, &w, st);
+}
+
+/* End: dq = the accumulator times the scale, in dtype. */
+extern "C" cudaError_t FMGpuBackwardEnd(const FMGpuBwdParams *p, cudaStream_t st)
+{
+  FMBwdWork w;
+  if (FMGpuBackwardPath(p) < 0 || !p->dq || !p->workspace || ((uintptr_t)p->workspace & 255)) return cudaErrorInvalidValue;
+  fmbwd_layout(p, &w);
+  const int vec = !((uintptr_t)p->dq & 15) && p->sdq.sb % 8 == 0 && p->sdq.ss % 8 == 0 && p->sdq.sh % 8 == 0;
+  if (p->fp16)
+    bwd_post<__half><<<2048, 256, 0, st>>>(w.dqacc, (__half *)p->dq, p->sdq, p->batch, p->seqlen_q, p->heads_q, p->head_dim,
+                                           w.nqb, p->scale, vec);
+  else
+    bwd_post<__nv_bfloat16><<<2048, 256, 0, st>>>(w.dqacc, (__nv_bfloat16 *)p->dq, p->sdq, p->batch, p->seqlen_q, p->heads_q,
+                                                  p->head_dim, w.nqb, p->scale, vec);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t FMGpuBackward(const FMGpuBwdParams *p, cudaStream_t st)
+{
+  cudaError_t e;
+  if (FMGpuBackwardPath(p) < 0 || !piece_pointers_ok(p) || !p->o || !p->lse || !p->dq) return cudaErrorInvalidValue;
+  if ((e = FMGpuBackwardBegin(p, st)) != cudaSuccess) return e;
+  if ((e = FMGpuBackwardPiece(p, st)) != cudaSuccess) return e;
+  return FMGpuBackwardEnd(p, st);
 }

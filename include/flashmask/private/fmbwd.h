@@ -53,6 +53,8 @@ typedef struct {
   /* scratch of FMGpuBackwardWorkspace bytes, 256-byte aligned, device; contents need not be kept */
   void *workspace;
   int force_fallback; /* 1: the SIMT kernels even where the Hopper kernel applies (tests) */
+  int dkv_f32;        /* 1: dk, dv are float (pieces the caller reduces), with strides sdk, sdv in floats */
+  int deterministic;  /* 1: dQ's partials are added in a fixed order (bitwise reproducible) */
 } FMGpuBwdParams;
 
 /* FMGpuBackwardWorkspace - device scratch bytes FMGpuBackward needs for these sizes. */
@@ -67,6 +69,19 @@ size_t FMGpuBackwardWorkspace(const FMGpuBwdParams *p);
  *   strides or pointers misaligned), else the first CUDA error of the launches.
  */
 cudaError_t FMGpuBackward(const FMGpuBwdParams *p, cudaStream_t s);
+
+/*
+ * The same in pieces (FMGpuBackward is Begin, one Piece, End), for the keys of several stages
+ * against the same rows, on one stream and one workspace:
+ *   FMGpuBackwardBegin  the preprocess of the rows (reads o, dout, lse) and dQ's accumulator zeroed;
+ *   FMGpuBackwardPiece  the main kernel over p's keys (reads q, k, v, dout, the mask); dQ added into
+ *                       the accumulator, dk and dv overwritten (float with dkv_f32);
+ *   FMGpuBackwardEnd    dq from the accumulator.
+ * The workspace size does not depend on seqlen_k: one workspace serves pieces of any key count.
+ */
+cudaError_t FMGpuBackwardBegin(const FMGpuBwdParams *p, cudaStream_t s);
+cudaError_t FMGpuBackwardPiece(const FMGpuBwdParams *p, cudaStream_t s);
+cudaError_t FMGpuBackwardEnd(const FMGpuBwdParams *p, cudaStream_t s);
 
 /* FMGpuBackwardPath - which path FMGpuBackward takes for p on the current device:
    1 = sm90 wgmma/tma, 0 = SIMT fallback, -1 = not supported. */

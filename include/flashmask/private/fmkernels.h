@@ -38,12 +38,17 @@ typedef struct FMMaskDesc_s {
  *                     runs it (0: the widest it runs)
  *   cpu_stage_bytes   -fm_cpu_stage_bytes: the CPU forward/backward's fp32 staging budget per call
  *                     in bytes (0: 256 MiB)
+ *   deterministic     the plan's -fm_deterministic (FMPlanSetDeterministic), copied into each
+ *                     problem by the plan: 1 makes the backward bitwise reproducible from run to
+ *                     run (the GPU adds dQ's partials in a fixed order; the CPU sums in a fixed
+ *                     order whatever the threads' schedule)
  */
 typedef struct {
   int cuda_fallback;
   int sm90_vdesc_swap;
   int cpu_vector_width;
   size_t cpu_stage_bytes;
+  int deterministic;
 } FMKernelOptions;
 
 /*
@@ -168,6 +173,28 @@ FMErrorCode FMCudaForwardF32(const FMAttnProblem *p, const void *dmask, const vo
 FMErrorCode FMCudaBackward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k,
                            const void *v, const void *o, const float *lse, const void *dout,
                            void *dq, void *dk, void *dv, void *stream);
+/*
+ * The backward in pieces, for context parallelism: the local rows of one backward against the
+ * keys of several stages, one piece per stage, all on one stream and in a fixed order (the
+ * same order gives bitwise the same dq). Not collective; asynchronous on stream.
+ * FMCudaBackwardPiecesBytes - device scratch bytes for the rows of p (batch, heads, nq,
+ *   head_dim; the keys do not matter): the rows' D and log2 LSE and dQ's fp32 accumulator.
+ * FMCudaBackwardBegin - D = rowsum(dO o O) and the log2 LSE of the rows from the FINAL o and
+ *   lse (over every key), and dQ's accumulator zeroed, into ws (FMCudaBackwardPiecesBytes
+ *   bytes of device memory, 256-byte aligned, kept until FMCudaBackwardEnd).
+ * FMCudaBackwardPiece - one piece: the rows of Begin (q, dout as given to Begin's o/lse)
+ *   against the p->nk keys k, v ([batch][nk][heads_kv][head_dim], dtype) under dmask (the
+ *   uploaded nq x nk stage mask); dQ is added into ws's accumulator; dk32, dv32 (float,
+ *   [batch][nk][heads_kv][head_dim], device) are overwritten with this piece's dK (times the
+ *   scale, as FMCudaBackward's) and dV, for the caller to reduce.
+ * FMCudaBackwardEnd - dq (dtype, layout of q) = the accumulator times the scale.
+ */
+size_t FMCudaBackwardPiecesBytes(const FMAttnProblem *p);
+FMErrorCode FMCudaBackwardBegin(const FMAttnProblem *p, void *ws, const void *o, const float *lse, const void *dout,
+                                void *stream);
+FMErrorCode FMCudaBackwardPiece(const FMAttnProblem *p, const void *dmask, void *ws, const void *q, const void *k,
+                                const void *v, const void *dout, float *dk32, float *dv32, void *stream);
+FMErrorCode FMCudaBackwardEnd(const FMAttnProblem *p, void *ws, void *dq, void *stream);
 /* Which backward path runs these sizes on the current device ("sm90 wgmma/tma", "fallback simt"). */
 const char *FMCudaBackwardPathName(const FMAttnProblem *p);
 /* FMCudaConvertOut - dst = src (n fp32 device elements) rounded to t (bf16/fp16); async on stream. */

@@ -82,6 +82,7 @@ struct Params {
   int mstride;  /* mask rows per sample: mask_heads when the mask has a batch (mask_batch > 1), else 0 */
   int nitems;   /* nblk * Hkv * B work items, key block fastest */
   int *counter; /* items handed out so far (zero at launch) */
+  int dkv_f32;  /* dk, dv are float (pieces the caller reduces) */
   float scale, c; /* c = scale * log2(e) */
 };
 
@@ -398,10 +399,26 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, float *gds
   }
 }
 
-/* dK (times scale) and dV rows of this thread, straight to global. */
+/* dK (times scale) and dV rows of this thread, straight to global (in dtype, or float). */
 template <int D, bool F16>
 __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int kb, int hkv, int b, const Me &me, const Params &p)
 {
+  if (p.dkv_f32) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int j = kb * kBN + me.kr0 + 8 * h;
+      if (j < p.Sk) {
+        float *gk = (float *)p.dk + (size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh;
+        float *gv = (float *)p.dv + (size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh;
+#pragma unroll
+        for (int k = 0; k < D / 8; k++) {
+          *(float2 *)(gk + 8 * k + 2 * me.t4) = make_float2(dk[4 * k + 2 * h] * p.scale, dk[4 * k + 2 * h + 1] * p.scale);
+          *(float2 *)(gv + 8 * k + 2 * me.t4) = make_float2(dv[4 * k + 2 * h], dv[4 * k + 2 * h + 1]);
+        }
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     const int j = kb * kBN + me.kr0 + 8 * h;
@@ -568,6 +585,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   p.B = a->batch;
   p.nitems = a->nblk * a->heads_kv * a->batch;
   p.counter = w->counter;
+  p.dkv_f32 = a->dkv_f32;
   p.G = a->heads_q / a->heads_kv;
   p.hpm = a->heads_q / a->mask_heads;
   p.mstride = a->mask_batch > 1 ? a->mask_heads : 0;
@@ -612,7 +630,7 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
   /* TMA: 16-byte aligned bases and strides */
   if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->dout) & 15) return 0;
   if (!strides_ok(&a->sq) || !strides_ok(&a->sk) || !strides_ok(&a->sv) || !strides_ok(&a->sdo)) return 0;
-  if (((uintptr_t)a->dk | (uintptr_t)a->dv) & 3 || a->sdk.sh % 2 || a->sdk.ss % 2 || a->sdk.sb % 2 || a->sdv.sh % 2 ||
+  if (((uintptr_t)a->dk | (uintptr_t)a->dv) & (a->dkv_f32 ? 7 : 3) || a->sdk.sh % 2 || a->sdk.ss % 2 || a->sdk.sb % 2 || a->sdv.sh % 2 ||
       a->sdv.ss % 2 || a->sdv.sb % 2)
     return 0;
   return 1;

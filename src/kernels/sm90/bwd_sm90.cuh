@@ -20,11 +20,15 @@ enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
  * Workspace: lse2 = lse * log2(e) (+inf for rows with nothing visible and for padding rows, so
  * that exp2(s - lse2) = 0 there), dsum = rowsum(dO o O), both float [B][Hq][nqb * 64]; dqacc =
  * dQ's fp32 accumulator [B][Hq][nqb][Dp / 64][64 rows][64 cols] with Dp = head_dim rounded up
- * to 64, column c of row r stored at c ^ ((r & 7) << 3) (conflict-free staging in the kernel).
+ * to 64, column c of row r stored at c ^ ((r & 7) << 3) (conflict-free staging in the kernel);
+ * then the main kernel's work-item counter (zeroed before each piece) and, for the
+ * deterministic mode, one turn word per (batch, query head, query block, 64-column half):
+ * [B][Hq][nqb][2] ints, set before each piece. The size does not depend on seqlen_k.
  */
 typedef struct {
   float *lse2, *dsum, *dqacc;
-  int *counter; /* the main kernel's work-item counter, zeroed with dqacc (just before it) */
+  int *counter; /* the main kernel's work-item counter */
+  int *turn;    /* deterministic mode: the turn words (bwd_sm90.cu) */
   int nqb, dp;
 } FMBwdWork;
 
@@ -34,14 +38,16 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
 {
   const int nqb = (p->seqlen_q + FMBWD_BM - 1) / FMBWD_BM, dp = (p->head_dim + 63) / 64 * 64;
   const size_t rows = (size_t)p->batch * p->heads_q * nqb * FMBWD_BM;
-  const size_t a = fmbwd_align256(rows * sizeof(float));
-  const size_t total = 2 * a + 256 + fmbwd_align256(rows * dp * sizeof(float));
+  const size_t a = fmbwd_align256(rows * sizeof(float)), acc = fmbwd_align256(rows * dp * sizeof(float));
+  const size_t turns = fmbwd_align256((size_t)p->batch * p->heads_q * nqb * 2 * sizeof(int));
+  const size_t total = 2 * a + acc + 256 + turns;
   if (w) {
     char *base = (char *)p->workspace;
     w->lse2 = (float *)base;
     w->dsum = (float *)(base + a);
-    w->counter = (int *)(base + 2 * a);
-    w->dqacc = (float *)(base + 2 * a + 256);
+    w->dqacc = (float *)(base + 2 * a);
+    w->counter = (int *)(base + 2 * a + acc);
+    w->turn = (int *)(base + 2 * a + acc + 256);
     w->nqb = nqb;
     w->dp = dp;
   }

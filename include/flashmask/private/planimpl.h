@@ -52,6 +52,7 @@ struct _p_FMPlan {
   double scale; int scale_set;
   int shape_set;          /* the last FMPlanSetShape succeeded (FMPlanSetUp refuses the plan otherwise) */
   int check_finite;       /* Forward/Backward first scan their inputs for NaN/Inf (FMPlanSetCheckFinite) */
+  int deterministic;      /* the backward bitwise reproducible from run to run (FMPlanSetDeterministic, -fm_deterministic); kernels see it as FMKernelOptions.deterministic */
   void *stream;
   int nlocal; int *rows;  /* global query rows owned here (set by the type's setup) */
   FMBackend backend;      /* the context's, taken at FMPlanSetUp */

@@ -9,9 +9,13 @@
  * round robin let CTAs with light items run ahead, and causal 8K read 160 GB from DRAM), and
  * one item's K/V loads and first Q/dO stages overlap the previous item's dK/dV epilogue.
  * 384 threads:
- *   warpgroup 0: producer (setmaxnreg.dec 24). One thread loads K and V of an item once,
+ *   warpgroup 0 (setmaxnreg.dec 24): the producer, one thread, loads K and V of an item once,
  *     then streams, per visited (query head of the group, 64-row query block), Q, dO (TMA) and
- *     the block's log2 LSE and D rows (1-D bulk copies) into a ST-stage mbarrier ring.
+ *     the block's log2 LSE and D rows (1-D bulk copies) into a ST-stage mbarrier ring; warps 1
+ *     and 2 are the dQ writers of consumers 1 and 2 (dq_writer): each takes its consumer's
+ *     staged fp32 dQ block, adds it into the accumulator with one bulk reduce-add, and gives the
+ *     staging buffer back once it has been read. In the deterministic mode the writer first
+ *     waits for the block's turn (key blocks in increasing order) and passes it on after the add.
  *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
  *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued, the exponentials of S overlap the
  *     dP product); P^T = exp2(S^T c - lse2), and on partial tiles only the element test (one
@@ -20,8 +24,7 @@
  *     dS^T goes to shared memory (swizzled), and dQ = dS K (SS wgmma, both operands MN-major):
  *     for d = 128 each consumer computes 64 of the 128 columns over all 128 keys (a named
  *     barrier over both consumers publishes dS), for d = 64 each computes all columns over its
- *     own keys. dQ (fp32) is staged in shared memory and added to the global accumulator with
- *     one cp.reduce.async.bulk per consumer and step.
+ *     own keys. dQ (fp32) is staged in shared memory and handed to the consumer's writer warp.
  *   dK, dV stay in registers over every query head of the group (GQA) and are written once.
  * The block walk (bwd_sm90.cuh, fmbwd_walk_next) is a pure function of the key block's
  * summaries, evaluated by each role, so the producer and consumers always agree on it.
@@ -65,9 +68,11 @@ template <int D, int ST> struct Layout {
   static constexpr int OFF_L = OFF_DQ + 2 * DQB;
   static constexpr int OFF_DD = OFF_L + ST * kBM * 4;
   static constexpr int OFF_BND = OFF_DD + ST * kBM * 4; /* the item's column bounds, 128 x int4 */
-  static constexpr int OFF_ITEM = OFF_BND + kBN * 16; /* 2 item slots {t, kb, hkv, b}, the producer's step count */
-  static constexpr int OFF_BAR = OFF_ITEM + 64;
-  static constexpr int BYTES = OFF_BAR + (3 + 2 * ST) * 8 + 1024; /* + alignment slack */
+  /* 2 item slots {t, kb, hkv, b}, the producer's step and item counts; at +64 the dQ writers' slots */
+  static constexpr int OFF_ITEM = OFF_BND + kBN * 16;
+  static constexpr int OFF_BAR = OFF_ITEM + 128;
+  static constexpr int BYTES = OFF_BAR + (7 + 2 * ST) * 8 + 1024; /* + alignment slack */
+  static_assert(OFF_K == 0, "the consumers address barriers from K's address");
 };
 
 struct Params {
@@ -83,6 +88,8 @@ struct Params {
   int nitems;   /* nblk * Hkv * B work items, key block fastest */
   int *counter; /* items handed out so far (zero at launch) */
   int dkv_f32;  /* dk, dv are float (pieces the caller reduces) */
+  int deterministic; /* dQ's partials added in key-block order (turn words below) */
+  int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the last visiting key block */
   float scale, c; /* c = scale * log2(e) */
 };
 
@@ -180,8 +187,9 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, u
 
 /* Barriers and the item slots in shared memory. */
 template <int D, int ST> struct Sync {
-  uint64_t *kv_full, *kv_empty, *item_full, *full, *empty;
+  uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;
   volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
+  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [7] stop */
   __device__ __forceinline__ explicit Sync(unsigned char *smem)
   {
     uint64_t *bars = (uint64_t *)(smem + Layout<D, ST>::OFF_BAR);
@@ -190,7 +198,10 @@ template <int D, int ST> struct Sync {
     item_full = bars + 2;
     full = bars + 3;
     empty = bars + 3 + ST;
+    dq_full = bars + 3 + 2 * ST;
+    dq_empty = bars + 5 + 2 * ST;
     item = (volatile int *)(smem + Layout<D, ST>::OFF_ITEM);
+    dqs = item + 16;
   }
 };
 
@@ -350,7 +361,6 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
       st_u32(dsb + r1 * 128 + ((k ^ (r1 & 7)) << 4), ps[2 * k + 1]);
     }
   }
-  if (me.wt == 0) bulk_wait_read0(); /* this consumer's dQ staging buffer is free again */
   fence_proxy_async();
   if constexpr (D == 128) named_sync(1, 256);
   else named_sync(2 + me.cw, 128);
@@ -378,9 +388,18 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   for (int t = 0; t < 32; t++) reg_fence(dq[t]);
 }
 
+/* The dQ block of a step, as its writer warp needs it (see dq_writer): the block's turn word
+   ((batch, query head, query block) x 4 + column half; the accumulator block follows from it)
+   and this block's turn (the key block kb for d = 128, 2 kb + consumer for d = 64). */
+struct DqStep {
+  int tix, turn;
+};
+
 /* dq (fp32) into this consumer's staging buffer (column c of row r at c ^ ((r & 7) << 3), the
-   accumulator's layout), then one bulk reduce-add into the accumulator block at gdst. */
-__device__ __forceinline__ void stage_dq(const float *dq, float *stg, float *gdst, const Me &me)
+   accumulator's layout), then handed to the writer with the block's place (slot) and an arrival
+   per warp. The caller waited at the step's start until the writer had read the previous one. */
+template <int D, int ST>
+__device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqStep &d, const Me &me, const Sync<D, ST> &sy)
 {
   uint32_t sa = smem_u32(stg), r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
   reg_fence(sa);
@@ -392,11 +411,111 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, float *gds
     st_f2(sa + 4 * (r1 * 64 + ((8 * k + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
   }
   fence_proxy_async();
-  named_sync(4 + me.cw, 128);
   if (me.wt == 0) {
-    bulk_reduce_add(gdst, stg, kBM * 64 * 4);
-    bulk_commit();
+    volatile int *sl = sy.dqs + 8 * me.cw;
+    sl[0] = d.tix;
+    sl[1] = d.turn;
+    sl[7] = 0;
   }
+  __syncwarp();
+  if (me.lane == 0) mbar_arrive(&sy.dq_full[me.cw]);
+}
+
+/* The consumer's last hand-over: no more dQ blocks. */
+template <int D, int ST> __device__ __forceinline__ void stop_writer(int i, const Me &me, const Sync<D, ST> &sy)
+{
+  mbar_wait(&sy.dq_empty[me.cw], (i & 1) ^ 1);
+  if (me.wt == 0) sy.dqs[8 * me.cw + 7] = 1;
+  __syncwarp();
+  if (me.lane == 0) mbar_arrive(&sy.dq_full[me.cw]);
+}
+
+__device__ __forceinline__ int ld_acquire(const int *p)
+{
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(int *p, int v) { asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory"); }
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+/* The first key block after kb that visits query block qb (mask row mh), up to last; INT_MAX if
+   none. One warp, 32 key blocks per round; the test is fmbwd_walk_visits', written out for the
+   writer's 24 registers. */
+__device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int last, int lane)
+{
+  const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
+  const int m0 = qb * kBM, m1 = m0 + kBM < p.Sq ? m0 + kBM : p.Sq, lim = m1 - 1 + p.Sk - p.Sq;
+  for (int base = kb + 1; base <= last; base += 32) {
+    const int k = base + lane;
+    bool v = false;
+    if (k <= last) {
+      const int32_t *sm = sumh + (size_t)k * FMBWD_SUM_N;
+      v = !(p.causal && k * kBN > lim) && !(m0 >= sm[FMBWD_LTS_MAX] && m1 <= sm[FMBWD_LTE_MIN]) &&
+          !(m0 >= sm[FMBWD_UTS_MAX] && m1 <= sm[FMBWD_UTE_MIN]);
+    }
+    const unsigned ball = __ballot_sync(0xffffffffu, v);
+    if (ball) return base + __ffs(ball) - 1;
+  }
+  return 0x7fffffff;
+}
+
+/*
+ * dQ writer (warp 1 + cw of the producer warpgroup, for consumer cw): per step, once the
+ * consumer handed over its staged block, one bulk reduce-add of it into the accumulator, and
+ * the staging buffer back to the consumer as soon as it has been read. In the deterministic
+ * mode the add first waits for its turn: the turn word of (row block, column half) holds the key
+ * block whose add comes next (key blocks in increasing order; for d = 64 both consumers of a key
+ * block, 2 kb + cw); after the add has completed, the writer passes the turn to the next key block
+ * that visits the row block. Items are handed out in increasing key-block order, so a turn is only
+ * ever awaited from a key block taken earlier: no deadlock.
+ */
+template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char *smem, const Params &p, int cw)
+{
+  using L = Layout<D, ST>;
+  Sync<D, ST> sy(smem);
+  const int lane = threadIdx.x & 31;
+  volatile int *sl = sy.dqs + 8 * cw;
+  const float *stg = (const float *)(smem + L::OFF_DQ + cw * L::DQB);
+  for (int i = 0;; i++) {
+    mbar_wait(&sy.dq_full[cw], i & 1);
+    if (sl[7]) break;
+    const int tix = sl[0], mine = sl[1];
+    __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
+    const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
+    const size_t off = ((size_t)blk * (D / 64) + (tix & 3)) * (size_t)(kBM * 64);
+    if (lane == 0) {
+      if (p.deterministic) {
+#ifdef FM_SM90_HANG_CHECK
+        for (long long spins = 0; ld_acquire(p.turn + tix) != mine; spins++)
+          if (spins > (1ll << 26)) __trap();
+#else
+        while (ld_acquire(p.turn + tix) != mine) __nanosleep(32);
+#endif
+        fence_proxy_async_global();
+      }
+      bulk_reduce_add(p.dqacc + off, stg, kBM * 64 * 4);
+      bulk_commit();
+      bulk_wait_read0();
+      mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
+    }
+    if (p.deterministic) {
+      int next = mine + 1;
+      if (D == 128 || cw == 1) {
+        const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
+        const int mh = b * p.mstride + hq / p.hpm, kb = D == 128 ? mine : mine >> 1;
+        next = next_visitor(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
+        if (D == 64 && next != 0x7fffffff) next *= 2;
+      }
+      if (lane == 0) {
+        bulk_wait0(); /* the add is complete in global memory */
+        fence_proxy_async_global();
+        st_release(p.turn + tix, next);
+      }
+    }
+    __syncwarp();
+  }
+  if (lane == 0) bulk_wait0();
 }
 
 /* dK (times scale) and dV rows of this thread, straight to global (in dtype, or float). */
@@ -480,25 +599,31 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
         }
         __syncwarp();
       }
-      float *dqbase = p.dqacc + ((size_t)b * p.Hq + hq) * p.nqb * (size_t)(kBM * D);
+      const size_t row0 = ((size_t)b * p.Hq + hq) * p.nqb; /* the head's first query block */
       int part;
       for (int qb = next(0, &part); qb < p.nqb; qb = next(qb + 1, &part), i++) {
         const int st = i % ST;
         uint32_t ls = smem_u32(smem + L::OFF_L + st * kBM * 4) + 8 * me.t4;
         reg_fence(ls);
-        mbar_wait(&sy.full[st], (i / ST) & 1);
         uint32_t ka = kaddr, va = vaddr, qa = smem_u32(smem + L::OFF_Q + st * L::QB), da = smem_u32(smem + L::OFF_DO + st * L::QB);
         reg_fence(ka);
         reg_fence(va);
         reg_fence(qa);
         reg_fence(da);
+        /* the writer has read the last step's dQ block (the barrier's address from K's: OFF_K = 0) */
+        mbar_wait_s(ka + L::OFF_BAR + (5 + 2 * ST + me.cw) * 8, (i & 1) ^ 1);
+        mbar_wait(&sy.full[st], (i / ST) & 1);
         step_scores<D, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd_s, qb * kBM,
                             kb * kBN + me.kr0, me, p);
         step_grads<D, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB), me);
         __syncwarp();
         if (lane == 0) mbar_arrive(&sy.empty[st]); /* Q, dO, lse2, D of this stage are no longer read */
-        stage_dq(dq, (float *)(smem + L::OFF_DQ + me.cw * L::DQB),
-                 dqbase + ((size_t)qb * (D / 64) + (D == 128 ? me.cw : 0)) * (kBM * 64), me);
+        {
+          DqStep d;
+          d.tix = (int)((row0 + qb) * 4) + (D == 128 ? me.cw : 0);
+          d.turn = D == 128 ? kb : 2 * kb + me.cw;
+          stage_dq<D, ST>(dq, (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, me, sy);
+        }
       }
     }
     /* every product reading K and V has retired (each step ends with wait_group 0) */
@@ -506,7 +631,7 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
     if (lane == 0) mbar_arrive(sy.kv_empty);
     store_dkdv<D, F16>(dk, dv, kb, hkv, b, me, p);
   }
-  if (me.wt == 0) bulk_wait0();
+  stop_writer<D, ST>(i, me, sy);
 }
 
 template <int D, int ST, bool F16>
@@ -525,16 +650,47 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&sy.full[s], 1);
       mbar_init(&sy.empty[s], 8);
     }
+    for (int c = 0; c < 2; c++) {
+      mbar_init(&sy.dq_full[c], 4); /* one arrival per warp of the consumer */
+      mbar_init(&sy.dq_empty[c], 1);
+    }
     fence_barrier_init();
   }
   __syncthreads();
   if (threadIdx.x < 128) {
     setmaxnreg_dec<24>();
     if (threadIdx.x == 0) producer<D, ST, F16>(smem, &tmQ, &tmK, &tmV, &tmDO, p);
+    else if (threadIdx.x >= 32 && threadIdx.x < 96) dq_writer<D, ST>(smem, p, (threadIdx.x >> 5) - 1);
   } else {
     setmaxnreg_inc<240>();
     consumer<D, ST, F16>(smem, p);
   }
+}
+
+/* Deterministic mode: per (query block, query head, batch) the first and last key blocks that
+   visit it; the turns of both column halves start at the first (2 x first for d = 64). */
+template <int D>
+__global__ void __launch_bounds__(256) turn_init(const Params p)
+{
+  const int qb = blockIdx.x * 256 + threadIdx.x, hq = blockIdx.y, b = blockIdx.z;
+  if (qb >= p.nqb) return;
+  const int32_t *sumh = p.sum + (size_t)(b * p.mstride + hq / p.hpm) * p.nblk * FMBWD_SUM_N;
+  int first = 0x7fffffff, last = -1;
+  for (int kb = 0; kb < p.nblk; kb++) {
+    FMBwdWalk w;
+    fmbwd_walk_init(&w, sumh, kb, p.Sq, p.Sk, p.causal);
+    if (fmbwd_walk_visits(&w, qb)) { first = kb; break; }
+  }
+  for (int kb = p.nblk - 1; kb >= first && first != 0x7fffffff; kb--) {
+    FMBwdWalk w;
+    fmbwd_walk_init(&w, sumh, kb, p.Sq, p.Sk, p.causal);
+    if (fmbwd_walk_visits(&w, qb)) { last = kb; break; }
+  }
+  int *t = p.turn + (((size_t)b * p.Hq + hq) * p.nqb + qb) * 4;
+  t[0] = D == 64 && first != 0x7fffffff ? 2 * first : first;
+  t[1] = first;
+  t[2] = last;
+  t[3] = 0;
 }
 
 /* ------------------------------ host side ------------------------------ */
@@ -586,6 +742,8 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   p.nitems = a->nblk * a->heads_kv * a->batch;
   p.counter = w->counter;
   p.dkv_f32 = a->dkv_f32;
+  p.deterministic = a->deterministic != 0;
+  p.turn = w->turn;
   p.G = a->heads_q / a->heads_kv;
   p.hpm = a->heads_q / a->mask_heads;
   p.mstride = a->mask_batch > 1 ? a->mask_heads : 0;
@@ -600,6 +758,10 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
     if (dev >= 0 && dev < 64) attr_done[dev] = 1, nsm[dev] = sms;
   } else sms = nsm[dev];
+  if (p.deterministic) {
+    turn_init<D><<<dim3((p.nqb + 255) / 256, p.Hq, p.B), 256, 0, stream>>>(p);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  }
   dim3 grid(p.nitems < sms ? p.nitems : sms);
   bwd_kernel<D, ST, F16><<<grid, kThreads, L::BYTES, stream>>>(tq, tk, tv, tdo, p);
   return cudaGetLastError();
@@ -627,6 +789,8 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
   if (major != 9 || minor != 0 || need > (size_t)maxsm) return 0;
   if (a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N || (long long)a->nblk * a->heads_kv * a->batch > (1ll << 30))
     return 0;
+  /* the dQ writers' turn words are indexed in 32 bits */
+  if (4ll * a->batch * a->heads_q * ((a->seqlen_q + FMBWD_BM - 1) / FMBWD_BM) >= (1ll << 31)) return 0;
   /* TMA: 16-byte aligned bases and strides */
   if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->dout) & 15) return 0;
   if (!strides_ok(&a->sq) || !strides_ok(&a->sk) || !strides_ok(&a->sv) || !strides_ok(&a->sdo)) return 0;

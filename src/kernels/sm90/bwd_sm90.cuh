@@ -22,8 +22,9 @@ enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
  * dQ's fp32 accumulator [B][Hq][nqb][Dp / 64][64 rows][64 cols] with Dp = head_dim rounded up
  * to 64, column c of row r stored at c ^ ((r & 7) << 3) (conflict-free staging in the kernel);
  * then the main kernel's work-item counter (zeroed before each piece) and, for the
- * deterministic mode, one turn word per (batch, query head, query block, 64-column half):
- * [B][Hq][nqb][2] ints, set before each piece. The size does not depend on seqlen_k.
+ * deterministic mode, per (batch, query head, query block) four words: the turns of the two
+ * 64-column halves and the last key block that visits the query block ([B][Hq][nqb][4] ints,
+ * set before each piece). The size does not depend on seqlen_k.
  */
 typedef struct {
   float *lse2, *dsum, *dqacc;
@@ -39,7 +40,7 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
   const int nqb = (p->seqlen_q + FMBWD_BM - 1) / FMBWD_BM, dp = (p->head_dim + 63) / 64 * 64;
   const size_t rows = (size_t)p->batch * p->heads_q * nqb * FMBWD_BM;
   const size_t a = fmbwd_align256(rows * sizeof(float)), acc = fmbwd_align256(rows * dp * sizeof(float));
-  const size_t turns = fmbwd_align256((size_t)p->batch * p->heads_q * nqb * 2 * sizeof(int));
+  const size_t turns = fmbwd_align256((size_t)p->batch * p->heads_q * nqb * 4 * sizeof(int));
   const size_t total = 2 * a + acc + 256 + turns;
   if (w) {
     char *base = (char *)p->workspace;
@@ -77,6 +78,15 @@ __host__ __device__ __forceinline__ void fmbwd_walk_init(FMBwdWalk *w, const int
   w->c1 = w->c0 + FMBWD_BLOCK_N < Sk ? w->c0 + FMBWD_BLOCK_N : Sk;
   w->nqb = (Sq + FMBWD_BM - 1) / FMBWD_BM;
   w->ragged = w->c0 + FMBWD_BLOCK_N > Sk;
+}
+
+/* Whether the walk visits query block qb (not skipped): the test of fmbwd_walk_next, for one block. */
+__host__ __device__ __forceinline__ bool fmbwd_walk_visits(const FMBwdWalk *w, int qb)
+{
+  const int m0 = qb * FMBWD_BM, m1 = m0 + FMBWD_BM < w->Sq ? m0 + FMBWD_BM : w->Sq;
+  if (w->causal && w->c0 > m1 - 1 + w->off) return false;
+  if (m0 >= w->s[FMBWD_LTS_MAX] && m1 <= w->s[FMBWD_LTE_MIN]) return false;
+  return !(m0 >= w->s[FMBWD_UTS_MAX] && m1 <= w->s[FMBWD_UTE_MIN]);
 }
 
 /* First query block >= qb that is not skipped (nqb if none); *partial: whether it needs the

@@ -54,6 +54,18 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
   }
 #endif
 }
+/* mbar_wait on a barrier given by its 32-bit shared-memory address (for loops where a hoisted
+   64-bit pointer would cost a register). */
+__device__ __forceinline__ void mbar_wait_s(uint32_t addr, uint32_t parity)
+{
+  uint32_t ok;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(addr), "r"(parity)
+                 : "memory");
+  } while (!ok);
+}
 
 /* ---------------- TMA ---------------- */
 __device__ __forceinline__ void tma_load_5d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,

@@ -88,8 +88,8 @@ struct Params {
   int nitems;   /* nblk * Hkv * B work items, key block fastest */
   int *counter; /* items handed out so far (zero at launch) */
   int dkv_f32;  /* dk, dv are float (pieces the caller reduces) */
-  int deterministic; /* dQ's partials added in key-block order (turn words below) */
-  int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the last visiting key block */
+  int deterministic; /* dQ's partials added in decreasing key-block order (turn words below) */
+  int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the first visiting key block */
   float scale, c; /* c = scale * log2(e) */
 };
 
@@ -101,7 +101,8 @@ struct Params {
 __device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int *hkv, int *b)
 {
   const int r = t / p.nblk;
-  *kb = t % p.nblk;
+  /* deterministic mode: key blocks in decreasing order, the order of the adds into each dQ block */
+  *kb = p.deterministic ? p.nblk - 1 - t % p.nblk : t % p.nblk;
   *hkv = r % p.Hkv;
   *b = r / p.Hkv;
 }
@@ -336,58 +337,6 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   }
 }
 
-/*
- * dV += P^T dO and dK += dS^T Q (RS wgmma); dS^T to shared memory (row = key, 16-byte unit
- * k ^ (row & 7)); once every consumer has written its rows, dq = dS K (SS, both MN-major).
- * Every opaque copy (reg_fence) keeps ptxas from hoisting loop-invariant addresses into
- * registers it would then spill.
- */
-template <int D, bool F16>
-__device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t qa,
-                                           uint32_t da, uint32_t dsaddr, const Me &me)
-{
-  wgmma_fence();
-  gemm_rs<D, F16>(dv, pp, da);
-  gemm_rs<D, F16>(dk, ps, qa);
-  wgmma_commit();
-  {
-    uint32_t dsb = dsaddr + me.t4 * 4, r0 = me.kr0, r1 = me.kr0 + 8;
-    reg_fence(dsb);
-    reg_fence(r0);
-    reg_fence(r1);
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-      st_u32(dsb + r0 * 128 + ((k ^ (r0 & 7)) << 4), ps[2 * k]);
-      st_u32(dsb + r1 * 128 + ((k ^ (r1 & 7)) << 4), ps[2 * k + 1]);
-    }
-  }
-  fence_proxy_async();
-  if constexpr (D == 128) named_sync(1, 256);
-  else named_sync(2 + me.cw, 128);
-  /* retire the RS products first: P and dS registers die before dQ's accumulators live */
-  wgmma_wait<0>();
-#pragma unroll
-  for (int t = 0; t < 16; t++) {
-    reg_fence(pp[t]);
-    reg_fence(ps[t]);
-  }
-#pragma unroll
-  for (int t = 0; t < D / 2; t++) {
-    reg_fence(dk[t]);
-    reg_fence(dv[t]);
-  }
-#pragma unroll
-  for (int t = 0; t < 32; t++) dq[t] = 0.f;
-  wgmma_fence();
-  reg_fence(dsaddr);
-  if constexpr (D == 128) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
-  else gemm_dq<4, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
-  wgmma_commit();
-  wgmma_wait<0>();
-#pragma unroll
-  for (int t = 0; t < 32; t++) reg_fence(dq[t]);
-}
-
 /* The dQ block of a step, as its writer warp needs it (see dq_writer): the block's turn word
    ((batch, query head, query block) x 4 + column half; the accumulator block follows from it)
    and this block's turn (the key block kb for d = 128, 2 kb + consumer for d = 64). */
@@ -421,6 +370,106 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
   if (me.lane == 0) mbar_arrive(&sy.dq_full[me.cw]);
 }
 
+#ifndef FMBWD_OVERLAP_DQ
+#define FMBWD_OVERLAP_DQ 1 /* 0: the first version's order (dV, dK, then dQ alone), for A/B timing */
+#endif
+/* dS^T (packed, this thread's rows kr0 and kr0 + 8) to shared memory: row = key, 16-byte unit
+   k ^ (row & 7). */
+__device__ __forceinline__ void store_ds(const uint32_t *ps, uint32_t dsaddr, const Me &me)
+{
+  uint32_t dsb = dsaddr + me.t4 * 4, r0 = me.kr0, r1 = me.kr0 + 8;
+  reg_fence(dsb);
+  reg_fence(r0);
+  reg_fence(r1);
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    st_u32(dsb + r0 * 128 + ((k ^ (r0 & 7)) << 4), ps[2 * k]);
+    st_u32(dsb + r1 * 128 + ((k ^ (r1 & 7)) << 4), ps[2 * k + 1]);
+  }
+}
+
+/* dq = dS K (SS, both MN-major) over the keys this consumer multiplies (see the file's comment). */
+template <int D, bool F16> __device__ __forceinline__ void issue_dq(float *dq, uint32_t ka, uint32_t dsaddr, const Me &me)
+{
+#pragma unroll
+  for (int t = 0; t < 32; t++) dq[t] = 0.f;
+  wgmma_fence();
+  reg_fence(dsaddr);
+  if constexpr (D == 128) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
+  else gemm_dq<4, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
+  wgmma_commit();
+}
+
+/*
+ * The gradient products of one step. FMBWD_OVERLAP_DQ (default): dV += P^T dO (RS) is issued,
+ * dS^T goes to shared memory meanwhile, and once every consumer has written its rows dq = dS K
+ * (SS) is issued behind it; when dV has retired (P dead), dK += dS^T Q (RS) follows, and when dQ
+ * has retired its block is staged for the writer warp while dK runs. The tensor cores thus
+ * always have a product queued. Else: dV and dK together, the dS store, then dQ alone.
+ * Every opaque copy (reg_fence) keeps ptxas from hoisting loop-invariant addresses into
+ * registers it would then spill; the ones after a wait tell it which registers the retired
+ * products read and wrote.
+ */
+template <int D, int ST, bool F16>
+__device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t qa,
+                                           uint32_t da, uint32_t dsaddr, float *stg, const DqStep &d, const Me &me,
+                                           const Sync<D, ST> &sy)
+{
+#if FMBWD_OVERLAP_DQ
+  wgmma_fence();
+  gemm_rs<D, F16>(dv, pp, da);
+  wgmma_commit();
+  store_ds(ps, dsaddr, me);
+  fence_proxy_async();
+  if constexpr (D == 128) named_sync(1, 256);
+  else named_sync(2 + me.cw, 128);
+  issue_dq<D, F16>(dq, ka, dsaddr, me);
+  wgmma_wait<1>(); /* dV retired */
+#pragma unroll
+  for (int t = 0; t < 16; t++) reg_fence(pp[t]);
+#pragma unroll
+  for (int t = 0; t < D / 2; t++) reg_fence(dv[t]);
+  wgmma_fence();
+  gemm_rs<D, F16>(dk, ps, qa);
+  wgmma_commit();
+  wgmma_wait<1>(); /* dQ retired */
+#pragma unroll
+  for (int t = 0; t < 32; t++) reg_fence(dq[t]);
+  stage_dq<D, ST>(dq, stg, d, me, sy);
+  wgmma_wait<0>(); /* dK retired */
+#pragma unroll
+  for (int t = 0; t < 16; t++) reg_fence(ps[t]);
+#pragma unroll
+  for (int t = 0; t < D / 2; t++) reg_fence(dk[t]);
+#else
+  wgmma_fence();
+  gemm_rs<D, F16>(dv, pp, da);
+  gemm_rs<D, F16>(dk, ps, qa);
+  wgmma_commit();
+  store_ds(ps, dsaddr, me);
+  fence_proxy_async();
+  if constexpr (D == 128) named_sync(1, 256);
+  else named_sync(2 + me.cw, 128);
+  /* retire the RS products first: P and dS registers die before dQ's accumulators live */
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < 16; t++) {
+    reg_fence(pp[t]);
+    reg_fence(ps[t]);
+  }
+#pragma unroll
+  for (int t = 0; t < D / 2; t++) {
+    reg_fence(dk[t]);
+    reg_fence(dv[t]);
+  }
+  issue_dq<D, F16>(dq, ka, dsaddr, me);
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < 32; t++) reg_fence(dq[t]);
+  stage_dq<D, ST>(dq, stg, d, me, sy);
+#endif
+}
+
 /* The consumer's last hand-over: no more dQ blocks. */
 template <int D, int ST> __device__ __forceinline__ void stop_writer(int i, const Me &me, const Sync<D, ST> &sy)
 {
@@ -439,23 +488,23 @@ __device__ __forceinline__ int ld_acquire(const int *p)
 __device__ __forceinline__ void st_release(int *p, int v) { asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
-/* The first key block after kb that visits query block qb (mask row mh), up to last; INT_MAX if
+/* The first key block below kb that visits query block qb (mask row mh), down to lo; INT_MAX if
    none. One warp, 32 key blocks per round; the test is fmbwd_walk_visits', written out for the
    writer's 24 registers. */
-__device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int last, int lane)
+__device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int lo, int lane)
 {
   const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
   const int m0 = qb * kBM, m1 = m0 + kBM < p.Sq ? m0 + kBM : p.Sq, lim = m1 - 1 + p.Sk - p.Sq;
-  for (int base = kb + 1; base <= last; base += 32) {
-    const int k = base + lane;
+  for (int base = kb - 1; base >= lo; base -= 32) {
+    const int k = base - lane;
     bool v = false;
-    if (k <= last) {
+    if (k >= lo) {
       const int32_t *sm = sumh + (size_t)k * FMBWD_SUM_N;
       v = !(p.causal && k * kBN > lim) && !(m0 >= sm[FMBWD_LTS_MAX] && m1 <= sm[FMBWD_LTE_MIN]) &&
           !(m0 >= sm[FMBWD_UTS_MAX] && m1 <= sm[FMBWD_UTE_MIN]);
     }
     const unsigned ball = __ballot_sync(0xffffffffu, v);
-    if (ball) return base + __ffs(ball) - 1;
+    if (ball) return base - (__ffs(ball) - 1);
   }
   return 0x7fffffff;
 }
@@ -465,10 +514,14 @@ __device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int
  * consumer handed over its staged block, one bulk reduce-add of it into the accumulator, and
  * the staging buffer back to the consumer as soon as it has been read. In the deterministic
  * mode the add first waits for its turn: the turn word of (row block, column half) holds the key
- * block whose add comes next (key blocks in increasing order; for d = 64 both consumers of a key
- * block, 2 kb + cw); after the add has completed, the writer passes the turn to the next key block
- * that visits the row block. Items are handed out in increasing key-block order, so a turn is only
- * ever awaited from a key block taken earlier: no deadlock.
+ * block whose add comes next (key blocks in decreasing order; for d = 64 both consumers of a key
+ * block, 2 kb + cw, consumer 0 first); after the add has completed, the writer passes the turn to
+ * the next lower key block that visits the row block. Items are then handed out in decreasing
+ * key-block order (decode_item), so a turn is only ever awaited from a key block taken earlier:
+ * no deadlock. Decreasing, because a key block walks its query blocks upwards from the first it
+ * sees, and with causal-like masks a higher key block sees a row block earlier in its walk than
+ * a lower one: the adds then come in the order the walks reach them (increasing order made
+ * every causal key block wait for all those below it: 6x slower at 8K).
  */
 template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char *smem, const Params &p, int cw)
 {
@@ -615,15 +668,15 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
         mbar_wait(&sy.full[st], (i / ST) & 1);
         step_scores<D, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd_s, qb * kBM,
                             kb * kBN + me.kr0, me, p);
-        step_grads<D, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB), me);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&sy.empty[st]); /* Q, dO, lse2, D of this stage are no longer read */
         {
           DqStep d;
           d.tix = (int)((row0 + qb) * 4) + (D == 128 ? me.cw : 0);
           d.turn = D == 128 ? kb : 2 * kb + me.cw;
-          stage_dq<D, ST>(dq, (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, me, sy);
+          step_grads<D, ST, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB),
+                                 (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, me, sy);
         }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&sy.empty[st]); /* Q, dO, lse2, D of this stage are no longer read */
       }
     }
     /* every product reading K and V has retired (each step ends with wait_group 0) */
@@ -667,8 +720,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-/* Deterministic mode: per (query block, query head, batch) the first and last key blocks that
-   visit it; the turns of both column halves start at the first (2 x first for d = 64). */
+/* Deterministic mode: per (query block, query head, batch) the last and first key blocks that
+   visit it; the turns of both column halves start at the last (2 x last for d = 64: its consumer
+   0), and the writers' scans stop at the first. */
 template <int D>
 __global__ void __launch_bounds__(256) turn_init(const Params p)
 {
@@ -687,9 +741,10 @@ __global__ void __launch_bounds__(256) turn_init(const Params p)
     if (fmbwd_walk_visits(&w, qb)) { last = kb; break; }
   }
   int *t = p.turn + (((size_t)b * p.Hq + hq) * p.nqb + qb) * 4;
-  t[0] = D == 64 && first != 0x7fffffff ? 2 * first : first;
-  t[1] = first;
-  t[2] = last;
+  if (last < 0) last = 0x7fffffff; /* nobody visits */
+  t[0] = D == 64 && last != 0x7fffffff ? 2 * last : last;
+  t[1] = last;
+  t[2] = first;
   t[3] = 0;
 }
 

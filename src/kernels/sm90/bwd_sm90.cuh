@@ -23,7 +23,7 @@ enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
  * to 64, column c of row r stored at c ^ ((r & 7) << 3) (conflict-free staging in the kernel);
  * then the main kernel's work-item counter (zeroed before each piece) and, for the
  * deterministic mode, per (batch, query head, query block) four words: the turns of the two
- * 64-column halves and the last key block that visits the query block ([B][Hq][nqb][4] ints,
+ * 64-column halves and the first key block that visits the query block ([B][Hq][nqb][4] ints,
  * set before each piece). The size does not depend on seqlen_k.
  */
 typedef struct {

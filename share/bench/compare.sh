@@ -2,7 +2,7 @@
 # compare.sh - time our forward and backward (fmbench) and the peers (share/bench/peers.py:
 # FlexAttention's Triton kernel, FlexAttention BACKEND=FLASH, cuDNN SDPA, FlashAttention-4 dense)
 # on the same masks and shapes, in one run, and print one table per pass:
-#   mask | S | B | pass | ours | Flex | Flex-FLASH | cuDNN | FA4 (TFLOP/s) | ours/each | create_block_mask ms
+#   mask | S | B | pass | ours | Flex | Flex-FLASH | cuDNN | FA4 (TFLOP/s) | ours/each | our new-mask set-up ms | create_block_mask ms
 # TFLOP/s: fmbench's FLOP count for everyone (FlashMask convention: forward 4 B H S^2 d (1 - rho),
 # rho = fraction of 128 x 128 tiles fully masked; backward 2.5x; fwdbwd 3.5x), over each one's
 # median time. A peer that does not run a mask (cuDNN and FA4: full and causal only), is not

@@ -18,7 +18,9 @@
  * int32[mask_heads][seqlen_k], [mask_batch][mask_heads][seqlen_k] with -mask_batch, and
  * attributes seqlen_q, seqlen_k, causal, type, mask_heads, mask_batch) for share/bench/peers.py,
  * and the results to -csv (columns mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,
- * density,path,mask_batch,pass: one row per mask, length and pass).
+ * density,path,mask_batch,pass,setup_ms: one row per mask, length and pass; setup_ms is what a new
+ * mask of the same type costs on the same plan, FMMaskSetUp with a new seed + FMPlanSetUp's
+ * update path + the upload, median over max(reps, 3); also printed beside the forward's time).
  * Options:
  *   -masks all|name,name,...   -seqlen S,S,...   -head_dim d   -heads H   -heads_kv Hkv
  *   -tokens N   -dtype bf16|fp16   -warmup n   -reps n   -seed s   -o file   -csv file
@@ -95,6 +97,11 @@ static int cmpf(const void *a, const void *b)
   float x = *(const float *)a, y = *(const float *)b;
   return (x > y) - (x < y);
 }
+static int cmpd(const void *a, const void *b)
+{
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
 
 
 /* The passes fmbench times (-pass), as bits of Args.passes and indices of pass_name. */
@@ -142,14 +149,38 @@ static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, int reps)
   return med;
 }
 
+/*
+ * What a training step pays for a new mask on the same plan (the update path, as a data loader's
+ * new packing): FMMaskSetUp of the mask with a new seed, then FMPlanSetUp (the bounds localized,
+ * summaries and lists rebuilt and uploaded), the device synchronized; the median over reps, in ms.
+ */
+static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps)
+{
+  double *t = (double *)malloc(sizeof(double) * reps), med;
+  for (int r = 0; r < reps; r++) {
+    double t0;
+    FC(FMMaskSetSeed(m, seed + 1000 + (unsigned long)r));
+    t0 = FMTime();
+    FC(FMMaskSetUp(m));
+    FC(FMPlanSetUp(plan));
+    FC(FMCudaStreamSynchronize(NULL));
+    t[r] = 1e3 * (FMTime() - t0);
+  }
+  qsort(t, reps, sizeof(double), cmpd);
+  med = t[reps / 2];
+  free(t);
+  return med;
+}
+
 /* One plan on the mask: a forward (the path; O and LSE for the backward), then each chosen pass
    timed (or reported as not timed on a fallback path); a row per pass on stdout and in the CSV. */
 static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, double dens, int S, int B, int H, int Hkv, int D,
-                      FMDType dt, int passes, const Bufs *b, int warm, int reps, FILE *fcsv)
+                      FMDType dt, int passes, const Bufs *b, int warm, int reps, unsigned long seed, FILE *fcsv)
 {
   FMPlan plan;
   FMAttnProblem p;
-  double fl = 0;
+  double fl = 0, setup_ms = -1, fwd_ms = -1;
+  float med[NPASS] = {0};
   int hopper[NPASS];
   const char *bpath;
   FC(FMPlanCreate(ctx, &plan));
@@ -166,19 +197,29 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
   hopper[PASS_BWD] = !strncmp(bpath, "sm90", 4);
   hopper[PASS_FWDBWD] = hopper[PASS_FWD] && hopper[PASS_BWD];
   for (int t = 0; t < NPASS; t++) {
+    if (!(passes & 1 << t) || !hopper[t]) continue;
+    med[t] = time_pass(plan, t, b, warm, reps);
+    if (t == PASS_FWD) fwd_ms = med[t];
+  }
+  /* then the set-up of new masks (it changes the mask: after the passes) */
+  setup_ms = time_setup(plan, m, seed, reps > 3 ? reps : 3);
+  for (int t = 0; t < NPASS; t++) {
     if (!(passes & 1 << t)) continue;
     if (!hopper[t]) {
       printf("%-22s %6d %3d %-6s %9s %9s %7.4f %8.4f fallback (not timed)\n", name, S, B, pass_name[t], "-", "-", rho, dens);
     } else {
-      const float med = time_pass(plan, t, b, warm, reps);
-      const double tf = pass_flops(fl, t) / (med * 1e-3) / 1e12;
-      printf("%-22s %6d %3d %-6s %9.3f %9.1f %7.4f %8.4f sm90\n", name, S, B, pass_name[t], med, tf, rho, dens);
+      const double tf = pass_flops(fl, t) / (med[t] * 1e-3) / 1e12;
+      printf("%-22s %6d %3d %-6s %9.3f %9.1f %7.4f %8.4f sm90\n", name, S, B, pass_name[t], med[t], tf, rho, dens);
       if (fcsv)
-        fprintf(fcsv, "%s,%d,%d,%d,%d,%.4f,%.2f,%.5f,%.5f,sm90,%d,%s\n", name, S, B, H, D, med, tf, rho, dens, p.mask.mask_batch,
-                pass_name[t]);
+        fprintf(fcsv, "%s,%d,%d,%d,%d,%.4f,%.2f,%.5f,%.5f,sm90,%d,%s,%.3f\n", name, S, B, H, D, med[t], tf, rho, dens,
+                p.mask.mask_batch, pass_name[t], setup_ms);
     }
     fflush(stdout);
   }
+  if (fwd_ms > 0)
+    printf("%-22s %6d %3d new mask set-up (FMMaskSetUp + FMPlanSetUp update) %.3f ms = %.1f%% of the forward\n", name, S, B,
+           setup_ms, 100.0 * setup_ms / fwd_ms);
+  else printf("%-22s %6d %3d new mask set-up (FMMaskSetUp + FMPlanSetUp update) %.3f ms\n", name, S, B, setup_ms);
   FC(FMPlanDestroy(&plan));
 }
 
@@ -332,7 +373,7 @@ static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
     if (a->dry)
       printf("%-22s %6d %3d %-6s %9s %9s %7.4f %8.4f dry run (mask saved)\n", name, S, B, "-", "-", "-", rho, dens);
     else
-      time_mask(ctx, name, m, rho, dens, S, B, a->H, a->Hkv, a->D, a->dt, a->passes, &b, a->warm, a->reps, fcsv);
+      time_mask(ctx, name, m, rho, dens, S, B, a->H, a->Hkv, a->D, a->dt, a->passes, &b, a->warm, a->reps, a->seed, fcsv);
     FC(FMMaskDestroy(&m));
   }
   if (!a->dry) free_bufs(&b);
@@ -413,7 +454,7 @@ int main(int argc, char **argv)
   remove(a.out);
   if (a.csv[0]) {
     fcsv = fopen(a.csv, "w");
-    if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch,pass\n");
+    if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch,pass,setup_ms\n");
   }
   printf("fmbench: %s (sm %d), path %s; %s, d = %d, H = %d (kv %d), %ld tokens per batch\n", devname, sm,
          FMCudaForwardPathName(sm), a.dts, a.D, a.H, a.Hkv, a.tokens);

@@ -416,6 +416,7 @@ static double steps_per_block(const HostMask &m)
   return (double)n / nblk;
 }
 
+static int g_prof_kind = -1; /* prof mode: the one mask kind to run */
 static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
 {
   const int B = 131072 / S, H = 32, D = 128;
@@ -429,6 +430,7 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
   CK(cudaGetLastError());
   for (int kind = 0; kind < M_NKIND; kind++) {
     if (only_swa && kind != M_SWA) continue;
+    if (g_prof_kind >= 0 && kind != g_prof_kind) continue;
     if (Hkv != H && kind != M_FULL && kind != M_CAUSAL) continue;
     HostMask m = build_mask((MaskKind)kind, S, S, 1);
     DevMask dm = upload_mask(m);
@@ -531,6 +533,12 @@ int main(int argc, char **argv)
       g_window = w;
       bench(8192, 3, 1);
     }
+    return 0;
+  }
+  if (mode == "prof") { /* one mask at one length, a warm-up and one call: for ncu (-k regex:bwd_kernel -s 1 -c 1) */
+    const int S = argc > 2 ? atoi(argv[2]) : 8192;
+    g_prof_kind = argc > 3 ? atoi(argv[3]) : 0;
+    bench(S, 1, 0, 32);
     return 0;
   }
   if (mode == "bench") {

@@ -272,6 +272,20 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
   }
 }
 
+/* fmbwd_walk_next over a copy of the key block's 8 summaries loaded at once (two 16-byte loads:
+   one memory latency per step, where the walk's own loads were up to 8 dependent ones). */
+__device__ __forceinline__ int walk_next_loaded(int mh, int kb, int q, int *pt, const Params &p)
+{
+  uint32_t off = (uint32_t)(mh * p.nblk + kb) * FMBWD_SUM_N; /* 32 bits (FMBwdSm90Supported); no 64-bit pointer held */
+  reg_fence(off);
+  const int4 *s4 = (const int4 *)(p.sum + off);
+  const int4 a = s4[0], b = s4[1];
+  const int32_t s8[FMBWD_SUM_N] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  FMBwdWalk w;
+  fmbwd_walk_init(&w, s8 - (size_t)kb * FMBWD_SUM_N, kb, p.Sq, p.Sk, p.causal);
+  return fmbwd_walk_next(&w, q, pt);
+}
+
 /* What a consumer thread is: its warpgroup, lane and key rows. */
 struct Me {
   int cw, wt, w, lane, t4, kr0; /* key rows kr0, kr0 + 8 of the block */
@@ -605,11 +619,8 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
     mbar_wait(sy.kv_full, n & 1);
     for (int g = 0; g < p.G; g++) {
       const int hq = hkv * p.G + g, mh = b * p.mstride + hq / p.hpm;
-      const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
       auto next = [&](int q, int *pt) { /* rebuilt at each step: no registers held across one */
-        FMBwdWalk wk;
-        fmbwd_walk_init(&wk, sumh, kb, p.Sq, p.Sk, p.causal);
-        return fmbwd_walk_next(&wk, q, pt);
+        return walk_next_loaded(mh, kb, q, pt, p);
       };
       {
         /* this head's bounds of the thread's two key columns, staged per warp */
@@ -811,8 +822,9 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
   if (major != 9 || minor != 0 || need > (size_t)maxsm) return 0;
   if (a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N || (long long)a->nblk * a->heads_kv * a->batch > (1ll << 30))
     return 0;
-  /* the dQ writers' turn words are indexed in 32 bits */
+  /* the dQ writers' turn words and the consumers' summary offsets are indexed in 32 bits */
   if (4ll * a->batch * a->heads_q * ((a->seqlen_q + FMBWD_BM - 1) / FMBWD_BM) >= (1ll << 31)) return 0;
+  if ((long long)FMBWD_SUM_N * a->nblk * a->mask_heads * (a->mask_batch > 1 ? a->mask_batch : 1) >= (1ll << 31)) return 0;
   /* TMA: 16-byte aligned bases and strides */
   if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->dout) & 15) return 0;
   if (!strides_ok(&a->sq) || !strides_ok(&a->sk) || !strides_ok(&a->sv) || !strides_ok(&a->sdo)) return 0;

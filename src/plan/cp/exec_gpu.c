@@ -291,14 +291,16 @@ FMErrorCode FMDistGPUSettle_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDist
 /* FMDistGPURunFinish_Private - see gpuimpl.h. */
 FMErrorCode FMDistGPURunFinish_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, const char *run, FMErrorCode ierr)
 {
+  /* a rank that left before Settle (an error after the pipeline) still makes its collective
+     calls, so that every rank makes the same ones: the others are in Settle */
+  if (!R->settled) {
+    if (ierr && !R->cerr) R->cerr = ierr;
+    (void)FMDistGPUSettle_Private(plan, d, g, R, "the K/V exchange");
+  }
   free(R->ran);
   free(R->hostt);
   R->ran = NULL; R->hostt = NULL;
   if (!ierr) ierr = R->cerr;
-  if (!R->settled && g->transport == FM_DIST_TRANSPORT_NCCL) {
-    FMErrorCode re = recover(plan, d, g, R->nposted);
-    if (!ierr) ierr = re;
-  }
   /* the trace is saved collectively; an error on one rank must not leave the others waiting */
   ierr = FMAgreeCode(plan->hdr.comm, ierr);
   if (!ierr) ierr = FMDistTraceEnd_Private(plan, d, run, &R->tr);

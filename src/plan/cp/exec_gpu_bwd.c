@@ -171,12 +171,14 @@ static void add_into(float *dst, const float *src, size_t n)
   for (size_t t = 0; t < n; t++) dst[t] += src[t];
 }
 
-/* Record a trace event of the reduction (no-op untraced). */
-static FMErrorCode bwd_record(FMDistGPURun *R, int kind, double t0, double t1, double bytes, int peer, int chunk)
+/* Record a trace event of the reduction (no-op untraced); a failure is kept in *terr and the
+   reduction goes on (its peers wait for its messages). */
+static void bwd_record(FMDistGPURun *R, FMErrorCode *terr, int kind, double t0, double t1, double bytes, int peer, int chunk)
 {
-  if (!R->tr) return FM_SUCCESS;
-  FMCall(FMTraceRecord_Private((FMTrace)R->tr, kind, 1, t0, t1 < t0 ? t0 : t1, bytes, 0, peer, chunk));
-  return FM_SUCCESS;
+  FMErrorCode e;
+  if (!R->tr || *terr) return;
+  e = FMTraceRecord_Private((FMTrace)R->tr, kind, 1, t0, t1 < t0 ? t0 : t1, bytes, 0, peer, chunk);
+  if (e) *terr = FMErrorTraceback(__FILE__, __func__, __LINE__, e);
 }
 
 /*
@@ -231,6 +233,7 @@ static FMErrorCode host_reduce(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W, FMD
   const int me = plan->ctx->rank;
   int left = 0;
   double t0, t1;
+  FMErrorCode terr = FM_SUCCESS;
   FMCall(FMAgreeCode(plan->hdr.comm, FMCudaStreamSynchronize(g->rs)));
   for (int i = 0; i < W->ns; i++) {
     const BXfer *x = &W->sx[i];
@@ -255,19 +258,20 @@ static FMErrorCode host_reduce(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W, FMD
     FMCallMPI(MPI_Waitany(W->ns, W->crq, &idx, MPI_STATUS_IGNORE));
     FMCheck(idx != MPI_UNDEFINED, MPI_COMM_SELF, FM_ERR_LIB, "dK/dV reduction: %d chunks wait for partials that were never posted", left);
     t1 = FMTime();
-    FMCall(bwd_record(R, FM_TRACE_WAIT, t0, t1, 0, -1, -1));
-    FMCall(bwd_record(R, FM_TRACE_RECV, W->sx[idx].post, t1, 4.0 * part_len(plan, d, W, W->sx[idx].chunk), W->sx[idx].peer, W->sx[idx].chunk));
+    bwd_record(R, &terr, FM_TRACE_WAIT, t0, t1, 0, -1, -1);
+    bwd_record(R, &terr, FM_TRACE_RECV, W->sx[idx].post, t1, 4.0 * part_len(plan, d, W, W->sx[idx].chunk), W->sx[idx].peer, W->sx[idx].chunk);
     W->pending[W->sx[idx].chunk]--;
   }
   t0 = FMTime();
   FMCallMPI(MPI_Waitall(W->nr, W->prq, MPI_STATUSES_IGNORE));
   t1 = FMTime();
-  FMCall(bwd_record(R, FM_TRACE_WAIT, t0, t1, 0, -1, -1));
+  bwd_record(R, &terr, FM_TRACE_WAIT, t0, t1, 0, -1, -1);
   for (int i = 0; i < W->nr; i++)
-    FMCall(bwd_record(R, FM_TRACE_REDUCE, W->rx[i].post, t1, 4.0 * part_len(plan, d, W, W->rx[i].chunk), W->rx[i].peer, W->rx[i].chunk));
+    bwd_record(R, &terr, FM_TRACE_REDUCE, W->rx[i].post, t1, 4.0 * part_len(plan, d, W, W->rx[i].chunk), W->rx[i].peer, W->rx[i].chunk);
   if (W->own_host && W->nown > 0)
     FMCallCUDA(cudaMemcpyAsync(g->dacc, (float *)g->hpart + W->ptotal, W->nown * sizeof(float), cudaMemcpyHostToDevice,
                                (cudaStream_t)plan->stream));
+  FMCall(terr);
   return FM_SUCCESS;
 }
 

@@ -114,8 +114,10 @@ FMErrorCode FMDistExchangeMPI_Private(FMPlan plan, FMDist *d, FMDistGPU *g, int 
  *                              agrees on R->cerr (returned). Once per run
  *   FMDistGPUTrace_Private     after the streams synchronized: the run's events into tr
  *                              (stage flops times R->flops_factor)
- *   FMDistGPURunFinish_Private collective: Settle if not yet done, the agreed error, the
- *                              trace saved (or dropped after an error), the arrays freed
+ *   FMDistGPURunFinish_Private collective: Settle if not yet done (with the caller's error:
+ *                              every rank makes the same collective calls whichever way it
+ *                              came), the agreed error, the trace saved (or dropped after an
+ *                              error), the arrays freed
  * compute(s) queues stage s (-1: the local one) on the plan's stream; it records ev_w0, ev_k0,
  * ev_k1 [s + 1] and sets ran[s + 1] when it computed.
  */

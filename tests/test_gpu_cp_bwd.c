@@ -12,7 +12,8 @@
  *   dQ, dK, dV against float64 (from the float64 O): relative 2-norm error <= 2e-2 per tensor,
  *     every value finite;
  *   dQ, dK, dV against the CPU backend's plan of the same configuration: relative <= 2e-2.
- * Then the first case's default plan runs the backward twice (under -fm_deterministic 1): dQ,
+ * Then the first case's default plan runs the backward twice (every plan runs under
+ * -fm_deterministic 1, set before the contexts): dQ,
  * dK, dV must be bitwise equal (-no_dq_bitwise: dQ's equality only reported, for kernels whose
  * deterministic mode is not there yet). With -trace FILE (and HDF5 in the build) that plan also
  * writes its backward's trace; rank 0 reads it back: every rank with rows has a compute event of
@@ -371,16 +372,14 @@ static void check_trace(FMPlan plan, const char *path, int nl)
 #endif
 }
 
-/* The default plan's backward twice (-fm_deterministic 1): bitwise equal gradients; its trace. */
+/* The default plan's backward twice (-fm_deterministic 1, set in main): bitwise equal gradients; its trace. */
 static void run_repeat(FMContext gw, FMMask mask, const Case *c, const Data *G, const char *trace, int dq_bitwise)
 {
   FMPlan plan;
   Local L;
   char *first[3];
   int same[3], all[3];
-  CALL(FMOptionsSetValue("-fm_deterministic", "1"));
   plan = make_plan(gw, mask, c, &confs[0], trace);
-  CALL(FMOptionsSetValue("-fm_deterministic", "0"));
   local_make(plan, c, G, 1, &L);
   run_gpu(plan, &L, 1);
   first[0] = malloc(L.sq + 1); first[1] = malloc(L.sk + 1); first[2] = malloc(L.sk + 1);
@@ -447,6 +446,8 @@ int main(int argc, char **argv)
     return all < 0 ? 99 : 77;
   }
   if (rank == 0) printf("test_gpu_cp_bwd on %d rank(s), %d GPU(s) visible to rank 0\n", size, ngpus);
+  /* before the contexts and plans, whichever of them reads it: the kernels' fixed dQ order */
+  CALL(FMOptionsSetValue("-fm_deterministic", "1"));
   CALL(FMContextCreate(MPI_COMM_WORLD, &gw));
   CALL(FMContextSetFromOptions(gw));
   CALL(FMContextSetBackend(gw, FM_BACKEND_CUDA));

@@ -533,8 +533,13 @@ FMErrorCode FMDistViewGPU_Private(FMPlan plan, FMDist *d, FILE *fp)
   if (g->transport == FM_DIST_TRANSPORT_MPI)
     snprintf(how, sizeof(how), " (%s; %s)", g->direct ? "CUDA-aware MPI on device buffers" : "staged through pinned host memory",
              g->direct_why);
+  FMAttnProblem p;
+  FMCall(FMPlanGetProblem_Private(plan, &p));
+  p.nq = plan->nlocal > 0 ? plan->nlocal : 1;
   FMCall(FMPrintf(plan->hdr.comm, fp, "  GPU: transport %s%s, %d exchange steps; on rank 0: local stage %s, %d arriving stages computed\n",
                   FMDistTransportNames[g->transport], how, g->nsteps, g->dmask0 ? "computed" : "empty", stages));
+  FMCall(FMPrintf(plan->hdr.comm, fp, "  GPU backward: one piece per stage (%s), dK/dV partials summed to their owners over MPI through pinned memory\n",
+                  FMCudaBackwardPathName(&p)));
   return FM_SUCCESS;
 }
 

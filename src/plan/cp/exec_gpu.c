@@ -12,6 +12,9 @@
  * before the first step: the caller's K/V are then ready and the previous call's stages no
  * longer read the stage buffers; a relayed chunk is ready once the host completed the step
  * that received it.
+ *
+ * The pipeline (FMDistGPURun*, gpuimpl.h) is shared with the backward (exec_gpu_bwd.c): only
+ * what a stage computes and what follows the exchange differ.
  */
 #include "gpuimpl.h"
 #include <cuda_runtime_api.h>
@@ -20,12 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Compute stage s (-1: the local one) on the plan's stream once its data is there. */
-static FMErrorCode compute_stage(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *q, const void *k, const void *v, int *first,
-                                 int *ran)
+/* The forward's stage s (-1: the local one) on the plan's stream once its data is there. */
+static FMErrorCode forward_stage(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, int s)
 {
   void *us = plan->stream;
   void *dm = s < 0 ? g->dmask0 : g->st[s].dmask;
+  const void *k = R->k, *v = R->v;
   FMAttnProblem p;
   if (!dm) return FM_SUCCESS;
   memset(&p, 0, sizeof(p));
@@ -40,10 +43,10 @@ static FMErrorCode compute_stage(FMPlan plan, FMDist *d, FMDistGPU *g, int s, co
   if (s >= 0) FMCall(FMCudaStreamWaitEvent(us, g->ev_c1[s]));
   FMCall(FMCudaEventRecord(g->ev_k0[s + 1], us));
   if (s >= 0) { k = g->st[s].kbuf; v = g->st[s].vbuf; }
-  FMCall(FMCudaForwardF32(&p, dm, q, k, v, g->oacc, !*first, g->lacc, us));
-  *first = 0;
+  FMCall(FMCudaForwardF32(&p, dm, R->q, k, v, g->oacc, !R->first, g->lacc, us));
+  R->first = 0;
   FMCall(FMCudaEventRecord(g->ev_k1[s + 1], us));
-  ran[s + 1] = 1;
+  R->ran[s + 1] = 1;
   return FM_SUCCESS;
 }
 
@@ -74,10 +77,11 @@ static double stage_flops(FMPlan plan, FMDist *d, const FMAttnProblem *base, int
   return fl;
 }
 
-/* After the run (streams synchronized): the events of this rank into the recorder. */
-static FMErrorCode trace_events(FMPlan plan, FMDist *d, FMDistGPU *g, void *tr, double t0, const int *ran, const double (*hostt)[2])
+/* FMDistGPUTrace_Private - see gpuimpl.h. */
+FMErrorCode FMDistGPUTrace_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R)
 {
-  FMTrace T = (FMTrace)tr;
+  FMTrace T = (FMTrace)R->tr;
+  const double t0 = R->t0;
   FMAttnProblem base;
   memset(&base, 0, sizeof base);
   base.batch = plan->batch; base.heads_q = plan->heads_q; base.heads_kv = plan->heads_kv; base.head_dim = plan->head_dim;
@@ -86,7 +90,7 @@ static FMErrorCode trace_events(FMPlan plan, FMDist *d, FMDistGPU *g, void *tr, 
   for (int s = 0; s < g->nsteps; s++) {
     const GStep *S = &g->st[s];
     double a, b;
-    if (g->transport == FM_DIST_TRANSPORT_MPI) { a = hostt[s][0]; b = hostt[s][1]; }
+    if (g->transport == FM_DIST_TRANSPORT_MPI) { a = R->hostt[s][0]; b = R->hostt[s][1]; }
     else { a = t0 + since(g, g->ev_c0[s]); b = t0 + since(g, g->ev_c1[s]); }
     if (b < a) b = a;
     for (int i = 0; i < S->nsend; i++)
@@ -96,34 +100,24 @@ static FMErrorCode trace_events(FMPlan plan, FMDist *d, FMDistGPU *g, void *tr, 
   }
   for (int s = -1; s < g->nsteps; s++) {
     double w0, k0, k1;
-    if (!ran[s + 1]) continue;
+    if (!R->ran[s + 1]) continue;
     w0 = t0 + since(g, g->ev_w0[s + 1]);
     k0 = t0 + since(g, g->ev_k0[s + 1]);
     k1 = t0 + since(g, g->ev_k1[s + 1]);
     if (k0 - w0 > 2e-6) FMCall(FMTraceRecord_Private(T, FM_TRACE_WAIT, 0, w0, k0, 0, 0, -1, -1));
     FMCall(FMTraceRecord_Private(T, FM_TRACE_COMPUTE, 0, k0, k1 < k0 ? k0 : k1, 0,
-                                 s < 0 ? stage_flops(plan, d, &base, 0, NULL) : stage_flops(plan, d, &base, g->st[s].nrecv, g->st[s].recv), -1,
+                                 R->flops_factor * (s < 0 ? stage_flops(plan, d, &base, 0, NULL)
+                                                          : stage_flops(plan, d, &base, g->st[s].nrecv, g->st[s].recv)), -1,
                                  s < 0 ? -1 : (g->st[s].nrecv ? g->st[s].recv[0].chunk : -1)));
   }
   return FM_SUCCESS;
 }
 
-/* The forward's progress: stage results, the first compute and exchange errors. */
-typedef struct {
-  const void *q, *k, *v;
-  int first;             /* no stage computed yet */
-  int *ran;              /* [nsteps + 1] stages computed (0 = local) */
-  double (*hostt)[2];    /* [nsteps] host times of the MPI steps */
-  FMErrorCode cerr;      /* the first compute error: recorded, and the exchange still runs so that no peer waits */
-  FMErrorCode xerr;      /* the first exchange error: recorded; MPI steps still run, NCCL ones stop */
-  int nposted;           /* steps this rank posted, all of them unless an NCCL one failed */
-} Run;
-
 /* Stage s (-1: local) unless a compute error came first. */
-static void stage(FMPlan plan, FMDist *d, FMDistGPU *g, Run *R, int s)
+static void stage(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, int s)
 {
   if (!R->cerr) {
-    R->cerr = compute_stage(plan, d, g, s, R->q, R->k, R->v, &R->first, R->ran);
+    R->cerr = R->compute(plan, d, g, R, s);
     if (R->cerr) R->cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, R->cerr);
   }
 }
@@ -134,7 +128,7 @@ static void stage(FMPlan plan, FMDist *d, FMDistGPU *g, Run *R, int s)
  * until the communicator is aborted (recover()). MPI: every step's messages are posted whatever
  * failed, so the host never waits for a lost peer.
  */
-static void exchange_all(FMPlan plan, FMDist *d, FMDistGPU *g, Run *R)
+static void exchange_all(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R)
 {
   int me = plan->ctx->rank;
   for (int s = 0; s < g->nsteps; s++) {
@@ -212,47 +206,126 @@ static FMErrorCode nccl_current(FMPlan plan, FMDist *d, FMDistGPU *g)
   return FM_SUCCESS;
 }
 
+/* FMDistGPURunInit_Private - see gpuimpl.h. */
+FMErrorCode FMDistGPURunInit_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, FMErrorCode local)
+{
+  FMErrorCode ierr = local;
+  R->first = 1;
+  /* local state first, agreed: nothing below returns early on one rank only before the exchange */
+  if (!ierr) ierr = FMCalloc(g->nsteps + 1, &R->ran);
+  if (!ierr) ierr = FMCalloc(g->nsteps + 1, &R->hostt);
+  ierr = FMAgreeCode(plan->hdr.comm, ierr);
+  if (!ierr) ierr = nccl_current(plan, d, g);
+  if (ierr) {
+    free(R->ran); free(R->hostt);
+    R->ran = NULL; R->hostt = NULL;
+    return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
+  }
+  return FM_SUCCESS;
+}
+
+/* FMDistGPURunStart_Private - see gpuimpl.h. */
+FMErrorCode FMDistGPURunStart_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, const char *run)
+{
+  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = d->stats.reduce_bytes = 0;
+  FMCall(FMDistTraceBegin_Private(plan, d, run, &R->tr));
+  FMCall(FMCudaEventRecord(g->ev_in, plan->stream));
+  FMCall(FMCudaStreamWaitEvent(g->cs, g->ev_in));
+  if (R->tr) { FMCall(FMCudaEventSynchronize(g->ev_in)); R->t0 = FMTime(); }
+  return FM_SUCCESS;
+}
+
+/* FMDistGPUPipeline_Private - see gpuimpl.h. */
+void FMDistGPUPipeline_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R)
+{
+  if (d->opt.overlap) stage(plan, d, g, R, -1);
+  /* CUDA-aware MPI reads the caller's K/V and writes the stage buffers outside any stream:
+     wait until the plan's stream reached this call (the local stage, queued after ev_in, runs on) */
+  if (g->direct && g->nsteps > 0) {
+    FMErrorCode we = FMCudaEventSynchronize(g->ev_in); /* kept as the exchange's error: the steps are posted anyway */
+    if (we && !R->xerr) R->xerr = FMErrorTraceback(__FILE__, __func__, __LINE__, we);
+  }
+  exchange_all(plan, d, g, R);
+  if (!d->opt.overlap) {
+    /* the unoverlapped baseline: nothing computes before the whole exchange is over */
+    if (g->nsteps > 0 && !R->cerr) {
+      R->cerr = FMCudaStreamWaitEvent(plan->stream, g->ev_c1[g->nsteps - 1]);
+      if (R->cerr) R->cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, R->cerr);
+    }
+    stage(plan, d, g, R, -1);
+    for (int s = 0; s < g->nsteps; s++) stage(plan, d, g, R, s);
+  }
+  if (R->xerr && !R->cerr) R->cerr = R->xerr; /* what arrived cannot be trusted: no output, no trace */
+}
+
+/* FMDistGPUSettle_Private - see gpuimpl.h. */
+FMErrorCode FMDistGPUSettle_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, const char *what)
+{
+  FMErrorCode e;
+  R->settled = 1;
+  /* the caller's K/V and our buffers are free again only after the last send left */
+  e = FMCudaEventRecord(g->ev_done, g->cs);
+  if (!e) e = FMCudaStreamWaitEvent(plan->stream, g->ev_done);
+  if (e && !R->cerr) R->cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, e);
+#if FM_HAVE_NCCL
+  /* -fm_nccl_timeout: wait here for the exchange, polling NCCL's asynchronous errors; a failure
+     or time-out is this rank's exchange error, and every rank then aborts the communicators
+     (recover), which ends the operations still waiting on the device */
+  if (!e && g->transport == FM_DIST_TRANSPORT_NCCL && plan->ctx->nccl_timeout > 0 && g->nsteps > 0 && R->nposted == g->nsteps) {
+    FMErrorCode we = FMContextNCCLWait_Private(plan->ctx, g->ev_done, what);
+    if (we) {
+      if (!R->cerr) R->cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, we);
+      R->nposted = -1; /* counts as not posted: recover() aborts on every rank */
+    }
+  }
+#else
+  (void)what;
+#endif
+  if (g->transport == FM_DIST_TRANSPORT_NCCL) {
+    FMErrorCode re = recover(plan, d, g, R->nposted);
+    if (re && !R->cerr) R->cerr = re;
+  }
+  return FMAgreeCode(plan->hdr.comm, R->cerr);
+}
+
+/* FMDistGPURunFinish_Private - see gpuimpl.h. */
+FMErrorCode FMDistGPURunFinish_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, const char *run, FMErrorCode ierr)
+{
+  /* a rank that left before Settle (an error after the pipeline) still makes its collective
+     calls, so that every rank makes the same ones: the others are in Settle */
+  if (!R->settled) {
+    if (ierr && !R->cerr) R->cerr = ierr;
+    (void)FMDistGPUSettle_Private(plan, d, g, R, "the K/V exchange");
+  }
+  free(R->ran);
+  free(R->hostt);
+  R->ran = NULL; R->hostt = NULL;
+  if (!ierr) ierr = R->cerr;
+  /* the trace is saved collectively; an error on one rank must not leave the others waiting */
+  ierr = FMAgreeCode(plan->hdr.comm, ierr);
+  if (!ierr) ierr = FMDistTraceEnd_Private(plan, d, run, &R->tr);
+  else if (R->tr) { FMTrace T = (FMTrace)R->tr; (void)FMTraceDestroy_Private(&T); }
+  R->tr = NULL;
+  if (ierr) return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
 {
   FMDist *d = (FMDist *)plan->data;
   FMDistGPU *g = d ? (FMDistGPU *)d->gpu : NULL;
   void *us = plan->stream;
-  double t0 = 0;
-  void *tr = NULL;
   size_t no = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
   size_t nl = (size_t)plan->batch * plan->heads_q * plan->nlocal;
   FMErrorCode ierr = FM_SUCCESS;
-  Run R;
+  FMDistGPURun R;
 
   FMCheck(g, MPI_COMM_SELF, FM_ERR_ORDER, "The plan has no GPU executor (call FMPlanSetUp on the CUDA backend first)");
   memset(&R, 0, sizeof(R));
-  R.q = q; R.k = k; R.v = v; R.first = 1;
-  /* local state first, agreed: nothing below returns early on one rank only before the exchange */
-  ierr = FMCalloc(g->nsteps + 1, &R.ran);
-  if (!ierr) ierr = FMCalloc(g->nsteps + 1, &R.hostt);
-  ierr = FMAgreeCode(plan->hdr.comm, ierr);
-  if (!ierr) ierr = nccl_current(plan, d, g);
-  if (ierr) { free(R.ran); free(R.hostt); return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr); }
-  d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = d->stats.reduce_bytes = 0;
-  FMCallGoto(FMDistTraceBegin_Private(plan, d, "forward", &tr));
-  FMCallGoto(FMCudaEventRecord(g->ev_in, us));
-  FMCallGoto(FMCudaStreamWaitEvent(g->cs, g->ev_in));
-  if (tr) { FMCallGoto(FMCudaEventSynchronize(g->ev_in)); t0 = FMTime(); }
-  if (d->opt.overlap) stage(plan, d, g, &R, -1);
-  /* CUDA-aware MPI reads the caller's K/V and writes the stage buffers outside any stream:
-     wait until the plan's stream reached this call (the local stage, queued after ev_in, runs on) */
-  if (g->direct && g->nsteps > 0) {
-    FMErrorCode we = FMCudaEventSynchronize(g->ev_in); /* kept as the exchange's error: the steps are posted anyway */
-    if (we) R.xerr = FMErrorTraceback(__FILE__, __func__, __LINE__, we);
-  }
-  exchange_all(plan, d, g, &R);
-  if (!d->opt.overlap) {
-    /* the unoverlapped baseline: nothing computes before the whole exchange is over */
-    if (g->nsteps > 0) FMCallGoto(FMCudaStreamWaitEvent(us, g->ev_c1[g->nsteps - 1]));
-    stage(plan, d, g, &R, -1);
-    for (int s = 0; s < g->nsteps; s++) stage(plan, d, g, &R, s);
-  }
-  if (R.xerr && !R.cerr) R.cerr = R.xerr; /* what arrived cannot be trusted: no output, no trace */
+  R.q = q; R.k = k; R.v = v; R.compute = forward_stage; R.flops_factor = 1;
+  FMCall(FMDistGPURunInit_Private(plan, d, g, &R, FM_SUCCESS));
+  FMCallGoto(FMDistGPURunStart_Private(plan, d, g, &R, "forward"));
+  FMDistGPUPipeline_Private(plan, d, g, &R);
   if (plan->nlocal > 0 && !R.cerr) {
     if (R.first) { /* no local row sees any key */
       FMCallGoto(FMCudaFillFloat(g->oacc, no, 0.f, us));
@@ -261,37 +334,12 @@ FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, 
     FMCallGoto(FMCudaConvertOut(g->oacc, o, plan->dtype, no, us));
     if (lse) FMCallCUDAGoto(cudaMemcpyAsync(lse, g->lacc, nl * sizeof(float), cudaMemcpyDeviceToDevice, (cudaStream_t)us));
   }
-  /* the caller's K/V and our buffers are free again only after the last send left */
-  FMCallGoto(FMCudaEventRecord(g->ev_done, g->cs));
-  FMCallGoto(FMCudaStreamWaitEvent(us, g->ev_done));
-#if FM_HAVE_NCCL
-  /* -fm_nccl_timeout: wait here for the exchange, polling NCCL's asynchronous errors; a failure
-     or time-out is this rank's exchange error, and every rank then aborts the communicators
-     (recover), which ends the operations still waiting on the device */
-  if (g->transport == FM_DIST_TRANSPORT_NCCL && plan->ctx->nccl_timeout > 0 && g->nsteps > 0 && R.nposted == g->nsteps) {
-    FMErrorCode we = FMContextNCCLWait_Private(plan->ctx, g->ev_done, "the K/V exchange of the forward");
-    if (we) {
-      if (!R.cerr) R.cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, we);
-      R.nposted = -1; /* counts as not posted: recover() aborts on every rank */
-    }
-  }
-#endif
-  if (tr && !R.cerr) {
+  FMCallGoto(FMDistGPUSettle_Private(plan, d, g, &R, "the K/V exchange of the forward"));
+  if (R.tr) {
     FMCallGoto(FMCudaStreamSynchronize(us));
-    FMCallGoto(trace_events(plan, d, g, tr, t0, R.ran, (const double(*)[2])R.hostt));
+    FMCallGoto(FMDistGPUTrace_Private(plan, d, g, &R));
   }
 cleanup:
-  free(R.ran);
-  free(R.hostt);
-  if (!ierr) ierr = R.cerr;
-  if (g->transport == FM_DIST_TRANSPORT_NCCL) {
-    FMErrorCode re = recover(plan, d, g, R.nposted);
-    if (!ierr) ierr = re;
-  }
-  /* the trace is saved collectively; an error on one rank must not leave the others waiting */
-  ierr = FMAgreeCode(plan->hdr.comm, ierr);
-  if (!ierr) ierr = FMDistTraceEnd_Private(plan, d, "forward", &tr);
-  else if (tr) { FMTrace T = (FMTrace)tr; (void)FMTraceDestroy_Private(&T); }
-  if (ierr) return FMErrorTraceback(__FILE__, __func__, __LINE__, ierr);
+  FMCall(FMDistGPURunFinish_Private(plan, d, g, &R, "forward", ierr));
   return FM_SUCCESS;
 }

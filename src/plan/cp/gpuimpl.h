@@ -1,7 +1,8 @@
 /*
  * gpuimpl.h - the GPU executor's state (FMDistGPU, behind FMDist.gpu) shared by setup_gpu.c
  * (stage masks, buffers, events), transport_gpu.c (one exchange step over NCCL, staged MPI or
- * CUDA-aware MPI) and exec_gpu.c (the forward pipeline). Built with CUDA only; not installed.
+ * CUDA-aware MPI), exec_gpu.c (the pipeline of stages and exchange steps, and the forward) and
+ * exec_gpu_bwd.c (the backward on the same pipeline). Built with CUDA only; not installed.
  */
 #ifndef FLASHMASK_CP_GPUIMPL_H
 #define FLASHMASK_CP_GPUIMPL_H
@@ -50,6 +51,15 @@ typedef struct {
   int nev;               /* events created in each of the five arrays (>= nsteps + 1 once set up; kept by updates) */
   char *hsend, *hrecv;   /* pinned host staging (mpi transport, unless direct) */
   MPI_Request *rq;       /* direct: room for the largest step's messages (allocated at set-up) */
+  /* The backward's pools (exec_gpu_bwd.c: grown at its first call, kept by updates while large
+     enough, freed with the rest); the partials are fp32 [B][keys][Hkv][D], dK then dV */
+  void *bws;             /* FMCudaBackwardBegin's workspace (bwscap bytes) */
+  float *dacc;           /* the own keys' dK, dV (2 x B x nkeys x Hkv x D floats) */
+  float *ppool;          /* every step's dK, dV partials, step after step */
+  char *hpart;           /* pinned: the partials downloaded for the host reduction (ppool's layout, then dacc's) */
+  char *hred;            /* pinned: the children's partials received, then the sums sent up */
+  size_t bwscap, dacap, ppcap, hpcap, hredcap; /* bytes allocated in each */
+  void *rs;              /* the partials' download stream (low priority) */
 } FMDistGPU;
 
 /*
@@ -90,11 +100,73 @@ FMErrorCode FMDistNCCLConnect_Private(FMPlan plan, FMDist *d, FMDistGPU *g);
 FMErrorCode FMDistExchangeMPI_Private(FMPlan plan, FMDist *d, FMDistGPU *g, int s, const void *k, const void *v, double t[2]);
 
 /*
+ * One call's run of the pipeline (exec_gpu.c), shared by the forward and the backward:
+ *   FMDistGPURunInit_Private   collective, agreed with the caller's local error: the run's
+ *                              arrays, the context's NCCL communicator current
+ *   FMDistGPURunStart_Private  statistics reset, the trace begun (run "forward" or "backward"),
+ *                              ev_in recorded on the plan's stream, the comm stream behind it
+ *   FMDistGPUPipeline_Private  the local stage, every exchange step with its stage under
+ *                              overlap (or every stage after the whole exchange); errors kept
+ *                              in R->cerr / R->xerr
+ *   FMDistGPUSettle_Private    collective: ev_done after the last send, the plan's stream
+ *                              behind it, the NCCL wait (-fm_nccl_timeout) and, when a rank did
+ *                              not post every step, the communicators aborted; then every rank
+ *                              agrees on R->cerr (returned). Once per run
+ *   FMDistGPUTrace_Private     after the streams synchronized: the run's events into tr
+ *                              (stage flops times R->flops_factor)
+ *   FMDistGPURunFinish_Private collective: Settle if not yet done (with the caller's error:
+ *                              every rank makes the same collective calls whichever way it
+ *                              came), the agreed error, the trace saved (or dropped after an
+ *                              error), the arrays freed
+ * compute(s) queues stage s (-1: the local one) on the plan's stream; it records ev_w0, ev_k0,
+ * ev_k1 [s + 1] and sets ran[s + 1] when it computed.
+ */
+typedef struct FMDistGPURun_ FMDistGPURun;
+struct FMDistGPURun_ {
+  const void *q, *k, *v;
+  FMErrorCode (*compute)(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, int s);
+  void *ctx;             /* the compute's own state (the backward's), NULL in the forward */
+  double flops_factor;   /* trace: 1 (forward), 2.5 (backward, as the CPU executor counts it) */
+  int first;             /* no stage computed yet */
+  int *ran;              /* [nsteps + 1] stages computed (0 = local) */
+  double (*hostt)[2];    /* [nsteps] host times of the MPI steps */
+  FMErrorCode cerr;      /* the first compute error: recorded, and the exchange still runs so that no peer waits */
+  FMErrorCode xerr;      /* the first exchange error: recorded; MPI steps still run, NCCL ones stop */
+  int nposted;           /* steps this rank posted, all of them unless an NCCL one failed */
+  int settled;           /* FMDistGPUSettle_Private ran */
+  double t0;             /* host time of ev_in (traced runs) */
+  void *tr;              /* the run's trace recorder, or NULL */
+};
+FMErrorCode FMDistGPURunInit_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, FMErrorCode local);
+FMErrorCode FMDistGPURunStart_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, const char *run);
+void FMDistGPUPipeline_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R);
+FMErrorCode FMDistGPUSettle_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, const char *what);
+FMErrorCode FMDistGPUTrace_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R);
+FMErrorCode FMDistGPURunFinish_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, const char *run, FMErrorCode ierr);
+
+/*
+ * FMDistBackwardGPU_Private (exec_gpu_bwd.c) - collective: the gather backward on device tensors
+ *   (plan layout): the K/V gathered again as the forward gathers them, one backward piece per
+ *   stage in the fixed stage order, the dK/dV partials reduced to their owners over the reverse
+ *   route through pinned host memory and MPI.
+ */
+FMErrorCode FMDistBackwardGPU_Private(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+                                      const void *dout, void *dq, void *dk, void *dv);
+
+/*
  * FMDistGPUMarkLinked_Private (setup_gpu.c) - after FMDistNCCLConnect_Private: record the pairs of
  *   this rank's steps as connected on g->gen (forgetting the others first when fresh = 1, as
  *   after new communicators). Not collective.
  */
 void FMDistGPUMarkLinked_Private(FMPlan plan, FMDistGPU *g, int fresh);
+
+/*
+ * setup_gpu.c, not collective: FMDistGPUDevGrow_Private - device memory *p holds at least need
+ * bytes (*cap of them), reallocated with want >= need bytes when short (the old contents are
+ * lost); FMDistGPUHostGrow_Private - pinned host memory, likewise (at least 1 byte).
+ */
+FMErrorCode FMDistGPUDevGrow_Private(size_t need, size_t want, void **p, size_t *cap);
+FMErrorCode FMDistGPUHostGrow_Private(size_t need, char **p, size_t *cap);
 
 /* FMDistGPUDebug_Private - a progress line on stderr under -fm_debug_fail_exchange (else nothing). */
 void FMDistGPUDebug_Private(FMPlan plan, const FMDist *d, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

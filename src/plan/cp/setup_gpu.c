@@ -14,8 +14,8 @@
  * one more merge per step). -fm_gpu_aware_mpi auto|0|1 is resolved here to one answer on
  * every rank. An update (FMPlanSetUp_CP's update path) keeps the transport, the stream, the
  * events, the NCCL connections (a new connection run only for pairs not connected yet) and the
- * pools of the stage buffers, accumulators and staging while large enough, and rebuilds the
- * steps and stage masks.
+ * pools of the stage buffers, accumulators and staging (the backward's too, exec_gpu_bwd.c)
+ * while large enough, and rebuilds the steps and stage masks.
  */
 #include "gpuimpl.h"
 #include <cuda_runtime_api.h>
@@ -174,6 +174,11 @@ FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
   if (g->kpool) (void)cudaFree(g->kpool);
   if (g->vpool) (void)cudaFree(g->vpool);
   (void)cudaFree(g->oacc); (void)cudaFree(g->lacc);
+  if (g->rs) (void)cudaStreamSynchronize((cudaStream_t)g->rs);
+  (void)cudaFree(g->bws); (void)cudaFree(g->dacc); (void)cudaFree(g->ppool);
+  if (g->hpart) (void)cudaFreeHost(g->hpart);
+  if (g->hred) (void)cudaFreeHost(g->hred);
+  if (g->rs) (void)cudaStreamDestroy((cudaStream_t)g->rs);
   event_free(g->ev_in);
   event_free(g->ev_done);
   for (int s = 0; s < g->nev; s++) {
@@ -193,8 +198,8 @@ FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
   return FM_SUCCESS;
 }
 
-/* Device memory: *p holds at least need bytes (*cap of them), grown to want >= need when short. */
-static FMErrorCode dev_grow(size_t need, size_t want, void **p, size_t *cap)
+/* FMDistGPUDevGrow_Private - see gpuimpl.h. */
+FMErrorCode FMDistGPUDevGrow_Private(size_t need, size_t want, void **p, size_t *cap)
 {
   if (need <= *cap && (*p || need == 0)) return FM_SUCCESS;
   if (*p) FMCall(FMCudaFree(*p));
@@ -205,8 +210,8 @@ static FMErrorCode dev_grow(size_t need, size_t want, void **p, size_t *cap)
   return FM_SUCCESS;
 }
 
-/* Pinned host memory, likewise (at least 1 byte). */
-static FMErrorCode host_grow(size_t need, char **p, size_t *cap)
+/* FMDistGPUHostGrow_Private - see gpuimpl.h. */
+FMErrorCode FMDistGPUHostGrow_Private(size_t need, char **p, size_t *cap)
 {
   if (need < 1) need = 1;
   if (need <= *cap && *p) return FM_SUCCESS;
@@ -249,8 +254,8 @@ static FMErrorCode upload_stages(FMPlan plan, FMDist *d, FMDistGPU *g, size_t no
   FMErrorCode ierr = FM_SUCCESS;
   int any = 0;
   /* a quarter more room: the next partition's local rows mostly fit */
-  FMCall(dev_grow(no * sizeof(float), no * sizeof(float) / 4 * 5 + 16, (void **)&g->oacc, &g->ocap));
-  FMCall(dev_grow(nl * sizeof(float), nl * sizeof(float) / 4 * 5 + 16, (void **)&g->lacc, &g->lcap));
+  FMCall(FMDistGPUDevGrow_Private(no * sizeof(float), no * sizeof(float) / 4 * 5 + 16, (void **)&g->oacc, &g->ocap));
+  FMCall(FMDistGPUDevGrow_Private(nl * sizeof(float), nl * sizeof(float) / 4 * 5 + 16, (void **)&g->lacc, &g->lcap));
   FMCall(FMMaskGetDesc_Private(plan->mask, &m));
   memset(&lm, 0, sizeof(lm));
   for (int s = 0; s < g->nsteps; s++) n += g->st[s].nk;
@@ -347,8 +352,8 @@ static FMErrorCode carve_buffers(FMPlan plan, FMDist *d, FMDistGPU *g)
   if (want > worst) want = worst > total ? worst : total;
   if (total > 0) {
     size_t kc = g->poolcap, vc = g->poolcap;
-    FMCall(dev_grow(total, want, &g->kpool, &kc));
-    FMCall(dev_grow(total, want, &g->vpool, &vc));
+    FMCall(FMDistGPUDevGrow_Private(total, want, &g->kpool, &kc));
+    FMCall(FMDistGPUDevGrow_Private(total, want, &g->vpool, &vc));
     g->poolcap = kc < vc ? kc : vc;
   }
   for (int s = 0; s < g->nsteps; s++) {
@@ -367,8 +372,8 @@ static FMErrorCode carve_buffers(FMPlan plan, FMDist *d, FMDistGPU *g)
       hs = g->st[s].hsend > hs ? g->st[s].hsend : hs;
       hr = g->st[s].hrecv > hr ? g->st[s].hrecv : hr;
     }
-    FMCall(host_grow(hs + 1, &g->hsend, &g->hscap));
-    FMCall(host_grow(hr + 1, &g->hrecv, &g->hrcap));
+    FMCall(FMDistGPUHostGrow_Private(hs + 1, &g->hsend, &g->hscap));
+    FMCall(FMDistGPUHostGrow_Private(hr + 1, &g->hrecv, &g->hrcap));
   }
   if (g->transport == FM_DIST_TRANSPORT_MPI && g->direct) {
     /* one request per piece: (sends + receives) x 2 x batch, the largest step */
@@ -528,8 +533,13 @@ FMErrorCode FMDistViewGPU_Private(FMPlan plan, FMDist *d, FILE *fp)
   if (g->transport == FM_DIST_TRANSPORT_MPI)
     snprintf(how, sizeof(how), " (%s; %s)", g->direct ? "CUDA-aware MPI on device buffers" : "staged through pinned host memory",
              g->direct_why);
+  FMAttnProblem p;
+  FMCall(FMPlanGetProblem_Private(plan, &p));
+  p.nq = plan->nlocal > 0 ? plan->nlocal : 1;
   FMCall(FMPrintf(plan->hdr.comm, fp, "  GPU: transport %s%s, %d exchange steps; on rank 0: local stage %s, %d arriving stages computed\n",
                   FMDistTransportNames[g->transport], how, g->nsteps, g->dmask0 ? "computed" : "empty", stages));
+  FMCall(FMPrintf(plan->hdr.comm, fp, "  GPU backward: one piece per stage (%s), dK/dV partials summed to their owners over MPI through pinned memory\n",
+                  FMCudaBackwardPathName(&p)));
   return FM_SUCCESS;
 }
 

@@ -54,17 +54,35 @@ constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
 constexpr int kBM = FMBWD_BM;      /* query rows per step */
 constexpr int kThreads = 384;
 
+#ifndef FMBWD_DQ_OWN
+#define FMBWD_DQ_OWN 0 /* 1: for d = 128 too, each consumer its own keys' dQ (measured 2-8% slower on the H200, 2026-12-01) */
+#endif
+/*
+ * How dQ = dS K is split between the two consumers. Own (d = 64; d = 128 with FMBWD_DQ_OWN):
+ * each multiplies its own 64 keys' dS by its own K rows, all D columns, and its writer adds the
+ * whole 64 x D block; no barrier between the consumers, whose steps may then drift apart. Else
+ * (d = 128, the default): each computes 64 of the columns over all 128 keys (both halves of dS,
+ * published by a barrier over both consumers every step) and adds that half. For d = 128 own
+ * doubles the bulk adds into L2 (64 KB a step instead of 32), which cost more than the barrier
+ * (full 8K: 454 against 487 TFLOP/s).
+ */
+template <int D> struct DqSplit {
+  static constexpr bool own = D == 64 || FMBWD_DQ_OWN;
+  static constexpr int cols = own ? D : 64; /* dQ columns per consumer */
+};
+
 template <int D, int ST> struct Layout {
   static constexpr int KB = kBN * D * 2;  /* K or V tile; chunks of 128 x 64 (16 KB) */
   static constexpr int QB = kBM * D * 2;  /* Q or dO tile; chunks of 64 x 64 (8 KB) */
   static constexpr int DSB = kBN * kBM * 2;
-  static constexpr int DQB = kBM * 64 * 4;
+  static constexpr int NDS = DqSplit<D>::own ? 1 : 2; /* dS buffers: shared halves need two (the other consumer may still read) */
+  static constexpr int DQB = kBM * DqSplit<D>::cols * 4;
   static constexpr int OFF_K = 0;
   static constexpr int OFF_V = OFF_K + KB;
   static constexpr int OFF_Q = OFF_V + KB;
   static constexpr int OFF_DO = OFF_Q + ST * QB;
   static constexpr int OFF_DS = OFF_DO + ST * QB;
-  static constexpr int OFF_DQ = OFF_DS + 2 * DSB;
+  static constexpr int OFF_DQ = OFF_DS + NDS * DSB;
   static constexpr int OFF_L = OFF_DQ + 2 * DQB;
   static constexpr int OFF_DD = OFF_L + ST * kBM * 4;
   static constexpr int OFF_BND = OFF_DD + ST * kBM * 4; /* the item's column bounds, 128 x int4 */
@@ -73,6 +91,7 @@ template <int D, int ST> struct Layout {
   static constexpr int OFF_BAR = OFF_ITEM + 128;
   static constexpr int BYTES = OFF_BAR + (7 + 2 * ST) * 8 + 1024; /* + alignment slack */
   static_assert(OFF_K == 0, "the consumers address barriers from K's address");
+  static_assert(BYTES <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
 
 struct Params {
@@ -174,15 +193,21 @@ template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, c
   }
 }
 
-/* dq[32] = dS K over NT k16 slices: A = dS^T rows (keys) from ds (MN-major), B = K rows from k. */
-template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, uint32_t ds, uint32_t k)
+/* dq[N / 2] = dS K over NT k16 slices: A = dS^T rows (keys) from ds (MN-major), B = K rows from
+   k (MN-major; N = 128 spans K's two 64-column chunks, 16 KB apart). */
+template <int NT, int N, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, uint32_t ds, uint32_t k)
 {
 #pragma unroll
   for (int t = 0; t < NT; t++) {
     const uint64_t da = make_desc(ds + t * 2048, 8192, 1024);
     const uint64_t db = make_desc(k + t * 2048, 16384, 1024);
-    if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
-    else wgmma_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
+    if constexpr (N == 128) {
+      if constexpr (F16) wgmma_ss_m64n128k16_f16_t11(dq, da, db, t > 0);
+      else wgmma_ss_m64n128k16_bf16_t11(dq, da, db, t > 0);
+    } else {
+      if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
+      else wgmma_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
+    }
   }
 }
 
@@ -369,9 +394,10 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
   reg_fence(r0);
   reg_fence(r1);
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
-    st_f2(sa + 4 * (r0 * 64 + ((8 * k + 2 * me.t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
-    st_f2(sa + 4 * (r1 * 64 + ((8 * k + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
+  for (int k = 0; k < DqSplit<D>::cols / 8; k++) { /* column 8k + 2 t4: 64-column chunk k / 8, 16 KB apart */
+    const uint32_t c = sa + (k / 8) * (kBM * 64 * 4);
+    st_f2(c + 4 * (r0 * 64 + ((8 * (k % 8) + 2 * me.t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
+    st_f2(c + 4 * (r1 * 64 + ((8 * (k % 8) + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
   }
   fence_proxy_async();
   if (me.wt == 0) {
@@ -403,11 +429,11 @@ __device__ __forceinline__ void store_ds(const uint32_t *ps, uint32_t dsaddr, co
 template <int D, bool F16> __device__ __forceinline__ void issue_dq(float *dq, uint32_t ka, uint32_t dsaddr, const Me &me)
 {
 #pragma unroll
-  for (int t = 0; t < 32; t++) dq[t] = 0.f;
+  for (int t = 0; t < DqSplit<D>::cols / 2; t++) dq[t] = 0.f;
   wgmma_fence();
   reg_fence(dsaddr);
-  if constexpr (D == 128) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
-  else gemm_dq<4, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
+  if constexpr (!DqSplit<D>::own) gemm_dq<8, 64, F16>(dq, dsaddr, ka + me.cw * 16384);
+  else gemm_dq<4, D, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
   wgmma_commit();
 }
 
@@ -431,7 +457,7 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   wgmma_commit();
   store_ds(ps, dsaddr, me);
   fence_proxy_async();
-  if constexpr (D == 128) named_sync(1, 256);
+  if constexpr (!DqSplit<D>::own) named_sync(1, 256);
   else named_sync(2 + me.cw, 128);
   wgmma_wait<0>(); /* dV and dK retired */
 #pragma unroll
@@ -449,7 +475,7 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   issue_dq<D, F16>(dq, ka, dsaddr, me);
   wgmma_wait<0>(); /* dQ retired */
 #pragma unroll
-  for (int t = 0; t < 32; t++) reg_fence(dq[t]);
+  for (int t = 0; t < DqSplit<D>::cols / 2; t++) reg_fence(dq[t]);
   stage_dq<D, ST>(dq, stg, d, me, sy);
 }
 
@@ -519,7 +545,7 @@ template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char
     const int tix = sl[0], mine = sl[1];
     __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
     const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
-    const size_t off = ((size_t)blk * (D / 64) + (tix & 3)) * (size_t)(kBM * 64);
+    const size_t off = ((size_t)blk * (D / 64) + (DqSplit<D>::own ? 0 : (tix & 3))) * (size_t)(kBM * 64);
     if (lane == 0) {
       if (p.deterministic) {
 #ifdef FM_SM90_HANG_CHECK
@@ -530,18 +556,18 @@ template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char
 #endif
         fence_proxy_async_global();
       }
-      bulk_reduce_add(p.dqacc + off, stg, kBM * 64 * 4);
+      bulk_reduce_add(p.dqacc + off, stg, L::DQB);
       bulk_commit();
       bulk_wait_read0();
       mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
     }
     if (p.deterministic) {
       int next = mine + 1;
-      if (D == 128 || cw == 1) {
+      if (!DqSplit<D>::own || cw == 1) {
         const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
-        const int mh = b * p.mstride + hq / p.hpm, kb = D == 128 ? mine : mine >> 1;
+        const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D>::own ? mine >> 1 : mine;
         next = next_visitor(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
-        if (D == 64 && next != 0x7fffffff) next *= 2;
+        if (DqSplit<D>::own && next != 0x7fffffff) next *= 2;
       }
       if (lane == 0) {
         bulk_wait0(); /* the add is complete in global memory */
@@ -607,7 +633,7 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
   me.kr0 = me.cw * 64 + me.w * 16 + (lane >> 2);
   const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
   int4 *bnd_s = (int4 *)(smem + L::OFF_BND);
-  float dk[D / 2], dv[D / 2], s[32], dp[32], dq[32];
+  float dk[D / 2], dv[D / 2], s[32], dp[32], dq[DqSplit<D>::cols / 2];
   uint32_t pp[16], ps[16];
   int i = 0;
   for (int n = 0;; n++) {
@@ -650,9 +676,9 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
                             kb * kBN + me.kr0, me, p);
         {
           DqStep d;
-          d.tix = (int)((row0 + qb) * 4) + (D == 128 ? me.cw : 0);
-          d.turn = D == 128 ? kb : 2 * kb + me.cw;
-          step_grads<D, ST, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (i & 1) * L::DSB),
+          d.tix = (int)((row0 + qb) * 4) + (DqSplit<D>::own ? 0 : me.cw);
+          d.turn = DqSplit<D>::own ? 2 * kb + me.cw : kb;
+          step_grads<D, ST, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (L::NDS > 1 ? (i & 1) : 0) * L::DSB),
                                  (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, &sy.empty[st], me, sy);
         }
       }
@@ -720,7 +746,7 @@ __global__ void __launch_bounds__(256) turn_init(const Params p)
   }
   int *t = p.turn + (((size_t)b * p.Hq + hq) * p.nqb + qb) * 4;
   if (last < 0) last = 0x7fffffff; /* nobody visits */
-  t[0] = D == 64 && last != 0x7fffffff ? 2 * last : last;
+  t[0] = DqSplit<D>::own && last != 0x7fffffff ? 2 * last : last;
   t[1] = last;
   t[2] = first;
   t[3] = 0;

@@ -165,17 +165,52 @@ cleanup:
 }
 
 
-/* Recompute on each held chunk (own ones first, then as they arrive) with the final O and LSE:
-   dQ accumulates over chunks, each chunk's dK/dV partial goes to R->g[c]. */
+/* Chunk c is here: owned by this rank, or its receive completed (gather_next nulls the request). */
+static int chunk_here(const FMDistExec *e, int c)
+{
+  const FMDist *d = e->d;
+  if (d->part.owner[c] == e->plan->ctx->rank) return 1;
+  for (int i = 0; i < d->nin; i++)
+    if (d->in[i].chunk == c) return e->rreq[i] == MPI_REQUEST_NULL;
+  return 0;
+}
+
+/*
+ * The next chunk to compute on, in *c (-1: none left). Without overlap everything arrived first
+ * (relays still forward as chunks come) and the chunks go in chunk order, so dQ's sum has one
+ * order (bitwise reproducible). With overlap and -fm_deterministic, also chunk order, but each
+ * is computed as soon as it and all the chunks before it are here: the wait for a missing one
+ * takes every other arrival meanwhile (and relays it), while the later chunks stay in flight.
+ * With overlap alone, own chunks first, then each as it arrives (dQ sums in arrival order).
+ */
+static FMErrorCode next_chunk(FMDistExec *e, int ordered, int *order_own, int *b, int *next, int *c)
+{
+  FMDist *d = e->d;
+  int me = e->plan->ctx->rank, got;
+  if (ordered) {
+    while (*next < d->ch.nchunks && !e->buf[*next]) (*next)++;
+    *c = *next < d->ch.nchunks ? (*next)++ : -1;
+    while (*c >= 0 && !chunk_here(e, *c)) {
+      FMCall(gather_next(e, &got));
+      FMCheck(got >= 0, MPI_COMM_SELF, FM_ERR_LIB, "The backward's gather: every receive completed but chunk %d never arrived", *c);
+    }
+  } else if (*order_own && *b < d->part.rstart[me + 1]) *c = d->part.rchunks[(*b)++];
+  else {
+    *order_own = 0;
+    FMCall(gather_next(e, c));
+  }
+  return FM_SUCCESS;
+}
+
+/* Recompute on each held chunk, in the order next_chunk gives, with the final O and LSE: dQ
+   accumulates over chunks, each chunk's dK/dV partial goes to R->g[c]. */
 static FMErrorCode backward_chunks(FMDistExec *e, FMDistReduce *R, const void *q, const void *o, const float *lse, const void *dout,
                                    float *dqacc)
 {
   FMPlan plan = e->plan;
   FMDist *d = e->d;
   int me = plan->ctx->rank, B = plan->batch, order_own = 1, b = d->part.rstart[me], c, next = 0;
-  /* without overlap, as the forward: everything arrives first (relays still forward as chunks
-     come), then the chunks are computed in chunk order, so dQ's sum has one order (bitwise
-     reproducible); with overlap, own chunks first, then each as it arrives */
+  const int ordered = !d->opt.overlap || e->p.opts.deterministic;
   if (!d->opt.overlap) {
     do FMCall(gather_next(e, &c));
     while (c >= 0);
@@ -185,16 +220,8 @@ static FMErrorCode backward_chunks(FMDistExec *e, FMDistReduce *R, const void *q
     size_t len, n;
     int k0, k1;
     double t0;
-    if (!d->opt.overlap) {
-      while (next < d->ch.nchunks && !e->buf[next]) next++;
-      if (next >= d->ch.nchunks) break;
-      c = next++;
-    } else if (order_own && b < d->part.rstart[me + 1]) c = d->part.rchunks[b++];
-    else {
-      order_own = 0;
-      FMCall(gather_next(e, &c));
-      if (c < 0) break;
-    }
+    FMCall(next_chunk(e, ordered, &order_own, &b, &next, &c));
+    if (c < 0) break;
     len = FMDistChunkLen_Private(d, c);
     n = (size_t)B * len * plan->heads_kv * plan->head_dim;
     /* R->g[c] was allocated (zeroed) before the agreement */

@@ -175,63 +175,92 @@ static int chunk_here(const FMDistExec *e, int c)
   return 0;
 }
 
-/*
- * The next chunk to compute on, in *c (-1: none left). Without overlap everything arrived first
- * (relays still forward as chunks come) and the chunks go in chunk order, so dQ's sum has one
- * order (bitwise reproducible). With overlap and -fm_deterministic, also chunk order, but each
- * is computed as soon as it and all the chunks before it are here: the wait for a missing one
- * takes every other arrival meanwhile (and relays it), while the later chunks stay in flight.
- * With overlap alone, own chunks first, then each as it arrives (dQ sums in arrival order).
- */
-static FMErrorCode next_chunk(FMDistExec *e, int ordered, int *order_own, int *b, int *next, int *c)
+/* The backward on held chunk c with the final O and LSE: its dQ added into acc, its dK/dV partial into R->g[c]. */
+static FMErrorCode chunk_backward(FMDistExec *e, FMDistReduce *R, int c, const void *q, const void *o, const float *lse, const void *dout,
+                                  float *acc)
 {
-  FMDist *d = e->d;
-  int me = e->plan->ctx->rank, got;
-  if (ordered) {
-    while (*next < d->ch.nchunks && !e->buf[*next]) (*next)++;
-    *c = *next < d->ch.nchunks ? (*next)++ : -1;
-    while (*c >= 0 && !chunk_here(e, *c)) {
-      FMCall(gather_next(e, &got));
-      FMCheck(got >= 0, MPI_COMM_SELF, FM_ERR_LIB, "The backward's gather: every receive completed but chunk %d never arrived", *c);
-    }
-  } else if (*order_own && *b < d->part.rstart[me + 1]) *c = d->part.rchunks[(*b)++];
-  else {
-    *order_own = 0;
-    FMCall(gather_next(e, c));
-  }
+  FMPlan plan = e->plan;
+  FMAttnProblem p = e->p;
+  const size_t B = (size_t)plan->batch, len = FMDistChunkLen_Private(e->d, c), n = B * len * plan->heads_kv * plan->head_dim;
+  int k0, k1;
+  double t0;
+  /* R->g[c] was allocated (zeroed) before the agreement */
+  if (!FMDistExecNeeds_Private(e, c)) return FM_SUCCESS;
+  FMDistChunkKeys(&e->d->ch, c, &k0, &k1);
+  p.k0 = k0; p.nk = (int)len;
+  t0 = FMTime();
+  FMCall(FMCPUBackward(&p, q, e->buf[c], e->buf[c] + B * len * e->row_kv, o, lse, dout, acc, R->g[c], R->g[c] + n, FM_DTYPE_FP32));
+  FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, e->tr ? 2.5 * FMDistExecFlops_Private(&p) : 0, -1, c);
+  FMCall(FMDistExecPollSends_Private(e));
   return FM_SUCCESS;
 }
 
-/* Recompute on each held chunk, in the order next_chunk gives, with the final O and LSE: dQ
-   accumulates over chunks, each chunk's dK/dV partial goes to R->g[c]. */
+/*
+ * The held chunks in chunk order, so that dQ's sum has one order (bitwise reproducible): without
+ * overlap after everything arrived; with overlap (-fm_deterministic) each as soon as it and the
+ * chunks before it are here, the wait for a missing one taking every other arrival meanwhile
+ * (and relaying it). While the next chunk is missing, one later chunk that is here is computed
+ * into a spare accumulator (zeroed) and added to dqacc at its turn: FMCPUBackward adds each of
+ * its tile sums once into the accumulator, so 0 + x, then acc + x, gives acc + x bit for bit. No
+ * spare (its allocation failed, or no overlap): just wait.
+ */
+static FMErrorCode backward_ordered(FMDistExec *e, FMDistReduce *R, const void *q, const void *o, const float *lse, const void *dout,
+                                    float *dqacc)
+{
+  FMDist *d = e->d;
+  FMPlan plan = e->plan;
+  const size_t nqe = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
+  float *spare = d->opt.overlap && nqe ? (float *)malloc(sizeof(float) * nqe) : NULL;
+  int next = 0, spare_c = -1, got;
+  FMErrorCode ierr = FM_SUCCESS;
+  for (;;) {
+    while (next < d->ch.nchunks && !e->buf[next]) next++;
+    if (next >= d->ch.nchunks) break;
+    if (spare_c == next) {
+      for (size_t i = 0; i < nqe; i++) dqacc[i] += spare[i];
+      spare_c = -1;
+      next++;
+    } else if (chunk_here(e, next)) {
+      FMCallGoto(chunk_backward(e, R, next, q, o, lse, dout, dqacc));
+      next++;
+    } else {
+      int later = -1;
+      for (int c = next + 1; spare && spare_c < 0 && later < 0 && c < d->ch.nchunks; c++)
+        if (e->buf[c] && chunk_here(e, c)) later = c;
+      if (later >= 0) {
+        memset(spare, 0, sizeof(float) * nqe);
+        FMCallGoto(chunk_backward(e, R, later, q, o, lse, dout, spare));
+        spare_c = later;
+      } else {
+        FMCallGoto(gather_next(e, &got));
+        FMCheckGoto(got >= 0, MPI_COMM_SELF, FM_ERR_LIB, "The backward's gather: every receive completed but chunk %d never arrived", next);
+      }
+    }
+  }
+cleanup:
+  free(spare);
+  return ierr;
+}
+
+/* Recompute on each held chunk with the final O and LSE: dQ accumulates over chunks, each
+   chunk's dK/dV partial goes to R->g[c]. Without overlap, or with -fm_deterministic, in chunk
+   order (backward_ordered); with overlap alone, own chunks first, then each as it arrives (dQ
+   then sums in arrival order). */
 static FMErrorCode backward_chunks(FMDistExec *e, FMDistReduce *R, const void *q, const void *o, const float *lse, const void *dout,
                                    float *dqacc)
 {
-  FMPlan plan = e->plan;
   FMDist *d = e->d;
-  int me = plan->ctx->rank, B = plan->batch, order_own = 1, b = d->part.rstart[me], c, next = 0;
-  const int ordered = !d->opt.overlap || e->p.opts.deterministic;
-  if (!d->opt.overlap) {
+  int me = e->plan->ctx->rank, c;
+  if (!d->opt.overlap) { /* as the forward: everything arrives first (relays still forward as chunks come) */
     do FMCall(gather_next(e, &c));
     while (c >= 0);
   }
+  if (!d->opt.overlap || e->p.opts.deterministic) return backward_ordered(e, R, q, o, lse, dout, dqacc);
+  for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++) FMCall(chunk_backward(e, R, d->part.rchunks[b], q, o, lse, dout, dqacc));
   for (;;) {
-    FMAttnProblem p = e->p;
-    size_t len, n;
-    int k0, k1;
-    double t0;
-    FMCall(next_chunk(e, ordered, &order_own, &b, &next, &c));
+    FMCall(gather_next(e, &c));
     if (c < 0) break;
-    len = FMDistChunkLen_Private(d, c);
-    n = (size_t)B * len * plan->heads_kv * plan->head_dim;
-    /* R->g[c] was allocated (zeroed) before the agreement */
-    if (!FMDistExecNeeds_Private(e, c)) continue;
-    FMDistChunkKeys(&d->ch, c, &k0, &k1);
-    p.k0 = k0; p.nk = (int)len;
-    t0 = FMTime();
-    FMCall(FMCPUBackward(&p, q, e->buf[c], e->buf[c] + (size_t)B * len * e->row_kv, o, lse, dout, dqacc, R->g[c], R->g[c] + n, FM_DTYPE_FP32));
-    FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, e->tr ? 2.5 * FMDistExecFlops_Private(&p) : 0, -1, c);
-    FMCall(FMDistExecPollSends_Private(e));
+    FMCall(chunk_backward(e, R, c, q, o, lse, dout, dqacc));
   }
   return FM_SUCCESS;
 }

@@ -693,13 +693,14 @@ FMErrorCode FMPlanGetCheckFinite(FMPlan plan, FMBool *check);
  *   May be changed at any time, also after FMPlanSetUp; it takes effect at the next
  *   FMPlanBackward. With it on, the CUDA backward adds dQ's partial sums in a fixed order
  *   instead of as they come (it may be slower), and a "cp" plan with -fm_plan_overlap 1 adds the
- *   key chunks' dQ in chunk order rather than in the order they arrive (while the next chunk is
- *   missing, one that arrived early is computed into a spare fp32 accumulator the size of this
- *   rank's dQ and added at its turn; others wait; the messages still overlap the compute). The
- *   CPU kernels, the ring schedule and the dK/dV reduction sum in a fixed order either way, so
- *   on the CPU backend only the overlapped gather changes (and there the result is also the
- *   same for any thread count). Results need not agree bitwise across rank counts, vector
- *   widths or machines, only from run to run. The setting concerns FMPlanBackward only.
+ *   key chunks' dQ in a fixed order rather than in the order they arrive: its own chunks, then
+ *   the incoming ones in the order of its routes (while the next one is missing, one that
+ *   arrived early is computed into a spare fp32 accumulator the size of this rank's dQ and
+ *   added at its turn; others wait; the messages still overlap the compute). The CPU kernels,
+ *   the ring schedule and the dK/dV reduction sum in a fixed order either way, so on the CPU
+ *   backend only the overlapped gather changes (and the CPU result is the same for any thread
+ *   count). Results need not agree bitwise across rank counts, -fm_plan_overlap settings,
+ *   vector widths or machines, only from run to run. The setting concerns FMPlanBackward only.
  *   plan  the plan
  *   flag  FM_TRUE or FM_FALSE (else FM_ERR_ARG_OUTOFRANGE)
  *   Option: -fm_deterministic

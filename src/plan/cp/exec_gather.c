@@ -196,13 +196,28 @@ static FMErrorCode chunk_backward(FMDistExec *e, FMDistReduce *R, int c, const v
 }
 
 /*
- * The held chunks in chunk order, so that dQ's sum has one order (bitwise reproducible): without
- * overlap after everything arrived; with overlap (-fm_deterministic) each as soon as it and the
- * chunks before it are here, the wait for a missing one taking every other arrival meanwhile
- * (and relaying it). While the next chunk is missing, one later chunk that is here is computed
- * into a spare accumulator (zeroed) and added to dqacc at its turn: FMCPUBackward adds each of
- * its tile sums once into the accumulator, so 0 + x, then acc + x, gives acc + x bit for bit. No
- * spare (its allocation failed, or no overlap): just wait.
+ * Entry pos of a fixed order of the held chunks: chunk order (own_first 0; -2 for a chunk not
+ * held here), or this rank's own chunks, then the incoming ones in the plan's route order
+ * (own_first 1); -1 past the end.
+ */
+static int order_at(const FMDistExec *e, int own_first, int pos)
+{
+  const FMDist *d = e->d;
+  const int me = e->plan->ctx->rank, nown = d->part.rstart[me + 1] - d->part.rstart[me];
+  if (!own_first) return pos < d->ch.nchunks ? (e->buf[pos] ? pos : -2) : -1;
+  if (pos < nown) return d->part.rchunks[d->part.rstart[me] + pos];
+  return pos - nown < d->nin ? d->in[pos - nown].chunk : -1;
+}
+
+/*
+ * The held chunks in a fixed order, so that dQ's sum has one order (bitwise reproducible):
+ * without overlap, after everything arrived, in chunk order; with overlap (-fm_deterministic),
+ * own chunks first (computed while the others are in flight), then the incoming ones in route
+ * order, each as soon as it is here; the wait for a missing one takes every other arrival
+ * meanwhile (and relays it). While the next chunk is missing, one later chunk that is here is
+ * computed into a spare accumulator (zeroed) and added to dqacc at its turn: FMCPUBackward adds
+ * each of its tile sums once into the accumulator, so 0 + x, then acc + x, gives acc + x bit for
+ * bit. No spare (its allocation failed, or no overlap): just wait.
  */
 static FMErrorCode backward_ordered(FMDistExec *e, FMDistReduce *R, const void *q, const void *o, const float *lse, const void *dout,
                                     float *dqacc)
@@ -210,30 +225,30 @@ static FMErrorCode backward_ordered(FMDistExec *e, FMDistReduce *R, const void *
   FMDist *d = e->d;
   FMPlan plan = e->plan;
   const size_t nqe = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
+  const int own_first = d->opt.overlap;
   float *spare = d->opt.overlap && nqe ? (float *)malloc(sizeof(float) * nqe) : NULL;
-  int next = 0, spare_c = -1, got;
+  int pos = 0, spare_c = -1, got, c;
   FMErrorCode ierr = FM_SUCCESS;
-  for (;;) {
-    while (next < d->ch.nchunks && !e->buf[next]) next++;
-    if (next >= d->ch.nchunks) break;
-    if (spare_c == next) {
+  while ((c = order_at(e, own_first, pos)) != -1) {
+    if (c == -2) pos++;
+    else if (spare_c == c) {
       for (size_t i = 0; i < nqe; i++) dqacc[i] += spare[i];
       spare_c = -1;
-      next++;
-    } else if (chunk_here(e, next)) {
-      FMCallGoto(chunk_backward(e, R, next, q, o, lse, dout, dqacc));
-      next++;
+      pos++;
+    } else if (chunk_here(e, c)) {
+      FMCallGoto(chunk_backward(e, R, c, q, o, lse, dout, dqacc));
+      pos++;
     } else {
-      int later = -1;
-      for (int c = next + 1; spare && spare_c < 0 && later < 0 && c < d->ch.nchunks; c++)
-        if (e->buf[c] && chunk_here(e, c)) later = c;
+      int later = -1, c2;
+      for (int p2 = pos + 1; spare && spare_c < 0 && later < 0 && (c2 = order_at(e, own_first, p2)) != -1; p2++)
+        if (c2 >= 0 && chunk_here(e, c2)) later = c2;
       if (later >= 0) {
         memset(spare, 0, sizeof(float) * nqe);
         FMCallGoto(chunk_backward(e, R, later, q, o, lse, dout, spare));
         spare_c = later;
       } else {
         FMCallGoto(gather_next(e, &got));
-        FMCheckGoto(got >= 0, MPI_COMM_SELF, FM_ERR_LIB, "The backward's gather: every receive completed but chunk %d never arrived", next);
+        FMCheckGoto(got >= 0, MPI_COMM_SELF, FM_ERR_LIB, "The backward's gather: every receive completed but chunk %d never arrived", c);
       }
     }
   }
@@ -243,7 +258,7 @@ cleanup:
 }
 
 /* Recompute on each held chunk with the final O and LSE: dQ accumulates over chunks, each
-   chunk's dK/dV partial goes to R->g[c]. Without overlap, or with -fm_deterministic, in chunk
+   chunk's dK/dV partial goes to R->g[c]. Without overlap, or with -fm_deterministic, in a fixed
    order (backward_ordered); with overlap alone, own chunks first, then each as it arrives (dQ
    then sums in arrival order). */
 static FMErrorCode backward_chunks(FMDistExec *e, FMDistReduce *R, const void *q, const void *o, const float *lse, const void *dout,

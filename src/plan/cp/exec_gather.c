@@ -217,7 +217,8 @@ static int order_at(const FMDistExec *e, int own_first, int pos)
  * meanwhile (and relays it). While the next chunk is missing, one later chunk that is here is
  * computed into a spare accumulator (zeroed) and added to dqacc at its turn: FMCPUBackward adds
  * each of its tile sums once into the accumulator, so 0 + x, then acc + x, gives acc + x bit for
- * bit. No spare (its allocation failed, or no overlap): just wait.
+ * bit (the accumulator is never -0; only a NaN's payload may differ). No spare (its allocation
+ * failed, or no overlap): just wait.
  */
 static FMErrorCode backward_ordered(FMDistExec *e, FMDistReduce *R, const void *q, const void *o, const float *lse, const void *dout,
                                     float *dqacc)

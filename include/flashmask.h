@@ -686,6 +686,29 @@ FMErrorCode FMPlanGetScale(FMPlan plan, double *scale);
 FMErrorCode FMPlanSetCheckFinite(FMPlan plan, FMBool check);
 FMErrorCode FMPlanGetCheckFinite(FMPlan plan, FMBool *check);
 
+/*
+ * FMPlanSetDeterministic - whether FMPlanBackward gives bitwise identical dQ, dK and dV from run
+ *   to run on the same inputs, the same ranks and the same options (off by default). Not
+ *   collective (give every rank the same setting: Forward and Backward check that they agree).
+ *   May be changed at any time, also after FMPlanSetUp; it takes effect at the next
+ *   FMPlanBackward. With it on, the CUDA backward adds dQ's partial sums in a fixed order
+ *   instead of as they come (it may be slower), and a "cp" plan with -fm_plan_overlap 1 adds the
+ *   key chunks' dQ in a fixed order rather than in the order they arrive: its own chunks, then
+ *   the incoming ones in the order of its routes (while the next one is missing, one that
+ *   arrived early is computed into a spare fp32 accumulator the size of this rank's dQ and
+ *   added at its turn; others wait; the messages still overlap the compute). The CPU kernels,
+ *   the ring schedule and the dK/dV reduction sum in a fixed order either way, so on the CPU
+ *   backend only the overlapped gather changes (and the CPU result is the same for any thread
+ *   count). Results need not agree bitwise across rank counts, -fm_plan_overlap settings,
+ *   vector widths or machines, only from run to run. The setting concerns FMPlanBackward only.
+ *   plan  the plan
+ *   flag  FM_TRUE or FM_FALSE (else FM_ERR_ARG_OUTOFRANGE)
+ *   Option: -fm_deterministic
+ * FMPlanGetDeterministic - the current setting in *flag. Not collective.
+ */
+FMErrorCode FMPlanSetDeterministic(FMPlan plan, FMBool flag);
+FMErrorCode FMPlanGetDeterministic(FMPlan plan, FMBool *flag);
+
 /* FMPlanSetStream - cuda_stream: the CUDA stream (cudaStream_t) plan runs on; NULL = default
  *   stream. Not collective. */
 FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream);

@@ -8,9 +8,13 @@
  * Pass: ||g - ref|| / ||ref|| <= 2e-2 (bf16) / 5e-3 (fp16) for g = dq, dk, dv; no NaN anywhere.
  * Non-finite inputs (a NaN in Q) give the CPU backend's non-finite elements and leave the others
  * as the CPU computes them; -fm_check_finite's scan kernel names the element (run_nonfinite).
+ * The deterministic leg (FMPlanSetDeterministic after FMPlanSetUp): full, causal and
+ * causal_document at 4099 x 4099, GQA 2:1, d = 128 bf16 and d = 64 fp16, the backward run twice
+ * on the same inputs (outputs poisoned with NaN before each): dq, dk, dv the same bytes both
+ * times, and within the reference's tolerance. -deterministic runs this leg alone.
  * Exit 77 without CUDA or without a GPU (no device or no driver at all); a CUDA error from the
  * device count (a broken driver) is a hard error (99).
- * Usage: test_gpu_bwd [-quick] [-case N] [-seed S]
+ * Usage: test_gpu_bwd [-quick] [-case N] [-seed S] [-deterministic]
  */
 #include <flashmask.h>
 #include <flashmask/private/fmkernels.h>
@@ -18,6 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "fmtest.h"
 
 #if !FM_HAVE_CUDA
@@ -29,6 +36,7 @@ typedef struct {
   int B, Sq, Sk, Hq, Hkv, mh, D;
   FMDType dt;
   double scale; /* 0: 1/sqrt(D) */
+  int det;      /* 1: FMPlanSetDeterministic, the backward twice, compared bitwise */
 } Case;
 
 typedef struct {
@@ -76,6 +84,85 @@ static void *upload(const void *h, size_t bytes)
   return d;
 }
 
+/* Rows [r0, r0 + n) of a Dense mask, as fmt_ref_attention sees a slice of them (its row 0 is r0). */
+typedef struct {
+  const Dense *d;
+  int r0;
+} DenseRows;
+
+static int rows_masked(void *ctx, int mh, int i, int j)
+{
+  const DenseRows *r = (const DenseRows *)ctx;
+  return dense_masked((void *)r->d, mh, r->r0 + i, j);
+}
+
+/*
+ * fmt_ref_attention over slices of the query rows in parallel (B = 1: a slice of rows of q,
+ * dout, o, dq is contiguous), each slice's dK, dV summed afterwards in slice order; the LSE of
+ * slice s goes to its rows. B > 1: fmt_ref_attention as it is.
+ */
+static void ref_attention(int B, int Hq, int Hkv, int D, int Sq, int Sk, int mh, double scale, const Dense *dm, const double *q,
+                          const double *k, const double *v, double *o, double *lse, const double *dout, double *dq, double *dk, double *dv)
+{
+  int nsl = 1;
+  size_t nk = (size_t)Sk * Hkv * D, rq = (size_t)Hq * D;
+#ifdef _OPENMP
+  nsl = 2 * omp_get_max_threads();
+#endif
+  if (nsl > 32) nsl = 32;
+  if (nsl > Sq) nsl = Sq;
+  if (B != 1 || nsl <= 1) {
+    fmt_ref_attention(B, Hq, Hkv, D, Sq, Sk, mh, scale, dense_masked, (void *)dm, q, k, v, o, lse, dout, dq, dk, dv);
+    return;
+  }
+  const int R = (Sq + nsl - 1) / nsl;
+  double *pk = malloc(sizeof(double) * nk * nsl), *pv = malloc(sizeof(double) * nk * nsl);
+  double *pl = malloc(sizeof(double) * (size_t)Hq * R * nsl);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int sl = 0; sl < nsl; sl++) {
+    const int r0 = sl * R, n = Sq - r0 < R ? Sq - r0 : R;
+    DenseRows dr = {dm, r0};
+    if (n > 0)
+      fmt_ref_attention(1, Hq, Hkv, D, n, Sk, mh, scale, rows_masked, &dr, q + r0 * rq, k, v, o + r0 * rq, pl + (size_t)sl * Hq * R,
+                        dout + r0 * rq, dq + r0 * rq, pk + sl * nk, pv + sl * nk);
+  }
+  memset(dk, 0, sizeof(double) * nk);
+  memset(dv, 0, sizeof(double) * nk);
+  for (int sl = 0; sl < nsl; sl++) {
+    const int r0 = sl * R, n = Sq - r0 < R ? Sq - r0 : R;
+    if (n <= 0) continue;
+    for (size_t i = 0; i < nk; i++) dk[i] += pk[sl * nk + i], dv[i] += pv[sl * nk + i];
+    for (int h = 0; h < Hq; h++)
+      for (int i = 0; i < n; i++) lse[(size_t)h * Sq + r0 + i] = pl[(size_t)sl * Hq * R + (size_t)h * n + i]; /* the slice's [h][n] */
+  }
+  free(pk); free(pv); free(pl);
+}
+
+/* The backward into NaN-poisoned device dq, dk, dv (poison: host buffers of 0xff bytes), read back into g[0..2]. */
+static void backward_poisoned(FMPlan plan, void *const dd[4], void *dev_o, float *dlse, void *dq, void *dk, void *dv, void *const g[3],
+                              size_t nqb, size_t nkb)
+{
+  memset(g[0], 0xff, nqb);
+  memset(g[1], 0xff, nkb);
+  memset(g[2], 0xff, nkb);
+  FMT_CALL(FMCudaMemcpyH2D(dq, g[0], nqb, NULL));
+  FMT_CALL(FMCudaMemcpyH2D(dk, g[1], nkb, NULL));
+  FMT_CALL(FMCudaMemcpyH2D(dv, g[2], nkb, NULL));
+  FMT_CALL(FMPlanBackward(plan, dd[0], dd[1], dd[2], dev_o, dlse, dd[3], dq, dk, dv));
+  FMT_CALL(FMCudaMemcpyD2H(g[0], dq, nqb, NULL));
+  FMT_CALL(FMCudaMemcpyD2H(g[1], dk, nkb, NULL));
+  FMT_CALL(FMCudaMemcpyD2H(g[2], dv, nkb, NULL));
+}
+
+/* The first byte where a and b differ, or n. */
+static size_t first_diff(const void *a, const void *b, size_t n)
+{
+  const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
+  for (size_t i = 0; i < n; i++)
+    if (x[i] != y[i]) return i;
+  return n;
+}
+
 static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
 {
   const int B = c->B, Sq = c->Sq, Sk = c->Sk, Hq = c->Hq, Hkv = c->Hkv, D = c->D, mh = c->mh;
@@ -92,7 +179,7 @@ static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
   float *dlse;
   double *x[4], *o, *lse, *rq, *rk, *rv, *gq, *gk, *gv, err[3];
   const size_t n4[4] = {nq, nk, nk, nq}; /* q, k, v, dout */
-  int fail;
+  int fail, differ = 0;
 
   FMT_CALL(FMMaskCreate(ctx, &mask));
   FMT_CALL(FMMaskSetSizes(mask, Sq, Sk, mh));
@@ -126,16 +213,24 @@ static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
   g[0] = malloc(nq * es);
   g[1] = malloc(nk * es);
   g[2] = malloc(nk * es);
-  memset(g[0], 0xff, nq * es);
-  memset(g[1], 0xff, nk * es);
-  memset(g[2], 0xff, nk * es);
-  dq = upload(g[0], nq * es);
-  dk = upload(g[1], nk * es);
-  dv = upload(g[2], nk * es);
-  FMT_CALL(FMPlanBackward(plan, dd[0], dd[1], dd[2], dev_o, dlse, dd[3], dq, dk, dv));
-  FMT_CALL(FMCudaMemcpyD2H(g[0], dq, nq * es, NULL));
-  FMT_CALL(FMCudaMemcpyD2H(g[1], dk, nk * es, NULL));
-  FMT_CALL(FMCudaMemcpyD2H(g[2], dv, nk * es, NULL));
+  FMT_CALL(FMCudaMalloc(nq * es, &dq));
+  FMT_CALL(FMCudaMalloc(nk * es, &dk));
+  FMT_CALL(FMCudaMalloc(nk * es, &dv));
+  if (c->det) FMT_CALL(FMPlanSetDeterministic(plan, FM_TRUE)); /* after FMPlanSetUp: the next backward takes it */
+  backward_poisoned(plan, dd, dev_o, dlse, dq, dk, dv, g, nq * es, nk * es);
+  if (c->det) { /* the same inputs again: the same bytes */
+    void *g2[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)};
+    const size_t nb[3] = {nq * es, nk * es, nk * es};
+    const char *name[3] = {"dq", "dk", "dv"};
+    backward_poisoned(plan, dd, dev_o, dlse, dq, dk, dv, g2, nq * es, nk * es);
+    for (int t = 0; t < 3; t++) {
+      const size_t at = first_diff(g[t], g2[t], nb[t]);
+      FMT_CHECK(at == nb[t], "case %d (%s, deterministic): the second backward's %s differs from the first's from byte %zu of %zu", idx,
+                c->type, name[t], at, nb[t]);
+      differ |= at != nb[t];
+      free(g2[t]);
+    }
+  }
 
   /* float64 reference over the mask's own element test */
   mm = malloc((size_t)mh * Sq * Sk);
@@ -154,7 +249,7 @@ static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
   rq = malloc(nq * sizeof(double));
   rk = malloc(nk * sizeof(double));
   rv = malloc(nk * sizeof(double));
-  fmt_ref_attention(B, Hq, Hkv, D, Sq, Sk, mh, scale, dense_masked, &dm, x[0], x[1], x[2], o, lse, x[3], rq, rk, rv);
+  ref_attention(B, Hq, Hkv, D, Sq, Sk, mh, scale, &dm, x[0], x[1], x[2], o, lse, x[3], rq, rk, rv);
   gq = malloc(nq * sizeof(double));
   gk = malloc(nk * sizeof(double));
   gv = malloc(nk * sizeof(double));
@@ -164,9 +259,9 @@ static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
   err[1] = fmt_relerr(gk, rk, nk);
   err[2] = fmt_relerr(gv, rv, nk);
   fail = !(err[0] <= tol && err[1] <= tol && err[2] <= tol);
-  printf("case %2d %-22s B %d Sq %4d Sk %4d Hq %d Hkv %d mh %d D %3d %s scale %.3f: dq %.2e dk %.2e dv %.2e %s\n", idx,
-         c->type, B, Sq, Sk, Hq, Hkv, mh, D, c->dt == FM_DTYPE_FP16 ? "fp16" : "bf16", scale, err[0], err[1], err[2],
-         fail ? "FAIL" : "ok");
+  printf("case %2d %-22s B %d Sq %4d Sk %4d Hq %d Hkv %d mh %d D %3d %s scale %.3f%s: dq %.2e dk %.2e dv %.2e %s\n", idx,
+         c->type, B, Sq, Sk, Hq, Hkv, mh, D, c->dt == FM_DTYPE_FP16 ? "fp16" : "bf16", scale, c->det ? " deterministic" : "", err[0],
+         err[1], err[2], fail ? "FAIL" : differ ? "FAIL (the two runs differ)" : "ok");
   FMT_CHECK(!fail, "case %d (%s): relative errors dq %.3e dk %.3e dv %.3e; expected <= %.0e", idx, c->type, err[0], err[1],
             err[2], tol);
 
@@ -184,7 +279,7 @@ static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
   free(mm), free(o), free(lse), free(rq), free(rk), free(rv), free(gq), free(gk), free(gv);
   FMT_CALL(FMPlanDestroy(&plan));
   FMT_CALL(FMMaskDestroy(&mask));
-  return fail;
+  return fail || differ;
 }
 
 /* A local causal plan of the nonfinite leg on context c. */
@@ -312,8 +407,8 @@ int main(int argc, char **argv)
   static const char *types[12] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT,
                                   FMMASKDOCUMENT, FMMASKSHAREQUESTION, FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE,
                                   FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE, FMMASKRANDOMEVICTION};
-  int ndev = 0, ncase = 0, only = -1, quick = 0, fails = 0, run = 0;
-  Case cs[32];
+  int ndev = 0, ncase = 0, only = -1, quick = 0, fails = 0, run = 0, detonly = 0;
+  Case cs[40];
   uint64_t seed;
   FMContext ctx;
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_bwd: CUDA backward against a float64 reference"));
@@ -322,6 +417,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[a], "-case") && a + 1 < argc) only = atoi(argv[++a]);
     else if (!strcmp(argv[a], "-quick")) quick = 1;
     else if (!strcmp(argv[a], "-seed") && a + 1 < argc) seed = strtoull(argv[++a], NULL, 10);
+    else if (!strcmp(argv[a], "-deterministic")) detonly = 1;
   }
   FMT_CALL(FMCudaDeviceCount(&ndev));
   if (ndev == 0) {
@@ -349,6 +445,12 @@ int main(int argc, char **argv)
   { Case c = {FMMASKCAUSALDOCUMENT, 1, 600, 600, 2, 1, 1, 256, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {FMMASKCAUSAL, 1, 1, 1, 1, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {FMMASKFULL, 3, 130, 70, 2, 1, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+  /* the deterministic leg: 4099 x 4099 (odd), GQA 2:1, d = 128 bf16 and d = 64 fp16 */
+  for (int t = 0; t < 6; t++) {
+    static const char *const dtypes[3] = {FMMASKFULL, FMMASKCAUSAL, FMMASKCAUSALDOCUMENT};
+    Case c = {dtypes[t % 3], 1, 4099, 4099, 2, 1, 1, t < 3 ? 128 : 64, t < 3 ? FM_DTYPE_BF16 : FM_DTYPE_FP16, 0, 1};
+    cs[ncase++] = c;
+  }
 
   FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
   FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
@@ -356,10 +458,11 @@ int main(int argc, char **argv)
   for (int i = 0; i < ncase; i++) {
     if (only >= 0 && i != only) continue;
     if (quick && (cs[i].Sq > 1100 || cs[i].Sk > 1100)) continue;
+    if (detonly && !cs[i].det) continue;
     fails += run_case(ctx, i, &cs[i], seed + 7919 * (uint64_t)i);
     run++;
   }
-  if (only < 0) { /* non-finite inputs: the Hopper backward (D 64, 128) and the SIMT one (D 256) */
+  if (only < 0 && !detonly) { /* non-finite inputs: the Hopper backward (D 64, 128) and the SIMT one (D 256) */
     fails += run_nonfinite(ctx, 64, FM_DTYPE_BF16);
     fails += run_nonfinite(ctx, 128, FM_DTYPE_FP16);
     fails += run_nonfinite(ctx, 256, FM_DTYPE_BF16);

@@ -1,6 +1,6 @@
 /*
  * test_mask_builders - each of the twelve builders against an independent dense definition
- * (straight from flashmask-format.md section 3, written per (query position, key) with
+ * (straight from doc/format.md section 3, written per (query position, key) with
  * document ids rather than bounds), on sizes that are not multiples of 128 and with
  * seqlen_q != seqlen_k; the defaults drawn from the seed (document counts, segments, spans,
  * evictions); user bounds per head; and -fm_mask_* options against the setters.

@@ -15,6 +15,7 @@ static const char help[] =
  * type is never overridden by another mask's options.
  */
 #include <flashmask.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +45,15 @@ int main(int argc, char **argv)
     for (int t = 0; t < ntypes && n < 16; t++)
       if (strcmp(types[t], FMMASKBOUNDS)) names[n++] = types[t];
   } else {
-    for (char *t = strtok(list, ","); t && n < 16; t = strtok(NULL, ",")) names[n++] = t;
+    for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+      if (n == 16) { /* say so rather than build fewer masks than asked */
+        if (rank == 0) fprintf(stderr, "ex2: -masks names more than 16 types (the 17th is %s); give at most 16\n", t);
+        FMCall(FMContextDestroy(&ctx));
+        FMCall(FMFinalize());
+        return 1;
+      }
+      names[n++] = t;
+    }
   }
   if (rank == 0) printf("%-22s %8s %6s %10s %10s\n", "mask", "seqlen", "heads", "density", "sparsity");
   for (int i = 0; i < n; i++) {
@@ -69,6 +78,7 @@ int main(int argc, char **argv)
     FMCall(FMMaskDestroy(&mask));
   }
   if (rank == 0 && nsaved) printf("ex2: saved %d mask%s to %s\n", nsaved, nsaved > 1 ? "s" : "", out);
+  else if (rank == 0) printf("ex2: built %d mask%s, saved none\n", n, n == 1 ? "" : "s");
   FMCall(FMContextDestroy(&ctx));
   FMCall(FMFinalize());
   return 0;

@@ -67,7 +67,8 @@ module flashmask
     fm_mask_get_sizes, fm_mask_get_density, fm_mask_is_masked, fm_mask_view, fm_mask_save, fm_mask_load, &
     fm_mask_destroy, fm_mask_set_batch, fm_mask_get_batch, fm_mask_set_sample_bounds, &
     fm_plan_create, fm_plan_set_mask, fm_plan_set_shape, fm_plan_set_scale, fm_plan_get_scale, &
-    fm_plan_set_check_finite, fm_plan_get_check_finite, fm_plan_set_from_options, &
+    fm_plan_set_check_finite, fm_plan_get_check_finite, fm_plan_set_deterministic, fm_plan_get_deterministic, &
+    fm_plan_set_from_options, &
     fm_plan_set_up, fm_plan_get_local_rows, fm_plan_get_local_keys, fm_plan_scatter, fm_plan_gather, &
     fm_plan_get_flops, fm_plan_forward, fm_plan_backward, fm_plan_view, fm_plan_destroy
   ! options prefixes, the plan type and the context-parallel settings

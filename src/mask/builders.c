@@ -1,5 +1,5 @@
 /*
- * builders.c - the twelve benchmark masks of flashmask-format.md section 3 (plus user bounds),
+ * builders.c - the twelve benchmark masks of doc/format.md section 3 (plus user bounds),
  * written as column bounds, and the defaults of their parameters drawn from the mask's seed.
  *
  * Conventions (doc/masks.md is the precise reference):

@@ -9,7 +9,7 @@
 
 #include <flashmask/private/fmimpl.h>
 
-/* Builder types, in the order of flashmask-format.md section 3, then "bounds". */
+/* Builder types, in the order of doc/format.md section 3, then "bounds". */
 typedef enum {
   FM_MT_FULL = 0, FM_MT_CAUSAL, FM_MT_SLIDINGWINDOW, FM_MT_CAUSALDOCUMENT, FM_MT_DOCUMENT, FM_MT_SHAREQUESTION,
   FM_MT_GLOBALSLIDINGWINDOW, FM_MT_CAUSALBLOCKWISE, FM_MT_PREFIXLMDOCUMENT, FM_MT_PREFIXLMCAUSAL, FM_MT_QKSPARSE,

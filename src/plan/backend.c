@@ -21,6 +21,7 @@ FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p)
   p->k0 = 0; p->nk = p->mask.seqlen_k;
   p->nthreads = plan->ctx->threads;
   p->opts = plan->ctx->kopts;
+  p->opts.deterministic = plan->deterministic; /* the plan's (FMPlanSetDeterministic), not the context's */
   return FM_SUCCESS;
 }
 

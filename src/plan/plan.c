@@ -146,6 +146,25 @@ FMErrorCode FMPlanGetCheckFinite(FMPlan plan, FMBool *check)
   return FM_SUCCESS;
 }
 
+/* FMPlanSetDeterministic - see flashmask.h. */
+FMErrorCode FMPlanSetDeterministic(FMPlan plan, FMBool flag)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCheck(flag == FM_FALSE || flag == FM_TRUE, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (flag) is %d; expected FM_FALSE or FM_TRUE",
+          (int)flag);
+  plan->deterministic = flag == FM_TRUE;
+  return FM_SUCCESS;
+}
+
+/* FMPlanGetDeterministic - see flashmask.h. */
+FMErrorCode FMPlanGetDeterministic(FMPlan plan, FMBool *flag)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(flag, 2);
+  *flag = plan->deterministic ? FM_TRUE : FM_FALSE;
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMPlanSetStream(FMPlan plan, void *cuda_stream)
 {
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
@@ -226,6 +245,12 @@ static FMErrorCode setfromoptions(void *obj)
                             "(FMPlanSetCheckFinite)", &check, NULL));
     FMCall(FMPlanSetCheckFinite(plan, check));
   }
+  {
+    FMBool det = plan->deterministic ? FM_TRUE : FM_FALSE;
+    FMCall(FMOptionsGetBool("-fm_deterministic", "the backward gives bitwise identical dQ, dK, dV from run to run, whatever the thread "
+                            "or message timing (FMPlanSetDeterministic)", &det, NULL));
+    FMCall(FMPlanSetDeterministic(plan, det));
+  }
   FMCall(FMOptionsGetEnum_Private("-fm_plan_type", "plan type: local (one rank) or cp (context parallel); default local on one rank, "
                                   "cp on several (FMPlanSetType)", type_names, &t, NULL));
   FMCall(FMPlanSetType(plan, type_names[t]));
@@ -258,7 +283,7 @@ static FMErrorCode check_setup(FMPlan plan)
   return FM_SUCCESS;
 }
 
-/* The scalars every rank must share in FMPlanSetUp, Forward and Backward; *n fields out (f: room for 13). */
+/* The scalars every rank must share in FMPlanSetUp, Forward and Backward; *n fields out (f: room for 14). */
 static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
 {
   const FMMask m = plan->mask;
@@ -275,7 +300,8 @@ static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
                            {"mask_batch (of the mask)", FM_PLAN_FIELD_INT, ok ? m->mask_batch : -1, 0},
                            {"the mask's hash (its bounds)", FM_PLAN_FIELD_HASH, ok ? (long long)m->hash : 0, 0},
                            {"the backend (FMBackend)", FM_PLAN_FIELD_INT, (long long)plan->ctx->backend, 0},
-                           {"check_finite (FMPlanSetCheckFinite, -fm_check_finite)", FM_PLAN_FIELD_INT, plan->check_finite, 0}};
+                           {"check_finite (FMPlanSetCheckFinite, -fm_check_finite)", FM_PLAN_FIELD_INT, plan->check_finite, 0},
+                           {"deterministic (FMPlanSetDeterministic, -fm_deterministic)", FM_PLAN_FIELD_INT, plan->deterministic, 0}};
   *n = (int)(sizeof(x) / sizeof(x[0]));
   memcpy(f, x, sizeof(x));
 }
@@ -480,6 +506,7 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
     FMCall(FMPlanGetSetUpCounts_Private(plan, &full, &update));
     FMCall(FMPrintf(plan->hdr.comm, fp, "  set-ups: %d full, %d update%s (a re-SetUp with the same shape and options updates); check finite inputs: %s\n",
                     full, update, update == 1 ? "" : "s", plan->check_finite ? "on" : "off"));
+    FMCall(FMPrintf(plan->hdr.comm, fp, "  deterministic backward: %s\n", plan->deterministic ? "on" : "off"));
   }
   if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA

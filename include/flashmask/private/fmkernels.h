@@ -113,9 +113,7 @@ FMErrorCode FMCPUBackward(const FMAttnProblem *p, const void *q, const void *k, 
 FMErrorCode FMCPUFindNonFinite(const void *x, size_t n, FMDType t, int nthreads, size_t *first);
 FMErrorCode FMCudaFindNonFinite(const void *x, size_t n, FMDType t, void *stream, size_t *first);
 
-/* Element conversion helpers (exact for fp32 -> fp32; round-to-nearest-even to bf16/fp16). */
-float FMToFloat(const void *base, size_t idx, FMDType t);
-void  FMFromFloat(void *base, size_t idx, FMDType t, float x);
+/* Element conversions: FMToFloat and FMFromFloat, public (flashmask.h, included above). */
 
 /* ---------------- CUDA (src/kernels/sm90, only with FM_HAVE_CUDA) ---------------- */
 /* FMCallCUDA(expr): wrap a CUDA runtime call (for files that include cuda_runtime_api.h). */

@@ -474,6 +474,11 @@ FMErrorCode FMCPUMergePartial(const FMAttnProblem *p, float *o_acc, float *lse_a
  *   g_dtype  element type of dk and dv (FM_DTYPE_FP32 for pieces that will be reduced)
  *   Because o and lse are final, pieces over disjoint key ranges add up to the whole dQ and
  *   their dK, dV are the whole one's rows.
+ *   Bitwise reproducible whatever the threads' schedule and whatever their number (so
+ *   p->opts.deterministic needs nothing here): the work items (a key tile's dK, dV; a query
+ *   tile's dQ, added once into dq_acc) are fixed by BM, BN and the shape, each output element
+ *   is written by one item, and each item sums over its tiles in a fixed order. Another vector
+ *   width (-fm_cpu_vector_width, or another CPU) may round differently.
  */
 FMErrorCode FMCPUBackward(const FMAttnProblem *p, const void *q, const void *k, const void *v, const void *o, const float *lse,
                           const void *dout, float *dq_acc, void *dk, void *dv, FMDType g_dtype)

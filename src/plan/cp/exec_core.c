@@ -74,6 +74,7 @@ FMErrorCode FMDistExecInit_Private(FMPlan plan, FMDistExec *e)
   e->p.nq = plan->nlocal; e->p.qrows = plan->rows;
   e->p.nthreads = plan->ctx->threads;
   e->p.opts = plan->ctx->kopts;
+  e->p.opts.deterministic = plan->deterministic; /* FMPlanSetDeterministic */
   e->es = FMDTypeSize(plan->dtype);
   e->row_kv = (size_t)plan->heads_kv * plan->head_dim * e->es;
   FMCall(FMCalloc(e->d->ch.nchunks, &e->buf));

@@ -165,46 +165,118 @@ cleanup:
 }
 
 
-/* Recompute on each held chunk (own ones first, then as they arrive) with the final O and LSE:
-   dQ accumulates over chunks, each chunk's dK/dV partial goes to R->g[c]. */
+/* Chunk c is here: owned by this rank, or its receive completed (gather_next nulls the request). */
+static int chunk_here(const FMDistExec *e, int c)
+{
+  const FMDist *d = e->d;
+  if (d->part.owner[c] == e->plan->ctx->rank) return 1;
+  for (int i = 0; i < d->nin; i++)
+    if (d->in[i].chunk == c) return e->rreq[i] == MPI_REQUEST_NULL;
+  return 0;
+}
+
+/* The backward on held chunk c with the final O and LSE: its dQ added into acc, its dK/dV partial into R->g[c]. */
+static FMErrorCode chunk_backward(FMDistExec *e, FMDistReduce *R, int c, const void *q, const void *o, const float *lse, const void *dout,
+                                  float *acc)
+{
+  FMPlan plan = e->plan;
+  FMAttnProblem p = e->p;
+  const size_t B = (size_t)plan->batch, len = FMDistChunkLen_Private(e->d, c), n = B * len * plan->heads_kv * plan->head_dim;
+  int k0, k1;
+  double t0;
+  /* R->g[c] was allocated (zeroed) before the agreement */
+  if (!FMDistExecNeeds_Private(e, c)) return FM_SUCCESS;
+  FMDistChunkKeys(&e->d->ch, c, &k0, &k1);
+  p.k0 = k0; p.nk = (int)len;
+  t0 = FMTime();
+  FMCall(FMCPUBackward(&p, q, e->buf[c], e->buf[c] + B * len * e->row_kv, o, lse, dout, acc, R->g[c], R->g[c] + n, FM_DTYPE_FP32));
+  FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, e->tr ? 2.5 * FMDistExecFlops_Private(&p) : 0, -1, c);
+  FMCall(FMDistExecPollSends_Private(e));
+  return FM_SUCCESS;
+}
+
+/*
+ * Entry pos of a fixed order of the held chunks: chunk order (own_first 0; -2 for a chunk not
+ * held here), or this rank's own chunks, then the incoming ones in the plan's route order
+ * (own_first 1); -1 past the end.
+ */
+static int order_at(const FMDistExec *e, int own_first, int pos)
+{
+  const FMDist *d = e->d;
+  const int me = e->plan->ctx->rank, nown = d->part.rstart[me + 1] - d->part.rstart[me];
+  if (!own_first) return pos < d->ch.nchunks ? (e->buf[pos] ? pos : -2) : -1;
+  if (pos < nown) return d->part.rchunks[d->part.rstart[me] + pos];
+  return pos - nown < d->nin ? d->in[pos - nown].chunk : -1;
+}
+
+/*
+ * The held chunks in a fixed order, so that dQ's sum has one order (bitwise reproducible):
+ * without overlap, after everything arrived, in chunk order; with overlap (-fm_deterministic),
+ * own chunks first (computed while the others are in flight), then the incoming ones in route
+ * order, each as soon as it is here; the wait for a missing one takes every other arrival
+ * meanwhile (and relays it). While the next chunk is missing, one later chunk that is here is
+ * computed into a spare accumulator (zeroed) and added to dqacc at its turn: FMCPUBackward adds
+ * each of its tile sums once into the accumulator, so 0 + x, then acc + x, gives acc + x bit for
+ * bit (the accumulator is never -0; only a NaN's payload may differ). No spare (its allocation
+ * failed, or no overlap): just wait.
+ */
+static FMErrorCode backward_ordered(FMDistExec *e, FMDistReduce *R, const void *q, const void *o, const float *lse, const void *dout,
+                                    float *dqacc)
+{
+  FMDist *d = e->d;
+  FMPlan plan = e->plan;
+  const size_t nqe = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
+  const int own_first = d->opt.overlap;
+  float *spare = d->opt.overlap && nqe ? (float *)malloc(sizeof(float) * nqe) : NULL;
+  int pos = 0, spare_c = -1, got, c;
+  FMErrorCode ierr = FM_SUCCESS;
+  while ((c = order_at(e, own_first, pos)) != -1) {
+    if (c == -2) pos++;
+    else if (spare_c == c) {
+      for (size_t i = 0; i < nqe; i++) dqacc[i] += spare[i];
+      spare_c = -1;
+      pos++;
+    } else if (chunk_here(e, c)) {
+      FMCallGoto(chunk_backward(e, R, c, q, o, lse, dout, dqacc));
+      pos++;
+    } else {
+      int later = -1, c2;
+      for (int p2 = pos + 1; spare && spare_c < 0 && later < 0 && (c2 = order_at(e, own_first, p2)) != -1; p2++)
+        if (c2 >= 0 && chunk_here(e, c2)) later = c2;
+      if (later >= 0) {
+        memset(spare, 0, sizeof(float) * nqe);
+        FMCallGoto(chunk_backward(e, R, later, q, o, lse, dout, spare));
+        spare_c = later;
+      } else {
+        FMCallGoto(gather_next(e, &got));
+        FMCheckGoto(got >= 0, MPI_COMM_SELF, FM_ERR_LIB, "The backward's gather: every receive completed but chunk %d never arrived", c);
+      }
+    }
+  }
+cleanup:
+  free(spare);
+  return ierr;
+}
+
+/* Recompute on each held chunk with the final O and LSE: dQ accumulates over chunks, each
+   chunk's dK/dV partial goes to R->g[c]. Without overlap, or with -fm_deterministic, in a fixed
+   order (backward_ordered); with overlap alone, own chunks first, then each as it arrives (dQ
+   then sums in arrival order). */
 static FMErrorCode backward_chunks(FMDistExec *e, FMDistReduce *R, const void *q, const void *o, const float *lse, const void *dout,
                                    float *dqacc)
 {
-  FMPlan plan = e->plan;
   FMDist *d = e->d;
-  int me = plan->ctx->rank, B = plan->batch, order_own = 1, b = d->part.rstart[me], c, next = 0;
-  /* without overlap, as the forward: everything arrives first (relays still forward as chunks
-     come), then the chunks are computed in chunk order, so dQ's sum has one order (bitwise
-     reproducible); with overlap, own chunks first, then each as it arrives */
-  if (!d->opt.overlap) {
+  int me = e->plan->ctx->rank, c;
+  if (!d->opt.overlap) { /* as the forward: everything arrives first (relays still forward as chunks come) */
     do FMCall(gather_next(e, &c));
     while (c >= 0);
   }
+  if (!d->opt.overlap || e->p.opts.deterministic) return backward_ordered(e, R, q, o, lse, dout, dqacc);
+  for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++) FMCall(chunk_backward(e, R, d->part.rchunks[b], q, o, lse, dout, dqacc));
   for (;;) {
-    FMAttnProblem p = e->p;
-    size_t len, n;
-    int k0, k1;
-    double t0;
-    if (!d->opt.overlap) {
-      while (next < d->ch.nchunks && !e->buf[next]) next++;
-      if (next >= d->ch.nchunks) break;
-      c = next++;
-    } else if (order_own && b < d->part.rstart[me + 1]) c = d->part.rchunks[b++];
-    else {
-      order_own = 0;
-      FMCall(gather_next(e, &c));
-      if (c < 0) break;
-    }
-    len = FMDistChunkLen_Private(d, c);
-    n = (size_t)B * len * plan->heads_kv * plan->head_dim;
-    /* R->g[c] was allocated (zeroed) before the agreement */
-    if (!FMDistExecNeeds_Private(e, c)) continue;
-    FMDistChunkKeys(&d->ch, c, &k0, &k1);
-    p.k0 = k0; p.nk = (int)len;
-    t0 = FMTime();
-    FMCall(FMCPUBackward(&p, q, e->buf[c], e->buf[c] + (size_t)B * len * e->row_kv, o, lse, dout, dqacc, R->g[c], R->g[c] + n, FM_DTYPE_FP32));
-    FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, e->tr ? 2.5 * FMDistExecFlops_Private(&p) : 0, -1, c);
-    FMCall(FMDistExecPollSends_Private(e));
+    FMCall(gather_next(e, &c));
+    if (c < 0) break;
+    FMCall(chunk_backward(e, R, c, q, o, lse, dout, dqacc));
   }
   return FM_SUCCESS;
 }

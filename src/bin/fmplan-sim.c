@@ -131,7 +131,9 @@ static void sim_model(const Sim *o, const FMMaskDesc *m, FMDistCostModel *cm)
  * What rank o->rank computes in FMPlanSetUp (the balanced partition, the hierarchical route,
  * the gather's steps), phase by phase into tp[NPH] (seconds). ref: the reference paths
  * (weights tile by tile, localize + scan, the whole route and every rank's steps). The other
- * ranks' needed sets (what the rank gets from the all-gather) are computed untimed.
+ * ranks' needed sets, and what the needs' transpose delivers to the rank (its needers: an
+ * MPI_Alltoallv in a real run), are computed untimed; the route phase times the transpose's
+ * local part (the send lists) and the route from the needers.
  */
 static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, int ref, double *tp, double *tu)
 {
@@ -139,6 +141,7 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
   FMDistTileMap tm;
   FMDistPartition part;
   FMDistRoute route;
+  FMDistNeeders nd;
   FMDistStepXfer *tx = NULL;
   int64_t *w = NULL;
   int *rows = NULL, *keys = NULL, nr, nk, ntx, nst, me = o->rank;
@@ -174,7 +177,7 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
   } else FMCall(FMDistNeededRank(m, &ch, &tm, &part, me, o->prune == FM_TRUE, need + (size_t)me * ch.nchunks));
   tp[3] = FMTime() - t;
   {
-    /* the all-gather's result: every rank's needed set (untimed; this rank's own row must agree) */
+    /* every rank's needed set, the transpose's input (untimed; this rank's own row must agree) */
     unsigned char *mine;
     FMCall(FMMalloc(ch.nchunks, &mine));
     memcpy(mine, need + (size_t)me * ch.nchunks, (size_t)ch.nchunks);
@@ -183,9 +186,17 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
             "rank %d's needed set differs from FMDistNeededAll's", me);
     free(mine);
   }
+  /* what the needs' transpose (MPI_Alltoallv, setup.c) delivers to this rank: untimed here */
+  FMCall(FMDistNeedersFromMatrix(FM_DIST_ROUTE_HIER, topo, &part, need, me, &nd));
   t = FMTime();
   if (ref) FMCall(FMDistRouteBuild(FM_DIST_ROUTE_HIER, topo, &part, need, cb, &route));
-  else FMCall(FMDistRouteBuildRank(FM_DIST_ROUTE_HIER, topo, &part, need, cb, me, &route));
+  else { /* the transpose's send lists (its local part) and the route from the needers */
+    int *cnt, *list, tot;
+    FMCall(FMMalloc(o->P, &cnt));
+    FMCall(FMDistNeedsSend(FM_DIST_ROUTE_HIER, topo, &part, need + (size_t)me * ch.nchunks, me, cnt, &list, &tot));
+    FMCall(FMDistRouteBuildRankSparse(FM_DIST_ROUTE_HIER, topo, &part, need + (size_t)me * ch.nchunks, &nd, cb, me, &route));
+    free(cnt); free(list);
+  }
   tp[4] = FMTime() - t; t = FMTime();
   if (ref) FMCall(FMDistExchangeSteps(FM_DIST_SCHED_GATHER, &ch, &part, topo, &route, 0, &ntx, &tx, &nst));
   else FMCall(FMDistExchangeStepsRank(FM_DIST_SCHED_GATHER, &ch, &part, topo, &route, 0, me, &ntx, &tx, &nst));
@@ -223,6 +234,7 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
   }
   if (!ref) FMDistTileMapDestroy(&tm);
   FMCall(FMDistRouteDestroy(&route));
+  FMCall(FMDistNeedersDestroy(&nd));
   FMCall(FMDistPartitionDestroy(&part));
   free(tx); free(w); free(cb); free(need); free(rows); free(keys);
   return FM_SUCCESS;
@@ -241,6 +253,59 @@ static void predict(const Sim *o, const FMMaskDesc *m, const FMDistPartition *pa
   sim_model(o, m, &cm);
   FMDistPredict(&cm, o->P, part->work, recv, t);
   for (int i = 0; i < 3; i++) t[i] *= 1e3;
+}
+
+/*
+ * The plan's memory per rank: the bytes of the arrays FMPlanSetUp keeps in the plan (setup.c's
+ * FMDist, the rank's rows and keys, its route twice (the route and its in/out lists) and the
+ * GPU executor's steps of the same transfers), for every rank of the hierarchical route, and
+ * the largest. before: with the all-gathered needed matrix [P][C] (the planner up to
+ * 2026-12-01); after: with the rank's own row and its needers (the sparse transpose), plus what
+ * the transpose holds while it runs (counts and displacements 4P ints, the lists it sends and
+ * receives). Not counted: the mask (replicated, the user's) and the balancer's scratch.
+ */
+static FMErrorCode sim_memory(const Sim *o, const FMDistChunks *ch, const FMDistTopo *topo, const FMDistPartition *part, const unsigned char *need,
+                              const double *bytes)
+{
+  int P = o->P, C = ch->nchunks, rmax = 0, *cnt, *list, tot;
+  double best[3] = {0, 0, 0}, fixed = 8.0 * C + 4.0 * 2 * C + 4.0 * (P + 1) + 8.0 * P + 4.0 * (3 * P + 2 * topo->nnodes + 1) + 8.0 * 2 * C + 8.0 * P +
+                                       4.0 * 2 * C; /* w, owner + rchunks, rstart, work, topology, cbytes + boff, rbytes, kofs + parent */
+  FMCall(FMMalloc(P, &cnt));
+  for (int r = 0; r < P; r++) {
+    FMDistNeeders nd;
+    FMDistRoute rt;
+    double rows = 0, b[3];
+    FMCall(FMDistNeedersFromMatrix(FM_DIST_ROUTE_HIER, topo, part, need, r, &nd));
+    FMCall(FMDistRouteBuildRankSparse(FM_DIST_ROUTE_HIER, topo, part, need + (size_t)r * C, &nd, bytes, r, &rt));
+    FMCall(FMDistNeedsSend(FM_DIST_ROUTE_HIER, topo, part, need + (size_t)r * C, r, cnt, &list, &tot));
+    for (int k = part->rstart[r]; k < part->rstart[r + 1]; k++) {
+      int r0, r1, k0, k1;
+      FMDistChunkRows(ch, part->rchunks[k], &r0, &r1);
+      FMDistChunkKeys(ch, part->rchunks[k], &k0, &k1);
+      rows += (r1 - r0) + (k1 - k0); /* plan->rows and d->keys */
+    }
+    b[0] = fixed + 4.0 * rows + (double)rt.n * (2.0 * sizeof(FMDistXfer) + sizeof(FMDistStepXfer));
+    b[1] = b[0] + C + 4.0 * (C + 1) + 4.0 * nd.n;
+    b[2] = 16.0 * P + 4.0 * (tot + nd.n); /* the transpose's buffers: counts, displacements, sent and received lists */
+    b[0] += (double)P * C;
+    if (b[1] > best[1]) { best[1] = b[1]; rmax = r; }
+    if (b[0] > best[0]) best[0] = b[0];
+    if (b[2] > best[2]) best[2] = b[2];
+    free(list);
+    FMCall(FMDistRouteDestroy(&rt));
+    FMCall(FMDistNeedersDestroy(&nd));
+  }
+  free(cnt);
+  printf("  plan memory per rank (largest, hierarchical route): %.1f KiB with the all-gathered needed matrix (%.1f KiB of it); %.1f KiB with the"
+         " sparse transpose (rank %d), which holds at most %.1f KiB more while it runs\n",
+         best[0] / 1024.0, (double)P * C / 1024.0, best[1] / 1024.0, rmax, best[2] / 1024.0);
+  if (o->csv[0]) {
+    FILE *f = fopen(o->csv, "a+");
+    FMCheck(f != NULL, MPI_COMM_SELF, FM_ERR_FILE, "Cannot open -csv file %s", o->csv);
+    fprintf(f, "# memory,%s,%d,%d,%.0f,%.0f,%.0f\n", o->mtype, P, o->S, best[0], best[1], best[2]);
+    fclose(f);
+  }
+  return FM_SUCCESS;
 }
 
 /* The every-rank simulation: each partition's work and each route's bytes (the table). */
@@ -329,6 +394,7 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
     }
     printf("  %-10s predicted (%.0f TFLOP/s, %g / %g GB/s in / across nodes): compute %.3f ms; exchange %.3f ms flat, %.3f ms hierarchical;"
            " step %.3f / %.3f ms\n", "", o->tflops, o->bw[0], o->bw[1], pred[0][0], pred[0][1], pred[1][1], pred[0][2], pred[1][2]);
+    if (type == (o->comm ? 3 : FM_DIST_BALANCED)) FMCall(sim_memory(o, &ch, topo, &part, need, bytes)); /* the partition FMPlanSetUp uses */
     if (type == FM_DIST_BALANCED)
       printf("  balancer: LPT max %.1f tiles, dual_chunk max %.1f, kept the %s start; %d pair and %d three-way moves%s\n",
              (double)info.lpt_max / m->block, (double)info.dual_max / m->block, starts[info.start], info.pair_moves,

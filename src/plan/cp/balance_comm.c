@@ -264,6 +264,15 @@ static FMErrorCode transpose_fill(const FMDistChunkVis *v, int n, const int *vto
   return FM_SUCCESS;
 }
 
+/* the bytes across nodes of owner on the hierarchical route; recv [2P], scratch [P + nnodes] */
+static double start_inter(const FMDistChunkVis *v, const FMDistTopo *t, const double *cbytes, const int *owner, double *recv, int *scratch)
+{
+  double x = 0;
+  FMDistCommRecv(v, t, FM_DIST_ROUTE_HIER, owner, cbytes, scratch, recv);
+  for (int r = 0; r < t->nranks; r++) x += recv[t->nranks + r];
+  return x;
+}
+
 /*
  * The refinement: from the work-only partition base, or its bins in node order (bin_permute,
  * by mean or median chunk) when that moves fewer bytes across nodes, bin swaps (half the work
@@ -273,8 +282,8 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
                           int64_t *load, const int *base, int *owner)
 {
   Swap S;
-  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL, *pre = NULL, best = -1;
-  double ib;
+  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL, *pre = NULL, *scratch = NULL;
+  double ib, *recv = NULL;
   FMErrorCode ierr = FM_SUCCESS;
   memset(&S, 0, sizeof(S));
   S.C = n; S.N = t->nnodes; S.b = cbytes; S.budget = FM_COMM_BUDGET / 2;
@@ -287,21 +296,25 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   FMCallGoto(FMMalloc((size_t)t->nnodes + 1, &head2));
   FMCallGoto(FMMalloc(n, &trial));
   FMCallGoto(FMMalloc((size_t)n + 1, &pre));
+  FMCallGoto(FMMalloc(2 * (size_t)P, &recv));
+  FMCallGoto(FMMalloc((size_t)P + t->nnodes, &scratch));
   /* the transpose of the visibility, by query chunk */
   for (int i = 0; i < v->nspan; i++) { S.vto[v->q[i].lo + 1]++; S.vto[v->q[i].hi + 1]--; } /* counts by differences */
   for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
   for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
   FMCallGoto(transpose_fill(v, n, S.vto, S.vt));
-  /* the start: base, or its bins ordered by their mean or their median chunk, whichever moves least across nodes */
-  swap_load(&S, t, v, base, pre);
-  ib = S.inter;
+  /* the start: base, or its bins ordered by their mean or their median chunk, whichever moves
+     least across nodes (the hierarchical route's receives across nodes, FMDistCommRecv: the
+     same whole-byte sum as swap_load's, without the node counts), then loaded into S */
+  ib = start_inter(v, t, cbytes, base, recv, scratch);
   memcpy(owner, base, sizeof(int) * (size_t)n);
   for (int med = 0; med < 2; med++) {
+    double x;
     FMCallGoto(bin_permute(n, w, t, med, base, trial));
-    swap_load(&S, t, v, trial, pre);
-    if (S.inter < ib) { ib = S.inter; memcpy(owner, trial, sizeof(int) * (size_t)n); best = med; }
+    x = start_inter(v, t, cbytes, trial, recv, scratch);
+    if (x < ib) { ib = x; memcpy(owner, trial, sizeof(int) * (size_t)n); }
   }
-  if (best != 1) swap_load(&S, t, v, owner, pre); /* S holds the last start loaded */
+  swap_load(&S, t, v, owner, pre);
   for (int r = 0; r < P; r++) head[r] = -1;
   for (int c = n - 1; c >= 0; c--) { next[c] = head[owner[c]]; head[owner[c]] = c; }
   FMCallGoto(swap_sweeps(&S, t, head, next, owner));
@@ -310,7 +323,7 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   for (int c = 0; c < n; c++) load[owner[c]] += w[c];
   chunk_moves(&S, w, t, cap, load, owner, next, head2);
 cleanup:
-  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next); free(head2); free(trial); free(pre);
+  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next); free(head2); free(trial); free(pre); free(recv); free(scratch);
   return ierr;
 }
 

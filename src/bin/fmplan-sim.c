@@ -135,7 +135,7 @@ static void sim_model(const Sim *o, const FMMaskDesc *m, FMDistCostModel *cm)
  * MPI_Alltoallv in a real run), are computed untimed; the route phase times the transpose's
  * local part (the send lists) and the route from the needers.
  */
-static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, int ref, double *tp, double *tu)
+static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, int ref, double *tp, double *tu, FMDistCommInfo *ci)
 {
   FMDistChunks ch;
   FMDistTileMap tm;
@@ -162,7 +162,7 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
     for (int c = 0; c < ch.nchunks; c++) cb[c] = FMDistChunkBytes(&ch, c, o->batch, o->hkv, o->d, o->es);
     sim_model(o, m, &cm);
     FMCall(FMDistPartitionPlan(FM_DIST_BALANCED, o->comm == FM_TRUE, &tm, &ch, w, cb, topo, FM_DIST_ROUTE_HIER, o->prune == FM_TRUE, &cm, &part,
-                               NULL, NULL));
+                               NULL, ci));
   } else FMCall(FMDistPartitionCreate(FM_DIST_BALANCED, ch.nchunks, o->P, w, &part, NULL));
   tp[1] = FMTime() - t; t = FMTime();
   FMCall(FMDistRankRows(&ch, &part, me, &nr, &rows));
@@ -469,6 +469,43 @@ static FMErrorCode report(const Sim *o, const FMDistChunks *ch, const char *path
   return FM_SUCCESS;
 }
 
+/*
+ * -balance_comm 1 over the steps: the distribution (min / median / max) of what the
+ * communication-aware balancer changed against the work-only partition of the same mask:
+ * bytes across nodes and predicted step of the partition it kept (0 when it kept the
+ * work-only one), and of its node-local candidate whether kept or not.
+ */
+static FMErrorCode report_comm(const FMDistCommInfo *ci, int n)
+{
+  double *v, q[4][3];
+  int kept = 0, skipped = 0;
+  FMCall(FMMalloc(4 * (size_t)n, &v));
+  for (int s = 0; s < n; s++) {
+    const FMDistCommInfo *c = ci + s;
+    double di = c->inter[0] > 0 && !c->skipped ? 100.0 * (c->inter[1] - c->inter[0]) / c->inter[0] : 0,
+           dt = c->step[0] > 0 && !c->skipped ? 100.0 * (c->step[1] - c->step[0]) / c->step[0] : 0;
+    kept += c->kept; skipped += c->skipped;
+    v[s] = c->kept ? di : 0; v[n + s] = c->kept ? dt : 0; v[2 * n + s] = di; v[3 * n + s] = dt;
+  }
+  for (int k = 0; k < 4; k++) {
+    double *x = v + (size_t)k * n;
+    qsort(x, (size_t)n, sizeof(double), cmp_dbl);
+    q[k][0] = x[0]; q[k][1] = n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]); q[k][2] = x[n - 1];
+  }
+  printf("  comm-aware balancer over %d step%s (hierarchical route; min / median / max against the work-only partition): kept the node-local"
+         " candidate %d time%s%s\n    kept partition: bytes across nodes %+.1f%% / %+.1f%% / %+.1f%%, predicted step %+.2f%% / %+.2f%% / %+.2f%%\n"
+         "    node-local candidate: bytes across nodes %+.1f%% / %+.1f%% / %+.1f%%, predicted step %+.2f%% / %+.2f%% / %+.2f%%\n",
+         n, n > 1 ? "s" : "", kept, kept == 1 ? "" : "s", skipped ? " (some steps built no candidate)" : "", q[0][0], q[0][1], q[0][2], q[1][0],
+         q[1][1], q[1][2], q[2][0], q[2][1], q[2][2], q[3][0], q[3][1], q[3][2]);
+  if (n <= 40)
+    for (int s = 0; s < n; s++)
+      printf("    step %2d: work-only %.3f ms %.4f GB across; candidate %.3f ms %.4f GB across, max %+.2f%% tiles; %s\n", s, 1e3 * ci[s].step[0],
+             ci[s].inter[0] / 1e9, 1e3 * ci[s].step[1], ci[s].inter[1] / 1e9,
+             ci[s].max[0] > 0 ? 100.0 * ((double)ci[s].max[1] - (double)ci[s].max[0]) / (double)ci[s].max[0] : 0.0, ci[s].kept ? "kept" : "not kept");
+  free(v);
+  return FM_SUCCESS;
+}
+
 static FMErrorCode run(void)
 {
   Sim o;
@@ -476,6 +513,7 @@ static FMErrorCode run(void)
   FMDistTopo topo;
   FMDistChunks ch;
   double simt = -1, *vn = NULL, *vr = NULL, *vx = NULL;
+  FMDistCommInfo *cis = NULL;
   int n;
   FMCall(sim_options(&o));
   n = o.steps > 0 ? o.steps : 1;
@@ -486,6 +524,7 @@ static FMErrorCode run(void)
   FMCall(FMCalloc((size_t)n * (NPH + 1), &vn));
   FMCall(FMCalloc((size_t)n * (NPH + 1), &vr));
   FMCall(FMCalloc((size_t)n * 2, &vx));
+  FMCall(FMCalloc((size_t)n, &cis));
   for (int s = 0; s < n; s++) {
     FMMask mask;
     FMMaskDesc m;
@@ -501,10 +540,10 @@ static FMErrorCode run(void)
              o.dts, ch.nchunks, ch.chunk, ch.kchunk, o.prune ? "on" : "off");
       if (o.table) FMCall(sim_table(&o, &m, &topo, &simt));
     }
-    FMCall(rank_work(&o, &m, &topo, 0, vn + (size_t)s * (NPH + 1), vx + 2 * (size_t)s));
+    FMCall(rank_work(&o, &m, &topo, 0, vn + (size_t)s * (NPH + 1), vx + 2 * (size_t)s, cis + s));
     vn[(size_t)s * (NPH + 1) + NPH] = tmask;
     if (o.ref) {
-      FMCall(rank_work(&o, &m, &topo, 1, vr + (size_t)s * (NPH + 1), NULL));
+      FMCall(rank_work(&o, &m, &topo, 1, vr + (size_t)s * (NPH + 1), NULL, NULL));
       vr[(size_t)s * (NPH + 1) + NPH] = tmask;
     }
     if (o.steps > 0 && (o.P >= 256 || n >= 50))
@@ -515,7 +554,8 @@ static FMErrorCode run(void)
   printf("\n");
   FMCall(report(&o, &ch, o.comm ? "comm" : "fast", vn, n, simt, o.steps > 0 ? vx : NULL)); /* comm: -balance_comm 1, the comm-aware balancer */
   if (o.ref) FMCall(report(&o, &ch, "reference", vr, n, simt, NULL));
-  free(vn); free(vr); free(vx);
+  if (o.comm) FMCall(report_comm(cis, n));
+  free(vn); free(vr); free(vx); free(cis);
   FMCall(FMDistTopoDestroy(&topo));
   FMCall(FMContextDestroy(&ctx));
   return FM_SUCCESS;

@@ -10,7 +10,8 @@
 # The plan's memory per rank (the largest rank: fmplan-sim's every-rank table, one step) is
 # printed beside, with the needs' sparse transpose and, before it, with the all-gathered
 # needed matrix.
-# Then the comm-aware balancer against the work-only one at 16 x 8 x 1M (bytes across nodes, step).
+# Then the comm-aware balancer against the work-only one at 16 x 8 x 1M (bytes across nodes, step),
+# on the first packing and as a distribution over the steps' packings.
 # usage: sh share/bench/replan.sh [steps (20)] [ref (1: also the reference; 0: not)]
 SIM=${FMPLAN_SIM:-./fmplan-sim}
 STEPS=${1:-20}
@@ -63,4 +64,10 @@ echo "communication-aware balancer (-fm_plan_balance_comm) at 16 nodes x 8 ranks
 for mask in causal_document document; do
   echo "  $mask:"
   "$SIM" -nodes 16 -gpus_per_node 8 -mask $mask -seqlen 1048576 2>/dev/null | grep -E "comm-aware balancer|node-local candidate:" | sed 's/^ */    /'
+done
+echo "the same over $STEPS random packings (fmplan-sim -steps $STEPS -balance_comm 1; min / median / max):"
+for mask in causal_document document; do
+  echo "  $mask:"
+  "$SIM" -nodes 16 -gpus_per_node 8 -mask $mask -seqlen 1048576 -steps "$STEPS" -balance_comm 1 2>/dev/null |
+    grep -A2 "comm-aware balancer over" | tail -2 | sed 's/^ */    /'
 done

@@ -18,6 +18,8 @@
  * what an update of a set-up plan recomputes (FMPlanSetUp with the same shape: doc/distributed.md,
  * "Re-planning every step"); the summary also times what an update keeps (chunks, K/V bytes per
  * chunk, topology) and the host part the CUDA backend adds to an update (localizing the rank's rows).
+ * The table also prints the plan's memory on its largest rank (with the needs' sparse transpose,
+ * and with the all-gathered needed matrix it replaced).
  */
 #include <flashmask/private/fmdist.h>
 #include <stdio.h>
@@ -37,7 +39,8 @@ static const char help[] =
   "  -heads_q H -tflops F -bw_intra G -bw_inter G  the predicted compute, exchange and step times\n"
   "  -chunk L (0: default) -block 128 -prune 1 -view_ranks\n"
   "  -balance_comm 1  the rank's set-up uses the communication-aware balancer (-fm_plan_balance_comm); the table\n"
-  "                 always shows it as the comm_aware row, scored on the hierarchical route\n"
+  "                 always shows it as the comm_aware row, scored on the hierarchical route; with -steps N, the\n"
+  "                 distribution over the steps of its bytes across nodes and predicted step against the work-only one\n"
   "  -steps N  re-plan N times with a fresh mask (seed S + step) and report the median per step\n"
   "  -seed S -rank R (the rank whose set-up work is timed) -table 0|1 (the every-rank table)\n"
   "  -ref 1    also time the reference paths (the planner before the fast paths) -csv FILE (append one row)\n";

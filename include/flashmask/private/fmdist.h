@@ -406,7 +406,9 @@ FMErrorCode FMDistChunkVisDestroy(FMDistChunkVis *v);
 
 /*
  * FMDistCommRecv - recv[2][P] of the given owner[] on route `type` (as FMDistRouteBuild +
- *   FMDistRouteRecv on the visibility's needed sets, pruned), O(v->size + P + chunks).
+ *   FMDistRouteRecv on the visibility's needed sets, pruned), O(v->size + P + chunks); when
+ *   every node has one size and every chunk whole bytes, by a sweep over the key chunks in
+ *   O(chunks x node size + spans + the spans' changes), the same sums bit for bit (cost.c).
  *   scratch: [P + nnodes] ints.
  */
 void FMDistCommRecv(const FMDistChunkVis *v, const FMDistTopo *t, FMDistRouteType type, const int *owner, const double *cbytes, int *scratch,

@@ -5,7 +5,7 @@
  *   - the chunk visibility gives every rank's needed set: a superset of the exact one
  *     (FMDistNeededAllRef), equal to it on the document-like masks when key blocks do not
  *     straddle key chunks;
- *   - FMDistCommRecv equals the receives of FMDistRouteBuild on those needed sets, both routes;
+ *   - FMDistCommRecv equals the receives of FMDistRouteBuild on those needed sets, both routes (the sweep on nodes of one size, the loop on uneven ones);
  *   - against the work-only balancer (FMDistBalance), scored independently by the exact needed
  *     sets, the routes and FMDistPredict: the predicted step is never longer, the bytes across
  *     nodes never more; the heaviest load stays within the work-only one or the work that the

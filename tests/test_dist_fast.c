@@ -4,7 +4,8 @@
  * sets from the map against the column scan), with per-sample masks among the random masks;
  * and per-sample masks (issue 11): the chunk weights of a mask of B samples are the sums of its
  * samples' weights and a rank's needed set is the union of the samples' needed sets; the
- * balancer's pair splits on big pools against the reference's.
+ * balancer's pair splits on big pools against the reference's; the needs' sparse transpose
+ * (what reaches each rank, and its route from it) against the global route.
  * Runs on one rank; no MPI traffic. Usage: test_dist_fast [-iters N]
  */
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
@@ -159,6 +160,88 @@ static void test_balancer_pools(int iters)
   FMT_CHECK(big > 0, "no pool above 10 chunks: the big-pool test is vacuous");
 }
 
+/* ---------------- the needs' sparse transpose ---------------- */
+/* Every rank's FMDistNeedsSend, delivered as MPI_Alltoallv would (sources ascending), gives each
+   rank exactly the needers of its own and relayed chunks (an independent definition below),
+   FMDistNeedersFromMatrix gives the same, and the rank's sparse route is the global route
+   filtered to the rank, entry for entry. Random topologies with shuffled local indices. */
+static void test_needs_transpose(int iters)
+{
+  for (int it = 0; it < iters; it++) {
+    int P = 1 + rnd(14), C = 1 + rnd(40), nn = 1 + rnd(P), *node = (int *)malloc(sizeof(int) * (size_t)P);
+    int *local = (int *)malloc(sizeof(int) * (size_t)P), *cnt = (int *)calloc((size_t)P, sizeof(int)), *owner = (int *)malloc(sizeof(int) * (size_t)C);
+    int **lists = (int **)malloc(sizeof(int *) * (size_t)P), *counts = (int *)malloc(sizeof(int) * (size_t)P * P), dense = rnd(4);
+    unsigned char *need = (unsigned char *)malloc((size_t)P * C);
+    double *bytes = (double *)malloc(sizeof(double) * (size_t)C);
+    FMDistTopo topo;
+    FMDistPartition part;
+    for (int r = 0; r < P; r++) node[r] = r < nn ? r : rnd(nn);
+    for (int r = 0; r < P; r++) local[r] = cnt[node[r]]++;
+    for (int r = 0; r < P; r++) { /* shuffle the local indices inside each node */
+      int q = rnd(P);
+      if (node[q] == node[r]) { int x = local[q]; local[q] = local[r]; local[r] = x; }
+    }
+    FMT_CALL(FMDistTopoCreate(P, node, local, &topo));
+    for (int c = 0; c < C; c++) { owner[c] = rnd(P); bytes[c] = rnd(6) ? 64 + rnd(500) : 0; }
+    for (int i = 0; i < P * C; i++) need[i] = dense ? rnd(3) != 0 : rnd(5) == 0;
+    FMT_CALL(FMDistPartitionFromOwner(C, P, owner, NULL, &part));
+    for (int type = 0; type < 2; type++) {
+      FMDistRoute all;
+      FMT_CALL(FMDistRouteBuild((FMDistRouteType)type, &topo, &part, need, bytes, &all));
+      for (int s = 0; s < P; s++) {
+        int tot;
+        FMT_CALL(FMDistNeedsSend((FMDistRouteType)type, &topo, &part, need + (size_t)s * C, s, counts + (size_t)s * P, &lists[s], &tot));
+      }
+      for (int r = 0; r < P; r++) {
+        int *rc = (int *)malloc(sizeof(int) * (size_t)P), *rl = (int *)malloc(sizeof(int) * (size_t)(P * C * 2 + 1)), n = 0, k = 0;
+        FMDistNeeders nd, nm;
+        FMDistRoute mine;
+        for (int s = 0; s < P; s++) {
+          int off = 0;
+          for (int d = 0; d < r; d++) off += counts[(size_t)s * P + d];
+          rc[s] = counts[(size_t)s * P + r];
+          for (int i = 0; i < rc[s]; i++) rl[n++] = lists[s][off + i];
+        }
+        FMT_CALL(FMDistNeedersFromRecv(C, P, rc, rl, &nd));
+        FMT_CALL(FMDistNeedersFromMatrix((FMDistRouteType)type, &topo, &part, need, r, &nm));
+        for (int c = 0; c < C; c++) {
+          int o = owner[c], relay = topo.nranks_of[topo.nfirst[node[r]] + local[o] % topo.nsize[node[r]]], j = nd.start[c];
+          for (int s = 0; s < P; s++) {
+            int want = s != r && s != o && need[(size_t)s * C + c] &&
+                       (o == r || (type == FM_DIST_ROUTE_HIER && node[s] == node[r] && node[o] != node[r] && relay == r));
+            if (!want) continue;
+            FMT_CHECK(j < nd.start[c + 1] && nd.rank[j] == s, "P %d, %s route: rank %d does not learn that rank %d needs chunk %d (owner %d)", P,
+                      FMDistRouteNames[type], r, s, c, o);
+            j++;
+          }
+          FMT_CHECK(j == nd.start[c + 1], "P %d: rank %d learns %d needers of chunk %d, expected %d", P, r, nd.start[c + 1] - nd.start[c], c,
+                    j - nd.start[c]);
+          FMT_CHECK(nm.start[c + 1] - nm.start[c] == nd.start[c + 1] - nd.start[c] &&
+                        !memcmp(nm.rank + nm.start[c], nd.rank + nd.start[c], sizeof(int) * (size_t)(nd.start[c + 1] - nd.start[c])),
+                    "P %d: rank %d, chunk %d: FMDistNeedersFromMatrix differs from the transpose", P, r, c);
+        }
+        FMT_CALL(FMDistRouteBuildRankSparse((FMDistRouteType)type, &topo, &part, need + (size_t)r * C, &nd, bytes, r, &mine));
+        for (int i = 0; i < all.n; i++) {
+          if (all.x[i].src != r && all.x[i].dst != r) continue;
+          FMT_CHECK(k < mine.n && !memcmp(&all.x[i], &mine.x[k], sizeof(all.x[i])), "P %d, %s route: rank %d's sparse route entry %d differs", P,
+                    FMDistRouteNames[type], r, k);
+          k++;
+        }
+        FMT_CHECK(k == mine.n, "P %d: rank %d's sparse route has %d entries, the global one %d for it", P, r, mine.n, k);
+        FMDistRouteDestroy(&mine);
+        FMDistNeedersDestroy(&nd);
+        FMDistNeedersDestroy(&nm);
+        free(rc); free(rl);
+      }
+      for (int s = 0; s < P; s++) free(lists[s]);
+      FMDistRouteDestroy(&all);
+    }
+    FMDistTopoDestroy(&topo);
+    FMDistPartitionDestroy(&part);
+    free(node); free(local); free(cnt); free(owner); free(lists); free(counts); free(need); free(bytes);
+  }
+}
+
 int main(int argc, char **argv)
 {
   int iters = 200;
@@ -169,6 +252,7 @@ int main(int argc, char **argv)
   test_fast_paths(iters);
   test_batch_union(iters / 2);
   test_balancer_pools(iters);
+  test_needs_transpose(iters / 2);
   FMT_CALL(FMFinalize());
   return fmt_finish("test_dist_fast");
 }

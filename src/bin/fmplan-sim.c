@@ -18,6 +18,8 @@
  * what an update of a set-up plan recomputes (FMPlanSetUp with the same shape: doc/distributed.md,
  * "Re-planning every step"); the summary also times what an update keeps (chunks, K/V bytes per
  * chunk, topology) and the host part the CUDA backend adds to an update (localizing the rank's rows).
+ * The table also prints the plan's memory on its largest rank (with the needs' sparse transpose,
+ * and with the all-gathered needed matrix it replaced).
  */
 #include <flashmask/private/fmdist.h>
 #include <stdio.h>
@@ -37,7 +39,8 @@ static const char help[] =
   "  -heads_q H -tflops F -bw_intra G -bw_inter G  the predicted compute, exchange and step times\n"
   "  -chunk L (0: default) -block 128 -prune 1 -view_ranks\n"
   "  -balance_comm 1  the rank's set-up uses the communication-aware balancer (-fm_plan_balance_comm); the table\n"
-  "                 always shows it as the comm_aware row, scored on the hierarchical route\n"
+  "                 always shows it as the comm_aware row, scored on the hierarchical route; with -steps N, the\n"
+  "                 distribution over the steps of its bytes across nodes and predicted step against the work-only one\n"
   "  -steps N  re-plan N times with a fresh mask (seed S + step) and report the median per step\n"
   "  -seed S -rank R (the rank whose set-up work is timed) -table 0|1 (the every-rank table)\n"
   "  -ref 1    also time the reference paths (the planner before the fast paths) -csv FILE (append one row)\n";
@@ -131,14 +134,17 @@ static void sim_model(const Sim *o, const FMMaskDesc *m, FMDistCostModel *cm)
  * What rank o->rank computes in FMPlanSetUp (the balanced partition, the hierarchical route,
  * the gather's steps), phase by phase into tp[NPH] (seconds). ref: the reference paths
  * (weights tile by tile, localize + scan, the whole route and every rank's steps). The other
- * ranks' needed sets (what the rank gets from the all-gather) are computed untimed.
+ * ranks' needed sets, and what the needs' transpose delivers to the rank (its needers: an
+ * MPI_Alltoallv in a real run), are computed untimed; the route phase times the transpose's
+ * local part (the send lists) and the route from the needers.
  */
-static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, int ref, double *tp, double *tu)
+static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo *topo, int ref, double *tp, double *tu, FMDistCommInfo *ci)
 {
   FMDistChunks ch;
   FMDistTileMap tm;
   FMDistPartition part;
   FMDistRoute route;
+  FMDistNeeders nd;
   FMDistStepXfer *tx = NULL;
   int64_t *w = NULL;
   int *rows = NULL, *keys = NULL, nr, nk, ntx, nst, me = o->rank;
@@ -159,7 +165,7 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
     for (int c = 0; c < ch.nchunks; c++) cb[c] = FMDistChunkBytes(&ch, c, o->batch, o->hkv, o->d, o->es);
     sim_model(o, m, &cm);
     FMCall(FMDistPartitionPlan(FM_DIST_BALANCED, o->comm == FM_TRUE, &tm, &ch, w, cb, topo, FM_DIST_ROUTE_HIER, o->prune == FM_TRUE, &cm, &part,
-                               NULL, NULL));
+                               NULL, ci));
   } else FMCall(FMDistPartitionCreate(FM_DIST_BALANCED, ch.nchunks, o->P, w, &part, NULL));
   tp[1] = FMTime() - t; t = FMTime();
   FMCall(FMDistRankRows(&ch, &part, me, &nr, &rows));
@@ -174,7 +180,7 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
   } else FMCall(FMDistNeededRank(m, &ch, &tm, &part, me, o->prune == FM_TRUE, need + (size_t)me * ch.nchunks));
   tp[3] = FMTime() - t;
   {
-    /* the all-gather's result: every rank's needed set (untimed; this rank's own row must agree) */
+    /* every rank's needed set, the transpose's input (untimed; this rank's own row must agree) */
     unsigned char *mine;
     FMCall(FMMalloc(ch.nchunks, &mine));
     memcpy(mine, need + (size_t)me * ch.nchunks, (size_t)ch.nchunks);
@@ -183,9 +189,17 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
             "rank %d's needed set differs from FMDistNeededAll's", me);
     free(mine);
   }
+  /* what the needs' transpose (MPI_Alltoallv, setup.c) delivers to this rank: untimed here */
+  FMCall(FMDistNeedersFromMatrix(FM_DIST_ROUTE_HIER, topo, &part, need, me, &nd));
   t = FMTime();
   if (ref) FMCall(FMDistRouteBuild(FM_DIST_ROUTE_HIER, topo, &part, need, cb, &route));
-  else FMCall(FMDistRouteBuildRank(FM_DIST_ROUTE_HIER, topo, &part, need, cb, me, &route));
+  else { /* the transpose's send lists (its local part) and the route from the needers */
+    int *cnt, *list, tot;
+    FMCall(FMMalloc(o->P, &cnt));
+    FMCall(FMDistNeedsSend(FM_DIST_ROUTE_HIER, topo, &part, need + (size_t)me * ch.nchunks, me, cnt, &list, &tot));
+    FMCall(FMDistRouteBuildRankSparse(FM_DIST_ROUTE_HIER, topo, &part, need + (size_t)me * ch.nchunks, &nd, cb, me, &route));
+    free(cnt); free(list);
+  }
   tp[4] = FMTime() - t; t = FMTime();
   if (ref) FMCall(FMDistExchangeSteps(FM_DIST_SCHED_GATHER, &ch, &part, topo, &route, 0, &ntx, &tx, &nst));
   else FMCall(FMDistExchangeStepsRank(FM_DIST_SCHED_GATHER, &ch, &part, topo, &route, 0, me, &ntx, &tx, &nst));
@@ -223,6 +237,7 @@ static FMErrorCode rank_work(const Sim *o, const FMMaskDesc *m, const FMDistTopo
   }
   if (!ref) FMDistTileMapDestroy(&tm);
   FMCall(FMDistRouteDestroy(&route));
+  FMCall(FMDistNeedersDestroy(&nd));
   FMCall(FMDistPartitionDestroy(&part));
   free(tx); free(w); free(cb); free(need); free(rows); free(keys);
   return FM_SUCCESS;
@@ -241,6 +256,59 @@ static void predict(const Sim *o, const FMMaskDesc *m, const FMDistPartition *pa
   sim_model(o, m, &cm);
   FMDistPredict(&cm, o->P, part->work, recv, t);
   for (int i = 0; i < 3; i++) t[i] *= 1e3;
+}
+
+/*
+ * The plan's memory per rank: the bytes of the arrays FMPlanSetUp keeps in the plan (setup.c's
+ * FMDist, the rank's rows and keys, its route twice (the route and its in/out lists) and the
+ * GPU executor's steps of the same transfers), for every rank of the hierarchical route, and
+ * the largest. before: with the all-gathered needed matrix [P][C] (the planner up to
+ * 2026-12-01); after: with the rank's own row and its needers (the sparse transpose), plus what
+ * the transpose holds while it runs (counts and displacements 4P ints, the lists it sends and
+ * receives). Not counted: the mask (replicated, the user's) and the balancer's scratch.
+ */
+static FMErrorCode sim_memory(const Sim *o, const FMDistChunks *ch, const FMDistTopo *topo, const FMDistPartition *part, const unsigned char *need,
+                              const double *bytes)
+{
+  int P = o->P, C = ch->nchunks, rmax = 0, *cnt, *list, tot;
+  double best[3] = {0, 0, 0}, fixed = 8.0 * C + 4.0 * 2 * C + 4.0 * (P + 1) + 8.0 * P + 4.0 * (3 * P + 2 * topo->nnodes + 1) + 8.0 * 2 * C + 8.0 * P +
+                                       4.0 * 2 * C; /* w, owner + rchunks, rstart, work, topology, cbytes + boff, rbytes, kofs + parent */
+  FMCall(FMMalloc(P, &cnt));
+  for (int r = 0; r < P; r++) {
+    FMDistNeeders nd;
+    FMDistRoute rt;
+    double rows = 0, b[3];
+    FMCall(FMDistNeedersFromMatrix(FM_DIST_ROUTE_HIER, topo, part, need, r, &nd));
+    FMCall(FMDistRouteBuildRankSparse(FM_DIST_ROUTE_HIER, topo, part, need + (size_t)r * C, &nd, bytes, r, &rt));
+    FMCall(FMDistNeedsSend(FM_DIST_ROUTE_HIER, topo, part, need + (size_t)r * C, r, cnt, &list, &tot));
+    for (int k = part->rstart[r]; k < part->rstart[r + 1]; k++) {
+      int r0, r1, k0, k1;
+      FMDistChunkRows(ch, part->rchunks[k], &r0, &r1);
+      FMDistChunkKeys(ch, part->rchunks[k], &k0, &k1);
+      rows += (r1 - r0) + (k1 - k0); /* plan->rows and d->keys */
+    }
+    b[0] = fixed + 4.0 * rows + (double)rt.n * (2.0 * sizeof(FMDistXfer) + sizeof(FMDistStepXfer));
+    b[1] = b[0] + C + 4.0 * (C + 1) + 4.0 * nd.n;
+    b[2] = 16.0 * P + 4.0 * (tot + nd.n); /* the transpose's buffers: counts, displacements, sent and received lists */
+    b[0] += (double)P * C;
+    if (b[1] > best[1]) { best[1] = b[1]; rmax = r; }
+    if (b[0] > best[0]) best[0] = b[0];
+    if (b[2] > best[2]) best[2] = b[2];
+    free(list);
+    FMCall(FMDistRouteDestroy(&rt));
+    FMCall(FMDistNeedersDestroy(&nd));
+  }
+  free(cnt);
+  printf("  plan memory per rank (largest, hierarchical route): %.1f KiB with the all-gathered needed matrix (%.1f KiB of it); %.1f KiB with the"
+         " sparse transpose (rank %d), which holds at most %.1f KiB more while it runs\n",
+         best[0] / 1024.0, (double)P * C / 1024.0, best[1] / 1024.0, rmax, best[2] / 1024.0);
+  if (o->csv[0]) {
+    FILE *f = fopen(o->csv, "a+");
+    FMCheck(f != NULL, MPI_COMM_SELF, FM_ERR_FILE, "Cannot open -csv file %s", o->csv);
+    fprintf(f, "# memory,%s,%d,%d,%.0f,%.0f,%.0f\n", o->mtype, P, o->S, best[0], best[1], best[2]);
+    fclose(f);
+  }
+  return FM_SUCCESS;
 }
 
 /* The every-rank simulation: each partition's work and each route's bytes (the table). */
@@ -329,6 +397,7 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
     }
     printf("  %-10s predicted (%.0f TFLOP/s, %g / %g GB/s in / across nodes): compute %.3f ms; exchange %.3f ms flat, %.3f ms hierarchical;"
            " step %.3f / %.3f ms\n", "", o->tflops, o->bw[0], o->bw[1], pred[0][0], pred[0][1], pred[1][1], pred[0][2], pred[1][2]);
+    if (type == (o->comm ? 3 : FM_DIST_BALANCED)) FMCall(sim_memory(o, &ch, topo, &part, need, bytes)); /* the partition FMPlanSetUp uses */
     if (type == FM_DIST_BALANCED)
       printf("  balancer: LPT max %.1f tiles, dual_chunk max %.1f, kept the %s start; %d pair and %d three-way moves%s\n",
              (double)info.lpt_max / m->block, (double)info.dual_max / m->block, starts[info.start], info.pair_moves,
@@ -403,6 +472,43 @@ static FMErrorCode report(const Sim *o, const FMDistChunks *ch, const char *path
   return FM_SUCCESS;
 }
 
+/*
+ * -balance_comm 1 over the steps: the distribution (min / median / max) of what the
+ * communication-aware balancer changed against the work-only partition of the same mask:
+ * bytes across nodes and predicted step of the partition it kept (0 when it kept the
+ * work-only one), and of its node-local candidate whether kept or not.
+ */
+static FMErrorCode report_comm(const FMDistCommInfo *ci, int n)
+{
+  double *v, q[4][3];
+  int kept = 0, skipped = 0;
+  FMCall(FMMalloc(4 * (size_t)n, &v));
+  for (int s = 0; s < n; s++) {
+    const FMDistCommInfo *c = ci + s;
+    double di = c->inter[0] > 0 && !c->skipped ? 100.0 * (c->inter[1] - c->inter[0]) / c->inter[0] : 0,
+           dt = c->step[0] > 0 && !c->skipped ? 100.0 * (c->step[1] - c->step[0]) / c->step[0] : 0;
+    kept += c->kept; skipped += c->skipped;
+    v[s] = c->kept ? di : 0; v[n + s] = c->kept ? dt : 0; v[2 * n + s] = di; v[3 * n + s] = dt;
+  }
+  for (int k = 0; k < 4; k++) {
+    double *x = v + (size_t)k * n;
+    qsort(x, (size_t)n, sizeof(double), cmp_dbl);
+    q[k][0] = x[0]; q[k][1] = n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]); q[k][2] = x[n - 1];
+  }
+  printf("  comm-aware balancer over %d step%s (hierarchical route; min / median / max against the work-only partition): kept the node-local"
+         " candidate %d time%s%s\n    kept partition: bytes across nodes %+.1f%% / %+.1f%% / %+.1f%%, predicted step %+.2f%% / %+.2f%% / %+.2f%%\n"
+         "    node-local candidate: bytes across nodes %+.1f%% / %+.1f%% / %+.1f%%, predicted step %+.2f%% / %+.2f%% / %+.2f%%\n",
+         n, n > 1 ? "s" : "", kept, kept == 1 ? "" : "s", skipped ? " (some steps built no candidate)" : "", q[0][0], q[0][1], q[0][2], q[1][0],
+         q[1][1], q[1][2], q[2][0], q[2][1], q[2][2], q[3][0], q[3][1], q[3][2]);
+  if (n <= 40)
+    for (int s = 0; s < n; s++)
+      printf("    step %2d: work-only %.3f ms %.4f GB across; candidate %.3f ms %.4f GB across, max %+.2f%% tiles; %s\n", s, 1e3 * ci[s].step[0],
+             ci[s].inter[0] / 1e9, 1e3 * ci[s].step[1], ci[s].inter[1] / 1e9,
+             ci[s].max[0] > 0 ? 100.0 * ((double)ci[s].max[1] - (double)ci[s].max[0]) / (double)ci[s].max[0] : 0.0, ci[s].kept ? "kept" : "not kept");
+  free(v);
+  return FM_SUCCESS;
+}
+
 static FMErrorCode run(void)
 {
   Sim o;
@@ -410,6 +516,7 @@ static FMErrorCode run(void)
   FMDistTopo topo;
   FMDistChunks ch;
   double simt = -1, *vn = NULL, *vr = NULL, *vx = NULL;
+  FMDistCommInfo *cis = NULL;
   int n;
   FMCall(sim_options(&o));
   n = o.steps > 0 ? o.steps : 1;
@@ -420,6 +527,7 @@ static FMErrorCode run(void)
   FMCall(FMCalloc((size_t)n * (NPH + 1), &vn));
   FMCall(FMCalloc((size_t)n * (NPH + 1), &vr));
   FMCall(FMCalloc((size_t)n * 2, &vx));
+  FMCall(FMCalloc((size_t)n, &cis));
   for (int s = 0; s < n; s++) {
     FMMask mask;
     FMMaskDesc m;
@@ -435,10 +543,10 @@ static FMErrorCode run(void)
              o.dts, ch.nchunks, ch.chunk, ch.kchunk, o.prune ? "on" : "off");
       if (o.table) FMCall(sim_table(&o, &m, &topo, &simt));
     }
-    FMCall(rank_work(&o, &m, &topo, 0, vn + (size_t)s * (NPH + 1), vx + 2 * (size_t)s));
+    FMCall(rank_work(&o, &m, &topo, 0, vn + (size_t)s * (NPH + 1), vx + 2 * (size_t)s, cis + s));
     vn[(size_t)s * (NPH + 1) + NPH] = tmask;
     if (o.ref) {
-      FMCall(rank_work(&o, &m, &topo, 1, vr + (size_t)s * (NPH + 1), NULL));
+      FMCall(rank_work(&o, &m, &topo, 1, vr + (size_t)s * (NPH + 1), NULL, NULL));
       vr[(size_t)s * (NPH + 1) + NPH] = tmask;
     }
     if (o.steps > 0 && (o.P >= 256 || n >= 50))
@@ -449,7 +557,8 @@ static FMErrorCode run(void)
   printf("\n");
   FMCall(report(&o, &ch, o.comm ? "comm" : "fast", vn, n, simt, o.steps > 0 ? vx : NULL)); /* comm: -balance_comm 1, the comm-aware balancer */
   if (o.ref) FMCall(report(&o, &ch, "reference", vr, n, simt, NULL));
-  free(vn); free(vr); free(vx);
+  if (o.comm) FMCall(report_comm(cis, n));
+  free(vn); free(vr); free(vx); free(cis);
   FMCall(FMDistTopoDestroy(&topo));
   FMCall(FMContextDestroy(&ctx));
   return FM_SUCCESS;

@@ -406,7 +406,9 @@ FMErrorCode FMDistChunkVisDestroy(FMDistChunkVis *v);
 
 /*
  * FMDistCommRecv - recv[2][P] of the given owner[] on route `type` (as FMDistRouteBuild +
- *   FMDistRouteRecv on the visibility's needed sets, pruned), O(v->size + P + chunks).
+ *   FMDistRouteRecv on the visibility's needed sets, pruned), O(v->size + P + chunks); when
+ *   every node has one size and every chunk whole bytes, by a sweep over the key chunks in
+ *   O(chunks x node size + spans + the spans' changes), the same sums bit for bit (cost.c).
  *   scratch: [P + nnodes] ints.
  */
 void FMDistCommRecv(const FMDistChunkVis *v, const FMDistTopo *t, FMDistRouteType type, const int *owner, const double *cbytes, int *scratch,
@@ -476,6 +478,50 @@ typedef struct {
    FM_ERR_ARG_WRONG for another type). Not collective. */
 FMErrorCode FMDistGetStats(FMPlan plan, FMDistStats *stats);
 
+/* ---------------- the needs' sparse transpose (needed.c; its route: route.c) ---------------- */
+/*
+ * What a rank must know about the other ranks' needed sets to build its own transfers
+ * (FMDistRouteBuildRank's), without the [nranks][nchunks] matrix: for each chunk it owns,
+ * every rank that needs it; for each chunk it relays (hierarchical route: owned on another
+ * node, by a rank whose local index maps to this rank, modulo its node size), the ranks of its
+ * node that need it. CSR by chunk: the needers of c are rank[start[c] .. start[c + 1] - 1],
+ * ascending, never the rank itself (its own needs are its needed[]). O(nchunks + entries).
+ */
+typedef struct {
+  int nchunks, n;
+  int *start;  /* [nchunks + 1] */
+  int *rank;   /* [n] */
+} FMDistNeeders;
+
+/*
+ * FMDistNeedsSend - what rank tells the others about its needed[] [nchunks]: each needed chunk
+ *   it does not own goes to the owner and, hierarchical route, to the chunk's relay on the
+ *   rank's node when that relay is another rank. count [nranks] out (chunks per destination);
+ *   *list (allocated, free()) the chunk indices by destination, each destination's ascending;
+ *   *total its length. The send side of MPI_Alltoall (counts) + MPI_Alltoallv (lists).
+ */
+FMErrorCode FMDistNeedsSend(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part, const unsigned char *needed, int rank,
+                            int *count, int **list, int *total);
+/*
+ * FMDistNeedersFromRecv - the needers from what arrived: rcount [nranks] chunks from each
+ *   source rank, rlist their chunk indices by source (sources ascending).
+ */
+FMErrorCode FMDistNeedersFromRecv(int nchunks, int nranks, const int *rcount, const int *rlist, FMDistNeeders *nd);
+/*
+ * FMDistNeedersFromMatrix - the needers of rank from every rank's needed [nranks][nchunks]:
+ *   what FMDistNeedsSend of every rank followed by FMDistNeedersFromRecv gives (fmplan-sim and
+ *   the tests; O(chunks x node size + own chunks x nranks)).
+ */
+FMErrorCode FMDistNeedersFromMatrix(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part, const unsigned char *needed, int rank,
+                                    FMDistNeeders *nd);
+FMErrorCode FMDistNeedersDestroy(FMDistNeeders *nd);
+/*
+ * FMDistRouteBuildRankSparse - FMDistRouteBuildRank from rank's own needed [nchunks] and its
+ *   needers: the same transfers in the same order, in O(chunks + own chunks x nranks + entries)
+ *   time and O(nranks) scratch.
+ */
+FMErrorCode FMDistRouteBuildRankSparse(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part, const unsigned char *needed,
+                                       const FMDistNeeders *nd, const double *bytes, int rank, FMDistRoute *route);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include <flashmask/private/fmdist.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 
 #ifndef FM_COMM_BUDGET
 #define FM_COMM_BUDGET (1L << 21) /* visibility entries the refinement may touch (about 2 ms on one core) */
@@ -68,7 +69,8 @@ cleanup:
  * see key chunk k). Partners are the next `window` ranks in node order; a few sweeps.
  */
 typedef struct {
-  int C, N, *knode, *cnt, *vto, *vt; /* vt[vto[q] .. vto[q + 1]): the key chunks query chunk q sees */
+  int C, N, *knode, *cnt, *vto;    /* vto[q + 1] - vto[q]: the number of key chunks query chunk q sees */
+  int *vs, *vl; FMDistSpan *vk;     /* they are the runs vk[vs[q] .. vs[q] + vl[q]) (rows may share runs) */
   const double *b;
   double inter;
   long budget;   /* work units left (visibility entries touched): the same bounded work on every rank */
@@ -80,11 +82,11 @@ static void move_chunk(Swap *S, int q, int A, int B)
   S->inter += S->b[q] * ((ca[q] > 0) - (cb[q] > 0)); /* q's K/V now leaves from B */
   S->knode[q] = B;
   S->budget -= 1 + S->vto[q + 1] - S->vto[q];
-  for (int i = S->vto[q]; i < S->vto[q + 1]; i++) {
-    int k = S->vt[i];
-    if (--ca[k] == 0 && S->knode[k] != A) S->inter -= S->b[k];
-    if (cb[k]++ == 0 && S->knode[k] != B) S->inter += S->b[k];
-  }
+  for (int i = S->vs[q]; i < S->vs[q] + S->vl[q]; i++)
+    for (int k = S->vk[i].lo; k < S->vk[i].hi; k++) {
+      if (--ca[k] == 0 && S->knode[k] != A) S->inter -= S->b[k];
+      if (cb[k]++ == 0 && S->knode[k] != B) S->inter += S->b[k];
+    }
 }
 
 /* the change of the bytes across nodes if rank x's chunks (on node A) moved to node B; S unchanged */
@@ -223,24 +225,34 @@ static void swap_load(Swap *S, const FMDistTopo *t, const FMDistChunkVis *v, con
   memset(S->cnt, 0, sizeof(int) * (size_t)S->N * n);
   for (int c = 0; c < n; c++) {
     int *cn = S->cnt + (size_t)S->knode[c] * n;
-    for (int i = S->vto[c]; i < S->vto[c + 1]; i++) {
-      int k = S->vt[i];
-      if (cn[k]++ == 0 && S->knode[k] != S->knode[c]) S->inter += S->b[k];
-    }
+    for (int i = S->vs[c]; i < S->vs[c] + S->vl[c]; i++)
+      for (int k = S->vk[i].lo; k < S->vk[i].hi; k++)
+        if (cn[k]++ == 0 && S->knode[k] != S->knode[c]) S->inter += S->b[k];
   }
 }
 
 /*
- * The rows of the visibility's transpose, vt[vto[q] .. vto[q + 1]) = the key chunks query chunk q
- * sees (vto given), by a sweep over q: the spans covering q kept in an array (added at their
- * start, swapped out at their end), each row one copy of it, so the writes are sequential.
- * The order within a row is the sweep's; its users only count and add whole byte numbers.
+ * The rows of the visibility's transpose, as runs of consecutive key chunks: row q (the key
+ * chunks whose spans hold query chunk q) is vk[vs[q] .. vs[q] + vl[q]), ascending. A sweep
+ * over q keeps the key chunks of the spans covering q in a bitmap (a key chunk's spans are
+ * disjoint, so one bit each), set at a span's start and cleared at its end; a row whose bitmap
+ * did not change since the last row shares that row's runs. So the transpose costs the bitmap
+ * scans of the rows that change (under document masks, one per document, or one per query chunk
+ * under causal ones, each n / 64 words) and its runs, not the visibility's size. Its users
+ * only count and add whole byte numbers, so the order of a row does not matter.
  */
-static FMErrorCode transpose_fill(const FMDistChunkVis *v, int n, const int *vto, int *vt)
+static FMErrorCode transpose_runs(const FMDistChunkVis *v, int n, Swap *S)
 {
-  int ns = v->nspan, *buf, *soff, *eoff, *sl, *el, *actk, *acts, *pos, *spk, na = 0;
-  FMCall(FMCalloc(2 * ((size_t)n + 2) + 6 * (size_t)ns + 1, &buf));
-  soff = buf; eoff = soff + n + 2; sl = eoff + n + 2; el = sl + ns; actk = el + ns; acts = actk + ns; pos = acts + ns; spk = pos + ns;
+  int ns = v->nspan, nw = (n + 63) / 64, *buf, *soff, *eoff, *sl, *el, *spk, nr = 0, cap = 2 * n + 16;
+  uint64_t *bits = NULL;
+  FMDistSpan *runs = NULL;
+  FMErrorCode ierr = FM_SUCCESS;
+  FMCall(FMCalloc(2 * ((size_t)n + 2) + 3 * (size_t)ns + 1, &buf));
+  soff = buf; eoff = soff + n + 2; sl = eoff + n + 2; el = sl + ns; spk = el + ns;
+  FMCallGoto(FMCalloc((size_t)nw + 1, &bits));
+  FMCallGoto(FMMalloc(cap, &runs));
+  FMCallGoto(FMMalloc(n + 1, &S->vs));
+  FMCallGoto(FMMalloc(n + 1, &S->vl));
   for (int i = 0; i < ns; i++) { soff[v->q[i].lo + 1]++; eoff[v->q[i].hi + 1]++; }
   for (int q = 0; q <= n; q++) { soff[q + 1] += soff[q]; eoff[q + 1] += eoff[q]; }
   for (int k = 0; k < n; k++)
@@ -248,20 +260,54 @@ static FMErrorCode transpose_fill(const FMDistChunkVis *v, int n, const int *vto
   for (int q = n; q > 0; q--) { soff[q] = soff[q - 1]; eoff[q] = eoff[q - 1]; } /* back to the bucket starts */
   soff[0] = eoff[0] = 0;
   for (int q = 0; q < n; q++) {
+    int changed = q == 0;
     for (int e = eoff[q]; e < eoff[q + 1]; e++) { /* spans ending at q out */
-      int i = el[e], p = pos[i];
+      int i = el[e];
       if (v->q[i].lo >= v->q[i].hi) continue;
-      na--; actk[p] = actk[na]; acts[p] = acts[na]; pos[acts[p]] = p;
+      bits[spk[i] >> 6] &= ~((uint64_t)1 << (spk[i] & 63)); changed = 1;
     }
     for (int e = soff[q]; e < soff[q + 1]; e++) { /* spans starting at q in */
       int i = sl[e];
       if (v->q[i].lo >= v->q[i].hi) continue;
-      actk[na] = spk[i]; acts[na] = i; pos[i] = na++;
+      bits[spk[i] >> 6] |= (uint64_t)1 << (spk[i] & 63); changed = 1;
     }
-    memcpy(vt + vto[q], actk, sizeof(int) * (size_t)na);
+    if (!changed) { S->vs[q] = S->vs[q - 1]; S->vl[q] = S->vl[q - 1]; continue; }
+    S->vs[q] = nr;
+    for (int wi = 0, in = 0, lo = 0; wi <= nw; wi++) { /* runs of ones; wi == nw closes the last one */
+      uint64_t x = wi < nw ? bits[wi] : 0;
+      for (int pos = 0; pos < 64;) {
+        uint64_t m = (in ? ~x : x) & (pos ? ~(((uint64_t)1 << pos) - 1) : ~(uint64_t)0); /* the next change at or after pos */
+        int b;
+        if (!m) break;
+        b = __builtin_ctzll(m);
+        if (!in) { lo = wi * 64 + b; in = 1; }
+        else {
+          if (nr == cap) {
+            FMDistSpan *t2 = (FMDistSpan *)realloc(runs, sizeof(*runs) * 2 * (size_t)cap);
+            FMCheckGoto(t2 != NULL, MPI_COMM_SELF, FM_ERR_MEM, "Out of memory for %d visibility runs", 2 * cap);
+            runs = t2; cap *= 2;
+          }
+          runs[nr].lo = lo; runs[nr].hi = wi * 64 + b; nr++;
+          in = 0;
+        }
+        pos = b + 1;
+      }
+    }
+    S->vl[q] = nr - S->vs[q];
   }
-  free(buf);
-  return FM_SUCCESS;
+  S->vk = runs; runs = NULL;
+cleanup:
+  free(buf); free(bits); free(runs);
+  return ierr;
+}
+
+/* the bytes across nodes of owner on the hierarchical route; recv [2P], scratch [P + nnodes] */
+static double start_inter(const FMDistChunkVis *v, const FMDistTopo *t, const double *cbytes, const int *owner, double *recv, int *scratch)
+{
+  double x = 0;
+  FMDistCommRecv(v, t, FM_DIST_ROUTE_HIER, owner, cbytes, scratch, recv);
+  for (int r = 0; r < t->nranks; r++) x += recv[t->nranks + r];
+  return x;
 }
 
 /*
@@ -273,35 +319,38 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
                           int64_t *load, const int *base, int *owner)
 {
   Swap S;
-  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL, *pre = NULL, best = -1;
-  double ib;
+  int P = t->nranks, *head = NULL, *next = NULL, *head2 = NULL, *trial = NULL, *pre = NULL, *scratch = NULL;
+  double ib, *recv = NULL;
   FMErrorCode ierr = FM_SUCCESS;
   memset(&S, 0, sizeof(S));
   S.C = n; S.N = t->nnodes; S.b = cbytes; S.budget = FM_COMM_BUDGET / 2;
   FMCallGoto(FMMalloc(n, &S.knode));
   FMCallGoto(FMMalloc((size_t)S.N * n, &S.cnt));
   FMCallGoto(FMCalloc((size_t)n + 2, &S.vto));
-  FMCallGoto(FMMalloc((size_t)v->size + 1, &S.vt));
   FMCallGoto(FMMalloc(P, &head));
   FMCallGoto(FMMalloc(n, &next));
   FMCallGoto(FMMalloc((size_t)t->nnodes + 1, &head2));
   FMCallGoto(FMMalloc(n, &trial));
   FMCallGoto(FMMalloc((size_t)n + 1, &pre));
+  FMCallGoto(FMMalloc(2 * (size_t)P, &recv));
+  FMCallGoto(FMMalloc((size_t)P + t->nnodes, &scratch));
   /* the transpose of the visibility, by query chunk */
   for (int i = 0; i < v->nspan; i++) { S.vto[v->q[i].lo + 1]++; S.vto[v->q[i].hi + 1]--; } /* counts by differences */
   for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
   for (int q = 0; q < n; q++) S.vto[q + 1] += S.vto[q];
-  FMCallGoto(transpose_fill(v, n, S.vto, S.vt));
-  /* the start: base, or its bins ordered by their mean or their median chunk, whichever moves least across nodes */
-  swap_load(&S, t, v, base, pre);
-  ib = S.inter;
+  FMCallGoto(transpose_runs(v, n, &S));
+  /* the start: base, or its bins ordered by their mean or their median chunk, whichever moves
+     least across nodes (the hierarchical route's receives across nodes, FMDistCommRecv: the
+     same whole-byte sum as swap_load's, without the node counts), then loaded into S */
+  ib = start_inter(v, t, cbytes, base, recv, scratch);
   memcpy(owner, base, sizeof(int) * (size_t)n);
   for (int med = 0; med < 2; med++) {
+    double x;
     FMCallGoto(bin_permute(n, w, t, med, base, trial));
-    swap_load(&S, t, v, trial, pre);
-    if (S.inter < ib) { ib = S.inter; memcpy(owner, trial, sizeof(int) * (size_t)n); best = med; }
+    x = start_inter(v, t, cbytes, trial, recv, scratch);
+    if (x < ib) { ib = x; memcpy(owner, trial, sizeof(int) * (size_t)n); }
   }
-  if (best != 1) swap_load(&S, t, v, owner, pre); /* S holds the last start loaded */
+  swap_load(&S, t, v, owner, pre);
   for (int r = 0; r < P; r++) head[r] = -1;
   for (int c = n - 1; c >= 0; c--) { next[c] = head[owner[c]]; head[owner[c]] = c; }
   FMCallGoto(swap_sweeps(&S, t, head, next, owner));
@@ -310,7 +359,7 @@ static FMErrorCode refine(const FMDistChunkVis *v, int n, const int64_t *w, cons
   for (int c = 0; c < n; c++) load[owner[c]] += w[c];
   chunk_moves(&S, w, t, cap, load, owner, next, head2);
 cleanup:
-  free(S.knode); free(S.cnt); free(S.vto); free(S.vt); free(head); free(next); free(head2); free(trial); free(pre);
+  free(S.knode); free(S.cnt); free(S.vto); free(S.vs); free(S.vl); free(S.vk); free(head); free(next); free(head2); free(trial); free(pre); free(recv); free(scratch);
   return ierr;
 }
 

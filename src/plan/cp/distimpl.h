@@ -63,7 +63,8 @@ typedef struct {
   FMDistBalanceInfo binfo;
   int64_t *w;
   FMDistTopo topo;
-  unsigned char *needed;  /* [P][C] */
+  unsigned char *myneed;  /* [C] the chunks this rank's queries need (FMDistNeededRank) */
+  FMDistNeeders nd;       /* who needs the chunks this rank owns or relays (the needs' sparse transpose, setup.c) */
   double *cbytes;         /* [C] */
   FMDistRoute route;
   int nkeys, *keys;       /* local key positions */

@@ -99,7 +99,7 @@ void FMDistExecFree_Private(FMDistExec *e)
 
 int FMDistExecNeeds_Private(const FMDistExec *e, int c)
 {
-  return e->d->needed[(size_t)e->plan->ctx->rank * e->d->ch.nchunks + c] && FMDistChunkLen_Private(e->d, c) > 0 && e->plan->nlocal > 0;
+  return e->d->myneed[c] && FMDistChunkLen_Private(e->d, c) > 0 && e->plan->nlocal > 0;
 }
 
 /* FlashMask-convention forward flops of p (the trace's compute events): 4 d per (row, key) pair

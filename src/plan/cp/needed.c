@@ -1,7 +1,8 @@
 /*
  * needed.c - the K/V chunks a rank's queries can see, from its localized bounds. A chunk
  * none of whose columns is visible to any local row (under any mask head) is never
- * transferred.
+ * transferred. Also the needs' sparse transpose: what a rank tells the owners and relays
+ * of the chunks it needs, and the needers a rank builds its transfers from (FMDistNeeders).
  */
 #include <flashmask/private/fmdist.h>
 #include <stdlib.h>
@@ -225,4 +226,113 @@ double FMDistChunkBytes(const FMDistChunks *ch, int c, int batch, int heads_kv, 
   int k0, k1;
   FMDistChunkKeys(ch, c, &k0, &k1);
   return 2.0 * batch * (double)(k1 - k0) * heads_kv * head_dim * (double)elsize;
+}
+
+/* ---------------- the needs' sparse transpose ---------------- */
+/* The relay on node n of a chunk owned by o (hierarchical route; n is not o's node). */
+static inline int relay_of(const FMDistTopo *t, int o, int n) { return t->nranks_of[t->nfirst[n] + t->local[o] % t->nsize[n]]; }
+
+/* The (at most two) ranks rank tells that it needs chunk c (owned by another rank). */
+static int need_dests(FMDistRouteType type, const FMDistTopo *t, int o, int rank, int *dst)
+{
+  int nd = 0, mn = t->node[rank];
+  dst[nd++] = o;
+  if (type == FM_DIST_ROUTE_HIER && t->node[o] != mn) {
+    int relay = relay_of(t, o, mn);
+    if (relay != rank) dst[nd++] = relay;
+  }
+  return nd;
+}
+
+FMErrorCode FMDistNeedsSend(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part, const unsigned char *needed, int rank,
+                            int *count, int **list, int *total)
+{
+  int C = part->nchunks, P = part->nranks, *pos, n = 0, dst[2];
+  *list = NULL; *total = 0;
+  FMCheck(t->nranks == P, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Topology has %d ranks, partition %d", t->nranks, P);
+  for (int r = 0; r < P; r++) count[r] = 0;
+  for (int c = 0; c < C; c++)
+    if (needed[c] && part->owner[c] != rank) {
+      int k = need_dests(type, t, part->owner[c], rank, dst);
+      for (int i = 0; i < k; i++) count[dst[i]]++;
+      n += k;
+    }
+  FMCall(FMMalloc(n + 1, list));
+  if (FMMalloc(P + 1, &pos)) { FMFree(*list); FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Out of memory for the needs of %d ranks", P); }
+  pos[0] = 0;
+  for (int r = 0; r < P; r++) pos[r + 1] = pos[r] + count[r];
+  for (int c = 0; c < C; c++)
+    if (needed[c] && part->owner[c] != rank) {
+      int k = need_dests(type, t, part->owner[c], rank, dst);
+      for (int i = 0; i < k; i++) (*list)[pos[dst[i]]++] = c;
+    }
+  free(pos);
+  *total = n;
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistNeedersFromRecv(int nchunks, int nranks, const int *rcount, const int *rlist, FMDistNeeders *nd)
+{
+  int n = 0, *fill;
+  memset(nd, 0, sizeof(*nd));
+  for (int s = 0; s < nranks; s++) n += rcount[s];
+  for (int k = 0; k < n; k++)
+    FMCheck(rlist[k] >= 0 && rlist[k] < nchunks, MPI_COMM_SELF, FM_ERR_LIB, "A needed chunk %d arrived; expected 0..%d", rlist[k], nchunks - 1);
+  nd->nchunks = nchunks;
+  nd->n = n;
+  FMCall(FMCalloc((size_t)nchunks + 1, &nd->start));
+  FMCall(FMMalloc(n + 1, &nd->rank));
+  for (int k = 0; k < n; k++) nd->start[rlist[k] + 1]++;
+  for (int c = 0; c < nchunks; c++) nd->start[c + 1] += nd->start[c];
+  FMCall(FMMalloc((size_t)nchunks + 1, &fill));
+  memcpy(fill, nd->start, sizeof(int) * ((size_t)nchunks + 1));
+  for (int s = 0, k = 0; s < nranks; s++) /* sources ascending: each chunk's needers come out sorted */
+    for (int i = 0; i < rcount[s]; i++, k++) nd->rank[fill[rlist[k]]++] = s;
+  free(fill);
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistNeedersFromMatrix(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part, const unsigned char *needed, int rank,
+                                    FMDistNeeders *nd)
+{
+  int C = part->nchunks, P = part->nranks, mn = t->node[rank], dst[2];
+  const int *mk = t->nranks_of + t->nfirst[mn];
+  memset(nd, 0, sizeof(*nd));
+  FMCheck(t->nranks == P, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Topology has %d ranks, partition %d", t->nranks, P);
+  FMCheck(rank >= 0 && rank < P, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "rank %d; expected 0..%d", rank, P - 1);
+  nd->nchunks = C;
+  FMCall(FMCalloc((size_t)C + 1, &nd->start));
+  for (int pass = 0; pass < 2; pass++) { /* count, then fill */
+    int n = 0;
+    for (int c = 0; c < C; c++) {
+      int o = part->owner[c], lo = 0, hi = 0;
+      const int *cand = NULL;
+      if (o == rank) { lo = 0; hi = P; }
+      else if (type == FM_DIST_ROUTE_HIER && t->node[o] != mn && relay_of(t, o, mn) == rank) { cand = mk; hi = t->nsize[mn]; }
+      for (int i = lo; i < hi; i++) {
+        int r = cand ? cand[i] : i, k, hit = 0;
+        if (r == rank || r == o || !needed[(size_t)r * C + c]) continue;
+        k = need_dests(type, t, o, r, dst);
+        for (int j = 0; j < k; j++) hit |= dst[j] == rank;
+        if (!hit) continue;
+        if (pass) nd->rank[n] = r;
+        n++;
+      }
+      if (!pass) nd->start[c + 1] = n;
+    }
+    if (!pass) { nd->n = n; FMCall(FMMalloc(n + 1, &nd->rank)); }
+  }
+  /* node ranks are by local index, not by rank: sort each chunk's few needers */
+  for (int c = 0; c < C; c++)
+    for (int a = nd->start[c] + 1; a < nd->start[c + 1]; a++)
+      for (int b = a; b > nd->start[c] && nd->rank[b - 1] > nd->rank[b]; b--) { int x = nd->rank[b]; nd->rank[b] = nd->rank[b - 1]; nd->rank[b - 1] = x; }
+  return FM_SUCCESS;
+}
+
+FMErrorCode FMDistNeedersDestroy(FMDistNeeders *nd)
+{
+  if (!nd) return FM_SUCCESS;
+  FMFree(nd->start); FMFree(nd->rank);
+  nd->n = nd->nchunks = 0;
+  return FM_SUCCESS;
 }

@@ -132,55 +132,79 @@ FMErrorCode FMDistRouteDestroy(FMDistRoute *rt)
 
 /*
  * FMDistRouteBuildRank - the transfers of FMDistRouteBuild whose source or destination is
- * `rank`, in the same order, without building the others: a rank looks at its own node's
- * needs for the chunks it does not own (O(chunks x node size)) and at every rank's needs only
- * for the chunks it owns (O(own chunks x P)). bytes[], needed_bytes and allgather_bytes count
- * the rank's own transfers and needs only (the received and remote chunks).
+ * `rank`, in the same order, without building the others: the needers of rank (those of its
+ * own chunks and of the chunks it relays, FMDistNeedersFromMatrix) and its own row, through
+ * FMDistRouteBuildRankSparse. bytes[], needed_bytes and allgather_bytes count the rank's own
+ * transfers and needs only (the received and remote chunks).
  */
 FMErrorCode FMDistRouteBuildRank(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part, const unsigned char *needed,
                                  const double *bytes, int rank, FMDistRoute *rt)
 {
+  FMDistNeeders nd;
+  FMErrorCode ierr;
+  memset(rt, 0, sizeof(*rt));
+  FMCall(FMDistNeedersFromMatrix(type, t, part, needed, rank, &nd));
+  ierr = FMDistRouteBuildRankSparse(type, t, part, needed + (size_t)rank * part->nchunks, &nd, bytes, rank, rt);
+  FMDistNeedersDestroy(&nd);
+  FMCall(ierr);
+  return FM_SUCCESS;
+}
+
+/*
+ * FMDistRouteBuildRankSparse - FMDistRouteBuild's logic for one rank, with NEED(r) read from a
+ * scratch mark[P] that holds, while chunk c is handled, the needers the rank knows of
+ * (all of them for an owned chunk, its node's for a relayed one) and its own need. The other
+ * ranks' needs are never asked for: a rank that neither owns nor relays c acts only on its own.
+ */
+FMErrorCode FMDistRouteBuildRankSparse(FMDistRouteType type, const FMDistTopo *t, const FMDistPartition *part, const unsigned char *needed,
+                                       const FMDistNeeders *nd, const double *bytes, int rank, FMDistRoute *rt)
+{
   int C = part->nchunks, P = part->nranks, cap = 0, mn;
-  const int *mk;
+  unsigned char *mark;
+  FMErrorCode ierr = FM_SUCCESS;
   memset(rt, 0, sizeof(*rt));
   FMCheck(t->nranks == P, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Topology has %d ranks, partition %d", t->nranks, P);
   FMCheck(rank >= 0 && rank < P, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "rank %d; expected 0..%d", rank, P - 1);
+  FMCheck(nd->nchunks == C, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "Needers of %d chunks, partition of %d", nd->nchunks, C);
   mn = t->node[rank];
-  mk = t->nranks_of + t->nfirst[mn];
-#define NEED(r) needed[(size_t)(r) * C + c]
-  for (int c = 0; c < C; c++) {
+  FMCall(FMCalloc(P, &mark));
+#define NEED(r) mark[r]
+  for (int c = 0; c < C && !ierr; c++) {
     int o = part->owner[c], on = t->node[o];
     double b = bytes ? bytes[c] : 1.0;
     if (b <= 0) continue;
     if (o != rank) {
       rt->allgather_bytes += b;
-      if (NEED(rank)) rt->needed_bytes += b;
+      if (needed[c]) rt->needed_bytes += b;
     }
+    for (int k = nd->start[c]; k < nd->start[c + 1]; k++) mark[nd->rank[k]] = 1;
+    mark[rank] = needed[c];
     if (type == FM_DIST_ROUTE_FLAT) {
       if (o == rank) {
-        for (int r = 0; r < P; r++)
-          if (r != o && NEED(r)) FMCall(push(rt, &cap, c, o, r, t->node[r] != on, 0, b));
-      } else if (NEED(rank)) FMCall(push(rt, &cap, c, o, rank, mn != on, 0, b));
-      continue;
-    }
-    for (int n = 0; n < t->nnodes; n++) {
-      const int *rk = t->nranks_of + t->nfirst[n];
-      int any = 0, relay;
-      if (n != mn && o != rank) continue; /* only the owner acts on other nodes */
-      if (n == on) {
-        for (int l = 0; l < t->nsize[n]; l++)
-          if (rk[l] != o && NEED(rk[l]) && (o == rank || rk[l] == rank)) FMCall(push(rt, &cap, c, o, rk[l], 0, 0, b));
-        continue;
+        for (int r = 0; r < P && !ierr; r++)
+          if (r != o && NEED(r)) ierr = push(rt, &cap, c, o, r, t->node[r] != on, 0, b);
+      } else if (NEED(rank)) ierr = push(rt, &cap, c, o, rank, mn != on, 0, b);
+    } else
+      for (int n = o == rank ? 0 : mn; n < (o == rank ? t->nnodes : mn + 1) && !ierr; n++) { /* only the owner acts on other nodes */
+        const int *rk = t->nranks_of + t->nfirst[n];
+        int any = 0, relay;
+        if (n == on) {
+          for (int l = 0; l < t->nsize[n] && !ierr; l++)
+            if (rk[l] != o && NEED(rk[l]) && (o == rank || rk[l] == rank)) ierr = push(rt, &cap, c, o, rk[l], 0, 0, b);
+          continue;
+        }
+        for (int l = 0; l < t->nsize[n] && !any; l++) any |= NEED(rk[l]);
+        if (!any) continue;
+        relay = rk[t->local[o] % t->nsize[n]];
+        if (o == rank || relay == rank) ierr = push(rt, &cap, c, o, relay, 1, 0, b);
+        for (int l = 0; l < t->nsize[n] && !ierr; l++)
+          if (rk[l] != relay && NEED(rk[l]) && (relay == rank || rk[l] == rank)) ierr = push(rt, &cap, c, relay, rk[l], 0, 1, b);
       }
-      for (int l = 0; l < t->nsize[n]; l++) any |= NEED(rk[l]);
-      if (!any) continue;
-      relay = rk[t->local[o] % t->nsize[n]];
-      if (o == rank || relay == rank) FMCall(push(rt, &cap, c, o, relay, 1, 0, b));
-      for (int l = 0; l < t->nsize[n]; l++)
-        if (rk[l] != relay && NEED(rk[l]) && (relay == rank || rk[l] == rank)) FMCall(push(rt, &cap, c, relay, rk[l], 0, 1, b));
-    }
+    for (int k = nd->start[c]; k < nd->start[c + 1]; k++) mark[nd->rank[k]] = 0;
+    mark[rank] = 0;
   }
 #undef NEED
-  (void)mk;
+  free(mark);
+  FMCall(ierr);
   return FM_SUCCESS;
 }

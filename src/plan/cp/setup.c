@@ -51,7 +51,8 @@ static FMErrorCode dist_clear_bounds(FMDist *d)
 {
   FMCall(FMDistPartitionDestroy(&d->part));
   FMCall(FMDistRouteDestroy(&d->route));
-  FMFree(d->w); FMFree(d->needed); FMFree(d->keys); FMFree(d->kofs); FMFree(d->in); FMFree(d->out); FMFree(d->parent);
+  FMCall(FMDistNeedersDestroy(&d->nd));
+  FMFree(d->w); FMFree(d->myneed); FMFree(d->keys); FMFree(d->kofs); FMFree(d->in); FMFree(d->out); FMFree(d->parent);
   FMFree(d->rbytes); FMFree(d->boff);
   memset(&d->binfo, 0, sizeof(d->binfo));
   d->nkeys = d->nin = d->nout = 0;
@@ -152,11 +153,43 @@ static FMErrorCode setup_bounds(FMPlan plan, FMDist *d, const FMMaskDesc *m, uns
   return FM_SUCCESS;
 }
 
+/*
+ * The needs' sparse transpose (doc/distributed.md, "Plan memory"): each rank tells the owner
+ * of every chunk it needs and, on the hierarchical route, that chunk's relay on its node
+ * (FMDistNeedsSend): counts by MPI_Alltoall, chunk lists by MPI_Alltoallv. What arrives are
+ * the needers this rank routes for (d->nd). O(P + chunks + entries) memory per rank, where
+ * the all-gather of every rank's needed set it replaces held P x chunks. Collective; agreed.
+ */
+static FMErrorCode exchange_needs(FMPlan plan, FMDist *d)
+{
+  MPI_Comm comm = plan->hdr.comm;
+  int P = plan->ctx->size, me = plan->ctx->rank, *cnt = NULL, *slist = NULL, *rlist = NULL, ns = 0, nr = 0;
+  int *sc = NULL, *rc = NULL, *sd = NULL, *rd = NULL;
+  FMErrorCode ierr = FMMalloc(4 * (size_t)P, &cnt);
+  if (!ierr) {
+    sc = cnt; rc = cnt + P; sd = cnt + 2 * P; rd = cnt + 3 * P;
+    ierr = FMDistNeedsSend((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->myneed, me, sc, &slist, &ns);
+  }
+  FMAgreeGoto(comm);
+  FMCallMPIGoto(MPI_Alltoall(sc, 1, MPI_INT, rc, 1, MPI_INT, comm));
+  sd[0] = rd[0] = 0;
+  for (int r = 1; r < P; r++) { sd[r] = sd[r - 1] + sc[r - 1]; rd[r] = rd[r - 1] + rc[r - 1]; }
+  nr = rd[P - 1] + rc[P - 1];
+  ierr = FMMalloc(nr + 1, &rlist);
+  FMAgreeGoto(comm);
+  FMCallMPIGoto(MPI_Alltoallv(slist, sc, sd, MPI_INT, rlist, rc, rd, MPI_INT, comm));
+  ierr = FMDistNeedersFromRecv(d->ch.nchunks, P, rc, rlist, &d->nd);
+  FMAgreeGoto(comm);
+cleanup:
+  free(cnt); free(slist); free(rlist);
+  return ierr;
+}
+
 static FMErrorCode setup_route(FMPlan plan, FMDist *d)
 {
   int me = plan->ctx->rank, C = d->ch.nchunks;
   /* this rank's own transfers only (src or dst = me): what the executors use */
-  FMCall(FMDistRouteBuildRank((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->needed, d->cbytes, me, &d->route));
+  FMCall(FMDistRouteBuildRankSparse((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->myneed, &d->nd, d->cbytes, me, &d->route));
   d->nin = d->nout = 0;
   for (int k = 0; k < d->route.n; k++) {
     d->nin += d->route.x[k].dst == me;
@@ -196,10 +229,10 @@ static FMErrorCode setup_route(FMPlan plan, FMDist *d)
     d->stats.predicted_sent = total - d->rbytes[(me + 1) % P];
   }
   for (int c = 0; c < C; c++) {
-    if (d->needed[(size_t)me * C + c]) d->stats.nneeded++;
+    if (d->myneed[c]) d->stats.nneeded++;
     if (d->part.owner[c] != me && d->cbytes[c] > 0) {
       d->stats.allgather_bytes += d->cbytes[c];
-      if (d->needed[(size_t)me * C + c]) { d->stats.needed_bytes += d->cbytes[c]; d->stats.nremote++; }
+      if (d->myneed[c]) { d->stats.needed_bytes += d->cbytes[c]; d->stats.nremote++; }
     }
   }
   return FM_SUCCESS;
@@ -227,7 +260,6 @@ static FMErrorCode setup_cp(FMPlan plan, FMDist *d, int kept, int *update)
   int P = plan->ctx->size, flag = 0, *tagub = NULL;
   FMMaskDesc m;
   uint64_t sh, mine[2], *all;
-  unsigned char *myneed = NULL;
   FMErrorCode ierr;
 
   *update = 0;
@@ -263,16 +295,9 @@ static FMErrorCode setup_cp(FMPlan plan, FMDist *d, int kept, int *update)
     d->tag_ub = flag && tagub ? *tagub : 32767;
     FMAgree(comm, setup_shape(plan, d, &m));
   }
-  {
-    FMErrorCode loc = FMMalloc(d->ch.nchunks, &myneed);
-    if (!loc) loc = setup_bounds(plan, d, &m, myneed);
-    if (!loc) loc = FMMalloc((size_t)P * d->ch.nchunks, &d->needed);
-    loc = FMAgreeCode(comm, loc);
-    if (loc) { free(myneed); return FMErrorTraceback(__FILE__, __func__, __LINE__, loc); }
-  }
-  ierr = (FMErrorCode)MPI_Allgather(myneed, d->ch.nchunks, MPI_UNSIGNED_CHAR, d->needed, d->ch.nchunks, MPI_UNSIGNED_CHAR, comm);
-  free(myneed);
-  FMCallMPI((int)ierr);
+  FMAgree(comm, FMMalloc(d->ch.nchunks, &d->myneed));
+  FMAgree(comm, setup_bounds(plan, d, &m, d->myneed));
+  FMCall(exchange_needs(plan, d)); /* collective; agrees internally */
   FMAgree(comm, setup_route(plan, d));
 #if FM_HAVE_CUDA
   if (plan->backend == FM_BACKEND_CUDA) FMCall(FMDistSetUpGPU_Private(plan, d, *update)); /* collective; agrees internally */
@@ -329,6 +354,7 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
   int P = plan->ctx->size, C, block = plan->mask->block > 0 ? plan->mask->block : 128;
   int64_t mx;
   double mean, imb, *recv = NULL;
+  unsigned char *need = NULL;
   FMDistRoute full; /* the plan keeps only this rank's transfers; the view shows every rank's */
   FMErrorCode ierr = FM_SUCCESS;
   if (!d) return FM_SUCCESS;
@@ -345,7 +371,10 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
                     (double)d->binfo.dual_max / block, d->binfo.pair_moves, d->binfo.triple_moves));
   FMCall(FMPrintf(comm, fp, "\n"));
   memset(&full, 0, sizeof(full));
-  FMCall(FMDistRouteBuild((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, d->needed, d->cbytes, &full));
+  /* every rank's needed set, for the view only (P x chunks bytes while it prints; the plan keeps its own row) */
+  FMAgree(comm, FMMalloc((size_t)P * C, &need));
+  FMCallMPIGoto(MPI_Allgather(d->myneed, C, MPI_UNSIGNED_CHAR, need, C, MPI_UNSIGNED_CHAR, comm));
+  FMCallGoto(FMDistRouteBuild((FMDistRouteType)d->opt.route_type, &d->topo, &d->part, need, d->cbytes, &full));
   FMCallGoto(FMMalloc(P, &recv));
   for (int r = 0; r < P; r++) recv[r] = 0;
   for (int i = 0; i < full.n; i++) recv[full.x[i].dst] += d->cbytes[full.x[i].chunk];
@@ -357,7 +386,7 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
       FMDistChunkRows(&d->ch, d->part.rchunks[b], &r0, &r1);
       nrows += r1 - r0;
     }
-    for (int c = 0; c < C; c++) nn += d->needed[(size_t)r * C + c];
+    for (int c = 0; c < C; c++) nn += need[(size_t)r * C + c];
     FMCallGoto(FMPrintf(comm, fp, "  %4d %4d %5d %6d %12.1f %3d/%-3d %9.3f\n", r, d->topo.node[r], nrows, d->part.rstart[r + 1] - d->part.rstart[r],
                         (double)d->part.work[r] / block, nn, C, recv[r] / 1048576.0));
   }
@@ -376,6 +405,7 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
 #endif
 cleanup:
   free(recv);
+  free(need);
   FMDistRouteDestroy(&full);
   return ierr;
 }

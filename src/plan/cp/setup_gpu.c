@@ -79,7 +79,7 @@ static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x
 /* Whether a local row can see some key of chunk c. */
 static int sees(FMPlan plan, const FMDist *d, int c)
 {
-  return plan->nlocal > 0 && FMDistChunkKeyLen(&d->ch, c) > 0 && d->needed[(size_t)plan->ctx->rank * d->ch.nchunks + c];
+  return plan->nlocal > 0 && FMDistChunkKeyLen(&d->ch, c) > 0 && d->myneed[c];
 }
 
 static FMErrorCode resolve_transport(FMPlan plan, FMDist *d)

@@ -512,9 +512,8 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
 #if FM_HAVE_CUDA
     FMAttnProblem p;
     FMCall(FMPlanGetProblem_Private(plan, &p));
-    FMCall(FMPrintf(plan->hdr.comm, fp, "  forward path: %s; backward path: %s\n", FMCudaForwardPathName(plan->ctx->gpu_sm),
-                    strcmp(plan->hdr.type_name, FMPLANLOCAL) ? "exact CPU backward, staged through host memory (context parallel)"
-                                                             : FMCudaBackwardPathName(&p)));
+    FMCall(FMPrintf(plan->hdr.comm, fp, "  forward path: %s; backward path: %s%s\n", FMCudaForwardPathName(plan->ctx->gpu_sm),
+                    FMCudaBackwardPathName(&p), strcmp(plan->hdr.type_name, FMPLANLOCAL) ? ", one piece per stage (context parallel)" : ""));
 #endif
   } else FMCall(FMPrintf(plan->hdr.comm, fp, "  forward/backward path: exact CPU (OpenMP, tile skipping)\n"));
   FMCall((*plan->ops->view)(plan, fp));

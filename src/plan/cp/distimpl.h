@@ -95,8 +95,9 @@ static inline size_t FMDistChunkLen_Private(const FMDist *d, int c) { return (si
 /*
  * The "cp" type's ops (the table is filled by FMPlanCreate_CP, setup.c): SetUp_CP is
  * collective and fills plan->nlocal/rows and the FMDist; Forward_CP runs the CPU executor
- * or, on the CUDA backend, the GPU one; Backward_CP the CPU one (device tensors staged
- * through host memory); View_CP prints the partition; Destroy_CP frees the FMDist.
+ * or, on the CUDA backend, the GPU one; Backward_CP likewise (the GPU one in exec_gpu_bwd.c;
+ * staged through host memory only in a build without CUDA kernels); View_CP prints the
+ * partition; Destroy_CP frees the FMDist.
  */
 FMErrorCode FMPlanSetUp_CP(FMPlan plan);
 FMErrorCode FMPlanForward_CP(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
@@ -124,11 +125,18 @@ FMErrorCode FMDistTraceEnd_Private(FMPlan plan, FMDist *d, const char *run, void
  *                           steps and re-upload the stage masks only.
  *   FMDistForwardGPU_Private collective: the distributed forward on device tensors (plan layout),
  *                           asynchronous on the plan's stream with the NCCL transport.
+ *   FMDistBackwardGPU_Private collective (exec_gpu_bwd.c): the backward on device tensors (plan
+ *                           layout): the K/V gathered again as the forward gathers them, one
+ *                           backward piece per stage in the fixed stage order, the dK/dV partials
+ *                           reduced to their owners over the reverse route through pinned host
+ *                           memory and MPI.
  *   FMDistDestroyGPU_Private not collective: free d->gpu.
  *   FMDistViewGPU_Private    not collective: one line about the transport and the steps.
  */
 FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d, int update);
 FMErrorCode FMDistForwardGPU_Private(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
+FMErrorCode FMDistBackwardGPU_Private(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
+                                      const void *dout, void *dq, void *dk, void *dv);
 FMErrorCode FMDistDestroyGPU_Private(FMDist *d);
 FMErrorCode FMDistViewGPU_Private(FMPlan plan, FMDist *d, FILE *fp);
 

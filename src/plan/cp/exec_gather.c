@@ -327,10 +327,8 @@ FMErrorCode FMPlanBackward_CP(FMPlan plan, const void *q, const void *k, const v
 {
   if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
-    /* the GPU backward (exec_gpu_bwd.c, declared in gpuimpl.h) runs every schedule the GPU
-       forward runs: the gather's and the ring's steps (the ring's partials go back along its chains) */
-    extern FMErrorCode FMDistBackwardGPU_Private(FMPlan, const void *, const void *, const void *, const void *, const float *,
-                                                 const void *, void *, void *, void *);
+    /* the GPU backward (exec_gpu_bwd.c) runs every schedule the GPU forward runs: the gather's
+       and the ring's steps (the ring's partials go back along its chains) */
     FMCall(FMDistBackwardGPU_Private(plan, q, k, v, o, lse, dout, dq, dk, dv));
 #else
     FMCall(FMPlanBackwardStaged_Private(plan, ((FMDist *)plan->data)->nkeys, backward_host, q, k, v, o, lse, dout, dq, dk, dv));

@@ -145,15 +145,6 @@ FMErrorCode FMDistGPUTrace_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistG
 FMErrorCode FMDistGPURunFinish_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, const char *run, FMErrorCode ierr);
 
 /*
- * FMDistBackwardGPU_Private (exec_gpu_bwd.c) - collective: the gather backward on device tensors
- *   (plan layout): the K/V gathered again as the forward gathers them, one backward piece per
- *   stage in the fixed stage order, the dK/dV partials reduced to their owners over the reverse
- *   route through pinned host memory and MPI.
- */
-FMErrorCode FMDistBackwardGPU_Private(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
-                                      const void *dout, void *dq, void *dk, void *dv);
-
-/*
  * FMDistGPUMarkLinked_Private (setup_gpu.c) - after FMDistNCCLConnect_Private: record the pairs of
  *   this rank's steps as connected on g->gen (forgetting the others first when fresh = 1, as
  *   after new communicators). Not collective.

@@ -160,10 +160,24 @@ def make_mask_mod(b, causal, Sq, Sk, grp):
     mb, mh = lts.shape[0], lts.shape[1]
     off = Sk - Sq
 
+    # index only by the dimensions that vary: FA4's mask_mod lowering (FlexAttention BACKEND=FLASH)
+    # rejects a constant index ("Expected TensorSSA, but got int")
+    if mb == 1 and mh == 1:
+        v = [x[0, 0].contiguous() for x in b]
+        at = lambda x, bb, h, kv: x[kv]
+    elif mb == 1:
+        v = [x[0].contiguous() for x in b]
+        at = lambda x, bb, h, kv: x[h // grp, kv]
+    elif mh == 1:
+        v = [x[:, 0].contiguous() for x in b]
+        at = lambda x, bb, h, kv: x[bb, kv]
+    else:
+        v = list(b)
+        at = lambda x, bb, h, kv: x[bb, h // grp, kv]
+    l0, l1, u0, u1 = v
+
     def mask_mod(bb, h, q, kv):
-        hh = h // grp if mh > 1 else 0
-        s = bb if mb > 1 else 0  # the sample's own bounds, or the shared ones
-        masked = ((q >= lts[s, hh, kv]) & (q < lte[s, hh, kv])) | ((q >= uts[s, hh, kv]) & (q < ute[s, hh, kv]))
+        masked = ((q >= at(l0, bb, h, kv)) & (q < at(l1, bb, h, kv))) | ((q >= at(u0, bb, h, kv)) & (q < at(u1, bb, h, kv)))
         if causal:
             masked = masked | (kv > q + off)
         return ~masked
@@ -469,6 +483,7 @@ def self_test_hdf5(h5py, np, check):
 
 def main(argv):
     a = parse_args(argv)
+    sys.argv = sys.argv[:1]  # the CuTe DSL (FA4) parses sys.argv itself when it compiles: give it none of ours
     if a.self_test:
         return self_test(a)
     return run(a)

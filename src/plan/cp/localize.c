@@ -1,5 +1,5 @@
 /*
- * localize.c - communication-free mask localization (flashmask-format.md section 4).
+ * localize.c - communication-free mask localization (doc/format.md section 5).
  * A rank owns query chunks c_0 < c_1 < ...; its local rows are their rows in ascending
  * global order. Because every bound is a row index along the query axis, a global bound x
  * becomes the local bound "number of local rows with global index < x", so an interval

@@ -46,6 +46,29 @@ static int fmt_failures;
     }                                                                                \
   } while (0)
 
+/* FMT_CU_ABORT(expr, rank, what): a CUDA runtime call in an MPI test (include cuda_runtime_api.h
+   first); a failure aborts every rank with 99, since a rank left behind in a collective would hang
+   the job. what: a string naming the case (or ""). */
+#define FMT_CU_ABORT(expr, rank, what)                                               \
+  do {                                                                               \
+    cudaError_t fmt_cu_ = (expr);                                                    \
+    if (fmt_cu_ != cudaSuccess) {                                                    \
+      fprintf(stderr, "HARD ERROR %s:%d rank %d%s%s: %s: %s\n", __FILE__, __LINE__, (rank), *(what) ? ", case " : "", (what), \
+              #expr, cudaGetErrorString(fmt_cu_));                                   \
+      MPI_Abort(MPI_COMM_WORLD, 99);                                                 \
+    }                                                                                \
+  } while (0)
+/* FMT_CALL_ABORT(expr, rank, what): the same for a library call. */
+#define FMT_CALL_ABORT(expr, rank, what)                                             \
+  do {                                                                               \
+    FMErrorCode fmt_e_ = (expr);                                                     \
+    if (fmt_e_ != FM_SUCCESS) {                                                      \
+      fprintf(stderr, "HARD ERROR %s:%d rank %d%s%s: %s returned %s\n", __FILE__, __LINE__, (rank), *(what) ? ", case " : "", \
+              (what), #expr, FMErrorString(fmt_e_));                                 \
+      MPI_Abort(MPI_COMM_WORLD, 99);                                                 \
+    }                                                                                \
+  } while (0)
+
 /* Whether the last error message contains s (NULL: anything). */
 static inline int fmt_msg_has(const char *s)
 {

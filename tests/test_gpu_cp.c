@@ -51,22 +51,8 @@ FMT_SKIP_MAIN("built without CUDA")
 static int rank, size;
 
 /* Hard errors abort every rank (99): a rank left behind in a collective would hang the job. */
-#define CU(expr)                                                                     \
-  do {                                                                               \
-    cudaError_t cu_e_ = (expr);                                                      \
-    if (cu_e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "HARD ERROR %s:%d rank %d: %s: %s\n", __FILE__, __LINE__, rank, #expr, cudaGetErrorString(cu_e_)); \
-      MPI_Abort(MPI_COMM_WORLD, 99);                                                 \
-    }                                                                                \
-  } while (0)
-#define CALL(expr)                                                                   \
-  do {                                                                               \
-    FMErrorCode call_e_ = (expr);                                                    \
-    if (call_e_ != FM_SUCCESS) {                                                     \
-      fprintf(stderr, "HARD ERROR %s:%d rank %d, case %s: %s returned %s\n", __FILE__, __LINE__, rank, current, #expr, FMErrorString(call_e_)); \
-      MPI_Abort(MPI_COMM_WORLD, 99);                                                 \
-    }                                                                                \
-  } while (0)
+#define CU(expr) FMT_CU_ABORT(expr, rank, current)
+#define CALL(expr) FMT_CALL_ABORT(expr, rank, current)
 static const char *current = "-"; /* the case and configuration running, for hard-error messages */
 static char current_buf[128];
 

@@ -37,22 +37,8 @@ FMT_SKIP_MAIN("built without CUDA")
 
 static int rank, size;
 
-#define CU(expr)                                                                     \
-  do {                                                                               \
-    cudaError_t cu_e_ = (expr);                                                      \
-    if (cu_e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "HARD ERROR %s:%d rank %d: %s: %s\n", __FILE__, __LINE__, rank, #expr, cudaGetErrorString(cu_e_)); \
-      MPI_Abort(MPI_COMM_WORLD, 99);                                                 \
-    }                                                                                \
-  } while (0)
-#define CALL(expr)                                                                   \
-  do {                                                                               \
-    FMErrorCode call_e_ = (expr);                                                    \
-    if (call_e_ != FM_SUCCESS) {                                                     \
-      fprintf(stderr, "HARD ERROR %s:%d rank %d: %s returned %s\n", __FILE__, __LINE__, rank, #expr, FMErrorString(call_e_)); \
-      MPI_Abort(MPI_COMM_WORLD, 99);                                                 \
-    }                                                                                \
-  } while (0)
+#define CU(expr) FMT_CU_ABORT(expr, rank, "")
+#define CALL(expr) FMT_CALL_ABORT(expr, rank, "")
 
 typedef struct {
   const char *name, *type;

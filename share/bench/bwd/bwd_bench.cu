@@ -453,25 +453,10 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    CK(FMGpuBackward(&p, 0));
-    CK(cudaDeviceSynchronize());
-    std::vector<float> ms;
-    for (int r = 0; r < reps; r++) {
-      CK(cudaEventRecord(e0));
+    /* a warm-up, then the median of reps event-timed calls, sorted into ms */
+    auto time_calls = [&](std::vector<float> &ms) {
       CK(FMGpuBackward(&p, 0));
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const float med = ms[ms.size() / 2];
-    float dmed = 0; /* the deterministic mode's median */
-    if (!only_swa) {
-      std::vector<float> dms;
-      p.deterministic = 1;
-      CK(FMGpuBackward(&p, 0));
+      CK(cudaDeviceSynchronize());
       for (int r = 0; r < reps; r++) {
         CK(cudaEventRecord(e0));
         CK(FMGpuBackward(&p, 0));
@@ -479,10 +464,17 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
         CK(cudaEventSynchronize(e1));
         float t;
         CK(cudaEventElapsedTime(&t, e0, e1));
-        dms.push_back(t);
+        ms.push_back(t);
       }
-      std::sort(dms.begin(), dms.end());
-      dmed = dms[dms.size() / 2];
+      std::sort(ms.begin(), ms.end());
+      return ms[ms.size() / 2];
+    };
+    std::vector<float> ms, dms;
+    const float med = time_calls(ms);
+    float dmed = 0; /* the deterministic mode's median */
+    if (!only_swa) {
+      p.deterministic = 1;
+      dmed = time_calls(dms);
       p.deterministic = 0;
     }
     const double steps = steps_per_block(m) * dm.nblk * H * B;

@@ -115,6 +115,29 @@ FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev)
   return FM_SUCCESS;
 }
 
+/*
+ * FMCudaMaskUpdate - new bounds into a handle of FMCudaMaskUpload with the same sizes, in
+ *   place, ordered on stream after the work queued there (no allocation, no device-wide
+ *   synchronization). Not collective. *done = 0 (nothing changed) when the sizes differ: the
+ *   caller then frees and uploads again.
+ */
+FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *done)
+{
+  cudaError_t e;
+  FMValidPointer(m, 1);
+  FMValidPointer(done, 4);
+  *done = 0;
+  if (!dev) return FM_SUCCESS;
+  for (int v = 0; v < 4; v++)
+    FMCheck(m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Mask bound vector %d is NULL; expected all four set", v);
+  e = FMGpuMaskUpdate((FMGpuMask *)dev, m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->bnd,
+                      (cudaStream_t)stream);
+  if (e == cudaErrorInvalidValue) return FM_SUCCESS;
+  FMCallCUDA(e);
+  *done = 1;
+  return FM_SUCCESS;
+}
+
 /* FMCudaMaskFree - release a handle from FMCudaMaskUpload (NULL is fine). Not collective. */
 FMErrorCode FMCudaMaskFree(void *dev)
 {

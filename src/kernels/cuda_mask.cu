@@ -126,6 +126,24 @@ fail:
   return e;
 }
 
+/* FMGpuMaskUpdate - see fmgpu.cuh. */
+cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal,
+                            const int32_t *const bnd[4], cudaStream_t st)
+{
+  if (!d || d->seqlen_q != seqlen_q || d->seqlen_k != seqlen_k || d->mask_heads != mask_heads ||
+      d->mask_batch != (mask_batch > 1 ? mask_batch : 1) || d->causal != causal)
+    return cudaErrorInvalidValue;
+  const int rows = mask_heads * d->mask_batch;
+  const size_t n = (size_t)rows * seqlen_k;
+  cudaError_t e;
+  /* from pageable host memory the copies return once the host bounds have been read */
+  for (int v = 0; v < 4; v++)
+    if ((e = cudaMemcpyAsync(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess) return e;
+  fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N, 0, st>>>(d->bnd, seqlen_q, seqlen_k, rows, d->nblk, causal, d->packed,
+                                                                  d->sum, d->vis, d->simple);
+  return cudaGetLastError();
+}
+
 /* FMGpuMaskDestroy - free a device copy (NULL is fine). */
 void FMGpuMaskDestroy(FMGpuMask *d)
 {

@@ -87,6 +87,12 @@ typedef struct {
 cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, const int32_t *const bnd[4],
                             FMGpuMask **out);
 void FMGpuMaskDestroy(FMGpuMask *d);
+/* FMGpuMaskUpdate - new bounds into an existing copy of the same sizes (seqlen_q, seqlen_k, mask
+   heads, mask batch, causal; else cudaErrorInvalidValue, nothing changed): the bounds copied and the
+   prepass run on stream st, after the work already queued there (which may still read the old
+   mask); no allocation, no device-wide synchronization. The host bounds may be reused on return. */
+cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal,
+                            const int32_t *const bnd[4], cudaStream_t st);
 
 /* simt/fwd_fallback.cu: the plain SIMT forward (any head dim up to 256, any GPU). */
 cudaError_t FMGpuFallbackForward(const FMGpuFwdParams *p, cudaStream_t stream);

@@ -12,6 +12,8 @@
 
 typedef struct {
   void *gpu;    /* the mask on the device (FMCudaMaskUpload), CUDA backend only */
+  void *gpu_stream; /* the plan's stream when gpu was uploaded: updates in place go through it */
+  int gpu_mixed;    /* a kernel read gpu on another stream since: the next set-up uploads afresh */
   int nkeys;
   int *keys;    /* 0..seqlen_k-1 */
   /* the update path: the layout (rows, keys) depends on the sizes only and is kept while kept = 1
@@ -53,12 +55,20 @@ static FMErrorCode setup_local(FMPlan plan, FMPlanLocal *L, int *update)
           plan->ctx->size, FMPLANLOCAL, FMPLANCP);
   FMCall(FMPlanCheckCUDADType_Private(plan));
 #if FM_HAVE_CUDA
-  if (L->gpu) { FMCall(FMCudaMaskFree(L->gpu)); L->gpu = NULL; }
   if (plan->backend == FM_BACKEND_CUDA) {
     FMAttnProblem p;
+    int done = 0;
     FMCall(FMPlanGetProblem_Private(plan, &p));
-    FMCall(FMCudaMaskUpload(&p.mask, &L->gpu));
-  }
+    /* the same sizes: new bounds into the same device buffers, in order on the plan's stream (the
+       kernels already queued there read the old ones first); else a fresh copy */
+    if (L->gpu && !L->gpu_mixed && plan->stream == L->gpu_stream) FMCall(FMCudaMaskUpdate(&p.mask, L->gpu, plan->stream, &done));
+    if (!done) {
+      if (L->gpu) { FMCall(FMCudaMaskFree(L->gpu)); L->gpu = NULL; }
+      FMCall(FMCudaMaskUpload(&p.mask, &L->gpu));
+      L->gpu_stream = plan->stream;
+      L->gpu_mixed = 0;
+    }
+  } else if (L->gpu) { FMCall(FMCudaMaskFree(L->gpu)); L->gpu = NULL; }
 #else
   FMCheck(plan->backend != FM_BACKEND_CUDA, MPI_COMM_SELF, FM_ERR_SUP, "This build has no CUDA support");
 #endif
@@ -115,7 +125,9 @@ static FMErrorCode forward(FMPlan plan, const void *q, const void *k, const void
   if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA
     if (!lse) FMCall(FMCudaMalloc((size_t)p.batch * p.heads_q * p.nq * sizeof(float), (void **)&lse_tmp));
-    ierr = FMCudaForward(&p, ((FMPlanLocal *)plan->data)->gpu, q, k, v, o, lse ? lse : lse_tmp, plan->stream);
+    FMPlanLocal *L = (FMPlanLocal *)plan->data;
+    if (plan->stream != L->gpu_stream) L->gpu_mixed = 1;
+    ierr = FMCudaForward(&p, L->gpu, q, k, v, o, lse ? lse : lse_tmp, plan->stream);
     if (lse_tmp) FMCall(FMCudaFree(lse_tmp));
 #else
     FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
@@ -154,7 +166,9 @@ static FMErrorCode backward(FMPlan plan, const void *q, const void *k, const voi
 #if FM_HAVE_CUDA
     FMAttnProblem p;
     FMCall(FMPlanGetProblem_Private(plan, &p));
-    FMCall(FMCudaBackward(&p, ((FMPlanLocal *)plan->data)->gpu, q, k, v, o, lse, dout, dq, dk, dv, plan->stream));
+    FMPlanLocal *L = (FMPlanLocal *)plan->data;
+    if (plan->stream != L->gpu_stream) L->gpu_mixed = 1;
+    FMCall(FMCudaBackward(&p, L->gpu, q, k, v, o, lse, dout, dq, dk, dv, plan->stream));
 #else
     FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
 #endif

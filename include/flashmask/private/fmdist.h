@@ -432,9 +432,11 @@ typedef struct {
 
 /*
  * FMDistBalanceComm - the communication-aware balancer: the work-only balancer's partition
- *   (FMDistBalance) and a node-local candidate (the chunks cut into contiguous node ranges of
- *   equal work, LPT over each node's ranks, then the improvement with partners on the same
- *   node first), each scored by the cost model on route `type`; the candidate wins only when
+ *   (FMDistBalance) and a candidate refined from it (balance_comm.c, refine): its start is the
+ *   work-only partition or that partition's bins given to the ranks in node order by their
+ *   mean or median chunk, whichever moves the fewest bytes across nodes; then swaps of whole
+ *   bins between nodes and moves of single chunks under a work cap, within a fixed budget of
+ *   visibility entries. Both are scored by the cost model on route `type`; the candidate wins only when
  *   its predicted step is no longer and it moves no more bytes across nodes, and one of the two
  *   is strictly smaller. So its predicted step is never longer than the work-only balancer's,
  *   it never moves more bytes across nodes (both under the model), and it is deterministic (the

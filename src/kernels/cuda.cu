@@ -116,10 +116,10 @@ FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev)
 }
 
 /*
- * FMCudaMaskUpdate - new bounds into a handle of FMCudaMaskUpload with the same sizes, in
- *   place, ordered on stream after the work queued there (no allocation, no device-wide
- *   synchronization). Not collective. *done = 0 (nothing changed) when the sizes differ: the
- *   caller then frees and uploads again.
+ * FMCudaMaskUpdate - a new mask into a handle of FMCudaMaskUpload whose buffers are large
+ *   enough, in place, ordered on stream after the work queued there (no allocation, no
+ *   device-wide synchronization). Not collective. *done = 0 (nothing changed) when they are
+ *   too small: the caller then frees and uploads again.
  */
 FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *done)
 {

@@ -107,6 +107,9 @@ cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask
   d->causal = causal;
   d->nblk = (seqlen_k + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
   const size_t ncol = (size_t)rows * d->nblk * FM_GPU_BLOCK_N;
+  d->cap_bnd = n;
+  d->cap_col = ncol;
+  d->cap_blk = (size_t)rows * d->nblk;
   if ((e = cudaMalloc((void **)&d->bnd, 4 * n * sizeof(int32_t))) != cudaSuccess ||
       (e = cudaMalloc((void **)&d->packed, ncol * sizeof(int4))) != cudaSuccess ||
       (e = cudaMalloc((void **)&d->sum, (size_t)rows * d->nblk * FM_SUM_N * sizeof(int32_t))) != cudaSuccess ||
@@ -130,12 +133,18 @@ fail:
 cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal,
                             const int32_t *const bnd[4], cudaStream_t st)
 {
-  if (!d || d->seqlen_q != seqlen_q || d->seqlen_k != seqlen_k || d->mask_heads != mask_heads ||
-      d->mask_batch != (mask_batch > 1 ? mask_batch : 1) || d->causal != causal)
-    return cudaErrorInvalidValue;
-  const int rows = mask_heads * d->mask_batch;
+  const int mb = mask_batch > 1 ? mask_batch : 1, rows = mask_heads * mb, nblk = (seqlen_k + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
   const size_t n = (size_t)rows * seqlen_k;
   cudaError_t e;
+  if (!d || seqlen_q < 1 || seqlen_k < 1 || mask_heads < 1 || n > d->cap_bnd || (size_t)rows * nblk * FM_GPU_BLOCK_N > d->cap_col ||
+      (size_t)rows * nblk > d->cap_blk)
+    return cudaErrorInvalidValue;
+  d->seqlen_q = seqlen_q;
+  d->seqlen_k = seqlen_k;
+  d->mask_heads = mask_heads;
+  d->mask_batch = mb;
+  d->causal = causal;
+  d->nblk = nblk;
   /* from pageable host memory the copies return once the host bounds have been read */
   for (int v = 0; v < 4; v++)
     if ((e = cudaMemcpyAsync(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess) return e;

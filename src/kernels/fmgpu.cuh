@@ -27,6 +27,7 @@ typedef struct {
   int2 *vis;      /* [rows][nblk * FM_GPU_BLOCK_N]: visible rows [x, y) of the column (causal included)
                      when they form one interval (padding: [0, 0)) */
   int *simple;    /* [rows][nblk]: 1 if every column of the block has a one-interval visible set */
+  size_t cap_bnd, cap_col, cap_blk; /* elements allocated: rows * seqlen_k, rows * nblk * FM_GPU_BLOCK_N, rows * nblk */
 } FMGpuMask;
 
 /*
@@ -87,10 +88,10 @@ typedef struct {
 cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, const int32_t *const bnd[4],
                             FMGpuMask **out);
 void FMGpuMaskDestroy(FMGpuMask *d);
-/* FMGpuMaskUpdate - new bounds into an existing copy of the same sizes (seqlen_q, seqlen_k, mask
-   heads, mask batch, causal; else cudaErrorInvalidValue, nothing changed): the bounds copied and the
-   prepass run on stream st, after the work already queued there (which may still read the old
-   mask); no allocation, no device-wide synchronization. The host bounds may be reused on return. */
+/* FMGpuMaskUpdate - a new mask into an existing copy whose buffers are large enough for its sizes
+   (else cudaErrorInvalidValue, nothing changed): the sizes set, the bounds copied and the prepass
+   run on stream st, after the work already queued there (which may still read the old mask); no
+   allocation, no device-wide synchronization. The host bounds may be reused on return. */
 cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal,
                             const int32_t *const bnd[4], cudaStream_t st);
 

@@ -60,6 +60,10 @@ typedef struct {
   char *hred;            /* pinned: the children's partials received, then the sums sent up */
   size_t bwscap, dacap, ppcap, hpcap, hredcap; /* bytes allocated in each */
   void *rs;              /* the partials' download stream (low priority) */
+  /* An update's stage masks (FMDistSetUpGPU_Private with update = 1): the last steps' device
+     masks, local stage first, each reused in place by the next upload while large enough */
+  void **mpool;
+  int npool, mpcap, mpnext;
 } FMDistGPU;
 
 /*

@@ -38,10 +38,33 @@ static int fold_column(int cut, int32_t b[4])
   return 0;
 }
 
+/* The next stage mask of the pool (g->mpool, in the last steps' order), or NULL. */
+static void *pool_next(FMDistGPU *g)
+{
+  void *h = NULL;
+  while (!h && g->mpnext < g->npool) {
+    h = g->mpool[g->mpnext];
+    g->mpool[g->mpnext++] = NULL;
+  }
+  return h;
+}
+
+/* The pool's handles that no stage took (errors ignored: freeing). */
+static void pool_drain(FMDistGPU *g)
+{
+  for (int i = 0; i < g->npool; i++) {
+    FMCudaMaskFree(g->mpool[i]);
+    g->mpool[i] = NULL;
+  }
+  g->npool = g->mpnext = 0;
+}
+
 /* Upload columns x0..x0+n-1 of the localized mask lm (FMDistLocalizeColumns; cols: their global
    indices, for messages); its rows are mask_batch (<= 1: one) samples of lm->mask_heads / mask_batch
-   mask heads. */
-static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x0, int n, const int *cols, void **dmask)
+   mask heads. Into a pooled device mask of an update when it is large enough (in place, on stream:
+   the update synchronized the streams before), else a new one. */
+static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x0, int n, const int *cols, FMDistGPU *g,
+                                void *stream, void **dmask)
 {
   int32_t *b[4] = {NULL, NULL, NULL, NULL};
   size_t N = (size_t)lm->mask_heads * n;
@@ -69,7 +92,16 @@ static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x
     md.causal = 0;
     md.present = 15;
     for (int v = 0; v < 4; v++) md.bnd[v] = b[v];
-    ierr = FMCudaMaskUpload(&md, dmask);
+    {
+      void *h = pool_next(g);
+      int done = 0;
+      if (h) ierr = FMCudaMaskUpdate(&md, h, stream, &done);
+      if (done && !ierr) *dmask = h;
+      else {
+        FMCudaMaskFree(h);
+        if (!ierr) ierr = FMCudaMaskUpload(&md, dmask);
+      }
+    }
   }
   for (int v = 0; v < 4; v++) free(b[v]);
   FMCall(ierr);
@@ -147,19 +179,29 @@ static void event_free(void *ev)
   if (ev) (void)cudaEventDestroy((cudaEvent_t)ev);
 }
 
-/* The bound-dependent part of g: the steps and their stage masks (the pools stay). Errors ignored. */
-static void free_steps(FMDistGPU *g)
+/* The bound-dependent part of g: the steps and their stage masks (the pools stay). keep: the
+   stage masks go to g->mpool (local stage first, then the steps) for the next upload, else they
+   are freed; when the pool cannot grow they are freed all the same. Errors ignored. */
+static void free_steps(FMDistGPU *g, int keep)
 {
+  pool_drain(g);
+  if (keep && g->mpcap < g->nsteps + 1) {
+    void **p = (void **)realloc(g->mpool, sizeof(void *) * (size_t)(g->nsteps + 1));
+    if (p) { g->mpool = p; g->mpcap = g->nsteps + 1; }
+  }
+  keep = keep && g->mpcap >= g->nsteps + 1;
+  if (keep && g->dmask0) g->mpool[g->npool++] = g->dmask0;
+  else FMCudaMaskFree(g->dmask0);
+  g->dmask0 = NULL;
   for (int s = 0; s < g->nsteps && g->st; s++) {
-    FMCudaMaskFree(g->st[s].dmask);
+    if (keep && g->st[s].dmask) g->mpool[g->npool++] = g->st[s].dmask;
+    else FMCudaMaskFree(g->st[s].dmask);
     free(g->st[s].send);
     free(g->st[s].recv);
   }
   free(g->st);
   g->st = NULL;
   g->nsteps = 0;
-  FMCudaMaskFree(g->dmask0);
-  g->dmask0 = NULL;
 }
 
 FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
@@ -170,7 +212,8 @@ FMErrorCode FMDistDestroyGPU_Private(FMDist *d)
      sticky device error every call here fails, and the kernel layer's helpers would raise (print,
      or abort under FM_ERROR_HANDLER_ABORT) once per buffer while nothing can be done about it. */
   if (g->cs) (void)cudaStreamSynchronize((cudaStream_t)g->cs);
-  free_steps(g);
+  free_steps(g, 0);
+  free(g->mpool);
   if (g->kpool) (void)cudaFree(g->kpool);
   if (g->vpool) (void)cudaFree(g->vpool);
   (void)cudaFree(g->oacc); (void)cudaFree(g->lacc);
@@ -276,13 +319,14 @@ static FMErrorCode upload_stages(FMPlan plan, FMDist *d, FMDistGPU *g, size_t no
     ierr = FMDistLocalizeColumns(&m, &d->ch, d->part.rstart[me + 1] - d->part.rstart[me], d->part.rchunks + d->part.rstart[me], n, cols, &lm);
   }
   for (int b = d->part.rstart[me]; !ierr && b < d->part.rstart[me + 1]; b++) any |= sees(plan, d, d->part.rchunks[b]);
-  if (!ierr && any && d->nkeys > 0) ierr = upload_stage(&lm, m.mask_batch, 0, d->nkeys, cols, &g->dmask0);
+  if (!ierr && any && d->nkeys > 0) ierr = upload_stage(&lm, m.mask_batch, 0, d->nkeys, cols, g, plan->stream, &g->dmask0);
   for (int s = 0; s < g->nsteps && !ierr; s++) {
     GStep *S = &g->st[s];
     any = 0;
     for (int i = 0; i < S->nrecv; i++) any |= sees(plan, d, S->recv[i].chunk);
-    if (any && x0[s + 1] > x0[s]) ierr = upload_stage(&lm, m.mask_batch, x0[s], x0[s + 1] - x0[s], cols, &S->dmask);
+    if (any && x0[s + 1] > x0[s]) ierr = upload_stage(&lm, m.mask_batch, x0[s], x0[s + 1] - x0[s], cols, g, plan->stream, &S->dmask);
   }
+  pool_drain(g);
   free(cols);
   free(x0);
   (void)FMDistLocalMaskDestroy(&lm);
@@ -416,7 +460,7 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g, int upd
   } else {
     FMCall(FMCudaStreamSynchronize(g->cs));
     FMCall(FMCudaStreamSynchronize(plan->stream));
-    free_steps(g);
+    free_steps(g, 1);
   }
   FMCall(build_steps(plan, d, g));
   FMCall(carve_buffers(plan, d, g));

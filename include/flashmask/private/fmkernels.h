@@ -142,10 +142,10 @@ FMErrorCode FMCudaFindNonFinite(const void *x, size_t n, FMDType t, void *stream
 FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev);
 FMErrorCode FMCudaMaskFree(void *dev);
 /*
- * FMCudaMaskUpdate - the mask's new bounds into dev (a handle of FMCudaMaskUpload of the same
- *   sizes) in place, ordered on stream after the work already queued there; no allocation and no
- *   device-wide synchronization (the re-planning update path). *done = 0 and nothing changed when
- *   the sizes differ (then free and upload again).
+ * FMCudaMaskUpdate - a mask into dev (a handle of FMCudaMaskUpload, maybe of other sizes) in
+ *   place when its buffers are large enough, ordered on stream after the work already queued
+ *   there; no allocation and no device-wide synchronization (the re-planning update path).
+ *   *done = 0 and nothing changed when they are too small (then free and upload again).
  */
 FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *done);
 

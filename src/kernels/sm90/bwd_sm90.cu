@@ -1,5 +1,7 @@
 /*
- * bwd_sm90.cu - FlashMask backward for Hopper (sm_90a): TMA + wgmma + warp specialization. A
+ * bwd_sm90.cu - FlashMask backward for Hopper (sm_90a): TMA + wgmma + warp specialization. The
+ * roles and the host side are here; bwd_sm90_base.cuh holds the layout, parameters and helpers,
+ * bwd_sm90_dq.cuh the dQ staging, the writer warps and the deterministic turns. A
  * work item is one (128-key block, kv head, batch): K and V are loaded once, and only the query
  * blocks its column bounds leave visible are walked (skipped blocks cost nothing).
  *
@@ -44,192 +46,11 @@
 #include <math.h>
 #include "bwd_sm90.cuh"
 #include "tma_host.cuh"
-#include "ptx.cuh"
-#include "wgmma_gen.cuh"
+#include "bwd_sm90_base.cuh"
+#include "bwd_sm90_dq.cuh"
 
 namespace fmbwd {
 using namespace fmsm90;
-
-constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
-constexpr int kBM = FMBWD_BM;      /* query rows per step */
-constexpr int kThreads = 384;
-
-#ifndef FMBWD_DQ_OWN
-#define FMBWD_DQ_OWN 0 /* 1: for d = 128 too, each consumer its own keys' dQ (measured 2-8% slower on the H200, 2026-12-01) */
-#endif
-/*
- * How dQ = dS K is split between the two consumers. Own (d = 64; d = 128 with FMBWD_DQ_OWN):
- * each multiplies its own 64 keys' dS by its own K rows, all D columns, and its writer adds the
- * whole 64 x D block; no barrier between the consumers, whose steps may then drift apart. Else
- * (d = 128, the default): each computes 64 of the columns over all 128 keys (both halves of dS,
- * published by a barrier over both consumers every step) and adds that half. For d = 128 own
- * doubles the bulk adds into L2 (64 KB a step instead of 32), which cost more than the barrier
- * (full 8K: 454 against 487 TFLOP/s).
- */
-template <int D> struct DqSplit {
-  static constexpr bool own = D == 64 || FMBWD_DQ_OWN;
-  static constexpr int cols = own ? D : 64; /* dQ columns per consumer */
-};
-
-template <int D, int ST> struct Layout {
-  static constexpr int KB = kBN * D * 2;  /* K or V tile; chunks of 128 x 64 (16 KB) */
-  static constexpr int QB = kBM * D * 2;  /* Q or dO tile; chunks of 64 x 64 (8 KB) */
-  static constexpr int DSB = kBN * kBM * 2;
-  static constexpr int NDS = DqSplit<D>::own ? 1 : 2; /* dS buffers: shared halves need two (the other consumer may still read) */
-  static constexpr int DQB = kBM * DqSplit<D>::cols * 4;
-  static constexpr int OFF_K = 0;
-  static constexpr int OFF_V = OFF_K + KB;
-  static constexpr int OFF_Q = OFF_V + KB;
-  static constexpr int OFF_DO = OFF_Q + ST * QB;
-  static constexpr int OFF_DS = OFF_DO + ST * QB;
-  static constexpr int OFF_DQ = OFF_DS + NDS * DSB;
-  static constexpr int OFF_L = OFF_DQ + 2 * DQB;
-  static constexpr int OFF_DD = OFF_L + ST * kBM * 4;
-  static constexpr int OFF_BND = OFF_DD + ST * kBM * 4; /* the item's column bounds, 128 x int4 */
-  /* 2 item slots {t, kb, hkv, b}, the producer's step and item counts; at +64 the dQ writers' slots */
-  static constexpr int OFF_ITEM = OFF_BND + kBN * 16;
-  static constexpr int OFF_BAR = OFF_ITEM + 128;
-  static constexpr int BYTES = OFF_BAR + (7 + 2 * ST) * 8 + 1024; /* + alignment slack */
-  static_assert(OFF_K == 0, "the consumers address barriers from K's address");
-  static_assert(BYTES <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
-};
-
-struct Params {
-  void *dk, *dv;
-  FMGpuStrides sdk, sdv;
-  const float *lse2, *dsum;
-  float *dqacc;
-  const int4 *packed;
-  const int32_t *sum;
-  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B;
-  int G, hpm;   /* query heads per kv head, per mask head (host-divided: no registers held) */
-  int mstride;  /* mask rows per sample: mask_heads when the mask has a batch (mask_batch > 1), else 0 */
-  int nitems;   /* nblk * Hkv * B work items, key block fastest */
-  int *counter; /* items handed out so far (zero at launch) */
-  int dkv_f32;  /* dk, dv are float (pieces the caller reduces) */
-  int deterministic; /* dQ's partials added in decreasing key-block order (turn words below) */
-  int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the first visiting key block */
-  float scale, c; /* c = scale * log2(e) */
-};
-
-/*
- * Item t: key block t % nblk, then kv head, then batch. The CTAs running at one time share a few
- * (batch, head) pairs, so the dQ accumulator rows they add into stay in L2 (key block slowest,
- * heaviest first, put 132 heads' accumulators in flight and ran 18% slower).
- */
-__device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int *hkv, int *b)
-{
-  const int r = t / p.nblk;
-  /* deterministic mode: key blocks in decreasing order, the order of the adds into each dQ block */
-  *kb = p.deterministic ? p.nblk - 1 - t % p.nblk : t % p.nblk;
-  *hkv = r % p.Hkv;
-  *b = r / p.Hkv;
-}
-
-/* Rows [0, n) of a 64-row tile as bits (n clamped to [0, 64]). */
-__device__ __forceinline__ uint64_t upto(int n)
-{
-  n = n < 0 ? 0 : n > 64 ? 64 : n;
-  return n >= 64 ? ~0ull : ((1ull << n) - 1ull);
-}
-/* Masked rows of the tile starting at row m0 for key column j with bounds b (bit r = row m0 + r). */
-__device__ __forceinline__ uint64_t tile_rows_masked(int4 b, int m0, int j, int causal, int off)
-{
-  uint64_t m = (upto(b.y - m0) & ~upto(b.x - m0)) | (upto(b.w - m0) & ~upto(b.z - m0));
-  if (causal) m |= upto(j - off - m0); /* j > i + off  <=>  i < j - off */
-  return m;
-}
-
-/* Shared-memory accesses through 32-bit addresses (the compiler would otherwise hoist and spill
-   64-bit generic addresses of these loop-invariant patterns). */
-__device__ __forceinline__ void st_u32(uint32_t a, uint32_t v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory"); }
-__device__ __forceinline__ void st_f2(uint32_t a, float x, float y)
-{
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");
-}
-__device__ __forceinline__ float2 ld_f2(uint32_t a)
-{
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_reduce_add(float *gdst, const void *ssrc, uint32_t bytes)
-{
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"((uint64_t)gdst),
-               "r"(smem_u32(ssrc)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-
-/* acc[32] = A B^T over D: A = 64 rows of a 128-row K/V tile (K-major), B = a 64-row Q/dO tile. */
-template <int D, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
-{
-#pragma unroll
-  for (int kk = 0; kk < D / 16; kk++) {
-    const uint64_t da = make_desc(a + (kk / 4) * 16384 + (kk % 4) * 32, 16, 1024);
-    const uint64_t db = make_desc(b + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024);
-    if constexpr (F16) wgmma_ss_m64n64k16_f16(acc, da, db, kk > 0);
-    else wgmma_ss_m64n64k16_bf16(acc, da, db, kk > 0);
-  }
-}
-
-/* acc[D/2] += A B: A (64 keys x 64 queries) from registers, B = a 64-row Q/dO tile (MN-major). */
-template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, const uint32_t *a, uint32_t b)
-{
-#pragma unroll
-  for (int u = 0; u < kBM / 16; u++) {
-    const uint64_t db = make_desc(b + u * 2048, 8192, 1024);
-    if constexpr (D == 128) {
-      if constexpr (F16) wgmma_rs_m64n128k16_f16(acc, a + 4 * u, db);
-      else wgmma_rs_m64n128k16_bf16(acc, a + 4 * u, db);
-    } else {
-      if constexpr (F16) wgmma_rs_m64n64k16_f16(acc, a + 4 * u, db);
-      else wgmma_rs_m64n64k16_bf16(acc, a + 4 * u, db);
-    }
-  }
-}
-
-/* dq[N / 2] = dS K over NT k16 slices: A = dS^T rows (keys) from ds (MN-major), B = K rows from
-   k (MN-major; N = 128 spans K's two 64-column chunks, 16 KB apart). */
-template <int NT, int N, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, uint32_t ds, uint32_t k)
-{
-#pragma unroll
-  for (int t = 0; t < NT; t++) {
-    const uint64_t da = make_desc(ds + t * 2048, 8192, 1024);
-    const uint64_t db = make_desc(k + t * 2048, 16384, 1024);
-    if constexpr (N == 128) {
-      if constexpr (F16) wgmma_ss_m64n128k16_f16_t11(dq, da, db, t > 0);
-      else wgmma_ss_m64n128k16_bf16_t11(dq, da, db, t > 0);
-    } else {
-      if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
-      else wgmma_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
-    }
-  }
-}
-
-/* Barriers and the item slots in shared memory. */
-template <int D, int ST> struct Sync {
-  uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;
-  volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
-  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [7] stop */
-  __device__ __forceinline__ explicit Sync(unsigned char *smem)
-  {
-    uint64_t *bars = (uint64_t *)(smem + Layout<D, ST>::OFF_BAR);
-    kv_full = bars;
-    kv_empty = bars + 1;
-    item_full = bars + 2;
-    full = bars + 3;
-    empty = bars + 3 + ST;
-    dq_full = bars + 3 + 2 * ST;
-    dq_empty = bars + 5 + 2 * ST;
-    item = (volatile int *)(smem + Layout<D, ST>::OFF_ITEM);
-    dqs = item + 16;
-  }
-};
 
 /*
  * Producer (one thread, 24 registers: its counters and the current item live in shared memory,
@@ -311,10 +132,6 @@ __device__ __forceinline__ int walk_next_loaded(int mh, int kb, int q, int *pt, 
   return fmbwd_walk_next(&w, q, pt);
 }
 
-/* What a consumer thread is: its warpgroup, lane and key rows. */
-struct Me {
-  int cw, wt, w, lane, t4, kr0; /* key rows kr0, kr0 + 8 of the block */
-};
 
 /*
  * S^T and dP^T of one step (SS wgmma), then P^T = exp2(S^T c - lse2) (zero where the partial
@@ -376,39 +193,7 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   }
 }
 
-/* The dQ block of a step, as its writer warp needs it (see dq_writer): the block's turn word
-   ((batch, query head, query block) x 4 + column half; the accumulator block follows from it)
-   and this block's turn (the key block kb for d = 128, 2 kb + consumer for d = 64). */
-struct DqStep {
-  int tix, turn;
-};
 
-/* dq (fp32) into this consumer's staging buffer (column c of row r at c ^ ((r & 7) << 3), the
-   accumulator's layout), then handed to the writer with the block's place (slot) and an arrival
-   per warp. The caller waited at the step's start until the writer had read the previous one. */
-template <int D, int ST>
-__device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqStep &d, const Me &me, const Sync<D, ST> &sy)
-{
-  uint32_t sa = smem_u32(stg), r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
-  reg_fence(sa);
-  reg_fence(r0);
-  reg_fence(r1);
-#pragma unroll
-  for (int k = 0; k < DqSplit<D>::cols / 8; k++) { /* column 8k + 2 t4: 64-column chunk k / 8, 16 KB apart */
-    const uint32_t c = sa + (k / 8) * (kBM * 64 * 4);
-    st_f2(c + 4 * (r0 * 64 + ((8 * (k % 8) + 2 * me.t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
-    st_f2(c + 4 * (r1 * 64 + ((8 * (k % 8) + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
-  }
-  fence_proxy_async();
-  if (me.wt == 0) {
-    volatile int *sl = sy.dqs + 8 * me.cw;
-    sl[0] = d.tix;
-    sl[1] = d.turn;
-    sl[7] = 0;
-  }
-  __syncwarp();
-  if (me.lane == 0) mbar_arrive(&sy.dq_full[me.cw]);
-}
 
 /* dS^T (packed, this thread's rows kr0 and kr0 + 8) to shared memory: row = key, 16-byte unit
    k ^ (row & 7). */
@@ -479,106 +264,6 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   stage_dq<D, ST>(dq, stg, d, me, sy);
 }
 
-/* The consumer's last hand-over: no more dQ blocks. */
-template <int D, int ST> __device__ __forceinline__ void stop_writer(int i, const Me &me, const Sync<D, ST> &sy)
-{
-  mbar_wait(&sy.dq_empty[me.cw], (i & 1) ^ 1);
-  if (me.wt == 0) sy.dqs[8 * me.cw + 7] = 1;
-  __syncwarp();
-  if (me.lane == 0) mbar_arrive(&sy.dq_full[me.cw]);
-}
-
-__device__ __forceinline__ int ld_acquire(const int *p)
-{
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release(int *p, int v) { asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory"); }
-__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
-
-/* The first key block below kb that visits query block qb (mask row mh), down to lo; INT_MAX if
-   none. One warp, 32 key blocks per round; the test is fmbwd_walk_visits', written out for the
-   writer's 24 registers. */
-__device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int lo, int lane)
-{
-  const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
-  const int m0 = qb * kBM, m1 = m0 + kBM < p.Sq ? m0 + kBM : p.Sq, lim = m1 - 1 + p.Sk - p.Sq;
-  for (int base = kb - 1; base >= lo; base -= 32) {
-    const int k = base - lane;
-    bool v = false;
-    if (k >= lo) {
-      const int32_t *sm = sumh + (size_t)k * FMBWD_SUM_N;
-      v = !(p.causal && k * kBN > lim) && !(m0 >= sm[FMBWD_LTS_MAX] && m1 <= sm[FMBWD_LTE_MIN]) &&
-          !(m0 >= sm[FMBWD_UTS_MAX] && m1 <= sm[FMBWD_UTE_MIN]);
-    }
-    const unsigned ball = __ballot_sync(0xffffffffu, v);
-    if (ball) return base - (__ffs(ball) - 1);
-  }
-  return 0x7fffffff;
-}
-
-/*
- * dQ writer (warp 1 + cw of the producer warpgroup, for consumer cw): per step, once the
- * consumer handed over its staged block, one bulk reduce-add of it into the accumulator, and
- * the staging buffer back to the consumer as soon as it has been read. In the deterministic
- * mode the add first waits for its turn: the turn word of (row block, column half) holds the key
- * block whose add comes next (key blocks in decreasing order; for d = 64 both consumers of a key
- * block, 2 kb + cw, consumer 0 first); after the add has completed, the writer passes the turn to
- * the next lower key block that visits the row block. Items are then handed out in decreasing
- * key-block order (decode_item), so a turn is only ever awaited from a key block taken earlier:
- * no deadlock. Decreasing, because a key block walks its query blocks upwards from the first it
- * sees, and with causal-like masks a higher key block sees a row block earlier in its walk than
- * a lower one: the adds then come in the order the walks reach them (increasing order made
- * every causal key block wait for all those below it: 6x slower at 8K).
- */
-template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char *smem, const Params &p, int cw)
-{
-  using L = Layout<D, ST>;
-  Sync<D, ST> sy(smem);
-  const int lane = threadIdx.x & 31;
-  volatile int *sl = sy.dqs + 8 * cw;
-  const float *stg = (const float *)(smem + L::OFF_DQ + cw * L::DQB);
-  for (int i = 0;; i++) {
-    mbar_wait(&sy.dq_full[cw], i & 1);
-    if (sl[7]) break;
-    const int tix = sl[0], mine = sl[1];
-    __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
-    const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
-    const size_t off = ((size_t)blk * (D / 64) + (DqSplit<D>::own ? 0 : (tix & 3))) * (size_t)(kBM * 64);
-    if (lane == 0) {
-      if (p.deterministic) {
-#ifdef FM_SM90_HANG_CHECK
-        for (long long spins = 0; ld_acquire(p.turn + tix) != mine; spins++)
-          if (spins > (1ll << 26)) __trap();
-#else
-        while (ld_acquire(p.turn + tix) != mine) __nanosleep(32);
-#endif
-        fence_proxy_async_global();
-      }
-      bulk_reduce_add(p.dqacc + off, stg, L::DQB);
-      bulk_commit();
-      bulk_wait_read0();
-      mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
-    }
-    if (p.deterministic) {
-      int next = mine + 1;
-      if (!DqSplit<D>::own || cw == 1) {
-        const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
-        const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D>::own ? mine >> 1 : mine;
-        next = next_visitor(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
-        if (DqSplit<D>::own && next != 0x7fffffff) next *= 2;
-      }
-      if (lane == 0) {
-        bulk_wait0(); /* the add is complete in global memory */
-        fence_proxy_async_global();
-        st_release(p.turn + tix, next);
-      }
-    }
-    __syncwarp();
-  }
-  if (lane == 0) bulk_wait0();
-}
 
 /* dK (times scale) and dV rows of this thread, straight to global (in dtype, or float). */
 template <int D, bool F16>
@@ -724,33 +409,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-/* Deterministic mode: per (query block, query head, batch) the last and first key blocks that
-   visit it; the turns of both column halves start at the last (2 x last for d = 64: its consumer
-   0), and the writers' scans stop at the first. */
-template <int D>
-__global__ void __launch_bounds__(256) turn_init(const Params p)
-{
-  const int qb = blockIdx.x * 256 + threadIdx.x, hq = blockIdx.y, b = blockIdx.z;
-  if (qb >= p.nqb) return;
-  const int32_t *sumh = p.sum + (size_t)(b * p.mstride + hq / p.hpm) * p.nblk * FMBWD_SUM_N;
-  int first = 0x7fffffff, last = -1;
-  for (int kb = 0; kb < p.nblk; kb++) {
-    FMBwdWalk w;
-    fmbwd_walk_init(&w, sumh, kb, p.Sq, p.Sk, p.causal);
-    if (fmbwd_walk_visits(&w, qb)) { first = kb; break; }
-  }
-  for (int kb = p.nblk - 1; kb >= first && first != 0x7fffffff; kb--) {
-    FMBwdWalk w;
-    fmbwd_walk_init(&w, sumh, kb, p.Sq, p.Sk, p.causal);
-    if (fmbwd_walk_visits(&w, qb)) { last = kb; break; }
-  }
-  int *t = p.turn + (((size_t)b * p.Hq + hq) * p.nqb + qb) * 4;
-  if (last < 0) last = 0x7fffffff; /* nobody visits */
-  t[0] = DqSplit<D>::own && last != 0x7fffffff ? 2 * last : last;
-  t[1] = last;
-  t[2] = first;
-  t[3] = 0;
-}
 
 /* ------------------------------ host side ------------------------------ */
 

@@ -1,0 +1,210 @@
+/*
+ * bwd_sm90_base.cuh - the Hopper backward's shared definitions (bwd_sm90.cu): tile sizes, the
+ * dQ split between the consumers, the shared-memory layout, the kernel parameters, the item
+ * order, the partial tiles' row masks, the shared-memory, bulk-copy and wgmma helpers, the
+ * barriers and slots, and what a consumer thread is. Device code, included by bwd_sm90.cu only.
+ */
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include "bwd_sm90.cuh"
+#include "ptx.cuh"
+#include "wgmma_gen.cuh"
+
+namespace fmbwd {
+using namespace fmsm90;
+
+constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
+constexpr int kBM = FMBWD_BM;      /* query rows per step */
+constexpr int kThreads = 384;
+
+#ifndef FMBWD_DQ_OWN
+#define FMBWD_DQ_OWN 0 /* 1: for d = 128 too, each consumer its own keys' dQ (measured 2-8% slower on the H200, 2026-12-01) */
+#endif
+/*
+ * How dQ = dS K is split between the two consumers. Own (d = 64; d = 128 with FMBWD_DQ_OWN):
+ * each multiplies its own 64 keys' dS by its own K rows, all D columns, and its writer adds the
+ * whole 64 x D block; no barrier between the consumers, whose steps may then drift apart. Else
+ * (d = 128, the default): each computes 64 of the columns over all 128 keys (both halves of dS,
+ * published by a barrier over both consumers every step) and adds that half. For d = 128 own
+ * doubles the bulk adds into L2 (64 KB a step instead of 32), which cost more than the barrier
+ * (full 8K: 454 against 487 TFLOP/s).
+ */
+template <int D> struct DqSplit {
+  static constexpr bool own = D == 64 || FMBWD_DQ_OWN;
+  static constexpr int cols = own ? D : 64; /* dQ columns per consumer */
+};
+
+template <int D, int ST> struct Layout {
+  static constexpr int KB = kBN * D * 2;  /* K or V tile; chunks of 128 x 64 (16 KB) */
+  static constexpr int QB = kBM * D * 2;  /* Q or dO tile; chunks of 64 x 64 (8 KB) */
+  static constexpr int DSB = kBN * kBM * 2;
+  static constexpr int NDS = DqSplit<D>::own ? 1 : 2; /* dS buffers: shared halves need two (the other consumer may still read) */
+  static constexpr int DQB = kBM * DqSplit<D>::cols * 4;
+  static constexpr int OFF_K = 0;
+  static constexpr int OFF_V = OFF_K + KB;
+  static constexpr int OFF_Q = OFF_V + KB;
+  static constexpr int OFF_DO = OFF_Q + ST * QB;
+  static constexpr int OFF_DS = OFF_DO + ST * QB;
+  static constexpr int OFF_DQ = OFF_DS + NDS * DSB;
+  static constexpr int OFF_L = OFF_DQ + 2 * DQB;
+  static constexpr int OFF_DD = OFF_L + ST * kBM * 4;
+  static constexpr int OFF_BND = OFF_DD + ST * kBM * 4; /* the item's column bounds, 128 x int4 */
+  /* 2 item slots {t, kb, hkv, b}, the producer's step and item counts; at +64 the dQ writers' slots */
+  static constexpr int OFF_ITEM = OFF_BND + kBN * 16;
+  static constexpr int OFF_BAR = OFF_ITEM + 128;
+  static constexpr int BYTES = OFF_BAR + (7 + 2 * ST) * 8 + 1024; /* + alignment slack */
+  static_assert(OFF_K == 0, "the consumers address barriers from K's address");
+  static_assert(BYTES <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
+};
+
+struct Params {
+  void *dk, *dv;
+  FMGpuStrides sdk, sdv;
+  const float *lse2, *dsum;
+  float *dqacc;
+  const int4 *packed;
+  const int32_t *sum;
+  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B;
+  int G, hpm;   /* query heads per kv head, per mask head (host-divided: no registers held) */
+  int mstride;  /* mask rows per sample: mask_heads when the mask has a batch (mask_batch > 1), else 0 */
+  int nitems;   /* nblk * Hkv * B work items, key block fastest */
+  int *counter; /* items handed out so far (zero at launch) */
+  int dkv_f32;  /* dk, dv are float (pieces the caller reduces) */
+  int deterministic; /* dQ's partials added in decreasing key-block order (turn words below) */
+  int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the first visiting key block */
+  float scale, c; /* c = scale * log2(e) */
+};
+
+/*
+ * Item t: key block t % nblk, then kv head, then batch. The CTAs running at one time share a few
+ * (batch, head) pairs, so the dQ accumulator rows they add into stay in L2 (key block slowest,
+ * heaviest first, put 132 heads' accumulators in flight and ran 18% slower).
+ */
+__device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int *hkv, int *b)
+{
+  const int r = t / p.nblk;
+  /* deterministic mode: key blocks in decreasing order, the order of the adds into each dQ block */
+  *kb = p.deterministic ? p.nblk - 1 - t % p.nblk : t % p.nblk;
+  *hkv = r % p.Hkv;
+  *b = r / p.Hkv;
+}
+
+/* Rows [0, n) of a 64-row tile as bits (n clamped to [0, 64]). */
+__device__ __forceinline__ uint64_t upto(int n)
+{
+  n = n < 0 ? 0 : n > 64 ? 64 : n;
+  return n >= 64 ? ~0ull : ((1ull << n) - 1ull);
+}
+/* Masked rows of the tile starting at row m0 for key column j with bounds b (bit r = row m0 + r). */
+__device__ __forceinline__ uint64_t tile_rows_masked(int4 b, int m0, int j, int causal, int off)
+{
+  uint64_t m = (upto(b.y - m0) & ~upto(b.x - m0)) | (upto(b.w - m0) & ~upto(b.z - m0));
+  if (causal) m |= upto(j - off - m0); /* j > i + off  <=>  i < j - off */
+  return m;
+}
+
+/* Shared-memory accesses through 32-bit addresses (the compiler would otherwise hoist and spill
+   64-bit generic addresses of these loop-invariant patterns). */
+__device__ __forceinline__ void st_u32(uint32_t a, uint32_t v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory"); }
+__device__ __forceinline__ void st_f2(uint32_t a, float x, float y)
+{
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");
+}
+__device__ __forceinline__ float2 ld_f2(uint32_t a)
+{
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_reduce_add(float *gdst, const void *ssrc, uint32_t bytes)
+{
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"((uint64_t)gdst),
+               "r"(smem_u32(ssrc)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+/* acc[32] = A B^T over D: A = 64 rows of a 128-row K/V tile (K-major), B = a 64-row Q/dO tile. */
+template <int D, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
+{
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const uint64_t da = make_desc(a + (kk / 4) * 16384 + (kk % 4) * 32, 16, 1024);
+    const uint64_t db = make_desc(b + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024);
+    if constexpr (F16) wgmma_ss_m64n64k16_f16(acc, da, db, kk > 0);
+    else wgmma_ss_m64n64k16_bf16(acc, da, db, kk > 0);
+  }
+}
+
+/* acc[D/2] += A B: A (64 keys x 64 queries) from registers, B = a 64-row Q/dO tile (MN-major). */
+template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, const uint32_t *a, uint32_t b)
+{
+#pragma unroll
+  for (int u = 0; u < kBM / 16; u++) {
+    const uint64_t db = make_desc(b + u * 2048, 8192, 1024);
+    if constexpr (D == 128) {
+      if constexpr (F16) wgmma_rs_m64n128k16_f16(acc, a + 4 * u, db);
+      else wgmma_rs_m64n128k16_bf16(acc, a + 4 * u, db);
+    } else {
+      if constexpr (F16) wgmma_rs_m64n64k16_f16(acc, a + 4 * u, db);
+      else wgmma_rs_m64n64k16_bf16(acc, a + 4 * u, db);
+    }
+  }
+}
+
+/* dq[N / 2] = dS K over NT k16 slices: A = dS^T rows (keys) from ds (MN-major), B = K rows from
+   k (MN-major; N = 128 spans K's two 64-column chunks, 16 KB apart). */
+template <int NT, int N, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, uint32_t ds, uint32_t k)
+{
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+    const uint64_t da = make_desc(ds + t * 2048, 8192, 1024);
+    const uint64_t db = make_desc(k + t * 2048, 16384, 1024);
+    if constexpr (N == 128) {
+      if constexpr (F16) wgmma_ss_m64n128k16_f16_t11(dq, da, db, t > 0);
+      else wgmma_ss_m64n128k16_bf16_t11(dq, da, db, t > 0);
+    } else {
+      if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
+      else wgmma_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
+    }
+  }
+}
+
+/* Barriers and the item slots in shared memory. */
+template <int D, int ST> struct Sync {
+  uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;
+  volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
+  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [7] stop */
+  __device__ __forceinline__ explicit Sync(unsigned char *smem)
+  {
+    uint64_t *bars = (uint64_t *)(smem + Layout<D, ST>::OFF_BAR);
+    kv_full = bars;
+    kv_empty = bars + 1;
+    item_full = bars + 2;
+    full = bars + 3;
+    empty = bars + 3 + ST;
+    dq_full = bars + 3 + 2 * ST;
+    dq_empty = bars + 5 + 2 * ST;
+    item = (volatile int *)(smem + Layout<D, ST>::OFF_ITEM);
+    dqs = item + 16;
+  }
+};
+
+/* What a consumer thread is: its warpgroup, lane and key rows. */
+struct Me {
+  int cw, wt, w, lane, t4, kr0; /* key rows kr0, kr0 + 8 of the block */
+};
+
+/* The dQ block of a step, as its writer warp needs it (see dq_writer): the block's turn word
+   ((batch, query head, query block) x 4 + column half; the accumulator block follows from it)
+   and this block's turn (the key block kb for d = 128, 2 kb + consumer for d = 64). */
+struct DqStep {
+  int tix, turn;
+};
+
+} /* namespace fmbwd */

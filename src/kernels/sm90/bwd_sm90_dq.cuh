@@ -1,0 +1,169 @@
+/*
+ * bwd_sm90_dq.cuh - the Hopper backward's dQ path after the product (bwd_sm90.cu): a consumer's
+ * staging of its dQ block, the dQ writer warps' bulk adds, and the deterministic mode's turn
+ * words (their set-up kernel and the hand-over to the next visiting key block). Device code,
+ * included by bwd_sm90.cu only, after bwd_sm90_base.cuh.
+ */
+#pragma once
+#include "bwd_sm90_base.cuh"
+
+namespace fmbwd {
+using namespace fmsm90;
+
+/* dq (fp32) into this consumer's staging buffer (column c of row r at c ^ ((r & 7) << 3), the
+   accumulator's layout), then handed to the writer with the block's place (slot) and an arrival
+   per warp. The caller waited at the step's start until the writer had read the previous one. */
+template <int D, int ST>
+__device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqStep &d, const Me &me, const Sync<D, ST> &sy)
+{
+  uint32_t sa = smem_u32(stg), r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
+  reg_fence(sa);
+  reg_fence(r0);
+  reg_fence(r1);
+#pragma unroll
+  for (int k = 0; k < DqSplit<D>::cols / 8; k++) { /* column 8k + 2 t4: 64-column chunk k / 8, 16 KB apart */
+    const uint32_t c = sa + (k / 8) * (kBM * 64 * 4);
+    st_f2(c + 4 * (r0 * 64 + ((8 * (k % 8) + 2 * me.t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
+    st_f2(c + 4 * (r1 * 64 + ((8 * (k % 8) + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
+  }
+  fence_proxy_async();
+  if (me.wt == 0) {
+    volatile int *sl = sy.dqs + 8 * me.cw;
+    sl[0] = d.tix;
+    sl[1] = d.turn;
+    sl[7] = 0;
+  }
+  __syncwarp();
+  if (me.lane == 0) mbar_arrive(&sy.dq_full[me.cw]);
+}
+
+/* The consumer's last hand-over: no more dQ blocks. */
+template <int D, int ST> __device__ __forceinline__ void stop_writer(int i, const Me &me, const Sync<D, ST> &sy)
+{
+  mbar_wait(&sy.dq_empty[me.cw], (i & 1) ^ 1);
+  if (me.wt == 0) sy.dqs[8 * me.cw + 7] = 1;
+  __syncwarp();
+  if (me.lane == 0) mbar_arrive(&sy.dq_full[me.cw]);
+}
+
+__device__ __forceinline__ int ld_acquire(const int *p)
+{
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(int *p, int v) { asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory"); }
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+/* The first key block below kb that visits query block qb (mask row mh), down to lo; INT_MAX if
+   none. One warp, 32 key blocks per round; the test is fmbwd_walk_visits', written out for the
+   writer's 24 registers. */
+__device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int lo, int lane)
+{
+  const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
+  const int m0 = qb * kBM, m1 = m0 + kBM < p.Sq ? m0 + kBM : p.Sq, lim = m1 - 1 + p.Sk - p.Sq;
+  for (int base = kb - 1; base >= lo; base -= 32) {
+    const int k = base - lane;
+    bool v = false;
+    if (k >= lo) {
+      const int32_t *sm = sumh + (size_t)k * FMBWD_SUM_N;
+      v = !(p.causal && k * kBN > lim) && !(m0 >= sm[FMBWD_LTS_MAX] && m1 <= sm[FMBWD_LTE_MIN]) &&
+          !(m0 >= sm[FMBWD_UTS_MAX] && m1 <= sm[FMBWD_UTE_MIN]);
+    }
+    const unsigned ball = __ballot_sync(0xffffffffu, v);
+    if (ball) return base - (__ffs(ball) - 1);
+  }
+  return 0x7fffffff;
+}
+
+/*
+ * dQ writer (warp 1 + cw of the producer warpgroup, for consumer cw): per step, once the
+ * consumer handed over its staged block, one bulk reduce-add of it into the accumulator, and
+ * the staging buffer back to the consumer as soon as it has been read. In the deterministic
+ * mode the add first waits for its turn: the turn word of (row block, column half) holds the key
+ * block whose add comes next (key blocks in decreasing order; for d = 64 both consumers of a key
+ * block, 2 kb + cw, consumer 0 first); after the add has completed, the writer passes the turn to
+ * the next lower key block that visits the row block. Items are then handed out in decreasing
+ * key-block order (decode_item), so a turn is only ever awaited from a key block taken earlier:
+ * no deadlock. Decreasing, because a key block walks its query blocks upwards from the first it
+ * sees, and with causal-like masks a higher key block sees a row block earlier in its walk than
+ * a lower one: the adds then come in the order the walks reach them (increasing order made
+ * every causal key block wait for all those below it: 6x slower at 8K).
+ */
+template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char *smem, const Params &p, int cw)
+{
+  using L = Layout<D, ST>;
+  Sync<D, ST> sy(smem);
+  const int lane = threadIdx.x & 31;
+  volatile int *sl = sy.dqs + 8 * cw;
+  const float *stg = (const float *)(smem + L::OFF_DQ + cw * L::DQB);
+  for (int i = 0;; i++) {
+    mbar_wait(&sy.dq_full[cw], i & 1);
+    if (sl[7]) break;
+    const int tix = sl[0], mine = sl[1];
+    __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
+    const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
+    const size_t off = ((size_t)blk * (D / 64) + (DqSplit<D>::own ? 0 : (tix & 3))) * (size_t)(kBM * 64);
+    if (lane == 0) {
+      if (p.deterministic) {
+#ifdef FM_SM90_HANG_CHECK
+        for (long long spins = 0; ld_acquire(p.turn + tix) != mine; spins++)
+          if (spins > (1ll << 26)) __trap();
+#else
+        while (ld_acquire(p.turn + tix) != mine) __nanosleep(32);
+#endif
+        fence_proxy_async_global();
+      }
+      bulk_reduce_add(p.dqacc + off, stg, L::DQB);
+      bulk_commit();
+      bulk_wait_read0();
+      mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
+    }
+    if (p.deterministic) {
+      int next = mine + 1;
+      if (!DqSplit<D>::own || cw == 1) {
+        const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
+        const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D>::own ? mine >> 1 : mine;
+        next = next_visitor(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
+        if (DqSplit<D>::own && next != 0x7fffffff) next *= 2;
+      }
+      if (lane == 0) {
+        bulk_wait0(); /* the add is complete in global memory */
+        fence_proxy_async_global();
+        st_release(p.turn + tix, next);
+      }
+    }
+    __syncwarp();
+  }
+  if (lane == 0) bulk_wait0();
+}
+
+/* Deterministic mode: per (query block, query head, batch) the last and first key blocks that
+   visit it; the turns of both column halves start at the last (2 x last for d = 64: its consumer
+   0), and the writers' scans stop at the first. */
+template <int D>
+__global__ void __launch_bounds__(256) turn_init(const Params p)
+{
+  const int qb = blockIdx.x * 256 + threadIdx.x, hq = blockIdx.y, b = blockIdx.z;
+  if (qb >= p.nqb) return;
+  const int32_t *sumh = p.sum + (size_t)(b * p.mstride + hq / p.hpm) * p.nblk * FMBWD_SUM_N;
+  int first = 0x7fffffff, last = -1;
+  for (int kb = 0; kb < p.nblk; kb++) {
+    FMBwdWalk w;
+    fmbwd_walk_init(&w, sumh, kb, p.Sq, p.Sk, p.causal);
+    if (fmbwd_walk_visits(&w, qb)) { first = kb; break; }
+  }
+  for (int kb = p.nblk - 1; kb >= first && first != 0x7fffffff; kb--) {
+    FMBwdWalk w;
+    fmbwd_walk_init(&w, sumh, kb, p.Sq, p.Sk, p.causal);
+    if (fmbwd_walk_visits(&w, qb)) { last = kb; break; }
+  }
+  int *t = p.turn + (((size_t)b * p.Hq + hq) * p.nqb + qb) * 4;
+  if (last < 0) last = 0x7fffffff; /* nobody visits */
+  t[0] = DqSplit<D>::own && last != 0x7fffffff ? 2 * last : last;
+  t[1] = last;
+  t[2] = first;
+  t[3] = 0;
+}
+
+} /* namespace fmbwd */

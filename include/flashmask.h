@@ -877,10 +877,12 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  *   dq, dk, dv        out: same layouts as q, k, v (dtype); on several ranks dk, dv hold the
  *                     complete gradients of this rank's key positions (partials from the
  *                     ranks that gathered them are reduced back here)
- *   On the CUDA backend (device memory), a "local" plan runs the GPU backward (the Hopper kernel
- *   for head_dim 64 and 128 on sm_90, a SIMT kernel otherwise) asynchronously on the plan's
- *   stream, like the forward. A "cp" plan still stages the tensors through host memory and
- *   runs the exact distributed CPU backward: correct but slow, and synchronous.
+ *   On the CUDA backend (device memory) the backward runs on the GPU (the Hopper kernel for
+ *   head_dim 64 and 128 on sm_90, a SIMT kernel otherwise). A "local" plan runs it
+ *   asynchronously on the plan's stream, like the forward. A "cp" plan gathers K/V again as its
+ *   forward does, runs one piece per stage on the plan's stream and reduces the dK/dV partials
+ *   to their owners over MPI through pinned host memory; it returns when they are reduced.
+ *   With FMPlanSetDeterministic the results are the same bytes from run to run.
  *   A row whose LSE is NaN (a non-finite forward) gives NaN in its dQ and in the dK, dV of the
  *   keys it sees; fully masked rows (LSE -inf) contribute nothing. Inside the (batch, kv head)
  *   slice of a non-finite element of q, k, v or dout, 0 x NaN can also reach dK, dV or dQ

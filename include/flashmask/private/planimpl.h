@@ -112,17 +112,6 @@ FMErrorCode FMPlanCheckDeviceArgs_Private(FMPlan plan, int n, const void *const 
  */
 FMErrorCode FMPlanGetSetUpCounts_Private(FMPlan plan, int *full, int *update);
 
-/* A backward on host tensors (the local CPU one, or the context-parallel one over MPI). */
-typedef FMErrorCode (*FMPlanHostBackward)(FMPlan plan, const void *q, const void *k, const void *v, const void *o, const float *lse,
-                                          const void *dout, void *dq, void *dk, void *dv);
-/*
- * FMPlanBackwardStaged_Private - a CUDA-backend backward without a backward kernel: stage the
- *   device tensors (nkeys local key positions) through host memory, run host(), copy dq, dk, dv
- *   back. Collective when host() is: the staging's local errors are agreed before host() runs.
- */
-FMErrorCode FMPlanBackwardStaged_Private(FMPlan plan, int nkeys, FMPlanHostBackward host, const void *q, const void *k, const void *v,
-                                         const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv);
-
 #ifdef __cplusplus
 }
 #endif

@@ -331,7 +331,7 @@ FMErrorCode FMPlanBackward_CP(FMPlan plan, const void *q, const void *k, const v
        and the ring's steps (the ring's partials go back along its chains) */
     FMCall(FMDistBackwardGPU_Private(plan, q, k, v, o, lse, dout, dq, dk, dv));
 #else
-    FMCall(FMPlanBackwardStaged_Private(plan, ((FMDist *)plan->data)->nkeys, backward_host, q, k, v, o, lse, dout, dq, dk, dv));
+    FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");
 #endif
   } else FMCall(backward_host(plan, q, k, v, o, lse, dout, dq, dk, dv));
   return FM_SUCCESS;

@@ -536,6 +536,7 @@ static FMErrorCode run(void)
     FMCall(FMMaskGetDesc_Private(mask, &m));
     FMCall(FMDistChunksInit(m.seqlen_q, m.seqlen_k, o.chunk, o.P, m.block, &ch));
     if (s == 0) {
+      FMCall(FMMaskComputeDensity_Private(mask));
       printf("fmplan-sim: %d ranks = %d node%s x %d; mask %s, %d x %d, %d mask head%s, mask batch %d, block %d, block sparsity %.4f\n", o.P,
              o.nodes, o.nodes > 1 ? "s" : "", o.gpn, o.mtype, m.seqlen_q, m.seqlen_k, m.mask_heads, m.mask_heads > 1 ? "s" : "", o.mb, m.block,
              mask->sparsity);

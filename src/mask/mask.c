@@ -470,6 +470,7 @@ FMErrorCode FMMaskGetDensity(FMMask mask, double *element_density, double *block
 {
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
   FMCheckSetUp(mask, "FMMask");
+  FMCall(FMMaskComputeDensity_Private(mask));
   if (element_density) *element_density = mask->density;
   if (block_sparsity) *block_sparsity = mask->sparsity;
   return FM_SUCCESS;

@@ -90,6 +90,7 @@ FMErrorCode FMMaskView(FMMask mask, FILE *fp)
   char vec[32] = "";
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
   FMCheckSetUp(mask, "FMMask");
+  FMCall(FMMaskComputeDensity_Private(mask));
   if (!fp) fp = stdout;
   comm = mask->hdr.comm;
   t = FMMaskTypeIndex_Private(mask->hdr.type_name);

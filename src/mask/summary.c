@@ -194,19 +194,14 @@ static void scan_block(const FMMask m, Scan *sc, int h, int c0, int c1, double *
 
 /*
  * FMMaskComputeSummaries_Private - normalize empty intervals, then compute m->summary
- *   ([mask_batch * mask_heads][nblocks_k][FM_SUM_N], blocks of m->block key columns, the last one short),
- *   m->nblocks_k, the exact element density (fraction of (sample, head, i, j) entries not masked) and
- *   block sparsity (fraction of block x block tiles, the last row/column of tiles short, whose
- *   entries are all masked). Not collective. Call after FMMaskValidate_Private. One pass over the
- *   bounds: each key block is normalized, summarized and scanned while it is in cache.
+ *   ([mask_batch * mask_heads][nblocks_k][FM_SUM_N], blocks of m->block key columns, the last one
+ *   short) and m->nblocks_k. Not collective. Call after FMMaskValidate_Private. The density and
+ *   the block sparsity are left to FMMaskComputeDensity_Private, on demand.
  */
 FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k, B = m->block;
-  int H, nkb, nqb, *cnt;
-  double masked = 0, skipped = 0;
-  Scan sc;
-  size_t room;
+  int H, nkb;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   FMCall(FMMaskCheckBatch_Private(m->mask_batch, m->mask_heads, Sk, "Mask"));
   H = (int)FM_MASK_NG(m); /* rows: (sample, head) */
@@ -214,17 +209,11 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
      the block counts are computed in 64 bits all the same. */
   FMCall(FMMaskCheckSizes_Private(Sq, Sk, H, B > 0 ? B : -1, "Mask"));
   nkb = (int)(((int64_t)Sk + B - 1) / B);
-  nqb = (int)(((int64_t)Sq + B - 1) / B);
-  /* room for a tile list: each intersection adds at most 2 intervals, and disjoint intervals of
-     nqb tiles are at most nqb */
-  room = 2 * (2 * (size_t)B + 3 < (size_t)nqb + 1 ? 2 * (size_t)B + 3 : (size_t)nqb + 1);
+  (void)Sq;
   FMFree(m->summary);
   FMCall(FMMalloc((size_t)H * nkb * FM_SUM_N, &m->summary));
-  FMCall(FMMalloc(2 * room, &cnt));
   m->nblocks_k = nkb;
-  sc.B = B; sc.Sq = Sq; sc.nqb = nqb; sc.sh = -1; sc.run = cnt; sc.next = cnt + room;
-  if ((B & (B - 1)) == 0)
-    for (sc.sh = 0; (1 << sc.sh) < B; sc.sh++) {}
+  m->stats_valid = 0;
   for (int h = 0; h < H; h++)
     for (int kb = 0; kb < nkb; kb++) {
       int32_t *s = m->summary + ((size_t)h * nkb + kb) * FM_SUM_N;
@@ -240,10 +229,43 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
         s[2 * v] = lo;
         s[2 * v + 1] = hi;
       }
+    }
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskComputeDensity_Private - see fmimpl.h: the exact element density (fraction of (sample,
+ * head, i, j) entries not masked) and block sparsity (fraction of block x block tiles, the last
+ * row/column of tiles short, whose entries are all masked), one scan of the normalized bounds.
+ */
+FMErrorCode FMMaskComputeDensity_Private(FMMask m)
+{
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k, B = m->block;
+  int H, nkb, nqb, *cnt;
+  double masked = 0, skipped = 0;
+  Scan sc;
+  size_t room;
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  if (m->stats_valid) return FM_SUCCESS;
+  FMCheck(m->summary, MPI_COMM_SELF, FM_ERR_ORDER, "The mask's density is asked for before FMMaskSetUp");
+  H = (int)FM_MASK_NG(m);
+  nkb = (int)(((int64_t)Sk + B - 1) / B);
+  nqb = (int)(((int64_t)Sq + B - 1) / B);
+  /* room for a tile list: each intersection adds at most 2 intervals, and disjoint intervals of
+     nqb tiles are at most nqb */
+  room = 2 * (2 * (size_t)B + 3 < (size_t)nqb + 1 ? 2 * (size_t)B + 3 : (size_t)nqb + 1);
+  FMCall(FMMalloc(2 * room, &cnt));
+  sc.B = B; sc.Sq = Sq; sc.nqb = nqb; sc.sh = -1; sc.run = cnt; sc.next = cnt + room;
+  if ((B & (B - 1)) == 0)
+    for (sc.sh = 0; (1 << sc.sh) < B; sc.sh++) {}
+  for (int h = 0; h < H; h++)
+    for (int kb = 0; kb < nkb; kb++) {
+      const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
       scan_block(m, &sc, h, c0, c1, &skipped, &masked);
     }
   free(cnt);
   m->density = 1.0 - masked / ((double)H * Sq * Sk);
   m->sparsity = skipped / ((double)H * nqb * nkb);
+  m->stats_valid = 1;
   return FM_SUCCESS;
 }

@@ -358,6 +358,7 @@ FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops)
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   FMValidPointer(fwd_flops, 2);
   FMCheckSetUp(plan, "FMPlan");
+  FMCall(FMMaskComputeDensity_Private(plan->mask));
   *fwd_flops = 4.0 * plan->batch * plan->heads_q * (double)plan->mask->seqlen_q * (double)plan->mask->seqlen_k * plan->head_dim *
                (1.0 - plan->mask->sparsity);
   return FM_SUCCESS;

@@ -347,7 +347,8 @@ struct _p_FMMask {
   int block;              /* block size (both axes), default 128 */
   int nblocks_k;          /* ceil(seqlen_k / block) */
   int32_t *summary;       /* [mask_batch][mask_heads][nblocks_k][FM_SUM_N] */
-  double density, sparsity;
+  double density, sparsity; /* valid when stats_valid (FMMaskComputeDensity_Private, on demand) */
+  int stats_valid;
 };
 
 /* Rows of the bound vectors and summaries: one per (sample, mask head). */
@@ -365,8 +366,12 @@ FMTileClass FMMaskClassifyTile_Private(const struct _p_FMMask *m, int h, int m0,
 
 /* Build the bounds of a builder type into m->bnd (called by SetUp). */
 FMErrorCode FMMaskBuild_Private(FMMask m);
-/* Compute summaries, density, sparsity (called by SetUp). */
+/* Compute the summaries (called by SetUp). */
 FMErrorCode FMMaskComputeSummaries_Private(FMMask m);
+/* FMMaskComputeDensity_Private - m->density and m->sparsity of a set-up mask, computed the first
+   time they are asked for after a set-up (a re-planning step that never asks pays nothing). Not
+   collective. */
+FMErrorCode FMMaskComputeDensity_Private(FMMask m);
 /* Validate m->bnd (0 <= start <= Sq, start <= end). */
 FMErrorCode FMMaskValidate_Private(FMMask m);
 /* Fill the kernels' view of a set-up mask (borrowed pointers into m). */

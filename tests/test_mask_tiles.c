@@ -226,6 +226,19 @@ int main(int argc, char **argv)
       check_mask(m, label, &rs, is_exact_type(types[t]));
       FMT_CALL(FMMaskDestroy(&m));
     }
+  /* re-SetUp with new bounds: the density and sparsity are computed on demand after each set-up,
+     never left over from the last one (check_mask compares them with brute force) */
+  {
+    FMMask m = build(ctx, FMMASKDOCUMENT, 1000, 1000, 1, 64, 7, &rs);
+    check_mask(m, "document 1000 seed 7 (first set-up)", &rs, 0);
+    for (unsigned long sd = 8; sd < 11; sd++) {
+      FMT_CALL(FMMaskSetSeed(m, sd));
+      FMT_CALL(FMMaskSetUp(m));
+      snprintf(label, sizeof(label), "document 1000, re-set up with seed %lu", sd);
+      check_mask(m, label, &rs, 0);
+    }
+    FMT_CALL(FMMaskDestroy(&m));
+  }
   /* explicit sliding windows of any width >= 1, including windows not a multiple of the block */
   for (int k = 0; k < 6; k++) {
     FMMask m;

@@ -827,6 +827,11 @@ FMErrorCode FMPlanSetTrace(FMPlan plan, const char *path, FMBool view);
  *   K/V, route, stage masks), with the results of a fresh plan. Anything else, or a set-up
  *   after a failed one, is a full set-up. The local rows and keys may move with the partition:
  *   scatter the inputs again. See doc/distributed.md, "Re-planning every step".
+ *   On the CUDA backend an update writes the new mask into the device buffers it already has:
+ *   a "local" plan queues that copy on the plan's stream (after the forward and backward queued
+ *   there, which still read the old mask; before the next ones) and returns without waiting; a
+ *   "cp" plan waits for its streams first and for the copy before it returns. A plan whose
+ *   stream was changed (FMPlanSetStream) since waits for the old stream where it must.
  *   plan  the plan
  */
 FMErrorCode FMPlanSetUp(FMPlan plan);

@@ -126,7 +126,11 @@ static FMErrorCode forward(FMPlan plan, const void *q, const void *k, const void
 #if FM_HAVE_CUDA
     if (!lse) FMCall(FMCudaMalloc((size_t)p.batch * p.heads_q * p.nq * sizeof(float), (void **)&lse_tmp));
     FMPlanLocal *L = (FMPlanLocal *)plan->data;
-    if (plan->stream != L->gpu_stream) L->gpu_mixed = 1;
+    if (plan->stream != L->gpu_stream && !L->gpu_mixed) {
+      /* another stream than the mask's: an update queued on the old one must have finished */
+      FMCall(FMCudaStreamSynchronize(L->gpu_stream));
+      L->gpu_mixed = 1;
+    }
     ierr = FMCudaForward(&p, L->gpu, q, k, v, o, lse ? lse : lse_tmp, plan->stream);
     if (lse_tmp) FMCall(FMCudaFree(lse_tmp));
 #else
@@ -167,7 +171,10 @@ static FMErrorCode backward(FMPlan plan, const void *q, const void *k, const voi
     FMAttnProblem p;
     FMCall(FMPlanGetProblem_Private(plan, &p));
     FMPlanLocal *L = (FMPlanLocal *)plan->data;
-    if (plan->stream != L->gpu_stream) L->gpu_mixed = 1;
+    if (plan->stream != L->gpu_stream && !L->gpu_mixed) {
+      FMCall(FMCudaStreamSynchronize(L->gpu_stream)); /* as in forward() */
+      L->gpu_mixed = 1;
+    }
     FMCall(FMCudaBackward(&p, L->gpu, q, k, v, o, lse, dout, dq, dk, dv, plan->stream));
 #else
     FMRaise(plan->hdr.comm, FM_ERR_SUP, "This build has no CUDA support");

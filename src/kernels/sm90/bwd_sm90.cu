@@ -17,7 +17,7 @@
  *     and 2 are the dQ writers of consumers 1 and 2 (dq_writer): each takes its consumer's
  *     staged fp32 dQ block, adds it into the accumulator with one bulk reduce-add, and gives the
  *     staging buffer back once it has been read. In the deterministic mode the writer first
- *     waits for the block's turn (key blocks in increasing order) and passes it on after the add.
+ *     waits for the block's turn (key blocks in decreasing order) and passes it on after the add.
  *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
  *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued, the exponentials of S overlap the
  *     dP product); P^T = exp2(S^T c - lse2), and on partial tiles only the element test (one

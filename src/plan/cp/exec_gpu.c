@@ -230,6 +230,7 @@ FMErrorCode FMDistGPURunStart_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDi
 {
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = d->stats.reduce_bytes = 0;
   FMCall(FMDistTraceBegin_Private(plan, d, run, &R->tr));
+  g->last_stream = plan->stream; /* an update waits for it before it reuses the stage masks */
   FMCall(FMCudaEventRecord(g->ev_in, plan->stream));
   FMCall(FMCudaStreamWaitEvent(g->cs, g->ev_in));
   if (R->tr) { FMCall(FMCudaEventSynchronize(g->ev_in)); R->t0 = FMTime(); }

@@ -64,6 +64,7 @@ typedef struct {
      masks, local stage first, each reused in place by the next upload while large enough */
   void **mpool;
   int npool, mpcap, mpnext;
+  void *last_stream;     /* the plan's stream of the last forward or backward (FMDistGPURunStart_Private) */
 } FMDistGPU;
 
 /*

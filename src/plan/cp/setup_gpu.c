@@ -460,11 +460,17 @@ static FMErrorCode setup_gpu_local(FMPlan plan, FMDist *d, FMDistGPU *g, int upd
   } else {
     FMCall(FMCudaStreamSynchronize(g->cs));
     FMCall(FMCudaStreamSynchronize(plan->stream));
+    /* the last run's stage kernels may be on another stream (FMPlanSetStream since): they read
+       the stage masks this update reuses in place */
+    if (g->last_stream != plan->stream) FMCall(FMCudaStreamSynchronize(g->last_stream));
     free_steps(g, 1);
   }
   FMCall(build_steps(plan, d, g));
   FMCall(carve_buffers(plan, d, g));
   if (plan->nlocal > 0) FMCall(upload_stages(plan, d, g, no, nl));
+  pool_drain(g); /* a rank without rows uploads nothing: its old stage masks go now */
+  /* the in-place uploads ran on the plan's stream: done before a run on any stream reads them */
+  if (update) FMCall(FMCudaStreamSynchronize(plan->stream));
   return FM_SUCCESS;
 }
 

@@ -214,11 +214,11 @@ __device__ __forceinline__ void store_ds(const uint32_t *ps, uint32_t dsaddr, co
 template <int D, bool F16> __device__ __forceinline__ void issue_dq(float *dq, uint32_t ka, uint32_t dsaddr, const Me &me)
 {
 #pragma unroll
-  for (int t = 0; t < DqSplit<D>::cols / 2; t++) dq[t] = 0.f;
+  for (int t = 0; t < 32; t++) dq[t] = 0.f;
   wgmma_fence();
   reg_fence(dsaddr);
-  if constexpr (!DqSplit<D>::own) gemm_dq<8, 64, F16>(dq, dsaddr, ka + me.cw * 16384);
-  else gemm_dq<4, D, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
+  if constexpr (!DqSplit<D>::own) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
+  else gemm_dq<4, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
   wgmma_commit();
 }
 
@@ -260,7 +260,7 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   issue_dq<D, F16>(dq, ka, dsaddr, me);
   wgmma_wait<0>(); /* dQ retired */
 #pragma unroll
-  for (int t = 0; t < DqSplit<D>::cols / 2; t++) reg_fence(dq[t]);
+  for (int t = 0; t < 32; t++) reg_fence(dq[t]);
   stage_dq<D, ST>(dq, stg, d, me, sy);
 }
 
@@ -318,7 +318,7 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
   me.kr0 = me.cw * 64 + me.w * 16 + (lane >> 2);
   const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
   int4 *bnd_s = (int4 *)(smem + L::OFF_BND);
-  float dk[D / 2], dv[D / 2], s[32], dp[32], dq[DqSplit<D>::cols / 2];
+  float dk[D / 2], dv[D / 2], s[32], dp[32], dq[32];
   uint32_t pp[16], ps[16];
   int i = 0;
   for (int n = 0;; n++) {

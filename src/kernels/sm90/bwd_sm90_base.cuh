@@ -18,21 +18,17 @@ constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
 constexpr int kBM = FMBWD_BM;      /* query rows per step */
 constexpr int kThreads = 384;
 
-#ifndef FMBWD_DQ_OWN
-#define FMBWD_DQ_OWN 0 /* 1: for d = 128 too, each consumer its own keys' dQ (measured 2-8% slower on the H200, 2026-12-01) */
-#endif
 /*
- * How dQ = dS K is split between the two consumers. Own (d = 64; d = 128 with FMBWD_DQ_OWN):
- * each multiplies its own 64 keys' dS by its own K rows, all D columns, and its writer adds the
- * whole 64 x D block; no barrier between the consumers, whose steps may then drift apart. Else
- * (d = 128, the default): each computes 64 of the columns over all 128 keys (both halves of dS,
- * published by a barrier over both consumers every step) and adds that half. For d = 128 own
- * doubles the bulk adds into L2 (64 KB a step instead of 32), which cost more than the barrier
- * (full 8K: 454 against 487 TFLOP/s).
+ * How dQ = dS K is split between the two consumers. d = 64 ("own"): each multiplies its own 64
+ * keys' dS by its own K rows and its writer adds the whole 64 x 64 block; no barrier between the
+ * consumers. d = 128: each computes 64 of the columns over all 128 keys (both halves of dS,
+ * published by a barrier over both consumers every step) and adds that half. (Own for d = 128,
+ * m64n128 products and 32 KB blocks, measured 2-8% slower on the H200, 2026-12-01: the doubled
+ * bulk adds into L2 cost more than the barrier; see doc/performance.md.) Either way a consumer
+ * stages 64 dQ columns.
  */
 template <int D> struct DqSplit {
-  static constexpr bool own = D == 64 || FMBWD_DQ_OWN;
-  static constexpr int cols = own ? D : 64; /* dQ columns per consumer */
+  static constexpr bool own = D == 64;
 };
 
 template <int D, int ST> struct Layout {
@@ -40,7 +36,7 @@ template <int D, int ST> struct Layout {
   static constexpr int QB = kBM * D * 2;  /* Q or dO tile; chunks of 64 x 64 (8 KB) */
   static constexpr int DSB = kBN * kBM * 2;
   static constexpr int NDS = DqSplit<D>::own ? 1 : 2; /* dS buffers: shared halves need two (the other consumer may still read) */
-  static constexpr int DQB = kBM * DqSplit<D>::cols * 4;
+  static constexpr int DQB = kBM * 64 * 4;
   static constexpr int OFF_K = 0;
   static constexpr int OFF_V = OFF_K + KB;
   static constexpr int OFF_Q = OFF_V + KB;
@@ -157,21 +153,15 @@ template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, c
   }
 }
 
-/* dq[N / 2] = dS K over NT k16 slices: A = dS^T rows (keys) from ds (MN-major), B = K rows from
-   k (MN-major; N = 128 spans K's two 64-column chunks, 16 KB apart). */
-template <int NT, int N, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, uint32_t ds, uint32_t k)
+/* dq[32] = dS K over NT k16 slices: A = dS^T rows (keys) from ds (MN-major), B = K rows from k. */
+template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, uint32_t ds, uint32_t k)
 {
 #pragma unroll
   for (int t = 0; t < NT; t++) {
     const uint64_t da = make_desc(ds + t * 2048, 8192, 1024);
     const uint64_t db = make_desc(k + t * 2048, 16384, 1024);
-    if constexpr (N == 128) {
-      if constexpr (F16) wgmma_ss_m64n128k16_f16_t11(dq, da, db, t > 0);
-      else wgmma_ss_m64n128k16_bf16_t11(dq, da, db, t > 0);
-    } else {
-      if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
-      else wgmma_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
-    }
+    if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
+    else wgmma_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
   }
 }
 

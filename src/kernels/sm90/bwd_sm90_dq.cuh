@@ -21,10 +21,9 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
   reg_fence(r0);
   reg_fence(r1);
 #pragma unroll
-  for (int k = 0; k < DqSplit<D>::cols / 8; k++) { /* column 8k + 2 t4: 64-column chunk k / 8, 16 KB apart */
-    const uint32_t c = sa + (k / 8) * (kBM * 64 * 4);
-    st_f2(c + 4 * (r0 * 64 + ((8 * (k % 8) + 2 * me.t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
-    st_f2(c + 4 * (r1 * 64 + ((8 * (k % 8) + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
+  for (int k = 0; k < 8; k++) {
+    st_f2(sa + 4 * (r0 * 64 + ((8 * k + 2 * me.t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
+    st_f2(sa + 4 * (r1 * 64 + ((8 * k + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
   }
   fence_proxy_async();
   if (me.wt == 0) {

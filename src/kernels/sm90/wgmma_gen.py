@@ -9,8 +9,7 @@ Wrappers, for each type in (bf16, f16):
   wgmma_ss_m64n<N>k16_<t>(d, da, db, accum)      d[N/2] = (accum ? d : 0) + A * B^T, A and B
                                                  K-major in shared memory (descriptors da, db),
                                                  N = 128 (forward), 64 (backward)
-  wgmma_ss_m64n<N>k16_<t>_t11(d, da, db, accum)  the same with both operands transposed (MN-major),
-                                                 N = 64, 128 (the backward's dQ)
+  wgmma_ss_m64n64k16_<t>_t11(d, da, db, accum)   the same with both operands transposed (MN-major)
   wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
                                                  in shared memory (trans-b = 1), N = 64, 128
 The output is committed; `make` regenerates it when this script changes.
@@ -69,7 +68,7 @@ __device__ __forceinline__ void wgmma_rs_m64n%dk16_%s(float *d, const uint32_t *
 def main():
     text = HEAD + "".join(ss(t) + rs(t, 64) + rs(t, 128) for t in ("bf16", "f16"))
     text += "\n/* ---- the backward's shapes ---- */\n"
-    text += "".join(ss(t, 64) + ss(t, 64, 1) + ss(t, 128, 1) for t in ("bf16", "f16"))
+    text += "".join(ss(t, 64) + ss(t, 64, 1) for t in ("bf16", "f16"))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "wgmma_gen.cuh")
     if out == "-":
         sys.stdout.write(text)

@@ -330,31 +330,38 @@ FMErrorCode FMCudaBackward(const FMAttnProblem *p, const void *dmask, const void
   return FM_SUCCESS;
 }
 
+/* The rows of p only (Begin, End, the workspace's size, none of which depends on the keys): one
+   key block of one key stands in for the keys. */
+static void rows_only(FMGpuBwdParams *a, const FMAttnProblem *p)
+{
+  FMGpuMask m;
+  memset(&m, 0, sizeof(m));
+  m.mask_heads = p->mask.mask_heads > 0 ? p->mask.mask_heads : 1; m.seqlen_q = p->nq; m.seqlen_k = 1; m.nblk = 1;
+  m.mask_batch = 1;
+  fill_bwd(a, p, &m);
+  a->seqlen_k = 1;
+}
+
 /* The pieces' sizes: the rows of p against p->nk keys under the uploaded stage mask dm (NULL: rows only). */
 static FMErrorCode pieces_params(FMGpuBwdParams *a, const FMAttnProblem *p, const FMGpuMask *dm)
 {
-  FMGpuMask m;
   FMValidPointer(p, 1);
   FMCheck(p->qrows == NULL && p->k0 == 0, MPI_COMM_SELF, FM_ERR_SUP,
           "The CUDA backward's pieces take the rows 0..nq-1 of an uploaded stage mask; got qrows %s, k0 = %d",
           p->qrows ? "set" : "NULL", p->k0);
   FMCheck(p->dtype == FM_DTYPE_BF16 || p->dtype == FM_DTYPE_FP16, MPI_COMM_SELF, FM_ERR_SUP,
           "The CUDA backward runs bf16 and fp16; the problem's dtype is %s", FMDTypeName(p->dtype));
-  if (!dm) { /* Begin and End: the rows only; a one-block stand-in for the keys */
-    memset(&m, 0, sizeof(m));
-    m.mask_heads = p->mask.mask_heads > 0 ? p->mask.mask_heads : 1; m.seqlen_q = p->nq; m.seqlen_k = 1; m.nblk = 1;
-    m.mask_batch = 1;
-    dm = &m;
-  } else
+  if (!dm) rows_only(a, p); /* Begin and End */
+  else {
     FMCheck(p->nq == dm->seqlen_q && p->nk == dm->seqlen_k && (dm->mask_batch == 1 || dm->mask_batch == p->batch),
             MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "The piece has nq = %d, nk = %d, batch %d; its stage mask is %d x %d, mask_batch %d",
             p->nq, p->nk, p->batch, dm->seqlen_q, dm->seqlen_k, dm->mask_batch);
-  fill_bwd(a, p, dm);
-  if (!dm->packed) a->seqlen_k = 1;
+    fill_bwd(a, p, dm);
+  }
   FMCheck(FMGpuBackwardPath(a) >= 0, MPI_COMM_SELF, FM_ERR_SUP,
           "The CUDA backward does not cover head_dim %d, heads %d/%d, mask heads %d, scale %g (head_dim a multiple of 8 up "
           "to 256, heads_q a multiple of heads_kv and of the mask heads, scale > 0)",
-          p->head_dim, p->heads_q, p->heads_kv, dm->mask_heads, (double)p->scale);
+          p->head_dim, p->heads_q, p->heads_kv, a->mask_heads, (double)p->scale);
   return FM_SUCCESS;
 }
 
@@ -362,10 +369,7 @@ static FMErrorCode pieces_params(FMGpuBwdParams *a, const FMAttnProblem *p, cons
 size_t FMCudaBackwardPiecesBytes(const FMAttnProblem *p)
 {
   FMGpuBwdParams a;
-  FMGpuMask m;
-  memset(&m, 0, sizeof(m));
-  m.mask_heads = 1; m.seqlen_q = p->nq; m.seqlen_k = 1; m.nblk = 1; m.mask_batch = 1;
-  fill_bwd(&a, p, &m);
+  rows_only(&a, p);
   return FMGpuBackwardWorkspace(&a);
 }
 

@@ -7,6 +7,7 @@
 #include <flashmask/private/planimpl.h>
 #include <flashmask/private/fmkernels.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,41 +128,48 @@ FMErrorCode FMPlanGetScale(FMPlan plan, double *scale)
   return FM_SUCCESS;
 }
 
+/* The plan's on/off switches: set (argument 2, named name, FM_FALSE or FM_TRUE) and get. */
+static FMErrorCode set_switch(FMPlan plan, FMBool v, const char *name, size_t field)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMCheck(v == FM_FALSE || v == FM_TRUE, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (%s) is %d; expected FM_FALSE or FM_TRUE",
+          name, (int)v);
+  *(int *)((char *)plan + field) = v == FM_TRUE;
+  return FM_SUCCESS;
+}
+static FMErrorCode get_switch(FMPlan plan, FMBool *v, size_t field)
+{
+  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
+  FMValidPointer(v, 2);
+  *v = *(const int *)((const char *)plan + field) ? FM_TRUE : FM_FALSE;
+  return FM_SUCCESS;
+}
+
 /* FMPlanSetCheckFinite - see flashmask.h. */
 FMErrorCode FMPlanSetCheckFinite(FMPlan plan, FMBool check)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCheck(check == FM_FALSE || check == FM_TRUE, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (check) is %d; expected FM_FALSE or FM_TRUE",
-          (int)check);
-  plan->check_finite = check == FM_TRUE;
+  FMCall(set_switch(plan, check, "check", offsetof(struct _p_FMPlan, check_finite)));
   return FM_SUCCESS;
 }
 
 /* FMPlanGetCheckFinite - see flashmask.h. */
 FMErrorCode FMPlanGetCheckFinite(FMPlan plan, FMBool *check)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMValidPointer(check, 2);
-  *check = plan->check_finite ? FM_TRUE : FM_FALSE;
+  FMCall(get_switch(plan, check, offsetof(struct _p_FMPlan, check_finite)));
   return FM_SUCCESS;
 }
 
 /* FMPlanSetDeterministic - see flashmask.h. */
 FMErrorCode FMPlanSetDeterministic(FMPlan plan, FMBool flag)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCheck(flag == FM_FALSE || flag == FM_TRUE, plan->hdr.comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (flag) is %d; expected FM_FALSE or FM_TRUE",
-          (int)flag);
-  plan->deterministic = flag == FM_TRUE;
+  FMCall(set_switch(plan, flag, "flag", offsetof(struct _p_FMPlan, deterministic)));
   return FM_SUCCESS;
 }
 
 /* FMPlanGetDeterministic - see flashmask.h. */
 FMErrorCode FMPlanGetDeterministic(FMPlan plan, FMBool *flag)
 {
-  FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMValidPointer(flag, 2);
-  *flag = plan->deterministic ? FM_TRUE : FM_FALSE;
+  FMCall(get_switch(plan, flag, offsetof(struct _p_FMPlan, deterministic)));
   return FM_SUCCESS;
 }
 

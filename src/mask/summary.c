@@ -209,9 +209,12 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
      the block counts are computed in 64 bits all the same. */
   FMCall(FMMaskCheckSizes_Private(Sq, Sk, H, B > 0 ? B : -1, "Mask"));
   nkb = (int)(((int64_t)Sk + B - 1) / B);
-  (void)Sq;
-  FMFree(m->summary);
-  FMCall(FMMalloc((size_t)H * nkb * FM_SUM_N, &m->summary));
+  if ((size_t)H * nkb * FM_SUM_N > m->summary_cap) { /* a re-SetUp of the same sizes keeps its array */
+    FMFree(m->summary);
+    m->summary_cap = 0;
+    FMCall(FMMalloc((size_t)H * nkb * FM_SUM_N, &m->summary));
+    m->summary_cap = (size_t)H * nkb * FM_SUM_N;
+  }
   m->nblocks_k = nkb;
   m->stats_valid = 0;
   for (int h = 0; h < H; h++)

@@ -347,6 +347,7 @@ struct _p_FMMask {
   int block;              /* block size (both axes), default 128 */
   int nblocks_k;          /* ceil(seqlen_k / block) */
   int32_t *summary;       /* [mask_batch][mask_heads][nblocks_k][FM_SUM_N] */
+  size_t summary_cap;     /* int32 entries allocated in summary */
   double density, sparsity; /* valid when stats_valid (FMMaskComputeDensity_Private, on demand) */
   int stats_valid;
 };

@@ -417,6 +417,8 @@ static double steps_per_block(const HostMask &m)
 }
 
 static int g_prof_kind = -1; /* prof mode: the one mask kind to run */
+static unsigned g_kinds = ~0u; /* ab mode: the mask kinds to run (bits) */
+static int g_nodet = 0;       /* ab mode: no deterministic run */
 static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
 {
   const int B = 131072 / S, H = 32, D = 128;
@@ -431,6 +433,7 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
   for (int kind = 0; kind < M_NKIND; kind++) {
     if (only_swa && kind != M_SWA) continue;
     if (g_prof_kind >= 0 && kind != g_prof_kind) continue;
+    if (!(g_kinds >> kind & 1)) continue;
     if (Hkv != H && kind != M_FULL && kind != M_CAUSAL) continue;
     HostMask m = build_mask((MaskKind)kind, S, S, 1);
     DevMask dm = upload_mask(m);
@@ -472,7 +475,7 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
     std::vector<float> ms, dms;
     const float med = time_calls(ms);
     float dmed = 0; /* the deterministic mode's median */
-    if (!only_swa) {
+    if (!only_swa && !g_nodet) {
       p.deterministic = 1;
       dmed = time_calls(dms);
       p.deterministic = 0;
@@ -531,6 +534,15 @@ int main(int argc, char **argv)
     const int S = argc > 2 ? atoi(argv[2]) : 8192;
     g_prof_kind = argc > 3 ? atoi(argv[3]) : 0;
     bench(S, 1, 0, 32);
+    return 0;
+  }
+  if (mode == "ab") { /* a short A/B table: full, causal, sliding window, causal document at 8K; full, causal at 32K */
+    const int reps = argc > 2 ? atoi(argv[2]) : 5;
+    g_nodet = 1;
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_SWA | 1u << M_DOC;
+    bench(8192, reps);
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
+    bench(32768, reps);
     return 0;
   }
   if (mode == "bench") {

@@ -195,6 +195,7 @@ struct Me {
    and this block's turn (the key block kb for d = 128, 2 kb + consumer for d = 64). */
 struct DqStep {
   int tix, turn;
+  uint32_t ph; /* the parity of the writer's read of the last block from this staging buffer */
 };
 
 } /* namespace fmbwd */

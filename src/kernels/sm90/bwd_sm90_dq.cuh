@@ -12,7 +12,7 @@ using namespace fmsm90;
 
 /* dq (fp32) into this consumer's staging buffer (column c of row r at c ^ ((r & 7) << 3), the
    accumulator's layout), then handed to the writer with the block's place (slot) and an arrival
-   per warp. The caller waited at the step's start until the writer had read the previous one. */
+   per warp. The caller waited (step_grads) until the writer had read the previous one. */
 template <int D, int ST>
 __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqStep &d, const Me &me, const Sync<D, ST> &sy)
 {

@@ -56,8 +56,9 @@ __device__ __forceinline__ void gemm_pv(float *o, const uint32_t *p, uint32_t va
 
 /*
  * Per-element mask of a partial tile of TN columns (colbase: its first column), only the tests
- * the tile needs: s[4k+e] is row r0 (e < 2) or r0 + 8, column 8k + 2*(lane%4) + (e&1). An interval [a, b) (a <= b) holds row i iff
- * (unsigned)(i - a) < (unsigned)(b - a). Padding columns past seqlen_k carry [0, INT_MAX).
+ * the tile needs: s[4k+e] is row r0 (e < 2) or r0 + 8, column 8k + 2*(lane%4) + (e&1). An
+ * interval [a, b) (a <= b) holds row i iff (unsigned)(i - a) < (unsigned)(b - a). Padding
+ * columns past seqlen_k carry [0, INT_MAX).
  */
 template <int TN, bool LO, bool UP, bool CA>
 __device__ __forceinline__ void mask_tile(float *s, const int4 *bnd, int row0, int colbase, int lane, int off)

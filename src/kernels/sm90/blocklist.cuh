@@ -8,10 +8,48 @@
 namespace fmsm90 {
 
 /*
+ * The two 64-key halves of this thread's block entry (entry < 0: none), upper half first,
+ * appended after the n entries so far in the threads' order (so the list stays last tile
+ * first). Entry bits 0..26 become the tile index 2 kb + h. Returns the new length; the
+ * caller's __syncthreads follows.
+ */
+template <int TN>
+__device__ __forceinline__ int list_halves(const FMGpuFwdCore &p, int entry, int m0, int *wcnt, int *list, int n, int warp,
+                                           int lane)
+{
+  const int m1 = m0 + kBM < p.seqlen_q ? m0 + kBM : p.seqlen_q, off = p.seqlen_k - p.seqlen_q;
+  const int kb = entry >= 0 ? entry & kBlockBits : 0, c0 = (2 * kb + 1) * TN; /* the upper half's first column */
+  /* the upper half: not past seqlen_k, not wholly above the diagonal of rows [m0, m1) */
+  const bool hi = entry >= 0 && c0 < p.seqlen_k && !(p.causal && c0 > m1 - 1 + off);
+  const unsigned bhi = __ballot_sync(0xffffffffu, hi), blo = __ballot_sync(0xffffffffu, entry >= 0);
+  if (lane == 0) wcnt[warp] = __popc(bhi) + __popc(blo);
+  __syncthreads();
+  int before = n;
+  for (int w = 0; w < kThreads / 32; w++) {
+    if (w < warp) before += wcnt[w];
+    n += wcnt[w];
+  }
+  const unsigned lt = (1u << lane) - 1;
+  before += __popc(bhi & lt) + __popc(blo & lt);
+  if (entry >= 0) {
+    const int fl = entry & ~kBlockBits;
+    /* the lower half needs the causal test only if its last column passes row m0's diagonal */
+    const int lo_causal = p.causal && c0 - 1 > m0 + off ? kCausal : 0;
+    if (hi) list[before++] = fl | (2 * kb + 1);
+    list[before] = (fl & ~kCausal) | lo_causal | (2 * kb);
+  }
+  return n;
+}
+
+/*
  * The CTA's key-block list, last block first, built by all 384 threads (one block each per
  * round). The class is FMClassifyTileInline's; partial entries also record which element
  * tests they need (lower / upper interval, causal); the block that runs past seqlen_k needs
  * the lower test (its padding columns carry [0, INT_MAX)).
+ * With 64-key tiles (L::TPB = 2, d = 256) a listed block gives two entries, its upper half
+ * first, both with the block's flags (a half inherits its block's class: conservative, as the
+ * element tests are exact); a half wholly at or past seqlen_k, or wholly above the causal
+ * diagonal of the CTA's rows, is left out.
  * Returns the list length n; list[0..n) is in shared memory (L::OFF_LIST), read by the
  * producer and both consumers, so their iteration counts always agree.
  */
@@ -43,15 +81,19 @@ __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned 
           if ((entry & (kLower | kUpper)) && p.simple[(size_t)mh * p.nblk + kb]) entry |= kSimple;
         }
       }
-      const unsigned ball = __ballot_sync(0xffffffffu, entry >= 0);
-      if (lane == 0) wcnt[warp] = __popc(ball);
-      __syncthreads();
-      int before = n;
-      for (int w = 0; w < kThreads / 32; w++) {
-        if (w < warp) before += wcnt[w];
-        n += wcnt[w];
+      if constexpr (L::TPB == 1) {
+        const unsigned ball = __ballot_sync(0xffffffffu, entry >= 0);
+        if (lane == 0) wcnt[warp] = __popc(ball);
+        __syncthreads();
+        int before = n;
+        for (int w = 0; w < kThreads / 32; w++) {
+          if (w < warp) before += wcnt[w];
+          n += wcnt[w];
+        }
+        if (entry >= 0) list[before + __popc(ball & ((1u << lane) - 1))] = entry;
+      } else {
+        n = list_halves<L::TN>(p, entry, m0, wcnt, list, n, warp, lane);
       }
-      if (entry >= 0) list[before + __popc(ball & ((1u << lane) - 1))] = entry;
       __syncthreads();
     }
   }

@@ -4,7 +4,7 @@
  *
  * One CTA = one 128-row query tile of one (batch, query head); 384 threads:
  *   warpgroup 0: producer. setmaxnreg.dec 24; one thread issues every TMA: Q once (before the
- *     block list is built), then per visited key block K (and, for partial blocks, the block's
+ *     block list is built), then per visited key tile K (and, for partial blocks, the block's
  *     per-column mask data in the same transaction), then V of the previous block, into a
  *     ST-stage ring of mbarriers.
  *   warpgroups 1, 2: consumers, 64 query rows each (the M of wgmma). setmaxnreg.inc 240.
@@ -21,8 +21,12 @@
  * diagonal alone, one [x, y) visible interval per column (from the GPU prepass), or both
  * column-bound intervals plus the diagonal.
  * Epilogue: O goes through the consumer's own rows of the Q buffer, then 16-byte stores.
- * Shared memory: [Q: D/64 chunks][K: ST x D/64 chunks][V: ST x D/64 chunks][mask data: ST x 2 KB]
- * [barriers][block list]; each chunk is 128 rows x 64 elements with the TMA 128-byte swizzle.
+ * Key tiles are TN = 128 columns (the mask's block) for d = 64 and 128 and TN = 64 for d = 256
+ * (O takes 128 registers a thread there): each listed 128-key block is then two 64-key tiles,
+ * S_j = Q K_j^T is m64n64k16 (16 k-steps) and O += P V m64n256k16 (4 k-steps).
+ * Shared memory: [Q: D/64 chunks][K: ST x D/64 chunks][V: ST x D/64 chunks][mask data: ST x TN x
+ * 16 B][barriers][block list]; each chunk is 64 elements wide (128 rows for Q, TN for K and V)
+ * with the TMA 128-byte swizzle.
  * The kernel is its parts in order: build_block_list (blocklist.cuh), then producer_load or
  * consumer_mainloop (mainloop.cuh) by warpgroup, then epilogue_store (epilogue.cuh); sizes and
  * layout in layout.cuh.
@@ -89,16 +93,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 /*
  * 4-D map over a [B][S][H][D] tensor with element strides bs, ss, hs (D contiguous): dims
- * {D, H, S, B}; box {64, 1, 128, 1}; 128-byte swizzle.
+ * {D, H, S, B}; box {64, 1, rows, 1} (rows: 128 for Q, the key tile TN for K and V); 128-byte
+ * swizzle.
  */
 static cudaError_t make_map(CUtensorMap *map, const void *base, int B, int S, int H, int D, int f16, int64_t bs, int64_t ss,
-                            int64_t hs)
+                            int64_t hs, int rows)
 {
   PFN_cuTensorMapEncodeTiled_v12000 enc = fm_tma_encode_fn();
   if (!enc) return cudaErrorNotSupported;
   cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
   cuuint64_t strides[3] = {(cuuint64_t)hs * 2, (cuuint64_t)ss * 2, (cuuint64_t)bs * 2};
-  cuuint32_t box[4] = {64, 1, 128, 1};
+  cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1};
   cuuint32_t estr[4] = {1, 1, 1, 1};
   CUresult r = enc(map, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base, dims,
                    strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -112,20 +117,20 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
   CUtensorMap tq, tk, tv;
   cudaError_t e;
   if ((e = make_map(&tq, a->q, a->batch, a->c.seqlen_q, a->c.heads_q, D, F16, a->q_batch_stride, a->q_row_stride,
-                    a->q_head_stride)) != cudaSuccess)
+                    a->q_head_stride, kBM)) != cudaSuccess)
     return e;
   if ((e = make_map(&tk, a->k, a->batch, a->c.seqlen_k, a->c.heads_kv, D, F16, a->k_batch_stride, a->k_row_stride,
-                    a->k_head_stride)) != cudaSuccess)
+                    a->k_head_stride, L::TN)) != cudaSuccess)
     return e;
   if ((e = make_map(&tv, a->v, a->batch, a->c.seqlen_k, a->c.heads_kv, D, F16, a->v_batch_stride, a->v_row_stride,
-                    a->v_head_stride)) != cudaSuccess)
+                    a->v_head_stride, L::TN)) != cudaSuccess)
     return e;
   /* V (MN-major, 128B swizzle) descriptor bits without the address: LBO = 64-column chunk
-     stride (128 rows x 128 B), SBO = 8-row group stride (1024 B); vdesc_swap swaps the two (a
+     stride (TN rows x 128 B), SBO = 8-row group stride (1024 B); vdesc_swap swaps the two (a
      diagnostic for the descriptor convention) */
   FMGpuFwdCore p = a->c;
   {
-    const uint64_t lbo = a->vdesc_swap ? 1024 : kChunkBytes, sbo = a->vdesc_swap ? kChunkBytes : 1024;
+    const uint64_t lbo = a->vdesc_swap ? 1024 : L::KCH, sbo = a->vdesc_swap ? L::KCH : 1024;
     p.vdesc_hi = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | ((uint64_t)1 << 62);
   }
   const size_t smem = L::bytes(a->c.nblk);
@@ -147,7 +152,10 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
 
 } /* namespace fmsm90 */
 
-/* Stages per head dim (shared memory: Q + ST x (K + V) + bounds must fit in 227 KB). */
+/* Stages per head dim (shared memory: Q + ST x (K + V) + bounds must fit in 227 KB). d = 256
+   uses 64-key tiles: Q 64 KB + 2 x (32 + 32) KB + 2 x 1 KB mask data, about 193 KB before the
+   block list (2 entries per mask block). */
+#define FM_SM90_ST256 2
 #define FM_SM90_ST128 2
 #define FM_SM90_ST64 4
 
@@ -155,7 +163,8 @@ int FMSm90ForwardSupported(const FMGpuFwdParams *a)
 {
   size_t need;
   int dev, maxsm = 0;
-  if (a->head_dim == 128) need = fmsm90::Layout<128, FM_SM90_ST128>::bytes(a->c.nblk);
+  if (a->head_dim == 256) need = fmsm90::Layout<256, FM_SM90_ST256>::bytes(a->c.nblk);
+  else if (a->head_dim == 128) need = fmsm90::Layout<128, FM_SM90_ST128>::bytes(a->c.nblk);
   else if (a->head_dim == 64) need = fmsm90::Layout<64, FM_SM90_ST64>::bytes(a->c.nblk);
   else return 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
@@ -179,6 +188,8 @@ int FMSm90ForwardSupported(const FMGpuFwdParams *a)
 cudaError_t FMSm90Forward(const FMGpuFwdParams *a, cudaStream_t stream)
 {
   if (!FMSm90ForwardSupported(a)) return cudaErrorNotSupported;
+  if (a->head_dim == 256)
+    return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true>(a, stream) : fmsm90::launch<256, FM_SM90_ST256, false>(a, stream);
   if (a->head_dim == 128)
     return a->fp16 ? fmsm90::launch<128, FM_SM90_ST128, true>(a, stream) : fmsm90::launch<128, FM_SM90_ST128, false>(a, stream);
   return a->fp16 ? fmsm90::launch<64, FM_SM90_ST64, true>(a, stream) : fmsm90::launch<64, FM_SM90_ST64, false>(a, stream);

@@ -16,10 +16,20 @@ constexpr int kBN = FM_GPU_BLOCK_N; /* key columns per block */
 constexpr int kThreads = 384;
 constexpr int kChunkBytes = 128 * 128; /* 128 rows x 64 x 2-byte elements */
 
+/*
+ * Key columns per tile: the mask's 128-key block, except for d = 256, where O (64 x 256 fp32
+ * per consumer, 128 registers a thread) leaves room only for 64-key S and P tiles; each listed
+ * 128-key block then becomes two 64-key tiles (blocklist.cuh).
+ */
+template <int D> constexpr int tile_n() { return D == 256 ? 64 : kBN; }
+
 template <int D, int ST> struct Layout {
+  static constexpr int TN = tile_n<D>();      /* key columns per tile */
+  static constexpr int TPB = kBN / TN;        /* tiles per mask block (1 or 2) */
+  static constexpr int KCH = TN * 128;        /* one 64-column chunk of a K or V tile */
   static constexpr int QB = kBM * D * 2;
-  static constexpr int KB = kBN * D * 2;
-  static constexpr int BB = kBN * 16;
+  static constexpr int KB = TN * D * 2;
+  static constexpr int BB = TN * 16;
   static constexpr int OFF_Q = 0;
   static constexpr int OFF_K = OFF_Q + QB;
   static constexpr int OFF_V = OFF_K + ST * KB;
@@ -28,7 +38,7 @@ template <int D, int ST> struct Layout {
   static constexpr int NBAR = 1 + 4 * ST;
   static constexpr int OFF_CNT = OFF_BAR + NBAR * 8;          /* per-warp counts, 12 ints */
   static constexpr int OFF_LIST = (OFF_CNT + 48 + 15) & ~15;
-  static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + (size_t)nblk * 4; }
+  static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + (size_t)nblk * TPB * 4; }
 };
 
 /*
@@ -65,7 +75,8 @@ struct Barriers {
 };
 
 /*
- * Block-list entry: key block index in bits 0..26, which per-element tests the tile needs in
+ * Block-list entry: key tile index (of TN columns: the 128-key block, or for d = 256 its
+ * 64-key half) in bits 0..26, which per-element tests the tile needs in
  * 28..30, and bit 27 when every column's visible rows form one interval (then one test per
  * element on the prepass's [x, y) pairs replaces the interval and causal tests).
  */

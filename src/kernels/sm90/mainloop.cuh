@@ -12,27 +12,39 @@
 
 namespace fmsm90 {
 
-template <bool F16> __device__ __forceinline__ void gemm_qk(float *s, uint32_t qaddr, uint32_t kaddr, int D)
+/* S = Q K^T over d = 16 k-steps of 16; Q chunks hold 128 rows, K chunks TN rows (kch bytes). */
+template <int TN, bool F16> __device__ __forceinline__ void gemm_qk(float *s, uint32_t qaddr, uint32_t kaddr, int D)
 {
+  constexpr uint32_t kch = TN * 128;
 #pragma unroll
   for (int kk = 0; kk < 16; kk++) {
     if (kk < D / 16) {
       const uint32_t off = (kk / 4) * kChunkBytes + (kk % 4) * 32;
       const uint64_t da = make_desc(qaddr + off, 16, 1024);
-      const uint64_t db = make_desc(kaddr + off, 16, 1024);
-      if constexpr (F16) wgmma_ss_m64n128k16_f16(s, da, db, kk > 0);
-      else wgmma_ss_m64n128k16_bf16(s, da, db, kk > 0);
+      const uint64_t db = make_desc(kaddr + (kk / 4) * kch + (kk % 4) * 32, 16, 1024);
+      if constexpr (TN == 64) {
+        if constexpr (F16) wgmma_ss_m64n64k16_f16(s, da, db, kk > 0);
+        else wgmma_ss_m64n64k16_bf16(s, da, db, kk > 0);
+      } else {
+        if constexpr (F16) wgmma_ss_m64n128k16_f16(s, da, db, kk > 0);
+        else wgmma_ss_m64n128k16_bf16(s, da, db, kk > 0);
+      }
     }
   }
 }
 
-/* vhi: the LBO/SBO/layout bits of the V descriptor (FMGpuFwdCore::vdesc_hi, see launch()). */
-template <int D, bool F16> __device__ __forceinline__ void gemm_pv(float *o, const uint32_t *p, uint32_t vaddr, uint64_t vhi)
+/* vhi: the LBO/SBO/layout bits of the V descriptor (FMGpuFwdCore::vdesc_hi, see launch());
+   k-step u takes the tile's key rows 16u .. 16u + 15 (2048 bytes into each chunk). */
+template <int D, int TN, bool F16>
+__device__ __forceinline__ void gemm_pv(float *o, const uint32_t *p, uint32_t vaddr, uint64_t vhi)
 {
 #pragma unroll
-  for (int u = 0; u < kBN / 16; u++) {
+  for (int u = 0; u < TN / 16; u++) {
     const uint64_t db = vhi | (uint64_t)(((vaddr + u * 2048) & 0x3FFFF) >> 4);
-    if constexpr (D == 128) {
+    if constexpr (D == 256) {
+      if constexpr (F16) wgmma_rs_m64n256k16_f16(o, p + 4 * u, db);
+      else wgmma_rs_m64n256k16_bf16(o, p + 4 * u, db);
+    } else if constexpr (D == 128) {
       if constexpr (F16) wgmma_rs_m64n128k16_f16(o, p + 4 * u, db);
       else wgmma_rs_m64n128k16_bf16(o, p + 4 * u, db);
     } else {
@@ -43,17 +55,18 @@ template <int D, bool F16> __device__ __forceinline__ void gemm_pv(float *o, con
 }
 
 /*
- * Per-element mask of a partial tile, only the tests the tile needs: s[4k+e] is row r0 (e < 2)
- * or r0 + 8, column 8k + 2*(lane%4) + (e&1). An interval [a, b) (a <= b) holds row i iff
- * (unsigned)(i - a) < (unsigned)(b - a). Padding columns past seqlen_k carry [0, INT_MAX).
+ * Per-element mask of a partial tile of TN columns (colbase: its first column), only the tests
+ * the tile needs: s[4k+e] is row r0 (e < 2) or r0 + 8, column 8k + 2*(lane%4) + (e&1). An
+ * interval [a, b) (a <= b) holds row i iff (unsigned)(i - a) < (unsigned)(b - a). Padding
+ * columns past seqlen_k carry [0, INT_MAX).
  */
-template <bool LO, bool UP, bool CA>
+template <int TN, bool LO, bool UP, bool CA>
 __device__ __forceinline__ void mask_tile(float *s, const int4 *bnd, int row0, int colbase, int lane, int off)
 {
   const int row1 = row0 + 8;
   const int t0 = row0 + off - colbase, t1 = t0 + 8; /* causal: column c masked iff c > t */
 #pragma unroll
-  for (int k = 0; k < kBN / 8; k++) {
+  for (int k = 0; k < TN / 8; k++) {
 #pragma unroll
     for (int e = 0; e < 2; e++) {
       const int c = 8 * k + 2 * (lane & 3) + e;
@@ -82,11 +95,11 @@ __device__ __forceinline__ void mask_tile(float *s, const int4 *bnd, int row0, i
 }
 
 /* One-interval tile: element (i, j) visible iff x_j <= i < y_j. */
-__device__ __forceinline__ void mask_simple(float *s, const int2 *vis, int row0, int lane)
+template <int TN> __device__ __forceinline__ void mask_simple(float *s, const int2 *vis, int row0, int lane)
 {
   const int row1 = row0 + 8;
 #pragma unroll
-  for (int k = 0; k < kBN / 8; k++) {
+  for (int k = 0; k < TN / 8; k++) {
 #pragma unroll
     for (int e = 0; e < 2; e++) {
       const int2 v = vis[8 * k + 2 * (lane & 3) + e];
@@ -99,21 +112,22 @@ __device__ __forceinline__ void mask_simple(float *s, const int2 *vis, int row0,
 
 /* Extra tests are harmless (each is exact), so three variants cover the eight flag sets (more
    variants made ptxas spill). */
+template <int TN>
 __device__ __forceinline__ void apply_mask(float *s, int e, const int4 *bnd, int row0, int colbase, int lane, int off)
 {
   const int f = (e >> 28) & 7;
   if (f == 0) return;
-  if (e & kSimple) mask_simple(s, (const int2 *)bnd, row0, lane);
-  else if (f == 4) mask_tile<false, false, true>(s, bnd, row0, colbase, lane, off);
-  else mask_tile<true, true, true>(s, bnd, row0, colbase, lane, off);
+  if (e & kSimple) mask_simple<TN>(s, (const int2 *)bnd, row0, lane);
+  else if (f == 4) mask_tile<TN, false, false, true>(s, bnd, row0, colbase, lane, off);
+  else mask_tile<TN, true, true, true>(s, bnd, row0, colbase, lane, off);
 }
 
-/* Online softmax of one S tile held in registers; returns the correction factors for O. */
-__device__ __forceinline__ void softmax_step(float *s, float *mrow, float *lrow, float c, float *corr)
+/* Online softmax of one S tile (TN columns) held in registers; returns the correction factors for O. */
+template <int TN> __device__ __forceinline__ void softmax_step(float *s, float *mrow, float *lrow, float c, float *corr)
 {
   float mx0 = mrow[0], mx1 = mrow[1];
 #pragma unroll
-  for (int k = 0; k < kBN / 8; k++) {
+  for (int k = 0; k < TN / 8; k++) {
     mx0 = fmaxf(mx0, fmaxf(s[4 * k], s[4 * k + 1]));
     mx1 = fmaxf(mx1, fmaxf(s[4 * k + 2], s[4 * k + 3]));
   }
@@ -130,7 +144,7 @@ __device__ __forceinline__ void softmax_step(float *s, float *mrow, float *lrow,
   mrow[1] = mx1;
   float l0 = 0.f, l1 = 0.f;
 #pragma unroll
-  for (int k = 0; k < kBN / 8; k++) {
+  for (int k = 0; k < TN / 8; k++) {
     s[4 * k] = exp2f(fmaf(s[4 * k], c, -ms0));
     s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], c, -ms0));
     s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], c, -ms1));
@@ -167,6 +181,7 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
   const int mh = cc.mh, hkv = cc.hkv, b = cc.b, tid = cc.tid;
   uint64_t *k_full = bar.k_full, *k_empty = bar.k_empty, *v_full = bar.v_full, *v_empty = bar.v_empty;
   if (tid == 0 && n > 0) {
+    constexpr int TN = L::TN;
     const int4 *bsrc = p.packed + (size_t)mh * p.nblk * kBN;
     const int2 *vsrc = p.vis + (size_t)mh * p.nblk * kBN;
     for (int i = 0; i <= n; i++) {
@@ -179,9 +194,9 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
         mbar_expect_tx(&k_full[st], L::KB + (simple ? L::BB / 2 : bnd ? L::BB : 0));
 #pragma unroll
         for (int c = 0; c < D / 64; c++)
-          tma_load_4d(smem + L::OFF_K + st * L::KB + c * kChunkBytes, tmK, &k_full[st], c * 64, hkv, kb * kBN, b);
-        if (simple) bulk_load(smem + L::OFF_B + st * L::BB, vsrc + (size_t)kb * kBN, L::BB / 2, &k_full[st]);
-        else if (bnd) bulk_load(smem + L::OFF_B + st * L::BB, bsrc + (size_t)kb * kBN, L::BB, &k_full[st]);
+          tma_load_4d(smem + L::OFF_K + st * L::KB + c * L::KCH, tmK, &k_full[st], c * 64, hkv, kb * TN, b);
+        if (simple) bulk_load(smem + L::OFF_B + st * L::BB, vsrc + (size_t)kb * TN, L::BB / 2, &k_full[st]);
+        else if (bnd) bulk_load(smem + L::OFF_B + st * L::BB, bsrc + (size_t)kb * TN, L::BB, &k_full[st]);
       }
       if (i > 0) {
         const int j = i - 1, kb = list[j] & kBlockBits;
@@ -191,7 +206,7 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
         mbar_expect_tx(&v_full[st], L::KB);
 #pragma unroll
         for (int c = 0; c < D / 64; c++)
-          tma_load_4d(smem + L::OFF_V + st * L::KB + c * kChunkBytes, tmV, &v_full[st], c * 64, hkv, kb * kBN, b);
+          tma_load_4d(smem + L::OFF_V + st * L::KB + c * L::KCH, tmV, &v_full[st], c * 64, hkv, kb * TN, b);
       }
     }
   }
@@ -210,6 +225,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
                                                   const Barriers &bar, float *o, float *mrow, float *lrow)
 {
   using L = Layout<D, ST>;
+  constexpr int TN = L::TN;
   const CtaCoords cc = cta_coords(p);
   const int lane = cc.lane, cw = cc.wg - 1, w = (cc.tid - 128 * cc.wg) >> 5;
   const int row0 = cc.m0 + cw * 64 + w * 16 + (lane >> 2);
@@ -217,8 +233,8 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
   const float c = p.scale_log2;
   /* causal offset for the element test; a non-causal mask gets one no column exceeds */
   const int off = p.causal ? p.seqlen_k - p.seqlen_q : (1 << 29);
-  float s[kBN / 2];
-  uint32_t pr[kBN / 4];
+  float s[TN / 2];
+  uint32_t pr[TN / 4];
   float corr[2];
 #pragma unroll
   for (int i = 0; i < D / 2; i++) o[i] = 0.f;
@@ -237,17 +253,17 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       mbar_wait(&k_full[0], 0);
       named_sync(mine, 256);
       wgmma_fence();
-      gemm_qk<F16>(s, qaddr, kbase, D);
+      gemm_qk<TN, F16>(s, qaddr, kbase, D);
       wgmma_commit();
       named_arrive(other, 256);
       wgmma_wait<0>();
 #pragma unroll
-      for (int i = 0; i < kBN / 2; i++) reg_fence(s[i]);
-      apply_mask(s, e, bbase, row0, kb * kBN, lane, off);
+      for (int i = 0; i < TN / 2; i++) reg_fence(s[i]);
+      apply_mask<TN>(s, e, bbase, row0, kb * TN, lane, off);
       release(&k_empty[0], lane);
-      softmax_step(s, mrow, lrow, c, corr);
+      softmax_step<TN>(s, mrow, lrow, c, corr);
 #pragma unroll
-      for (int i = 0; i < kBN / 4; i++) pr[i] = pack2<F16>(s[2 * i], s[2 * i + 1]);
+      for (int i = 0; i < TN / 4; i++) pr[i] = pack2<F16>(s[2 * i], s[2 * i + 1]);
     }
     for (int i = 1; i < n; i++) {
       const int e = list[i], kb = e & kBlockBits;
@@ -256,29 +272,29 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       mbar_wait(&k_full[st], ph);
       named_sync(mine, 256);
       wgmma_fence();
-      gemm_qk<F16>(s, qaddr, kbase + st * L::KB, D);
+      gemm_qk<TN, F16>(s, qaddr, kbase + st * L::KB, D);
       wgmma_commit();
       /* O (basis m_{i-2}) to basis m_{i-1} while S_i is computed: off the critical path */
       rescale_o<D>(o, corr);
       mbar_wait(&v_full[pst], pph);
       wgmma_fence();
-      gemm_pv<D, F16>(o, pr, vbase + pst * L::KB, p.vdesc_hi);
+      gemm_pv<D, TN, F16>(o, pr, vbase + pst * L::KB, p.vdesc_hi);
       wgmma_commit();
       named_arrive(other, 256);
       wgmma_wait<1>();
 #pragma unroll
-      for (int t = 0; t < kBN / 2; t++) reg_fence(s[t]);
-      apply_mask(s, e, bbase + st * kBN, row0, kb * kBN, lane, off);
+      for (int t = 0; t < TN / 2; t++) reg_fence(s[t]);
+      apply_mask<TN>(s, e, bbase + st * TN, row0, kb * TN, lane, off);
       release(&k_empty[st], lane);
-      softmax_step(s, mrow, lrow, c, corr);
+      softmax_step<TN>(s, mrow, lrow, c, corr);
       wgmma_wait<0>();
 #pragma unroll
       for (int t = 0; t < D / 2; t++) reg_fence(o[t]);
 #pragma unroll
-      for (int t = 0; t < kBN / 4; t++) reg_fence(pr[t]);
+      for (int t = 0; t < TN / 4; t++) reg_fence(pr[t]);
       release(&v_empty[pst], lane);
 #pragma unroll
-      for (int t = 0; t < kBN / 4; t++) pr[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
+      for (int t = 0; t < TN / 4; t++) pr[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
     }
     /* last P.V */
     {
@@ -288,7 +304,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       mbar_wait(&v_full[st], ph);
       named_sync(mine, 256);
       wgmma_fence();
-      gemm_pv<D, F16>(o, pr, vbase + st * L::KB, p.vdesc_hi);
+      gemm_pv<D, TN, F16>(o, pr, vbase + st * L::KB, p.vdesc_hi);
       wgmma_commit();
       if (cw == 0) named_arrive(other, 256); /* consumer 1 has no later sync to match */
       wgmma_wait<0>();

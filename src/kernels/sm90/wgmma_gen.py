@@ -11,7 +11,7 @@ Wrappers, for each type in (bf16, f16):
                                                  N = 128 (forward), 64 (backward)
   wgmma_ss_m64n64k16_<t>_t11(d, da, db, accum)   the same with both operands transposed (MN-major)
   wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
-                                                 in shared memory (trans-b = 1), N = 64, 128
+                                                 in shared memory (trans-b = 1), N = 64, 128, 256
 The output is committed; `make` regenerates it when this script changes.
 """
 import os
@@ -69,6 +69,8 @@ def main():
     text = HEAD + "".join(ss(t) + rs(t, 64) + rs(t, 128) for t in ("bf16", "f16"))
     text += "\n/* ---- the backward's shapes ---- */\n"
     text += "".join(ss(t, 64) + ss(t, 64, 1) for t in ("bf16", "f16"))
+    text += "\n/* ---- the forward's d = 256 shape (P V with 64-key tiles) ---- */\n"
+    text += "".join(rs(t, 256) for t in ("bf16", "f16"))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "wgmma_gen.cuh")
     if out == "-":
         sys.stdout.write(text)

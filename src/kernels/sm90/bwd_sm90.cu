@@ -314,7 +314,7 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
   Sync<D, ST> sy(smem);
   const int tid = threadIdx.x, lane = tid & 31;
   Me me;
-  me.cw = (tid >> 7) - 1;
+  me.cw = __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0); /* warp-uniform to ptxas: the descriptors stay in uniform registers */
   me.wt = tid & 127;
   me.w = me.wt >> 5;
   me.lane = lane;

@@ -128,10 +128,11 @@ __device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_
 /* acc[32] = A B^T over D: A = 64 rows of a 128-row K/V tile (K-major), B = a 64-row Q/dO tile. */
 template <int D, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
 {
+  const uint32_t la = desc_lo(a, 16), lb = desc_lo(b, 16);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
-    const uint64_t da = make_desc(a + (kk / 4) * 16384 + (kk % 4) * 32, 16, 1024);
-    const uint64_t db = make_desc(b + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024);
+    const uint64_t da = desc_join(la + ((kk / 4) * 16384 + (kk % 4) * 32) / 16, desc_hi(1024));
+    const uint64_t db = desc_join(lb + ((kk / 4) * 8192 + (kk % 4) * 32) / 16, desc_hi(1024));
     if constexpr (F16) wgmma_ss_m64n64k16_f16(acc, da, db, kk > 0);
     else wgmma_ss_m64n64k16_bf16(acc, da, db, kk > 0);
   }
@@ -140,9 +141,10 @@ template <int D, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, u
 /* acc[D/2] += A B: A (64 keys x 64 queries) from registers, B = a 64-row Q/dO tile (MN-major). */
 template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, const uint32_t *a, uint32_t b)
 {
+  const uint32_t lb = desc_lo(b, 8192);
 #pragma unroll
   for (int u = 0; u < kBM / 16; u++) {
-    const uint64_t db = make_desc(b + u * 2048, 8192, 1024);
+    const uint64_t db = desc_join(lb + u * 2048 / 16, desc_hi(1024));
     if constexpr (D == 128) {
       if constexpr (F16) wgmma_rs_m64n128k16_f16(acc, a + 4 * u, db);
       else wgmma_rs_m64n128k16_bf16(acc, a + 4 * u, db);
@@ -156,10 +158,11 @@ template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, c
 /* dq[32] = dS K over NT k16 slices: A = dS^T rows (keys) from ds (MN-major), B = K rows from k. */
 template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, uint32_t ds, uint32_t k)
 {
+  const uint32_t la = desc_lo(ds, 8192), lb = desc_lo(k, 16384);
 #pragma unroll
   for (int t = 0; t < NT; t++) {
-    const uint64_t da = make_desc(ds + t * 2048, 8192, 1024);
-    const uint64_t db = make_desc(k + t * 2048, 16384, 1024);
+    const uint64_t da = desc_join(la + t * 2048 / 16, desc_hi(1024));
+    const uint64_t db = desc_join(lb + t * 2048 / 16, desc_hi(1024));
     if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
     else wgmma_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
   }

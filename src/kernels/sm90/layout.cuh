@@ -65,7 +65,7 @@ __device__ __forceinline__ CtaCoords cta_coords(const FMGpuFwdCore &p)
   c.tid = threadIdx.x;
   c.warp = c.tid >> 5;
   c.lane = c.tid & 31;
-  c.wg = c.tid >> 7;
+  c.wg = __shfl_sync(0xffffffffu, c.tid >> 7, 0); /* warp-uniform to ptxas: descriptors in uniform registers */
   return c;
 }
 

@@ -16,12 +16,12 @@ namespace fmsm90 {
 template <int TN, bool F16> __device__ __forceinline__ void gemm_qk(float *s, uint32_t qaddr, uint32_t kaddr, int D)
 {
   constexpr uint32_t kch = TN * 128;
+  const uint32_t la = desc_lo(qaddr, 16), lb = desc_lo(kaddr, 16);
 #pragma unroll
   for (int kk = 0; kk < 16; kk++) {
     if (kk < D / 16) {
-      const uint32_t off = (kk / 4) * kChunkBytes + (kk % 4) * 32;
-      const uint64_t da = make_desc(qaddr + off, 16, 1024);
-      const uint64_t db = make_desc(kaddr + (kk / 4) * kch + (kk % 4) * 32, 16, 1024);
+      const uint64_t da = desc_join(la + ((kk / 4) * kChunkBytes + (kk % 4) * 32) / 16, desc_hi(1024));
+      const uint64_t db = desc_join(lb + ((kk / 4) * kch + (kk % 4) * 32) / 16, desc_hi(1024));
       if constexpr (TN == 64) {
         if constexpr (F16) wgmma_ss_m64n64k16_f16(s, da, db, kk > 0);
         else wgmma_ss_m64n64k16_bf16(s, da, db, kk > 0);
@@ -38,9 +38,10 @@ template <int TN, bool F16> __device__ __forceinline__ void gemm_qk(float *s, ui
 template <int D, int TN, bool F16>
 __device__ __forceinline__ void gemm_pv(float *o, const uint32_t *p, uint32_t vaddr, uint64_t vhi)
 {
+  const uint32_t lo = ((vaddr & 0x3FFFF) >> 4) | (uint32_t)vhi, hi = (uint32_t)(vhi >> 32);
 #pragma unroll
   for (int u = 0; u < TN / 16; u++) {
-    const uint64_t db = vhi | (uint64_t)(((vaddr + u * 2048) & 0x3FFFF) >> 4);
+    const uint64_t db = desc_join(lo + u * 2048 / 16, hi);
     if constexpr (D == 256) {
       if constexpr (F16) wgmma_rs_m64n256k16_f16(o, p + 4 * u, db);
       else wgmma_rs_m64n256k16_bf16(o, p + 4 * u, db);

@@ -122,6 +122,22 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
   return d;
 }
 
+/*
+ * The same descriptor in two 32-bit words, for tiles walked by k-steps: desc_lo(addr, lbo) holds
+ * the address and LBO fields, desc_hi(sbo) the SBO field and the swizzle mode. An offset of
+ * off bytes within the tile (a multiple of 16) is desc_lo + off / 16: the address field (14
+ * bits, shared memory < 256 KB) never carries into LBO, so a k-step costs one 32-bit add where
+ * make_desc's masks, shifts and 64-bit ors cost about ten instructions.
+ */
+__device__ __forceinline__ uint32_t desc_lo(uint32_t addr, uint32_t lbo) { return ((addr & 0x3FFFF) >> 4) | (((lbo >> 4) & 0x3FFF) << 16); }
+__host__ __device__ constexpr uint32_t desc_hi(uint32_t sbo) { return ((sbo >> 4) & 0x3FFF) | (1u << 30); }
+__device__ __forceinline__ uint64_t desc_join(uint32_t lo, uint32_t hi)
+{
+  uint64_t d;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(hi));
+  return d;
+}
+
 /* ---------------- registers, named barriers ---------------- */
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }

@@ -28,8 +28,9 @@
  *     barrier over both consumers publishes dS), for d = 64 each computes all columns over its
  *     own keys. dQ (fp32) is staged in shared memory and handed to the consumer's writer warp.
  *   dK, dV stay in registers over every query head of the group (GQA) and are written once.
- * The block walk (bwd_sm90.cuh, fmbwd_walk_next) is a pure function of the key block's
- * summaries, evaluated by each role, so the producer and consumers always agree on it.
+ * The block walk (bwd_sm90.cuh, fmbwd_walk_next) runs in the producer only: it writes each
+ * step's query block, head and partial flag into the stage's slot (StepDesc) before the loads,
+ * and an end stage after an item's last step, so the consumers never read the summaries.
  * Shared memory: [K: D/64 chunks of 128 rows][V][Q: ST x D/64 chunks of 64 rows][dO: same]
  * [dS: 2 x 128 rows x 64][dQ staging: 2 x 64 x 64 fp32][lse2: ST x 64][D: ST x 64]
  * [column bounds: 128 x int4][item slots][barriers]; every bf16 chunk has 128-byte rows with
@@ -105,6 +106,8 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
         const int hq = hkv * p.G + g;
         const size_t lrow = ((size_t)b * p.Hq + hq) * p.nqb * kBM + (size_t)qb * kBM;
         mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
+        st_u32(smem_u32(smem + L::OFF_STEP + 8 * st), (uint32_t)qb);
+        st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1));
         mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * kBM * 4);
 #pragma unroll
         for (int c = 0; c < D / 64; c++) {
@@ -115,23 +118,15 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
         bulk_load(smem + L::OFF_DD + st * kBM * 4, p.dsum + lrow, kBM * 4, &sy.full[st]);
       }
     }
+    { /* the item's end: a stage with no loads */
+      const int i = *pi, st = i % ST;
+      *pi = i + 1;
+      mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
+      st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)kStepEnd);
+      mbar_arrive(&sy.full[st]);
+    }
   }
 }
-
-/* fmbwd_walk_next over a copy of the key block's 8 summaries loaded at once (two 16-byte loads:
-   one memory latency per step, where the walk's own loads were up to 8 dependent ones). */
-__device__ __forceinline__ int walk_next_loaded(int mh, int kb, int q, int *pt, const Params &p)
-{
-  uint32_t off = (uint32_t)(mh * p.nblk + kb) * FMBWD_SUM_N; /* 32 bits (FMBwdSm90Supported); no 64-bit pointer held */
-  reg_fence(off);
-  const int4 *s4 = (const int4 *)(p.sum + off);
-  const int4 a = s4[0], b = s4[1];
-  const int32_t s8[FMBWD_SUM_N] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-  FMBwdWalk w;
-  fmbwd_walk_init(&w, s8 - (size_t)kb * FMBWD_SUM_N, kb, p.Sq, p.Sk, p.causal);
-  return fmbwd_walk_next(&w, q, pt);
-}
-
 
 /*
  * S^T and dP^T of one step (SS wgmma), then P^T = exp2(S^T c - lse2) (zero where the partial
@@ -324,7 +319,7 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
   int4 *bnd_s = (int4 *)(smem + L::OFF_BND);
   float dk[D / 2], dv[D / 2], s[32], dp[32], dq[32];
   uint32_t pp[16], ps[16];
-  int i = 0;
+  int i = 0, j = 0; /* i: the stage ring's position (end stages too); j: the steps (dQ blocks handed over) */
   for (int n = 0;; n++) {
     mbar_wait(sy.item_full, n & 1);
     if (sy.item[4 * (n & 1)] >= p.nitems) break;
@@ -332,13 +327,24 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
 #pragma unroll
     for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
     mbar_wait(sy.kv_full, n & 1);
-    for (int g = 0; g < p.G; g++) {
-      const int hq = hkv * p.G + g, mh = b * p.mstride + hq / p.hpm;
-      auto next = [&](int q, int *pt) { /* rebuilt at each step: no registers held across one */
-        return walk_next_loaded(mh, kb, q, pt, p);
-      };
-      {
+    int gcur = -1;
+    size_t row0 = 0; /* the head's first query block */
+    for (;;) {
+      i = __shfl_sync(0xffffffffu, i, 0); /* warp-uniform to ptxas (the exit below depends on a load) */
+      const int st = i % ST;
+      mbar_wait(&sy.full[st], (i / ST) & 1);
+      const int2 sd = ld_s2(smem_u32(smem + L::OFF_STEP + 8 * st));
+      const int qb = sd.x, fl = sd.y;
+      i++;
+      if (fl == kStepEnd) { /* the item's end: give the stage back */
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&sy.empty[st]);
+        break;
+      }
+      const int part = fl & 1, g = fl >> 1;
+      if (g != gcur) {
         /* this head's bounds of the thread's two key columns, staged per warp */
+        const int hq = hkv * p.G + g, mh = b * p.mstride + hq / p.hpm;
         const int4 *pk = p.packed + ((size_t)mh * p.nblk + kb) * kBN;
         __syncwarp(); /* the warp's reads of the previous head's bounds are done */
         if (me.t4 == 0) {
@@ -346,37 +352,34 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
           bnd_s[me.kr0 + 8] = pk[me.kr0 + 8];
         }
         __syncwarp();
+        row0 = ((size_t)b * p.Hq + hq) * p.nqb;
+        gcur = g;
       }
-      const size_t row0 = ((size_t)b * p.Hq + hq) * p.nqb; /* the head's first query block */
-      int part;
-      for (int qb = next(0, &part); qb < p.nqb; qb = next(qb + 1, &part), i++) {
-        const int st = i % ST;
-        uint32_t ls = smem_u32(smem + L::OFF_L + st * kBM * 4) + 8 * me.t4;
-        reg_fence(ls);
-        uint32_t ka = kaddr, va = vaddr, qa = smem_u32(smem + L::OFF_Q + st * L::QB), da = smem_u32(smem + L::OFF_DO + st * L::QB);
-        reg_fence(ka);
-        reg_fence(va);
-        reg_fence(qa);
-        reg_fence(da);
-        mbar_wait(&sy.full[st], (i / ST) & 1);
-        step_scores<D, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd_s, qb * kBM,
-                            kb * kBN + me.kr0, me, p);
-        {
-          DqStep d;
-          d.tix = (int)((row0 + qb) * 4) + (DqSplit<D>::own ? 0 : me.cw);
-          d.turn = DqSplit<D>::own ? 2 * kb + me.cw : kb;
-          d.ph = (i & 1) ^ 1;
-          step_grads<D, ST, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (L::NDS > 1 ? (i & 1) : 0) * L::DSB),
-                                 (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, &sy.empty[st], me, sy);
-        }
+      uint32_t ls = smem_u32(smem + L::OFF_L + st * kBM * 4) + 8 * me.t4;
+      reg_fence(ls);
+      uint32_t ka = kaddr, va = vaddr, qa = smem_u32(smem + L::OFF_Q + st * L::QB), da = smem_u32(smem + L::OFF_DO + st * L::QB);
+      reg_fence(ka);
+      reg_fence(va);
+      reg_fence(qa);
+      reg_fence(da);
+      step_scores<D, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd_s, qb * kBM,
+                          kb * kBN + me.kr0, me, p);
+      {
+        DqStep d;
+        d.tix = (int)((row0 + qb) * 4) + (DqSplit<D>::own ? 0 : me.cw);
+        d.turn = DqSplit<D>::own ? 2 * kb + me.cw : kb;
+        d.ph = (j & 1) ^ 1;
+        step_grads<D, ST, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (L::NDS > 1 ? (j & 1) : 0) * L::DSB),
+                               (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, &sy.empty[st], me, sy);
       }
+      j++;
     }
     /* every product reading K and V has retired (each step ends with wait_group 0) */
     __syncwarp();
     if (lane == 0) mbar_arrive(sy.kv_empty);
     store_dkdv<D, F16>(dk, dv, kb, hkv, b, me, p);
   }
-  stop_writer<D, ST>(i, me, sy);
+  stop_writer<D, ST>(j, me, sy);
 }
 
 template <int D, int ST, bool F16>

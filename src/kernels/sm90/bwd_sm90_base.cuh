@@ -115,6 +115,12 @@ __device__ __forceinline__ float2 ld_f2(uint32_t a)
   return v;
 }
 
+__device__ __forceinline__ int ld_s32(uint32_t a)
+{
+  int v;
+  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
 __device__ __forceinline__ int2 ld_s2(uint32_t a)
 {
   int2 v;

@@ -26,11 +26,11 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
     st_f2(sa + 4 * (r1 * 64 + ((8 * k + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
   }
   fence_proxy_async();
-  if (me.wt == 0) {
-    volatile int *sl = sy.dqs + 8 * me.cw;
-    sl[0] = d.tix;
-    sl[1] = d.turn;
-    sl[7] = 0;
+  if (me.wt == 0) { /* the slot through its shared-memory address (a generic volatile store was a slow ST.E.STRONG.SYS) */
+    const uint32_t sl = smem_u32((const void *)(sy.dqs + 8 * me.cw));
+    st_u32(sl, (uint32_t)d.tix);
+    st_u32(sl + 4, (uint32_t)d.turn);
+    st_u32(sl + 28, 0u);
   }
   __syncwarp();
   if (me.lane == 0) mbar_arrive(&sy.dq_full[me.cw]);
@@ -40,7 +40,7 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
 template <int D, int ST> __device__ __forceinline__ void stop_writer(int i, const Me &me, const Sync<D, ST> &sy)
 {
   mbar_wait(&sy.dq_empty[me.cw], (i & 1) ^ 1);
-  if (me.wt == 0) sy.dqs[8 * me.cw + 7] = 1;
+  if (me.wt == 0) st_u32(smem_u32((const void *)(sy.dqs + 8 * me.cw)) + 28, 1u);
   __syncwarp();
   if (me.lane == 0) mbar_arrive(&sy.dq_full[me.cw]);
 }
@@ -94,12 +94,12 @@ template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char
   using L = Layout<D, ST>;
   Sync<D, ST> sy(smem);
   const int lane = threadIdx.x & 31;
-  volatile int *sl = sy.dqs + 8 * cw;
+  const uint32_t sl = smem_u32((const void *)(sy.dqs + 8 * cw));
   const float *stg = (const float *)(smem + L::OFF_DQ + cw * L::DQB);
   for (int i = 0;; i++) {
     mbar_wait(&sy.dq_full[cw], i & 1);
-    if (sl[7]) break;
-    const int tix = sl[0], mine = sl[1];
+    if (ld_s32(sl + 28)) break;
+    const int tix = ld_s32(sl), mine = ld_s32(sl + 4);
     __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
     const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
     const size_t off = ((size_t)blk * (D / 64) + (DqSplit<D>::own ? 0 : (tix & 3))) * (size_t)(kBM * 64);

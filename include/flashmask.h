@@ -639,7 +639,8 @@ FMErrorCode FMPlanSetMask(FMPlan plan, FMMask mask);
  * FMPlanSetShape - the problem shape of plan; required before FMPlanSetUp (there is no default
  *   shape). Not collective.
  *   batch >= 1; heads_q a multiple of heads_kv; head_dim a multiple of 8 (on the CUDA backend at
- *   most 256: 64 and 128 run the Hopper kernel, other sizes a slower fallback kernel)
+ *   most 256: the forward runs the Hopper kernel for 64, 128 and 256, the backward for 64 and 128;
+ *   other sizes a slower fallback kernel)
  *   dtype  element type of Q, K, V, O, dO, dQ, dK, dV
  *   Every tensor (batch x heads x seqlen x head_dim elements, the LSE batch x heads_q x
  *   seqlen_q floats) must fit in 2^47 bytes; the products are checked in 64 bits here (with

@@ -77,11 +77,11 @@ FMErrorCode FMCudaSetDevice(int dev)
 /*
  * FMCudaForwardPathName - which forward path runs on a device of compute capability sm
  *   (major * 10 + minor) for the shapes it covers ("sm90 wgmma/tma" on Hopper for head dims
- *   64 and 128; "fallback simt" otherwise).
+ *   64, 128 and 256; "fallback simt" otherwise).
  */
 const char *FMCudaForwardPathName(int sm)
 {
-  if (sm == 90) return "sm90 wgmma/tma (d = 64, 128; fallback simt for other head dims)";
+  if (sm == 90) return "sm90 wgmma/tma (d = 64, 128, 256; fallback simt for other head dims)";
   return "fallback simt";
 }
 
@@ -241,7 +241,7 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
  *   dmask  handle from FMCudaMaskUpload for p->mask
  *   q, k, v, o, lse  device pointers, layouts as in fmkernels.h
  *   stream cudaStream_t (NULL = default stream)
- *   Chooses the Hopper kernel on sm_90 for head dims 64 and 128, else the SIMT fallback.
+ *   Chooses the Hopper kernel on sm_90 for head dims 64, 128 and 256, else the SIMT fallback.
  *   p->opts.cuda_fallback (-fm_cuda_fallback) forces the fallback (for tests).
  */
 FMErrorCode FMCudaForward(const FMAttnProblem *p, const void *dmask, const void *q, const void *k, const void *v, void *o,

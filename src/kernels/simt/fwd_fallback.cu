@@ -1,6 +1,6 @@
 /*
  * fwd_fallback.cu - a plain correct SIMT forward for non-Hopper GPUs and for shapes the Hopper
- * kernel does not cover (head dims other than 64 and 128, up to 256). Kernel layer: reads
+ * kernel does not cover (head dims other than 64, 128 and 256). Kernel layer: reads
  * FMGpuFwdParams, returns cudaError_t.
  */
 #include <cuda_runtime.h>

@@ -19,7 +19,11 @@
  * With -fm_backend cpu everything runs on the CPU backend in host memory (no GPU needed: the
  * checks of make check; the times mean nothing for the GPU).
  * Files: fmbench_cp_run.c (buffers, timing, one configuration), fmbench_cp_report.c (output).
- * The command line is documented in the header comment of fmbench.c; doc/distributed.md
+ * Options: -masks -seqlen -heads -heads_kv -head_dim -dtype -warmup -reps -seed -csv as in
+ * fmbench; -pass fwd,bwd,fwdbwd (and -bwd, -fwdbwd); -configs plan,allgather,ring (default all
+ * three); -trace_dir DIR|none; -single 0 (no one-GPU run); -label TEXT (the CSV's last column);
+ * -steps N; -fm_backend cpu. The command line is documented in the header comment of fmbench.c
+ * and share/bench/cp_multi.sh runs the whole multi-GPU benchmark; doc/distributed.md
  * ("Benchmarking context parallelism: fmbench -cp") explains the columns.
  */
 #include "fmbench_cp.h"

@@ -46,6 +46,21 @@ if ! $PY -c "import torch" 2>/dev/null; then
   rc=$?
   [ $rc = 77 ] || { cat "$t/pcp"; fail "peers_cp.py without torch exited $rc, expected 77"; }
 fi
+# peers_cp.py's runs against a stand-in torch (tests/data/faketorch.py): the rows, the order (the
+# full KV head count first), enable_gqa, and the repeated K/V when enable_gqa is refused
+$PY "$srcdir/tests/data/faketorch.py" "$t/ft" || fail "faketorch.py"
+for nogqa in 0 1; do
+  rm -f "$t/ft/calls.log"
+  PYTHONPATH="$t/ft" WORLD_SIZE=4 FAKE_NO_GQA=$nogqa $PY "$B/peers_cp.py" --seqlen 1024,2048 --heads 8 --heads-kv 2,8 --head-dim 64 \
+    --reps 3 --warmup 1 --rotate alltoall,allgather --csv "$t/tcp$nogqa.csv" > "$t/pcp" 2>&1 || { cat "$t/pcp"; fail "peers_cp.py on the stand-in (FAKE_NO_GQA=$nogqa)"; }
+  [ "$(grep -c "^causal,[0-9]*,torch_cp_all[a-z]*,fwd\(bwd\)\?,4,1,8,[28],64,bf16," "$t/tcp$nogqa.csv")" = 16 ] || { cat "$t/tcp$nogqa.csv"; fail "peers_cp.py: expected 16 rows"; }
+  [ "$(sed -n 2p "$t/tcp$nogqa.csv" | cut -d, -f1-8)" = "causal,1024,torch_cp_alltoall,fwd,4,1,8,8" ] || fail "peers_cp.py: the full KV head count does not come first"
+  [ "$(grep -c "^rotate " "$t/ft/calls.log")" = 8 ] && [ "$(grep -c "^context_parallel P=4" "$t/ft/calls.log")" = 8 ] || fail "peers_cp.py: a context per case"
+  grep -q "^backward" "$t/ft/calls.log" || fail "peers_cp.py: no backward in fwdbwd"
+done
+grep -q "sdpa q\[1, 8, 256, 64\] k\[1, 2, 256, 64\] gqa=1" "$t/ft/calls.log" && fail "FAKE_NO_GQA=1 still ran GQA inside a context"
+[ "$(grep -c ",2,64,bf16,.*,kv_expanded$" "$t/tcp1.csv")" = 8 ] || { cat "$t/tcp1.csv"; fail "FAKE_NO_GQA=1: the H_kv = 2 rows are not marked kv_expanded"; }
+grep -q ",kv_expanded$" "$t/tcp0.csv" && fail "enable_gqa accepted, yet rows marked kv_expanded"
 H="mask,seqlen,config,pass,ranks,batch,heads,heads_kv,head_dim,dtype,ms,tflops,overlap_efficiency,exposed_max_ms,exposed_mean_ms,compute_imbalance,overlap_forward,bytes_moved,bytes_intra,bytes_inter,bytes_reduce,bytes_allgather,speedup_vs_allgather,speedup_vs_ring,speedup_vs_1gpu,route,label"
 # cprow MASK S CONFIG PASS RANKS MS OVERLAP [INTRA INTER LABEL]
 cprow() { echo "$1,$2,$3,$4,$5,1,32,8,128,bf16,$6,1.0,$7,,,,,,${8:-},${9:-},,,,,,flat,${10:-main}"; }

@@ -18,7 +18,8 @@ time.perf_counter; a run's time is the maximum over the ranks and the median is 
 
 With fewer KV heads than heads, SDPA gets enable_gqa=True; if the cuDNN CP path refuses it, K and
 V are repeated to every head before sharding (more bytes in the ring; the row's note says
-kv_expanded).
+kv_expanded). The full KV head count runs first; a failure inside a context with fewer KV heads
+ends the runs (rows so far kept, exit status 1).
 
 The CSV's first columns are those of fmbench -cp's CSV (mask, seqlen, config, pass, ranks, batch,
 heads, heads_kv, head_dim, dtype, ms, tflops), then note; config is torch_cp_<rotate>. TFLOP/s
@@ -230,7 +231,6 @@ class Bench:
 
     def run(self):
         a = self.a
-        rows = []
         fp = open(a.csv, "w") if a.csv and self.rank == 0 else None
         if fp:
             fp.write(CSV_HEAD + "\n")
@@ -238,27 +238,42 @@ class Bench:
             print("peers_cp.py: PyTorch %s context parallel on %d ranks (%s), cuDNN SDPA, head-tail load balance, causal"
                   % (self.T["torch"].__version__, self.P, self.T["torch"].cuda.get_device_name(self.dev)), flush=True)
             print("%-8s %7s %-19s %-6s %5s %4s %10s %8s %s" % ("mask", "seqlen", "config", "pass", "heads", "kv", "ms", "TFLOP/s", "note"))
-        for S in a.seqlen:
-            for hkv in a.heads_kv:
+        failed = 0
+        # the full KV head count first: a GQA failure inside a context (which leaves PyTorch's
+        # dispatcher patched) then ends the runs after every MHA row is in
+        for hkv in sorted(a.heads_kv, reverse=True):
+            expand = hkv != a.heads and not self.gqa_ok(hkv)
+            for S in a.seqlen:
                 for rotate in a.rotate:
-                    expand = hkv != a.heads and not self.gqa_ok(hkv)
                     note = "kv_expanded" if expand else ""
-                    ms = self.case(S, hkv, rotate, expand)
+                    try:
+                        ms = self.case(S, hkv, rotate, expand)
+                    except (RuntimeError, NotImplementedError, ValueError) as e:
+                        if hkv == a.heads or expand:
+                            raise
+                        if self.rank == 0:
+                            print("peers_cp.py: H_kv = %d failed inside context_parallel (%s); no further runs" % (hkv, str(e).splitlines()[0][:160]),
+                                  flush=True)
+                        failed = 1
+                        break
                     for p in a.passes:
                         tf = causal_flops(S, a.heads, a.head_dim) * PASS_FACTOR[p] / (ms[p] * 1e-3) / 1e12
                         row = "causal,%d,torch_cp_%s,%s,%d,1,%d,%d,%d,bf16,%.4f,%.2f,%s" % (S, rotate, p, self.P, a.heads, hkv, a.head_dim,
                                                                                          ms[p], tf, note)
-                        rows.append(row)
                         if self.rank == 0:
                             print("%-8s %7d %-19s %-6s %5d %4d %10.3f %8.1f %s" % ("causal", S, "torch_cp_" + rotate, p, a.heads, hkv, ms[p], tf,
                                                                                 note), flush=True)
                         if fp:
                             fp.write(row + "\n")
                             fp.flush()
+                if failed:
+                    break
+            if failed:
+                break
         if fp:
             fp.close()
         self.T["dist"].destroy_process_group()
-        return 0
+        return failed
 
 
 def main(argv):

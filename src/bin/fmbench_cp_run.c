@@ -225,14 +225,19 @@ static FMErrorCode cp_sum_bytes(MPI_Comm comm, const CPBytes *by, double allgath
  *   library's summaries (FMDistGetStats) go into the rows: the forward's into the fwd row and as
  *   overlap_fwd of every row, the backward's into the bwd and fwdbwd rows. Collective on the plan.
  */
-static FMErrorCode cp_traced(FMPlan plan, const CPArgs *a, const CPBuf *b, const char *path, int nl, CPRow row[CP_NPASS])
+static FMErrorCode cp_traced(FMPlan plan, MPI_Comm comm, const CPArgs *a, const CPBuf *b, const char *path, int nl, int nk, CPRow row[CP_NPASS])
 {
   FMDistStats st;
-  int nl2 = 0;
+  int nl2 = 0, nk2 = 0;
+  FMErrorCode ierr;
   FMCall(FMPlanSetTrace(plan, path, FM_FALSE));
   FMCall(FMPlanSetUp(plan));
-  FMCall(FMPlanGetLocalRows(plan, &nl2, NULL));
-  FMCheck(nl2 == nl, MPI_COMM_SELF, FM_ERR_LIB, "the traced set-up moved this rank's rows (%d, was %d)", nl2, nl);
+  ierr = FMPlanGetLocalRows(plan, &nl2, NULL);
+  if (!ierr) ierr = FMPlanGetLocalKeys(plan, &nk2, NULL);
+  if (!ierr && (nl2 != nl || nk2 != nk))
+    ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB, "the traced set-up moved this rank's rows or keys (%d, %d; were %d, %d)",
+                           nl2, nk2, nl, nk);
+  FMAgree(comm, ierr);
   FMCall(cp_run_pass(plan, CP_FWD, b, NULL));
   FMCall(FMDistGetStats(plan, &st));
   for (int p = 0; p < CP_NPASS && st.traced; p++) {
@@ -303,7 +308,7 @@ static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, in
       FMCallGoto(cp_sum_bytes(comm, &by, st.allgather_bytes, &row[p]));
     }
   }
-  if (trace && size > 1) FMCallGoto(cp_traced(plan, a, &b, trace, nl, row));
+  if (trace && size > 1) FMCallGoto(cp_traced(plan, comm, a, &b, trace, nl, nk, row));
 cleanup:
   cp_buf_free(&b);
   {

@@ -11,7 +11,8 @@
 #    hierarchical route equal fmplan-sim's prediction for 2 nodes x 2, the hierarchical route
 #    sends no more across nodes than the flat one, and the real topology (one node) sends
 #    nothing across.
-#  share/bench/cp_multi.sh end to end on 4 ranks with tiny sizes (python3 for its table).
+#  share/bench/cp_multi.sh end to end on 4 ranks with tiny sizes and a stand-in torch (python3
+#    for its table).
 # Skips (77) when fmbench is not built (no CUDA).
 . "$srcdir/tests/common.sh"
 FMBENCH="${top_builddir}/fmbench"
@@ -102,27 +103,33 @@ for r in flat hierarchical; do
   awk -v a="$mi" -v b="$me" -v x="$1" -v y="$2" 'BEGIN { exit !(b > 0 && (a / 1e9 - x) ^ 2 < 6e-5 ^ 2 && (b / 1e9 - y) ^ 2 < 6e-5 ^ 2) }' ||
     fail "$r route on 2 virtual nodes: measured $mi / $me bytes inside / across nodes, fmplan-sim predicts $1 / $2 GB"
   echo "2 virtual nodes, $r route: $mi / $me bytes inside / across nodes; fmplan-sim: $1 / $2 GB"
-  eval "inter_$r=$me"
+  [ $r = flat ] && inter_flat=$me
+  [ $r = hierarchical ] && inter_hier=$me
   shift 2
 done
-[ "$inter_hierarchical" -le "$inter_flat" ] || fail "the hierarchical route sends more across nodes ($inter_hierarchical) than the flat one ($inter_flat)"
+[ "$inter_hier" -le "$inter_flat" ] || fail "the hierarchical route sends more across nodes ($inter_hier) than the flat one ($inter_flat)"
 
-# -- cp_multi.sh end to end, tiny
+# -- cp_multi.sh end to end, tiny, with PyTorch's runs against the stand-in torch of
+#    tests/data/faketorch.py (its times mean nothing; the wiring into the table is checked)
 PY=${PYTHON3:-python3}
 if $PY -c "import sys; sys.exit(sys.version_info < (3, 6))" 2>/dev/null; then
-  NP=4 TOKENS_PER_GPU=128 TOKENS_TOTAL=1024 MASKS=document HEADS=4 HEADS_KV=2 HEAD_DIM=32 REPS=1 WARMUP=0 CP_SKIP_BUILD=1 CP_SKIP_TORCH=1 \
+  $PY "$srcdir/tests/data/faketorch.py" "$t/ft" || fail "faketorch.py"
+  printf '#!/bin/sh\nn=1\nwhile :; do case $1 in --standalone) shift;; --nproc_per_node=*) n=${1#*=}; shift;; *) break;; esac; done\nWORLD_SIZE=$n exec %s "$@"\n' "$PY" > "$t/torchrun.sh"
+  NP=4 TOKENS_PER_GPU=128 TOKENS_TOTAL=1024 MASKS=causal HEADS=4 HEADS_KV=2 HEAD_DIM=32 REPS=1 WARMUP=0 CP_SKIP_BUILD=1 \
     FMBENCH_EXTRA="$CPU" FMBENCH="$FMBENCH" FMPLANSIM="${top_builddir}/fmplan-sim" FMTRACE="${top_builddir}/fmtrace" PYTHON3=$PY \
-    MPIEXEC="$MPIEXEC" WORK="$t/mw" OUT="$t/mo" sh "$srcdir/share/bench/cp_multi.sh" > "$t/m.out" 2>&1 ||
-    { cat "$t/m.out"; fail "cp_multi.sh on the CPU backend exited $?"; }
+    PYTHONPATH="$PWD/$t/ft" TORCHRUN="sh $PWD/$t/torchrun.sh" MPIEXEC="$MPIEXEC" WORK="$t/mw" OUT="$t/mo" \
+    sh "$srcdir/share/bench/cp_multi.sh" > "$t/m.out" 2>&1 || { cat "$t/m.out"; fail "cp_multi.sh on the CPU backend exited $?"; }
   tb="$t/mo/cp_table_P4.md"
-  grep -Eq "^\| document \| 512 \| 2 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| - \| " "$tb" || { cat "$t/m.out"; fail "cp_multi.sh: no document 512 row"; }
-  grep -Eq "^\| document \| 1024 \| 2 \| .*\| [0-9.]+ (ok|MISS) \| [0-9.]+ \| [0-9.]+ (ok|MISS) \| - \|$" "$tb" || { cat "$tb"; fail "cp_multi.sh: the 1024 row's ratio columns"; }
-  [ "$(grep -c "^| document | 512 | 2 | .*_v2 |" "$tb")" = 2 ] || { cat "$tb"; fail "cp_multi.sh: the virtual-node rows"; }
-  grep -Eq "^\| document \| 512 \| 2 \| flat_v2 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$" "$tb" || { cat "$tb"; fail "cp_multi.sh: the flat row without fmplan-sim's prediction"; }
+  [ "$(grep -c "^causal,[0-9]*,torch_cp_all[a-z]*,fwd" "$t/mo/torch_cp.csv")" = 8 ] || { cat "$t/m.out"; fail "cp_multi.sh: PyTorch's rows"; }
+  grep -Eq "^\| causal \| 512 \| 2 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ (ok|MISS) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ (ok|MISS) \| [0-9.]+ \|$" "$tb" ||
+    { cat "$tb"; fail "cp_multi.sh: no full causal 512 row"; }
+  grep -Eq "^\| causal \| 1024 \| 2 \| .*\| [0-9.]+ (ok|MISS) \| [0-9.]+ \| [0-9.]+ (ok|MISS) \| [0-9.]+ \|$" "$tb" || { cat "$tb"; fail "cp_multi.sh: the 1024 row's ratio columns"; }
+  [ "$(grep -c "^| causal | 512 | 2 | .*_v2 |" "$tb")" = 2 ] || { cat "$tb"; fail "cp_multi.sh: the virtual-node rows"; }
+  grep -Eq "^\| causal \| 512 \| 2 \| flat_v2 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$" "$tb" || { cat "$tb"; fail "cp_multi.sh: the flat row without fmplan-sim's prediction"; }
   grep -q "never slower than the ring" "$tb" || fail "cp_multi.sh: no targets"
   tail -3 "$t/m.out" | grep -q "_v2" || fail "cp_multi.sh does not print the tables last"
-  if [ "${FM_HAVE_HDF5:-0}" = 1 ]; then ls "$t"/mo/cp_trace_P4_document_1024_kv2_*.svg > /dev/null 2>&1 || { cat "$t/m.out"; fail "cp_multi.sh: no SVG"; }; fi
-  echo "cp_multi.sh: $(grep -c '^| document' "$tb") table rows on 4 CPU ranks"
+  if [ "${FM_HAVE_HDF5:-0}" = 1 ]; then ls "$t"/mo/cp_trace_P4_causal_1024_kv2_*.svg > /dev/null 2>&1 || { cat "$t/m.out"; fail "cp_multi.sh: no SVG"; }; fi
+  echo "cp_multi.sh: $(grep -c '^| causal' "$tb") table rows on 4 CPU ranks"
 fi
 rm -rf "$t"
 echo "PASS: fmbench -cp on the CPU backend: passes, configurations, bytes, traces, virtual nodes against fmplan-sim, cp_multi.sh"

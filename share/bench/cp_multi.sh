@@ -16,8 +16,9 @@
 # each run is cut at the time left (timeout), so the call ends in time whatever happens.
 # Knobs (environment): NP, TOKENS_PER_GPU (8192), TOKENS_TOTAL (131072), MASKS, HEADS (32),
 # HEADS_KV ("32 8"), HEAD_DIM (128), REPS (5), WARMUP (2), FMBENCH_EXTRA (more fmbench options,
-# e.g. -fm_backend cpu), CP_SKIP_BUILD=1, CP_SKIP_TORCH=1, MPIEXEC, PYTHON3, TORCHRUN, and the
-# programs FMBENCH, FMPLANSIM, FMTRACE (default ./fmbench ...). Keeps NCCL_NVLS_ENABLE=0.
+# e.g. -fm_backend cpu), CP_SKIP_BUILD=1, CP_SKIP_TORCH=1, MPIEXEC, PYTHON3, TORCHRUN (default
+# $PYTHON3 -m torch.distributed.run), and the programs FMBENCH, FMPLANSIM, FMTRACE (default
+# ./fmbench ...). Keeps NCCL_NVLS_ENABLE=0.
 # make check runs this on the CPU backend with tiny sizes (tests/test_fmbench_cp.sh).
 OUT=${OUT:-/tmp/fmout}
 W=${WORK:-/tmp/cpmulti}
@@ -85,7 +86,7 @@ TORCH=""
 if [ -z "$CP_SKIP_TORCH" ]; then
   if $PY -c "import torch.distributed.tensor.experimental" 2>/dev/null; then
     kvs=$(echo $HKVS | tr ' ' ,)
-    run 150 "$W/torch.log" ${TORCHRUN:-torchrun} --standalone --nproc_per_node="$P" share/bench/peers_cp.py --seqlen "$SEQS" \
+    run 150 "$W/torch.log" ${TORCHRUN:-$PY -m torch.distributed.run} --standalone --nproc_per_node="$P" share/bench/peers_cp.py --seqlen "$SEQS" \
       --heads "$H" --heads-kv "$kvs" --head-dim "$D" --pass fwd,fwdbwd --rotate alltoall,allgather --warmup "$WARM" --reps "$REPS" \
       --csv "$W/torch_cp.csv"
     [ -s "$W/torch_cp.csv" ] && TORCH="$W/torch_cp.csv" && cp "$W/torch_cp.csv" "$OUT/"

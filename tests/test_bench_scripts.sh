@@ -5,7 +5,10 @@
 # compare.sh and gpu_check.sh parse (sh -n); and compare.sh runs end to end with stand-ins for
 # fmbench and for peers.py's timings: the runs it makes (the same shape options for both, the
 # per-sample document case), and its table and compare.csv (peer TFLOP/s from our FLOPs, the
-# ratios, n/a where a peer has no time). Skips (77) without python3.
+# ratios, n/a where a peer has no time). The context-parallel scripts: cp_multi.sh and cp_check.sh
+# parse; peers_cp.py and cp_table.py compile; peers_cp.py --self-test passes, --help works and,
+# without torch, a run exits 77; cp_table.py turns hand-made P = 8 rows into the expected ratio
+# columns and verdicts. Skips (77) without python3.
 . "$srcdir/tests/common.sh"
 PY=${PYTHON3:-python3}
 $PY -c "import sys; sys.exit(sys.version_info < (3, 6))" 2>/dev/null || { echo "SKIP: no python3 (>= 3.6)"; exit 77; }
@@ -13,11 +16,11 @@ B="$srcdir/share/bench"
 t=test_bench_scripts.dir
 rm -rf "$t"; mkdir -p "$t"
 fail() { echo "FAIL: $*"; exit 1; }
-for f in peers.py compare_table.py; do
+for f in peers.py compare_table.py peers_cp.py cp_table.py; do
   $PY -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)" "$B/$f" "$t/$f.pyc" ||
     fail "$f does not compile"
 done
-for f in compare.sh gpu_check.sh; do sh -n "$B/$f" || fail "$f: sh -n"; done
+for f in compare.sh gpu_check.sh cp_multi.sh cp_check.sh; do sh -n "$B/$f" || fail "$f: sh -n"; done
 $PY "$B/peers.py" --help > "$t/help" 2>&1 || fail "peers.py --help exited $? (it must work without torch)"
 grep -q -- "--pass" "$t/help" || fail "peers.py --help does not list --pass"
 mfs=""
@@ -33,6 +36,53 @@ for mf in "" $mfs; do
   echo "peers.py --self-test $mf: $(grep -c "^ok:" "$t/self") checks ok"
   grep "^skip:" "$t/self"
 done
+# the context-parallel peer and table
+$PY "$B/peers_cp.py" --self-test > "$t/pcp" 2>&1 || { cat "$t/pcp"; fail "peers_cp.py --self-test"; }
+grep -q "^ok: " "$t/pcp" || { cat "$t/pcp"; fail "peers_cp.py --self-test checked nothing"; }
+$PY "$B/peers_cp.py" --help > "$t/pcp" 2>&1 || fail "peers_cp.py --help exited $? (it must work without torch)"
+grep -q -- "--rotate" "$t/pcp" || fail "peers_cp.py --help does not list --rotate"
+if ! $PY -c "import torch" 2>/dev/null; then
+  $PY "$B/peers_cp.py" --seqlen 1024 > "$t/pcp" 2>&1
+  rc=$?
+  [ $rc = 77 ] || { cat "$t/pcp"; fail "peers_cp.py without torch exited $rc, expected 77"; }
+fi
+# peers_cp.py's runs against a stand-in torch (tests/data/faketorch.py): the rows, the order (the
+# full KV head count first), enable_gqa, and the repeated K/V when enable_gqa is refused
+$PY "$srcdir/tests/data/faketorch.py" "$t/ft" || fail "faketorch.py"
+for nogqa in 0 1; do
+  rm -f "$t/ft/calls.log"
+  PYTHONPATH="$t/ft" WORLD_SIZE=4 FAKE_NO_GQA=$nogqa $PY "$B/peers_cp.py" --seqlen 1024,2048 --heads 8 --heads-kv 2,8 --head-dim 64 \
+    --reps 3 --warmup 1 --rotate alltoall,allgather --csv "$t/tcp$nogqa.csv" > "$t/pcp" 2>&1 || { cat "$t/pcp"; fail "peers_cp.py on the stand-in (FAKE_NO_GQA=$nogqa)"; }
+  [ "$(grep -c "^causal,[0-9]*,torch_cp_all[a-z]*,fwd\(bwd\)\?,4,1,8,[28],64,bf16," "$t/tcp$nogqa.csv")" = 16 ] || { cat "$t/tcp$nogqa.csv"; fail "peers_cp.py: expected 16 rows"; }
+  [ "$(sed -n 2p "$t/tcp$nogqa.csv" | cut -d, -f1-8)" = "causal,1024,torch_cp_alltoall,fwd,4,1,8,8" ] || fail "peers_cp.py: the full KV head count does not come first"
+  [ "$(grep -c "^rotate " "$t/ft/calls.log")" = 8 ] && [ "$(grep -c "^context_parallel P=4" "$t/ft/calls.log")" = 8 ] || fail "peers_cp.py: a context per case"
+  grep -q "^backward" "$t/ft/calls.log" || fail "peers_cp.py: no backward in fwdbwd"
+done
+grep -q "sdpa q\[1, 8, 256, 64\] k\[1, 2, 256, 64\] gqa=1" "$t/ft/calls.log" && fail "FAKE_NO_GQA=1 still ran GQA inside a context"
+[ "$(grep -c ",2,64,bf16,.*,kv_expanded$" "$t/tcp1.csv")" = 8 ] || { cat "$t/tcp1.csv"; fail "FAKE_NO_GQA=1: the H_kv = 2 rows are not marked kv_expanded"; }
+grep -q ",kv_expanded$" "$t/tcp0.csv" && fail "enable_gqa accepted, yet rows marked kv_expanded"
+H="mask,seqlen,config,pass,ranks,batch,heads,heads_kv,head_dim,dtype,ms,tflops,overlap_efficiency,exposed_max_ms,exposed_mean_ms,compute_imbalance,overlap_forward,bytes_moved,bytes_intra,bytes_inter,bytes_reduce,bytes_allgather,speedup_vs_allgather,speedup_vs_ring,speedup_vs_1gpu,route,label"
+# cprow MASK S CONFIG PASS RANKS MS OVERLAP [INTRA INTER LABEL]
+cprow() { echo "$1,$2,$3,$4,$5,1,32,8,128,bf16,$6,1.0,$7,,,,,,${8:-},${9:-},,,,,,flat,${10:-main}"; }
+{ echo "$H"
+  cprow document 65536 plan fwd 8 10.0 0.95; cprow document 65536 allgather fwd 8 16.0 ""; cprow document 65536 ring fwd 8 9.0 ""
+  cprow document 65536 1gpu fwd 1 70.0 ""
+  cprow causal 131072 plan fwd 8 20.0 0.99; cprow causal 131072 allgather fwd 8 21.0 ""; cprow causal 131072 ring fwd 8 20.5 ""
+  cprow causal 131072 1gpu fwd 1 150.0 ""; } > "$t/cp8.csv"
+{ echo "mask,seqlen,config,pass,ranks,batch,heads,heads_kv,head_dim,dtype,ms,tflops,note"
+  echo "causal,131072,torch_cp_alltoall,fwd,8,1,32,8,128,bf16,30.0,1.0,"; echo "causal,131072,torch_cp_allgather,fwd,8,1,32,8,128,bf16,24.0,1.0,"; } > "$t/tcp.csv"
+{ echo "$H"; cprow document 65536 plan fwd 8 11.0 "" 1000000 3000000 flat_v2; } > "$t/vn.csv"
+{ echo "mask,seqlen,route,intra_bytes,inter_bytes"; echo "document,65536,flat,1100000,2900000"; } > "$t/sim.csv"
+$PY "$B/cp_table.py" --ranks 8 --per-gpu 8192 --total 131072 --main "$t/cp8.csv" --torch "$t/tcp.csv" --vnodes "$t/vn.csv" --sim "$t/sim.csv" \
+  > "$t/tab" 2>&1 || { cat "$t/tab"; fail "cp_table.py exited $?"; }
+# document 64K = 8K per GPU at P = 8: 1.60x the all-gather (target 1.5: ok), 0.90x the ring (MISS), 70 / 10 / 8 = 0.875 (not the total: no mark)
+grep -Fq "| document | 65536 | 8 | 10.000 | 16.000 | 9.000 | 70.000 | - | 0.950 ok | 0.88 | 1.60 ok | 0.90 MISS | - |" "$t/tab" || { cat "$t/tab"; fail "cp_table.py: the document row"; }
+# causal 128K: 150 / 20 / 8 = 0.94 (ok), torch's best 24 ms: 1.20x (target 1.3: MISS); 1.05x the all-gather, no target on causal
+grep -Fq "| causal | 131072 | 8 | 20.000 | 21.000 | 20.500 | 150.000 | 24.000 | 0.990 ok | 0.94 ok | 1.05 | 1.02 ok | 1.20 MISS |" "$t/tab" || { cat "$t/tab"; fail "cp_table.py: the causal row"; }
+grep -q "never slower than the ring: MISSED in 1 (2 rows; worst 0.900, document 65536 kv8 fwd)" "$t/tab" || { cat "$t/tab"; fail "cp_table.py: the ring verdict"; }
+grep -q "1.5x the unpruned all-gather: met (1 rows" "$t/tab" || { cat "$t/tab"; fail "cp_table.py: the all-gather verdict"; }
+grep -Fq "| document | 65536 | 8 | flat_v2 | 11.000 | 1.0 | 3.0 | 1.1 | 2.9 |" "$t/tab" || { cat "$t/tab"; fail "cp_table.py: the virtual-node row"; }
+echo "peers_cp.py and cp_table.py check out"
 # compare.sh end to end with stand-ins (fixed times; 2 masks + the per-sample case, 2 passes)
 cat > "$t/fm.sh" <<'EOS'
 #!/bin/sh
@@ -74,4 +124,4 @@ grep -q "FA4: n/a in every row" "$t/cmp" || fail "no note that FA4 is missing"
 grep -q "^document,8192,16,16,bwd,0.55,15.0000,520.0000,40.0000,195.0000,2.6667,30.0000,260.0000,2.0000,n/a,.*,0.5000,55.0000$" "$t/w/compare.csv" ||
   { cat "$t/w/compare.csv"; fail "compare.csv's per-sample bwd row"; }
 rm -rf "$t"
-echo "PASS: peers.py, compare_table.py, compare.sh and gpu_check.sh check out without a GPU"
+echo "PASS: peers.py, compare_table.py, compare.sh, gpu_check.sh and the context-parallel scripts check out without a GPU"

@@ -6,6 +6,8 @@
 # all-gather vs ring vs one GPU). Run from the source root; logs go to $OUT (default /tmp/fmout).
 # Optional staged packages in .devdeps (a folder of .deb files and an install.sh that unpacks them).
 # usage: sh share/bench/cp_check.sh [fmbench -cp options]   (CP_SKIP_CHECK=1 skips make check)
+# (the full multi-GPU benchmark, forward + backward against every baseline and PyTorch, is
+# share/bench/cp_multi.sh; this script is the correctness call, with a forward-only benchmark)
 OUT=${OUT:-/tmp/fmout}
 NP=${NP:-2}
 W=${WORK:-/tmp/cpwork}   # logs and traces; only a few files are copied to $OUT at the end

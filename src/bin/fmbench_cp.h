@@ -1,0 +1,68 @@
+/*
+ * fmbench_cp.h - the pieces of fmbench -cp shared by its files: fmbench_cp.c (the command line
+ * and the loop over masks and lengths), fmbench_cp_run.c (buffers, timing, one configuration's
+ * plan) and fmbench_cp_report.c (the printed rows, the CSV and the summary).
+ */
+#ifndef FMBENCH_CP_H
+#define FMBENCH_CP_H
+#include <flashmask/private/fmdist.h>
+
+/* The passes (-pass), as bits of CPArgs.passes and indices of cp_pass_name: the names and the
+   FLOP convention of fmbench's single-GPU passes (forward 1, backward 2.5, both 3.5 forwards). */
+enum { CP_FWD = 0, CP_BWD = 1, CP_FWDBWD = 2, CP_NPASS = 3 };
+extern const char *const cp_pass_name[CP_NPASS];
+
+/* The timed configurations: the settings of each one's plan, and its options prefix. */
+#define CP_NCONF 3
+typedef struct {
+  const char *name, *prefix;
+  FMBool prune, overlap;
+  const char *schedule;
+} CPConfig;
+extern const CPConfig cp_conf[CP_NCONF];
+
+typedef struct {
+  int use[32], seqlen[16], nseq; /* use: [cp_nmasks] */
+  int H, Hkv, D, warm, reps, single;
+  int steps;           /* -steps N: time re-planning with a fresh mask every step instead (fmbench_steps.c) */
+  int passes;          /* bits 1 << CP_*: -pass, -bwd, -fwdbwd (none given: the forward) */
+  int conf_use[CP_NCONF]; /* -configs: the configurations timed */
+  int cpu;             /* -fm_backend cpu: host buffers on the CPU backend (checks without a GPU) */
+  FMDType dt;
+  unsigned long seed;
+  char csv[512], trace_dir[512], label[64];
+  int dev; /* this rank's device (of the world context), used by every plan; -1 on the CPU */
+} CPArgs;
+
+/* One row of the report: a configuration (or the one-GPU run) of one (mask, S) in one pass. */
+typedef struct {
+  int done; /* timed */
+  double ms, tflops;
+  double moved, lvl[2], reduce; /* bytes sent over all ranks in one run: K/V (inside / across nodes), dK/dV partials */
+  double allgather;             /* K/V bytes an unpruned all-gather moves (one gather) */
+  int traced;                   /* the trace figures below are valid */
+  double overlap, exposed_max, exposed_mean, imbalance; /* the pass's last call (the backward for bwd, fwdbwd) */
+  double overlap_fwd;                                   /* the forward call of the same traced run */
+} CPRow;
+
+/* One (mask, S): the configurations, then the one-GPU run, per pass. */
+typedef struct {
+  const char *mask;
+  int S;
+  CPRow row[CP_NCONF + 1][CP_NPASS];
+} CPGroup;
+
+/* fmbench_cp_run.c */
+FMErrorCode FMBenchCPMakeMask_Private(FMContext ctx, const char *type, int S, int mh, unsigned long seed, FMMask *mask);
+FMErrorCode FMBenchCPRunConfig_Private(FMContext ctx, FMMask mask, const CPArgs *a, const char *mname, int S, int c, CPRow row[CP_NPASS]);
+FMErrorCode FMBenchCPRunSingle_Private(FMContext self, const CPArgs *a, const char *mname, int S, int mh, CPRow row[CP_NPASS]);
+
+/* fmbench_cp_report.c (rank 0) */
+double FMBenchCPRatio_Private(const CPRow *base, const CPRow *x);
+void FMBenchCPHeader_Private(void);
+void FMBenchCPPrintRow_Private(const CPGroup *g, int c, int p, int P);
+void FMBenchCPPrintSpeedups_Private(const CPGroup *g, int p);
+void FMBenchCPCSVHeader_Private(FILE *fp);
+void FMBenchCPCSVGroup_Private(FILE *fp, const CPGroup *g, const CPArgs *a, int P, const char *route);
+void FMBenchCPSummary_Private(const CPGroup *g, int n, int passes);
+#endif

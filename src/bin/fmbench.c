@@ -38,7 +38,8 @@
  *
  *   mpiexec -n 2 fmbench -cp -masks causal,causal_document,document,share_question \
  *           -seqlen 65536,131072 -heads 32 -heads_kv 32 -head_dim 128 -reps 5 -warmup 2 \
- *           -csv cp.csv -trace_dir DIR
+ *           -pass fwd,fwdbwd -configs plan,allgather,ring -csv cp.csv -trace_dir DIR
+ *     (-label TEXT tags the CSV rows; -fm_backend cpu runs it on host memory, for tests)
  *
  *   mpiexec -n 2 fmbench -cp -steps 10 -masks causal_document -seqlen 131072 -single 0
  *     re-plans one cp plan 10 times, each step with a new packing (the update path of
@@ -403,8 +404,10 @@ static int print_help(void)
            "                            alone (after one forward), fwdbwd both in every run\n"
            "  -bwd  -fwdbwd             add the backward pass, the forward + backward pass\n"
            "  TFLOP/s: FlashMask convention, forward 4 B H S^2 d (1 - rho), backward 2.5x, fwdbwd 3.5x\n"
-           "  -cp                       time the context-parallel forward (-trace_dir DIR, -single 0;\n"
-           "                            -steps N: re-plan N times with a new packing, timing the update)\n"
+           "  -cp                       time context parallelism: plan / all-gather / ring / one GPU\n"
+           "                            (-pass fwd,bwd,fwdbwd, -configs plan,allgather,ring, -trace_dir DIR|none,\n"
+           "                            -single 0, -label TEXT, -fm_backend cpu; -steps N: re-plan N times\n"
+           "                            with a new packing, timing the update)\n"
            "the context's library options:\n");
   fflush(stdout);
   if (FMContextCreate(MPI_COMM_WORLD, &ctx) == FM_SUCCESS) {
@@ -423,7 +426,7 @@ int main(int argc, char **argv)
   int dev = 0, sm = 0;
   char devname[256];
 
-  FC(FMInitialize(&argc, &argv, NULL, "fmbench: time the CUDA forward and backward on the benchmark masks (-cp: the context-parallel forward)"));
+  FC(FMInitialize(&argc, &argv, NULL, "fmbench: time the CUDA forward and backward on the benchmark masks (-cp: context parallelism, forward and backward)"));
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "-help")) return print_help();
   for (int i = 1; i < argc; i++)

@@ -152,7 +152,36 @@ typedef struct {
   const void *qptr;
   void *tr;             /* FMTrace or NULL */
   double *rpost, *spost; /* post times of receives / sends (for the trace) */
+  FMErrorCode err;      /* the call's first local failure after the ranks agreed on its state (see below) */
 } FMDistExec;
+
+/*
+ * Failures after the agreement. Once every rank agreed on its local state, a rank never leaves
+ * the message pattern early: a failure (a compute error, an allocation, an MPI call that returns
+ * an error) is kept in e->err by FMDistExecKeep_Private, the rank computes nothing more, and it
+ * goes on posting what it owes (the data then untrusted) and receiving what it is owed, until
+ * every request completed; then the ranks agree on the outcome (FMAgreeFirstError: every rank
+ * returns an error carrying the failing rank's message). An MPI wait that fails without naming
+ * its request leaves the rest of that wait to FMDistExecDrain-style completion (every remaining
+ * request waited for at once). A message that MPI itself could not post never arrives: its
+ * receiver waits in MPI (see doc/distributed.md, Failures).
+ */
+static inline FMErrorCode FMDistExecKeep_Private(FMDistExec *e, FMErrorCode ierr)
+{
+  if (ierr && !e->err) e->err = ierr;
+  return ierr;
+}
+/* FMDistExecKeepMPI(e, expr, req): an MPI call that posts *req (req NULL: none); a failure is
+   kept in e->err (naming expr) and *req left MPI_REQUEST_NULL, never waited for. */
+#define FMDistExecKeepMPI(e, expr, req)                                                \
+  do {                                                                                 \
+    int fm_me_ = (expr);                                                               \
+    if (fm_me_ != MPI_SUCCESS) {                                                       \
+      MPI_Request *fm_rq_ = (req);                                                     \
+      if (fm_rq_) *fm_rq_ = MPI_REQUEST_NULL;                                          \
+      (void)FMDistExecKeep_Private((e), FMMPIError_Private(fm_me_, #expr, __FILE__, __func__, __LINE__)); \
+    }                                                                                  \
+  } while (0)
 
 /*
  * exec_core.c, none collective:

@@ -5,7 +5,9 @@
 # fails again alike (COUNT 0), and is destroyed cleanly (tests/test_dist_fail.c checks each run).
 # Each case runs alone under `timeout` (FM_FAULT_TIMEOUT seconds, default 60): a timeout, an
 # abort or a failed check fails the test, and every failing case is named at the end.
-# FM_FAIL_SITES="a b" runs only the cases of those sites.
+# FM_FAIL_SITES="a b" runs only the cases of those sites. The GPU executor's sites run too in a
+# CUDA build with a visible GPU (2 ranks sharing it over -fm_plan_transport mpi, bf16); without
+# one they are reported as skipped. FM_FAIL_BACKEND=cuda runs the GPU cases only (=cpu: CPU only).
 . "$srcdir/tests/common.sh"
 FM_TEST_TIMEOUT=${FM_FAULT_TIMEOUT:-60}
 failed=""
@@ -17,16 +19,19 @@ case_() {
   if [ -n "${FM_FAIL_SITES:-}" ]; then
     case " $FM_FAIL_SITES " in *" $site "*) ;; *) return 0 ;; esac
   fi
-  n=$((n + 1))
   out=$(fm_run "$np" ./tests/test_dist_fail -fm_debug_fail "$site:$who" "$@" 2>&1)
   rc=$?
+  [ $rc = 77 ] || n=$((n + 1))
   case $rc in
     0) echo "$out" | grep -v "all checks passed" | head -n 1 ;;
+    77) echo "$out" | grep -m 1 SKIP; skipped=1 ;;
     124|137) echo "FAIL: $site:$who $* on $np ranks hung (killed after $FM_TEST_TIMEOUT s)"; failed="$failed $site:$who@$np" ;;
     *) echo "$out" | grep -v "^  \|^--\|^\[" | head -n 8; echo "FAIL: $site:$who $* on $np ranks exited $rc"; failed="$failed $site:$who@$np" ;;
   esac
 }
-for np in 2 3 4; do
+backend=${FM_FAIL_BACKEND:-all}
+skipped=0
+[ "$backend" = cuda ] || for np in 2 3 4; do
   last=$((np - 1))
   echo "=== $np ranks"
   # the pruned gather (overlapped), its relays and the dK/dV reduction over the reverse route
@@ -48,6 +53,24 @@ for np in 2 3 4; do
   case_ $np cp_reduce_wait 0:0
   case_ $np cp_ring_wait 0:0 -fm_plan_schedule ring
 done
+# The GPU executor (CUDA build, a GPU): the run start of the forward, the backward's download,
+# reduction and upload, on the gather and on the ring; 2 ranks share the GPU over staged MPI.
+if [ "$backend" != cpu ] && [ "${FM_HAVE_CUDA:-0}" = 1 ]; then
+  echo "=== 2 ranks, CUDA backend"
+  g="-fail_backend cuda -fm_plan_transport mpi"
+  case_ 2 gpu_run_start 1 $g
+  if [ $skipped = 0 ]; then
+    case_ 2 gpu_run_start 0:0 $g
+    case_ 2 gpu_reduce_download 1 $g
+    case_ 2 gpu_reduce_send 1 $g
+    case_ 2 gpu_reduce_wait 0 $g
+    case_ 2 gpu_reduce_upload 0 $g
+    case_ 2 gpu_reduce_send 1 $g -fm_plan_schedule ring
+    case_ 2 gpu_run_start 1 $g -fm_plan_overlap 0
+  fi
+fi
 if [ -n "$failed" ]; then echo "test_dist_fail: failed:$failed"; exit 1; fi
-echo "test_dist_fail: $n cases, each an error on every rank naming its fault site, then a usable plan"
+note=""
+[ $skipped = 1 ] && note=" (the GPU cases skipped: no GPU)"
+echo "test_dist_fail: $n cases, each an error on every rank naming its fault site, then a usable plan$note"
 exit 0

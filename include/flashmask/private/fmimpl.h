@@ -64,7 +64,8 @@ FMErrorCode FMStrdup(const char *s, char **out);
 /*
  * FMAgree_Private - collective agreement on success: every rank passes its local error
  *   code; if any rank failed, every rank that did not fail raises FM_ERR_COLLECTIVE naming
- *   the failing rank (the one with the highest code), its code and its message, and ranks that
+ *   the failing rank (the one with the highest code, FM_ERR_COLLECTIVE counting lowest), its
+ *   code and its message, and ranks that
  *   failed return their own code.
  *   Use after each local step of a collective set-up, so one rank's failure never hangs
  *   the others.

@@ -191,10 +191,11 @@ static inline FMErrorCode FMDistExecKeep_Private(FMDistExec *e, FMErrorCode ierr
  *   FMDistExecFlops_Private        FlashMask-convention forward flops of one problem (its tiles not fully masked)
  *   FMDistExecTraceBegin_Private / End_Private  FMDistTraceBegin/End_Private for the call (collective)
  *   FMDistExecPollSends_Private    record the gather's sends that completed since the last poll
- *   FMDistExecFinishSends_Private  wait for every send of the gather (a WAIT event)
+ *   FMDistExecFinishSends_Private  wait for every send of the gather (a WAIT event; waits even after a failure)
  *   FMDistExecNeeds_Private        whether the local rows see some key of chunk c
  *   FMDistExecForwardChunk_Private the forward on held chunk c (e->buf[c]) merged into (oacc, lacc)
- *                                  through the LSE; *first = 1 before the first chunk
+ *                                  through the LSE; *first = 1 before the first chunk; nothing
+ *                                  once the call failed (e->err)
  *   FMDistToDType_Private          dst = src (n floats) converted to t
  */
 FMErrorCode FMDistExecInit_Private(FMPlan plan, FMDistExec *e);
@@ -212,7 +213,8 @@ void FMDistToDType_Private(void *dst, FMDType t, const float *src, size_t n);
 /*
  * exec_ring.c, collective: the ring schedule's forward (merged into oacc, lacc as
  * FMDistExecForwardChunk_Private does) and backward (dQ into dqacc, the final dK/dV of this
- * rank's keys into dk, dv).
+ * rank's keys into dk, dv). Their buffers are agreed inside; after that every step's messages
+ * move whatever failed (e->err), and the local outcome is returned (the caller agrees).
  */
 FMErrorCode FMDistRingForward_Private(FMDistExec *e, const void *k, const void *v, float *oacc, float *lacc, float *opart, float *lpart,
                                       int *first);
@@ -224,7 +226,9 @@ FMErrorCode FMDistRingBackward_Private(FMDistExec *e, const void *k, const void 
  *   FMDistReduceCreate_Private   the buffers and requests (not collective; agree; Destroy after
  *                                any Create, failed or not; a zeroed R may be destroyed)
  *   FMDistReducePost_Private     post the receives of the children's partials (before the gather)
- *   FMDistReduceFinish_Private   after the chunks' backward filled g[]: sum, send up, write dk, dv
+ *   FMDistReduceFinish_Private   after the chunks' backward filled g[]: sum, send up, write dk, dv;
+ *                                after a failure (e->err, kept) still every receive and every
+ *                                sum sent up, nothing summed or written; returns e->err
  */
 typedef struct {
   float **g;          /* [C] dK/dV partial (fp32, K then V) of every chunk held here, else NULL */

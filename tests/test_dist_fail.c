@@ -130,12 +130,49 @@ static int call_twice(const char *what, FMPlan plan, int bwd, void *const *t, co
   return 0;
 }
 
+/* After both calls succeeded: O, LSE, dQ, dK, dV gathered to rank 0 equal one CPU call on the
+   whole problem (g*: the global inputs; l*: this rank's outputs, on the host). Collective. */
+static void check_results(FMPlan plan, FMMask mask, const char *site, int frank, const char *backend, double tol, const char *gq, const char *gk,
+                          const char *gv, const char *gdo, const char *lo, const float *llse, const char *ldq, const char *ldk, const char *ldv)
+{
+  const size_t nQ = (size_t)B * S * HQ * D, nK = (size_t)B * S * HKV * D, nL = (size_t)B * HQ * S;
+    char *go = rank == 0 ? malloc(es * nQ) : NULL, *gdq = rank == 0 ? malloc(es * nQ) : NULL, *gdk = rank == 0 ? malloc(es * nK) : NULL,
+       *gdv = rank == 0 ? malloc(es * nK) : NULL;
+  float *glse = rank == 0 ? malloc(4 * nL) : NULL;
+  FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_Q, 0, lo, go));
+  FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_LSE, 0, llse, glse));
+  FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_Q, 0, ldq, gdq));
+  FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_KV, 0, ldk, gdk));
+  FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_KV, 0, ldv, gdv));
+  if (rank == 0) {
+    FMAttnProblem p;
+    char *ro = malloc(es * nQ), *rdk = malloc(es * nK), *rdv = malloc(es * nK);
+    float *rl = malloc(4 * nL), *rdq = calloc(nQ, 4);
+    double eo, el, edq, edk, edv;
+    memset(&p, 0, sizeof(p));
+    FMT_CALL(FMMaskGetDesc_Private(mask, &p.mask));
+    p.batch = B; p.heads_q = HQ; p.heads_kv = HKV; p.head_dim = D; p.dtype = DT;
+    p.scale = (float)(1.0 / sqrt((double)D)); p.nq = S; p.k0 = 0; p.nk = S; p.nthreads = 1;
+    FMT_CALL(FMCPUForward(&p, gq, gk, gv, ro, DT, rl));
+    FMT_CALL(FMCPUBackward(&p, gq, gk, gv, ro, rl, gdo, rdq, rdk, rdv, DT));
+    eo = err_of(go, DT, ro, DT, nQ); el = err_of(glse, FM_DTYPE_FP32, rl, FM_DTYPE_FP32, nL); edq = err_of(gdq, DT, rdq, FM_DTYPE_FP32, nQ);
+    edk = err_of(gdk, DT, rdk, DT, nK); edv = err_of(gdv, DT, rdv, DT, nK);
+    FMT_CHECK(eo < tol && el < tol && edq < tol && edk < tol && edv < tol,
+              "after the failure at %s the calls' results differ from one CPU call: rel. errors O %.2e LSE %.2e dQ %.2e dK %.2e dV %.2e (tol %.0e)", site,
+              eo, el, edq, edk, edv, tol);
+    if (!fmt_failures) printf("%s on rank %d of %d (%s): every rank failed alike, then O, LSE, dQ, dK, dV correct (max rel. error %.1e)\n", site,
+                              frank, size, backend, fmax(fmax(eo, el), fmax(edq, fmax(edk, edv))));
+    free(ro); free(rl); free(rdq); free(rdk); free(rdv);
+  }
+  free(go); free(gdq); free(gdk); free(gdv); free(glse);
+}
+
 int main(int argc, char **argv)
 {
   char spec[128] = "", site[64] = "", backend[16] = "cpu";
   int frank = 0, count = 1, fired = 0, nl, nk, ok = 1, all;
   const int *rows, *keys;
-  size_t uq, uk, nQ, nK, nL = (size_t)B * HQ * S, lQ, lK, lL;
+  size_t uq, uk, nQ, nK, lQ, lK, lL;
   uint64_t seed = 0x5eedf00dull;
   FMContext ctx;
   FMMask mask;
@@ -220,37 +257,8 @@ int main(int argc, char **argv)
   }
   MPI_Allreduce(&fired, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   FMT_CHECK(all, "the fault site %s was never reached on rank %d (nothing failed): the case does not test it", site, frank);
-  if (ok) { /* both calls ended in success: the results are right */
-    char *go = rank == 0 ? malloc(es * nQ) : NULL, *gdq = rank == 0 ? malloc(es * nQ) : NULL, *gdk = rank == 0 ? malloc(es * nK) : NULL,
-         *gdv = rank == 0 ? malloc(es * nK) : NULL;
-    float *glse = rank == 0 ? malloc(4 * nL) : NULL;
-    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_Q, 0, lo, go));
-    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_LSE, 0, llse, glse));
-    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_Q, 0, ldq, gdq));
-    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_KV, 0, ldk, gdk));
-    FMT_CALL(FMPlanGather(plan, FM_PLAN_TENSOR_KV, 0, ldv, gdv));
-    if (rank == 0) {
-      FMAttnProblem p;
-      char *ro = malloc(es * nQ), *rdk = malloc(es * nK), *rdv = malloc(es * nK);
-      float *rl = malloc(4 * nL), *rdq = calloc(nQ, 4);
-      double eo, el, edq, edk, edv;
-      memset(&p, 0, sizeof(p));
-      FMT_CALL(FMMaskGetDesc_Private(mask, &p.mask));
-      p.batch = B; p.heads_q = HQ; p.heads_kv = HKV; p.head_dim = D; p.dtype = DT;
-      p.scale = (float)(1.0 / sqrt((double)D)); p.nq = S; p.k0 = 0; p.nk = S; p.nthreads = 1;
-      FMT_CALL(FMCPUForward(&p, gq, gk, gv, ro, DT, rl));
-      FMT_CALL(FMCPUBackward(&p, gq, gk, gv, ro, rl, gdo, rdq, rdk, rdv, DT));
-      eo = err_of(go, DT, ro, DT, nQ); el = err_of(glse, FM_DTYPE_FP32, rl, FM_DTYPE_FP32, nL); edq = err_of(gdq, DT, rdq, FM_DTYPE_FP32, nQ);
-      edk = err_of(gdk, DT, rdk, DT, nK); edv = err_of(gdv, DT, rdv, DT, nK);
-      FMT_CHECK(eo < tol && el < tol && edq < tol && edk < tol && edv < tol,
-                "after the failure at %s the calls' results differ from one CPU call: rel. errors O %.2e LSE %.2e dQ %.2e dK %.2e dV %.2e (tol %.0e)", site,
-                eo, el, edq, edk, edv, tol);
-      if (!fmt_failures) printf("%s on rank %d of %d (%s): every rank failed alike, then O, LSE, dQ, dK, dV correct (max rel. error %.1e)\n", site,
-                                frank, size, backend, fmax(fmax(eo, el), fmax(edq, fmax(edk, edv))));
-      free(ro); free(rl); free(rdq); free(rdk); free(rdv);
-    }
-    free(go); free(gdq); free(gdk); free(gdv); free(glse);
-  } else if (rank == 0 && !fmt_failures) printf("%s on rank %d of %d (%s): every call failed alike on every rank (count 0)\n", site, frank, size, backend);
+  if (ok) check_results(plan, mask, site, frank, backend, tol, gq, gk, gv, gdo, lo, llse, ldq, ldk, ldv); /* both calls succeeded */
+  else if (rank == 0 && !fmt_failures) printf("%s on rank %d of %d (%s): every call failed alike on every rank (count 0)\n", site, frank, size, backend);
   FMT_CALL(FMPlanDestroy(&plan));
   FMT_CALL(FMMaskDestroy(&mask));
   FMT_CALL(FMContextDestroy(&ctx));

@@ -242,7 +242,14 @@ FMErrorCode FMDistGPURunStart_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDi
     e = FMCudaEventSynchronize(g->ev_in);
     R->t0 = FMTime();
   }
-  if (e && !R->cerr) R->cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, e);
+  if (e) {
+    /* the comm stream may not be behind the plan's: wait on the host for the plan's stream, so
+       that this call's exchange cannot overwrite stage buffers a previous call still reads
+       (deliberately unchecked: this rank's error is already the news) */
+    (void)cudaStreamSynchronize((cudaStream_t)plan->stream);
+    (void)cudaGetLastError();
+    if (!R->cerr) R->cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, e);
+  }
   return FM_SUCCESS;
 }
 

@@ -104,10 +104,13 @@ FMErrorCode FMAgreeFirstError_Private(MPI_Comm comm, FMErrorCode ierr, const cha
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
   if (size == 1) return ierr;
-  mine = ierr ? rank : size;
-  err = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm); /* the lowest failing rank */
+  /* the lowest rank that failed on its own; else (every failure is FM_ERR_COLLECTIVE, a rank
+     told of another's) the lowest failing rank: the message spread is the one that says why */
+  mine = !ierr ? 2 * size : ierr == FM_ERR_COLLECTIVE ? size + rank : rank;
+  err = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
   if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Allreduce (the first failing rank)", file, func, line);
-  if (first == size) return FM_SUCCESS;
+  if (first == 2 * size) return FM_SUCCESS;
+  if (first >= size) first -= size;
   err = MPI_Bcast(&code, 1, MPI_INT, first, comm);
   if (err != MPI_SUCCESS) return FMMPIError_Private(err, "MPI_Bcast (the first failing rank's code)", file, func, line);
   return spread_failure(comm, first, code, ierr, "", file, func, line);

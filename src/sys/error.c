@@ -119,16 +119,24 @@ FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, 
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
   if (size == 1) return local;
-  /* MAXLOC over (code, rank): the highest failing code and its rank reach everyone. */
-  in[0] = (int)local; in[1] = rank;
+  /* MAXLOC over (code, rank): the highest failing code and its rank reach everyone; a rank that
+     failed on its own outranks one told of another's failure (FM_ERR_COLLECTIVE counts as 1) */
+  in[0] = local == FM_ERR_COLLECTIVE ? 1 : (int)local; in[1] = rank;
   if (MPI_Allreduce(in, out, 1, MPI_2INT, MPI_MAXLOC, comm) != MPI_SUCCESS)
     return FMError_Private(comm, file, func, line, FM_ERR_MPI, "MPI_Allreduce failed while agreeing on an error");
-  if (local != FM_SUCCESS) return local;
-  if (out[0] != FM_SUCCESS)
-    return FMError_Private(comm, file, func, line, FM_ERR_COLLECTIVE,
-                           "Rank %d of this communicator failed with %s; this rank stops too", out[1],
-                           FMErrorString((FMErrorCode)out[0]));
-  return FM_SUCCESS;
+  if (out[0] == 1) out[0] = FM_ERR_COLLECTIVE;
+  if (out[0] == FM_SUCCESS) return FM_SUCCESS;
+  {
+    /* every rank is here: the failing rank's message goes to the others, so that each can say why */
+    char msg[1024];
+    if (rank == out[1]) snprintf(msg, sizeof(msg), "%s", fm_lastmsg);
+    if (MPI_Bcast(msg, (int)sizeof(msg), MPI_CHAR, out[1], comm) != MPI_SUCCESS)
+      return FMError_Private(comm, file, func, line, FM_ERR_MPI, "MPI_Bcast failed while spreading rank %d's error", out[1]);
+    msg[sizeof(msg) - 1] = '\0';
+    if (local != FM_SUCCESS) return local;
+    return FMError_Private(comm, file, func, line, FM_ERR_COLLECTIVE, "Rank %d of this communicator failed with %s; this rank stops too: %s", out[1],
+                           FMErrorString((FMErrorCode)out[0]), msg);
+  }
 }
 
 FMErrorCode FMMalloc_Private(size_t bytes, int zero, void **p, const char *file, const char *func, int line)

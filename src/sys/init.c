@@ -65,6 +65,13 @@ FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *
   FMCall(FMOptionsGetBool("-options_left", "at FMFinalize, list options that were set but never used (default: when there are any; 0: never)",
                           &flag, NULL));
   FMCall(read_settings());
+  {
+    char spec[128] = "";
+    FMCall(FMOptionsGetString("-fm_debug_fail", "testing aid: make fault site SITE fail on RANK (default 0) for its first COUNT hits "
+                                                "(default 1, 0 = every hit): site[:rank[:count]] (sites: HACKING.md)",
+                              spec, sizeof(spec), NULL));
+    FMCall(FMFaultArm_Private(spec));
+  }
   return FM_SUCCESS;
 }
 
@@ -77,6 +84,7 @@ FMErrorCode FMFinalize(void)
   if (logview) FMCall(FMLogView(stdout));
   FMCall(FMOptionsFinalize_Private());
   FMCall(FMLogFinalize_Private());
+  (void)FMFaultArm_Private(NULL); /* disarm (never fails) */
   fm_initialized = 0;
   MPI_Finalized(&fin);
   if (fm_we_initialized_mpi && !fin) MPI_Finalize();

@@ -64,7 +64,9 @@ FMErrorCode FMStrdup(const char *s, char **out);
 /*
  * FMAgree_Private - collective agreement on success: every rank passes its local error
  *   code; if any rank failed, every rank that did not fail raises FM_ERR_COLLECTIVE naming
- *   the failing rank and code, and ranks that failed return their own code.
+ *   the failing rank (the one with the highest code, FM_ERR_COLLECTIVE counting lowest), its
+ *   code and its message, and ranks that
+ *   failed return their own code.
  *   Use after each local step of a collective set-up, so one rank's failure never hangs
  *   the others.
  */
@@ -123,7 +125,8 @@ FMErrorCode FMAgree_Private(MPI_Comm comm, FMErrorCode local, const char *file, 
  * FMAgreeRootOutcome_Private - root's code reaches every rank: root returns its own code, the
  *   others FM_ERR_COLLECTIVE when root failed, with root's code and message in theirs (for steps
  *   only root does, like writing a file).
- * FMAgreeFirstError_Private - the lowest rank whose ierr is an error returns it; every other rank
+ * FMAgreeFirstError_Private - the lowest rank whose ierr is an error of its own (not
+ *   FM_ERR_COLLECTIVE; if there is none, the lowest failing rank) returns it; every other rank
  *   returns FM_ERR_COLLECTIVE with that rank's code and message (FM_SUCCESS everywhere when no
  *   rank failed): for checks that any rank may fail, whose message must reach the others.
  * FMAgreeAny_Private - *any = 1 on every rank when flag is nonzero on at least one rank, else 0
@@ -137,6 +140,22 @@ FMErrorCode FMAgreeFirstError_Private(MPI_Comm comm, FMErrorCode ierr, const cha
 #define FMAgreeFirstError(comm, ierr) FMAgreeFirstError_Private((comm), (ierr), __FILE__, __func__, __LINE__)
 FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *file, const char *func, int line);
 #define FMAgreeAny(comm, flag, any) FMAgreeAny_Private((comm), (flag), (any), __FILE__, __func__, __LINE__)
+/*
+ * Fault sites (src/sys/faults.c), a testing aid: -fm_debug_fail site[:rank[:count]] (read by
+ * FMInitialize) arms one site for one rank of MPI_COMM_WORLD (default 0), failing its first
+ * count hits (default 1; 0: every hit). FMFaultAt(site) is FM_SUCCESS, at the cost of one
+ * branch, unless that site is armed for this rank; then it raises the site's error (its code
+ * and a message naming the site) and returns it. Sites are named in faults.c's table (an
+ * unknown name is FM_ERR_OPT at FMFaultArm_Private). Not collective.
+ *   FMFaultArm_Private(spec)  arm spec (NULL or "": disarm)
+ *   FMFaultSiteCount_Private / FMFaultSiteName_Private(i)  the table, for -help and the tests
+ */
+extern int FMFaultArmed_Private;
+FMErrorCode FMFaultArm_Private(const char *spec);
+FMErrorCode FMFaultAt_Private(const char *site, const char *file, const char *func, int line);
+int FMFaultSiteCount_Private(void);
+const char *FMFaultSiteName_Private(int i);
+#define FMFaultAt(site) (FMFaultArmed_Private ? FMFaultAt_Private((site), __FILE__, __func__, __LINE__) : FM_SUCCESS)
 /* FMLogTimed_Private - run body(obj) as the -fm_log_view event named event (registered on first
    use); its error is returned after the event ends. Not collective by itself. */
 FMErrorCode FMLogTimed_Private(const char *event, FMErrorCode (*body)(void *), void *obj);

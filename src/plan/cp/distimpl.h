@@ -152,7 +152,36 @@ typedef struct {
   const void *qptr;
   void *tr;             /* FMTrace or NULL */
   double *rpost, *spost; /* post times of receives / sends (for the trace) */
+  FMErrorCode err;      /* the call's first local failure after the ranks agreed on its state (see below) */
 } FMDistExec;
+
+/*
+ * Failures after the agreement. Once every rank agreed on its local state, a rank never leaves
+ * the message pattern early: a failure (a compute error, an allocation, an MPI call that returns
+ * an error) is kept in e->err by FMDistExecKeep_Private, the rank computes nothing more, and it
+ * goes on posting what it owes (the data then untrusted) and receiving what it is owed, until
+ * every request completed; then the ranks agree on the outcome (FMAgreeFirstError: every rank
+ * returns an error carrying the failing rank's message). An MPI wait that fails without naming
+ * its request leaves the rest of that wait to FMDistExecDrain-style completion (every remaining
+ * request waited for at once). A message that MPI itself could not post never arrives: its
+ * receiver waits in MPI (see doc/distributed.md, Failures).
+ */
+static inline FMErrorCode FMDistExecKeep_Private(FMDistExec *e, FMErrorCode ierr)
+{
+  if (ierr && !e->err) e->err = ierr;
+  return ierr;
+}
+/* FMDistExecKeepMPI(e, expr, req): an MPI call that posts *req (req NULL: none); a failure is
+   kept in e->err (naming expr) and *req left MPI_REQUEST_NULL, never waited for. */
+#define FMDistExecKeepMPI(e, expr, req)                                                \
+  do {                                                                                 \
+    int fm_me_ = (expr);                                                               \
+    if (fm_me_ != MPI_SUCCESS) {                                                       \
+      MPI_Request *fm_rq_ = (req);                                                     \
+      if (fm_rq_) *fm_rq_ = MPI_REQUEST_NULL;                                          \
+      (void)FMDistExecKeep_Private((e), FMMPIError_Private(fm_me_, #expr, __FILE__, __func__, __LINE__)); \
+    }                                                                                  \
+  } while (0)
 
 /*
  * exec_core.c, none collective:
@@ -162,10 +191,11 @@ typedef struct {
  *   FMDistExecFlops_Private        FlashMask-convention forward flops of one problem (its tiles not fully masked)
  *   FMDistExecTraceBegin_Private / End_Private  FMDistTraceBegin/End_Private for the call (collective)
  *   FMDistExecPollSends_Private    record the gather's sends that completed since the last poll
- *   FMDistExecFinishSends_Private  wait for every send of the gather (a WAIT event)
+ *   FMDistExecFinishSends_Private  wait for every send of the gather (a WAIT event; waits even after a failure)
  *   FMDistExecNeeds_Private        whether the local rows see some key of chunk c
  *   FMDistExecForwardChunk_Private the forward on held chunk c (e->buf[c]) merged into (oacc, lacc)
- *                                  through the LSE; *first = 1 before the first chunk
+ *                                  through the LSE; *first = 1 before the first chunk; nothing
+ *                                  once the call failed (e->err)
  *   FMDistToDType_Private          dst = src (n floats) converted to t
  */
 FMErrorCode FMDistExecInit_Private(FMPlan plan, FMDistExec *e);
@@ -183,7 +213,8 @@ void FMDistToDType_Private(void *dst, FMDType t, const float *src, size_t n);
 /*
  * exec_ring.c, collective: the ring schedule's forward (merged into oacc, lacc as
  * FMDistExecForwardChunk_Private does) and backward (dQ into dqacc, the final dK/dV of this
- * rank's keys into dk, dv).
+ * rank's keys into dk, dv). Their buffers are agreed inside; after that every step's messages
+ * move whatever failed (e->err), and the local outcome is returned (the caller agrees).
  */
 FMErrorCode FMDistRingForward_Private(FMDistExec *e, const void *k, const void *v, float *oacc, float *lacc, float *opart, float *lpart,
                                       int *first);
@@ -195,7 +226,9 @@ FMErrorCode FMDistRingBackward_Private(FMDistExec *e, const void *k, const void 
  *   FMDistReduceCreate_Private   the buffers and requests (not collective; agree; Destroy after
  *                                any Create, failed or not; a zeroed R may be destroyed)
  *   FMDistReducePost_Private     post the receives of the children's partials (before the gather)
- *   FMDistReduceFinish_Private   after the chunks' backward filled g[]: sum, send up, write dk, dv
+ *   FMDistReduceFinish_Private   after the chunks' backward filled g[]: sum, send up, write dk, dv;
+ *                                after a failure (e->err, kept) still every receive and every
+ *                                sum sent up, nothing summed or written; returns e->err
  */
 typedef struct {
   float **g;          /* [C] dK/dV partial (fp32, K then V) of every chunk held here, else NULL */

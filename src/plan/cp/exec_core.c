@@ -39,24 +39,29 @@ FMErrorCode FMDistExecPollSends_Private(FMDistExec *e)
   return FM_SUCCESS;
 }
 
-/* Wait for every send (a WAIT event) and record the ones not seen complete before. */
+/* Wait for every send (a WAIT event) and record the ones not seen complete before. The wait
+   happens whatever failed (the buffers are freed after it): a failure is returned after it. */
 FMErrorCode FMDistExecFinishSends_Private(FMDistExec *e)
 {
   double t0 = FMTime(), t1;
-  int *open = NULL;
+  int *open = NULL, mpierr;
+  FMErrorCode ierr = FM_SUCCESS;
   if (e->d->opt.schedule == FM_DIST_SCHED_RING) return FM_SUCCESS; /* the ring completes its sends step by step */
   if (e->tr) {
-    FMCall(FMMalloc(e->d->nout + 1, &open));
-    for (int i = 0; i < e->d->nout; i++) open[i] = e->sreq[i] != MPI_REQUEST_NULL;
+    ierr = FMMalloc(e->d->nout + 1, &open); /* without it, no SEND events (the error is returned after the wait) */
+    for (int i = 0; open && i < e->d->nout; i++) open[i] = e->sreq[i] != MPI_REQUEST_NULL;
   }
-  FMCallMPI(MPI_Waitall(e->d->nout, e->sreq, MPI_STATUSES_IGNORE));
+  mpierr = MPI_Waitall(e->d->nout, e->sreq, MPI_STATUSES_IGNORE);
   t1 = FMTime();
-  if (e->tr) {
+  if (open) {
     FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
     for (int i = 0; i < e->d->nout; i++)
       if (open[i]) FMDistExecRecord_Private(e, FM_TRACE_SEND, e->spost[i], t1, e->d->cbytes[e->d->out[i].chunk], 0, e->d->out[i].dst, e->d->out[i].chunk);
     free(open);
   }
+  FMCall(ierr);
+  FMCallMPI(mpierr);
+  FMCall(FMFaultAt("cp_finish_sends"));
   return FM_SUCCESS;
 }
 
@@ -84,6 +89,7 @@ FMErrorCode FMDistExecInit_Private(FMPlan plan, FMDistExec *e)
   for (int i = 0; i <= e->d->nout; i++) e->sreq[i] = MPI_REQUEST_NULL;
   FMCall(FMCalloc(e->d->nin + 1, &e->rpost));
   FMCall(FMCalloc(e->d->nout + 1, &e->spost));
+  FMCall(FMFaultAt("cp_exec_alloc"));
   return FM_SUCCESS;
 }
 
@@ -127,14 +133,15 @@ double FMDistExecFlops_Private(const FMAttnProblem *p)
   return 4.0 * p->head_dim * (p->heads_q / mh) * (mb > 1 ? 1 : p->batch) * area;
 }
 
-/* Forward on one held chunk, merged into (oacc, lacc). */
+/* Forward on one held chunk, merged into (oacc, lacc); nothing after a failure of the call (e->err). */
 FMErrorCode FMDistExecForwardChunk_Private(FMDistExec *e, int c, float *oacc, float *lacc, float *opart, float *lpart, int *first)
 {
   FMAttnProblem p = e->p;
   size_t len = FMDistChunkLen_Private(e->d, c), B = (size_t)e->plan->batch;
   int k0, k1;
   double t0;
-  if (!FMDistExecNeeds_Private(e, c)) return FM_SUCCESS;
+  if (e->err || !FMDistExecNeeds_Private(e, c)) return FM_SUCCESS;
+  FMCall(FMFaultAt("cp_forward_chunk"));
   FMDistChunkKeys(&e->d->ch, c, &k0, &k1);
   p.k0 = k0; p.nk = (int)len;
   t0 = FMTime();

@@ -37,62 +37,123 @@ static FMErrorCode gather_alloc(FMDistExec *e, const void *k, const void *v)
 
 /*
  * Post the K/V gather (after gather_alloc, agreed): receives for every incoming chunk, sends
- * of owned chunks (any length: FMMPIIsend_Private).
+ * of owned chunks (any length: FMMPIIsend_Private). Every message is posted even after one
+ * failed (the peers wait for the others); the first failure is returned.
  */
 static FMErrorCode gather_post(FMDistExec *e)
 {
   FMDist *d = e->d;
   MPI_Comm comm = e->plan->hdr.comm;
+  FMErrorCode first = FM_SUCCESS;
   for (int i = 0; i < d->nin; i++) {
-    int c = d->in[i].chunk;
-    FMCallMPI(FMMPIIrecv_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->in[i].src, c, comm, &e->rreq[i]));
+    int c = d->in[i].chunk, me;
+    me = FMMPIIrecv_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->in[i].src, c, comm, &e->rreq[i]);
+    if (me != MPI_SUCCESS) {
+      e->rreq[i] = MPI_REQUEST_NULL;
+      if (!first) first = FMMPIError_Private(me, "MPI_Irecv (a K/V chunk of the gather)", __FILE__, __func__, __LINE__);
+    }
     e->rpost[i] = FMTime();
   }
   for (int i = 0; i < d->nout; i++)
     if (d->out[i].stage == 0) {
-      int c = d->out[i].chunk;
-      FMCallMPI(FMMPIIsend_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, comm, &e->sreq[i]));
+      int c = d->out[i].chunk, me;
+      me = FMMPIIsend_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, comm, &e->sreq[i]);
+      if (me != MPI_SUCCESS) {
+        e->sreq[i] = MPI_REQUEST_NULL;
+        if (!first) first = FMMPIError_Private(me, "MPI_Isend (a K/V chunk of the gather)", __FILE__, __func__, __LINE__);
+      }
       e->spost[i] = FMTime();
       d->stats.sent_bytes[d->out[i].level] += d->cbytes[c];
     }
-  return FM_SUCCESS;
+  return first;
 }
 
-/* After chunk c arrived here: forward it to the ranks this rank relays it to. */
+/* After chunk c arrived here: forward it to the ranks this rank relays it to (once: a relay
+   already posted, spost set, is not posted again). Every relay is posted; the first failure is returned. */
 static FMErrorCode relay(FMDistExec *e, int c)
 {
   FMDist *d = e->d;
+  FMErrorCode first = FM_SUCCESS;
   for (int i = 0; i < d->nout; i++)
-    if (d->out[i].stage == 1 && d->out[i].chunk == c) {
-      FMCallMPI(FMMPIIsend_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, e->plan->hdr.comm, &e->sreq[i]));
-      e->spost[i] = FMTime();
+    if (d->out[i].stage == 1 && d->out[i].chunk == c && e->spost[i] == 0) {
+      int me = FMMPIIsend_Private(e->buf[c], (size_t)d->cbytes[c], MPI_BYTE, d->out[i].dst, c, e->plan->hdr.comm, &e->sreq[i]);
+      if (me != MPI_SUCCESS) {
+        e->sreq[i] = MPI_REQUEST_NULL;
+        if (!first) first = FMMPIError_Private(me, "MPI_Isend (a relayed K/V chunk)", __FILE__, __func__, __LINE__);
+      } else if (!first) first = FMFaultAt("cp_relay");
+      e->spost[i] = FMTime(); /* nonzero: posted */
       d->stats.sent_bytes[d->out[i].level] += d->cbytes[c];
       d->stats.relayed_bytes += d->cbytes[c];
     }
-  return FM_SUCCESS;
+  return first;
 }
 
-/* Wait for the next arrived chunk (relaying it); *c = -1 when all arrived. */
+/* A wait of the gather failed without naming its request: every receive still open is waited
+   for at once and every arrived chunk relayed, so that this rank still keeps its part. */
+static FMErrorCode gather_drain(FMDistExec *e, FMErrorCode why)
+{
+  int me = MPI_Waitall(e->d->nin, e->rreq, MPI_STATUSES_IGNORE);
+  for (int i = 0; i < e->d->nin; i++) {
+    e->rreq[i] = MPI_REQUEST_NULL; /* completed (or failed: not waited for again) */
+    (void)FMDistExecKeep_Private(e, relay(e, e->d->in[i].chunk));
+  }
+  if (me != MPI_SUCCESS) (void)FMDistExecKeep_Private(e, FMMPIError_Private(me, "MPI_Waitall (the gather's receives, after a failed wait)", __FILE__, __func__, __LINE__));
+  return why;
+}
+
+/* Wait for the next arrived chunk (relaying it); *c = -1 when all arrived. A failed wait still
+   completes the gather's part of this rank (the chunk it names counts as arrived, untrusted;
+   without one, gather_drain) and returns the failure. */
 static FMErrorCode gather_next(FMDistExec *e, int *c)
 {
-  int idx;
+  int idx = MPI_UNDEFINED, me;
   MPI_Status st;
   double t0, t1;
+  FMErrorCode ierr = FM_SUCCESS;
   *c = -1;
   if (e->d->nin == 0) return FM_SUCCESS;
   t0 = FMTime();
-  FMCallMPI(MPI_Waitany(e->d->nin, e->rreq, &idx, &st));
+  me = MPI_Waitany(e->d->nin, e->rreq, &idx, &st);
   t1 = FMTime();
+  if (me != MPI_SUCCESS) ierr = FMMPIError_Private(me, "MPI_Waitany (the gather's next chunk)", __FILE__, __func__, __LINE__);
+  else if (idx != MPI_UNDEFINED) ierr = FMFaultAt("cp_gather_wait");
+  if (ierr && (idx == MPI_UNDEFINED || me == MPI_SUCCESS)) return gather_drain(e, ierr);
   if (idx == MPI_UNDEFINED) return FM_SUCCESS;
-  FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
-  {
+  e->rreq[idx] = MPI_REQUEST_NULL;
+  if (!ierr) {
     double cnt = FMMPIStatusBytes_Private(&st, MPI_BYTE);
+    FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
     e->d->stats.recv_bytes += cnt;
     FMDistExecRecord_Private(e, FM_TRACE_RECV, e->rpost[idx], t1, cnt, 0, e->d->in[idx].src, e->d->in[idx].chunk);
   }
   *c = e->d->in[idx].chunk;
-  FMCall(relay(e, *c));
-  return FM_SUCCESS;
+  (void)FMDistExecKeep_Private(e, relay(e, *c));
+  return ierr ? ierr : e->err;
+}
+
+/* The gather forward's message phase (after the agreement): never leaves early; returns e->err. */
+static FMErrorCode gather_forward(FMDistExec *e, float *oacc, float *lacc, float *opart, float *lpart, int *first)
+{
+  FMDist *d = e->d;
+  int me = e->plan->ctx->rank, c;
+  (void)FMDistExecKeep_Private(e, gather_post(e));
+  if (d->opt.overlap) {
+    /* local K/V first, then each chunk as it arrives while the rest are in flight */
+    for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
+      (void)FMDistExecKeep_Private(e, FMDistExecForwardChunk_Private(e, d->part.rchunks[b], oacc, lacc, opart, lpart, first));
+    for (;;) {
+      (void)FMDistExecKeep_Private(e, gather_next(e, &c));
+      if (c < 0) break;
+      (void)FMDistExecKeep_Private(e, FMDistExecForwardChunk_Private(e, c, oacc, lacc, opart, lpart, first));
+    }
+  } else {
+    /* everything first (relays still forward as chunks come), then compute in chunk order */
+    do (void)FMDistExecKeep_Private(e, gather_next(e, &c));
+    while (c >= 0);
+    for (c = 0; c < d->ch.nchunks; c++)
+      if (e->buf[c]) (void)FMDistExecKeep_Private(e, FMDistExecForwardChunk_Private(e, c, oacc, lacc, opart, lpart, first));
+  }
+  return e->err;
 }
 
 FMErrorCode FMPlanForward_CP(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse)
@@ -101,7 +162,7 @@ FMErrorCode FMPlanForward_CP(FMPlan plan, const void *q, const void *k, const vo
   FMDist *d;
   size_t no = 0, nl = 0;
   float *oacc = NULL, *lacc = NULL, *opart = NULL, *lpart = NULL;
-  int first = 1, me = plan->ctx->rank, c;
+  int first = 1;
   FMErrorCode ierr;
 
   if (plan->backend == FM_BACKEND_CUDA) {
@@ -128,35 +189,18 @@ FMErrorCode FMPlanForward_CP(FMPlan plan, const void *q, const void *k, const vo
   }
   FMAgreeGoto(plan->hdr.comm);
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = d->stats.reduce_bytes = 0;
-  FMCallGoto(FMDistExecTraceBegin_Private(&e, "forward"));
-  if (d->opt.schedule == FM_DIST_SCHED_RING) {
-    FMCallGoto(FMDistRingForward_Private(&e, k, v, oacc, lacc, opart, lpart, &first));
-  } else {
-    FMCallGoto(gather_post(&e));
-    if (d->opt.overlap) {
-      /* local K/V first, then each chunk as it arrives while the rest are in flight */
-      for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
-        FMCallGoto(FMDistExecForwardChunk_Private(&e, d->part.rchunks[b], oacc, lacc, opart, lpart, &first));
-      for (;;) {
-        FMCallGoto(gather_next(&e, &c));
-        if (c < 0) break;
-        FMCallGoto(FMDistExecForwardChunk_Private(&e, c, oacc, lacc, opart, lpart, &first));
-      }
-    } else {
-      /* everything first (relays still forward as chunks come), then compute in chunk order */
-      do FMCallGoto(gather_next(&e, &c));
-      while (c >= 0);
-      for (c = 0; c < d->ch.nchunks; c++)
-        if (e.buf[c]) FMCallGoto(FMDistExecForwardChunk_Private(&e, c, oacc, lacc, opart, lpart, &first));
-    }
-  }
+  FMCallGoto(FMDistExecTraceBegin_Private(&e, "forward")); /* collective and agreed */
+  /* from here on a rank keeps its part of the messages whatever fails (e.err), then all agree */
+  if (d->opt.schedule == FM_DIST_SCHED_RING) (void)FMDistExecKeep_Private(&e, FMDistRingForward_Private(&e, k, v, oacc, lacc, opart, lpart, &first));
+  else (void)gather_forward(&e, oacc, lacc, opart, lpart, &first);
+  (void)FMDistExecKeep_Private(&e, FMDistExecFinishSends_Private(&e));
+  FMCallGoto(FMAgreeFirstError(plan->hdr.comm, e.err));
   if (first) { /* no visible key at all on this rank */
     for (size_t i = 0; i < no; i++) oacc[i] = 0;
     for (size_t i = 0; i < nl; i++) lacc[i] = -INFINITY;
   }
   FMDistToDType_Private(o, plan->dtype, oacc, no);
   if (lse) memcpy(lse, lacc, nl * sizeof(float));
-  FMCallGoto(FMDistExecFinishSends_Private(&e));
   FMCallGoto(FMDistExecTraceEnd_Private(&e, "forward"));
 cleanup:
   free(oacc); free(opart); free(lacc); free(lpart);
@@ -184,8 +228,9 @@ static FMErrorCode chunk_backward(FMDistExec *e, FMDistReduce *R, int c, const v
   const size_t B = (size_t)plan->batch, len = FMDistChunkLen_Private(e->d, c), n = B * len * plan->heads_kv * plan->head_dim;
   int k0, k1;
   double t0;
-  /* R->g[c] was allocated (zeroed) before the agreement */
-  if (!FMDistExecNeeds_Private(e, c)) return FM_SUCCESS;
+  /* R->g[c] was allocated (zeroed) before the agreement; nothing computes after a failure (e->err) */
+  if (e->err || !FMDistExecNeeds_Private(e, c)) return FM_SUCCESS;
+  FMCall(FMFaultAt("cp_backward_chunk"));
   FMDistChunkKeys(&e->d->ch, c, &k0, &k1);
   p.k0 = k0; p.nk = (int)len;
   t0 = FMTime();
@@ -229,7 +274,6 @@ static FMErrorCode backward_ordered(FMDistExec *e, FMDistReduce *R, const void *
   const int own_first = d->opt.overlap;
   float *spare = d->opt.overlap && nqe ? (float *)malloc(sizeof(float) * nqe) : NULL;
   int pos = 0, spare_c = -1, got, c;
-  FMErrorCode ierr = FM_SUCCESS;
   while ((c = order_at(e, own_first, pos)) != -1) {
     if (c == -2) pos++;
     else if (spare_c == c) {
@@ -237,7 +281,7 @@ static FMErrorCode backward_ordered(FMDistExec *e, FMDistReduce *R, const void *
       spare_c = -1;
       pos++;
     } else if (chunk_here(e, c)) {
-      FMCallGoto(chunk_backward(e, R, c, q, o, lse, dout, dqacc));
+      (void)FMDistExecKeep_Private(e, chunk_backward(e, R, c, q, o, lse, dout, dqacc));
       pos++;
     } else {
       int later = -1, c2;
@@ -245,17 +289,21 @@ static FMErrorCode backward_ordered(FMDistExec *e, FMDistReduce *R, const void *
         if (c2 >= 0 && chunk_here(e, c2)) later = c2;
       if (later >= 0) {
         memset(spare, 0, sizeof(float) * nqe);
-        FMCallGoto(chunk_backward(e, R, later, q, o, lse, dout, spare));
+        (void)FMDistExecKeep_Private(e, chunk_backward(e, R, later, q, o, lse, dout, spare));
         spare_c = later;
       } else {
-        FMCallGoto(gather_next(e, &got));
-        FMCheckGoto(got >= 0, MPI_COMM_SELF, FM_ERR_LIB, "The backward's gather: every receive completed but chunk %d never arrived", c);
+        (void)FMDistExecKeep_Private(e, gather_next(e, &got));
+        if (got < 0) { /* every receive completed: after a failure (drained) nothing is left to compute */
+          if (!e->err)
+            (void)FMDistExecKeep_Private(e, FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB,
+                                                            "The backward's gather: every receive completed but chunk %d never arrived", c));
+          break;
+        }
       }
     }
   }
-cleanup:
   free(spare);
-  return ierr;
+  return e->err;
 }
 
 /* Recompute on each held chunk with the final O and LSE: dQ accumulates over chunks, each
@@ -268,17 +316,18 @@ static FMErrorCode backward_chunks(FMDistExec *e, FMDistReduce *R, const void *q
   FMDist *d = e->d;
   int me = e->plan->ctx->rank, c;
   if (!d->opt.overlap) { /* as the forward: everything arrives first (relays still forward as chunks come) */
-    do FMCall(gather_next(e, &c));
+    do (void)FMDistExecKeep_Private(e, gather_next(e, &c));
     while (c >= 0);
   }
   if (!d->opt.overlap || e->p.opts.deterministic) return backward_ordered(e, R, q, o, lse, dout, dqacc);
-  for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++) FMCall(chunk_backward(e, R, d->part.rchunks[b], q, o, lse, dout, dqacc));
+  for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
+    (void)FMDistExecKeep_Private(e, chunk_backward(e, R, d->part.rchunks[b], q, o, lse, dout, dqacc));
   for (;;) {
-    FMCall(gather_next(e, &c));
+    (void)FMDistExecKeep_Private(e, gather_next(e, &c));
     if (c < 0) break;
-    FMCall(chunk_backward(e, R, c, q, o, lse, dout, dqacc));
+    (void)FMDistExecKeep_Private(e, chunk_backward(e, R, c, q, o, lse, dout, dqacc));
   }
-  return FM_SUCCESS;
+  return e->err;
 }
 
 /* The backward on host tensors over MPI (the CUDA backend stages its tensors around it). */
@@ -303,17 +352,19 @@ static FMErrorCode backward_host(FMPlan plan, const void *q, const void *k, cons
   FMAgreeGoto(plan->hdr.comm);
   e.qptr = q;
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = d->stats.reduce_bytes = 0;
-  FMCallGoto(FMDistExecTraceBegin_Private(&e, "backward"));
-  if (ring) FMCallGoto(FMDistRingBackward_Private(&e, k, v, q, o, lse, dout, dqacc, dk, dv));
+  FMCallGoto(FMDistExecTraceBegin_Private(&e, "backward")); /* collective and agreed */
+  /* from here on a rank keeps its part of the messages whatever fails (e.err), then all agree */
+  if (ring) (void)FMDistExecKeep_Private(&e, FMDistRingBackward_Private(&e, k, v, q, o, lse, dout, dqacc, dk, dv));
   else {
     /* dK/dV partials come back from every rank this one sent a chunk to (the reverse route) */
-    FMCallGoto(FMDistReducePost_Private(&e, &R));
-    FMCallGoto(gather_post(&e));
-    FMCallGoto(backward_chunks(&e, &R, q, o, lse, dout, dqacc));
-    FMCallGoto(FMDistReduceFinish_Private(&e, &R, dk, dv));
+    (void)FMDistExecKeep_Private(&e, FMDistReducePost_Private(&e, &R));
+    (void)FMDistExecKeep_Private(&e, gather_post(&e));
+    (void)backward_chunks(&e, &R, q, o, lse, dout, dqacc);
+    (void)FMDistExecKeep_Private(&e, FMDistReduceFinish_Private(&e, &R, dk, dv));
   }
+  (void)FMDistExecKeep_Private(&e, FMDistExecFinishSends_Private(&e));
+  FMCallGoto(FMAgreeFirstError(plan->hdr.comm, e.err));
   FMDistToDType_Private(dq, plan->dtype, dqacc, nqe);
-  FMCallGoto(FMDistExecFinishSends_Private(&e));
   FMCallGoto(FMDistExecTraceEnd_Private(&e, "backward"));
 cleanup:
   FMDistReduceDestroy_Private(&e, &R);

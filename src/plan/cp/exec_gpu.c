@@ -228,12 +228,28 @@ FMErrorCode FMDistGPURunInit_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDis
 /* FMDistGPURunStart_Private - see gpuimpl.h. */
 FMErrorCode FMDistGPURunStart_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R, const char *run)
 {
+  FMErrorCode e;
   d->stats.sent_bytes[0] = d->stats.sent_bytes[1] = d->stats.recv_bytes = d->stats.relayed_bytes = d->stats.reduce_bytes = 0;
-  FMCall(FMDistTraceBegin_Private(plan, d, run, &R->tr));
+  FMCall(FMDistTraceBegin_Private(plan, d, run, &R->tr)); /* collective and agreed: every rank returns alike */
   g->last_stream = plan->stream; /* an update waits for it before it reuses the stage masks */
-  FMCall(FMCudaEventRecord(g->ev_in, plan->stream));
-  FMCall(FMCudaStreamWaitEvent(g->cs, g->ev_in));
-  if (R->tr) { FMCall(FMCudaEventSynchronize(g->ev_in)); R->t0 = FMTime(); }
+  /* from here a failure is this rank's compute error: it still takes its part of the exchange
+     (computing nothing; what it sends is not trusted) and Settle agrees on it, so no peer waits
+     for a rank that left */
+  e = FMFaultAt("gpu_run_start");
+  if (!e) e = FMCudaEventRecord(g->ev_in, plan->stream);
+  if (!e) e = FMCudaStreamWaitEvent(g->cs, g->ev_in);
+  if (!e && R->tr) {
+    e = FMCudaEventSynchronize(g->ev_in);
+    R->t0 = FMTime();
+  }
+  if (e) {
+    /* the comm stream may not be behind the plan's: wait on the host for the plan's stream, so
+       that this call's exchange cannot overwrite stage buffers a previous call still reads
+       (deliberately unchecked: this rank's error is already the news) */
+    (void)cudaStreamSynchronize((cudaStream_t)plan->stream);
+    (void)cudaGetLastError();
+    if (!R->cerr) R->cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, e);
+  }
   return FM_SUCCESS;
 }
 

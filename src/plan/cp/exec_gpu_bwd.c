@@ -45,6 +45,7 @@ typedef struct {
   MPI_Request *crq, *prq; /* [ns] children's partials, [nr] sums sent up */
   int *pending;          /* [C] children's partials still to arrive here; -1 once done (or not summed here) */
   int *rxof;             /* [C] the receive that brought chunk c here, -1 if none */
+  FMErrorCode err;       /* the reduction's first failure (host_reduce: it still completes its part) */
 } Bwd;
 
 #define FM_BWD_ALIGN 64 /* floats: 256-byte alignment of each step's partials inside ppool */
@@ -191,6 +192,7 @@ static FMErrorCode finish_chunk(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W, in
   const size_t B = (size_t)plan->batch, len = FMDistChunkLen_Private(d, c), sl = len * W->rowf, n = part_len(plan, d, W, c);
   const float *hp = (const float *)g->hpart;
   float *dst;
+  int me;
   if (rx >= 0) {
     const BXfer *x = &W->rx[rx];
     const GStep *S = &g->st[x->step];
@@ -200,12 +202,17 @@ static FMErrorCode finish_chunk(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W, in
       memcpy(dst + b * sl, src + (b * (size_t)S->nk + (size_t)g->woff[c]) * W->rowf, sl * sizeof(float));
       memcpy(dst + (B + b) * sl, src + ((B + b) * (size_t)S->nk + (size_t)g->woff[c]) * W->rowf, sl * sizeof(float));
     }
-    for (int i = 0; i < W->ns; i++) /* children in step order: deterministic sums */
+    for (int i = 0; !W->err && i < W->ns; i++) /* children in step order: deterministic sums */
       if (W->sx[i].chunk == c) add_into(dst, (const float *)g->hred + W->sx[i].off, n);
-    FMCallMPI(FMMPIIsend_Private(dst, n, MPI_FLOAT, x->peer, d->ch.nchunks + c, plan->hdr.comm, &W->prq[rx]));
+    /* sent even after a failure (the parent waits for it; the data is then not trusted) */
+    if ((me = FMMPIIsend_Private(dst, n, MPI_FLOAT, x->peer, d->ch.nchunks + c, plan->hdr.comm, &W->prq[rx])) != MPI_SUCCESS) {
+      W->prq[rx] = MPI_REQUEST_NULL;
+      return FMMPIError_Private(me, "MPI_Isend (a dK/dV sum to its parent)", __FILE__, __func__, __LINE__);
+    }
     W->rx[rx].post = FMTime();
     d->stats.reduce_bytes += (double)n * sizeof(float);
-  } else {
+    FMCall(FMFaultAt("gpu_reduce_send"));
+  } else if (!W->err) {
     float *own = (float *)g->hpart + W->ptotal;
     const size_t nk = (size_t)d->nkeys;
     for (int i = 0; i < W->ns; i++)
@@ -221,53 +228,103 @@ static FMErrorCode finish_chunk(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W, in
   return FM_SUCCESS;
 }
 
+/* Keep the reduction's first failure in W->err (the reduction goes on: its peers wait for its messages). */
+static void bwd_keep(Bwd *W, FMErrorCode e)
+{
+  if (e && !W->err) W->err = e;
+}
+
+/* Post the receives of every child's partial (all of them, whatever failed: a child whose
+   receive could not be posted is not waited for). */
+static void reduce_post(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W)
+{
+  for (int i = 0; i < W->ns; i++) {
+    const BXfer *x = &W->sx[i];
+    int me = FMMPIIrecv_Private((float *)g->hred + x->off, part_len(plan, d, W, x->chunk), MPI_FLOAT, x->peer, d->ch.nchunks + x->chunk,
+                                plan->hdr.comm, &W->crq[i]);
+    W->sx[i].post = FMTime();
+    if (me == MPI_SUCCESS) W->pending[x->chunk]++;
+    else {
+      W->crq[i] = MPI_REQUEST_NULL;
+      bwd_keep(W, FMMPIError_Private(me, "MPI_Irecv (a child's dK/dV partial)", __FILE__, __func__, __LINE__));
+    }
+  }
+}
+
+/* Wait for the next child's partial. A failed wait still completes this rank's part: the
+   partial MPI named counts as arrived (untrusted); without one every receive still open is
+   waited for at once (the children keep their part) and every chunk counts as complete. */
+static void reduce_next(FMPlan plan, FMDist *d, Bwd *W, FMDistGPURun *R, FMErrorCode *terr, int left)
+{
+  int idx = MPI_UNDEFINED, me;
+  double t0 = FMTime(), t1;
+  FMErrorCode e = FM_SUCCESS;
+  me = MPI_Waitany(W->ns, W->crq, &idx, MPI_STATUS_IGNORE);
+  t1 = FMTime();
+  if (me != MPI_SUCCESS) e = FMMPIError_Private(me, "MPI_Waitany (a child's dK/dV partial)", __FILE__, __func__, __LINE__);
+  else if (idx == MPI_UNDEFINED)
+    e = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB, "dK/dV reduction: %d chunks wait for partials that were never posted",
+                        left);
+  else e = FMFaultAt("gpu_reduce_wait");
+  bwd_keep(W, e);
+  if (idx == MPI_UNDEFINED || (e && me == MPI_SUCCESS)) {
+    if ((me = MPI_Waitall(W->ns, W->crq, MPI_STATUSES_IGNORE)) != MPI_SUCCESS)
+      bwd_keep(W, FMMPIError_Private(me, "MPI_Waitall (the children's partials, after a failed wait)", __FILE__, __func__, __LINE__));
+    for (int i = 0; i < W->ns; i++) W->crq[i] = MPI_REQUEST_NULL;
+    for (int c = 0; c < d->ch.nchunks; c++)
+      if (W->pending[c] > 0) W->pending[c] = 0;
+    return;
+  }
+  W->crq[idx] = MPI_REQUEST_NULL;
+  bwd_record(R, terr, FM_TRACE_WAIT, t0, t1, 0, -1, -1);
+  bwd_record(R, terr, FM_TRACE_RECV, W->sx[idx].post, t1, 4.0 * part_len(plan, d, W, W->sx[idx].chunk), W->sx[idx].peer, W->sx[idx].chunk);
+  if (W->pending[W->sx[idx].chunk] > 0) W->pending[W->sx[idx].chunk]--;
+}
+
 /*
  * The reduction (collective; after FMDistGPUSettle_Private agreed on the exchange): the
  * downloads completed and agreed, every child's partial received, each chunk finished as soon
  * as its children are in (sums sent up at once), the sums sent up completed, the own partial
- * uploaded again when children were added to it.
+ * uploaded again when children were added to it. After the downloads' agreement nothing
+ * returns before every message of this rank moved and every request completed: a failure is
+ * kept in W->err, returned at the end, and agreed by FMDistGPURunFinish_Private (the ranks
+ * make no other collective call in between).
  */
 static FMErrorCode host_reduce(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W, FMDistGPURun *R)
 {
   const int C = d->ch.nchunks;
   const int me = plan->ctx->rank;
-  int left = 0;
+  int left = 0, mpierr;
   double t0, t1;
-  FMErrorCode terr = FM_SUCCESS;
-  FMCall(FMAgreeCode(plan->hdr.comm, FMCudaStreamSynchronize(g->rs)));
-  for (int i = 0; i < W->ns; i++) {
-    const BXfer *x = &W->sx[i];
-    FMCallMPI(FMMPIIrecv_Private((float *)g->hred + x->off, part_len(plan, d, W, x->chunk), MPI_FLOAT, x->peer, C + x->chunk, plan->hdr.comm,
-                                 &W->crq[i]));
-    W->sx[i].post = FMTime();
-    W->pending[x->chunk]++;
-  }
+  FMErrorCode terr = FM_SUCCESS, e;
+  e = FMCudaStreamSynchronize(g->rs);
+  if (!e) e = FMFaultAt("gpu_reduce_download");
+  FMCall(FMAgreeCode(plan->hdr.comm, e));
+  reduce_post(plan, d, g, W);
   /* summed here: the chunks received here and the owned ones with children */
   for (int c = 0; c < C; c++)
     if (W->rxof[c] >= 0 || (W->pending[c] > 0 && d->part.owner[c] == me)) left++;
     else W->pending[c] = -1;
   for (;;) {
-    int idx = MPI_UNDEFINED;
     for (int c = 0; c < C; c++)
       if (W->pending[c] == 0) {
-        FMCall(finish_chunk(plan, d, g, W, c, W->rxof[c]));
+        int rx = W->rxof[c];
+        W->pending[c] = -1;
+        bwd_keep(W, finish_chunk(plan, d, g, W, c, rx));
         left--;
       }
     if (left == 0) break;
-    t0 = FMTime();
-    FMCallMPI(MPI_Waitany(W->ns, W->crq, &idx, MPI_STATUS_IGNORE));
-    FMCheck(idx != MPI_UNDEFINED, MPI_COMM_SELF, FM_ERR_LIB, "dK/dV reduction: %d chunks wait for partials that were never posted", left);
-    t1 = FMTime();
-    bwd_record(R, &terr, FM_TRACE_WAIT, t0, t1, 0, -1, -1);
-    bwd_record(R, &terr, FM_TRACE_RECV, W->sx[idx].post, t1, 4.0 * part_len(plan, d, W, W->sx[idx].chunk), W->sx[idx].peer, W->sx[idx].chunk);
-    W->pending[W->sx[idx].chunk]--;
+    reduce_next(plan, d, W, R, &terr, left);
   }
   t0 = FMTime();
-  FMCallMPI(MPI_Waitall(W->nr, W->prq, MPI_STATUSES_IGNORE));
+  mpierr = MPI_Waitall(W->nr, W->prq, MPI_STATUSES_IGNORE);
   t1 = FMTime();
+  if (mpierr != MPI_SUCCESS) bwd_keep(W, FMMPIError_Private(mpierr, "MPI_Waitall (the dK/dV sums sent up)", __FILE__, __func__, __LINE__));
+  FMCall(W->err);
   bwd_record(R, &terr, FM_TRACE_WAIT, t0, t1, 0, -1, -1);
   for (int i = 0; i < W->nr; i++)
     bwd_record(R, &terr, FM_TRACE_REDUCE, W->rx[i].post, t1, 4.0 * part_len(plan, d, W, W->rx[i].chunk), W->rx[i].peer, W->rx[i].chunk);
+  FMCall(FMFaultAt("gpu_reduce_upload"));
   if (W->own_host && W->nown > 0)
     FMCallCUDA(cudaMemcpyAsync(g->dacc, (float *)g->hpart + W->ptotal, W->nown * sizeof(float), cudaMemcpyHostToDevice,
                                (cudaStream_t)plan->stream));
@@ -299,7 +356,7 @@ FMErrorCode FMDistBackwardGPU_Private(FMPlan plan, const void *q, const void *k,
   FMCallGoto(FMDistGPURunStart_Private(plan, d, g, &R, "backward"));
   if (plan->nlocal > 0) {
     /* the rows' preprocess from the final O and LSE, queued before the first piece */
-    R.cerr = FMCudaBackwardBegin(&W.p, g->bws, o, lse, dout, us);
+    if (!R.cerr) R.cerr = FMCudaBackwardBegin(&W.p, g->bws, o, lse, dout, us); /* (a failed run start comes first) */
     if (R.cerr) R.cerr = FMErrorTraceback(__FILE__, __func__, __LINE__, R.cerr);
   }
   FMDistGPUPipeline_Private(plan, d, g, &R);

@@ -51,36 +51,39 @@ static void ring_pack(FMDistExec *e, char *blk, const void *k, const void *v)
   }
 }
 
-/* Post step s's exchange: send the held block of rank r on, receive rank rn's from prev. */
-static FMErrorCode ring_post(FMDistExec *e, const Ring *R, int r, int rn, char *cur, char *nxt, MPI_Request rq[2], double post[2])
+/* Post step s's exchange: send the held block of rank r on, receive rank rn's from prev. Both
+   are posted whatever failed; a failure is kept in e->err. */
+static void ring_post(FMDistExec *e, const Ring *R, int r, int rn, char *cur, char *nxt, MPI_Request rq[2], double post[2])
 {
   FMDist *d = e->d;
   MPI_Comm comm = e->plan->hdr.comm;
-  FMCallMPI(FMMPIIrecv_Private(nxt, (size_t)d->rbytes[rn], MPI_BYTE, R->prev, R->tag_kv, comm, &rq[0]));
+  FMDistExecKeepMPI(e, FMMPIIrecv_Private(nxt, (size_t)d->rbytes[rn], MPI_BYTE, R->prev, R->tag_kv, comm, &rq[0]), &rq[0]);
   post[0] = FMTime();
-  FMCallMPI(FMMPIIsend_Private(cur, (size_t)d->rbytes[r], MPI_BYTE, R->next, R->tag_kv, comm, &rq[1]));
+  FMDistExecKeepMPI(e, FMMPIIsend_Private(cur, (size_t)d->rbytes[r], MPI_BYTE, R->next, R->tag_kv, comm, &rq[1]), &rq[1]);
   post[1] = FMTime();
   d->stats.sent_bytes[R->level] += d->rbytes[r];
   if (r != R->me) d->stats.relayed_bytes += d->rbytes[r];
-  return FM_SUCCESS;
 }
 
-/* Complete step s's exchange (a WAIT event, then the RECV and SEND events). */
-static FMErrorCode ring_wait(FMDistExec *e, const Ring *R, int r, int rn, MPI_Request rq[2], const double post[2])
+/* Complete step s's exchange (a WAIT event, then the RECV and SEND events); both waits happen
+   whatever failed, a failure is kept in e->err. */
+static void ring_wait(FMDistExec *e, const Ring *R, int r, int rn, MPI_Request rq[2], const double post[2])
 {
   MPI_Status st;
   double t0 = FMTime(), t1, t2;
   double cnt;
-  FMCallMPI(MPI_Wait(&rq[0], &st));
+  int bad = e->err != FM_SUCCESS;
+  FMDistExecKeepMPI(e, MPI_Wait(&rq[0], &st), NULL);
   t1 = FMTime();
-  FMCallMPI(MPI_Wait(&rq[1], MPI_STATUS_IGNORE));
+  FMDistExecKeepMPI(e, MPI_Wait(&rq[1], MPI_STATUS_IGNORE), NULL);
   t2 = FMTime();
+  (void)FMDistExecKeep_Private(e, FMFaultAt("cp_ring_wait"));
+  if (bad || e->err) return; /* no status to trust */
   cnt = FMMPIStatusBytes_Private(&st, MPI_BYTE);
   e->d->stats.recv_bytes += cnt;
   FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t2, 0, 0, -1, -1);
   FMDistExecRecord_Private(e, FM_TRACE_RECV, post[0], t1, cnt, 0, R->prev, ring_first_chunk(e->d, rn));
   FMDistExecRecord_Private(e, FM_TRACE_SEND, post[1], t2, e->d->rbytes[r], 0, R->next, ring_first_chunk(e->d, r));
-  return FM_SUCCESS;
 }
 
 /* Forward on every chunk of rank r's block that this rank's rows can see. */
@@ -112,15 +115,61 @@ FMErrorCode FMDistRingForward_Private(FMDistExec *e, const void *k, const void *
     int r = (R.me - s + 2 * R.P) % R.P, rn = (R.me - s - 1 + 2 * R.P) % R.P, comm = s < R.P - 1;
     MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     double post[2];
-    if (comm) FMCallGoto(ring_post(e, &R, r, rn, cur, nxt, rq, post));
-    if (e->d->opt.overlap || !comm) FMCallGoto(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
-    if (comm) FMCallGoto(ring_wait(e, &R, r, rn, rq, post));
-    if (!e->d->opt.overlap && comm) FMCallGoto(ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
+    /* every step's messages move whatever failed (e->err; nothing computes after it) */
+    if (comm) ring_post(e, &R, r, rn, cur, nxt, rq, post);
+    if (e->d->opt.overlap || !comm) (void)FMDistExecKeep_Private(e, ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
+    if (comm) ring_wait(e, &R, r, rn, rq, post);
+    if (!e->d->opt.overlap && comm) (void)FMDistExecKeep_Private(e, ring_fwd_block(e, r, cur, oacc, lacc, opart, lpart, first));
     t = cur; cur = nxt; nxt = t;
   }
+  ierr = e->err;
 cleanup:
   free(cur); free(nxt);
   return ierr;
+}
+
+/* The dK/dV partial of rank r's block (held in cur) into gpart, dQ added into dqacc; nothing
+   after a failure of the call (e->err: the zeroed partial still travels on). */
+static FMErrorCode ring_bwd_block(FMDistExec *e, int r, const char *cur, float *gpart, const void *q, const void *o, const float *lse,
+                                  const void *dout, float *dqacc)
+{
+  FMDist *d = e->d;
+  size_t B = (size_t)e->plan->batch, row = (size_t)e->plan->heads_kv * e->plan->head_dim;
+  for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1] && !e->err; b++) {
+    int c = d->part.rchunks[b], k0, k1;
+    size_t len = FMDistChunkLen_Private(d, c), n = B * len * row;
+    float *gc = gpart + (size_t)(d->boff[c] / e->es);
+    const char *kc = cur + (size_t)d->boff[c];
+    FMAttnProblem p = e->p;
+    double t0;
+    if (!FMDistExecNeeds_Private(e, c)) continue;
+    FMDistChunkKeys(&d->ch, c, &k0, &k1);
+    p.k0 = k0; p.nk = (int)len;
+    t0 = FMTime();
+    FMCall(FMFaultAt("cp_backward_chunk"));
+    FMCall(FMCPUBackward(&p, q, kc, kc + B * len * e->row_kv, o, lse, dout, dqacc, gc, gc + n, FM_DTYPE_FP32));
+    FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, e->tr ? 2.5 * FMDistExecFlops_Private(&p) : 0, -1, c);
+  }
+  return FM_SUCCESS;
+}
+
+/* This rank's own block's final dK/dV sum (gin, from its last holder) into dk, dv. */
+static void ring_bwd_own(FMDistExec *e, const float *gin, void *dk, void *dv)
+{
+  FMDist *d = e->d;
+  FMPlan plan = e->plan;
+  size_t B = (size_t)plan->batch, row = (size_t)plan->heads_kv * plan->head_dim, nk = (size_t)d->nkeys;
+  for (int b = d->part.rstart[plan->ctx->rank]; b < d->part.rstart[plan->ctx->rank + 1]; b++) {
+    int c = d->part.rchunks[b];
+    size_t len = FMDistChunkLen_Private(d, c), n = B * len * row;
+    const float *gc = gin + (size_t)(d->boff[c] / e->es);
+    for (size_t bb = 0; bb < B; bb++)
+      for (size_t x = 0; x < len * row; x++) {
+        size_t dst = (bb * nk + (size_t)d->kofs[c]) * row + x;
+        FMFromFloat(dk, dst, plan->dtype, gc[bb * len * row + x]);
+        FMFromFloat(dv, dst, plan->dtype, gc[n + bb * len * row + x]);
+      }
+  }
 }
 
 /*
@@ -128,16 +177,16 @@ cleanup:
  * partial of the block it holds (and adds dQ), adds the running sum that arrived from me-1
  * (the block's previous holders), and sends the sum on to me+1 (fp32, tag 2C+1). The
  * block's P-th holder (step P-1) is r-1, whose send goes to the owner r: after the loop each
- * rank receives its own final dK/dV from me-1. Sums run in ring order: deterministic.
+ * rank receives its own final dK/dV from me-1. Sums run in ring order: deterministic. After
+ * the buffers' agreement every message of every step moves whatever failed (e->err).
  */
 FMErrorCode FMDistRingBackward_Private(FMDistExec *e, const void *k, const void *v, const void *q, const void *o, const float *lse, const void *dout,
                                  float *dqacc, void *dk, void *dv)
 {
   FMDist *d = e->d;
-  FMPlan plan = e->plan;
-  MPI_Comm comm = plan->hdr.comm;
+  MPI_Comm comm = e->plan->hdr.comm;
   Ring R;
-  size_t B = (size_t)plan->batch, row = (size_t)plan->heads_kv * plan->head_dim, ng;
+  size_t ng;
   char *cur = NULL, *nxt = NULL, *t;
   float *gpart = NULL, *gsend = NULL, *gin = NULL, *ft;
   FMErrorCode ierr = FM_SUCCESS;
@@ -159,44 +208,33 @@ FMErrorCode FMDistRingBackward_Private(FMDistExec *e, const void *k, const void 
     size_t nr = (size_t)(d->rbytes[r] / e->es);
     MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     double post[2];
-    if (comm_kv) FMCallGoto(ring_post(e, &R, r, rn, cur, nxt, rq, post));
+    if (comm_kv) ring_post(e, &R, r, rn, cur, nxt, rq, post);
     if (s > 0) { /* the running dK/dV sum of block r from its previous holders */
-      FMCallMPIGoto(FMMPIIrecv_Private(gin, (size_t)nr, MPI_FLOAT, R.prev, R.tag_g, comm, &grq));
+      FMDistExecKeepMPI(e, FMMPIIrecv_Private(gin, (size_t)nr, MPI_FLOAT, R.prev, R.tag_g, comm, &grq), &grq);
       grpost = FMTime();
     }
-    if (!d->opt.overlap && comm_kv) FMCallGoto(ring_wait(e, &R, r, rn, rq, post));
+    if (!d->opt.overlap && comm_kv) ring_wait(e, &R, r, rn, rq, post);
     memset(gpart, 0, nr * sizeof(float));
-    for (int b = d->part.rstart[r]; b < d->part.rstart[r + 1]; b++) {
-      int c = d->part.rchunks[b], k0, k1;
-      size_t len = FMDistChunkLen_Private(d, c), n = B * len * row;
-      float *gc = gpart + (size_t)(d->boff[c] / e->es);
-      const char *kc = cur + (size_t)d->boff[c];
-      FMAttnProblem p = e->p;
-      if (!FMDistExecNeeds_Private(e, c)) continue;
-      FMDistChunkKeys(&d->ch, c, &k0, &k1);
-      p.k0 = k0; p.nk = (int)len;
-      t0 = FMTime();
-      FMCallGoto(FMCPUBackward(&p, q, kc, kc + B * len * e->row_kv, o, lse, dout, dqacc, gc, gc + n, FM_DTYPE_FP32));
-      FMDistExecRecord_Private(e, FM_TRACE_COMPUTE, t0, FMTime(), 0, e->tr ? 2.5 * FMDistExecFlops_Private(&p) : 0, -1, c);
-    }
-    if (d->opt.overlap && comm_kv) FMCallGoto(ring_wait(e, &R, r, rn, rq, post));
+    (void)FMDistExecKeep_Private(e, ring_bwd_block(e, r, cur, gpart, q, o, lse, dout, dqacc));
+    if (d->opt.overlap && comm_kv) ring_wait(e, &R, r, rn, rq, post);
     if (s > 0) {
       t0 = FMTime();
-      FMCallMPIGoto(MPI_Wait(&grq, MPI_STATUS_IGNORE));
+      FMDistExecKeepMPI(e, MPI_Wait(&grq, MPI_STATUS_IGNORE), NULL);
+      (void)FMDistExecKeep_Private(e, FMFaultAt("cp_ring_reduce"));
       FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, FMTime(), 0, 0, -1, -1);
       FMDistExecRecord_Private(e, FM_TRACE_RECV, grpost, FMTime(), 4.0 * nr, 0, R.prev, ring_first_chunk(d, r));
       for (size_t i = 0; i < nr; i++) gpart[i] = gin[i] + gpart[i];
     }
     /* the previous sum must have left before its buffer takes this one */
     t0 = FMTime();
-    FMCallMPIGoto(MPI_Wait(&gsq, MPI_STATUS_IGNORE));
+    FMDistExecKeepMPI(e, MPI_Wait(&gsq, MPI_STATUS_IGNORE), NULL);
     if (gsr >= 0) {
       double t1 = FMTime();
       FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
       FMDistExecRecord_Private(e, FM_TRACE_REDUCE, gpost, t1, d->rbytes[gsr] / e->es * 4.0, 0, R.next, ring_first_chunk(d, gsr));
     }
     ft = gsend; gsend = gpart; gpart = ft;
-    FMCallMPIGoto(FMMPIIsend_Private(gsend, (size_t)nr, MPI_FLOAT, R.next, R.tag_g, comm, &gsq));
+    FMDistExecKeepMPI(e, FMMPIIsend_Private(gsend, (size_t)nr, MPI_FLOAT, R.next, R.tag_g, comm, &gsq), &gsq);
     d->stats.reduce_bytes += (double)nr * sizeof(float);
     gpost = FMTime(); gsr = r;
     t = cur; cur = nxt; nxt = t;
@@ -207,26 +245,16 @@ FMErrorCode FMDistRingBackward_Private(FMDistExec *e, const void *k, const void 
     MPI_Status st;
     double t1;
     t0 = FMTime();
-    FMCallMPIGoto(FMMPIRecv_Private(gin, (size_t)nme, MPI_FLOAT, R.prev, R.tag_g, comm, &st));
-    FMCallMPIGoto(MPI_Wait(&gsq, MPI_STATUS_IGNORE));
+    FMDistExecKeepMPI(e, FMMPIRecv_Private(gin, (size_t)nme, MPI_FLOAT, R.prev, R.tag_g, comm, &st), NULL);
+    FMDistExecKeepMPI(e, MPI_Wait(&gsq, MPI_STATUS_IGNORE), NULL);
     t1 = FMTime();
     FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
     FMDistExecRecord_Private(e, FM_TRACE_RECV, t0, t1, 4.0 * nme, 0, R.prev, ring_first_chunk(d, R.me));
     if (gsr >= 0) FMDistExecRecord_Private(e, FM_TRACE_REDUCE, gpost, t1, d->rbytes[gsr] / e->es * 4.0, 0, R.next, ring_first_chunk(d, gsr));
-    for (int b = d->part.rstart[R.me]; b < d->part.rstart[R.me + 1]; b++) {
-      int c = d->part.rchunks[b];
-      size_t len = FMDistChunkLen_Private(d, c), n = B * len * row, nk = (size_t)d->nkeys;
-      const float *gc = gin + (size_t)(d->boff[c] / e->es);
-      for (size_t bb = 0; bb < B; bb++)
-        for (size_t x = 0; x < len * row; x++) {
-          size_t dst = (bb * nk + (size_t)d->kofs[c]) * row + x;
-          FMFromFloat(dk, dst, plan->dtype, gc[bb * len * row + x]);
-          FMFromFloat(dv, dst, plan->dtype, gc[n + bb * len * row + x]);
-        }
-    }
+    if (!e->err) ring_bwd_own(e, gin, dk, dv);
   }
+  ierr = e->err;
 cleanup:
   free(cur); free(nxt); free(gpart); free(gsend); free(gin);
   return ierr;
 }
-

@@ -50,7 +50,7 @@ typedef struct {
   void **ev_w0, **ev_k0, **ev_k1; /* [nsteps + 1] stage wait start, compute start, end (0 = local) */
   int nev;               /* events created in each of the five arrays (>= nsteps + 1 once set up; kept by updates) */
   char *hsend, *hrecv;   /* pinned host staging (mpi transport, unless direct) */
-  MPI_Request *rq;       /* direct: room for the largest step's messages (allocated at set-up) */
+  MPI_Request *rq;       /* mpi transport: room for the largest step's messages (allocated at set-up) */
   /* The backward's pools (exec_gpu_bwd.c: grown at its first call, kept by updates while large
      enough, freed with the rest); the partials are fp32 [B][keys][Hkv][D], dK then dV */
   void *bws;             /* FMCudaBackwardBegin's workspace (bwscap bytes) */
@@ -108,8 +108,11 @@ FMErrorCode FMDistExchangeMPI_Private(FMPlan plan, FMDist *d, FMDistGPU *g, int 
  * One call's run of the pipeline (exec_gpu.c), shared by the forward and the backward:
  *   FMDistGPURunInit_Private   collective, agreed with the caller's local error: the run's
  *                              arrays, the context's NCCL communicator current
- *   FMDistGPURunStart_Private  statistics reset, the trace begun (run "forward" or "backward"),
- *                              ev_in recorded on the plan's stream, the comm stream behind it
+ *   FMDistGPURunStart_Private  collective: statistics reset, the trace begun (run "forward" or
+ *                              "backward"; agreed, so an error here is returned on every rank),
+ *                              ev_in recorded on the plan's stream, the comm stream behind it; a
+ *                              failure of those is kept in R->cerr (the rank still takes part in
+ *                              the exchange, computing nothing) and agreed by Settle
  *   FMDistGPUPipeline_Private  the local stage, every exchange step with its stage under
  *                              overlap (or every stage after the whole exchange); errors kept
  *                              in R->cerr / R->xerr

@@ -50,36 +50,52 @@ void FMDistReduceDestroy_Private(FMDistExec *e, FMDistReduce *R)
   memset(R, 0, sizeof(*R));
 }
 
-/* FMDistReducePost_Private - see distimpl.h. */
+/* FMDistReducePost_Private - see distimpl.h. Every receive is posted even after one failed
+   (that child's partial is then not waited for); the first failure is returned. */
 FMErrorCode FMDistReducePost_Private(FMDistExec *e, FMDistReduce *R)
 {
   FMDist *d = e->d;
+  FMErrorCode first = FM_SUCCESS;
   for (int i = 0; i < d->nout; i++) {
     int c = d->out[i].chunk;
-    FMCallMPI(FMMPIIrecv_Private(R->cb[i], partial_len(e, c), MPI_FLOAT, d->out[i].dst, d->ch.nchunks + c, e->plan->hdr.comm, &R->crq[i]));
+    int me = FMMPIIrecv_Private(R->cb[i], partial_len(e, c), MPI_FLOAT, d->out[i].dst, d->ch.nchunks + c, e->plan->hdr.comm, &R->crq[i]);
     R->cpost[i] = FMTime();
-    R->pending[c]++;
+    if (me == MPI_SUCCESS) R->pending[c]++;
+    else {
+      R->crq[i] = MPI_REQUEST_NULL;
+      if (!first) first = FMMPIError_Private(me, "MPI_Irecv (a child's dK/dV partial)", __FILE__, __func__, __LINE__);
+    }
   }
-  return FM_SUCCESS;
+  return first;
 }
 
-/* Chunk c is final here (every child's partial arrived): sum them in, then up to the parent or into dk, dv. */
+/* Chunk c is final here (every child's partial arrived): sum them in, then up to the parent or
+   into dk, dv. The sum goes up even after a failure of the call (its parent waits for it; the
+   data is then not trusted and the call fails on every rank). */
 static FMErrorCode finish_chunk(FMDistExec *e, FMDistReduce *R, int c, void *dk, void *dv)
 {
   FMDist *d = e->d;
   FMPlan plan = e->plan;
   size_t n = partial_len(e, c), len = FMDistChunkLen_Private(d, c), row = (size_t)plan->heads_kv * plan->head_dim;
   float *g = R->g[c];
-  for (int i = 0; i < d->nout; i++) /* children in route order: deterministic sums */
+  FMErrorCode ierr = FM_SUCCESS;
+  R->pending[c] = -1; /* done */
+  for (int i = 0; !e->err && i < d->nout; i++) /* children in route order: deterministic sums */
     if (d->out[i].chunk == c)
       for (size_t t = 0; t < n; t++) g[t] += R->cb[i][t];
   if (d->parent[c] >= 0) {
-    int ii = 0;
+    int ii = 0, me;
     while (ii < d->nin && d->in[ii].chunk != c) ii++;
-    FMCallMPI(FMMPIIsend_Private(g, n, MPI_FLOAT, d->parent[c], d->ch.nchunks + c, plan->hdr.comm, &R->psq[ii]));
-    d->stats.reduce_bytes += (double)n * sizeof(float);
+    me = FMMPIIsend_Private(g, n, MPI_FLOAT, d->parent[c], d->ch.nchunks + c, plan->hdr.comm, &R->psq[ii]);
     R->ppost[ii] = FMTime();
-  } else if (d->part.owner[c] == plan->ctx->rank) {
+    if (me != MPI_SUCCESS) {
+      R->psq[ii] = MPI_REQUEST_NULL;
+      R->ppost[ii] = 0;
+      return FMMPIError_Private(me, "MPI_Isend (a dK/dV sum to its parent)", __FILE__, __func__, __LINE__);
+    }
+    d->stats.reduce_bytes += (double)n * sizeof(float);
+    FMCall(FMFaultAt("cp_reduce_send"));
+  } else if (d->part.owner[c] == plan->ctx->rank && !e->err) {
     size_t nk = (size_t)d->nkeys;
     for (size_t bb = 0; bb < (size_t)plan->batch; bb++)
       for (size_t t = 0; t < len * row; t++) {
@@ -88,41 +104,76 @@ static FMErrorCode finish_chunk(FMDistExec *e, FMDistReduce *R, int c, void *dk,
         FMFromFloat(dv, dst, plan->dtype, g[n / 2 + bb * len * row + t]);
       }
   }
-  R->pending[c] = -1; /* done */
-  return FM_SUCCESS;
+  return ierr;
 }
 
-/* FMDistReduceFinish_Private - see distimpl.h. */
+/* A wait of the reduction failed without naming its request (or nothing was left to wait for
+   while chunks still wait): every child's receive still open is waited for at once (the
+   children keep their part) and every chunk counts as complete, so the sums still go up. */
+static void reduce_drain(FMDistExec *e, FMDistReduce *R)
+{
+  int me = MPI_Waitall(e->d->nout, R->crq, MPI_STATUSES_IGNORE);
+  for (int i = 0; i < e->d->nout; i++) R->crq[i] = MPI_REQUEST_NULL;
+  if (me != MPI_SUCCESS)
+    (void)FMDistExecKeep_Private(e, FMMPIError_Private(me, "MPI_Waitall (the children's partials, after a failed wait)", __FILE__, __func__, __LINE__));
+  for (int c = 0; c < e->d->ch.nchunks; c++)
+    if (R->pending[c] > 0) R->pending[c] = 0;
+}
+
+/* Wait for the next child's partial; a failure is kept in e->err, and the wait completes this
+   rank's part anyway (a partial whose request MPI named counts as arrived, untrusted; without one, reduce_drain). */
+static void reduce_next(FMDistExec *e, FMDistReduce *R, int left)
+{
+  FMDist *d = e->d;
+  int idx = MPI_UNDEFINED, me;
+  double t0 = FMTime(), t1;
+  FMErrorCode err = FM_SUCCESS;
+  me = MPI_Waitany(d->nout, R->crq, &idx, MPI_STATUS_IGNORE);
+  t1 = FMTime();
+  if (me != MPI_SUCCESS) err = FMMPIError_Private(me, "MPI_Waitany (a child's dK/dV partial)", __FILE__, __func__, __LINE__);
+  else if (idx == MPI_UNDEFINED)
+    err = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB, "dK/dV reduction: %d chunks wait for partials that were never posted",
+                          left);
+  else err = FMFaultAt("cp_reduce_wait");
+  (void)FMDistExecKeep_Private(e, err);
+  if (idx == MPI_UNDEFINED || (err && me == MPI_SUCCESS)) {
+    reduce_drain(e, R);
+    return;
+  }
+  R->crq[idx] = MPI_REQUEST_NULL;
+  if (!err) {
+    FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
+    FMDistExecRecord_Private(e, FM_TRACE_RECV, R->cpost[idx], t1, 4.0 * partial_len(e, d->out[idx].chunk), 0, d->out[idx].dst, d->out[idx].chunk);
+  }
+  if (R->pending[d->out[idx].chunk] > 0) R->pending[d->out[idx].chunk]--;
+}
+
+/* FMDistReduceFinish_Private - see distimpl.h. Never leaves the reduction early: a failure is
+   kept in e->err (and returned) after every sum went up and every request completed. */
 FMErrorCode FMDistReduceFinish_Private(FMDistExec *e, FMDistReduce *R, void *dk, void *dv)
 {
   FMDist *d = e->d;
-  int C = d->ch.nchunks, left = 0;
+  int C = d->ch.nchunks, left = 0, me;
   double t0, t1;
   for (int c = 0; c < C; c++) left += R->g[c] != NULL;
   for (;;) {
-    int idx = MPI_UNDEFINED;
     for (int c = 0; c < C; c++)
       if (R->g[c] && R->pending[c] == 0) {
-        FMCall(finish_chunk(e, R, c, dk, dv));
+        (void)FMDistExecKeep_Private(e, finish_chunk(e, R, c, dk, dv));
         left--;
       }
     if (left == 0) break;
-    t0 = FMTime();
-    FMCallMPI(MPI_Waitany(d->nout, R->crq, &idx, MPI_STATUS_IGNORE));
-    FMCheck(idx != MPI_UNDEFINED, MPI_COMM_SELF, FM_ERR_LIB, "dK/dV reduction: %d chunks wait for partials that were never posted", left);
-    t1 = FMTime();
-    FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
-    FMDistExecRecord_Private(e, FM_TRACE_RECV, R->cpost[idx], t1, 4.0 * partial_len(e, d->out[idx].chunk), 0, d->out[idx].dst,
-                             d->out[idx].chunk);
-    R->pending[d->out[idx].chunk]--;
+    reduce_next(e, R, left);
   }
   /* the sums sent up to the parents */
   t0 = FMTime();
-  FMCallMPI(MPI_Waitall(d->nin, R->psq, MPI_STATUSES_IGNORE));
+  me = MPI_Waitall(d->nin, R->psq, MPI_STATUSES_IGNORE);
   t1 = FMTime();
+  if (me != MPI_SUCCESS)
+    return FMDistExecKeep_Private(e, FMMPIError_Private(me, "MPI_Waitall (the dK/dV sums sent up)", __FILE__, __func__, __LINE__));
   FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
   for (int i = 0; i < d->nin; i++)
     if (R->ppost[i] > 0)
       FMDistExecRecord_Private(e, FM_TRACE_REDUCE, R->ppost[i], t1, 4.0 * partial_len(e, d->in[i].chunk), 0, d->in[i].src, d->in[i].chunk);
-  return FM_SUCCESS;
+  return e->err;
 }

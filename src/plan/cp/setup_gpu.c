@@ -419,11 +419,13 @@ static FMErrorCode carve_buffers(FMPlan plan, FMDist *d, FMDistGPU *g)
     FMCall(FMDistGPUHostGrow_Private(hs + 1, &g->hsend, &g->hscap));
     FMCall(FMDistGPUHostGrow_Private(hr + 1, &g->hrecv, &g->hrcap));
   }
-  if (g->transport == FM_DIST_TRANSPORT_MPI && g->direct) {
-    /* one request per piece: (sends + receives) x 2 x batch, the largest step */
+  if (g->transport == FM_DIST_TRANSPORT_MPI) {
+    /* the largest step's requests, here so that no step allocates (a step that could not would
+       leave its peers waiting): direct, one per piece, (sends + receives) x 2 x batch; staged,
+       one per chunk */
     size_t nr = 0;
     for (int s = 0; s < g->nsteps; s++) {
-      size_t n = (size_t)(g->st[s].nsend + g->st[s].nrecv) * 2 * B;
+      size_t n = (size_t)(g->st[s].nsend + g->st[s].nrecv) * (g->direct ? 2 * B : 1);
       nr = n > nr ? n : nr;
     }
     FMCheck(nr <= (size_t)INT_MAX, MPI_COMM_SELF, FM_ERR_SUP,

@@ -198,9 +198,9 @@ static FMErrorCode exchange_staged(FMPlan plan, FMDist *d, FMDistGPU *g, int s, 
               "cudaMemcpyAsync (device to host)", s);
   keep_cuda(&ierr, cudaStreamSynchronize((cudaStream_t)g->cs), "cudaStreamSynchronize", s);
   /* the peers wait for these messages: they are posted even after a failure above (the data
-     is then not trusted: the error is returned and agreed at the end of the forward) */
-  rq = (MPI_Request *)malloc(sizeof(MPI_Request) * (size_t)(nr + 1));
-  FMCheck(rq, MPI_COMM_SELF, FM_ERR_MEM, "Out of memory for %d MPI requests (the peers' messages of step %d cannot be matched)", nr, s);
+     is then not trusted: the error is returned and agreed at the end of the forward); the
+     requests were allocated at set-up (g->rq, room for the largest step) */
+  rq = g->rq;
   for (int i = 0; i < nr; i++) rq[i] = MPI_REQUEST_NULL;
   o = 0;
   for (int i = 0; i < S->nrecv; i++) {
@@ -218,7 +218,6 @@ static FMErrorCode exchange_staged(FMPlan plan, FMDist *d, FMDistGPU *g, int s, 
     o += (size_t)d->cbytes[x->chunk];
   }
   keep_mpi(&ierr, MPI_Waitall(nr, rq, MPI_STATUSES_IGNORE), "MPI_Waitall", s);
-  free(rq);
   t[1] = FMTime();
   o = 0;
   for (FMDistPiecesBegin_Private(&it, d, S->recv, S->nrecv, B, row); !ierr && FMDistPiecesNext_Private(&it, &pc); o += pc.len)

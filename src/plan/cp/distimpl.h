@@ -241,5 +241,18 @@ typedef struct {
 FMErrorCode FMDistReduceCreate_Private(FMDistExec *e, FMDistReduce *R);
 FMErrorCode FMDistReducePost_Private(FMDistExec *e, FMDistReduce *R);
 FMErrorCode FMDistReduceFinish_Private(FMDistExec *e, FMDistReduce *R, void *dk, void *dv);
+
+/*
+ * FMDistWaitChild_Private - one wait of a dK/dV reduction (the CPU and the GPU executors'):
+ *   MPI_Waitany over the n receives rq of the children's partials. *idx: the one that completed
+ *   (its request set to MPI_REQUEST_NULL), or MPI_UNDEFINED; *t0, *t1 the wait's start and end.
+ *   Returns the error to keep: MPI's, "never posted" when no receive was open while left chunks
+ *   still wait, or the fault site's. When the wait failed without naming its request, named one
+ *   in error, or found none open, every receive still open is waited for at once (the children
+ *   keep their part), every pending[c] > 0 of the C chunks becomes 0 (the sums still go up,
+ *   untrusted) and *idx is MPI_UNDEFINED. Not collective.
+ */
+FMErrorCode FMDistWaitChild_Private(int n, MPI_Request *rq, int C, int *pending, int left, const char *site, int *idx,
+                                    double *t0, double *t1);
 void FMDistReduceDestroy_Private(FMDistExec *e, FMDistReduce *R);
 #endif

@@ -251,31 +251,14 @@ static void reduce_post(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W)
   }
 }
 
-/* Wait for the next child's partial. A failed wait still completes this rank's part: the
-   partial MPI named counts as arrived (untrusted); without one every receive still open is
-   waited for at once (the children keep their part) and every chunk counts as complete. */
+/* Wait for the next child's partial; a failure is kept in W->err, and the wait completes this
+   rank's part anyway (FMDistWaitChild_Private). */
 static void reduce_next(FMPlan plan, FMDist *d, Bwd *W, FMDistGPURun *R, FMErrorCode *terr, int left)
 {
-  int idx = MPI_UNDEFINED, me;
-  double t0 = FMTime(), t1;
-  FMErrorCode e = FM_SUCCESS;
-  me = MPI_Waitany(W->ns, W->crq, &idx, MPI_STATUS_IGNORE);
-  t1 = FMTime();
-  if (me != MPI_SUCCESS) e = FMMPIError_Private(me, "MPI_Waitany (a child's dK/dV partial)", __FILE__, __func__, __LINE__);
-  else if (idx == MPI_UNDEFINED)
-    e = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB, "dK/dV reduction: %d chunks wait for partials that were never posted",
-                        left);
-  else e = FMFaultAt("gpu_reduce_wait");
-  bwd_keep(W, e);
-  if (idx == MPI_UNDEFINED || (e && me == MPI_SUCCESS)) {
-    if ((me = MPI_Waitall(W->ns, W->crq, MPI_STATUSES_IGNORE)) != MPI_SUCCESS)
-      bwd_keep(W, FMMPIError_Private(me, "MPI_Waitall (the children's partials, after a failed wait)", __FILE__, __func__, __LINE__));
-    for (int i = 0; i < W->ns; i++) W->crq[i] = MPI_REQUEST_NULL;
-    for (int c = 0; c < d->ch.nchunks; c++)
-      if (W->pending[c] > 0) W->pending[c] = 0;
-    return;
-  }
-  W->crq[idx] = MPI_REQUEST_NULL;
+  int idx;
+  double t0, t1;
+  bwd_keep(W, FMDistWaitChild_Private(W->ns, W->crq, d->ch.nchunks, W->pending, left, "gpu_reduce_wait", &idx, &t0, &t1));
+  if (idx == MPI_UNDEFINED) return;
   bwd_record(R, terr, FM_TRACE_WAIT, t0, t1, 0, -1, -1);
   bwd_record(R, terr, FM_TRACE_RECV, W->sx[idx].post, t1, 4.0 * part_len(plan, d, W, W->sx[idx].chunk), W->sx[idx].peer, W->sx[idx].chunk);
   if (W->pending[W->sx[idx].chunk] > 0) W->pending[W->sx[idx].chunk]--;

@@ -107,40 +107,45 @@ static FMErrorCode finish_chunk(FMDistExec *e, FMDistReduce *R, int c, void *dk,
   return ierr;
 }
 
-/* A wait of the reduction failed without naming its request (or nothing was left to wait for
-   while chunks still wait): every child's receive still open is waited for at once (the
-   children keep their part) and every chunk counts as complete, so the sums still go up. */
-static void reduce_drain(FMDistExec *e, FMDistReduce *R)
+/* FMDistWaitChild_Private - see distimpl.h. */
+FMErrorCode FMDistWaitChild_Private(int n, MPI_Request *rq, int C, int *pending, int left, const char *site, int *idx,
+                                    double *t0, double *t1)
 {
-  int me = MPI_Waitall(e->d->nout, R->crq, MPI_STATUSES_IGNORE);
-  for (int i = 0; i < e->d->nout; i++) R->crq[i] = MPI_REQUEST_NULL;
-  if (me != MPI_SUCCESS)
-    (void)FMDistExecKeep_Private(e, FMMPIError_Private(me, "MPI_Waitall (the children's partials, after a failed wait)", __FILE__, __func__, __LINE__));
-  for (int c = 0; c < e->d->ch.nchunks; c++)
-    if (R->pending[c] > 0) R->pending[c] = 0;
+  FMErrorCode err = FM_SUCCESS;
+  int me;
+  *idx = MPI_UNDEFINED;
+  *t0 = FMTime();
+  me = MPI_Waitany(n, rq, idx, MPI_STATUS_IGNORE);
+  *t1 = FMTime();
+  if (me != MPI_SUCCESS) err = FMMPIError_Private(me, "MPI_Waitany (a child's dK/dV partial)", __FILE__, __func__, __LINE__);
+  else if (*idx == MPI_UNDEFINED)
+    err = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB, "dK/dV reduction: %d chunks wait for partials that were never posted",
+                          left);
+  else err = FMFaultAt(site);
+  if (*idx == MPI_UNDEFINED || (err && me == MPI_SUCCESS)) {
+    /* no request named (or nothing left to wait for): drain every receive still open */
+    if ((me = MPI_Waitall(n, rq, MPI_STATUSES_IGNORE)) != MPI_SUCCESS && !err)
+      err = FMMPIError_Private(me, "MPI_Waitall (the children's partials, after a failed wait)", __FILE__, __func__, __LINE__);
+    for (int i = 0; i < n; i++) rq[i] = MPI_REQUEST_NULL;
+    for (int c = 0; c < C; c++)
+      if (pending[c] > 0) pending[c] = 0;
+    *idx = MPI_UNDEFINED;
+    return err;
+  }
+  rq[*idx] = MPI_REQUEST_NULL;
+  return err;
 }
 
 /* Wait for the next child's partial; a failure is kept in e->err, and the wait completes this
-   rank's part anyway (a partial whose request MPI named counts as arrived, untrusted; without one, reduce_drain). */
+   rank's part anyway (FMDistWaitChild_Private). */
 static void reduce_next(FMDistExec *e, FMDistReduce *R, int left)
 {
   FMDist *d = e->d;
-  int idx = MPI_UNDEFINED, me;
-  double t0 = FMTime(), t1;
-  FMErrorCode err = FM_SUCCESS;
-  me = MPI_Waitany(d->nout, R->crq, &idx, MPI_STATUS_IGNORE);
-  t1 = FMTime();
-  if (me != MPI_SUCCESS) err = FMMPIError_Private(me, "MPI_Waitany (a child's dK/dV partial)", __FILE__, __func__, __LINE__);
-  else if (idx == MPI_UNDEFINED)
-    err = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB, "dK/dV reduction: %d chunks wait for partials that were never posted",
-                          left);
-  else err = FMFaultAt("cp_reduce_wait");
+  int idx;
+  double t0, t1;
+  const FMErrorCode err = FMDistWaitChild_Private(d->nout, R->crq, d->ch.nchunks, R->pending, left, "cp_reduce_wait", &idx, &t0, &t1);
   (void)FMDistExecKeep_Private(e, err);
-  if (idx == MPI_UNDEFINED || (err && me == MPI_SUCCESS)) {
-    reduce_drain(e, R);
-    return;
-  }
-  R->crq[idx] = MPI_REQUEST_NULL;
+  if (idx == MPI_UNDEFINED) return;
   if (!err) {
     FMDistExecRecord_Private(e, FM_TRACE_WAIT, t0, t1, 0, 0, -1, -1);
     FMDistExecRecord_Private(e, FM_TRACE_RECV, R->cpost[idx], t1, 4.0 * partial_len(e, d->out[idx].chunk), 0, d->out[idx].dst, d->out[idx].chunk);

@@ -14,7 +14,7 @@
  * fired (a site that is never reached is a failure of the test). When the calls end in
  * success, O, the LSE, dQ, dK and dV gathered to rank 0 equal a single-rank CPU call on the
  * whole problem. Every object is destroyed at the end (the sanitizer tree checks for leaks).
- * With -fail_backend cuda (a CUDA build and a GPU: test_gpu_cp.sh's fault legs) the same on the
+ * With -fail_backend cuda (a CUDA build and a GPU: test_dist_fail.sh with FM_FAIL_BACKEND=cuda) the same on the
  * GPU executor: bf16, head_dim 64, chunks of 64 keys, tensors on the device, the GPU sites.
  * Exit 0 when every check passed on every rank, 1 otherwise, 77 without a GPU for -fail_backend
  * cuda (the same on every rank).

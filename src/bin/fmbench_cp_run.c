@@ -282,12 +282,18 @@ static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, in
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
   /* one device per process: the world context's (the one-GPU context runs there too) */
-  if (a->dev >= 0 && !a->cpu) FMCallCUDA(cudaSetDevice(a->dev));
-  FMCall(FMPlanCreate(ctx, &plan));
+  if (a->dev >= 0 && !a->cpu) {
+    const cudaError_t ce = cudaSetDevice(a->dev);
+    if (ce != cudaSuccess)
+      ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_CUDA, "cudaSetDevice(%d): %s", a->dev, cudaGetErrorString(ce));
+  }
+  FMAgreeGoto(comm); /* no rank enters the plan's collective calls alone */
+  FMCallGoto(FMPlanCreate(ctx, &plan));
   ierr = FMPlanSetMask(plan, mask);
   if (!ierr) ierr = cp_plan_settings(plan, a, c);
-  if (!ierr) ierr = FMPlanSetUp(plan);
-  if (!ierr) ierr = FMPlanGetLocalRows(plan, &nl, NULL);
+  FMAgreeGoto(comm);
+  FMCallGoto(FMPlanSetUp(plan)); /* collective: the same outcome on every rank */
+  ierr = FMPlanGetLocalRows(plan, &nl, NULL);
   if (!ierr) ierr = size > 1 ? FMPlanGetLocalKeys(plan, &nk, NULL) : FMMaskGetSizes(mask, NULL, &nk, NULL);
   if (!ierr) ierr = cp_buf_alloc(a, nl, nk, (a->passes & ~(1 << CP_FWD)) != 0, fill_seed * 1000003ull + (unsigned long long)rank * 7919ull, &b);
   FMAgreeGoto(comm);

@@ -60,6 +60,9 @@ FMErrorCode FMPopErrorHandler(void)
 
 const char *FMGetLastErrorMessage(void) { return fm_lastmsg; }
 
+/* FMErrorMessageSet_Private - see fmimpl.h. */
+void FMErrorMessageSet_Private(const char *msg) { snprintf(fm_lastmsg, sizeof(fm_lastmsg), "%s", msg ? msg : ""); }
+
 static int world_rank(void)
 {
   int init = 0, fin = 0, r = 0;

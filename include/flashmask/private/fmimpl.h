@@ -24,6 +24,11 @@ FMErrorCode FMError_Private(MPI_Comm comm, const char *file, const char *func, i
                             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Raise FM_ERR_MPI for an MPI error code, with MPI's text and the failing expression. */
 FMErrorCode FMMPIError_Private(int mpierr, const char *expr, const char *file, const char *func, int line);
+/* The rank's last error message (FMGetLastErrorMessage) set back to msg: a phase that goes on
+   after its first failure keeps that failure's message (FM_ERRMSG_MAX bytes) and puts it back
+   before the ranks agree, so a later error on the way does not replace what the others are told. */
+#define FM_ERRMSG_MAX 1024
+void FMErrorMessageSet_Private(const char *msg);
 
 /* FMCall(expr) and its traceback, FMErrorTraceback, are public (flashmask.h): one definition for
    the library and for applications. */

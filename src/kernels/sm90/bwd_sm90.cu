@@ -29,11 +29,11 @@
  *     own keys. dQ (fp32) is staged in shared memory and handed to the consumer's writer warp.
  *   dK, dV stay in registers over every query head of the group (GQA) and are written once.
  * The block walk (bwd_sm90.cuh, fmbwd_walk_next) runs in the producer only: it writes each
- * step's query block, head and partial flag into the stage's slot (StepDesc) before the loads,
+ * step's query block, head and partial flag into the stage's step slot before the loads,
  * and an end stage after an item's last step, so the consumers never read the summaries.
  * Shared memory: [K: D/64 chunks of 128 rows][V][Q: ST x D/64 chunks of 64 rows][dO: same]
  * [dS: 2 x 128 rows x 64][dQ staging: 2 x 64 x 64 fp32][lse2: ST x 64][D: ST x 64]
- * [column bounds: 128 x int4][item slots][barriers]; every bf16 chunk has 128-byte rows with
+ * [column bounds: 128 x int4][item slots][step slots: ST x 8 bytes][barriers]; every bf16 chunk has 128-byte rows with
  * the TMA 128-byte swizzle. d = 128: ST = 2, 196 KB; d = 64: ST = 3, 149 KB.
  * Register budget: 24 (producer) + 2 x 240; the consumers hold dK, dV (d/2 each), S, dP (32
  * each) and pack P, dS; ptxas spills nothing (the reg_fence copies keep it from hoisting
@@ -512,9 +512,8 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
   if (major != 9 || minor != 0 || need > (size_t)maxsm) return 0;
   if (a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N || (long long)a->nblk * a->heads_kv * a->batch > (1ll << 30))
     return 0;
-  /* the dQ writers' turn words and the consumers' summary offsets are indexed in 32 bits */
+  /* the dQ writers' turn words are indexed in 32 bits (the summaries are read through size_t offsets) */
   if (4ll * a->batch * a->heads_q * ((a->seqlen_q + FMBWD_BM - 1) / FMBWD_BM) >= (1ll << 31)) return 0;
-  if ((long long)FMBWD_SUM_N * a->nblk * a->mask_heads * (a->mask_batch > 1 ? a->mask_batch : 1) >= (1ll << 31)) return 0;
   /* TMA: 16-byte aligned bases and strides */
   if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->dout) & 15) return 0;
   if (!strides_ok(&a->sq) || !strides_ok(&a->sk) || !strides_ok(&a->sv) || !strides_ok(&a->sdo)) return 0;

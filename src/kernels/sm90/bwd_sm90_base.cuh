@@ -48,7 +48,7 @@ template <int D, int ST> struct Layout {
   static constexpr int OFF_BND = OFF_DD + ST * kBM * 4; /* the item's column bounds, 128 x int4 */
   /* 2 item slots {t, kb, hkv, b}, the producer's step and item counts; at +64 the dQ writers' slots */
   static constexpr int OFF_ITEM = OFF_BND + kBN * 16;
-  static constexpr int OFF_STEP = OFF_ITEM + 128; /* per stage the step's {query block, flags} (StepDesc) */
+  static constexpr int OFF_STEP = OFF_ITEM + 128; /* per stage the step slot: {query block, flags} (kStepEnd below) */
   static constexpr int OFF_BAR = OFF_STEP + ST * 8;
   static constexpr int BYTES = OFF_BAR + (7 + 2 * ST) * 8 + 1024; /* + alignment slack */
   static_assert(OFF_K == 0, "the consumers address barriers from K's address");
@@ -203,7 +203,7 @@ template <int D, int ST> struct Sync {
 };
 
 /*
- * A stage's step, written by the producer before the stage's loads (the full barrier's arrival
+ * A stage's step slot, written by the producer before the stage's loads (the full barrier's arrival
  * publishes it): the query block and, in flags, bit 0 the per-element test (partial), bits
  * 1..30 the query head of the group, bit 31 the end of the item (a stage with no loads). The
  * consumers read their steps from here and do not walk the summaries themselves.

@@ -153,6 +153,7 @@ typedef struct {
   void *tr;             /* FMTrace or NULL */
   double *rpost, *spost; /* post times of receives / sends (for the trace) */
   FMErrorCode err;      /* the call's first local failure after the ranks agreed on its state (see below) */
+  char errmsg[FM_ERRMSG_MAX]; /* its message, put back before the agreement (FMDistExecAgree_Private) */
 } FMDistExec;
 
 /*
@@ -168,8 +169,18 @@ typedef struct {
  */
 static inline FMErrorCode FMDistExecKeep_Private(FMDistExec *e, FMErrorCode ierr)
 {
-  if (ierr && !e->err) e->err = ierr;
+  if (ierr && !e->err) {
+    e->err = ierr;
+    snprintf(e->errmsg, sizeof(e->errmsg), "%s", FMGetLastErrorMessage());
+  }
   return ierr;
+}
+/* FMDistExecAgree_Private - the ranks agree on the call's outcome (FMAgreeFirstError) with the
+   first failure's message put back. Collective. */
+static inline FMErrorCode FMDistExecAgree_Private(MPI_Comm comm, FMDistExec *e)
+{
+  if (e->err) FMErrorMessageSet_Private(e->errmsg);
+  return FMAgreeFirstError(comm, e->err);
 }
 /* FMDistExecKeepMPI(e, expr, req): an MPI call that posts *req (req NULL: none); a failure is
    kept in e->err (naming expr) and *req left MPI_REQUEST_NULL, never waited for. */
@@ -247,8 +258,9 @@ FMErrorCode FMDistReduceFinish_Private(FMDistExec *e, FMDistReduce *R, void *dk,
  *   MPI_Waitany over the n receives rq of the children's partials. *idx: the one that completed
  *   (its request set to MPI_REQUEST_NULL), or MPI_UNDEFINED; *t0, *t1 the wait's start and end.
  *   Returns the error to keep: MPI's, "never posted" when no receive was open while left chunks
- *   still wait, or the fault site's. When the wait failed without naming its request, named one
- *   in error, or found none open, every receive still open is waited for at once (the children
+ *   still wait, or the fault site's. A request MPI named, even in error, counts as completed
+ *   (*idx set, its partial untrusted). When the wait failed without naming a request, found none
+ *   open, or the fault site fired, every receive still open is waited for at once (the children
  *   keep their part), every pending[c] > 0 of the C chunks becomes 0 (the sums still go up,
  *   untrusted) and *idx is MPI_UNDEFINED. Not collective.
  */

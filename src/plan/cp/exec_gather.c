@@ -194,7 +194,7 @@ FMErrorCode FMPlanForward_CP(FMPlan plan, const void *q, const void *k, const vo
   if (d->opt.schedule == FM_DIST_SCHED_RING) (void)FMDistExecKeep_Private(&e, FMDistRingForward_Private(&e, k, v, oacc, lacc, opart, lpart, &first));
   else (void)gather_forward(&e, oacc, lacc, opart, lpart, &first);
   (void)FMDistExecKeep_Private(&e, FMDistExecFinishSends_Private(&e));
-  FMCallGoto(FMAgreeFirstError(plan->hdr.comm, e.err));
+  FMCallGoto(FMDistExecAgree_Private(plan->hdr.comm, &e));
   if (first) { /* no visible key at all on this rank */
     for (size_t i = 0; i < no; i++) oacc[i] = 0;
     for (size_t i = 0; i < nl; i++) lacc[i] = -INFINITY;
@@ -363,7 +363,7 @@ static FMErrorCode backward_host(FMPlan plan, const void *q, const void *k, cons
     (void)FMDistExecKeep_Private(&e, FMDistReduceFinish_Private(&e, &R, dk, dv));
   }
   (void)FMDistExecKeep_Private(&e, FMDistExecFinishSends_Private(&e));
-  FMCallGoto(FMAgreeFirstError(plan->hdr.comm, e.err));
+  FMCallGoto(FMDistExecAgree_Private(plan->hdr.comm, &e));
   FMDistToDType_Private(dq, plan->dtype, dqacc, nqe);
   FMCallGoto(FMDistExecTraceEnd_Private(&e, "backward"));
 cleanup:

@@ -46,6 +46,7 @@ typedef struct {
   int *pending;          /* [C] children's partials still to arrive here; -1 once done (or not summed here) */
   int *rxof;             /* [C] the receive that brought chunk c here, -1 if none */
   FMErrorCode err;       /* the reduction's first failure (host_reduce: it still completes its part) */
+  char errmsg[FM_ERRMSG_MAX]; /* its message, put back when host_reduce returns it */
 } Bwd;
 
 #define FM_BWD_ALIGN 64 /* floats: 256-byte alignment of each step's partials inside ppool */
@@ -231,7 +232,10 @@ static FMErrorCode finish_chunk(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W, in
 /* Keep the reduction's first failure in W->err (the reduction goes on: its peers wait for its messages). */
 static void bwd_keep(Bwd *W, FMErrorCode e)
 {
-  if (e && !W->err) W->err = e;
+  if (e && !W->err) {
+    W->err = e;
+    snprintf(W->errmsg, sizeof(W->errmsg), "%s", FMGetLastErrorMessage());
+  }
 }
 
 /* Post the receives of every child's partial (all of them, whatever failed: a child whose
@@ -303,6 +307,7 @@ static FMErrorCode host_reduce(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W, FMD
   mpierr = MPI_Waitall(W->nr, W->prq, MPI_STATUSES_IGNORE);
   t1 = FMTime();
   if (mpierr != MPI_SUCCESS) bwd_keep(W, FMMPIError_Private(mpierr, "MPI_Waitall (the dK/dV sums sent up)", __FILE__, __func__, __LINE__));
+  if (W->err) FMErrorMessageSet_Private(W->errmsg); /* the first failure's message, not a later one's */
   FMCall(W->err);
   bwd_record(R, &terr, FM_TRACE_WAIT, t0, t1, 0, -1, -1);
   for (int i = 0; i < W->nr; i++)

@@ -1,0 +1,406 @@
+/*
+ * fwd_bench.cu - standalone development harness of the GPU forward (fmgpu.cuh): no MPI, no
+ * library build. Builds random inputs and column-bound masks itself (fwd_masks.h), makes their
+ * device form with the library's own prepass (FMGpuMaskCreate, cuda_mask.cu), fills
+ * FMGpuFwdParams as src/kernels/cuda.cu does and takes the same dispatch (the Hopper kernel on
+ * sm_90 when FMSm90ForwardSupported, else the SIMT fallback). Checks O and LSE against a float64
+ * CPU reference and times the forward with CUDA events. Build (from the top of the tree, ~15 s):
+ *
+ *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude -Xcompiler -fopenmp \
+ *     share/bench/fwd/fwd_bench.cu src/kernels/cuda_mask.cu src/kernels/sm90/fwd_sm90.cu \
+ *     src/kernels/simt/fwd_fallback.cu -o fwd_bench
+ *
+ *   ./fwd_bench check        correctness cases (one PASS/FAIL line each, then "check: N of M cases failed")
+ *   ./fwd_bench small        one small case (for compute-sanitizer)
+ *   ./fwd_bench bench [reps] bf16, 128K tokens per batch: d = 128 H = 32 every mask at 8K and 32K,
+ *                            d = 256 H = 16 and d = 64 H = 64 at 8K (full, causal)
+ *   ./fwd_bench ab [reps]    short A/B table: full, causal, sliding window, causal document at 8K; full, causal at 32K
+ *   ./fwd_bench prof S kind [d]  one warm-up and one call (ncu -k regex:fwd_kernel -s 1 -c 1); kind: name or index
+ *   ./fwd_bench rho          host only: each mask's rho and element density at 8K and 32K
+ *   ./fwd_bench probe        exit 0 when a CUDA device is there, 2 when not
+ */
+#include <cuda_runtime.h>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <omp.h>
+#include "../../../src/kernels/fmgpu.cuh"
+#include "../../../src/kernels/sm90/fwd_sm90.cuh"
+#include "fwd_masks.h"
+
+#define CK(x)                                                                                     \
+  do {                                                                                            \
+    cudaError_t e_ = (x);                                                                         \
+    if (e_ != cudaSuccess) {                                                                      \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
+      exit(1);                                                                                    \
+    }                                                                                             \
+  } while (0)
+
+static int g_sm90 = 0; /* the current device is sm_90 (the library's condition for the Hopper kernel) */
+
+/* The device copy of a host mask, through the library's prepass. */
+static FMGpuMask *upload(const HostMask &m)
+{
+  const int32_t *bnd[4] = {m.lts.data(), m.lte.data(), m.uts.data(), m.ute.data()};
+  FMGpuMask *d = NULL;
+  CK(FMGpuMaskCreate(m.Sq, m.Sk, m.heads, m.batch, m.causal, bnd, &d));
+  return d;
+}
+
+/* FMGpuFwdParams as cuda.cu's fill_params fills them (dense layouts; keys of a row stride kS). */
+static void fill(FMGpuFwdParams *gp, const FMGpuMask *dm, int B, int Hq, int Hkv, int D, int f16, float scale, int kS,
+                 const void *q, const void *k, const void *v, void *o, float *o32, int merge, float *lse)
+{
+  const int Sq = dm->seqlen_q, Sk = dm->seqlen_k;
+  memset(gp, 0, sizeof(*gp));
+  gp->c.o = o, gp->c.o32 = o32, gp->c.merge = merge, gp->c.lse = lse;
+  gp->c.packed = dm->packed, gp->c.sum = dm->sum, gp->c.vis = dm->vis, gp->c.simple = dm->simple;
+  gp->c.seqlen_q = Sq, gp->c.seqlen_k = Sk, gp->c.heads_q = Hq, gp->c.heads_kv = Hkv;
+  gp->c.mask_heads = dm->mask_heads, gp->c.mask_batch = dm->mask_batch, gp->c.causal = dm->causal, gp->c.nblk = dm->nblk;
+  gp->c.scale = scale, gp->c.scale_log2 = scale * 1.4426950408889634f;
+  gp->q = q, gp->k = k, gp->v = v;
+  gp->q_head_stride = gp->o_head_stride = D;
+  gp->q_row_stride = gp->o_row_stride = (int64_t)Hq * D;
+  gp->q_batch_stride = gp->o_batch_stride = (int64_t)Sq * Hq * D;
+  gp->k_head_stride = gp->v_head_stride = D;
+  gp->k_row_stride = gp->v_row_stride = (int64_t)Hkv * D;
+  gp->k_batch_stride = gp->v_batch_stride = (int64_t)(kS > 0 ? kS : Sk) * Hkv * D;
+  gp->lse_head_stride = Sq, gp->lse_batch_stride = (int64_t)Hq * Sq;
+  gp->batch = B, gp->head_dim = D, gp->fp16 = f16;
+}
+
+/* cuda.cu's dispatch: 1 = the Hopper kernel ran, 0 = the fallback. */
+static int forward(const FMGpuFwdParams *gp, int force_fallback)
+{
+  if (g_sm90 && !force_fallback && FMSm90ForwardSupported(gp)) {
+    CK(FMSm90Forward(gp, 0));
+    return 1;
+  }
+  CK(FMGpuFallbackForward(gp, 0));
+  return 0;
+}
+
+struct Case {
+  const char *name;
+  int B, Sq, Sk, Hq, Hkv, D, f16;
+  int per_head;  /* one mask head per query head (else one for all) */
+  int per_batch; /* one mask per sample (mask_batch = B) */
+  int fallback;  /* force the SIMT fallback */
+  int out32;     /* 0: O in dtype; 1: fp32 O (o32); 2: fp32 O merged over two key ranges (non-causal kinds) */
+  MaskKind kind;
+  float scale;
+};
+
+/* The rows checked: all of them up to 1100, else ~200 spread ones, both ends and the fully masked rows. */
+static std::vector<int> check_rows(const HostMask &m)
+{
+  std::vector<int> r;
+  if (m.Sq <= 1100) {
+    for (int i = 0; i < m.Sq; i++) r.push_back(i);
+    return r;
+  }
+  const int step = m.Sq / 200, ph = (int)(urand() * step);
+  for (int i = 0; i < 8; i++) r.push_back(i), r.push_back(m.Sq - 1 - i);
+  for (int i = ph; i < m.Sq; i += step) r.push_back(i);
+  for (int h = 0; h < m.rows(); h++)
+    for (int i = m.dead0[h]; i < std::min(m.dead1[h], m.dead0[h] + 4); i++) r.push_back(i);
+  if (m.causal && m.Sq > m.Sk) /* rows above the diagonal's start see nothing */
+    for (int i = m.Sq - m.Sk - 4; i < m.Sq - m.Sk + 4; i++) r.push_back(i);
+  std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  return r;
+}
+
+static int run_case(const Case &c)
+{
+  const int B = c.B, Sq = c.Sq, Sk = c.Sk, Hq = c.Hq, Hkv = c.Hkv, D = c.D, G = Hq / Hkv;
+  const int MH = c.per_head ? Hq : 1, MB = c.per_batch ? B : 1;
+  const double tol = c.f16 ? 5e-3 : 2e-2;
+  HostMask m = build_mask(c.kind, Sq, Sk, MH, MB);
+  const std::vector<int> rows = check_rows(m);
+  const size_t nq = (size_t)B * Sq * Hq * D, nk = (size_t)B * Sk * Hkv * D, nl = (size_t)B * Hq * Sq;
+  std::vector<uint16_t> q(nq), k(nk), v(nk);
+  for (auto &x : q) x = f2h((float)(2 * urand() - 1), c.f16);
+  for (auto &x : k) x = f2h((float)(2 * urand() - 1), c.f16);
+  for (auto &x : v) x = f2h((float)(2 * urand() - 1), c.f16);
+  std::vector<float> kf(nk), vf(nk);
+  for (size_t x = 0; x < nk; x++) kf[x] = h2f(k[x], c.f16), vf[x] = h2f(v[x], c.f16);
+  /* float64 reference of the checked rows: ro [b][hq][row][D], rl [b][hq][row] */
+  const size_t nr = rows.size();
+  std::vector<double> ro((size_t)B * Hq * nr * D), rl((size_t)B * Hq * nr);
+#pragma omp parallel
+  {
+    std::vector<double> s(Sk), qd(D), ov(D);
+#pragma omp for schedule(dynamic, 4)
+    for (long t = 0; t < (long)(B * Hq * nr); t++) {
+      const int b = (int)(t / (Hq * nr)), hq = (int)(t / nr % Hq), i = rows[t % nr], hkv = hq / G;
+      const int mrow = (MB > 1 ? b * MH : 0) + hq / (Hq / MH);
+      for (int d = 0; d < D; d++) qd[d] = h2f(q[(((size_t)b * Sq + i) * Hq + hq) * D + d], c.f16);
+      double mx = -INFINITY, l = 0;
+      for (int j = 0; j < Sk; j++) {
+        if (masked(m, mrow, i, j)) { s[j] = -INFINITY; continue; }
+        const float *kr = &kf[(((size_t)b * Sk + j) * Hkv + hkv) * D];
+        double a = 0;
+        for (int d = 0; d < D; d++) a += qd[d] * kr[d];
+        s[j] = a * c.scale;
+        mx = std::max(mx, s[j]);
+      }
+      std::fill(ov.begin(), ov.end(), 0.0);
+      if (mx != -INFINITY)
+        for (int j = 0; j < Sk; j++)
+          if (s[j] != -INFINITY) {
+            const double p = exp(s[j] - mx);
+            const float *vr = &vf[(((size_t)b * Sk + j) * Hkv + hkv) * D];
+            l += p;
+            for (int d = 0; d < D; d++) ov[d] += p * vr[d];
+          }
+      for (int d = 0; d < D; d++) ro[(size_t)t * D + d] = l > 0 ? ov[d] / l : 0.0;
+      rl[t] = l > 0 ? mx + log(l) : -INFINITY;
+    }
+  }
+
+  /* GPU: outputs poisoned with NaN (0xFF bytes) before the call */
+  void *q_, *k_, *v_, *o_;
+  float *lse_;
+  const size_t osz = c.out32 ? 4 : 2;
+  CK(cudaMalloc(&q_, nq * 2));
+  CK(cudaMalloc(&k_, nk * 2));
+  CK(cudaMalloc(&v_, nk * 2));
+  CK(cudaMalloc(&o_, nq * osz));
+  CK(cudaMalloc(&lse_, nl * 4));
+  CK(cudaMemcpy(q_, q.data(), nq * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(k_, k.data(), nk * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(v_, v.data(), nk * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemset(o_, 0xFF, nq * osz));
+  CK(cudaMemset(lse_, 0xFF, nl * 4));
+  int path;
+  FMGpuFwdParams gp;
+  if (c.out32 == 2 && m.causal) {
+    fprintf(stderr, "%s: the merged cases slice the keys of a non-causal mask; %s is causal\n", c.name, mask_name[c.kind]);
+    exit(1);
+  }
+  if (c.out32 == 2) { /* keys [0, split) overwrite (o32, lse), keys [split, Sk) merge into them */
+    const int split = Sk * 2 / 5;
+    const HostMask m0 = slice_keys(m, 0, split), m1 = slice_keys(m, split, Sk - split);
+    FMGpuMask *d0 = upload(m0), *d1 = upload(m1);
+    const size_t ko = (size_t)split * Hkv * D * 2;
+    fill(&gp, d0, B, Hq, Hkv, D, c.f16, c.scale, Sk, q_, k_, v_, NULL, (float *)o_, 0, lse_);
+    path = forward(&gp, c.fallback);
+    fill(&gp, d1, B, Hq, Hkv, D, c.f16, c.scale, Sk, q_, (char *)k_ + ko, (char *)v_ + ko, NULL, (float *)o_, 1, lse_);
+    path &= forward(&gp, c.fallback);
+    CK(cudaDeviceSynchronize());
+    FMGpuMaskDestroy(d0), FMGpuMaskDestroy(d1);
+  } else {
+    FMGpuMask *dm = upload(m);
+    fill(&gp, dm, B, Hq, Hkv, D, c.f16, c.scale, Sk, q_, k_, v_, c.out32 ? NULL : o_, c.out32 ? (float *)o_ : NULL, 0, lse_);
+    path = forward(&gp, c.fallback);
+    CK(cudaDeviceSynchronize());
+    FMGpuMaskDestroy(dm);
+  }
+  std::vector<uint16_t> go(c.out32 ? 0 : nq);
+  std::vector<float> go32(c.out32 ? nq : 0), gl(nl);
+  CK(cudaMemcpy(c.out32 ? (void *)go32.data() : (void *)go.data(), o_, nq * osz, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(gl.data(), lse_, nl * 4, cudaMemcpyDeviceToHost));
+  auto O = [&](size_t x) { return c.out32 ? (double)go32[x] : (double)h2f(go[x], c.f16); };
+
+  /* every output written (no NaN left anywhere), then the checked rows against float64 */
+  size_t nan = 0;
+  for (size_t x = 0; x < nq; x++) nan += std::isnan(O(x));
+  for (size_t x = 0; x < nl; x++) nan += std::isnan(gl[x]);
+  double e2 = 0, n2 = 0, el = 0;
+  long dead = 0, deadbad = 0;
+  for (size_t t = 0; t < (size_t)B * Hq * nr; t++) {
+    const int b = (int)(t / (Hq * nr)), hq = (int)(t / nr % Hq), i = rows[t % nr];
+    const double lg = gl[((size_t)b * Hq + hq) * Sq + i];
+    const size_t oo = (((size_t)b * Sq + i) * Hq + hq) * D;
+    if (rl[t] == -INFINITY) { /* nothing visible: O = 0, LSE = -inf exactly */
+      bool ok = lg == -INFINITY;
+      for (int d = 0; d < D; d++) ok = ok && O(oo + d) == 0.0;
+      dead++, deadbad += !ok;
+      continue;
+    }
+    el = std::max(el, std::isfinite(lg) ? fabs(lg - rl[t]) / std::max(1.0, fabs(rl[t])) : INFINITY);
+    for (int d = 0; d < D; d++) {
+      const double g = O(oo + d), r = ro[t * D + d];
+      e2 += std::isfinite(g) ? (g - r) * (g - r) : INFINITY;
+      n2 += r * r;
+    }
+  }
+  const double eo = sqrt(e2 / (n2 > 0 ? n2 : 1));
+  const int want = g_sm90 && !c.fallback && (D == 64 || D == 128 || D == 256);
+  const int ok = eo <= tol && el <= tol && nan == 0 && deadbad == 0 && path == want;
+  printf("%-38s %-15s %-8s%s O %.2e LSE %.2e rows %zu/%d masked %ld bad %ld nan %zu  %s\n", c.name, mask_name[c.kind],
+         path ? "sm90" : "fallback", path == want ? "" : "(unexpected)", eo, el, nr, Sq, dead, deadbad, nan,
+         ok ? "PASS" : "FAIL");
+  fflush(stdout);
+  cudaFree(q_), cudaFree(k_), cudaFree(v_), cudaFree(o_), cudaFree(lse_);
+  return ok;
+}
+
+__global__ void fill_rand(uint16_t *p, size_t n, unsigned long long seed)
+{
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned long long z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    __nv_bfloat16 h = __float2bfloat16_rn((float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
+    p[i] = *(uint16_t *)&h;
+  }
+}
+
+/* The timing buffers, allocated once: q, k, v, o of 128K tokens x H x d = 4M x 128 elements each. */
+static const size_t kBenchElems = (size_t)131072 * 4096;
+static uint16_t *g_buf[4];
+static float *g_lse;
+static void bench_alloc()
+{
+  if (g_buf[0]) return;
+  for (int t = 0; t < 4; t++) {
+    CK(cudaMalloc(&g_buf[t], kBenchElems * 2));
+    if (t < 3) fill_rand<<<4096, 256>>>(g_buf[t], kBenchElems, 1000 + t);
+  }
+  CK(cudaMalloc(&g_lse, (size_t)131072 * 64 * 4));
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+}
+
+/* One timed case: bf16, B = 128K / S, one mask head; a warm-up, then the median of reps event-timed calls. */
+static void bench_case(int S, MaskKind kind, int D, int H, int reps)
+{
+  const int B = 131072 / S;
+  bench_alloc();
+  const HostMask m = build_mask(kind, S, S, 1);
+  FMGpuMask *dm = upload(m);
+  const double rho = block_sparsity(m, 0), flops = std::max(1.0, 4.0 * B * H * (double)S * S * D * (1.0 - rho));
+  FMGpuFwdParams gp;
+  fill(&gp, dm, B, H, H, D, 0, 1.f / sqrtf((float)D), S, g_buf[0], g_buf[1], g_buf[2], g_buf[3], NULL, 0, g_lse);
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  int path = forward(&gp, 0);
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  for (int r = 0; r < reps; r++) {
+    CK(cudaEventRecord(e0));
+    path &= forward(&gp, 0);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float t;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const float med = ms[ms.size() / 2];
+  printf("bench S=%-6d B=%-3d H=%-3d d=%-3d %-16s %9.3f ms %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f %s\n", S, B, H, D,
+         mask_name[kind], med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho, path ? "sm90" : "fallback");
+  fflush(stdout);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  FMGpuMaskDestroy(dm);
+}
+
+static std::vector<Case> check_cases()
+{
+  const float s128 = 0.08838834764831845f, s64 = 0.125f, s256 = 0.0625f;
+  std::vector<Case> cs;
+  /*                name                                  B   Sq    Sk   Hq Hkv  D  f16 ph pb fb o32 kind scale */
+  for (int kind = 0; kind < M_NKIND; kind++)
+    cs.push_back({"bf16 d128 GQA4:1 1000x1000", 1, 1000, 1000, 4, 1, 128, 0, 0, 0, 0, 0, (MaskKind)kind, s128});
+  cs.push_back({"fp16 d128 GQA4:1 1000x1000", 1, 1000, 1000, 4, 1, 128, 1, 0, 0, 0, 0, M_CAUSAL, s128});
+  cs.push_back({"fp16 d64 1000x4099 per-head", 1, 1000, 4099, 4, 2, 64, 1, 1, 0, 0, 0, M_RANDOM, s64});
+  cs.push_back({"bf16 d128 4099x1000 per-head", 1, 4099, 1000, 2, 2, 128, 0, 1, 0, 0, 0, M_RANDOM, 0.3f});
+  cs.push_back({"bf16 d128 4099x1000 causal (dead rows)", 1, 4099, 1000, 4, 1, 128, 0, 0, 0, 0, 0, M_CAUSAL, s128});
+  cs.push_back({"bf16 d64 4099x4099 B2 per-head", 2, 4099, 4099, 2, 1, 64, 0, 1, 0, 0, 0, M_RANDOM, s64});
+  cs.push_back({"bf16 d64 1000x1000 B2 swa", 2, 1000, 1000, 2, 1, 64, 0, 0, 0, 0, 0, M_SWA, s64});
+  cs.push_back({"fp16 d64 4099x4099 share question", 1, 4099, 4099, 4, 4, 64, 1, 0, 0, 0, 0, M_SQ, s64});
+  cs.push_back({"fp16 d128 1000x4099 doc", 1, 1000, 4099, 2, 1, 128, 1, 0, 0, 0, 0, M_DOC, s128});
+  cs.push_back({"bf16 d128 B3 1000x1000 per-sample", 3, 1000, 1000, 4, 2, 128, 0, 1, 1, 0, 0, M_RANDOM, s128});
+  cs.push_back({"bf16 d256 4099x4099 causal", 1, 4099, 4099, 2, 1, 256, 0, 0, 0, 0, 0, M_CAUSAL, s256});
+  cs.push_back({"bf16 d256 GQA2 1000x1000 per-head", 1, 1000, 1000, 4, 2, 256, 0, 1, 0, 0, 0, M_RANDOM, s256});
+  cs.push_back({"fp16 d256 1000x4099 doc", 1, 1000, 4099, 2, 2, 256, 1, 0, 0, 0, 0, M_DOC, s256});
+  cs.push_back({"bf16 d128 1000x1000 o32", 1, 1000, 1000, 4, 1, 128, 0, 1, 0, 0, 1, M_RANDOM, s128});
+  cs.push_back({"bf16 d128 1000x2500 o32 merged", 2, 1000, 2500, 4, 2, 128, 0, 1, 0, 0, 2, M_RANDOM, s128});
+  cs.push_back({"fp16 d64 1000x1000 o32 merged", 1, 1000, 1000, 2, 1, 64, 1, 0, 0, 0, 2, M_PREFIX, s64});
+  cs.push_back({"fp16 d128 forced fallback 700x600", 1, 700, 600, 4, 2, 128, 1, 1, 0, 1, 0, M_PREFIX, s128});
+  cs.push_back({"bf16 d96 fallback 600x700", 1, 600, 700, 2, 1, 96, 0, 1, 0, 0, 0, M_RANDOM, 0.1f});
+  cs.push_back({"bf16 d128 forced fallback o32 merged", 1, 600, 900, 2, 1, 128, 0, 0, 0, 1, 2, M_RANDOM, s128});
+  return cs;
+}
+
+static int kind_arg(const char *s)
+{
+  for (int k = 0; k < M_NKIND; k++)
+    if (!strcmp(s, mask_name[k])) return k;
+  const int k = atoi(s);
+  return k >= 0 && k < M_NKIND ? k : 0;
+}
+
+int main(int argc, char **argv)
+{
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  const int reps = argc > 2 ? std::max(1, atoi(argv[2])) : 5;
+  if (mode == "rho") { /* host only: rho (FlashMask FLOPs) and element density of the bench masks */
+    for (int S : {8192, 32768})
+      for (int kind = 0; kind < M_NKIND; kind++) {
+        const HostMask m = build_mask((MaskKind)kind, S, S, 1);
+        long vis = 0;
+#pragma omp parallel for reduction(+ : vis)
+        for (int j = 0; j < S; j++)
+          for (int i = 0; i < S; i++) vis += !masked(m, 0, i, j);
+        const double rho = block_sparsity(m, 0);
+        printf("rho S=%-6d %-16s rho %.4f (1 - rho %.4f) density %.4f\n", S, mask_name[kind], rho, 1.0 - rho,
+               (double)vis / ((double)S * S));
+      }
+    return 0;
+  }
+  if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "bench") {
+    fprintf(stderr, "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], prof S kind [d], rho, probe)\n",
+            mode.c_str());
+    return 2;
+  }
+  int ndev = 0, dev = 0, major = 0, minor = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    if (mode != "probe") fprintf(stderr, "fwd_bench: no CUDA device\n");
+    return 2;
+  }
+  if (mode == "probe") return 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  g_sm90 = major == 9 && minor == 0;
+  if (mode == "small") {
+    const Case c = {"small bf16 d128 GQA2 300x390", 1, 300, 390, 4, 2, 128, 0, 1, 0, 0, 0, M_RANDOM, 0.1f};
+    const Case c2 = {"small fp16 d64 causal 200x130", 2, 200, 130, 2, 1, 64, 1, 0, 0, 0, 0, M_CAUSAL, 0.125f};
+    const Case c3 = {"small bf16 d256 o32 merged 130x300", 1, 130, 300, 2, 1, 256, 0, 0, 0, 0, 2, M_RANDOM, 0.0625f};
+    return run_case(c) & run_case(c2) & run_case(c3) ? 0 : 1;
+  }
+  if (mode == "prof") { /* one mask at one length: a warm-up and one call */
+    const int S = argc > 2 ? atoi(argv[2]) : 8192, D = argc > 4 ? atoi(argv[4]) : 128;
+    if (S < 1 || 131072 % S || (D != 64 && D != 128 && D != 256)) {
+      fprintf(stderr, "fwd_bench prof: S = %d, d = %d; expected S dividing 131072 and d = 64, 128 or 256\n", S, D);
+      return 2;
+    }
+    bench_case(S, (MaskKind)(argc > 3 ? kind_arg(argv[3]) : 0), D, 4096 / D, 1);
+    return 0;
+  }
+  if (mode == "ab") {
+    for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA, M_DOC}) bench_case(8192, k, 128, 32, reps);
+    for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(32768, k, 128, 32, reps);
+    return 0;
+  }
+  if (mode == "bench") {
+    for (int S : {8192, 32768})
+      for (int k = 0; k < M_NKIND; k++) bench_case(S, (MaskKind)k, 128, 32, reps);
+    for (int D : {256, 64})
+      for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(8192, k, D, 4096 / D, reps);
+    return 0;
+  }
+  const std::vector<Case> cs = check_cases();
+  int fails = 0;
+  for (const Case &c : cs) fails += !run_case(c);
+  printf("check: %d of %zu cases failed (device sm_%d%d, %s)\n", fails, cs.size(), major, minor,
+         g_sm90 ? "Hopper kernel expected for d = 64, 128, 256" : "fallback only");
+  return fails ? 1 : 0;
+}

@@ -1,0 +1,34 @@
+#!/bin/sh
+# device_run.sh - one device call of the forward harness: (re)build if the carried binary does not
+# start, the small cases, the correctness cases, compute-sanitizer memcheck on the small cases, the
+# timing table. Run from the top of the tree (the sources are needed for a rebuild).
+# Logs go to $OUT. Usage: sh share/bench/fwd/device_run.sh [check|bench|ab|all] [reps]
+#   check: small + check + memcheck (~40 s with the build); bench: small + bench; ab: small + ab; all (default).
+mode=${1:-all}
+reps=${2:-5}
+OUT=${OUT:-.}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-16}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader > $OUT/gpu.txt 2>&1
+if ! ./fwd_bench probe >/dev/null 2>&1; then
+  echo "carried binary does not start: rebuilding"
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude -Xcompiler -fopenmp \
+    share/bench/fwd/fwd_bench.cu src/kernels/cuda_mask.cu src/kernels/sm90/fwd_sm90.cu src/kernels/simt/fwd_fallback.cu \
+    -o fwd_bench || exit 1
+fi
+rc=0
+timeout 60 ./fwd_bench small 2>&1 | tee $OUT/small.log
+case $mode in
+check | all)
+  timeout 200 ./fwd_bench check > $OUT/check.log 2>&1 || rc=1
+  cat $OUT/check.log
+  timeout 120 compute-sanitizer --tool memcheck --leak-check no ./fwd_bench small > $OUT/memcheck.log 2>&1
+  echo "memcheck rc $?: $(grep -c 'ERROR SUMMARY: 0 errors' $OUT/memcheck.log) clean summaries"; tail -3 $OUT/memcheck.log ;;
+esac
+case $mode in
+bench | all) timeout 200 ./fwd_bench bench $reps 2>&1 | tee $OUT/bench.log ;;
+ab) timeout 100 ./fwd_bench ab $reps 2>&1 | tee $OUT/bench.log ;;
+esac
+echo "=== summary"; cat $OUT/gpu.txt; grep -hE "PASS|FAIL" $OUT/small.log $OUT/check.log 2>/dev/null | awk '{print $NF}' | sort | uniq -c
+grep -h "^check:" $OUT/check.log 2>/dev/null
+grep -h "bench S" $OUT/bench.log 2>/dev/null
+exit $rc

@@ -1,0 +1,36 @@
+#!/bin/sh
+# ab.sh - A/B of two forward kernel versions in one device call: the harness built from this
+# tree's kernel files (./fwd_bench) and from those of BASE (BASE/fwd_bench), both builds at once,
+# then `fwd_bench ab REPS` of each alternately, new, base, new, base; prints both runs of each and
+# the ratio of the better runs (new / base) per row. Run from the top of the tree.
+# BASE is a directory holding another version's include/, src/kernels/ (and, when its interface
+# differs, its own share/bench/fwd/), for instance made here before the device call with
+#   mkdir ab_base && git archive BASE_COMMIT include src/kernels share/bench/fwd | tar -x -C ab_base
+# (an untracked directory travels with the working tree). Without share/bench/fwd in BASE this
+# tree's harness is used. Usage: sh share/bench/fwd/ab.sh BASE [reps]; logs in $OUT.
+base=${1:?usage: ab.sh BASE [reps]}
+reps=${2:-10}
+OUT=${OUT:-.}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-16}
+[ -f "$base/share/bench/fwd/fwd_bench.cu" ] || { mkdir -p "$base/share/bench" && cp -r share/bench/fwd "$base/share/bench/"; }
+build() {
+  (cd "$1" && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude -Xcompiler -fopenmp \
+    share/bench/fwd/fwd_bench.cu src/kernels/cuda_mask.cu src/kernels/sm90/fwd_sm90.cu src/kernels/simt/fwd_fallback.cu \
+    -o fwd_bench) > "$2" 2>&1
+}
+build . "$OUT/ab_build_new.log" & p1=$!
+build "$base" "$OUT/ab_build_base.log" & p2=$!
+wait $p1 || { tail -20 "$OUT/ab_build_new.log"; echo "ab.sh: the new build failed"; exit 1; }
+wait $p2 || { tail -20 "$OUT/ab_build_base.log"; echo "ab.sh: the base build failed"; exit 1; }
+for i in 1 2; do
+  ./fwd_bench ab "$reps" > "$OUT/ab_new$i.log" 2>&1 || { cat "$OUT/ab_new$i.log"; exit 1; }
+  (cd "$base" && ./fwd_bench ab "$reps") > "$OUT/ab_base$i.log" 2>&1 || { cat "$OUT/ab_base$i.log"; exit 1; }
+done
+# bench lines: "bench S=8192 B=16 H=32 d=128 MASK ms_value ms TFLOP_value TFLOP/s ..."
+awk 'FNR == 1 { f++ }
+  /^bench / { k = $2 " " $5 " " $6; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+              for (i = 1; i < NF; i++) if ($(i + 1) == "TFLOP/s") v[f, k] = $i }
+  END { printf "%-36s %8s %8s %8s %8s %9s\n", "case", "new 1", "new 2", "base 1", "base 2", "new/base"
+        for (j = 1; j <= n; j++) { k = order[j]; a = v[1, k] > v[3, k] ? v[1, k] : v[3, k]; b = v[2, k] > v[4, k] ? v[2, k] : v[4, k]
+          printf "%-36s %8.1f %8.1f %8.1f %8.1f %9.3f\n", k, v[1, k], v[3, k], v[2, k], v[4, k], (b > 0 ? a / b : 0) } }' \
+  "$OUT/ab_new1.log" "$OUT/ab_base1.log" "$OUT/ab_new2.log" "$OUT/ab_base2.log" | tee "$OUT/ab_table.txt"

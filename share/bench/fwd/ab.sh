@@ -26,11 +26,11 @@ for i in 1 2; do
   ./fwd_bench ab "$reps" > "$OUT/ab_new$i.log" 2>&1 || { cat "$OUT/ab_new$i.log"; exit 1; }
   (cd "$base" && ./fwd_bench ab "$reps") > "$OUT/ab_base$i.log" 2>&1 || { cat "$OUT/ab_base$i.log"; exit 1; }
 done
-# bench lines: "bench S=8192 B=16 H=32 d=128 MASK ms_value ms TFLOP_value TFLOP/s ..."
+# bench lines: "bench S=8192 B=16 H=32 kv=32 d=128 MASK ms_value ms TFLOP_value TFLOP/s ..."
 awk 'FNR == 1 { f++ }
-  /^bench / { k = $2 " " $5 " " $6; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+  /^bench / { k = $2 " " $4 " " $5 " " $6 " " $7; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
               for (i = 1; i < NF; i++) if ($(i + 1) == "TFLOP/s") v[f, k] = $i }
-  END { printf "%-36s %8s %8s %8s %8s %9s\n", "case", "new 1", "new 2", "base 1", "base 2", "new/base"
+  END { printf "%-44s %8s %8s %8s %8s %9s\n", "case", "new 1", "new 2", "base 1", "base 2", "new/base"
         for (j = 1; j <= n; j++) { k = order[j]; a = v[1, k] > v[3, k] ? v[1, k] : v[3, k]; b = v[2, k] > v[4, k] ? v[2, k] : v[4, k]
-          printf "%-36s %8.1f %8.1f %8.1f %8.1f %9.3f\n", k, v[1, k], v[3, k], v[2, k], v[4, k], (b > 0 ? a / b : 0) } }' \
+          printf "%-44s %8.1f %8.1f %8.1f %8.1f %9.3f\n", k, v[1, k], v[3, k], v[2, k], v[4, k], (b > 0 ? a / b : 0) } }' \
   "$OUT/ab_new1.log" "$OUT/ab_base1.log" "$OUT/ab_new2.log" "$OUT/ab_base2.log" | tee "$OUT/ab_table.txt"

@@ -13,7 +13,7 @@
  *   ./fwd_bench check        correctness cases (one PASS/FAIL line each, then "check: N of M cases failed")
  *   ./fwd_bench small        one small case (for compute-sanitizer)
  *   ./fwd_bench bench [reps] bf16, 128K tokens per batch: d = 128 H = 32 every mask at 8K and 32K,
- *                            d = 256 H = 16 and d = 64 H = 64 at 8K (full, causal)
+ *                            d = 256 H = 16 and d = 64 H = 64 at 8K (full, causal), GQA 4:1 (kv 8) at 8K
  *   ./fwd_bench ab [reps]    short A/B table: full, causal, sliding window, causal document at 8K; full, causal at 32K
  *   ./fwd_bench prof S kind [d]  one warm-up and one call (ncu -k regex:fwd_kernel -s 1 -c 1); kind: name or index
  *   ./fwd_bench rho          host only: each mask's rho and element density at 8K and 32K
@@ -268,15 +268,16 @@ static void bench_alloc()
 }
 
 /* One timed case: bf16, B = 128K / S, one mask head; a warm-up, then the median of reps event-timed calls. */
-static void bench_case(int S, MaskKind kind, int D, int H, int reps)
+static void bench_case(int S, MaskKind kind, int D, int H, int reps, int Hkv = 0)
 {
+  if (Hkv <= 0) Hkv = H;
   const int B = 131072 / S;
   bench_alloc();
   const HostMask m = build_mask(kind, S, S, 1);
   FMGpuMask *dm = upload(m);
   const double rho = block_sparsity(m, 0), flops = std::max(1.0, 4.0 * B * H * (double)S * S * D * (1.0 - rho));
   FMGpuFwdParams gp;
-  fill(&gp, dm, B, H, H, D, 0, 1.f / sqrtf((float)D), S, g_buf[0], g_buf[1], g_buf[2], g_buf[3], NULL, 0, g_lse);
+  fill(&gp, dm, B, H, Hkv, D, 0, 1.f / sqrtf((float)D), S, g_buf[0], g_buf[1], g_buf[2], g_buf[3], NULL, 0, g_lse);
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -294,8 +295,8 @@ static void bench_case(int S, MaskKind kind, int D, int H, int reps)
   }
   std::sort(ms.begin(), ms.end());
   const float med = ms[ms.size() / 2];
-  printf("bench S=%-6d B=%-3d H=%-3d d=%-3d %-16s %9.3f ms %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f %s\n", S, B, H, D,
-         mask_name[kind], med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho, path ? "sm90" : "fallback");
+  printf("bench S=%-6d B=%-3d H=%-3d kv=%-3d d=%-3d %-16s %9.3f ms %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f %s\n", S, B,
+         H, Hkv, D, mask_name[kind], med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho, path ? "sm90" : "fallback");
   fflush(stdout);
   cudaEventDestroy(e0), cudaEventDestroy(e1);
   FMGpuMaskDestroy(dm);
@@ -395,6 +396,7 @@ int main(int argc, char **argv)
       for (int k = 0; k < M_NKIND; k++) bench_case(S, (MaskKind)k, 128, 32, reps);
     for (int D : {256, 64})
       for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(8192, k, D, 4096 / D, reps);
+    for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(8192, k, 128, 32, reps, 8); /* GQA 4:1 */
     return 0;
   }
   const std::vector<Case> cs = check_cases();

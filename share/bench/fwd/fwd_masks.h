@@ -132,9 +132,9 @@ static double block_sparsity(const HostMask &m, int h)
 static float h2f(uint16_t x, int f16)
 {
   if (f16) {
-    __half h;
-    memcpy(&h, &x, 2);
-    return __half2float(h);
+    __half_raw r;
+    r.x = x;
+    return __half2float(__half(r));
   }
   uint32_t u = (uint32_t)x << 16;
   float f;
@@ -143,13 +143,6 @@ static float h2f(uint16_t x, int f16)
 }
 static uint16_t f2h(float x, int f16)
 {
-  uint16_t r;
-  if (f16) {
-    __half h = __float2half_rn(x);
-    memcpy(&r, &h, 2);
-  } else {
-    __nv_bfloat16 h = __float2bfloat16_rn(x);
-    memcpy(&r, &h, 2);
-  }
-  return r;
+  if (f16) return ((__half_raw)__float2half_rn(x)).x;
+  return ((__nv_bfloat16_raw)__float2bfloat16_rn(x)).x;
 }

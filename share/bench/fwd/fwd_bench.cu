@@ -10,7 +10,8 @@
  *     share/bench/fwd/fwd_bench.cu src/kernels/cuda_mask.cu src/kernels/sm90/fwd_sm90.cu \
  *     src/kernels/simt/fwd_fallback.cu -o fwd_bench
  *
- *   ./fwd_bench check        correctness cases (one PASS/FAIL line each, then "check: N of M cases failed")
+ *   ./fwd_bench check [word] correctness cases (one PASS/FAIL line each, then "check: N of M cases failed");
+ *                            with word, only the cases whose name or mask contains it (e.g. d256, fp16, merged)
  *   ./fwd_bench small        one small case (for compute-sanitizer)
  *   ./fwd_bench bench [reps] bf16, 128K tokens per batch: d = 128 H = 32 every mask at 8K and 32K,
  *                            d = 256 H = 16 and d = 64 H = 64 at 8K (full, causal), GQA 4:1 (kv 8) at 8K
@@ -113,23 +114,12 @@ static std::vector<int> check_rows(const HostMask &m)
   return r;
 }
 
-static int run_case(const Case &c)
+/* float64 O and LSE of the checked rows: ro [b][hq][row][D], rl [b][hq][row] (-inf: nothing visible, O = 0). */
+static void reference(const Case &c, const HostMask &m, const std::vector<int> &rows, const std::vector<uint16_t> &q,
+                      const std::vector<float> &kf, const std::vector<float> &vf, std::vector<double> &ro, std::vector<double> &rl)
 {
-  const int B = c.B, Sq = c.Sq, Sk = c.Sk, Hq = c.Hq, Hkv = c.Hkv, D = c.D, G = Hq / Hkv;
-  const int MH = c.per_head ? Hq : 1, MB = c.per_batch ? B : 1;
-  const double tol = c.f16 ? 5e-3 : 2e-2;
-  HostMask m = build_mask(c.kind, Sq, Sk, MH, MB);
-  const std::vector<int> rows = check_rows(m);
-  const size_t nq = (size_t)B * Sq * Hq * D, nk = (size_t)B * Sk * Hkv * D, nl = (size_t)B * Hq * Sq;
-  std::vector<uint16_t> q(nq), k(nk), v(nk);
-  for (auto &x : q) x = f2h((float)(2 * urand() - 1), c.f16);
-  for (auto &x : k) x = f2h((float)(2 * urand() - 1), c.f16);
-  for (auto &x : v) x = f2h((float)(2 * urand() - 1), c.f16);
-  std::vector<float> kf(nk), vf(nk);
-  for (size_t x = 0; x < nk; x++) kf[x] = h2f(k[x], c.f16), vf[x] = h2f(v[x], c.f16);
-  /* float64 reference of the checked rows: ro [b][hq][row][D], rl [b][hq][row] */
+  const int B = c.B, Sq = c.Sq, Sk = c.Sk, Hq = c.Hq, Hkv = c.Hkv, D = c.D, G = Hq / Hkv, MH = m.heads, MB = m.batch;
   const size_t nr = rows.size();
-  std::vector<double> ro((size_t)B * Hq * nr * D), rl((size_t)B * Hq * nr);
 #pragma omp parallel
   {
     std::vector<double> s(Sk), qd(D), ov(D);
@@ -160,6 +150,25 @@ static int run_case(const Case &c)
       rl[t] = l > 0 ? mx + log(l) : -INFINITY;
     }
   }
+}
+
+static int run_case(const Case &c)
+{
+  const int B = c.B, Sq = c.Sq, Sk = c.Sk, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+  const int MH = c.per_head ? Hq : 1, MB = c.per_batch ? B : 1;
+  const double tol = c.f16 ? 5e-3 : 2e-2;
+  HostMask m = build_mask(c.kind, Sq, Sk, MH, MB);
+  const std::vector<int> rows = check_rows(m);
+  const size_t nq = (size_t)B * Sq * Hq * D, nk = (size_t)B * Sk * Hkv * D, nl = (size_t)B * Hq * Sq;
+  std::vector<uint16_t> q(nq), k(nk), v(nk);
+  for (auto &x : q) x = f2h((float)(2 * urand() - 1), c.f16);
+  for (auto &x : k) x = f2h((float)(2 * urand() - 1), c.f16);
+  for (auto &x : v) x = f2h((float)(2 * urand() - 1), c.f16);
+  std::vector<float> kf(nk), vf(nk);
+  for (size_t x = 0; x < nk; x++) kf[x] = h2f(k[x], c.f16), vf[x] = h2f(v[x], c.f16);
+  const size_t nr = rows.size();
+  std::vector<double> ro((size_t)B * Hq * nr * D), rl((size_t)B * Hq * nr);
+  reference(c, m, rows, q, kf, vf, ro, rl);
 
   /* GPU: outputs poisoned with NaN (0xFF bytes) before the call */
   void *q_, *k_, *v_, *o_;
@@ -399,7 +408,9 @@ int main(int argc, char **argv)
     for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(8192, k, 128, 32, reps, 8); /* GQA 4:1 */
     return 0;
   }
-  const std::vector<Case> cs = check_cases();
+  std::vector<Case> cs; /* check [word]: only the cases whose name or mask contains word */
+  for (const Case &c : check_cases())
+    if (argc < 3 || strstr(c.name, argv[2]) || strstr(mask_name[c.kind], argv[2])) cs.push_back(c);
   int fails = 0;
   for (const Case &c : cs) fails += !run_case(c);
   printf("check: %d of %zu cases failed (device sm_%d%d, %s)\n", fails, cs.size(), major, minor,

@@ -157,41 +157,8 @@ extern "C" { int FMCudaLastPath_Private = -1; }
 static void fill_params(const FMAttnProblem *p, const FMGpuMask *dm, const void *q, const void *k, const void *v, void *o,
                         float *o32, int merge, float *lse, FMGpuFwdParams *gp)
 {
-  const int64_t D = p->head_dim;
-  memset(gp, 0, sizeof(*gp));
-  gp->c.o = o;
-  gp->c.o32 = o32;
-  gp->c.merge = merge;
-  gp->c.lse = lse;
-  gp->c.packed = dm->packed;
-  gp->c.sum = dm->sum;
-  gp->c.vis = dm->vis;
-  gp->c.simple = dm->simple;
-  gp->c.seqlen_q = p->nq;
-  gp->c.seqlen_k = p->nk;
-  gp->c.heads_q = p->heads_q;
-  gp->c.heads_kv = p->heads_kv;
-  gp->c.mask_heads = dm->mask_heads;
-  gp->c.mask_batch = dm->mask_batch;
-  gp->c.causal = dm->causal;
-  gp->c.nblk = dm->nblk;
-  gp->c.scale = p->scale;
-  gp->c.scale_log2 = p->scale * 1.4426950408889634f;
-  gp->q = q;
-  gp->k = k;
-  gp->v = v;
-  gp->q_head_stride = gp->o_head_stride = D;
-  gp->q_row_stride = gp->o_row_stride = (int64_t)p->heads_q * D;
-  gp->q_batch_stride = gp->o_batch_stride = (int64_t)p->nq * p->heads_q * D;
-  gp->k_head_stride = gp->v_head_stride = D;
-  gp->k_row_stride = gp->v_row_stride = (int64_t)p->heads_kv * D;
-  gp->k_batch_stride = gp->v_batch_stride = (int64_t)p->nk * p->heads_kv * D;
-  gp->lse_head_stride = p->nq;
-  gp->lse_batch_stride = (int64_t)p->heads_q * p->nq;
-  gp->batch = p->batch;
-  gp->head_dim = p->head_dim;
-  gp->fp16 = p->dtype == FM_DTYPE_FP16;
-  gp->vdesc_swap = p->opts.sm90_vdesc_swap;
+  FMGpuFwdParamsDense(gp, dm, p->batch, p->nq, p->nk, p->nk, p->heads_q, p->heads_kv, p->head_dim, p->dtype == FM_DTYPE_FP16, p->scale,
+                      p->opts.sm90_vdesc_swap, q, k, v, o, o32, merge, lse);
 }
 
 /* The forward of FMCudaForward / FMCudaForwardF32: o (dtype) or o32 (fp32) receives O. */

@@ -7,6 +7,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cuda_runtime_api.h>
 #include <flashmask/private/fmtile.h>
 
@@ -81,6 +82,54 @@ typedef struct {
   int fp16;               /* 0 = bf16, 1 = fp16 */
   int vdesc_swap;         /* sm90 diagnostic: swap the V descriptor's LBO and SBO (-fm_sm90_vdesc_swap) */
 } FMGpuFwdParams;
+
+/*
+ * FMGpuFwdParamsDense - fill gp for today's dense layouts (above) over the device mask dm: the
+ *   score matrix is seqlen_q x seqlen_k, one sample of K and V holds k_rows rows (its batch stride;
+ *   k_rows > seqlen_k when k, v point into a longer sequence), o or o32 receives O (merge: o32
+ *   holds an accumulated result to merge with through lse). The one place the library (cuda.cu)
+ *   and the forward harness (share/bench/fwd) fill the parameters.
+ */
+static inline void FMGpuFwdParamsDense(FMGpuFwdParams *gp, const FMGpuMask *dm, int batch, int seqlen_q, int seqlen_k, int k_rows,
+                                       int heads_q, int heads_kv, int head_dim, int fp16, float scale, int vdesc_swap, const void *q,
+                                       const void *k, const void *v, void *o, float *o32, int merge, float *lse)
+{
+  const int64_t D = head_dim;
+  memset(gp, 0, sizeof(*gp));
+  gp->c.o = o;
+  gp->c.o32 = o32;
+  gp->c.merge = merge;
+  gp->c.lse = lse;
+  gp->c.packed = dm->packed;
+  gp->c.sum = dm->sum;
+  gp->c.vis = dm->vis;
+  gp->c.simple = dm->simple;
+  gp->c.seqlen_q = seqlen_q;
+  gp->c.seqlen_k = seqlen_k;
+  gp->c.heads_q = heads_q;
+  gp->c.heads_kv = heads_kv;
+  gp->c.mask_heads = dm->mask_heads;
+  gp->c.mask_batch = dm->mask_batch;
+  gp->c.causal = dm->causal;
+  gp->c.nblk = dm->nblk;
+  gp->c.scale = scale;
+  gp->c.scale_log2 = scale * 1.4426950408889634f;
+  gp->q = q;
+  gp->k = k;
+  gp->v = v;
+  gp->q_head_stride = gp->o_head_stride = D;
+  gp->q_row_stride = gp->o_row_stride = (int64_t)heads_q * D;
+  gp->q_batch_stride = gp->o_batch_stride = (int64_t)seqlen_q * heads_q * D;
+  gp->k_head_stride = gp->v_head_stride = D;
+  gp->k_row_stride = gp->v_row_stride = (int64_t)heads_kv * D;
+  gp->k_batch_stride = gp->v_batch_stride = (int64_t)k_rows * heads_kv * D;
+  gp->lse_head_stride = seqlen_q;
+  gp->lse_batch_stride = (int64_t)heads_q * seqlen_q;
+  gp->batch = batch;
+  gp->head_dim = head_dim;
+  gp->fp16 = fp16;
+  gp->vdesc_swap = vdesc_swap;
+}
 
 /* cuda_mask.cu: copy the four bound vectors (host, [mask_batch][mask_heads][seqlen_k] each; mask_batch
    <= 1 means 1) to the current device and run the prepass; synchronous. *out is NULL on error.

@@ -54,22 +54,8 @@ static FMGpuMask *upload(const HostMask &m)
 static void fill(FMGpuFwdParams *gp, const FMGpuMask *dm, int B, int Hq, int Hkv, int D, int f16, float scale, int kS,
                  const void *q, const void *k, const void *v, void *o, float *o32, int merge, float *lse)
 {
-  const int Sq = dm->seqlen_q, Sk = dm->seqlen_k;
-  memset(gp, 0, sizeof(*gp));
-  gp->c.o = o, gp->c.o32 = o32, gp->c.merge = merge, gp->c.lse = lse;
-  gp->c.packed = dm->packed, gp->c.sum = dm->sum, gp->c.vis = dm->vis, gp->c.simple = dm->simple;
-  gp->c.seqlen_q = Sq, gp->c.seqlen_k = Sk, gp->c.heads_q = Hq, gp->c.heads_kv = Hkv;
-  gp->c.mask_heads = dm->mask_heads, gp->c.mask_batch = dm->mask_batch, gp->c.causal = dm->causal, gp->c.nblk = dm->nblk;
-  gp->c.scale = scale, gp->c.scale_log2 = scale * 1.4426950408889634f;
-  gp->q = q, gp->k = k, gp->v = v;
-  gp->q_head_stride = gp->o_head_stride = D;
-  gp->q_row_stride = gp->o_row_stride = (int64_t)Hq * D;
-  gp->q_batch_stride = gp->o_batch_stride = (int64_t)Sq * Hq * D;
-  gp->k_head_stride = gp->v_head_stride = D;
-  gp->k_row_stride = gp->v_row_stride = (int64_t)Hkv * D;
-  gp->k_batch_stride = gp->v_batch_stride = (int64_t)(kS > 0 ? kS : Sk) * Hkv * D;
-  gp->lse_head_stride = Sq, gp->lse_batch_stride = (int64_t)Hq * Sq;
-  gp->batch = B, gp->head_dim = D, gp->fp16 = f16;
+  FMGpuFwdParamsDense(gp, dm, B, dm->seqlen_q, dm->seqlen_k, kS > 0 ? kS : dm->seqlen_k, Hq, Hkv, D, f16, scale, 0, q, k, v, o, o32, merge,
+                      lse);
 }
 
 /* cuda.cu's dispatch: 1 = the Hopper kernel ran, 0 = the fallback. */

@@ -1,0 +1,23 @@
+#!/bin/sh
+# test_harness_build.sh - the kernels' standalone development harnesses (share/bench/bwd/bwd_bench.cu,
+# share/bench/fwd/fwd_bench.cu) still compile against today's kernel headers and sources with the
+# configured nvcc (they copy no library code, but they fill the kernels' parameter blocks
+# themselves), and each one's probe mode exits 0 with a GPU, 2 without one. Skips without CUDA.
+. "${srcdir:-.}/tests/common.sh"
+fm_skip_unless_cuda
+[ -n "$FM_NVCC" ] || { echo "SKIP: no nvcc recorded by configure"; exit 77; }
+src=${srcdir:-.}
+t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
+fail=0
+build() { # name, sources...
+  n=$1; shift
+  if ! $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -Xcompiler -fopenmp "$@" -o "$t/$n" > "$t/$n.log" 2>&1; then
+    cat "$t/$n.log"; echo "FAIL: $n does not compile"; fail=1; return
+  fi
+  "$t/$n" probe; rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 2 ]; then echo "FAIL: $n probe exited $rc (expected 0 with a GPU, 2 without)"; fail=1; return; fi
+  echo "ok   $n compiles; probe exits $rc"
+}
+build bwd_bench "$src/share/bench/bwd/bwd_bench.cu" "$src/src/kernels/cuda_bwd.cu" "$src/src/kernels/sm90/bwd_sm90.cu"
+build fwd_bench "$src/share/bench/fwd/fwd_bench.cu" "$src/src/kernels/cuda_mask.cu" "$src/src/kernels/sm90/fwd_sm90.cu" "$src/src/kernels/simt/fwd_fallback.cu"
+exit $fail

@@ -128,7 +128,8 @@ if $PY -c "import sys; sys.exit(sys.version_info < (3, 6))" 2>/dev/null; then
   grep -Eq "^\| causal \| 512 \| 2 \| flat_v2 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$" "$tb" || { cat "$tb"; fail "cp_multi.sh: the flat row without fmplan-sim's prediction"; }
   grep -q "never slower than the ring" "$tb" || fail "cp_multi.sh: no targets"
   tail -3 "$t/m.out" | grep -q "_v2" || fail "cp_multi.sh does not print the tables last"
-  if [ "${FM_HAVE_HDF5:-0}" = 1 ]; then ls "$t"/mo/cp_trace_P4_causal_1024_kv2_*.svg > /dev/null 2>&1 || { cat "$t/m.out"; fail "cp_multi.sh: no SVG"; }; fi
+  # the slowest plan row is the longer sequence on a quiet machine, either one on a loaded one
+  if [ "${FM_HAVE_HDF5:-0}" = 1 ]; then ls "$t"/mo/cp_trace_P4_causal_*_kv2_*.svg > /dev/null 2>&1 || { cat "$t/m.out"; fail "cp_multi.sh: no SVG"; }; fi
   echo "cp_multi.sh: $(grep -c '^| causal' "$tb") table rows on 4 CPU ranks"
 fi
 rm -rf "$t"

@@ -27,6 +27,7 @@ export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 T0=$(date +%s)
 END=$((T0 + ${BUDGET_S:-520}))
 PY=${PYTHON3:-python3}
+B=$(cd "$(dirname "$0")" && pwd) # this script's folder: peers_cp.py and cp_table.py beside it (any build directory)
 FMBENCH=${FMBENCH:-./fmbench}
 FMPLANSIM=${FMPLANSIM:-./fmplan-sim}
 FMTRACE=${FMTRACE:-./fmtrace}
@@ -86,7 +87,7 @@ TORCH=""
 if [ -z "$CP_SKIP_TORCH" ]; then
   if $PY -c "import torch.distributed.tensor.experimental" 2>/dev/null; then
     kvs=$(echo $HKVS | tr ' ' ,)
-    run 150 "$W/torch.log" ${TORCHRUN:-$PY -m torch.distributed.run} --standalone --nproc_per_node="$P" share/bench/peers_cp.py --seqlen "$SEQS" \
+    run 150 "$W/torch.log" ${TORCHRUN:-$PY -m torch.distributed.run} --standalone --nproc_per_node="$P" "$B/peers_cp.py" --seqlen "$SEQS" \
       --heads "$H" --heads-kv "$kvs" --head-dim "$D" --pass fwd,fwdbwd --rotate alltoall,allgather --warmup "$WARM" --reps "$REPS" \
       --csv "$W/torch_cp.csv"
     [ -s "$W/torch_cp.csv" ] && TORCH="$W/torch_cp.csv" && cp "$W/torch_cp.csv" "$OUT/"
@@ -137,7 +138,7 @@ fi
 # 5. the tables, last
 if [ -n "$MAIN" ]; then
   # shellcheck disable=SC2086
-  $PY share/bench/cp_table.py --ranks "$P" --per-gpu "$PER" --total "$TOTAL" --main $MAIN --torch $TORCH --vnodes $VN --sim $SIM \
+  $PY "$B/cp_table.py" --ranks "$P" --per-gpu "$PER" --total "$TOTAL" --main $MAIN --torch $TORCH --vnodes $VN --sim $SIM \
     > "$OUT/cp_table_P$P.md" 2>&1
   stamp "done; table in $OUT/cp_table_P$P.md"
   cat "$OUT/cp_table_P$P.md"

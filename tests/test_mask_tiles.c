@@ -4,7 +4,8 @@
  * classified soundly (SKIP => all masked, FULL => none masked); for full, causal, document,
  * causal_document and sliding_window (window >= 1) the classes are exact on every shape tested,
  * aligned or not (PARTIAL tiles are mixed);
- * summaries are the min/max of each vector per key block; FMMaskView draws the classes.
+ * summaries are the min/max of each vector per key block; FMMaskView draws the classes; the
+ * mask hash (computed when first asked for on one rank) follows every re-SetUp.
  */
 #include "fmtest.h"
 #include <flashmask/private/fmimpl.h>
@@ -237,6 +238,26 @@ int main(int argc, char **argv)
       snprintf(label, sizeof(label), "document 1000, re-set up with seed %lu", sd);
       check_mask(m, label, &rs, 0);
     }
+    FMT_CALL(FMMaskDestroy(&m));
+  }
+  /* the mask hash, computed when first asked for on one rank: a re-SetUp with new bounds gives
+     the new hash (never the last one's), the same bounds give the same hash on another object */
+  {
+    FMMask m = build(ctx, FMMASKDOCUMENT, 1000, 1000, 1, 64, 7, &rs), m2;
+    const uint64_t h7 = FMMaskHash_Private(m);
+    uint64_t h8, h7b;
+    FMT_CALL(FMMaskSetSeed(m, 8));
+    FMT_CALL(FMMaskSetUp(m));
+    h8 = FMMaskHash_Private(m);
+    FMT_CHECK(h8 != h7, "the mask hash after a re-SetUp with new bounds is the old one (%#llx)", (unsigned long long)h7);
+    FMT_CALL(FMMaskSetSeed(m, 7));
+    FMT_CALL(FMMaskSetUp(m));
+    h7b = FMMaskHash_Private(m);
+    FMT_CHECK(h7b == h7, "the mask hash of the same bounds changed: %#llx, then %#llx", (unsigned long long)h7, (unsigned long long)h7b);
+    m2 = build(ctx, FMMASKDOCUMENT, 1000, 1000, 1, 64, 8, &rs);
+    FMT_CHECK(FMMaskHash_Private(m2) == h8, "two masks of the same bounds hash differently: %#llx and %#llx",
+              (unsigned long long)FMMaskHash_Private(m2), (unsigned long long)h8);
+    FMT_CALL(FMMaskDestroy(&m2));
     FMT_CALL(FMMaskDestroy(&m));
   }
   /* explicit sliding windows of any width >= 1, including windows not a multiple of the block */

@@ -382,6 +382,14 @@ static void compute_hash(FMMask m)
   if (m->mask_batch > 1) h = FMHash_Private(h, &m->mask_batch, sizeof(int));
   for (int b = 0; b < 4; b++) h = FMHash_Private(h, m->bnd[b], sizeof(int32_t) * FM_MASK_NG(m) * m->seqlen_k);
   m->hash = h;
+  m->hash_valid = 1;
+}
+
+/* FMMaskHash_Private - see fmimpl.h. */
+uint64_t FMMaskHash_Private(FMMask m)
+{
+  if (!m->hash_valid) compute_hash(m);
+  return m->hash;
 }
 
 static FMErrorCode setup_local(FMMask m)
@@ -391,7 +399,7 @@ static FMErrorCode setup_local(FMMask m)
   FMCall(FMMaskBuild_Private(m));
   FMCall(FMMaskValidate_Private(m));
   FMCall(FMMaskComputeSummaries_Private(m));
-  compute_hash(m);
+  m->hash_valid = 0; /* the bounds changed: computed at SetUp where ranks agree on it, else when asked for */
   return FM_SUCCESS;
 }
 
@@ -416,13 +424,15 @@ static FMErrorCode setup_mask(void *obj)
   FMMask mask = (FMMask)obj;
   FMErrorCode ierr = FM_SUCCESS;
   FMBool view = FM_FALSE;
-  int redo = 0;
+  int redo = 0, size = 1;
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
   FMCall(FMAgreeAny(mask->hdr.comm, !mask->hdr.setupcalled, &redo));
   if (!redo) return FM_SUCCESS;
   if (!mask->hdr.setupcalled) ierr = setup_local(mask);
   FMAgreeGoto(mask->hdr.comm);
-  FMCallGoto(FMAgreeSame(mask->hdr.comm, mask->hash, "the mask (its sizes, type, causal flag, block size and bounds)"));
+  MPI_Comm_size(mask->hdr.comm, &size);
+  if (size > 1) /* one rank: nothing to agree on, the hash waits until asked for */
+    FMCallGoto(FMAgreeSame(mask->hdr.comm, FMMaskHash_Private(mask), "the mask (its sizes, type, causal flag, block size and bounds)"));
   mask->hdr.setupcalled = 1;
   mask->state++;
   FMCallGoto(FMOptionsPushPrefix_Private(mask->hdr.prefix)); /* -a_fm_mask_view for prefix a_ */

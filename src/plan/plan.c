@@ -296,6 +296,8 @@ static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
 {
   const FMMask m = plan->mask;
   const int ok = m && m->hdr.setupcalled;
+  int size = 1;
+  MPI_Comm_size(plan->hdr.comm, &size); /* one rank: the fields are compared with nobody (FMPlanAgree_Private) */
   const FMPlanField x[] = {{"batch", FM_PLAN_FIELD_INT, plan->batch, 0},
                            {"heads_q", FM_PLAN_FIELD_INT, plan->heads_q, 0},
                            {"heads_kv", FM_PLAN_FIELD_INT, plan->heads_kv, 0},
@@ -306,7 +308,7 @@ static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
                            {"seqlen_k (of the mask)", FM_PLAN_FIELD_INT, ok ? m->seqlen_k : -1, 0},
                            {"mask_heads (of the mask)", FM_PLAN_FIELD_INT, ok ? m->mask_heads : -1, 0},
                            {"mask_batch (of the mask)", FM_PLAN_FIELD_INT, ok ? m->mask_batch : -1, 0},
-                           {"the mask's hash (its bounds)", FM_PLAN_FIELD_HASH, ok ? (long long)m->hash : 0, 0},
+                           {"the mask's hash (its bounds)", FM_PLAN_FIELD_HASH, ok && size > 1 ? (long long)FMMaskHash_Private(m) : 0, 0},
                            {"the backend (FMBackend)", FM_PLAN_FIELD_INT, (long long)plan->ctx->backend, 0},
                            {"check_finite (FMPlanSetCheckFinite, -fm_check_finite)", FM_PLAN_FIELD_INT, plan->check_finite, 0},
                            {"deterministic (FMPlanSetDeterministic, -fm_deterministic)", FM_PLAN_FIELD_INT, plan->deterministic, 0}};

@@ -364,9 +364,12 @@ struct _p_FMMask {
    * bound vectors bnd[0..3] (int32 [mask_batch][mask_heads][seqlen_k] each, absent ones in
    * their default form). Two set-up masks with
    * the same hash have (up to a 64-bit collision) the same tiles, so a plan may hash this value
-   * instead of re-hashing the bounds. Valid while hdr.setupcalled; 0 before the first SetUp.
+   * instead of re-hashing the bounds. Read it through FMMaskHash_Private: on a one-rank
+   * communicator there is nothing to agree on, so SetUp leaves it to be computed when first
+   * asked for (hash_valid 0), which a training loop's new mask every step never pays for.
    */
   uint64_t hash;
+  int hash_valid;
   /* summaries */
   int block;              /* block size (both axes), default 128 */
   int nblocks_k;          /* ceil(seqlen_k / block) */
@@ -402,6 +405,8 @@ FMErrorCode FMMaskValidate_Private(FMMask m);
 /* Fill the kernels' view of a set-up mask (borrowed pointers into m). */
 struct FMMaskDesc_s;
 FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc);
+/* FMMaskHash_Private - mask->hash of a set-up mask, computed here when SetUp left it (one rank). Not collective. */
+uint64_t FMMaskHash_Private(FMMask m);
 
 /* ---------------- HDF5 files: the shared helpers (FMH5*) are in fmh5.h ---------------- */
 

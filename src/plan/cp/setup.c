@@ -41,8 +41,11 @@ static uint64_t plan_hash(FMPlan plan, const FMMaskDesc *m, uint64_t shape)
   double sc = plan->scale;
   h = FMHash_Private(h, v, sizeof(v));
   h = FMHash_Private(h, &sc, sizeof(sc));
-  /* the mask's own hash (sizes, type, causal, bounds), computed and agreed at FMMaskSetUp */
-  h = FMHash_Private(h, &plan->mask->hash, sizeof(plan->mask->hash));
+  /* the mask's own hash (sizes, type, causal, bounds), agreed at FMMaskSetUp on several ranks */
+  {
+    const uint64_t mh = FMMaskHash_Private(plan->mask);
+    h = FMHash_Private(h, &mh, sizeof(mh));
+  }
   return h;
 }
 

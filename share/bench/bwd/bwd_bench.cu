@@ -1,6 +1,6 @@
 /*
  * bwd_bench.cu - standalone development harness of the GPU backward (fmbwd.h): no MPI, no
- * library. Builds random inputs and a few column-bound masks itself (with the device form the
+ * library. Builds random inputs and the harnesses' column-bound masks (../harness.h, with the device form the
  * CUDA prepass produces: packed bounds and block summaries), checks dq, dk, dv against a float64
  * CPU reference (forward and backward), and times the backward with CUDA events.
  *
@@ -26,88 +26,7 @@
 #include <flashmask/private/fmbwd.h>
 #include "../../../src/kernels/sm90/bwd_sm90.cuh" /* the walk, to count steps on the host */
 
-#define CK(x)                                                                                     \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
-      exit(1);                                                                                    \
-    }                                                                                             \
-  } while (0)
-
-enum MaskKind { M_FULL, M_CAUSAL, M_SWA, M_DOC, M_PREFIX, M_RANDOM, M_NKIND };
-static const char *mask_name[] = {"full", "causal", "sliding_window", "causal_document", "prefix_lm", "random_heads"};
-
-struct HostMask {
-  int Sq, Sk, H, causal;
-  std::vector<int> lts, lte, uts, ute; /* [H][Sk] */
-};
-
-static unsigned long long rng_state = 0x1234567ull;
-static int g_window = 300; /* sliding window size of M_SWA; 0 in the sweep: every key masked */
-static double urand()
-{
-  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-  return (double)(rng_state >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* Column bounds of a mask kind (rows [lts, lte) and [uts, ute) of column j masked). */
-static HostMask build_mask(MaskKind kind, int Sq, int Sk, int H)
-{
-  HostMask m;
-  m.Sq = Sq;
-  m.Sk = Sk;
-  m.H = H;
-  m.causal = kind == M_CAUSAL || kind == M_SWA || kind == M_DOC;
-  const size_t n = (size_t)H * Sk;
-  m.lts.assign(n, Sq);
-  m.lte.assign(n, Sq);
-  m.uts.assign(n, Sq);
-  m.ute.assign(n, Sq);
-  const int off = Sk - Sq;
-  for (int h = 0; h < H; h++) {
-    int r0 = (int)(urand() * Sq * 0.8), r1 = std::min(Sq, r0 + 1 + (int)(urand() * 40)); /* fully masked rows */
-    for (int j = 0; j < Sk; j++) {
-      const size_t o = (size_t)h * Sk + j;
-      switch (kind) {
-      case M_SWA: { /* window W: row i sees j iff j <= i + off and i + off - j < W */
-        m.lts[o] = g_window ? std::max(0, std::min(Sq, j - off + g_window)) : 0;
-        break;
-      }
-      case M_DOC: { /* documents of ~700 keys: rows past the document's end masked */
-        const int dend = std::min(Sk, (j / 700 + 1) * 700);
-        m.lts[o] = std::max(0, std::min(Sq, dend - off));
-        break;
-      }
-      case M_PREFIX: { /* keys below 500 visible to all, the rest causal */
-        if (j >= 500) {
-          m.uts[o] = 0;
-          m.ute[o] = std::max(0, std::min(Sq, j - off));
-        }
-        break;
-      }
-      case M_RANDOM: {
-        int a = (int)(urand() * Sq), b = (int)(urand() * Sq);
-        if (a > b) std::swap(a, b);
-        m.lts[o] = a;
-        m.lte[o] = b;
-        if (urand() < 0.03) m.lts[o] = 0, m.lte[o] = Sq; /* fully masked column */
-        m.uts[o] = r0;
-        m.ute[o] = r1;
-        break;
-      }
-      default: break;
-      }
-    }
-  }
-  return m;
-}
-
-static inline bool masked(const HostMask &m, int h, int i, int j)
-{
-  const size_t o = (size_t)h * m.Sk + j;
-  return (i >= m.lts[o] && i < m.lte[o]) || (i >= m.uts[o] && i < m.ute[o]) || (m.causal && j > i + m.Sk - m.Sq);
-}
+#include "../harness.h" /* CK, the masks, rho, the conversions, the event timing */
 
 /* The device form: packed {lts, lte, uts, ute} per column (padding fully masked), summaries. */
 struct DevMask {
@@ -119,9 +38,9 @@ static DevMask upload_mask(const HostMask &m)
 {
   DevMask d;
   d.nblk = (m.Sk + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N;
-  std::vector<int4> pk((size_t)m.H * d.nblk * FMBWD_BLOCK_N);
-  std::vector<int32_t> sm((size_t)m.H * d.nblk * 8);
-  for (int h = 0; h < m.H; h++)
+  std::vector<int4> pk((size_t)m.rows() * d.nblk * FMBWD_BLOCK_N);
+  std::vector<int32_t> sm((size_t)m.rows() * d.nblk * 8);
+  for (int h = 0; h < m.rows(); h++)
     for (int kb = 0; kb < d.nblk; kb++) {
       int mn[4] = {INT_MAX, INT_MAX, INT_MAX, INT_MAX}, mx[4] = {INT_MIN, INT_MIN, INT_MIN, INT_MIN};
       for (int t = 0; t < FMBWD_BLOCK_N; t++) {
@@ -145,62 +64,6 @@ static DevMask upload_mask(const HostMask &m)
   CK(cudaMemcpy(d.packed, pk.data(), pk.size() * sizeof(int4), cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d.sum, sm.data(), sm.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   return d;
-}
-
-/* Whether every row of [m0, m1) is masked in column j of head h: the column's masked rows are
-   [lts, lte), [uts, ute) and, when causal, the rows above the diagonal [0, j - (Sk - Sq)). */
-static bool rows_masked(const HostMask &m, int h, int j, int m0, int m1)
-{
-  const size_t o = (size_t)h * m.Sk + j;
-  const int a[3] = {m.lts[o], m.uts[o], 0}, b[3] = {m.lte[o], m.ute[o], m.causal ? j - (m.Sk - m.Sq) : 0};
-  int cur = m0;
-  for (bool moved = true; cur < m1 && moved;) {
-    moved = false;
-    for (int t = 0; t < 3; t++)
-      if (a[t] <= cur && cur < b[t]) cur = b[t], moved = true;
-  }
-  return cur >= m1;
-}
-
-/* rho of the FlashMask FLOP convention (the library's block sparsity, doc/performance.md): the
-   fraction of 128 x 128 tiles of head h, the last ones short, with every element masked. */
-static double block_sparsity(const HostMask &m, int h)
-{
-  const int bs = 128, nqb = (m.Sq + bs - 1) / bs, nkb = (m.Sk + bs - 1) / bs;
-  long skipped = 0;
-#pragma omp parallel for reduction(+ : skipped) schedule(dynamic, 4)
-  for (int qb = 0; qb < nqb; qb++)
-    for (int kb = 0; kb < nkb; kb++) {
-      bool all = true;
-      for (int j = kb * bs; j < std::min(m.Sk, (kb + 1) * bs) && all; j++) all = rows_masked(m, h, j, qb * bs, std::min(m.Sq, (qb + 1) * bs));
-      skipped += all;
-    }
-  return (double)skipped / ((double)nqb * nkb);
-}
-
-static float h2f(uint16_t x, int f16)
-{
-  if (f16) {
-    __half h;
-    memcpy(&h, &x, 2);
-    return __half2float(h);
-  }
-  uint32_t u = (uint32_t)x << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint16_t f2h(float x, int f16)
-{
-  uint16_t r;
-  if (f16) {
-    __half h = __float2half_rn(x);
-    memcpy(&r, &h, 2);
-  } else {
-    __nv_bfloat16 h = __float2bfloat16_rn(x);
-    memcpy(&r, &h, 2);
-  }
-  return r;
 }
 
 struct Case {
@@ -453,24 +316,11 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
     void *ws;
     CK(cudaMalloc(&ws, FMGpuBackwardWorkspace(&p)));
     p.workspace = ws;
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     /* a warm-up, then the median of reps event-timed calls, sorted into ms */
     auto time_calls = [&](std::vector<float> &ms) {
       CK(FMGpuBackward(&p, 0));
       CK(cudaDeviceSynchronize());
-      for (int r = 0; r < reps; r++) {
-        CK(cudaEventRecord(e0));
-        CK(FMGpuBackward(&p, 0));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float t;
-        CK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-      }
-      std::sort(ms.begin(), ms.end());
-      return ms[ms.size() / 2];
+      return time_median(reps, ms, [&] { CK(FMGpuBackward(&p, 0)); });
     };
     std::vector<float> ms, dms;
     const float med = time_calls(ms);
@@ -490,7 +340,6 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
              flops / (dmed * 1e-3) / 1e12, dmed / med);
     fflush(stdout);
     cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
   }
   for (int t = 0; t < 8; t++) cudaFree(buf[t]);
   cudaFree(lse);

@@ -5,7 +5,7 @@
 # the ratio of the better runs (new / base) per row. Run from the top of the tree.
 # BASE is a directory holding another version's include/, src/kernels/ (and, when its interface
 # differs, its own share/bench/fwd/), for instance made here before the device call with
-#   mkdir ab_base && git archive BASE_COMMIT include src/kernels share/bench/fwd | tar -x -C ab_base
+#   mkdir ab_base && git archive BASE_COMMIT include src/kernels share/bench/fwd share/bench/harness.h | tar -x -C ab_base
 # (an untracked directory travels with the working tree). Without share/bench/fwd in BASE this
 # tree's harness is used. Usage: sh share/bench/fwd/ab.sh BASE [reps]; logs in $OUT.
 base=${1:?usage: ab.sh BASE [reps]}
@@ -13,6 +13,7 @@ reps=${2:-10}
 OUT=${OUT:-.}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-16}
 [ -f "$base/share/bench/fwd/fwd_bench.cu" ] || { mkdir -p "$base/share/bench" && cp -r share/bench/fwd "$base/share/bench/"; }
+[ -f "$base/share/bench/harness.h" ] || cp share/bench/harness.h "$base/share/bench/"
 build() {
   (cd "$1" && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude -Xcompiler -fopenmp \
     share/bench/fwd/fwd_bench.cu src/kernels/cuda_mask.cu src/kernels/sm90/fwd_sm90.cu src/kernels/simt/fwd_fallback.cu \

@@ -1,6 +1,6 @@
 /*
  * fwd_bench.cu - standalone development harness of the GPU forward (fmgpu.cuh): no MPI, no
- * library build. Builds random inputs and column-bound masks itself (fwd_masks.h), makes their
+ * library build. Builds random inputs and column-bound masks itself (../harness.h), makes their
  * device form with the library's own prepass (FMGpuMaskCreate, cuda_mask.cu), fills
  * FMGpuFwdParams as src/kernels/cuda.cu does and takes the same dispatch (the Hopper kernel on
  * sm_90 when FMSm90ForwardSupported, else the SIMT fallback). Checks O and LSE against a float64
@@ -28,16 +28,7 @@
 #include <omp.h>
 #include "../../../src/kernels/fmgpu.cuh"
 #include "../../../src/kernels/sm90/fwd_sm90.cuh"
-#include "fwd_masks.h"
-
-#define CK(x)                                                                                     \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
-      exit(1);                                                                                    \
-    }                                                                                             \
-  } while (0)
+#include "../harness.h"
 
 static int g_sm90 = 0; /* the current device is sm_90 (the library's condition for the Hopper kernel) */
 
@@ -273,27 +264,13 @@ static void bench_case(int S, MaskKind kind, int D, int H, int reps, int Hkv = 0
   const double rho = block_sparsity(m, 0), flops = std::max(1.0, 4.0 * B * H * (double)S * S * D * (1.0 - rho));
   FMGpuFwdParams gp;
   fill(&gp, dm, B, H, Hkv, D, 0, 1.f / sqrtf((float)D), S, g_buf[0], g_buf[1], g_buf[2], g_buf[3], NULL, 0, g_lse);
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  int path = forward(&gp, 0);
+  int path = forward(&gp, 0); /* the warm-up */
   CK(cudaDeviceSynchronize());
   std::vector<float> ms;
-  for (int r = 0; r < reps; r++) {
-    CK(cudaEventRecord(e0));
-    path &= forward(&gp, 0);
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float t;
-    CK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  const float med = ms[ms.size() / 2];
+  const float med = time_median(reps, ms, [&] { path &= forward(&gp, 0); });
   printf("bench S=%-6d B=%-3d H=%-3d kv=%-3d d=%-3d %-16s %9.3f ms %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f %s\n", S, B,
          H, Hkv, D, mask_name[kind], med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho, path ? "sm90" : "fallback");
   fflush(stdout);
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
   FMGpuMaskDestroy(dm);
 }
 

@@ -1,9 +1,10 @@
 /*
- * fwd_masks.h - host half of the forward harness (fwd_bench.cu): the column-bound masks it
- * builds, the element test, rho of the FlashMask FLOP convention (fraction of fully masked
- * 128 x 128 tiles) and the bf16/fp16 conversions. The same mask kinds as share/bench/bwd
- * (full, causal, sliding window, causal document, prefix LM, random intervals) plus share
- * question. Host only, included once.
+ * harness.h - what the kernels' two development harnesses (share/bench/bwd/bwd_bench.cu,
+ * share/bench/fwd/fwd_bench.cu) share on the host: the CUDA check macro, the random numbers,
+ * the column-bound masks they build (full, causal, sliding window, causal document, prefix LM,
+ * random intervals, share question), the element test, rho of the FlashMask FLOP convention
+ * (fraction of fully masked 128 x 128 tiles), the bf16/fp16 conversions and the event timing.
+ * Host only, included once per harness.
  */
 #pragma once
 #include <cuda_bf16.h>
@@ -13,6 +14,18 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+
+#define CK(x)                                                                                     \
+  do {                                                                                            \
+    cudaError_t e_ = (x);                                                                         \
+    if (e_ != cudaSuccess) {                                                                      \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
+      exit(1);                                                                                    \
+    }                                                                                             \
+  } while (0)
 
 enum MaskKind { M_FULL, M_CAUSAL, M_SWA, M_DOC, M_PREFIX, M_RANDOM, M_SQ, M_NKIND };
 static const char *mask_name[] = {"full",      "causal",       "sliding_window", "causal_document",
@@ -28,6 +41,7 @@ struct HostMask {
 };
 
 static unsigned long long rng_state = 0x1234567ull;
+static int g_window = 300; /* sliding window size of M_SWA (diagonal included); 0: every key masked (the backward's sweep) */
 static double urand()
 {
   rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
@@ -52,7 +66,7 @@ static HostMask build_mask(MaskKind kind, int Sq, int Sk, int heads, int batch =
     for (int j = 0; j < Sk; j++) {
       const size_t o = (size_t)h * Sk + j;
       switch (kind) {
-      case M_SWA: m.lts[o] = clip(j - off + 300, 0, Sq); break; /* window of 300 keys, diagonal included */
+      case M_SWA: m.lts[o] = g_window ? clip(j - off + g_window, 0, Sq) : 0; break; /* window of g_window keys, diagonal included */
       case M_DOC: m.lts[o] = clip(std::min(Sk, (j / 700 + 1) * 700) - off, 0, Sq); break; /* documents of 700 keys */
       case M_PREFIX: /* keys below 500 visible to all, the rest causal */
         if (j >= 500) m.uts[o] = 0, m.ute[o] = clip(j - off, 0, Sq);
@@ -145,4 +159,26 @@ static uint16_t f2h(float x, int f16)
 {
   if (f16) return ((__half_raw)__float2half_rn(x)).x;
   return ((__nv_bfloat16_raw)__float2bfloat16_rn(x)).x;
+}
+
+/* The median of reps event-timed runs of call() on the default stream (ms, sorted: front and back
+   are the fastest and slowest); warm up before. */
+template <class F> static float time_median(int reps, std::vector<float> &ms, F call)
+{
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  ms.clear();
+  for (int r = 0; r < reps; r++) {
+    CK(cudaEventRecord(e0));
+    call();
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float t;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
 }

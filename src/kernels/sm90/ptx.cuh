@@ -67,6 +67,37 @@ __device__ __forceinline__ void mbar_wait_s(uint32_t addr, uint32_t parity)
   } while (!ok);
 }
 
+/* Order this thread's generic-proxy shared-memory accesses before later async-proxy ones (TMA,
+   bulk copies, wgmma operands) that the barriers after it release. */
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+/* Shared-memory accesses through 32-bit addresses (the compiler would otherwise hoist and spill
+   64-bit generic addresses of these loop-invariant patterns). */
+__device__ __forceinline__ void st_u32(uint32_t a, uint32_t v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory"); }
+__device__ __forceinline__ void st_f2(uint32_t a, float x, float y)
+{
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");
+}
+__device__ __forceinline__ float2 ld_f2(uint32_t a)
+{
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ int ld_s32(uint32_t a)
+{
+  int v;
+  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ int2 ld_s2(uint32_t a)
+{
+  int2 v;
+  asm volatile("ld.shared.v2.s32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
+  return v;
+}
+
 /* ---------------- TMA ---------------- */
 __device__ __forceinline__ void tma_load_5d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,
                                             int c3, int c4)

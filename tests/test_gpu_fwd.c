@@ -6,7 +6,10 @@
  * and 2:1, S_q != S_k (bottom-right causal), odd lengths (1000, 4099), head dims 64/128/256
  * (on sm 90 the Hopper kernel must run them: path checked),
  * bf16 and fp16, and the SIMT fallback forced through -fm_cuda_fallback on shapes the Hopper
- * kernel covers. The reference masks each element from the bounds FMMaskGetBounds returns, by
+ * kernel covers. The persistent Hopper forward (-fm_sm90_schedule static / dynamic) runs the
+ * masks and shapes again (S = 1, 130, 4099, B*H = 1, rows with no visible key, GQA, fp32 O and
+ * the merge), also with 2 or 3 CTAs so that each CTA runs many tiles (path 2 checked on sm 90;
+ * d = 256 must stay on the one-CTA-per-tile kernel). The reference masks each element from the bounds FMMaskGetBounds returns, by
  * the format's definition. Rows are sampled for the reference on long sequences; O and LSE are
  * checked for NaN everywhere. Non-finite inputs (a NaN in Q, Inf in K, +-1e30 in a Q row) give
  * the CPU backend's non-finite rows and leave the others as the CPU computes them; the fp32 merge
@@ -47,7 +50,14 @@ typedef struct {
   int mask, B, Sq, Sk, Hq, Hkv, mh, D;
   FMDType dt;
   int force_fallback;
+  int sched, ctas; /* -fm_sm90_schedule (FM_GPU_SCHED_*: 0 grid, 1 static, 2 dynamic), -fm_sm90_ctas */
 } Case;
+
+static const char *const sched_name[3] = {"grid", "static", "dynamic"};
+
+/* The path FMCudaLastPath_Private must report on sm 90 (1: one CTA per tile, 2: persistent). */
+static int sm90_path(int sched, int D) { return sched && D != 256 ? 2 : 1; }
+static const char *path_name(int path) { return path == 2 ? "sm90p" : path == 1 ? "sm90" : "fallback"; }
 
 static double uni(uint64_t *s) { return ((double)(fmt_next(s) >> 11) / 9007199254740992.0) * 2.0 - 1.0; }
 static int uint_in(uint64_t *s, int lo, int hi) { return lo + (int)(fmt_next(s) % (uint64_t)(hi - lo + 1)); } /* [lo, hi] */
@@ -153,6 +163,8 @@ static int run_case(FMContext ctx, FMContext fctx, const Case *c, uint64_t seed,
   p.nk = Sk;
   p.mask = md;
   p.opts = (c->force_fallback ? fctx : ctx)->kopts; /* as FMPlanGetProblem_Private; fctx has -fm_cuda_fallback */
+  p.opts.sm90_schedule = c->sched;
+  p.opts.sm90_ctas = c->ctas;
   FMT_CALL(FMCudaForward(&p, dmask, dq, dk, dv, dout, dl, NULL));
   path = FMCudaLastPath_Private;
   FMT_CALL(FMCudaMemcpyD2H(ho, dout, nq * es, NULL));
@@ -225,13 +237,13 @@ static int run_case(FMContext ctx, FMContext fctx, const Case *c, uint64_t seed,
     /* and a forced fallback must have run the fallback, an unforced case on sm 90 the Hopper kernel */
     const int want_sm90 = dev_sm == 90 && !c->force_fallback && (D == 64 || D == 128 || D == 256);
     const int ok = nan_o == 0 && nan_l == 0 && bad_masked == 0 && rel <= tol && lse_err <= 1.0 && !isnan(rel) &&
-                   !(c->force_fallback && path != 0) && !(want_sm90 && path != 1);
+                   !(c->force_fallback && path != 0) && !(want_sm90 && path != sm90_path(c->sched, D));
     if (!ok || verbose)
-      printf("%-4s %-22s B=%d Sq=%-5d Sk=%-5d Hq=%d Hkv=%d mh=%d D=%-3d %s path=%-8s rel=%.2e lse/tol=%.2f nanO=%d nanL=%d "
-             "badmasked=%d rows=%d\n",
-             ok ? "ok" : "FAIL", mname(c->mask), B, Sq, Sk, Hq, Hkv, mh, D, FMDTypeName(c->dt),
-             path == 1 ? "sm90" : "fallback", rel, lse_err, nan_o, nan_l, bad_masked, rows_checked);
-    FMT_CHECK(ok, "case %s D=%d %s failed", mname(c->mask), D, FMDTypeName(c->dt));
+      printf("%-4s %-22s B=%d Sq=%-5d Sk=%-5d Hq=%d Hkv=%d mh=%d D=%-3d %s %s/%d path=%-8s rel=%.2e lse/tol=%.2f nanO=%d "
+             "nanL=%d badmasked=%d rows=%d\n",
+             ok ? "ok" : "FAIL", mname(c->mask), B, Sq, Sk, Hq, Hkv, mh, D, FMDTypeName(c->dt), sched_name[c->sched], c->ctas,
+             path_name(path), rel, lse_err, nan_o, nan_l, bad_masked, rows_checked);
+    FMT_CHECK(ok, "case %s D=%d %s schedule %s failed", mname(c->mask), D, FMDTypeName(c->dt), sched_name[c->sched]);
     fails = !ok;
   }
   FMT_CALL(FMCudaMaskFree(dmask));
@@ -275,7 +287,7 @@ static FMMask plain_mask(FMContext ctx, int Sq, int Sk, int all)
  * every other row finite and close. Then the fp32 path: FMCudaForwardF32 (merge 0), then a merge
  * with a part that sees nothing: O and LSE unchanged (NaN rows stay NaN, masked rows -inf).
  */
-static int run_nonfinite(FMContext ctx, FMContext fctx, int D, FMDType dt, int fb)
+static int run_nonfinite(FMContext ctx, FMContext fctx, int D, FMDType dt, int fb, int sched, int ctas)
 {
   const int B = 1, Sq = 300, Sk = 200, Hq = 2, Hkv = 1, big_row = 250, big_head = 1;
   const size_t nq = (size_t)B * Sq * Hq * D, nk = (size_t)B * Sk * Hkv * D, nl = (size_t)B * Hq * Sq, es = FMDTypeSize(dt);
@@ -307,6 +319,8 @@ static int run_nonfinite(FMContext ctx, FMContext fctx, int D, FMDType dt, int f
   p.batch = B; p.heads_q = Hq; p.heads_kv = Hkv; p.head_dim = D; p.dtype = dt; p.scale = 1.0f / sqrtf((float)D);
   p.nq = Sq; p.nk = Sk; p.mask = md;
   p.opts = (fb ? fctx : ctx)->kopts;
+  p.opts.sm90_schedule = sched;
+  p.opts.sm90_ctas = ctas;
   FMT_CALL(FMCPUForward(&p, hq_, hk, hv, co, dt, cl));
   FMT_CALL(FMCudaMalloc(nq * es, &dq));
   FMT_CALL(FMCudaMalloc(nk * es, &dk));
@@ -366,10 +380,11 @@ static int run_nonfinite(FMContext ctx, FMContext fctx, int D, FMDType dt, int f
   }
   {
     const double rel = den > 0 ? sqrt(num / den) : INFINITY, tol = dt == FM_DTYPE_BF16 ? 2e-2 : 5e-3;
-    const int ok = bad == 0 && bad_merge == 0 && rel <= tol && nonfinite_rows > 0 && !(fb && path != 0);
-    printf("%-4s non-finite inputs D=%-3d %s path=%-8s rows bad %d, non-finite rows %d, merge bad %d, rel=%.2e\n", ok ? "ok" : "FAIL", D,
-           FMDTypeName(dt), path == 1 ? "sm90" : "fallback", bad, nonfinite_rows, bad_merge, rel);
-    FMT_CHECK(ok, "non-finite inputs D=%d %s fallback=%d failed", D, FMDTypeName(dt), fb);
+    const int want = dev_sm == 90 && !fb ? sm90_path(sched, D) : -1;
+    const int ok = bad == 0 && bad_merge == 0 && rel <= tol && nonfinite_rows > 0 && !(fb && path != 0) && !(want > 0 && path != want);
+    printf("%-4s non-finite inputs D=%-3d %s %s/%d path=%-8s rows bad %d, non-finite rows %d, merge bad %d, rel=%.2e\n",
+           ok ? "ok" : "FAIL", D, FMDTypeName(dt), sched_name[sched], ctas, path_name(path), bad, nonfinite_rows, bad_merge, rel);
+    FMT_CHECK(ok, "non-finite inputs D=%d %s fallback=%d schedule %s failed", D, FMDTypeName(dt), fb, sched_name[sched]);
   }
   FMT_CALL(FMCudaMaskFree(dmask));
   FMT_CALL(FMCudaMaskFree(dmask0));
@@ -383,7 +398,7 @@ static int run_nonfinite(FMContext ctx, FMContext fctx, int D, FMDType dt, int f
 int main(int argc, char **argv)
 {
   int ndev = 0, ncase = 0, only = -1, quick = 0;
-  Case cs[64];
+  Case cs[128];
   uint64_t seed = (uint64_t)time(NULL);
   FMContext ctx, fctx;
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_fwd: CUDA forward against a float64 reference"));
@@ -418,6 +433,27 @@ int main(int argc, char **argv)
   FMT_CALL(FMOptionsSetValue("-fm_cuda_fallback", "0"));
   FMT_CHECK(fctx->kopts.cuda_fallback == 1 && ctx->kopts.cuda_fallback == 0, "-fm_cuda_fallback read as %d (default %d)",
             fctx->kopts.cuda_fallback, ctx->kopts.cuda_fallback);
+  FMT_CHECK(ctx->kopts.sm90_schedule == 0 && ctx->kopts.sm90_ctas == 0, "default schedule %d, ctas %d; expected grid, 0",
+            ctx->kopts.sm90_schedule, ctx->kopts.sm90_ctas);
+  {
+    /* -fm_sm90_schedule and -fm_sm90_ctas as a context reads them; a bad name is an error naming it */
+    FMContext sctx;
+    FMErrorCode e;
+    FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "dynamic"));
+    FMT_CALL(FMOptionsSetValue("-fm_sm90_ctas", "3"));
+    FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &sctx));
+    FMT_CALL(FMContextSetFromOptions(sctx));
+    FMT_CHECK(sctx->kopts.sm90_schedule == 2 && sctx->kopts.sm90_ctas == 3,
+              "-fm_sm90_schedule dynamic -fm_sm90_ctas 3 read as %d, %d", sctx->kopts.sm90_schedule, sctx->kopts.sm90_ctas);
+    FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "sideways"));
+    FMT_CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
+    e = FMContextSetFromOptions(sctx);
+    FMT_CALL(FMPopErrorHandler());
+    FMT_CHECK(e == FM_ERR_OPT, "-fm_sm90_schedule sideways gave %d; expected FM_ERR_OPT", (int)e);
+    FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "grid"));
+    FMT_CALL(FMOptionsSetValue("-fm_sm90_ctas", "0"));
+    FMT_CALL(FMContextDestroy(&sctx));
+  }
   /* the 12 masks: odd lengths, GQA 2:1 and 4:1, d = 64/128, bf16/fp16 */
   for (int t = 0; t < 12; t++) {
     Case c = {t, 2, 1000, 1000, 4, 2, 1, 128, FM_DTYPE_BF16, 0};
@@ -455,6 +491,30 @@ int main(int argc, char **argv)
   { Case c = {M_CAUSAL, 1, 1500, 700, 2, 1, 1, 128, FM_DTYPE_BF16, 1}; cs[ncase++] = c; }
   { Case c = {M_SHARE_QUESTION, 1, 1000, 1000, 2, 1, 1, 256, FM_DTYPE_BF16, 1}; cs[ncase++] = c; }
 
+  /* the persistent forward: every case above but the forced fallback and d = 256 with the
+     dynamic scheduler, one CTA per SM; then odd shapes, rows with no visible key (S_q > S_k
+     causal), many tiles per CTA (2 or 3 CTAs), both schedules, and d = 256, which must stay on
+     the one-CTA-per-tile kernel */
+  {
+    const int nbase = ncase;
+    for (int i = 0; i < nbase; i++)
+      if (!cs[i].force_fallback && cs[i].D != 256) {
+        Case c = cs[i];
+        c.sched = 2;
+        cs[ncase++] = c;
+      }
+  }
+  { Case c = {M_CAUSAL, 1, 1, 1, 1, 1, 1, 128, FM_DTYPE_BF16, 0, 1, 3}; cs[ncase++] = c; }
+  { Case c = {M_FULL, 3, 130, 70, 2, 1, 1, 128, FM_DTYPE_FP16, 0, 1, 3}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL, 1, 4099, 4099, 1, 1, 1, 128, FM_DTYPE_BF16, 0, 2, 0}; cs[ncase++] = c; } /* B * H = 1 */
+  { Case c = {M_CAUSAL, 1, 4099, 4099, 1, 1, 1, 64, FM_DTYPE_FP16, 0, 1, 2}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL, 1, 1500, 700, 4, 1, 1, 128, FM_DTYPE_FP16, 0, 2, 3}; cs[ncase++] = c; }
+  { Case c = {M_SHARE_QUESTION, 2, 1000, 1000, 4, 2, 1, 64, FM_DTYPE_BF16, 0, 2, 2}; cs[ncase++] = c; }
+  { Case c = {M_USER_RANDOM, 2, 1000, 1000, 8, 2, 2, 128, FM_DTYPE_BF16, 0, 1, 3}; cs[ncase++] = c; }
+  { Case c = {M_RANDOM_EVICTION, 2, 1000, 1000, 4, 2, 2, 128, FM_DTYPE_FP16, 0, 2, 3}; cs[ncase++] = c; }
+  { Case c = {M_SLIDING_WINDOW, 1, 4099, 4099, 2, 1, 1, 128, FM_DTYPE_BF16, 0, 1, 0}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL, 1, 4099, 4099, 4, 1, 1, 256, FM_DTYPE_BF16, 0, 2, 0}; cs[ncase++] = c; }
+
   int fails = 0, run = 0;
   for (int i = 0; i < ncase; i++) {
     if (only >= 0 && i != only) continue;
@@ -464,11 +524,13 @@ int main(int argc, char **argv)
   }
   /* non-finite inputs: the Hopper kernel (D 64, 128, 256) and the fallback (D 128 forced) */
   if (only < 0) {
-    fails += run_nonfinite(ctx, fctx, 64, FM_DTYPE_BF16, 0);
-    fails += run_nonfinite(ctx, fctx, 128, FM_DTYPE_FP16, 0);
-    fails += run_nonfinite(ctx, fctx, 128, FM_DTYPE_BF16, 1);
-    fails += run_nonfinite(ctx, fctx, 256, FM_DTYPE_FP16, 0);
-    run += 4;
+    fails += run_nonfinite(ctx, fctx, 64, FM_DTYPE_BF16, 0, 0, 0);
+    fails += run_nonfinite(ctx, fctx, 128, FM_DTYPE_FP16, 0, 0, 0);
+    fails += run_nonfinite(ctx, fctx, 128, FM_DTYPE_BF16, 1, 0, 0);
+    fails += run_nonfinite(ctx, fctx, 256, FM_DTYPE_FP16, 0, 0, 0);
+    fails += run_nonfinite(ctx, fctx, 64, FM_DTYPE_FP16, 0, 2, 0);
+    fails += run_nonfinite(ctx, fctx, 128, FM_DTYPE_BF16, 0, 1, 2);
+    run += 6;
   }
   printf("test_gpu_fwd: %d of %d cases failed\n", fails, run);
   FMT_CALL(FMContextDestroy(&fctx));

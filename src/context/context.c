@@ -90,6 +90,14 @@ static FMErrorCode kernel_options(FMContext ctx)
   b = k->sm90_vdesc_swap ? FM_TRUE : FM_FALSE;
   FMCall(FMOptionsGetBool("-fm_sm90_vdesc_swap", "Hopper kernel: swap the V descriptor strides (diagnostic; wrong results)", &b, NULL));
   k->sm90_vdesc_swap = b == FM_TRUE;
+  {
+    static const char *const sched[] = {"grid", "static", "dynamic", NULL};
+    int c = k->sm90_ctas;
+    FMCall(FMOptionsGetEnum_Private("-fm_sm90_schedule", "Hopper forward (d = 64, 128): one CTA per query tile (grid), or one persistent CTA per SM taking tiles in turn (static) or from a counter (dynamic)", sched, &k->sm90_schedule, NULL));
+    FMCall(FMOptionsGetInt("-fm_sm90_ctas", "Hopper forward, persistent schedules: at most this many CTAs (0 = one per SM; tests)", &c, NULL));
+    FMCheck(c >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_sm90_ctas is %d; expected >= 0 (0 = one per SM)", c);
+    k->sm90_ctas = c;
+  }
   FMCall(FMOptionsGetInt("-fm_cpu_vector_width", "CPU kernels' vector width 4, 8 or 16 when the CPU runs it; 0 = the widest", &w, NULL));
   FMCheck(w == 0 || w == 4 || w == 8 || w == 16, ctx->comm, FM_ERR_ARG_OUTOFRANGE,
           "-fm_cpu_vector_width is %d; expected 0 (the widest), 4, 8 or 16", w);

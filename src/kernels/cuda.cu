@@ -147,7 +147,8 @@ FMErrorCode FMCudaMaskFree(void *dev)
 
 /* ------------------------------------------------------------------ dispatch */
 
-/* Which path the last FMCudaForward call took (for tests and fmbench): 1 sm90, 0 fallback. */
+/* Which path the last FMCudaForward call took (for tests and fmbench): 1 sm90 (one CTA per
+   tile), 2 sm90 persistent (-fm_sm90_schedule static or dynamic), 0 fallback. */
 extern "C" { int FMCudaLastPath_Private = -1; }
 
 /*
@@ -159,6 +160,8 @@ static void fill_params(const FMAttnProblem *p, const FMGpuMask *dm, const void 
 {
   FMGpuFwdParamsDense(gp, dm, p->batch, p->nq, p->nk, p->nk, p->heads_q, p->heads_kv, p->head_dim, p->dtype == FM_DTYPE_FP16, p->scale,
                       p->opts.sm90_vdesc_swap, q, k, v, o, o32, merge, lse);
+  gp->schedule = p->opts.sm90_schedule;
+  gp->ctas = p->opts.sm90_ctas;
 }
 
 /* The forward of FMCudaForward / FMCudaForwardF32: o (dtype) or o32 (fp32) receives O. */
@@ -192,7 +195,7 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
   FMCallCUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   if (major == 9 && minor == 0 && !p->opts.cuda_fallback && FMSm90ForwardSupported(&gp)) {
     FMCallCUDA(FMSm90Forward(&gp, st));
-    FMCudaLastPath_Private = 1;
+    FMCudaLastPath_Private = FMSm90ForwardPersistent(&gp) ? 2 : 1;
     return FM_SUCCESS;
   }
   FMCallCUDA(FMGpuFallbackForward(&gp, st));

@@ -54,6 +54,10 @@ typedef struct {
   int mask_batch;         /* > 1: mask row (b, mh) is b * mask_heads + mh; else mh for every sample. It sits in
                              what was the padding before vdesc_hi, so no other field moved (112 bytes, as before) */
   uint64_t vdesc_hi;      /* sm90 only: set by its launcher from FMGpuFwdParams.vdesc_swap */
+  /* sm90 persistent kernel only (set by its launcher): the dynamic scheduler's tile counter
+     (device, zero at launch; NULL: static round robin) and the batch (the grid no longer gives it) */
+  int *sched;
+  int batch;
 } FMGpuFwdCore;
 
 #ifdef __cplusplus
@@ -81,7 +85,15 @@ typedef struct {
   int batch, head_dim;
   int fp16;               /* 0 = bf16, 1 = fp16 */
   int vdesc_swap;         /* sm90 diagnostic: swap the V descriptor's LBO and SBO (-fm_sm90_vdesc_swap) */
+  int schedule;           /* sm90, d = 64 and 128: FM_GPU_SCHED_* (-fm_sm90_schedule) */
+  int ctas;               /* persistent schedules: at most this many CTAs (0: one per SM; -fm_sm90_ctas) */
 } FMGpuFwdParams;
+
+/* How the Hopper forward assigns its tiles: one CTA per tile (the grid), or a persistent CTA per
+   SM taking tiles in order (static round robin, or from an atomic counter). */
+#define FM_GPU_SCHED_GRID 0
+#define FM_GPU_SCHED_STATIC 1
+#define FM_GPU_SCHED_DYNAMIC 2
 
 /*
  * FMGpuFwdParamsDense - fill gp for today's dense layouts (above) over the device mask dm: the

@@ -31,6 +31,10 @@
 #include "../harness.h"
 
 static int g_sm90 = 0; /* the current device is sm_90 (the library's condition for the Hopper kernel) */
+/* the Hopper forward's schedule for every mode (env FWD_SCHED grid|static|dynamic, FWD_CTAS: as
+   -fm_sm90_schedule and -fm_sm90_ctas); the sched mode times all three itself */
+static int g_sched = FM_GPU_SCHED_GRID, g_ctas = 0;
+static const char *const kSchedName[3] = {"grid", "static", "dynamic"};
 
 /* The device copy of a host mask, through the library's prepass. */
 static FMGpuMask *upload(const HostMask &m)
@@ -47,14 +51,16 @@ static void fill(FMGpuFwdParams *gp, const FMGpuMask *dm, int B, int Hq, int Hkv
 {
   FMGpuFwdParamsDense(gp, dm, B, dm->seqlen_q, dm->seqlen_k, kS > 0 ? kS : dm->seqlen_k, Hq, Hkv, D, f16, scale, 0, q, k, v, o, o32, merge,
                       lse);
+  gp->schedule = g_sched;
+  gp->ctas = g_ctas;
 }
 
-/* cuda.cu's dispatch: 1 = the Hopper kernel ran, 0 = the fallback. */
+/* cuda.cu's dispatch: 1 = the Hopper kernel ran (2: its persistent form), 0 = the fallback. */
 static int forward(const FMGpuFwdParams *gp, int force_fallback)
 {
   if (g_sm90 && !force_fallback && FMSm90ForwardSupported(gp)) {
     CK(FMSm90Forward(gp, 0));
-    return 1;
+    return FMSm90ForwardPersistent(gp) ? 2 : 1;
   }
   CK(FMGpuFallbackForward(gp, 0));
   return 0;
@@ -215,10 +221,11 @@ static int run_case(const Case &c)
     }
   }
   const double eo = sqrt(e2 / (n2 > 0 ? n2 : 1));
-  const int want = g_sm90 && !c.fallback && (D == 64 || D == 128 || D == 256);
+  const int sm90 = g_sm90 && !c.fallback && (D == 64 || D == 128 || D == 256);
+  const int want = sm90 ? (g_sched != FM_GPU_SCHED_GRID && D != 256 ? 2 : 1) : 0; /* FWD_SCHED: persistent for d 64, 128 */
   const int ok = eo <= tol && el <= tol && nan == 0 && deadbad == 0 && path == want;
   printf("%-38s %-15s %-8s%s O %.2e LSE %.2e rows %zu/%d masked %ld bad %ld nan %zu  %s\n", c.name, mask_name[c.kind],
-         path ? "sm90" : "fallback", path == want ? "" : "(unexpected)", eo, el, nr, Sq, dead, deadbad, nan,
+         path == 2 ? "sm90p" : path ? "sm90" : "fallback", path == want ? "" : "(unexpected)", eo, el, nr, Sq, dead, deadbad, nan,
          ok ? "PASS" : "FAIL");
   fflush(stdout);
   cudaFree(q_), cudaFree(k_), cudaFree(v_), cudaFree(o_), cudaFree(lse_);
@@ -253,8 +260,9 @@ static void bench_alloc()
   CK(cudaDeviceSynchronize());
 }
 
-/* One timed case: bf16, B = 128K / S, one mask head; a warm-up, then the median of reps event-timed calls. */
-static void bench_case(int S, MaskKind kind, int D, int H, int reps, int Hkv = 0)
+/* One timed case: bf16, B = 128K / S, one mask head; a warm-up, then the median of reps event-timed
+   calls, in ms. sched: FM_GPU_SCHED_* (-1: FWD_SCHED's). */
+static float bench_case(int S, MaskKind kind, int D, int H, int reps, int Hkv = 0, int sched = -1)
 {
   if (Hkv <= 0) Hkv = H;
   const int B = 131072 / S;
@@ -264,14 +272,17 @@ static void bench_case(int S, MaskKind kind, int D, int H, int reps, int Hkv = 0
   const double rho = block_sparsity(m, 0), flops = std::max(1.0, 4.0 * B * H * (double)S * S * D * (1.0 - rho));
   FMGpuFwdParams gp;
   fill(&gp, dm, B, H, Hkv, D, 0, 1.f / sqrtf((float)D), S, g_buf[0], g_buf[1], g_buf[2], g_buf[3], NULL, 0, g_lse);
+  if (sched >= 0) gp.schedule = sched;
   int path = forward(&gp, 0); /* the warm-up */
   CK(cudaDeviceSynchronize());
   std::vector<float> ms;
-  const float med = time_median(reps, ms, [&] { path &= forward(&gp, 0); });
+  const float med = time_median(reps, ms, [&] { path = std::min(path, forward(&gp, 0)); });
   printf("bench S=%-6d B=%-3d H=%-3d kv=%-3d d=%-3d %-16s %9.3f ms %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f %s\n", S, B,
-         H, Hkv, D, mask_name[kind], med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho, path ? "sm90" : "fallback");
+         H, Hkv, D, mask_name[kind], med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho,
+         path == 2 ? "sm90p" : path ? "sm90" : "fallback");
   fflush(stdout);
   FMGpuMaskDestroy(dm);
+  return med;
 }
 
 static std::vector<Case> check_cases()
@@ -314,6 +325,16 @@ int main(int argc, char **argv)
 {
   const std::string mode = argc > 1 ? argv[1] : "check";
   const int reps = argc > 2 ? std::max(1, atoi(argv[2])) : 5;
+  if (const char *e = getenv("FWD_SCHED")) {
+    g_sched = -1;
+    for (int k = 0; k < 3; k++)
+      if (!strcmp(e, kSchedName[k])) g_sched = k;
+    if (g_sched < 0) {
+      fprintf(stderr, "fwd_bench: FWD_SCHED=%s; expected grid, static or dynamic\n", e);
+      return 2;
+    }
+  }
+  if (const char *e = getenv("FWD_CTAS")) g_ctas = std::max(0, atoi(e));
   if (mode == "rho") { /* host only: rho (FlashMask FLOPs) and element density of the bench masks */
     for (int S : {8192, 32768})
       for (int kind = 0; kind < M_NKIND; kind++) {
@@ -328,8 +349,9 @@ int main(int argc, char **argv)
       }
     return 0;
   }
-  if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "bench") {
-    fprintf(stderr, "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], prof S kind [d], rho, probe)\n",
+  if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "bench" &&
+      mode != "sched") {
+    fprintf(stderr, "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], sched [reps], prof S kind [d], rho, probe)\n",
             mode.c_str());
     return 2;
   }
@@ -361,6 +383,21 @@ int main(int argc, char **argv)
   if (mode == "ab") {
     for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA, M_DOC}) bench_case(8192, k, 128, 32, reps);
     for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(32768, k, 128, 32, reps);
+    return 0;
+  }
+  if (mode == "sched") { /* the three schedules of the Hopper forward, side by side, in turn per mask */
+    struct Row { int S, D, H; MaskKind k; float ms[3]; };
+    std::vector<Row> rows;
+    for (int S : {8192, 32768})
+      for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA, M_DOC, M_SQ, M_RANDOM}) rows.push_back({S, 128, 32, k, {0, 0, 0}});
+    for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA}) rows.push_back({8192, 64, 64, k, {0, 0, 0}});
+    for (Row &r : rows)
+      for (int t = 0; t < 3; t++) r.ms[t] = bench_case(r.S, r.k, r.D, r.H, reps, 0, t);
+    printf("\nsched: median ms, and static / dynamic as speed-ups over grid (> 1: faster)\n");
+    printf("%-6s %-4s %-16s %9s %9s %9s %8s %8s\n", "S", "d", "mask", "grid", "static", "dynamic", "st/grid", "dyn/grid");
+    for (const Row &r : rows)
+      printf("%-6d %-4d %-16s %9.3f %9.3f %9.3f %8.3f %8.3f\n", r.S, r.D, mask_name[r.k], r.ms[0], r.ms[1], r.ms[2],
+             r.ms[0] / r.ms[1], r.ms[0] / r.ms[2]);
     return 0;
   }
   if (mode == "bench") {

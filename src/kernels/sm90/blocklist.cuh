@@ -11,9 +11,9 @@ namespace fmsm90 {
  * The two 64-key halves of this thread's block entry (entry < 0: none), upper half first,
  * appended after the n entries so far in the threads' order (so the list stays last tile
  * first). Entry bits 0..26 become the tile index 2 kb + h. Returns the new length; the
- * caller's __syncthreads follows.
+ * caller's group_sync follows.
  */
-template <int TN>
+template <int TN, int NT, int BAR>
 __device__ __forceinline__ int list_halves(const FMGpuFwdCore &p, int entry, int m0, int *wcnt, int *list, int n, int warp,
                                            int lane)
 {
@@ -23,9 +23,9 @@ __device__ __forceinline__ int list_halves(const FMGpuFwdCore &p, int entry, int
   const bool hi = entry >= 0 && c0 < p.seqlen_k && !(p.causal && c0 > m1 - 1 + off);
   const unsigned bhi = __ballot_sync(0xffffffffu, hi), blo = __ballot_sync(0xffffffffu, entry >= 0);
   if (lane == 0) wcnt[warp] = __popc(bhi) + __popc(blo);
-  __syncthreads();
+  group_sync<NT, BAR>();
   int before = n;
-  for (int w = 0; w < kThreads / 32; w++) {
+  for (int w = 0; w < NT / 32; w++) {
     if (w < warp) before += wcnt[w];
     n += wcnt[w];
   }
@@ -52,12 +52,15 @@ __device__ __forceinline__ int list_halves(const FMGpuFwdCore &p, int entry, int
  * diagonal of the CTA's rows, is left out.
  * Returns the list length n; list[0..n) is in shared memory (L::OFF_LIST), read by the
  * producer and both consumers, so their iteration counts always agree.
+ * The persistent kernel builds its lists with its NT = 96 builder threads (src gives the tile,
+ * with thread indices counted from the first builder) and named barrier BAR; NT = 384, BAR = 0
+ * is every thread of the one-tile kernel with __syncthreads.
  */
-template <int D, int ST>
-__device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned char *smem, int *list)
+template <int D, int ST, int NQ = 1, int NT = kThreads, int BAR = 0, class Src = GridTile>
+__device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned char *smem, int *list, const Src &src = Src())
 {
-  using L = Layout<D, ST>;
-  const CtaCoords cc = cta_coords(p);
+  using L = Layout<D, ST, NQ>;
+  const CtaCoords cc = src(p);
   const int mh = cc.mh, m0 = cc.m0, tid = cc.tid, warp = cc.warp, lane = cc.lane;
   int n = 0;
   {
@@ -65,7 +68,7 @@ __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned 
     const int m1 = m0 + kBM < p.seqlen_q ? m0 + kBM : p.seqlen_q, off = p.seqlen_k - p.seqlen_q;
     const bool ragged = (p.seqlen_k % kBN) != 0;
     int *wcnt = (int *)(smem + L::OFF_CNT);
-    for (int base = p.nblk - 1; base >= 0; base -= kThreads) {
+    for (int base = p.nblk - 1; base >= 0; base -= NT) {
       const int kb = base - tid;
       int entry = -1;
       if (kb >= 0) {
@@ -84,17 +87,17 @@ __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned 
       if constexpr (L::TPB == 1) {
         const unsigned ball = __ballot_sync(0xffffffffu, entry >= 0);
         if (lane == 0) wcnt[warp] = __popc(ball);
-        __syncthreads();
+        group_sync<NT, BAR>();
         int before = n;
-        for (int w = 0; w < kThreads / 32; w++) {
+        for (int w = 0; w < NT / 32; w++) {
           if (w < warp) before += wcnt[w];
           n += wcnt[w];
         }
         if (entry >= 0) list[before + __popc(ball & ((1u << lane) - 1))] = entry;
       } else {
-        n = list_halves<L::TN>(p, entry, m0, wcnt, list, n, warp, lane);
+        n = list_halves<L::TN, NT, BAR>(p, entry, m0, wcnt, list, n, warp, lane);
       }
-      __syncthreads();
+      group_sync<NT, BAR>();
     }
   }
 

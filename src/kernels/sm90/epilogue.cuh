@@ -30,11 +30,11 @@ __device__ __forceinline__ void merge_weights(float la, float *lse, float *wa, f
  *   in shared memory, whose 64 rows of this consumer are reused as the staging buffer (its last
  *   S GEMM has retired); o, mrow, lrow as consumer_mainloop left them.
  */
-template <int D, bool F16>
+template <int D, bool F16, class Src = GridTile>
 __device__ __forceinline__ void epilogue_store(const FMGpuFwdCore &p, unsigned char *qtile, const float *o, const float *mrow,
-                                               const float *lrow)
+                                               const float *lrow, const Src &src = Src())
 {
-  const CtaCoords cc = cta_coords(p);
+  const CtaCoords cc = src(p);
   const int hq = cc.hq, b = cc.b, m0 = cc.m0, lane = cc.lane;
   const int cw = cc.wg - 1, wt = cc.tid - 128 * cc.wg, w = wt >> 5;
   const int row0 = m0 + cw * 64 + w * 16 + (lane >> 2), row1 = row0 + 8;

@@ -84,8 +84,144 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_inc<240>();
     float o[D / 2];
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-    consumer_mainloop<D, ST, F16>(p, smem, list, n, bar, o, mrow, lrow);
+    consumer_mainloop<D, ST, F16>(p, smem, list, n, bar, o, mrow, lrow, smem + L::OFF_Q);
     epilogue_store<D, F16>(p, smem + L::OFF_Q, o, mrow, lrow);
+  }
+}
+
+/*
+ * The persistent forward (d = 64 and 128; FM_GPU_SCHED_STATIC / _DYNAMIC): one CTA per SM runs
+ * tile after tile, so that a tile's start (its block list, Q's load, the first K/V) and its
+ * epilogue overlap the neighbouring tiles' work instead of standing alone. Same 384 threads,
+ * the roles split once:
+ *   warp 0 (lane 0): the producer: per tile, waits for its block list, loads its Q into the
+ *     tile's Q buffer (two, alternating), then K/V over the one ring that runs on across tiles.
+ *   warps 1-3: the scheduler and list builders: take the next tile (an atomic counter, or
+ *     blockIdx.x + t * gridDim.x), build its block list with 96 threads into the list buffer of
+ *     its parity and publish {tile, n, r0} in that list's header (r0: the ring position of
+ *     the tile's first block, the sum of the CTA's earlier n); tile index -1 ends the CTA.
+ *   warpgroups 1, 2: the consumers, as in fwd_kernel, per tile; after the epilogue (which
+ *     stages O through the tile's own Q buffer) they free the list and the Q buffer. What a
+ *     consumer needs of its tile it reads from the header (twice: before the mainloop and
+ *     before the epilogue), so that no tile state stays live across the mainloop's registers.
+ * Tile t's order (tile_coords): query blocks fastest, heaviest first, then heads, then samples.
+ */
+template <int D, int ST, bool F16>
+__global__ void __launch_bounds__(kThreads, 1)
+  fwd_kernel_persistent(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                        const __grid_constant__ CUtensorMap tmV, const FMGpuFwdCore p)
+{
+  using L = Layout<D, ST, 2>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  const int tid = threadIdx.x, lane = tid & 31, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+  uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
+  uint64_t *q_full = bars, *ring = bars + 2;
+  const PBarriers pb = {ring + 4 * ST, ring + 4 * ST + 2, ring + 4 * ST + 4};
+  /* shared words: {tile, n, r0, -} per list buffer at hdr + 16 buf; nm, ntiles at hdr + 32, 36;
+     the builders' broadcast of the tile they took at hdr + 40 */
+  const uint32_t hdr = smem_u32(smem + L::OFF_HDR);
+  int *lists = (int *)(smem + L::OFF_LIST);
+  const int llen = (int)L::list_len(p.nblk);
+  /* the query blocks per head and the tile count, kept in shared memory (hdr + 32, + 36) and read
+     where needed: held in registers across the roles' loops, ptxas spilled them */
+  const auto nm_of = [hdr]() { return ld_s32(hdr + 32); };
+  const auto ntiles_of = [hdr]() { return ld_s32(hdr + 36); };
+
+  if (tid == 0) {
+    const int nm = (p.seqlen_q + kBM - 1) / kBM;
+    st_u32(hdr + 32, nm);
+    st_u32(hdr + 36, nm * p.heads_q * p.batch);
+    for (int b = 0; b < 2; b++) {
+      mbar_init(&q_full[b], 1);
+      mbar_init(&pb.q_empty[b], 8); /* each consumer warp, after its epilogue */
+      mbar_init(&pb.l_full[b], 1);  /* the first builder thread */
+      mbar_init(&pb.l_empty[b], 9); /* each consumer warp and the producer */
+    }
+    for (int s = 0; s < ST; s++) {
+      mbar_init(&ring[s], 1);
+      mbar_init(&ring[ST + s], 8);
+      mbar_init(&ring[2 * ST + s], 1);
+      mbar_init(&ring[3 * ST + s], 8);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>(); /* the list builders need more than 24 (ptxas spills them at 24) */
+    if (tid < 32) {
+      /* the producer */
+      if (tid == 0) {
+        const Barriers bar = {nullptr, ring, ring + ST, ring + 2 * ST, ring + 3 * ST};
+        for (int t = 0;; t++) {
+          const int buf = t & 1;
+          const uint32_t ph = (t >> 1) & 1;
+          mbar_wait(&pb.l_full[buf], ph);
+          const int tile = ld_s32(hdr + 16 * buf), n = ld_s32(hdr + 16 * buf + 4), r0 = ld_s32(hdr + 16 * buf + 8);
+          if (tile < 0) break;
+          const GivenTile src = {tile_coords(p, tile, nm_of(), 0, 0)};
+          mbar_wait(&pb.q_empty[buf], ph ^ 1);
+          mbar_expect_tx(&q_full[buf], L::QB);
+#pragma unroll
+          for (int c = 0; c < D / 64; c++)
+            tma_load_4d(smem + L::OFF_Q + buf * L::QB + c * kChunkBytes, &tmQ, &q_full[buf], c * 64, src.c.hq, src.c.m0, src.c.b);
+          producer_load<D, ST, 2>(&tmK, &tmV, p, smem, lists + buf * llen, n, bar, r0, src);
+          mbar_arrive(&pb.l_empty[buf]);
+        }
+      }
+    } else {
+      /* the scheduler and list builders (96 threads, named barrier 5) */
+      const int btid = tid - 32;
+      int r0 = 0;
+      for (int t = 0;; t++) {
+        const int buf = t & 1;
+        const uint32_t ph = (t >> 1) & 1;
+        mbar_wait(&pb.l_empty[buf], ph ^ 1);
+        if (btid == 0) st_u32(hdr + 40, p.sched ? atomicAdd(p.sched, 1) : blockIdx.x + t * gridDim.x);
+        named_sync(5, 96);
+        /* every builder reads the word before the list build's first barrier, and the next
+           write comes after it; the end mark goes to the header, which builders never read */
+        const int tile = ld_s32(hdr + 40);
+        if (tile >= ntiles_of()) {
+          if (btid == 0) {
+            st_u32(hdr + 16 * buf, (uint32_t)-1);
+            mbar_arrive(&pb.l_full[buf]);
+          }
+          break;
+        }
+        const GivenTile src = {tile_coords(p, tile, nm_of(), btid, 0)};
+        const int n = build_block_list<D, ST, 2, 96, 5>(p, smem, lists + buf * llen, src);
+        if (btid == 0) {
+          st_u32(hdr + 16 * buf, tile);
+          st_u32(hdr + 16 * buf + 4, n);
+          st_u32(hdr + 16 * buf + 8, r0);
+          mbar_arrive(&pb.l_full[buf]);
+        }
+        r0 += n;
+      }
+    }
+  } else {
+    setmaxnreg_inc<232>(); /* 232 x 256 + 40 x 128 = 64 K registers */
+    for (int t = 0;; t++) {
+      const int buf = t & 1;
+      const uint32_t ph = (t >> 1) & 1;
+      mbar_wait(&pb.l_full[buf], ph);
+      if (ld_s32(hdr + 16 * buf) < 0) break;
+      unsigned char *qtile = smem + L::OFF_Q + buf * L::QB;
+      float o[D / 2];
+      float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+      {
+        const Barriers bar = {&q_full[buf], ring, ring + ST, ring + 2 * ST, ring + 3 * ST};
+        const GivenTile src = {tile_coords(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)};
+        consumer_mainloop<D, ST, F16, 2>(p, smem, lists + buf * llen, ld_s32(hdr + 16 * buf + 4), bar, o, mrow, lrow, qtile,
+                                         ph, ld_s32(hdr + 16 * buf + 8), src);
+      }
+      epilogue_store<D, F16>(p, qtile, o, mrow, lrow, GivenTile{tile_coords(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)});
+      fence_proxy_async(); /* the staging's generic stores and loads before the next TMA into this buffer */
+      release(&pb.l_empty[buf], lane);
+      release(&pb.q_empty[buf], lane);
+    }
   }
 }
 
@@ -111,6 +247,39 @@ static cudaError_t make_map(CUtensorMap *map, const void *base, int B, int S, in
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+static int dev_of()
+{
+  int dev = 0;
+  return cudaGetDevice(&dev) == cudaSuccess ? dev : 0;
+}
+
+/*
+ * The opt-in shared-memory size is a per-device attribute of each kernel: attr_set (one per
+ * kernel) remembers what was set per device (a process may launch on several devices, e.g. a
+ * one-GPU reference next to a context-parallel plan).
+ */
+static cudaError_t set_smem(const void *kernel, size_t smem, size_t *attr_set)
+{
+  int dev = 0;
+  cudaError_t e;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if (dev < 0 || dev >= 64 || smem > attr_set[dev]) {
+    if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess) return e;
+    if (dev >= 0 && dev < 64) attr_set[dev] = smem;
+  }
+  return cudaSuccess;
+}
+
+/* Whether the persistent kernel (two Q buffers, two block lists) fits this device's shared
+   memory for nblk key blocks; never for d = 256 (its one Q buffer is 64 KB). */
+template <int D, int ST> static bool persistent_fits(int nblk)
+{
+  int maxsm = 0;
+  if (D == 256) return false;
+  if (cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_of()) != cudaSuccess) return false;
+  return Layout<D, ST, 2>::bytes(nblk) <= (size_t)maxsm;
+}
+
 template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParams *a, cudaStream_t stream)
 {
   using L = Layout<D, ST>;
@@ -133,18 +302,39 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
     const uint64_t lbo = a->vdesc_swap ? 1024 : L::KCH, sbo = a->vdesc_swap ? L::KCH : 1024;
     p.vdesc_hi = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | ((uint64_t)1 << 62);
   }
-  const size_t smem = L::bytes(a->c.nblk);
-  /* the opt-in shared-memory size is a per-device attribute: remember it per device (a process
-     may launch on several devices, e.g. a one-GPU reference next to a context-parallel plan) */
-  static size_t attr_set[64];
-  int dev = 0;
-  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
-  if (dev < 0 || dev >= 64 || smem > attr_set[dev]) {
-    if ((e = cudaFuncSetAttribute(fwd_kernel<D, ST, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
-        cudaSuccess)
+  if constexpr (D != 256) {
+    if (a->schedule != FM_GPU_SCHED_GRID && persistent_fits<D, ST>(a->c.nblk)) {
+      using LP = Layout<D, ST, 2>;
+      static size_t attr_p[64];
+      const size_t smem = LP::bytes(a->c.nblk);
+      int nsm = 0;
+      if ((e = set_smem((const void *)fwd_kernel_persistent<D, ST, F16>, smem, attr_p)) != cudaSuccess) return e;
+      if ((e = cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev_of())) != cudaSuccess) return e;
+      const long long ntiles = (long long)((a->c.seqlen_q + kBM - 1) / kBM) * a->c.heads_q * a->batch;
+      const int cap = a->ctas > 0 && a->ctas < nsm ? a->ctas : nsm;
+      const int grid = (int)(ntiles < cap ? ntiles : cap);
+      p.batch = a->batch;
+      p.sched = nullptr;
+      if (a->schedule == FM_GPU_SCHED_DYNAMIC) {
+        /* the counter: stream-ordered, one per launch (no two launches share one) */
+        if ((e = cudaMallocAsync((void **)&p.sched, sizeof(int), stream)) != cudaSuccess) return e;
+        if ((e = cudaMemsetAsync(p.sched, 0, sizeof(int), stream)) != cudaSuccess) {
+          cudaFreeAsync(p.sched, stream);
+          return e;
+        }
+      }
+      fwd_kernel_persistent<D, ST, F16><<<grid, kThreads, smem, stream>>>(tq, tk, tv, p);
+      e = cudaGetLastError();
+      if (p.sched) {
+        const cudaError_t f = cudaFreeAsync(p.sched, stream);
+        if (e == cudaSuccess) e = f;
+      }
       return e;
-    if (dev >= 0 && dev < 64) attr_set[dev] = smem;
+    }
   }
+  static size_t attr_set[64];
+  const size_t smem = L::bytes(a->c.nblk);
+  if ((e = set_smem((const void *)fwd_kernel<D, ST, F16>, smem, attr_set)) != cudaSuccess) return e;
   dim3 grid((a->c.seqlen_q + kBM - 1) / kBM, a->c.heads_q, a->batch);
   fwd_kernel<D, ST, F16><<<grid, kThreads, smem, stream>>>(tq, tk, tv, p);
   return cudaGetLastError();
@@ -183,6 +373,14 @@ int FMSm90ForwardSupported(const FMGpuFwdParams *a)
     return 0;
   if (a->c.o32 ? ((uintptr_t)a->c.o32 & 7) != 0 : ((uintptr_t)a->c.o & 15) != 0) return 0;
   return 1;
+}
+
+int FMSm90ForwardPersistent(const FMGpuFwdParams *a)
+{
+  if (a->schedule == FM_GPU_SCHED_GRID || !FMSm90ForwardSupported(a)) return 0;
+  if (a->head_dim == 128) return fmsm90::persistent_fits<128, FM_SM90_ST128>(a->c.nblk);
+  if (a->head_dim == 64) return fmsm90::persistent_fits<64, FM_SM90_ST64>(a->c.nblk);
+  return 0;
 }
 
 cudaError_t FMSm90Forward(const FMGpuFwdParams *a, cudaStream_t stream)

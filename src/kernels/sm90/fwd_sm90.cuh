@@ -12,3 +12,6 @@
  */
 int FMSm90ForwardSupported(const FMGpuFwdParams *p);
 cudaError_t FMSm90Forward(const FMGpuFwdParams *p, cudaStream_t stream);
+/* FMSm90ForwardPersistent - whether FMSm90Forward runs the persistent kernel for p (p->schedule
+   asks for it, d = 64 or 128, and its shared memory fits), else one CTA per tile. */
+int FMSm90ForwardPersistent(const FMGpuFwdParams *p);

@@ -23,7 +23,12 @@ constexpr int kChunkBytes = 128 * 128; /* 128 rows x 64 x 2-byte elements */
  */
 template <int D> constexpr int tile_n() { return D == 256 ? 64 : kBN; }
 
-template <int D, int ST> struct Layout {
+/*
+ * NQ = 1: the one-tile-per-CTA kernel. NQ = 2: the persistent kernel (fwd_sm90.cu), with two Q
+ * buffers (the next tile's Q loads while this tile's O is staged through its own), its extra
+ * barriers and two block lists with a header each (tile, length).
+ */
+template <int D, int ST, int NQ = 1> struct Layout {
   static constexpr int TN = tile_n<D>();      /* key columns per tile */
   static constexpr int TPB = kBN / TN;        /* tiles per mask block (1 or 2) */
   static constexpr int KCH = TN * 128;        /* one 64-column chunk of a K or V tile */
@@ -31,14 +36,18 @@ template <int D, int ST> struct Layout {
   static constexpr int KB = TN * D * 2;
   static constexpr int BB = TN * 16;
   static constexpr int OFF_Q = 0;
-  static constexpr int OFF_K = OFF_Q + QB;
+  static constexpr int OFF_K = OFF_Q + NQ * QB;
   static constexpr int OFF_V = OFF_K + ST * KB;
   static constexpr int OFF_B = OFF_V + ST * KB;
   static constexpr int OFF_BAR = OFF_B + ST * BB;
-  static constexpr int NBAR = 1 + 4 * ST;
+  /* NQ = 1: q_full, then the ring (k_full, k_empty, v_full, v_empty: ST each). NQ = 2: q_full[2],
+     the ring, q_empty[2], l_full[2], l_empty[2] (PBarriers) */
+  static constexpr int NBAR = NQ + 4 * ST + (NQ == 2 ? 6 : 0);
   static constexpr int OFF_CNT = OFF_BAR + NBAR * 8;          /* per-warp counts, 12 ints */
-  static constexpr int OFF_LIST = (OFF_CNT + 48 + 15) & ~15;
-  static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + (size_t)nblk * TPB * 4; }
+  static constexpr int OFF_HDR = OFF_CNT + 48;                /* NQ = 2: {tile, n, r0, -} per list, nm, ntiles, a broadcast word */
+  static constexpr int OFF_LIST = (OFF_HDR + (NQ == 2 ? 48 : 0) + 15) & ~15;
+  __host__ __device__ static size_t list_len(int nblk) { return (size_t)nblk * TPB; }
+  static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + NQ * list_len(nblk) * 4; }
 };
 
 /*
@@ -69,10 +78,55 @@ __device__ __forceinline__ CtaCoords cta_coords(const FMGpuFwdCore &p)
   return c;
 }
 
+/* Where a part takes its tile from: the built-in registers (one tile per CTA) ... */
+struct GridTile {
+  __device__ __forceinline__ CtaCoords operator()(const FMGpuFwdCore &p) const { return cta_coords(p); }
+};
+/* ... or coordinates the persistent kernel decoded from its scheduler's tile index. */
+struct GivenTile {
+  CtaCoords c;
+  __device__ __forceinline__ CtaCoords operator()(const FMGpuFwdCore &) const { return c; }
+};
+
+/*
+ * The coordinates of tile t of the persistent kernel's order: query blocks fastest, heaviest
+ * (last) first as in the grid, then query heads, then samples, so that the tiles running at one
+ * time share a few heads' K and V in L2. tid is the thread's index within its role (the list
+ * builders count from their first thread); wg its warpgroup (warp-uniform, from the caller: a
+ * shuffle here would need the whole warp, and the producer is one thread).
+ */
+__device__ __forceinline__ CtaCoords tile_coords(const FMGpuFwdCore &p, int t, int nm, int tid, int wg)
+{
+  CtaCoords c;
+  const int r = t / nm;
+  c.m0 = (nm - 1 - (t - r * nm)) * kBM;
+  c.b = r / p.heads_q;
+  c.hq = r - c.b * p.heads_q;
+  c.hkv = c.hq / (p.heads_q / p.heads_kv);
+  c.mh = FM_GPU_MASK_ROW(p, c.b, c.hq);
+  c.tid = tid;
+  c.warp = tid >> 5;
+  c.lane = tid & 31;
+  c.wg = wg;
+  return c;
+}
+
 /* The mbarriers of the CTA (shared memory): Q loaded; per stage K loaded/consumed, V loaded/consumed. */
 struct Barriers {
   uint64_t *q_full, *k_full, *k_empty, *v_full, *v_empty;
 };
+/* The persistent kernel's own, per Q buffer / block list: Q consumed (its O staged and stored),
+   list built, list read by the producer and both consumers. */
+struct PBarriers {
+  uint64_t *q_empty, *l_full, *l_empty;
+};
+
+/* A named-barrier sync of NT threads (BAR = 0: __syncthreads, every thread of the CTA). */
+template <int NT, int BAR> __device__ __forceinline__ void group_sync()
+{
+  if constexpr (BAR == 0) __syncthreads();
+  else named_sync(BAR, NT);
+}
 
 /*
  * Block-list entry: key tile index (of TN columns: the 128-key block, or for d = 256 its

@@ -171,15 +171,18 @@ template <int D> __device__ __forceinline__ void rescale_o(float *o, const float
 /*
  * producer_load - warpgroup 0 after setmaxnreg.dec: thread 0 loads, per visited key block, K
  *   (and, for partial blocks, the block's per-column mask data in the same transaction), then
- *   V of the previous block, waiting on each stage's empty barrier.
+ *   V of the previous block, waiting on each stage's empty barrier. r0: the ring position of
+ *   list[0] (the persistent kernel's ring runs on across its tiles; 0 for one tile per CTA).
  */
-template <int D, int ST>
+template <int D, int ST, int NQ = 1, class Src = GridTile>
 __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUtensorMap *tmV, const FMGpuFwdCore &p,
-                                              unsigned char *smem, const int *list, int n, const Barriers &bar)
+                                              unsigned char *smem, const int *list, int n, const Barriers &bar, int r0 = 0,
+                                              const Src &src = Src())
 {
-  using L = Layout<D, ST>;
-  const CtaCoords cc = cta_coords(p);
+  using L = Layout<D, ST, NQ>;
+  const CtaCoords cc = src(p);
   const int mh = cc.mh, hkv = cc.hkv, b = cc.b, tid = cc.tid;
+  __builtin_assume(r0 >= 0);
   uint64_t *k_full = bar.k_full, *k_empty = bar.k_empty, *v_full = bar.v_full, *v_empty = bar.v_empty;
   if (tid == 0 && n > 0) {
     constexpr int TN = L::TN;
@@ -189,8 +192,9 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
       if (i < n) {
         const int e = list[i], kb = e & kBlockBits;
         const bool bnd = (e & (kLower | kUpper)) != 0, simple = (e & kSimple) != 0;
-        const int st = i % ST;
-        const uint32_t ph = (i / ST) & 1;
+        const int g = r0 + i;
+        const int st = g % ST;
+        const uint32_t ph = (g / ST) & 1;
         mbar_wait(&k_empty[st], ph ^ 1);
         mbar_expect_tx(&k_full[st], L::KB + (simple ? L::BB / 2 : bnd ? L::BB : 0));
 #pragma unroll
@@ -201,8 +205,9 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
       }
       if (i > 0) {
         const int j = i - 1, kb = list[j] & kBlockBits;
-        const int st = j % ST;
-        const uint32_t ph = (j / ST) & 1;
+        const int g = r0 + j;
+        const int st = g % ST;
+        const uint32_t ph = (g / ST) & 1;
         mbar_wait(&v_empty[st], ph ^ 1);
         mbar_expect_tx(&v_full[st], L::KB);
 #pragma unroll
@@ -220,14 +225,18 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
  *   alternates its wgmma issue with the other consumer through named barriers 1 and 2. On
  *   return o holds the unnormalized O of the thread's fragments, mrow/lrow their row max and
  *   partial row sums (per thread; the epilogue reduces l over the quad).
+ *   qtile: the Q buffer, complete when bar.q_full's phase of parity qph is; r0: the ring
+ *   position of list[0] (as producer_load's).
  */
-template <int D, int ST, bool F16>
+template <int D, int ST, bool F16, int NQ = 1, class Src = GridTile>
 __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigned char *smem, const int *list, int n,
-                                                  const Barriers &bar, float *o, float *mrow, float *lrow)
+                                                  const Barriers &bar, float *o, float *mrow, float *lrow,
+                                                  const unsigned char *qtile, uint32_t qph = 0, int r0 = 0, const Src &src = Src())
 {
-  using L = Layout<D, ST>;
+  using L = Layout<D, ST, NQ>;
   constexpr int TN = L::TN;
-  const CtaCoords cc = cta_coords(p);
+  const CtaCoords cc = src(p);
+  __builtin_assume(r0 >= 0); /* the stage and phase of ring position g: g % ST and g / ST without sign fix-ups */
   const int lane = cc.lane, cw = cc.wg - 1, w = (cc.tid - 128 * cc.wg) >> 5;
   const int row0 = cc.m0 + cw * 64 + w * 16 + (lane >> 2);
   uint64_t *q_full = bar.q_full, *k_full = bar.k_full, *k_empty = bar.k_empty, *v_full = bar.v_full, *v_empty = bar.v_empty;
@@ -239,11 +248,11 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
   float corr[2];
 #pragma unroll
   for (int i = 0; i < D / 2; i++) o[i] = 0.f;
-  mbar_wait(q_full, 0);
+  mbar_wait(q_full, qph);
 
   if (n > 0) {
     const int mine = 1 + cw, other = 2 - cw;
-    const uint32_t qaddr = smem_u32(smem + L::OFF_Q) + cw * 64 * 128;
+    const uint32_t qaddr = smem_u32(qtile) + cw * 64 * 128;
     const uint32_t kbase = smem_u32(smem + L::OFF_K), vbase = smem_u32(smem + L::OFF_V);
     const int4 *bbase = (const int4 *)(smem + L::OFF_B);
     if (cw == 1) named_arrive(1, 256); /* consumer 0 issues first */
@@ -251,25 +260,27 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
     /* block 0: S only */
     {
       const int e = list[0], kb = e & kBlockBits;
-      mbar_wait(&k_full[0], 0);
+      const int st = r0 % ST;
+      mbar_wait(&k_full[st], (r0 / ST) & 1);
       named_sync(mine, 256);
       wgmma_fence();
-      gemm_qk<TN, F16>(s, qaddr, kbase, D);
+      gemm_qk<TN, F16>(s, qaddr, kbase + st * L::KB, D);
       wgmma_commit();
       named_arrive(other, 256);
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < TN / 2; i++) reg_fence(s[i]);
-      apply_mask<TN>(s, e, bbase, row0, kb * TN, lane, off);
-      release(&k_empty[0], lane);
+      apply_mask<TN>(s, e, bbase + st * TN, row0, kb * TN, lane, off);
+      release(&k_empty[st], lane);
       softmax_step<TN>(s, mrow, lrow, c, corr);
 #pragma unroll
       for (int i = 0; i < TN / 4; i++) pr[i] = pack2<F16>(s[2 * i], s[2 * i + 1]);
     }
     for (int i = 1; i < n; i++) {
       const int e = list[i], kb = e & kBlockBits;
-      const int st = i % ST, pst = (i - 1) % ST;
-      const uint32_t ph = (i / ST) & 1, pph = ((i - 1) / ST) & 1;
+      const int g = r0 + i;
+      const int st = g % ST, pst = (g - 1) % ST;
+      const uint32_t ph = (g / ST) & 1, pph = ((g - 1) / ST) & 1;
       mbar_wait(&k_full[st], ph);
       named_sync(mine, 256);
       wgmma_fence();
@@ -299,8 +310,9 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
     }
     /* last P.V */
     {
-      const int j = n - 1, st = j % ST;
-      const uint32_t ph = (j / ST) & 1;
+      const int g = r0 + n - 1;
+      const int st = g % ST;
+      const uint32_t ph = (g / ST) & 1;
       rescale_o<D>(o, corr);
       mbar_wait(&v_full[st], ph);
       named_sync(mine, 256);

@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
              const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmDO, const Params p)
 {
   extern __shared__ unsigned char smem_raw[];
-  unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   if (threadIdx.x == 0) {
     Sync<D, ST> sy(smem);
     mbar_init(sy.kv_full, 1);

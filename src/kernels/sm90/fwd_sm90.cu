@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 {
   using L = Layout<D, ST>;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   const CtaCoords cc = cta_coords(p);
   const int hq = cc.hq, b = cc.b, m0 = cc.m0, tid = cc.tid;
 
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 {
   using L = Layout<D, ST, 2>;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   const int tid = threadIdx.x, lane = tid & 31, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
   uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
   uint64_t *q_full = bars, *ring = bars + 2;

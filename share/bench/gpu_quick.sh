@@ -44,6 +44,9 @@ el "fmbench -pass fwd,bwd (ours only)"
 timeout 15 mpiexec -n 1 ./fmbench -pass fwd,bwd -masks full,causal,causal_document -seqlen 8192 -heads 32 -head_dim 128 \
   -tokens 65536 -reps 3 -warmup 1 > "$OUT/fmbench.log" 2>&1
 el "fmbench rc=$?"; grep -E "TFLOP|tflop|^ *(full|causal)" "$OUT/fmbench.log" | head -8
+el "fmbench -pass fwd -fm_sm90_schedule dynamic (the persistent forward through the library)"
+timeout 15 mpiexec -n 1 ./fmbench -pass fwd -masks full,causal,causal_document -seqlen 8192 -heads 32 -head_dim 128 \
+  -tokens 65536 -reps 3 -warmup 1 -fm_sm90_schedule dynamic 2>&1 | grep -E "TFLOP|tflop|^ *(full|causal)|rror" | head -6
 el "fmbench -cp -steps 5 (2 ranks on one GPU, mpi transport)"
 timeout 15 mpiexec -n 2 ./fmbench -cp -steps 5 -masks causal_document -seqlen 65536 -single 0 -trace_dir none \
   -fm_plan_transport mpi > "$OUT/fmbench_steps.log" 2>&1

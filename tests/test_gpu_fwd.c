@@ -121,7 +121,7 @@ static int run_case(FMContext ctx, FMContext fctx, const Case *c, uint64_t seed,
   FMMaskDesc md;
   FMAttnProblem p;
   double num = 0, den = 0, lse_err = 0;
-  int nan_o = 0, nan_l = 0, bad_masked = 0, rows_checked = 0;
+  int nan_o = 0, nan_l = 0, bad_masked = 0, rows_checked = 0, not_grid = 0;
 
   mask = build_mask(ctx, c, seed);
   for (int h = 0; h < mh; h++) FMT_CALL(FMMaskGetBounds(mask, h, &hb[h][0], &hb[h][1], &hb[h][2], &hb[h][3], NULL, &causal_b));
@@ -169,6 +169,23 @@ static int run_case(FMContext ctx, FMContext fctx, const Case *c, uint64_t seed,
   path = FMCudaLastPath_Private;
   FMT_CALL(FMCudaMemcpyD2H(ho, dout, nq * es, NULL));
   FMT_CALL(FMCudaMemcpyD2H(hl, dl, nl * sizeof(float), NULL));
+  if (path == 2) {
+    /* the persistent kernel computes every tile as the one-tile kernel does (same block list,
+       same order): O and LSE must be identical bit for bit, on every row (poisoned again first) */
+    void *go = malloc(nq * es);
+    float *gl = (float *)malloc(nl * sizeof(float));
+    for (size_t i = 0; i < nq; i++) FMFromFloat(go, i, c->dt, NAN);
+    for (size_t i = 0; i < nl; i++) gl[i] = NAN;
+    FMT_CALL(FMCudaMemcpyH2D(dout, go, nq * es, NULL));
+    FMT_CALL(FMCudaMemcpyH2D(dl, gl, nl * sizeof(float), NULL));
+    p.opts.sm90_schedule = 0;
+    FMT_CALL(FMCudaForward(&p, dmask, dq, dk, dv, dout, dl, NULL));
+    FMT_CALL(FMCudaMemcpyD2H(go, dout, nq * es, NULL));
+    FMT_CALL(FMCudaMemcpyD2H(gl, dl, nl * sizeof(float), NULL));
+    not_grid = memcmp(go, ho, nq * es) != 0 || memcmp(gl, hl, nl * sizeof(float)) != 0;
+    free(go);
+    free(gl);
+  }
 
   /* NaN anywhere fails (the poison also catches unwritten elements) */
   for (size_t i = 0; i < nq; i++) nan_o += !isfinite(FMToFloat(ho, i, c->dt));
@@ -237,12 +254,13 @@ static int run_case(FMContext ctx, FMContext fctx, const Case *c, uint64_t seed,
     /* and a forced fallback must have run the fallback, an unforced case on sm 90 the Hopper kernel */
     const int want_sm90 = dev_sm == 90 && !c->force_fallback && (D == 64 || D == 128 || D == 256);
     const int ok = nan_o == 0 && nan_l == 0 && bad_masked == 0 && rel <= tol && lse_err <= 1.0 && !isnan(rel) &&
-                   !(c->force_fallback && path != 0) && !(want_sm90 && path != sm90_path(c->sched, D));
+                   !(c->force_fallback && path != 0) && !(want_sm90 && path != sm90_path(c->sched, D)) && !not_grid;
     if (!ok || verbose)
       printf("%-4s %-22s B=%d Sq=%-5d Sk=%-5d Hq=%d Hkv=%d mh=%d D=%-3d %s %s/%d path=%-8s rel=%.2e lse/tol=%.2f nanO=%d "
-             "nanL=%d badmasked=%d rows=%d\n",
+             "nanL=%d badmasked=%d rows=%d%s\n",
              ok ? "ok" : "FAIL", mname(c->mask), B, Sq, Sk, Hq, Hkv, mh, D, FMDTypeName(c->dt), sched_name[c->sched], c->ctas,
-             path_name(path), rel, lse_err, nan_o, nan_l, bad_masked, rows_checked);
+             path_name(path), rel, lse_err, nan_o, nan_l, bad_masked, rows_checked,
+             path == 2 ? (not_grid ? " NOT bitwise the grid kernel's" : " bitwise the grid kernel's") : "");
     FMT_CHECK(ok, "case %s D=%d %s schedule %s failed", mname(c->mask), D, FMDTypeName(c->dt), sched_name[c->sched]);
     fails = !ok;
   }
@@ -492,7 +510,8 @@ int main(int argc, char **argv)
   { Case c = {M_SHARE_QUESTION, 1, 1000, 1000, 2, 1, 1, 256, FM_DTYPE_BF16, 1}; cs[ncase++] = c; }
 
   /* the persistent forward: every case above but the forced fallback and d = 256 with the
-     dynamic scheduler, one CTA per SM; then odd shapes, rows with no visible key (S_q > S_k
+     dynamic scheduler, one CTA per SM or 3 CTAs, each compared bit for bit with the grid kernel
+     too; then odd shapes, rows with no visible key (S_q > S_k
      causal), many tiles per CTA (2 or 3 CTAs), both schedules, and d = 256, which must stay on
      the one-CTA-per-tile kernel */
   {
@@ -501,6 +520,7 @@ int main(int argc, char **argv)
       if (!cs[i].force_fallback && cs[i].D != 256) {
         Case c = cs[i];
         c.sched = 2;
+        c.ctas = i % 2 ? 3 : 0; /* half of them with 3 CTAs: many tiles per CTA, both buffers, the ring across tiles */
         cs[ncase++] = c;
       }
   }

@@ -39,15 +39,28 @@ __device__ __forceinline__ uint32_t mbar_try_wait(uint64_t *bar, uint32_t parity
   return ok;
 }
 /*
- * Wait until the phase with the given parity has completed. With FM_SM90_HANG_CHECK the spin is
- * bounded and traps (a deadlock then fails fast instead of eating a device call).
+ * Wait until the phase with the given parity has completed. With FM_SM90_HANG_CHECK the wait is
+ * bounded in time (about 2 s on the global timer, read every 1024 tries) and traps, so a
+ * deadlock fails fast instead of eating a device call.
  */
+#ifdef FM_SM90_HANG_CHECK
+__device__ __forceinline__ unsigned long long global_ns()
+{
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#endif
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 {
 #ifdef FM_SM90_HANG_CHECK
-  long long spins = 0;
-  while (!mbar_try_wait(bar, parity)) {
-    if (++spins > (1ll << 28)) __trap(); /* no printf here: a call would serialize wgmma */
+  unsigned long long t0 = 0;
+  for (unsigned spins = 1; !mbar_try_wait(bar, parity); spins++) {
+    if (spins % 1024 == 0) { /* no printf here: a call would serialize wgmma */
+      const unsigned long long t = global_ns();
+      if (!t0) t0 = t;
+      else if (t - t0 > 2000000000ull) __trap();
+    }
   }
 #else
   while (!mbar_try_wait(bar, parity)) {

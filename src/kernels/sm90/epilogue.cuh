@@ -28,11 +28,15 @@ __device__ __forceinline__ void merge_weights(float la, float *lse, float *wa, f
 /*
  * epilogue_store - for one consumer warpgroup: qtile is the Q tile
  *   in shared memory, whose 64 rows of this consumer are reused as the staging buffer (its last
- *   S GEMM has retired); o, mrow, lrow as consumer_mainloop left them.
+ *   S GEMM has retired); o, mrow, lrow as consumer_mainloop left them. tmO (TMA_O, the
+ *   persistent kernel): O in dtype goes from the staging rows to global by one TMA store per
+ *   64-column chunk (rows past seqlen_q clipped by the map), issued by the warpgroup's first
+ *   thread, which waits until the store has read the staging before it returns (the caller
+ *   then frees the Q buffer); the other threads do not wait for it.
  */
-template <int D, bool F16, class Src = GridTile>
+template <int D, bool F16, class Src = GridTile, bool TMA_O = false>
 __device__ __forceinline__ void epilogue_store(const FMGpuFwdCore &p, unsigned char *qtile, const float *o, const float *mrow,
-                                               const float *lrow, const Src &src = Src())
+                                               const float *lrow, const Src &src = Src(), const CUtensorMap *tmO = nullptr)
 {
   const CtaCoords cc = src(p);
   const int hq = cc.hq, b = cc.b, m0 = cc.m0, lane = cc.lane;
@@ -99,16 +103,26 @@ __device__ __forceinline__ void epilogue_store(const FMGpuFwdCore &p, unsigned c
       *(uint32_t *)(stage + ch * kChunkBytes + r1 * 128 + ((u ^ (r1 & 7)) << 4) + q4 * 4) =
         pack2<F16>(o[4 * k + 2] * inv1, o[4 * k + 3] * inv1);
     }
-    named_sync(3 + cw, 128);
     const int rowbase = m0 + cw * 64;
-    const size_t ostride = (size_t)p.heads_q * D;
+    if constexpr (TMA_O) {
+      fence_proxy_async(); /* the staging stores before the TMA reads them */
+      named_sync(3 + cw, 128);
+      if (wt == 0) {
 #pragma unroll
-    for (int it = 0; it < 64 * (D / 8) / 128; it++) {
-      const int idx = it * 128 + wt, r = idx / (D / 8), k = idx % (D / 8);
-      const int ch = k >> 3, u = k & 7;
-      const uint4 val = *(const uint4 *)(stage + ch * kChunkBytes + r * 128 + ((u ^ (r & 7)) << 4));
-      if (rowbase + r < p.seqlen_q)
-        *(uint4 *)((char *)p.o + (((size_t)b * p.seqlen_q + rowbase + r) * ostride + (size_t)hq * D + k * 8) * 2) = val;
+        for (int c = 0; c < D / 64; c++) tma_store_4d(tmO, stage + c * kChunkBytes, c * 64, hq, rowbase, b);
+        bulk_commit();
+      }
+    } else {
+      named_sync(3 + cw, 128);
+      const size_t ostride = (size_t)p.heads_q * D;
+#pragma unroll
+      for (int it = 0; it < 64 * (D / 8) / 128; it++) {
+        const int idx = it * 128 + wt, r = idx / (D / 8), k = idx % (D / 8);
+        const int ch = k >> 3, u = k & 7;
+        const uint4 val = *(const uint4 *)(stage + ch * kChunkBytes + r * 128 + ((u ^ (r & 7)) << 4));
+        if (rowbase + r < p.seqlen_q)
+          *(uint4 *)((char *)p.o + (((size_t)b * p.seqlen_q + rowbase + r) * ostride + (size_t)hq * D + k * 8) * 2) = val;
+      }
     }
   }
   if (q4 == 0) {
@@ -116,6 +130,8 @@ __device__ __forceinline__ void epilogue_store(const FMGpuFwdCore &p, unsigned c
     if (row0 < p.seqlen_q) lse[row0] = lse0;
     if (row1 < p.seqlen_q) lse[row1] = lse1;
   }
+  if constexpr (TMA_O)
+    if (!p.o32 && wt == 0) bulk_wait_read0(); /* the staging (this tile's Q buffer) read */
 }
 
 } /* namespace fmsm90 */

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int D, int ST, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
   fwd_kernel_persistent(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                        const __grid_constant__ CUtensorMap tmV, const FMGpuFwdCore p)
+                        const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmO, const FMGpuFwdCore p)
 {
   using L = Layout<D, ST, 2>;
   extern __shared__ unsigned char smem_raw[];
@@ -217,7 +217,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         consumer_mainloop<D, ST, F16, 2>(p, smem, lists + buf * llen, ld_s32(hdr + 16 * buf + 4), bar, o, mrow, lrow, qtile,
                                          ph, ld_s32(hdr + 16 * buf + 8), src);
       }
-      epilogue_store<D, F16>(p, qtile, o, mrow, lrow, GivenTile{tile_coords(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)});
+      epilogue_store<D, F16, GivenTile, true>(p, qtile, o, mrow, lrow, GivenTile{tile_coords(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)},
+                                              &tmO);
       fence_proxy_async(); /* the staging's generic stores and loads before the next TMA into this buffer */
       release(&pb.l_empty[buf], lane);
       release(&pb.q_empty[buf], lane);
@@ -313,6 +314,11 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
       const long long ntiles = (long long)((a->c.seqlen_q + kBM - 1) / kBM) * a->c.heads_q * a->batch;
       const int cap = a->ctas > 0 && a->ctas < nsm ? a->ctas : nsm;
       const int grid = (int)(ntiles < cap ? ntiles : cap);
+      /* O in dtype by TMA stores from the staging (64 rows per consumer); unused with o32 */
+      CUtensorMap to = tq;
+      if (!a->c.o32 && (e = make_map(&to, a->c.o, a->batch, a->c.seqlen_q, a->c.heads_q, D, F16, a->o_batch_stride,
+                                     a->o_row_stride, a->o_head_stride, 64)) != cudaSuccess)
+        return e;
       p.batch = a->batch;
       p.sched = nullptr;
       if (a->schedule == FM_GPU_SCHED_DYNAMIC) {
@@ -323,7 +329,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
           return e;
         }
       }
-      fwd_kernel_persistent<D, ST, F16><<<grid, kThreads, smem, stream>>>(tq, tk, tv, p);
+      fwd_kernel_persistent<D, ST, F16><<<grid, kThreads, smem, stream>>>(tq, tk, tv, to, p);
       e = cudaGetLastError();
       if (p.sched) {
         const cudaError_t f = cudaFreeAsync(p.sched, stream);

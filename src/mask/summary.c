@@ -60,6 +60,32 @@ FMTileClass FMMaskClassifyTile_Private(const struct _p_FMMask *m, int h, int m0,
                               kb);
 }
 
+/* The first violation in row g (sample, head) of the bounds, as FM_ERR_ARG_OUTOFRANGE naming
+   vector, row, column and value; FM_SUCCESS when there is none. */
+static FMErrorCode report_row(FMMask m, size_t g)
+{
+  static const char *const vname[4] = {"lts", "lte", "uts", "ute"};
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k;
+  char loc[48];
+  const int h = (int)(g % (size_t)m->mask_heads), smp = (int)(g / (size_t)m->mask_heads);
+  if (m->mask_batch > 1) snprintf(loc, sizeof(loc), "sample %d][head %d", smp, h);
+  else snprintf(loc, sizeof(loc), "head %d", h);
+  for (int v = 0; v < 4; v++) {
+    const int32_t *x = m->bnd[v] + g * Sk;
+    for (int j = 0; j < Sk; j++)
+      FMCheck(x[j] >= 0 && x[j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+              "Bound %s[%s][column %d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", vname[v], loc, j, (int)x[j], vname[v], Sq);
+  }
+  for (int v = 0; v < 4; v += 2) {
+    const int32_t *s = m->bnd[v] + g * Sk, *e = m->bnd[v + 1] + g * Sk;
+    for (int j = 0; j < Sk; j++)
+      FMCheck(s[j] <= e[j], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+              "Bound %s[%s][column %d] = %d is greater than %s = %d; expected start <= end", vname[v], loc, j, (int)s[j], vname[v + 1],
+              (int)e[j]);
+  }
+  return FM_SUCCESS;
+}
+
 /*
  * FMMaskValidate_Private - check every bound of m->bnd: 0 <= value <= seqlen_q and
  *   start <= end for (lts, lte) and (uts, ute). Not collective. The first violation is
@@ -68,28 +94,21 @@ FMTileClass FMMaskClassifyTile_Private(const struct _p_FMMask *m, int h, int m0,
 FMErrorCode FMMaskValidate_Private(FMMask m)
 {
   static const char *const vname[4] = {"lts", "lte", "uts", "ute"};
-  const int Sq = m->seqlen_q, Sk = m->seqlen_k;
+  const int Sk = m->seqlen_k;
+  const uint32_t usq = (uint32_t)m->seqlen_q;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   for (int v = 0; v < 4; v++)
     FMCheck(m->bnd[v], MPI_COMM_SELF, FM_ERR_LIB, "Bound vector %s is not allocated", vname[v]);
   for (size_t g = 0; g < FM_MASK_NG(m); g++) {
-    char loc[48];
-    const int h = (int)(g % (size_t)m->mask_heads), smp = (int)(g / (size_t)m->mask_heads);
-    if (m->mask_batch > 1) snprintf(loc, sizeof(loc), "sample %d][head %d", smp, h);
-    else snprintf(loc, sizeof(loc), "head %d", h);
-    for (int v = 0; v < 4; v++) {
-      const int32_t *x = m->bnd[v] + g * Sk;
-      for (int j = 0; j < Sk; j++)
-        FMCheck(x[j] >= 0 && x[j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-                "Bound %s[%s][column %d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", vname[v], loc, j, (int)x[j], vname[v], Sq);
-    }
-    for (int v = 0; v < 4; v += 2) {
-      const int32_t *s = m->bnd[v] + g * Sk, *e = m->bnd[v + 1] + g * Sk;
-      for (int j = 0; j < Sk; j++)
-        FMCheck(s[j] <= e[j], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-                "Bound %s[%s][column %d] = %d is greater than %s = %d; expected start <= end", vname[v], loc, j, (int)s[j], vname[v + 1],
-                (int)e[j]);
-    }
+    const int32_t *l0 = m->bnd[0] + g * Sk, *l1 = m->bnd[1] + g * Sk, *u0 = m->bnd[2] + g * Sk, *u1 = m->bnd[3] + g * Sk;
+    int bad = 0;
+    /* one branch-free pass per row (a negative bound is a large unsigned one); only a row with a
+       violation is scanned again, in the order of the message */
+#pragma omp simd reduction(| : bad)
+    for (int j = 0; j < Sk; j++)
+      bad |= ((uint32_t)l0[j] > usq) | ((uint32_t)l1[j] > usq) | ((uint32_t)u0[j] > usq) | ((uint32_t)u1[j] > usq) | (l0[j] > l1[j]) |
+             (u0[j] > u1[j]);
+    if (bad) FMCall(report_row(m, g));
   }
   return FM_SUCCESS;
 }
@@ -204,12 +223,14 @@ FMErrorCode FMMaskNormalize_Private(FMMask m)
   n = FM_MASK_NG(m) * (size_t)Sk;
   {
     int32_t *b0 = m->bnd[0], *b1 = m->bnd[1], *b2 = m->bnd[2], *b3 = m->bnd[3];
-    for (size_t i = 0; i < n; i++) { /* branch-free: vectorizes */
-      const int el = b0[i] == b1[i], eu = b2[i] == b3[i];
-      b0[i] = el ? Sq : b0[i];
-      b1[i] = el ? Sq : b1[i];
-      b2[i] = eu ? 0 : b2[i];
-      b3[i] = eu ? 0 : b3[i];
+#pragma omp simd /* branch-free; GCC's -O2 vectorizes a loop of unknown trip count only so */
+    for (size_t i = 0; i < n; i++) {
+      const int32_t x0 = b0[i], x1 = b1[i], x2 = b2[i], x3 = b3[i];
+      const int el = x0 == x1, eu = x2 == x3;
+      b0[i] = el ? Sq : x0;
+      b1[i] = el ? Sq : x1;
+      b2[i] = eu ? 0 : x2;
+      b3[i] = eu ? 0 : x3;
     }
   }
   return FM_SUCCESS;
@@ -238,7 +259,8 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
       for (int v = 0; v < 4; v++) {
         const int32_t *x = m->bnd[v] + (size_t)h * Sk;
         int32_t lo = x[c0], hi = x[c0];
-        for (int j = c0 + 1; j < c1; j++) { /* branch-free: vectorizes */
+#pragma omp simd reduction(min : lo) reduction(max : hi)
+        for (int j = c0 + 1; j < c1; j++) {
           lo = x[j] < lo ? x[j] : lo;
           hi = x[j] > hi ? x[j] : hi;
         }

@@ -258,9 +258,9 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
       const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
       for (int v = 0; v < 4; v++) {
         const int32_t *x = m->bnd[v] + (size_t)h * Sk;
-        int32_t lo = x[c0], hi = x[c0];
+        int32_t lo = INT32_MAX, hi = INT32_MIN; /* c1 > c0: every block has a column */
 #pragma omp simd reduction(min : lo) reduction(max : hi)
-        for (int j = c0 + 1; j < c1; j++) {
+        for (int j = c0; j < c1; j++) {
           lo = x[j] < lo ? x[j] : lo;
           hi = x[j] > hi ? x[j] : hi;
         }

@@ -342,6 +342,7 @@ struct _p_FMMask {
   int present;            /* FM_BOUND_* bits */
   int32_t *bnd[4];        /* lts, lte, uts, ute: [mask_batch][mask_heads][seqlen_k] each, always allocated after SetUp;
                            * row g = sample * mask_heads + head (FM_MASK_NG rows in all) */
+  size_t bnd_cap;         /* int32 entries allocated in each bnd[v] (a re-SetUp that fits keeps them) */
   /* builder parameters */
   int ndocs; int *docs;
   int window_left, window_right;  /* -1: default */

@@ -5,7 +5,10 @@
  * causal_document and sliding_window (window >= 1) the classes are exact on every shape tested,
  * aligned or not (PARTIAL tiles are mixed);
  * summaries are the min/max of each vector per key block; FMMaskView draws the classes; the
- * mask hash (computed when first asked for on one rank) follows every re-SetUp.
+ * mask hash (computed when first asked for on one rank) follows every re-SetUp; so do the block
+ * summaries (computed by SetUp on several ranks, when first asked for on one), which equal the
+ * ones computed eagerly, for shared and per-sample bounds, a new block size and a new batch.
+ * -test_resetup_only: only that last part (the .sh runs it on two ranks too).
  */
 #include "fmtest.h"
 #include <flashmask/private/fmimpl.h>
@@ -141,6 +144,116 @@ static FMMask build(FMContext ctx, const char *type, int Sq, int Sk, int H, int 
   return m;
 }
 
+/* Brute-force block summaries of m's bounds as they are now (row g, block kb), in a new array. */
+static int32_t *brute_summary(FMMask m)
+{
+  const int Sk = m->seqlen_k, B = m->block, nkb = (Sk + B - 1) / B;
+  const size_t G = FM_MASK_NG(m);
+  int32_t *s = malloc(sizeof(int32_t) * G * nkb * FM_SUM_N);
+  for (size_t g = 0; g < G; g++)
+    for (int kb = 0; kb < nkb; kb++)
+      for (int v = 0; v < 4; v++) {
+        int32_t lo = INT32_MAX, hi = INT32_MIN;
+        for (int j = kb * B; j < Sk && j < (kb + 1) * B; j++) {
+          const int32_t x = FM_BND(m, v, g, j);
+          lo = x < lo ? x : lo;
+          hi = x > hi ? x : hi;
+        }
+        s[(g * nkb + kb) * FM_SUM_N + 2 * v] = lo;
+        s[(g * nkb + kb) * FM_SUM_N + 2 * v + 1] = hi;
+      }
+  return s;
+}
+
+/*
+ * One set-up of m (after its changes): SetUp computes the summaries on several ranks only; the
+ * bounds-only view computes nothing; before they are computed FMMaskClassifyTile_Private says
+ * PARTIAL; the summaries through FMMaskGetDesc_Private equal the brute force of the new bounds
+ * and the eager FMMaskComputeSummaries_Private. *differs counts blocks unlike *prev (the last set-up's,
+ * replaced by these).
+ */
+static void check_resetup(FMMask m, const char *label, int32_t **prev, size_t *nprev, long *differs)
+{
+  FMMaskDesc d, db;
+  int size;
+  int32_t *ref, *lazy;
+  size_t n;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_CHECK(m->summary_valid == (size > 1), "%s: on %d rank%s SetUp left summary_valid %d; expected %d", label, size, size > 1 ? "s" : "",
+            m->summary_valid, size > 1);
+  FMT_CALL(FMMaskGetBoundsDesc_Private(m, &db));
+  FMT_CHECK(db.summary == NULL && m->summary_valid == (size > 1), "%s: the bounds-only view computed or gave summaries", label);
+  if (size == 1) {
+    FMTileClass c = FMMaskClassifyTile_Private(m, 0, 0, m->block, 0);
+    FMT_CHECK(c == FM_TILE_PARTIAL, "%s: FMMaskClassifyTile_Private before the summaries gave class %d; expected PARTIAL", label, (int)c);
+  }
+  FMT_CALL(FMMaskGetDesc_Private(m, &d));
+  FMT_CHECK(m->summary_valid && d.summary == m->summary, "%s: FMMaskGetDesc_Private did not give valid summaries", label);
+  FMT_CHECK(d.nblocks_k == db.nblocks_k && d.nblocks_k == (m->seqlen_k + m->block - 1) / m->block, "%s: nblocks_k %d, %d; expected %d", label,
+            d.nblocks_k, db.nblocks_k, (m->seqlen_k + m->block - 1) / m->block);
+  n = FM_MASK_NG(m) * (size_t)d.nblocks_k * FM_SUM_N;
+  ref = brute_summary(m);
+  lazy = malloc(sizeof(int32_t) * n);
+  memcpy(lazy, d.summary, sizeof(int32_t) * n);
+  for (size_t i = 0; i < n; i++)
+    if (lazy[i] != ref[i]) {
+      FMT_CHECK(0, "%s: summary entry %zu (row %zu, block %zu, number %zu) is %d; the bounds give %d", label, i, i / FM_SUM_N / d.nblocks_k,
+                i / FM_SUM_N % d.nblocks_k, i % FM_SUM_N, lazy[i], ref[i]);
+      break;
+    }
+  FMT_CALL(FMMaskComputeSummaries_Private(m)); /* eager, as SetUp on several ranks */
+  FMT_CHECK(!memcmp(lazy, m->summary, sizeof(int32_t) * n), "%s: the summaries on demand differ from the eager ones", label);
+  if (*prev && *nprev == n)
+    for (size_t i = 0; i < n; i++) *differs += (*prev)[i] != lazy[i];
+  free(*prev);
+  *prev = lazy;
+  *nprev = n;
+  free(ref);
+}
+
+/* Re-SetUps of one mask object with new bounds (new seeds, new user bounds, a new block size,
+   per-sample bounds of a batch of 16 then 3): the summaries always follow the bounds. */
+static void check_resetups(FMContext ctx, uint64_t *rs)
+{
+  static const char *const ty[] = {FMMASKCAUSALDOCUMENT, FMMASKSLIDINGWINDOW, FMMASKSHAREQUESTION, FMMASKBOUNDS};
+  char label[160];
+  for (int t = 0; t < 4; t++) {
+    int32_t *prev = NULL;
+    size_t nprev = 0;
+    long differs = 0, steps = 0;
+    FMMask m = build(ctx, ty[t], 700, 700, 2, 64, 11, rs);
+    for (int st = 0; st < 8; st++) {
+      if (st == 5) FMT_CALL(FMMaskSetBlockSize(m, 32));
+      if (st == 6) FMT_CALL(FMMaskSetBatch(m, 16));
+      if (st == 7) FMT_CALL(FMMaskSetBatch(m, 3));
+      if (!strcmp(ty[t], FMMASKBOUNDS)) { /* new random bounds for every (sample, head) */
+        int32_t *u[4];
+        for (int v = 0; v < 4; v++) u[v] = malloc(sizeof(int32_t) * 700);
+        for (int smp = 0; smp < m->mask_batch; smp++)
+          for (int h = 0; h < 2; h++) {
+            int a = 0, c = 700;
+            for (int j = 0; j < 700; j++) {
+              if (fmt_next(rs) % 40 == 0) { a = (int)(fmt_next(rs) % 701); c = a + (int)(fmt_next(rs) % (uint64_t)(701 - a)); }
+              u[0][j] = a; u[1][j] = c; u[2][j] = u[3][j] = (int)(fmt_next(rs) % 3); /* some empty upper intervals */
+            }
+            if (m->mask_batch > 1) FMT_CALL(FMMaskSetSampleBounds(m, smp, h, u[0], u[1], u[2], u[3]));
+            else FMT_CALL(FMMaskSetBounds(m, h, u[0], u[1], u[2], u[3]));
+          }
+        for (int v = 0; v < 4; v++) free(u[v]);
+      } else if (!strcmp(ty[t], FMMASKSLIDINGWINDOW)) FMT_CALL(FMMaskSetWindow(m, 1 + (int)(fmt_next(rs) % 400), 0));
+      else FMT_CALL(FMMaskSetSeed(m, 12 + (unsigned long)st));
+      snprintf(label, sizeof(label), "%s 700x700, re-set-up %d (block %d, mask batch %d)", ty[t], st, m->block, m->mask_batch);
+      check_resetup(m, label, &prev, &nprev, &differs);
+      steps += st > 0 && st < 5;
+    }
+    /* the test can fail: the new bounds of steps 1..4 give other summaries than the last ones */
+    FMT_CHECK(differs > steps, "%s: only %ld summary numbers changed over %ld re-set-ups with new bounds", ty[t], differs, steps);
+    free(prev);
+    FMT_CALL(FMMaskDestroy(&m));
+  }
+}
+
 /* FMMaskView of a causal mask: lower triangle '#', diagonal '+', upper '.'. */
 static void check_view(FMContext ctx, uint64_t *rs)
 {
@@ -217,6 +330,16 @@ int main(int argc, char **argv)
       FMT_CALL(FMFinalize());
       return 0;
     }
+    FMT_CALL(FMOptionsHasName("-test_resetup_only", &only));
+    if (only) {
+      int rc;
+      MPI_Bcast(&rs, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD); /* the same random bounds on every rank */
+      check_resetups(ctx, &rs);
+      FMT_CALL(FMContextDestroy(&ctx));
+      rc = fmt_finish("test_mask_tiles -test_resetup_only");
+      FMT_CALL(FMFinalize());
+      return rc;
+    }
   }
   for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++)
     for (int t = 0; types[t]; t++) {
@@ -274,6 +397,7 @@ int main(int argc, char **argv)
     check_mask(m, label, &rs, 1);
     FMT_CALL(FMMaskDestroy(&m));
   }
+  check_resetups(ctx, &rs);
   check_view(ctx, &rs);
   FMT_CALL(FMContextDestroy(&ctx));
   {

@@ -27,7 +27,7 @@ FMErrorCode FMMaskSetBatch(FMMask mask, int mask_batch)
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
   FMCall(FMMaskCheckBatch_Private(mask_batch, mask->mask_heads, mask->seqlen_k, "Argument 2"));
   if (mask->user_head_set && mask_batch != mask->mask_batch) FMMaskFreeUserBounds_Private(mask);
-  if (mask_batch != mask->mask_batch) mask->hdr.setupcalled = 0;
+  if (mask_batch != mask->mask_batch) mask->hdr.setupcalled = mask->summary_valid = 0; /* the summaries have the old rows */
   mask->mask_batch = mask_batch;
   return FM_SUCCESS;
 }
@@ -88,7 +88,7 @@ static FMErrorCode set_bounds(FMMask mask, int s0, int s1, int head, const int32
   for (int s = s0; s < s1; s++) mask->user_head_set[(size_t)s * mask->mask_heads + head] = (unsigned char)(0x10 | bits);
   mask->user_present = 0;
   for (size_t g = 0; g < G; g++) mask->user_present |= mask->user_head_set[g] & 0xF;
-  mask->hdr.setupcalled = 0;
+  mask->hdr.setupcalled = mask->summary_valid = 0;
   return FM_SUCCESS;
 }
 

@@ -8,8 +8,9 @@
 #include <string.h>
 
 
-/* Any change of sizes, type or parameters invalidates the set-up. */
-static void changed(FMMask m) { m->hdr.setupcalled = 0; }
+/* Any change of sizes, type or parameters invalidates the set-up, and the summaries with it (the
+   block size may have changed: FMMaskClassifyTile_Private must not read them with the new one). */
+static void changed(FMMask m) { m->hdr.setupcalled = 0; m->summary_valid = 0; }
 
 /* Replace an owned int array by a copy of src[0..n). */
 static FMErrorCode copy_ints(int n, const int *src, int **dst)
@@ -392,19 +393,24 @@ uint64_t FMMaskHash_Private(FMMask m)
   return m->hash;
 }
 
-static FMErrorCode setup_local(FMMask m)
+/* The bounds rebuilt, checked and normalized; eager: their summaries too (several ranks: see the
+   struct in fmimpl.h), else left to the first reader (FMMaskSummary_Private). */
+static FMErrorCode setup_local(FMMask m, int eager)
 {
   FMCheck(m->seqlen_q > 0 && m->seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ORDER,
           "Must call FMMaskSetSizes() (or give -fm_mask_seqlen) before FMMaskSetUp()");
+  m->summary_valid = 0; /* from here on the bounds change */
+  m->hash_valid = 0;    /* computed at SetUp where ranks agree on it, else when asked for */
   FMCall(FMMaskBuild_Private(m));
   FMCall(FMMaskValidate_Private(m));
-  FMCall(FMMaskComputeSummaries_Private(m));
-  m->hash_valid = 0; /* the bounds changed: computed at SetUp where ranks agree on it, else when asked for */
+  FMCall(FMMaskNormalize_Private(m));
+  if (eager) FMCall(FMMaskComputeSummaries_Private(m));
   return FM_SUCCESS;
 }
 
 /*
- * FMMaskSetUp - build, validate and summarize the mask. Collective: a failure on any rank is
+ * FMMaskSetUp - build, validate and normalize the mask (its block summaries too on several
+ *   ranks; on one rank the first reader computes them). Collective: a failure on any rank is
  *   returned on every rank, and ranks that built different masks get FM_ERR_MISMATCH.
  *   Every rank takes part in the same agreements: when any rank's mask changed since its last
  *   SetUp, the changed ranks rebuild, every rank checks mask->hash against the others and the
@@ -428,9 +434,9 @@ static FMErrorCode setup_mask(void *obj)
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
   FMCall(FMAgreeAny(mask->hdr.comm, !mask->hdr.setupcalled, &redo));
   if (!redo) return FM_SUCCESS;
-  if (!mask->hdr.setupcalled) ierr = setup_local(mask);
-  FMAgreeGoto(mask->hdr.comm);
   MPI_Comm_size(mask->hdr.comm, &size);
+  if (!mask->hdr.setupcalled) ierr = setup_local(mask, size > 1);
+  FMAgreeGoto(mask->hdr.comm);
   if (size > 1) /* one rank: nothing to agree on, the hash waits until asked for */
     FMCallGoto(FMAgreeSame(mask->hdr.comm, FMMaskHash_Private(mask), "the mask (its sizes, type, causal flag, block size and bounds)"));
   mask->hdr.setupcalled = 1;
@@ -486,8 +492,9 @@ FMErrorCode FMMaskGetDensity(FMMask mask, double *element_density, double *block
   return FM_SUCCESS;
 }
 
-/* FMMaskGetDesc_Private - the kernels' view of a set-up mask (borrowed pointers). Not collective. */
-FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc)
+/* FMMaskGetBoundsDesc_Private - the kernels' view of a set-up mask (borrowed pointers) without the
+   summaries. Not collective. */
+FMErrorCode FMMaskGetBoundsDesc_Private(FMMask m, struct FMMaskDesc_s *desc)
 {
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   FMValidPointer(desc, 2);
@@ -501,7 +508,16 @@ FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc)
   for (int v = 0; v < 4; v++) desc->bnd[v] = m->bnd[v];
   desc->block = m->block;
   desc->nblocks_k = m->nblocks_k;
-  desc->summary = m->summary;
+  desc->summary = NULL;
+  return FM_SUCCESS;
+}
+
+/* FMMaskGetDesc_Private - the kernels' view of a set-up mask (borrowed pointers), the summaries
+   computed if they are not yet. Not collective. */
+FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc)
+{
+  FMCall(FMMaskGetBoundsDesc_Private(m, desc));
+  FMCall(FMMaskSummary_Private(m, &desc->summary));
   return FM_SUCCESS;
 }
 

@@ -56,6 +56,7 @@ static FMErrorCode view_tiles(FMMask mask, MPI_Comm comm, FILE *fp)
   int nqb = (mask->seqlen_q + mask->block - 1) / mask->block, nkb = mask->nblocks_k, gq = (nqb + 31) / 32, gk = (nkb + 31) / 32;
   int counts[3] = {0, 0, 0};
   char line[40];
+  FMCall(FMMaskSummary_Private(mask, NULL)); /* FMMaskClassifyTile_Private reads them, and cannot compute them */
   FMCall(FMPrintf(comm, fp, "  tile classes of head 0 (%d x %d tiles, %d x %d per character; '.' skip, '#' full, '+' partial or mixed):\n", nqb,
                   nkb, gq, gk));
   for (int qg = 0; qg < nqb; qg += gq) {

@@ -1,7 +1,8 @@
 /*
- * summary.c - the size limits of a mask, validation of the bound vectors, per-block
- * summaries (min/max of each vector over a block of key columns), tile classes, and the
- * exact element density and block sparsity of a mask.
+ * summary.c - the size limits of a mask, validation and normalization of the bound vectors,
+ * per-block summaries (min/max of each vector over a block of key columns, computed when first
+ * asked for: FMMaskSummary_Private), tile classes, and the exact element density and block
+ * sparsity of a mask.
  */
 #include "maskimpl.h"
 #include <stdlib.h>
@@ -48,12 +49,41 @@ FMTileClass FMClassifyTile(const int32_t *summary_head, int causal, int seqlen_q
 
 /*
  * FMMaskClassifyTile_Private - FMClassifyTile on a set-up mask's summaries for mask head h.
- *   Not collective; no argument checks (hot path).
+ *   Not collective; no argument checks (hot path). It cannot compute them (m is const): before
+ *   FMMaskSummary_Private has made them valid it answers FM_TILE_PARTIAL, which is never wrong,
+ *   and never reads the summaries of older bounds.
  */
 FMTileClass FMMaskClassifyTile_Private(const struct _p_FMMask *m, int h, int m0, int m1, int kb)
 {
+  if (!m->summary_valid) return FM_TILE_PARTIAL;
   return FMClassifyTileInline(m->summary + (size_t)h * m->nblocks_k * FM_SUM_N, m->causal, m->seqlen_q, m->seqlen_k, m->block, m0, m1,
                               kb);
+}
+
+/* The first violation in row g (sample, head) of the bounds, as FM_ERR_ARG_OUTOFRANGE naming
+   vector, row, column and value; FM_SUCCESS when there is none. */
+static FMErrorCode report_row(FMMask m, size_t g)
+{
+  static const char *const vname[4] = {"lts", "lte", "uts", "ute"};
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k;
+  char loc[48];
+  const int h = (int)(g % (size_t)m->mask_heads), smp = (int)(g / (size_t)m->mask_heads);
+  if (m->mask_batch > 1) snprintf(loc, sizeof(loc), "sample %d][head %d", smp, h);
+  else snprintf(loc, sizeof(loc), "head %d", h);
+  for (int v = 0; v < 4; v++) {
+    const int32_t *x = m->bnd[v] + g * Sk;
+    for (int j = 0; j < Sk; j++)
+      FMCheck(x[j] >= 0 && x[j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+              "Bound %s[%s][column %d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", vname[v], loc, j, (int)x[j], vname[v], Sq);
+  }
+  for (int v = 0; v < 4; v += 2) {
+    const int32_t *s = m->bnd[v] + g * Sk, *e = m->bnd[v + 1] + g * Sk;
+    for (int j = 0; j < Sk; j++)
+      FMCheck(s[j] <= e[j], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+              "Bound %s[%s][column %d] = %d is greater than %s = %d; expected start <= end", vname[v], loc, j, (int)s[j], vname[v + 1],
+              (int)e[j]);
+  }
+  return FM_SUCCESS;
 }
 
 /*
@@ -64,28 +94,21 @@ FMTileClass FMMaskClassifyTile_Private(const struct _p_FMMask *m, int h, int m0,
 FMErrorCode FMMaskValidate_Private(FMMask m)
 {
   static const char *const vname[4] = {"lts", "lte", "uts", "ute"};
-  const int Sq = m->seqlen_q, Sk = m->seqlen_k;
+  const int Sk = m->seqlen_k;
+  const uint32_t usq = (uint32_t)m->seqlen_q;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   for (int v = 0; v < 4; v++)
     FMCheck(m->bnd[v], MPI_COMM_SELF, FM_ERR_LIB, "Bound vector %s is not allocated", vname[v]);
   for (size_t g = 0; g < FM_MASK_NG(m); g++) {
-    char loc[48];
-    const int h = (int)(g % (size_t)m->mask_heads), smp = (int)(g / (size_t)m->mask_heads);
-    if (m->mask_batch > 1) snprintf(loc, sizeof(loc), "sample %d][head %d", smp, h);
-    else snprintf(loc, sizeof(loc), "head %d", h);
-    for (int v = 0; v < 4; v++) {
-      const int32_t *x = m->bnd[v] + g * Sk;
-      for (int j = 0; j < Sk; j++)
-        FMCheck(x[j] >= 0 && x[j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-                "Bound %s[%s][column %d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", vname[v], loc, j, (int)x[j], vname[v], Sq);
-    }
-    for (int v = 0; v < 4; v += 2) {
-      const int32_t *s = m->bnd[v] + g * Sk, *e = m->bnd[v + 1] + g * Sk;
-      for (int j = 0; j < Sk; j++)
-        FMCheck(s[j] <= e[j], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-                "Bound %s[%s][column %d] = %d is greater than %s = %d; expected start <= end", vname[v], loc, j, (int)s[j], vname[v + 1],
-                (int)e[j]);
-    }
+    const int32_t *l0 = m->bnd[0] + g * Sk, *l1 = m->bnd[1] + g * Sk, *u0 = m->bnd[2] + g * Sk, *u1 = m->bnd[3] + g * Sk;
+    int bad = 0;
+    /* one branch-free pass per row (a negative bound is a large unsigned one); only a row with a
+       violation is scanned again, in the order of the message */
+#pragma omp simd reduction(| : bad)
+    for (int j = 0; j < Sk; j++)
+      bad |= ((uint32_t)l0[j] > usq) | ((uint32_t)l1[j] > usq) | ((uint32_t)u0[j] > usq) | ((uint32_t)u1[j] > usq) | (l0[j] > l1[j]) |
+             (u0[j] > u1[j]);
+    if (bad) FMCall(report_row(m, g));
   }
   return FM_SUCCESS;
 }
@@ -128,18 +151,6 @@ static inline int column_masked(const FMMask m, int h, int j, int a[3], int b[3]
     }
   }
   return k;
-}
-
-/* Empty intervals of columns [c0, c1) of row h in default form (lts = lte = Sq, uts = ute = 0),
-   so that the summaries stay tight. */
-static void normalize(FMMask m, int h, int c0, int c1)
-{
-  const size_t o = (size_t)h * m->seqlen_k;
-  int32_t *b0 = m->bnd[0] + o, *b1 = m->bnd[1] + o, *b2 = m->bnd[2] + o, *b3 = m->bnd[3] + o;
-  for (int j = c0; j < c1; j++) {
-    if (b0[j] == b1[j]) b0[j] = b1[j] = m->seqlen_q;
-    if (b2[j] == b3[j]) b2[j] = b3[j] = 0;
-  }
 }
 
 typedef struct {
@@ -193,39 +204,63 @@ static void scan_block(const FMMask m, Scan *sc, int h, int c0, int c1, double *
 }
 
 /*
- * FMMaskComputeSummaries_Private - normalize empty intervals, then compute m->summary
- *   ([mask_batch * mask_heads][nblocks_k][FM_SUM_N], blocks of m->block key columns, the last one
- *   short) and m->nblocks_k. Not collective. Call after FMMaskValidate_Private. The density and
- *   the block sparsity are left to FMMaskComputeDensity_Private, on demand.
+ * FMMaskNormalize_Private - see fmimpl.h: empty intervals in default form (lts = lte = seqlen_q,
+ *   uts = ute = 0), so that the summaries stay tight and the hash and the device copy see one form
+ *   of each mask; m->nblocks_k; the summaries, density and sparsity of older bounds out of date.
+ */
+FMErrorCode FMMaskNormalize_Private(FMMask m)
+{
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k, B = m->block;
+  size_t n;
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  FMCall(FMMaskCheckBatch_Private(m->mask_batch, m->mask_heads, Sk, "Mask"));
+  /* The limits keep every index of the summaries in int (c0 + B <= 2 * FM_MASK_MAX_SEQLEN - 1 <=
+     INT_MAX); the block counts are computed in 64 bits all the same. */
+  FMCall(FMMaskCheckSizes_Private(Sq, Sk, (int)FM_MASK_NG(m), B > 0 ? B : -1, "Mask"));
+  m->summary_valid = 0;
+  m->stats_valid = 0;
+  m->nblocks_k = (int)(((int64_t)Sk + B - 1) / B);
+  n = FM_MASK_NG(m) * (size_t)Sk;
+  {
+    int32_t *b0 = m->bnd[0], *b1 = m->bnd[1], *b2 = m->bnd[2], *b3 = m->bnd[3];
+#pragma omp simd /* branch-free; GCC's -O2 vectorizes a loop of unknown trip count only so */
+    for (size_t i = 0; i < n; i++) {
+      const int32_t x0 = b0[i], x1 = b1[i], x2 = b2[i], x3 = b3[i];
+      const int el = x0 == x1, eu = x2 == x3;
+      b0[i] = el ? Sq : x0;
+      b1[i] = el ? Sq : x1;
+      b2[i] = eu ? 0 : x2;
+      b3[i] = eu ? 0 : x3;
+    }
+  }
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskComputeSummaries_Private - see fmimpl.h: m->summary ([mask_batch * mask_heads][nblocks_k]
+ *   [FM_SUM_N], blocks of m->block key columns, the last one short) from the normalized bounds.
  */
 FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
 {
-  const int Sq = m->seqlen_q, Sk = m->seqlen_k, B = m->block;
-  int H, nkb;
+  const int Sk = m->seqlen_k, B = m->block, nkb = m->nblocks_k, H = (int)FM_MASK_NG(m);
   FMValidHeader(m, FM_CLASSID_MASK, 1);
-  FMCall(FMMaskCheckBatch_Private(m->mask_batch, m->mask_heads, Sk, "Mask"));
-  H = (int)FM_MASK_NG(m); /* rows: (sample, head) */
-  /* The limits keep every index below in int (c0 + B <= 2 * FM_MASK_MAX_SEQLEN - 1 <= INT_MAX);
-     the block counts are computed in 64 bits all the same. */
-  FMCall(FMMaskCheckSizes_Private(Sq, Sk, H, B > 0 ? B : -1, "Mask"));
-  nkb = (int)(((int64_t)Sk + B - 1) / B);
+  FMCheck(m->bnd[0] && nkb == (int)(((int64_t)Sk + B - 1) / B), MPI_COMM_SELF, FM_ERR_ORDER,
+          "The mask's block summaries are asked for before its bounds are normalized (FMMaskSetUp)");
   if ((size_t)H * nkb * FM_SUM_N > m->summary_cap) { /* a re-SetUp of the same sizes keeps its array */
     FMFree(m->summary);
     m->summary_cap = 0;
     FMCall(FMMalloc((size_t)H * nkb * FM_SUM_N, &m->summary));
     m->summary_cap = (size_t)H * nkb * FM_SUM_N;
   }
-  m->nblocks_k = nkb;
-  m->stats_valid = 0;
   for (int h = 0; h < H; h++)
     for (int kb = 0; kb < nkb; kb++) {
       int32_t *s = m->summary + ((size_t)h * nkb + kb) * FM_SUM_N;
       const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
-      normalize(m, h, c0, c1);
       for (int v = 0; v < 4; v++) {
         const int32_t *x = m->bnd[v] + (size_t)h * Sk;
-        int32_t lo = x[c0], hi = x[c0];
-        for (int j = c0 + 1; j < c1; j++) { /* branch-free: vectorizes */
+        int32_t lo = INT32_MAX, hi = INT32_MIN; /* c1 > c0: every block has a column */
+#pragma omp simd reduction(min : lo) reduction(max : hi)
+        for (int j = c0; j < c1; j++) {
           lo = x[j] < lo ? x[j] : lo;
           hi = x[j] > hi ? x[j] : hi;
         }
@@ -233,6 +268,17 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
         s[2 * v + 1] = hi;
       }
     }
+  m->summary_valid = 1;
+  return FM_SUCCESS;
+}
+
+/* FMMaskSummary_Private - see fmimpl.h. */
+FMErrorCode FMMaskSummary_Private(FMMask m, const int32_t **summary)
+{
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  FMCheck(m->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "The mask's block summaries are asked for before FMMaskSetUp");
+  if (!m->summary_valid) FMCall(FMMaskComputeSummaries_Private(m));
+  if (summary) *summary = m->summary;
   return FM_SUCCESS;
 }
 
@@ -250,7 +296,7 @@ FMErrorCode FMMaskComputeDensity_Private(FMMask m)
   size_t room;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   if (m->stats_valid) return FM_SUCCESS;
-  FMCheck(m->summary, MPI_COMM_SELF, FM_ERR_ORDER, "The mask's density is asked for before FMMaskSetUp");
+  FMCheck(m->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "The mask's density is asked for before FMMaskSetUp");
   H = (int)FM_MASK_NG(m);
   nkb = (int)(((int64_t)Sk + B - 1) / B);
   nqb = (int)(((int64_t)Sq + B - 1) / B);

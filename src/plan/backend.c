@@ -15,7 +15,10 @@ FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p)
   p->batch = plan->batch; p->heads_q = plan->heads_q; p->heads_kv = plan->heads_kv; p->head_dim = plan->head_dim;
   p->dtype = plan->dtype;
   p->scale = (float)plan->scale;
-  FMCall(FMMaskGetDesc_Private(plan->mask, &p->mask));
+  /* the CUDA backend reads no host summaries (its prepass builds its own on the device): on one
+     rank, where SetUp leaves them to the first reader, they are then never computed */
+  if (plan->backend == FM_BACKEND_CUDA) FMCall(FMMaskGetBoundsDesc_Private(plan->mask, &p->mask));
+  else FMCall(FMMaskGetDesc_Private(plan->mask, &p->mask));
   p->nq = p->mask.seqlen_q; p->qrows = NULL;
   p->k0 = 0; p->nk = p->mask.seqlen_k;
   p->nthreads = plan->ctx->threads;

@@ -342,6 +342,7 @@ struct _p_FMMask {
   int present;            /* FM_BOUND_* bits */
   int32_t *bnd[4];        /* lts, lte, uts, ute: [mask_batch][mask_heads][seqlen_k] each, always allocated after SetUp;
                            * row g = sample * mask_heads + head (FM_MASK_NG rows in all) */
+  size_t bnd_cap;         /* int32 entries allocated in each bnd[v] (a re-SetUp that fits keeps them) */
   /* builder parameters */
   int ndocs; int *docs;
   int window_left, window_right;  /* -1: default */
@@ -370,11 +371,18 @@ struct _p_FMMask {
    */
   uint64_t hash;
   int hash_valid;
-  /* summaries */
+  /*
+   * summaries: [mask_batch][mask_heads][nblocks_k][FM_SUM_N] of the normalized bounds, valid when
+   * summary_valid. Read them through FMMaskSummary_Private (or FMMaskGetDesc_Private, which calls
+   * it): every SetUp that rebuilds the bounds resets summary_valid; on several ranks SetUp computes
+   * them (errors agreed there, so a reader in collective code never fails alone), on one rank the
+   * first reader does, and the one-rank CUDA path, whose prepass builds its own on the GPU, never.
+   */
   int block;              /* block size (both axes), default 128 */
-  int nblocks_k;          /* ceil(seqlen_k / block) */
-  int32_t *summary;       /* [mask_batch][mask_heads][nblocks_k][FM_SUM_N] */
+  int nblocks_k;          /* ceil(seqlen_k / block), set by SetUp (FMMaskNormalize_Private) */
+  int32_t *summary;
   size_t summary_cap;     /* int32 entries allocated in summary */
+  int summary_valid;
   double density, sparsity; /* valid when stats_valid (FMMaskComputeDensity_Private, on demand) */
   int stats_valid;
 };
@@ -389,22 +397,37 @@ struct _p_FMMask {
  * FMMaskClassifyTile_Private - class of the tile of query rows [m0, m1) (global indices)
  *   against key block kb of mask row h (sample * mask_heads + head), from the summaries and the causal diagonal.
  *   Conservative: FM_TILE_SKIP only if every entry is masked, FM_TILE_FULL only if none is.
+ *   m is const, so it cannot compute the summaries: call FMMaskSummary_Private first; without
+ *   valid summaries every tile is FM_TILE_PARTIAL.
  */
 FMTileClass FMMaskClassifyTile_Private(const struct _p_FMMask *m, int h, int m0, int m1, int kb);
 
 /* Build the bounds of a builder type into m->bnd (called by SetUp). */
 FMErrorCode FMMaskBuild_Private(FMMask m);
-/* Compute the summaries (called by SetUp). */
+/* FMMaskNormalize_Private - empty intervals of m->bnd in default form, m->nblocks_k, and the
+   summaries and statistics marked out of date. Called by SetUp after FMMaskValidate_Private,
+   before anything hashes or uploads the bounds. Not collective. */
+FMErrorCode FMMaskNormalize_Private(FMMask m);
+/* FMMaskComputeSummaries_Private - compute m->summary from the normalized bounds now (SetUp on
+   several ranks; FMMaskSummary_Private). Not collective. */
 FMErrorCode FMMaskComputeSummaries_Private(FMMask m);
+/* FMMaskSummary_Private - the block summaries of a set-up mask, computed here the first time they
+   are asked for after a SetUp; *summary (may be NULL) is valid until the next SetUp. Not
+   collective. Never call it inside a multithreaded region: it may write m. */
+FMErrorCode FMMaskSummary_Private(FMMask m, const int32_t **summary);
 /* FMMaskComputeDensity_Private - m->density and m->sparsity of a set-up mask, computed the first
    time they are asked for after a set-up (a re-planning step that never asks pays nothing). Not
    collective. */
 FMErrorCode FMMaskComputeDensity_Private(FMMask m);
 /* Validate m->bnd (0 <= start <= Sq, start <= end). */
 FMErrorCode FMMaskValidate_Private(FMMask m);
-/* Fill the kernels' view of a set-up mask (borrowed pointers into m). */
+/* Fill the kernels' view of a set-up mask (borrowed pointers into m), its summaries computed if
+   they are not yet (FMMaskSummary_Private). */
 struct FMMaskDesc_s;
 FMErrorCode FMMaskGetDesc_Private(FMMask m, struct FMMaskDesc_s *desc);
+/* The same view without the host summaries (desc->summary NULL, nothing computed): for the CUDA
+   backend's one-rank path, whose mask prepass builds its own summaries on the GPU. */
+FMErrorCode FMMaskGetBoundsDesc_Private(FMMask m, struct FMMaskDesc_s *desc);
 /* FMMaskHash_Private - mask->hash of a set-up mask, computed here when SetUp left it (one rank). Not collective. */
 uint64_t FMMaskHash_Private(FMMask m);
 

@@ -490,8 +490,10 @@ static void run_forward(FMContext world, FMContext gpu1, const Case *c, uint64_t
 
 
 /*
- * run_fail - the K/V exchange fails on rank 1 (-fm_debug_fail_exchange 1: over NCCL it never
- *   posts its first step, over MPI its first step is marked failed after the messages moved).
+ * run_fail - the K/V exchange fails on rank 1 at its first step, through the fault sites of
+ *   src/sys/faults.c (armed here as -fm_debug_fail would): over NCCL gpu_exchange_post (the
+ *   step is never posted), over MPI gpu_exchange_wait (the step is marked failed after its
+ *   messages moved); -fm_plan_transport auto runs this case over mpi, so that the site is known.
  *   Every rank must return an error from FMPlanForward, none may wait for ever (the shell runs
  *   the test under a timeout), and the forwards that follow (the cases run after this one)
  *   must be right again: over NCCL the executor aborted the communicators and bootstraps new
@@ -509,14 +511,16 @@ static void run_fail(FMContext world, const Case *c, uint64_t seed)
   void *dq, *dk, *dv, *doo;
   float *dl, *f;
   char *h;
+  char tr[32] = "auto";
   if (size < 2) return;
   snprintf(current_buf, sizeof(current_buf), "%s, exchange failing on rank 1", c->name);
   current = current_buf;
   use_device(world);
   CALL(make_mask(world, c, seed, &mask));
-  CALL(FMOptionsSetValue("-fm_debug_fail_exchange", "1"));
+  CALL(FMOptionsGetString("-fm_plan_transport", "the transport under test (read by the plan)", tr, sizeof(tr), NULL));
+  if (!strcmp(tr, "auto")) CALL(FMOptionsSetValue("-fm_plan_transport", "mpi"));
   plan = world_plan(world, mask, c, &confs[0], &nl, &rows, &nk, &keys);
-  CALL(FMOptionsSetValue("-fm_debug_fail_exchange", "-1"));
+  if (!strcmp(tr, "auto")) CALL(FMOptionsSetValue("-fm_plan_transport", "auto"));
   h = malloc(es * ((size_t)c->B * (nl > nk ? nl : nk) * (uq > uk ? uq : uk)) + 1);
   f = malloc(4 * ((size_t)c->B * (nl > nk ? nl : nk) * (uq > uk ? uq : uk)) + 4);
   fill_tensor(h, f, (size_t)c->B * nl * uq, c->dt, &s);
@@ -528,9 +532,11 @@ static void run_fail(FMContext world, const Case *c, uint64_t seed)
   doo = dmalloc(es * c->B * nl * uq);
   dl = dmalloc(4 * (size_t)c->B * c->Hq * nl);
   CU(cudaDeviceSynchronize());
+  CALL(FMFaultArm_Private(strcmp(tr, "nccl") ? "gpu_exchange_wait:1" : "gpu_exchange_post:1"));
   CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
   e = FMPlanForward(plan, dq, dk, dv, doo, dl);
   CALL(FMPopErrorHandler());
+  CALL(FMFaultArm_Private(NULL));
   CU(cudaDeviceSynchronize());
   failed = e != FM_SUCCESS;
   MPI_Allreduce(&failed, &everyone, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

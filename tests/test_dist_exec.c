@@ -62,6 +62,35 @@ static void check_ring_bytes(const Case *c, const FMDistStats *st, int nk)
   free(rb); free(nks);
 }
 
+/*
+ * The forward's bytes (stats st of this rank, nk local keys): what arrived = what the route
+ * predicts; flat (or one node): = the needed set; unpruned: needed = all-gather; the ring: its
+ * own rules (check_ring_bytes); sent = received over the ranks; pruned document masks move
+ * strictly less than the all-gather (counted in *ndoc_strict). *moved (may be NULL) gets the
+ * bytes all ranks received. Collective on MPI_COMM_WORLD.
+ */
+static void check_forward_bytes(const Case *c, const FMDistStats *st, int nk, int ring, int *ndoc_strict, double *moved)
+{
+  double loc[6] = {st->recv_bytes, st->predicted_recv, st->needed_bytes, st->allgather_bytes, st->sent_bytes[0] + st->sent_bytes[1],
+                   st->relayed_bytes}, tot[6];
+  FMT_CHECK(st->recv_bytes == st->predicted_recv, "%s rank %d: received %.0f bytes, route predicts %.0f", c->type, rank, st->recv_bytes,
+            st->predicted_recv);
+  if (ring) check_ring_bytes(c, st, nk);
+  else if (!strcmp(c->route, "flat") || c->vnodes <= 1)
+    FMT_CHECK(st->recv_bytes == st->needed_bytes, "%s rank %d (%s route): received %.0f bytes, needed set says %.0f", c->type, rank, c->route,
+              st->recv_bytes, st->needed_bytes);
+  if (!c->prune) FMT_CHECK(st->needed_bytes == st->allgather_bytes, "%s: unpruned needs %.0f of %.0f", c->type, st->needed_bytes, st->allgather_bytes);
+  MPI_Allreduce(loc, tot, 6, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  FMT_CHECK(tot[4] == tot[0], "%s: ranks sent %.0f bytes in all but received %.0f", c->type, tot[4], tot[0]);
+  relayed_total += tot[5];
+  if (moved) *moved = tot[0];
+  /* (dual_chunk scatters every rank over every document, so there pruning may save nothing) */
+  if (!ring && size > 1 && c->prune && strcmp(c->part, "dual_chunk") && (!strcmp(c->type, FMMASKDOCUMENT) || !strcmp(c->type, FMMASKCAUSALDOCUMENT))) {
+    FMT_CHECK(tot[0] < tot[3], "%s: pruned gather moved %.0f bytes, not below the all-gather's %.0f", c->type, tot[0], tot[3]);
+    (*ndoc_strict)++;
+  }
+}
+
 /* Runs one case; *moved (may be NULL) gets the bytes all ranks received in the forward. */
 static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, double *moved)
 {
@@ -117,27 +146,7 @@ static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, doubl
   for (int i = 0; i < c->B * c->Hq * nl; i++) llse[i] = NAN;
   FMT_CALL(FMPlanForward(plan, lq, lk, lv, lo, llse));
   FMT_CALL(FMDistGetStats(plan, &st));
-  {
-    /* bytes: what arrived = what the route predicts; flat: = the needed set; pruned doc masks < all-gather */
-    double loc[6] = {st.recv_bytes, st.predicted_recv, st.needed_bytes, st.allgather_bytes, st.sent_bytes[0] + st.sent_bytes[1],
-                     st.relayed_bytes}, tot[6];
-    FMT_CHECK(st.recv_bytes == st.predicted_recv, "%s rank %d: received %.0f bytes, route predicts %.0f", c->type, rank, st.recv_bytes,
-              st.predicted_recv);
-    if (ring) check_ring_bytes(c, &st, nk);
-    else if (!strcmp(c->route, "flat") || c->vnodes <= 1)
-      FMT_CHECK(st.recv_bytes == st.needed_bytes, "%s rank %d (%s route): received %.0f bytes, needed set says %.0f", c->type, rank, c->route,
-                st.recv_bytes, st.needed_bytes);
-    if (!c->prune) FMT_CHECK(st.needed_bytes == st.allgather_bytes, "%s: unpruned needs %.0f of %.0f", c->type, st.needed_bytes, st.allgather_bytes);
-    MPI_Allreduce(loc, tot, 6, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    FMT_CHECK(tot[4] == tot[0], "%s: ranks sent %.0f bytes in all but received %.0f", c->type, tot[4], tot[0]);
-    relayed_total += tot[5];
-    if (moved) *moved = tot[0];
-    /* (dual_chunk scatters every rank over every document, so there pruning may save nothing) */
-    if (!ring && size > 1 && c->prune && strcmp(c->part, "dual_chunk") && (!strcmp(c->type, FMMASKDOCUMENT) || !strcmp(c->type, FMMASKCAUSALDOCUMENT))) {
-      FMT_CHECK(tot[0] < tot[3], "%s: pruned gather moved %.0f bytes, not below the all-gather's %.0f", c->type, tot[0], tot[3]);
-      (*ndoc_strict)++;
-    }
-  }
+  check_forward_bytes(c, &st, nk, ring, ndoc_strict, moved);
   FMT_CALL(FMPlanBackward(plan, lq, lk, lv, lo, llse, ldo, ldq, ldk, ldv));
   if (!ring) { /* every chunk that came in over a route edge goes back up it as an fp32 dK/dV partial */
     FMT_CALL(FMDistGetStats(plan, &st));

@@ -18,105 +18,12 @@
 #define _GNU_SOURCE /* strcasestr in fmtest.h */
 #include <flashmask/private/fmdist.h>
 #include "fmtest.h"
+#include "dist_exec_cases.h"
 
 static int rank, size;
 static double relayed_total;
 static uint64_t seed;
-
-typedef struct {
-  const char *type;
-  int Sq, Sk, B, Hq, Hkv, D, mask_heads;
-  FMDType dtype;
-  const char *part, *route, *chunk;
-  int prune, overlap, vnodes;
-  const char *sched; /* NULL = gather */
-  int mb;            /* mask batch (FMMaskSetBatch; 0 or 1: shared by every sample, else B) */
-  int comm;          /* the communication-aware balancer (FMPlanSetBalanceComm) */
-} Case;
-
 static int ring_even;   /* ring cases where every rank held the same K/V and got exactly (P-1) x its own */
-
-/* a random float tensor (identical on every rank: same seed) */
-static void fill(float *x, size_t n, uint64_t *s)
-{
-  for (size_t i = 0; i < n; i++) x[i] = (float)fmt_uniform(s);
-}
-
-static void to_t(void *dst, FMDType t, const float *x, size_t n)
-{
-  for (size_t i = 0; i < n; i++) FMFromFloat(dst, i, t, x[i]);
-}
-
-static void to_d(double *dst, const void *src, FMDType t, size_t n)
-{
-  for (size_t i = 0; i < n; i++) dst[i] = FMToFloat(src, i, t);
-}
-
-/* rows of a global [outer][S][unit] tensor picked into [outer][n][unit] */
-static void pick(void *dst, const void *src, size_t outer, int S, size_t unit, int n, const int *idx)
-{
-  for (size_t o = 0; o < outer; o++)
-    for (int i = 0; i < n; i++) memcpy((char *)dst + (o * n + i) * unit, (const char *)src + (o * S + idx[i]) * unit, unit);
-}
-
-static double relerr(const double *a, const double *b, size_t n) { return fmt_relerr(a, b, n); }
-
-static int lse_ok(const float *a, const float *b, size_t n, double tol)
-{
-  for (size_t i = 0; i < n; i++) {
-    if (isinf(b[i]) || isinf(a[i])) { if (a[i] != b[i]) return 0; continue; }
-    if (fabs((double)a[i] - b[i]) > tol * (1 + fabs((double)b[i]))) return 0;
-  }
-  return 1;
-}
-
-static FMErrorCode make_mask(FMContext ctx, const Case *c, unsigned long mseed, FMMask *mask)
-{
-  FMCall(FMMaskCreate(ctx, mask));
-  FMCall(FMMaskSetSizes(*mask, c->Sq, c->Sk, c->mask_heads));
-  FMCall(FMMaskSetBatch(*mask, c->mb > 1 ? c->mb : 1)); /* builders draw sample s from the seed + s */
-  FMCall(FMMaskSetType(*mask, c->type));
-  FMCall(FMMaskSetSeed(*mask, mseed));
-  FMCall(FMMaskSetBlockSize(*mask, 64));
-  if (!strcmp(c->type, FMMASKBOUNDS)) {
-    /* per-head user bounds: documents of random lengths, different per head (and sample), plus random spans */
-    uint64_t s = mseed * 7919 + 1;
-    int32_t *lts = malloc(sizeof(int32_t) * c->Sk), *lte = malloc(sizeof(int32_t) * c->Sk), *uts = malloc(sizeof(int32_t) * c->Sk),
-            *ute = malloc(sizeof(int32_t) * c->Sk);
-    for (int sh = 0; sh < (c->mb > 1 ? c->mb : 1) * c->mask_heads; sh++) {
-      int j = 0, h = sh % c->mask_heads, b = sh / c->mask_heads;
-      while (j < c->Sk) {
-        int len = 1 + (int)(fmt_next(&s) % (uint64_t)(c->Sk / 3 + 1)), e = j + len > c->Sk ? c->Sk : j + len;
-        int rs = (int)((long)j * c->Sq / c->Sk), re = (int)((long)e * c->Sq / c->Sk);
-        for (int x = j; x < e; x++) {
-          lts[x] = re; lte[x] = c->Sq; uts[x] = 0; ute[x] = rs;
-          if (fmt_next(&s) % 8 == 0) { lts[x] = c->Sq; ute[x] = 0; } /* a few global columns */
-        }
-        j = e;
-      }
-      if (c->mb > 1) FMCall(FMMaskSetSampleBounds(*mask, b, h, lts, lte, uts, ute)); /* a packing per sample */
-      else FMCall(FMMaskSetBounds(*mask, h, lts, lte, uts, ute));
-    }
-    free(lts); free(lte); free(uts); free(ute);
-  }
-  FMCall(FMMaskSetUp(*mask));
-  return FM_SUCCESS;
-}
-
-/* The case's context-parallel settings through the setters, then the options (-fm_trace from FM_OPTIONS). */
-static void set_opts(FMPlan plan, const Case *c)
-{
-  FMT_CALL(FMPlanSetType(plan, FMPLANCP)); /* the context-parallel executor on every rank count, 1 included */
-  FMT_CALL(FMPlanSetPartition(plan, c->part));
-  FMT_CALL(FMPlanSetRoute(plan, c->route));
-  FMT_CALL(FMPlanSetChunk(plan, atoi(c->chunk)));
-  FMT_CALL(FMPlanSetPrune(plan, c->prune ? FM_TRUE : FM_FALSE));
-  FMT_CALL(FMPlanSetOverlap(plan, c->overlap ? FM_TRUE : FM_FALSE));
-  FMT_CALL(FMPlanSetVirtualNodes(plan, c->vnodes));
-  FMT_CALL(FMPlanSetSchedule(plan, c->sched ? c->sched : "gather"));
-  FMT_CALL(FMPlanSetBalanceComm(plan, c->comm ? FM_TRUE : FM_FALSE));
-  FMT_CALL(FMPlanSetFromOptions(plan));
-}
 
 /*
  * Ring byte checks: rank me receives every block but its own (total - its K/V) and forwards
@@ -153,6 +60,35 @@ static void check_ring_bytes(const Case *c, const FMDistStats *st, int nk)
     ring_even++;
   }
   free(rb); free(nks);
+}
+
+/*
+ * The forward's bytes (stats st of this rank, nk local keys): what arrived = what the route
+ * predicts; flat (or one node): = the needed set; unpruned: needed = all-gather; the ring: its
+ * own rules (check_ring_bytes); sent = received over the ranks; pruned document masks move
+ * strictly less than the all-gather (counted in *ndoc_strict). *moved (may be NULL) gets the
+ * bytes all ranks received. Collective on MPI_COMM_WORLD.
+ */
+static void check_forward_bytes(const Case *c, const FMDistStats *st, int nk, int ring, int *ndoc_strict, double *moved)
+{
+  double loc[6] = {st->recv_bytes, st->predicted_recv, st->needed_bytes, st->allgather_bytes, st->sent_bytes[0] + st->sent_bytes[1],
+                   st->relayed_bytes}, tot[6];
+  FMT_CHECK(st->recv_bytes == st->predicted_recv, "%s rank %d: received %.0f bytes, route predicts %.0f", c->type, rank, st->recv_bytes,
+            st->predicted_recv);
+  if (ring) check_ring_bytes(c, st, nk);
+  else if (!strcmp(c->route, "flat") || c->vnodes <= 1)
+    FMT_CHECK(st->recv_bytes == st->needed_bytes, "%s rank %d (%s route): received %.0f bytes, needed set says %.0f", c->type, rank, c->route,
+              st->recv_bytes, st->needed_bytes);
+  if (!c->prune) FMT_CHECK(st->needed_bytes == st->allgather_bytes, "%s: unpruned needs %.0f of %.0f", c->type, st->needed_bytes, st->allgather_bytes);
+  MPI_Allreduce(loc, tot, 6, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  FMT_CHECK(tot[4] == tot[0], "%s: ranks sent %.0f bytes in all but received %.0f", c->type, tot[4], tot[0]);
+  relayed_total += tot[5];
+  if (moved) *moved = tot[0];
+  /* (dual_chunk scatters every rank over every document, so there pruning may save nothing) */
+  if (!ring && size > 1 && c->prune && strcmp(c->part, "dual_chunk") && (!strcmp(c->type, FMMASKDOCUMENT) || !strcmp(c->type, FMMASKCAUSALDOCUMENT))) {
+    FMT_CHECK(tot[0] < tot[3], "%s: pruned gather moved %.0f bytes, not below the all-gather's %.0f", c->type, tot[0], tot[3]);
+    (*ndoc_strict)++;
+  }
 }
 
 /* Runs one case; *moved (may be NULL) gets the bytes all ranks received in the forward. */
@@ -210,27 +146,7 @@ static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, doubl
   for (int i = 0; i < c->B * c->Hq * nl; i++) llse[i] = NAN;
   FMT_CALL(FMPlanForward(plan, lq, lk, lv, lo, llse));
   FMT_CALL(FMDistGetStats(plan, &st));
-  {
-    /* bytes: what arrived = what the route predicts; flat: = the needed set; pruned doc masks < all-gather */
-    double loc[6] = {st.recv_bytes, st.predicted_recv, st.needed_bytes, st.allgather_bytes, st.sent_bytes[0] + st.sent_bytes[1],
-                     st.relayed_bytes}, tot[6];
-    FMT_CHECK(st.recv_bytes == st.predicted_recv, "%s rank %d: received %.0f bytes, route predicts %.0f", c->type, rank, st.recv_bytes,
-              st.predicted_recv);
-    if (ring) check_ring_bytes(c, &st, nk);
-    else if (!strcmp(c->route, "flat") || c->vnodes <= 1)
-      FMT_CHECK(st.recv_bytes == st.needed_bytes, "%s rank %d (%s route): received %.0f bytes, needed set says %.0f", c->type, rank, c->route,
-                st.recv_bytes, st.needed_bytes);
-    if (!c->prune) FMT_CHECK(st.needed_bytes == st.allgather_bytes, "%s: unpruned needs %.0f of %.0f", c->type, st.needed_bytes, st.allgather_bytes);
-    MPI_Allreduce(loc, tot, 6, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    FMT_CHECK(tot[4] == tot[0], "%s: ranks sent %.0f bytes in all but received %.0f", c->type, tot[4], tot[0]);
-    relayed_total += tot[5];
-    if (moved) *moved = tot[0];
-    /* (dual_chunk scatters every rank over every document, so there pruning may save nothing) */
-    if (!ring && size > 1 && c->prune && strcmp(c->part, "dual_chunk") && (!strcmp(c->type, FMMASKDOCUMENT) || !strcmp(c->type, FMMASKCAUSALDOCUMENT))) {
-      FMT_CHECK(tot[0] < tot[3], "%s: pruned gather moved %.0f bytes, not below the all-gather's %.0f", c->type, tot[0], tot[3]);
-      (*ndoc_strict)++;
-    }
-  }
+  check_forward_bytes(c, &st, nk, ring, ndoc_strict, moved);
   FMT_CALL(FMPlanBackward(plan, lq, lk, lv, lo, llse, ldo, ldq, ldk, ldv));
   if (!ring) { /* every chunk that came in over a route edge goes back up it as an fp32 dK/dV partial */
     FMT_CALL(FMDistGetStats(plan, &st));

@@ -53,7 +53,8 @@ skipped=0
   case_ $np cp_reduce_wait 0:0
   case_ $np cp_ring_wait 0:0 -fm_plan_schedule ring
 done
-# The GPU executor (CUDA build, a GPU): the run start of the forward, the backward's download,
+# The GPU executor (CUDA build, a GPU): the run start of the forward, the exchange over MPI
+# (gpu_exchange_post needs NCCL and a GPU per rank: test_gpu_cp covers it), the backward's download,
 # reduction and upload, on the gather and on the ring; 2 ranks share the GPU over staged MPI.
 if [ "$backend" != cpu ] && [ "${FM_HAVE_CUDA:-0}" = 1 ]; then
   echo "=== 2 ranks, CUDA backend"
@@ -61,6 +62,7 @@ if [ "$backend" != cpu ] && [ "${FM_HAVE_CUDA:-0}" = 1 ]; then
   case_ 2 gpu_run_start 1 $g
   if [ $skipped = 0 ]; then
     case_ 2 gpu_run_start 0:0 $g
+    case_ 2 gpu_exchange_wait 1 $g
     case_ 2 gpu_reduce_download 1 $g
     case_ 2 gpu_reduce_send 1 $g
     case_ 2 gpu_reduce_wait 0 $g

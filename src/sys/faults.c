@@ -29,6 +29,8 @@ static const Site sites[] = {
   {"cp_reduce_wait", FM_ERR_MPI, "the CPU dK/dV reduction's wait for a child's partial, no request named"},
   {"cp_finish_sends", FM_ERR_MPI, "the completion of the gather's sends"},
   {"gpu_run_start", FM_ERR_CUDA, "the start of a GPU cp forward or backward (its events on the streams)"},
+  {"gpu_exchange_post", FM_ERR_NCCL, "a GPU cp K/V exchange step over NCCL, not posted (its peers wait on the device until the abort)"},
+  {"gpu_exchange_wait", FM_ERR_MPI, "the completion of a GPU cp K/V exchange step over MPI (after its messages moved)"},
   {"gpu_reduce_download", FM_ERR_CUDA, "the GPU backward's download of its dK/dV partials"},
   {"gpu_reduce_send", FM_ERR_MPI, "the GPU dK/dV reduction's send of a sum to its parent (after it was posted)"},
   {"gpu_reduce_wait", FM_ERR_MPI, "the GPU dK/dV reduction's wait for a child's partial, no request named"},

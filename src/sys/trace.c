@@ -1,7 +1,7 @@
 /*
  * trace.c - per-rank event traces (-fm_trace file.h5): recording and the summary metrics.
  * Interface and metric definitions: include/flashmask/private/fmtracing.h; the HDF5 writer
- * and reader are in traceio.c; file layout: doc/traces.md.
+ * is tracewrite.c, the reader traceio.c; file layout: doc/traces.md.
  */
 #include "traceimpl.h"
 #include <limits.h>

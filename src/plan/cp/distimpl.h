@@ -42,7 +42,6 @@ typedef struct {
   int schedule;           /* FMDistSchedType (-fm_plan_schedule) */
   int transport;          /* FMDistTransport as asked (-fm_plan_transport; AUTO allowed) */
   int step_chunks;        /* -fm_plan_step_chunks: chunks per pair in one GPU exchange step, 0 = all */
-  int debug_fail;         /* -fm_debug_fail_exchange: testing, this rank's GPU exchange fails at step 0 (-1: none) */
   int gpu_aware;          /* -fm_gpu_aware_mpi as given (FMDistGPUAware); the executor resolves AUTO */
   double partial_cost;    /* -fm_plan_partial_cost: a partial tile's weight in the balancer (full tile = 1) */
   double row_cost;        /* -fm_plan_row_cost: fixed cost of a query tile in the balancer, in full tiles */

@@ -135,23 +135,18 @@ static void exchange_all(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R)
   for (int s = 0; s < g->nsteps; s++) {
     const GStep *S = &g->st[s];
     FMErrorCode xe = FM_SUCCESS;
-    int fail = s == 0 && d->opt.debug_fail == me; /* -fm_debug_fail_exchange */
 #if FM_HAVE_NCCL
     if (g->transport == FM_DIST_TRANSPORT_NCCL) {
-      xe = fail ? FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_NCCL,
-                                  "Exchange step 0 not posted on rank %d (-fm_debug_fail_exchange)", me)
-                : FMDistExchangeNCCL_Private(plan, d, g, s, R->k, R->v, 0);
+      xe = FMFaultAt("gpu_exchange_post");
+      if (!xe) xe = FMDistExchangeNCCL_Private(plan, d, g, s, R->k, R->v, 0);
       if (!xe) R->nposted++;
     } else
 #endif
     {
       xe = FMDistExchangeMPI_Private(plan, d, g, s, R->k, R->v, R->hostt[s]);
-      if (fail && !xe)
-        xe = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_MPI,
-                             "Exchange step 0 marked failed on rank %d after its messages moved (-fm_debug_fail_exchange)", me);
+      if (!xe) xe = FMFaultAt("gpu_exchange_wait");
       R->nposted++;
     }
-    FMDistGPUDebug_Private(plan, d, "step %d of %d %s\n", s, g->nsteps, xe ? "failed" : "posted");
     if (xe && !R->xerr) R->xerr = FMErrorTraceback(__FILE__, __func__, __LINE__, xe);
     for (int i = 0; i < S->nsend; i++) {
       d->stats.sent_bytes[S->send[i].level] += d->cbytes[S->send[i].chunk];
@@ -168,22 +163,18 @@ static void exchange_all(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPURun *R)
  * operations waiting on the device for good: every rank then aborts the context's
  * communicators (which ends them), and the next forward bootstraps new ones. Collective.
  */
-static FMErrorCode recover(FMPlan plan, FMDist *d, FMDistGPU *g, int nposted)
+static FMErrorCode recover(FMPlan plan, FMDistGPU *g, int nposted)
 {
   int mine = nposted < g->nsteps, any = 0;
   FMErrorCode ae;
-  FMDistGPUDebug_Private(plan, d, "posted %d of %d steps; agreeing\n", nposted, g->nsteps);
   if (MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, plan->hdr.comm) != MPI_SUCCESS) any = 1;
   if (!any) return FM_SUCCESS;
-  FMDistGPUDebug_Private(plan, d, "aborting the NCCL communicators\n");
   ae = FMContextAbortNCCL_Private(plan->ctx);
   g->nccl = NULL;
   g->gen = 0;
-  FMDistGPUDebug_Private(plan, d, "aborted; waiting for the streams\n");
   /* deliberately ignored: after the abort the streams may report the aborted operations */
   (void)cudaStreamSynchronize((cudaStream_t)g->cs);
   (void)cudaStreamSynchronize((cudaStream_t)plan->stream);
-  FMDistGPUDebug_Private(plan, d, "streams done\n");
   FMCall(ae);
   FMRaise(MPI_COMM_SELF, FM_ERR_NCCL, "The K/V exchange failed on another rank; the NCCL communicators were aborted (a new one is made on the next call)");
 }
@@ -300,7 +291,7 @@ FMErrorCode FMDistGPUSettle_Private(FMPlan plan, FMDist *d, FMDistGPU *g, FMDist
   (void)what;
 #endif
   if (g->transport == FM_DIST_TRANSPORT_NCCL) {
-    FMErrorCode re = recover(plan, d, g, R->nposted);
+    FMErrorCode re = recover(plan, g, R->nposted);
     if (re && !R->cerr) R->cerr = re;
   }
   return FMAgreeCode(plan->hdr.comm, R->cerr);

@@ -167,6 +167,4 @@ void FMDistGPUMarkLinked_Private(FMPlan plan, FMDistGPU *g, int fresh);
 FMErrorCode FMDistGPUDevGrow_Private(size_t need, size_t want, void **p, size_t *cap);
 FMErrorCode FMDistGPUHostGrow_Private(size_t need, char **p, size_t *cap);
 
-/* FMDistGPUDebug_Private - a progress line on stderr under -fm_debug_fail_exchange (else nothing). */
-void FMDistGPUDebug_Private(FMPlan plan, const FMDist *d, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 #endif

@@ -20,7 +20,6 @@ void FMDistOptionsDefault_Private(FMDistOptions *o)
   o->transport = FM_DIST_TRANSPORT_AUTO;
   o->gpu_aware = FM_DIST_GPU_AWARE_AUTO;
   o->prune = o->overlap = 1;
-  o->debug_fail = -1;
   o->partial_cost = 1.0;
   o->row_cost = 0.0;
   o->balance_comm = 0;
@@ -96,10 +95,6 @@ FMErrorCode FMPlanSetFromOptions_CP(FMPlan plan)
                                   "pinned host memory; 1 = the MPI is CUDA-aware, auto = when MPIX_Query_cuda_support() says so on every rank "
                                   "(FMPlanSetGPUAwareMPI)",
                                   FMDistGPUAwareNames, &o.gpu_aware, NULL));
-  FMCall(FMOptionsGetInt("-fm_debug_fail_exchange",
-                         "testing: the CUDA executor's exchange fails on this rank at its first step (-1: never), to check that "
-                         "every rank returns the error and none waits",
-                         &o.debug_fail, NULL));
   FMCall(FMOptionsGetInt("-fm_plan_nodes", "route over this many virtual nodes of consecutive ranks, 0 = real topology (FMPlanSetVirtualNodes)",
                          &o.vnodes, NULL));
   FMCall(FMOptionsGetString("-fm_trace", "write every rank's events of each distributed forward/backward to this HDF5 file (FMPlanSetTrace)",

@@ -6,7 +6,6 @@
  */
 #include "gpuimpl.h"
 #include <cuda_runtime_api.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,18 +94,6 @@ static void keep_fm(FMErrorCode *first, FMErrorCode e)
 static void keep_mpi(FMErrorCode *first, int e, const char *what, int s)
 {
   if (e != MPI_SUCCESS && !*first) *first = mpi_code(e, what, s);
-}
-
-/* FMDistGPUDebug_Private - see gpuimpl.h. */
-void FMDistGPUDebug_Private(FMPlan plan, const FMDist *d, const char *fmt, ...)
-{
-  va_list ap;
-  if (d->opt.debug_fail < 0) return;
-  fprintf(stderr, "[%d] fail-exchange test: ", plan->ctx->rank);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fflush(stderr);
 }
 
 #if FM_HAVE_NCCL

@@ -515,7 +515,9 @@ FMErrorCode FMMaskGetOptionsPrefix(FMMask mask, const char **prefix);
 
 /*
  * FMMaskSetUp - build the bounds (for builder types), validate them (0 <= start <= seqlen_q,
- *   start <= end, sizes, heads, parameters) and compute the per-block summaries.
+ *   start <= end, sizes, heads, parameters) and normalize empty intervals; the per-block
+ *   summaries are computed here on several ranks, and on one rank when something first needs
+ *   them (the one-rank CUDA path never does: the GPU builds its own).
  *   Collective; an error on any rank is returned on every rank, and ranks whose masks differ
  *   (sizes, type, causal flag, block size or bounds) all get FM_ERR_MISMATCH. Call it on every
  *   rank even when only some ranks changed their mask since the last SetUp: those rebuild, and

@@ -80,7 +80,8 @@ typedef struct {
 /*
  * FMPlanGetProblem_Private - the whole problem of a set-up plan as one FMAttnProblem: all
  *   seqlen_q rows (qrows NULL) against all seqlen_k keys, with the plan's shape, dtype, scale,
- *   mask, thread count and its context's kernel options. Not collective.
+ *   mask, thread count and its context's kernel options. Not collective. On the CUDA backend
+ *   p->mask.summary is NULL (the bounds only: the GPU prepass builds its own summaries).
  */
 FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p);
 

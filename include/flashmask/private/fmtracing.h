@@ -1,6 +1,6 @@
 /*
  * fmtracing.h - private interface of the per-rank event trace (src/sys/trace.c, the HDF5 side in
- * src/sys/traceio.c), used by the distributed planner for -fm_trace file.h5, by the fmtrace
+ * src/sys/traceio.c and tracewrite.c), used by the distributed planner for -fm_trace file.h5, by the fmtrace
  * program and by the tests. Not installed.
  *
  * Usage (the planner, once per traced run):

@@ -150,25 +150,39 @@ static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, int reps)
   return med;
 }
 
+static double median(double *t, int n)
+{
+  qsort(t, n, sizeof(double), cmpd);
+  return t[n / 2];
+}
+
 /*
  * What a training step pays for a new mask on the same plan (the update path, as a data loader's
  * new packing): FMMaskSetUp of the mask with a new seed, then FMPlanSetUp (the bounds localized,
  * summaries and lists rebuilt and uploaded), the device synchronized; the median over reps, in ms.
+ * part[0..2]: the medians of its three pieces, the host in FMMaskSetUp, the host in FMPlanSetUp
+ * (up to its return: the update is then queued on the stream) and the wait for the device after
+ * it (the upload and prepass not yet done by then).
  */
-static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps)
+static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps, double part[3])
 {
-  double *t = (double *)malloc(sizeof(double) * reps), med;
+  double *t = (double *)malloc(sizeof(double) * reps * 4), med;
   for (int r = 0; r < reps; r++) {
-    double t0;
+    double t0, t1, t2;
     FC(FMMaskSetSeed(m, seed + 1000 + (unsigned long)r));
     t0 = FMTime();
     FC(FMMaskSetUp(m));
+    t1 = FMTime();
     FC(FMPlanSetUp(plan));
+    t2 = FMTime();
     FC(FMCudaStreamSynchronize(NULL));
     t[r] = 1e3 * (FMTime() - t0);
+    t[reps + r] = 1e3 * (t1 - t0);
+    t[2 * reps + r] = 1e3 * (t2 - t1);
+    t[3 * reps + r] = t[r] - 1e3 * (t2 - t0);
   }
-  qsort(t, reps, sizeof(double), cmpd);
-  med = t[reps / 2];
+  med = median(t, reps);
+  for (int k = 0; k < 3; k++) part[k] = median(t + (k + 1) * reps, reps);
   free(t);
   return med;
 }
@@ -180,7 +194,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
 {
   FMPlan plan;
   FMAttnProblem p;
-  double fl = 0, setup_ms = -1, fwd_ms = -1;
+  double fl = 0, setup_ms = -1, fwd_ms = -1, part[3];
   float med[NPASS] = {0};
   int hopper[NPASS];
   const char *bpath;
@@ -203,7 +217,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
     if (t == PASS_FWD) fwd_ms = med[t];
   }
   /* then the set-up of new masks (it changes the mask: after the passes) */
-  setup_ms = time_setup(plan, m, seed, reps > 3 ? reps : 3);
+  setup_ms = time_setup(plan, m, seed, reps > 3 ? reps : 3, part);
   for (int t = 0; t < NPASS; t++) {
     if (!(passes & 1 << t)) continue;
     if (!hopper[t]) {
@@ -218,9 +232,10 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
     fflush(stdout);
   }
   if (fwd_ms > 0)
-    printf("%-22s %6d %3d new mask set-up (FMMaskSetUp + FMPlanSetUp update) %.3f ms = %.1f%% of the forward\n", name, S, B,
+    printf("%-22s %6d %3d new mask set-up (FMMaskSetUp + FMPlanSetUp update) %.3f ms = %.1f%% of the forward", name, S, B,
            setup_ms, 100.0 * setup_ms / fwd_ms);
-  else printf("%-22s %6d %3d new mask set-up (FMMaskSetUp + FMPlanSetUp update) %.3f ms\n", name, S, B, setup_ms);
+  else printf("%-22s %6d %3d new mask set-up (FMMaskSetUp + FMPlanSetUp update) %.3f ms", name, S, B, setup_ms);
+  printf(" (medians: mask host %.3f, plan host %.3f, device wait %.3f ms)\n", part[0], part[1], part[2]);
   FC(FMPlanDestroy(&plan));
 }
 

@@ -274,9 +274,9 @@ static void run_fail(FMContext world, const Case *c, uint64_t seed)
   use_device(world);
   CALL(make_mask(world, c, seed, &mask));
   CALL(FMOptionsGetString("-fm_plan_transport", "the transport under test (read by the plan)", tr, sizeof(tr), NULL));
-  if (!strcmp(tr, "auto")) CALL(FMOptionsSetValue("-fm_plan_transport", "mpi"));
+  if (!strcasecmp(tr, "auto")) CALL(FMOptionsSetValue("-fm_plan_transport", "mpi")); /* the library reads it case-insensitively */
   plan = world_plan(world, mask, c, &confs[0], &nl, &rows, &nk, &keys);
-  if (!strcmp(tr, "auto")) CALL(FMOptionsSetValue("-fm_plan_transport", "auto"));
+  if (!strcasecmp(tr, "auto")) CALL(FMOptionsSetValue("-fm_plan_transport", "auto"));
   h = malloc(es * ((size_t)c->B * (nl > nk ? nl : nk) * (uq > uk ? uq : uk)) + 1);
   f = malloc(4 * ((size_t)c->B * (nl > nk ? nl : nk) * (uq > uk ? uq : uk)) + 4);
   fill_tensor(h, f, (size_t)c->B * nl * uq, c->dt, &s);
@@ -288,7 +288,7 @@ static void run_fail(FMContext world, const Case *c, uint64_t seed)
   doo = dmalloc(es * c->B * nl * uq);
   dl = dmalloc(4 * (size_t)c->B * c->Hq * nl);
   CU(cudaDeviceSynchronize());
-  CALL(FMFaultArm_Private(strcmp(tr, "nccl") ? "gpu_exchange_wait:1" : "gpu_exchange_post:1"));
+  CALL(FMFaultArm_Private(strcasecmp(tr, "nccl") ? "gpu_exchange_wait:1" : "gpu_exchange_post:1"));
   CALL(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
   e = FMPlanForward(plan, dq, dk, dv, doo, dl);
   CALL(FMPopErrorHandler());

@@ -72,6 +72,9 @@ static FMErrorCode setup_local(FMPlan plan, FMPlanLocal *L, int *update)
 #else
   FMCheck(plan->backend != FM_BACKEND_CUDA, MPI_COMM_SELF, FM_ERR_SUP, "This build has no CUDA support");
 #endif
+  /* the CPU kernels read the host summaries: computed here (a failure is SetUp's, and a set-up
+     mask stays read-only while plans run, even from several application threads) */
+  if (plan->backend != FM_BACKEND_CUDA) FMCall(FMMaskSummary_Private(plan->mask, NULL));
   if (!*update || !plan->rows || !L->keys) {
     *update = 0;
     FMFree(plan->rows);

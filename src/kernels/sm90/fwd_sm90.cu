@@ -219,7 +219,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       epilogue_store<D, F16, GivenTile, true>(p, qtile, o, mrow, lrow, GivenTile{tile_coords(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)},
                                               &tmO);
-      fence_proxy_async(); /* the staging's generic stores and loads before the next TMA into this buffer */
+      /* the staging's stores were fenced for the TMA store, which has read them (the o32 path
+         writes no shared memory): the Q buffer may take the next TMA load */
       release(&pb.l_empty[buf], lane);
       release(&pb.q_empty[buf], lane);
     }

@@ -128,7 +128,6 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, u
                "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
                : "memory");
 }
-/* 1-D bulk copy global -> shared (16-byte aligned, size a multiple of 16), counted on bar. */
 /* TMA store of a box from shared memory (the map's swizzle), in the thread's bulk group; then
    bulk_commit, and bulk_wait_read0 before the shared source is written again. */
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, const void *src, int c0, int c1, int c2, int c3)
@@ -139,6 +138,7 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, const void 
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+/* 1-D bulk copy global -> shared (16-byte aligned, size a multiple of 16), counted on bar. */
 __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
 {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(

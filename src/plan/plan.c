@@ -525,6 +525,10 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
     FMCall(FMPlanGetProblem_Private(plan, &p));
     FMCall(FMPrintf(plan->hdr.comm, fp, "  forward path: %s; backward path: %s%s\n", FMCudaForwardPathName(plan->ctx->gpu_sm),
                     FMCudaBackwardPathName(&p), strcmp(plan->hdr.type_name, FMPLANLOCAL) ? ", one piece per stage (context parallel)" : ""));
+    if (p.opts.sm90_schedule) /* -fm_sm90_schedule */
+      FMCall(FMPrintf(plan->hdr.comm, fp, "  forward schedule: persistent, %s (d = 64 and 128 on sm_90; %s)\n",
+                      p.opts.sm90_schedule == 1 ? "static round robin" : "dynamic counter",
+                      p.opts.sm90_ctas > 0 ? "at most -fm_sm90_ctas CTAs" : "one CTA per SM"));
 #endif
   } else FMCall(FMPrintf(plan->hdr.comm, fp, "  forward/backward path: exact CPU (OpenMP, tile skipping)\n"));
   FMCall((*plan->ops->view)(plan, fp));

@@ -71,9 +71,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fmbench_cp.h"
 
 extern int FMCudaLastPath_Private;
-int FMBenchCP(int argc, char **argv); /* fmbench_cp.c */
 /* fmbench_fill.cu */
 FMErrorCode FMCudaFillRandom_Private(void *p, size_t n, FMDType t, unsigned long long seed, float amp, void *stream);
 
@@ -93,16 +93,6 @@ FMErrorCode FMCudaFillRandom_Private(void *p, size_t n, FMDType t, unsigned long
     }                                                                                              \
   } while (0)
 
-static int cmpf(const void *a, const void *b)
-{
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-static int cmpd(const void *a, const void *b)
-{
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 
 /* The passes fmbench times (-pass), as bits of Args.passes and indices of pass_name. */
@@ -133,7 +123,7 @@ static void run_pass(FMPlan plan, int pass, const Bufs *b)
 /* Warm-up, then reps event-timed runs of the pass on the default stream; the median in ms. */
 static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, int reps)
 {
-  float *ms = (float *)malloc(sizeof(float) * reps), med;
+  double *ms = (double *)malloc(sizeof(double) * reps), med;
   for (int w = 0; w < warm; w++) run_pass(plan, pass, b);
   for (int r = 0; r < reps; r++) {
     double sec = 0;
@@ -142,18 +132,11 @@ static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, int reps)
     FC(FMCudaEventRecord(b->e1, NULL));
     FC(FMCudaEventSynchronize(b->e1));
     FC(FMCudaEventElapsed(b->e0, b->e1, &sec));
-    ms[r] = (float)(1e3 * sec);
+    ms[r] = 1e3 * sec;
   }
-  qsort(ms, reps, sizeof(float), cmpf);
-  med = ms[reps / 2];
+  med = FMBenchMedian_Private(ms, reps);
   free(ms);
-  return med;
-}
-
-static double median(double *t, int n)
-{
-  qsort(t, n, sizeof(double), cmpd);
-  return t[n / 2];
+  return (float)med;
 }
 
 /*
@@ -181,8 +164,8 @@ static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps, do
     t[2 * reps + r] = 1e3 * (t2 - t1);
     t[3 * reps + r] = t[r] - 1e3 * (t2 - t0);
   }
-  med = median(t, reps);
-  for (int k = 0; k < 3; k++) part[k] = median(t + (k + 1) * reps, reps);
+  med = FMBenchMedian_Private(t, reps);
+  for (int k = 0; k < 3; k++) part[k] = FMBenchMedian_Private(t + (k + 1) * reps, reps);
   free(t);
   return med;
 }

@@ -1,7 +1,8 @@
 /*
  * fmbench_cp.h - the pieces of fmbench -cp shared by its files: fmbench_cp.c (the command line
  * and the loop over masks and lengths), fmbench_cp_run.c (buffers, timing, one configuration's
- * plan) and fmbench_cp_report.c (the printed rows, the CSV and the summary).
+ * plan) and fmbench_cp_report.c (the printed rows, the CSV and the summary); and what every file
+ * of fmbench shares (FMBenchCP, FMBenchMedian_Private).
  */
 #ifndef FMBENCH_CP_H
 #define FMBENCH_CP_H
@@ -51,6 +52,12 @@ typedef struct {
   int S;
   CPRow row[CP_NCONF + 1][CP_NPASS];
 } CPGroup;
+
+/* FMBenchCP - fmbench -cp (fmbench_cp.c): the whole program's run when -cp is given. */
+int FMBenchCP(int argc, char **argv);
+/* FMBenchMedian_Private - the median of t[0..n) (n >= 1; the mean of the middle two for even n);
+   sorts t in place. fmbench_cp_run.c. */
+double FMBenchMedian_Private(double *t, int n);
 
 /* fmbench_cp_run.c */
 FMErrorCode FMBenchCPMakeMask_Private(FMContext ctx, const char *type, int S, int mh, unsigned long seed, FMMask *mask);

@@ -27,6 +27,13 @@ static int cp_cmpd(const void *x, const void *y)
   return (a > b) - (a < b);
 }
 
+/* FMBenchMedian_Private - see fmbench_cp.h. */
+double FMBenchMedian_Private(double *t, int n)
+{
+  qsort(t, (size_t)n, sizeof(double), cp_cmpd);
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
 /* FMBenchCPMakeMask_Private - the builder mask `type` of S x S with mh mask heads and the fixed seed, set up on ctx. Collective on ctx. */
 FMErrorCode FMBenchCPMakeMask_Private(FMContext ctx, const char *type, int S, int mh, unsigned long seed, FMMask *mask)
 {
@@ -179,8 +186,7 @@ static FMErrorCode cp_time(FMPlan plan, MPI_Comm comm, const CPBuf *b, int p, in
     }
     t[r] = all[0] * 1e3;
   }
-  qsort(t, reps, sizeof(double), cp_cmpd);
-  *ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+  *ms = FMBenchMedian_Private(t, reps);
 cleanup:
   free(t);
   return ierr;

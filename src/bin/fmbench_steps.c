@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fmbench_cp.h"
 
 FMErrorCode FMCudaFillRandom_Private(void *p, size_t n, FMDType t, unsigned long long seed, float amp, void *stream);
 FMErrorCode FMBenchCPSteps_Private(FMContext ctx, const char *type, int S, int mh, int H, int Hkv, int D, FMDType dt, unsigned long seed,
@@ -54,17 +55,6 @@ static FMErrorCode sbuf_fit(SBuf *b, int nl, int nk, int H, int Hkv, int D, FMDT
   return FM_SUCCESS;
 }
 
-static int cmpd(const void *x, const void *y)
-{
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
-static double median(double *t, int n)
-{
-  qsort(t, (size_t)n, sizeof(double), cmpd);
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 /* Seconds of f on the slowest rank: barrier, time on every rank, max. t out. */
 #define TIMED(comm, t, f)                                                                 \
@@ -132,7 +122,7 @@ FMErrorCode FMBenchCPSteps_Private(FMContext ctx, const char *type, int S, int m
   if (rank == 0) {
     printf("%-22s %7d  full set-up %9.3f ms (forward %8.3f ms); per step, median of %d: mask set-up %8.3f ms, update %8.3f ms, forward %8.3f ms; "
            "%d full + %d update set-ups%s\n",
-           type, S, 1e3 * tfull, 1e3 * tfwd0, steps, 1e3 * median(tm, steps), 1e3 * median(tu, steps), 1e3 * median(tf, steps), full, upd,
+           type, S, 1e3 * tfull, 1e3 * tfwd0, steps, 1e3 * FMBenchMedian_Private(tm, steps), 1e3 * FMBenchMedian_Private(tu, steps), 1e3 * FMBenchMedian_Private(tf, steps), full, upd,
            upd == steps && full == 1 ? "" : " (expected every step to be an update)");
     fflush(stdout);
   }

@@ -194,8 +194,9 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
   FMCallCUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   FMCallCUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   if (major == 9 && minor == 0 && !p->opts.cuda_fallback && FMSm90ForwardSupported(&gp)) {
-    FMCallCUDA(FMSm90Forward(&gp, st));
-    FMCudaLastPath_Private = FMSm90ForwardPersistent(&gp) ? 2 : 1;
+    int persistent = 0;
+    FMCallCUDA(FMSm90Forward(&gp, st, &persistent));
+    FMCudaLastPath_Private = persistent ? 2 : 1;
     return FM_SUCCESS;
   }
   FMCallCUDA(FMGpuFallbackForward(&gp, st));

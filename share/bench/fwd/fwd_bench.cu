@@ -59,8 +59,9 @@ static void fill(FMGpuFwdParams *gp, const FMGpuMask *dm, int B, int Hq, int Hkv
 static int forward(const FMGpuFwdParams *gp, int force_fallback)
 {
   if (g_sm90 && !force_fallback && FMSm90ForwardSupported(gp)) {
-    CK(FMSm90Forward(gp, 0));
-    return FMSm90ForwardPersistent(gp) ? 2 : 1;
+    int persistent = 0;
+    CK(FMSm90Forward(gp, 0, &persistent));
+    return persistent ? 2 : 1;
   }
   CK(FMGpuFallbackForward(gp, 0));
   return 0;

@@ -282,7 +282,7 @@ template <int D, int ST> static bool persistent_fits(int nblk)
   return Layout<D, ST, 2>::bytes(nblk) <= (size_t)maxsm;
 }
 
-template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParams *a, cudaStream_t stream)
+template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParams *a, cudaStream_t stream, int *persistent)
 {
   using L = Layout<D, ST>;
   CUtensorMap tq, tk, tv;
@@ -306,6 +306,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
   }
   if constexpr (D != 256) {
     if (a->schedule != FM_GPU_SCHED_GRID && persistent_fits<D, ST>(a->c.nblk)) {
+      *persistent = 1;
       using LP = Layout<D, ST, 2>;
       static size_t attr_p[64];
       const size_t smem = LP::bytes(a->c.nblk);
@@ -382,20 +383,14 @@ int FMSm90ForwardSupported(const FMGpuFwdParams *a)
   return 1;
 }
 
-int FMSm90ForwardPersistent(const FMGpuFwdParams *a)
+cudaError_t FMSm90Forward(const FMGpuFwdParams *a, cudaStream_t stream, int *persistent)
 {
-  if (a->schedule == FM_GPU_SCHED_GRID || !FMSm90ForwardSupported(a)) return 0;
-  if (a->head_dim == 128) return fmsm90::persistent_fits<128, FM_SM90_ST128>(a->c.nblk);
-  if (a->head_dim == 64) return fmsm90::persistent_fits<64, FM_SM90_ST64>(a->c.nblk);
-  return 0;
-}
-
-cudaError_t FMSm90Forward(const FMGpuFwdParams *a, cudaStream_t stream)
-{
+  int pers = 0, *pp = persistent ? persistent : &pers;
+  *pp = 0;
   if (!FMSm90ForwardSupported(a)) return cudaErrorNotSupported;
   if (a->head_dim == 256)
-    return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true>(a, stream) : fmsm90::launch<256, FM_SM90_ST256, false>(a, stream);
+    return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true>(a, stream, pp) : fmsm90::launch<256, FM_SM90_ST256, false>(a, stream, pp);
   if (a->head_dim == 128)
-    return a->fp16 ? fmsm90::launch<128, FM_SM90_ST128, true>(a, stream) : fmsm90::launch<128, FM_SM90_ST128, false>(a, stream);
-  return a->fp16 ? fmsm90::launch<64, FM_SM90_ST64, true>(a, stream) : fmsm90::launch<64, FM_SM90_ST64, false>(a, stream);
+    return a->fp16 ? fmsm90::launch<128, FM_SM90_ST128, true>(a, stream, pp) : fmsm90::launch<128, FM_SM90_ST128, false>(a, stream, pp);
+  return a->fp16 ? fmsm90::launch<64, FM_SM90_ST64, true>(a, stream, pp) : fmsm90::launch<64, FM_SM90_ST64, false>(a, stream, pp);
 }

@@ -7,11 +7,10 @@
 
 /*
  * FMSm90ForwardSupported - whether the Hopper kernel covers these parameters (head dim, sizes,
- *   strides, alignment, shared-memory need); FMSm90Forward - launch it on stream. Returns a
- *   cudaError_t (cudaErrorNotSupported when not covered; nothing is launched then).
+ *   strides, alignment, shared-memory need); FMSm90Forward - launch it on stream; *persistent
+ *   (NULL allowed) says whether the persistent kernel ran (p->schedule asks for it, d = 64 or
+ *   128, and its shared memory fits), else one CTA per tile. Returns a cudaError_t
+ *   (cudaErrorNotSupported when not covered; nothing is launched then).
  */
 int FMSm90ForwardSupported(const FMGpuFwdParams *p);
-cudaError_t FMSm90Forward(const FMGpuFwdParams *p, cudaStream_t stream);
-/* FMSm90ForwardPersistent - whether FMSm90Forward runs the persistent kernel for p (p->schedule
-   asks for it, d = 64 or 128, and its shared memory fits), else one CTA per tile. */
-int FMSm90ForwardPersistent(const FMGpuFwdParams *p);
+cudaError_t FMSm90Forward(const FMGpuFwdParams *p, cudaStream_t stream, int *persistent);

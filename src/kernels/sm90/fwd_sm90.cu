@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, lane = tid & 31, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
   uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
   uint64_t *q_full = bars, *ring = bars + 2;
-  const PBarriers pb = {ring + 4 * ST, ring + 4 * ST + 2, ring + 4 * ST + 4};
+  const PBarriers pb = {ring + 4 * ST, ring + 4 * ST + 2};
   /* shared words: {tile, n, r0, -} per list buffer at hdr + 16 buf; nm, ntiles at hdr + 32, 36;
      the builders' broadcast of the tile they took at hdr + 40 */
   const uint32_t hdr = smem_u32(smem + L::OFF_HDR);
@@ -134,9 +134,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     st_u32(hdr + 36, nm * p.heads_q * p.batch);
     for (int b = 0; b < 2; b++) {
       mbar_init(&q_full[b], 1);
-      mbar_init(&pb.q_empty[b], 8); /* each consumer warp, after its epilogue */
       mbar_init(&pb.l_full[b], 1);  /* the first builder thread */
-      mbar_init(&pb.l_empty[b], 9); /* each consumer warp and the producer */
+      mbar_init(&pb.l_empty[b], 9); /* each consumer warp after its epilogue, and the producer */
     }
     for (int s = 0; s < ST; s++) {
       mbar_init(&ring[s], 1);
@@ -161,7 +160,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int tile = ld_s32(hdr + 16 * buf), n = ld_s32(hdr + 16 * buf + 4), r0 = ld_s32(hdr + 16 * buf + 8);
           if (tile < 0) break;
           const GivenTile src = {tile_coords(p, tile, nm_of(), 0, 0)};
-          mbar_wait(&pb.q_empty[buf], ph ^ 1);
+          /* Q buffer buf is free: l_full of this tile came after l_empty of tile t - 2, which every
+             consumer warp arrives on only after that tile's epilogue (its TMA store read) */
           mbar_expect_tx(&q_full[buf], L::QB);
 #pragma unroll
           for (int c = 0; c < D / 64; c++)
@@ -220,9 +220,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       epilogue_store<D, F16, GivenTile, true>(p, qtile, o, mrow, lrow, GivenTile{tile_coords(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)},
                                               &tmO);
       /* the staging's stores were fenced for the TMA store, which has read them (the o32 path
-         writes no shared memory): the Q buffer may take the next TMA load */
+         writes no shared memory): the list, and with it the Q buffer, may be used again */
       release(&pb.l_empty[buf], lane);
-      release(&pb.q_empty[buf], lane);
     }
   }
 }

@@ -41,8 +41,8 @@ template <int D, int ST, int NQ = 1> struct Layout {
   static constexpr int OFF_B = OFF_V + ST * KB;
   static constexpr int OFF_BAR = OFF_B + ST * BB;
   /* NQ = 1: q_full, then the ring (k_full, k_empty, v_full, v_empty: ST each). NQ = 2: q_full[2],
-     the ring, q_empty[2], l_full[2], l_empty[2] (PBarriers) */
-  static constexpr int NBAR = NQ + 4 * ST + (NQ == 2 ? 6 : 0);
+     the ring, l_full[2], l_empty[2] (PBarriers) */
+  static constexpr int NBAR = NQ + 4 * ST + (NQ == 2 ? 4 : 0);
   static constexpr int OFF_CNT = OFF_BAR + NBAR * 8;          /* per-warp counts, 12 ints */
   static constexpr int OFF_HDR = OFF_CNT + 48;                /* NQ = 2: {tile, n, r0, -} per list, nm, ntiles, a broadcast word */
   static constexpr int OFF_LIST = (OFF_HDR + (NQ == 2 ? 48 : 0) + 15) & ~15;
@@ -115,10 +115,11 @@ __device__ __forceinline__ CtaCoords tile_coords(const FMGpuFwdCore &p, int t, i
 struct Barriers {
   uint64_t *q_full, *k_full, *k_empty, *v_full, *v_empty;
 };
-/* The persistent kernel's own, per Q buffer / block list: Q consumed (its O staged and stored),
-   list built, list read by the producer and both consumers. */
+/* The persistent kernel's own, per list buffer (and the Q buffer of the same parity): list built;
+   list read and the tile done by the producer and both consumers (their epilogue too, so the
+   tile's Q buffer is free again: no barrier of its own). */
 struct PBarriers {
-  uint64_t *q_empty, *l_full, *l_empty;
+  uint64_t *l_full, *l_empty;
 };
 
 /* A named-barrier sync of NT threads (BAR = 0: __syncthreads, every thread of the CTA). */

@@ -14,12 +14,16 @@ reps=${2:-5}
 OUT=${OUT:-.}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-16}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader > $OUT/gpu.txt 2>&1
+# the harness from this tree's kernel files: build OUTPUT [nvcc flags]
+build() {
+  o=$1; shift
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math "$@" -Iinclude -Xcompiler -fopenmp \
+    share/bench/fwd/fwd_bench.cu src/kernels/cuda_mask.cu src/kernels/sm90/fwd_sm90.cu src/kernels/simt/fwd_fallback.cu -o "$o"
+}
 # sched needs a build that knows FWD_SCHED (an older binary would time the grid kernel only)
 if [ -n "$FWD_REBUILD" ] || [ "$mode" = sched ] || ! ./fwd_bench probe >/dev/null 2>&1; then
   echo "building fwd_bench (no carried binary that starts, or FWD_REBUILD set)"
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude -Xcompiler -fopenmp \
-    share/bench/fwd/fwd_bench.cu src/kernels/cuda_mask.cu src/kernels/sm90/fwd_sm90.cu src/kernels/simt/fwd_fallback.cu \
-    -o fwd_bench || exit 1
+  build fwd_bench || exit 1
 fi
 timeout 60 ./fwd_bench small > $OUT/small.log 2>&1 || rc=1
 cat $OUT/small.log
@@ -34,9 +38,7 @@ case $mode in
 sched)
   # the checks run a build with FM_SM90_HANG_CHECK (a wait longer than about 2 s traps: a
   # deadlock fails in seconds); they stop at the first configuration that fails
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -DFM_SM90_HANG_CHECK -Iinclude -Xcompiler -fopenmp \
-    share/bench/fwd/fwd_bench.cu src/kernels/cuda_mask.cu src/kernels/sm90/fwd_sm90.cu src/kernels/simt/fwd_fallback.cu \
-    -o /tmp/fwd_bench_hc || exit 1
+  build /tmp/fwd_bench_hc -DFM_SM90_HANG_CHECK || exit 1
   for cfg in "dynamic 3" "static 5" "dynamic 0"; do
     set -- $cfg
     echo "=== check FWD_SCHED=$1 FWD_CTAS=$2 (hang-check build)"

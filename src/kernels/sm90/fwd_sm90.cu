@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < ST; s++) {
       mbar_init(&bar.k_full[s], 1);
       mbar_init(&bar.v_full[s], 1);
-      mbar_init(&bar.k_empty[s], 8); /* one arrival per consumer warp */
+      mbar_init(&bar.k_empty[s], kKEmptyCount); /* release_k */
       mbar_init(&bar.v_empty[s], 8);
     }
     fence_barrier_init();
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int s = 0; s < ST; s++) {
       mbar_init(&ring[s], 1);
-      mbar_init(&ring[ST + s], 8);
+      mbar_init(&ring[ST + s], kKEmptyCount);
       mbar_init(&ring[2 * ST + s], 1);
       mbar_init(&ring[3 * ST + s], 8);
     }

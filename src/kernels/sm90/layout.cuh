@@ -143,4 +143,18 @@ __device__ __forceinline__ void release(uint64_t *bar, int lane)
   if (lane == 0) mbar_arrive(bar);
 }
 
+/*
+ * The K stage's empty barrier: its bounds were read by every consumer thread (LDS in mask_tile),
+ * so under FM_SM90_LANE_RELEASE every thread arrives (256 arrivals), the form compute-sanitizer's
+ * racecheck follows; otherwise one arrival per warp after __syncwarp (8), which orders the lanes'
+ * reads just as well under the PTX memory model but which racecheck reports as a hazard.
+ */
+#ifdef FM_SM90_LANE_RELEASE
+constexpr int kKEmptyCount = 256;
+__device__ __forceinline__ void release_k(uint64_t *bar, int) { mbar_arrive(bar); }
+#else
+constexpr int kKEmptyCount = 8;
+__device__ __forceinline__ void release_k(uint64_t *bar, int lane) { release(bar, lane); }
+#endif
+
 } /* namespace fmsm90 */

@@ -271,7 +271,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
 #pragma unroll
       for (int i = 0; i < TN / 2; i++) reg_fence(s[i]);
       apply_mask<TN>(s, e, bbase + st * TN, row0, kb * TN, lane, off);
-      release(&k_empty[st], lane);
+      release_k(&k_empty[st], lane);
       softmax_step<TN>(s, mrow, lrow, c, corr);
 #pragma unroll
       for (int i = 0; i < TN / 4; i++) pr[i] = pack2<F16>(s[2 * i], s[2 * i + 1]);
@@ -297,7 +297,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
 #pragma unroll
       for (int t = 0; t < TN / 2; t++) reg_fence(s[t]);
       apply_mask<TN>(s, e, bbase + st * TN, row0, kb * TN, lane, off);
-      release(&k_empty[st], lane);
+      release_k(&k_empty[st], lane);
       softmax_step<TN>(s, mrow, lrow, c, corr);
       wgmma_wait<0>();
 #pragma unroll

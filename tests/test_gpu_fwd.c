@@ -451,7 +451,7 @@ int main(int argc, char **argv)
   FMT_CALL(FMOptionsSetValue("-fm_cuda_fallback", "0"));
   FMT_CHECK(fctx->kopts.cuda_fallback == 1 && ctx->kopts.cuda_fallback == 0, "-fm_cuda_fallback read as %d (default %d)",
             fctx->kopts.cuda_fallback, ctx->kopts.cuda_fallback);
-  FMT_CHECK(ctx->kopts.sm90_schedule == 0 && ctx->kopts.sm90_ctas == 0, "default schedule %d, ctas %d; expected grid, 0",
+  FMT_CHECK(ctx->kopts.sm90_schedule == FM_GPU_SCHED_AUTO && ctx->kopts.sm90_ctas == 0, "default schedule %d, ctas %d; expected auto, 0",
             ctx->kopts.sm90_schedule, ctx->kopts.sm90_ctas);
   {
     /* -fm_sm90_schedule and -fm_sm90_ctas as a context reads them; a bad name is an error naming it */
@@ -468,7 +468,7 @@ int main(int argc, char **argv)
     e = FMContextSetFromOptions(sctx);
     FMT_CALL(FMPopErrorHandler());
     FMT_CHECK(e == FM_ERR_OPT, "-fm_sm90_schedule sideways gave %d; expected FM_ERR_OPT", (int)e);
-    FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "grid"));
+    FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "auto"));
     FMT_CALL(FMOptionsSetValue("-fm_sm90_ctas", "0"));
     FMT_CALL(FMContextDestroy(&sctx));
   }

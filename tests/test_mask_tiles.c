@@ -8,11 +8,16 @@
  * mask hash (computed when first asked for on one rank) follows every re-SetUp; so do the block
  * summaries (computed by SetUp on several ranks, when first asked for on one), which equal the
  * ones computed eagerly, for shared and per-sample bounds, a new block size and a new batch.
+ * The mean visible keys per query row that resolves -fm_sm90_schedule auto equals the exact
+ * density's when the mask has at most FM_MASK_KEY_SAMPLES columns, and is within 3% of seqlen_k
+ * when sampled; the schedule it chooses follows FM_GPU_SCHED_AUTO_KEYS.
  * -test_resetup_only: only that last part (the .sh runs it on two ranks too).
  */
 #include "fmtest.h"
 #include <flashmask/private/fmimpl.h>
 #include <flashmask/private/fmkernels.h>
+#include <flashmask/private/planimpl.h> /* FMSm90ChooseSchedule_Private */
+#include <math.h>
 #include <unistd.h>
 
 static const char *const *types; /* every type, from FMMaskTypeList (NULL-terminated) */
@@ -142,6 +147,55 @@ static FMMask build(FMContext ctx, const char *type, int Sq, int Sk, int H, int 
   }
   FMT_CALL(FMMaskSetUp(m));
   return m;
+}
+
+/*
+ * FMMaskMeanVisibleKeys_Private against the exact density (FMMaskComputeDensity_Private, itself
+ * checked against brute force above), every type, a shape small enough to be counted whole and
+ * one that is sampled; and FMSm90ChooseSchedule_Private's choice from it.
+ */
+static void check_mean_keys(FMContext ctx, uint64_t *rs)
+{
+  struct { int Sq, Sk, H; } sh[] = {{1000, 1000, 2}, {6000, 8192, 2}};
+  for (int s = 0; s < 2; s++)
+    for (int t = 0; types[t]; t++) {
+      FMMask m = build(ctx, types[t], sh[s].Sq, sh[s].Sk, sh[s].H, 128, (unsigned long)(fmt_next(rs) & 0xFFFF), rs);
+      const double sampled = (double)sh[s].H * sh[s].Sk > FM_MASK_KEY_SAMPLES;
+      double est, exact, mk;
+      int sched;
+      FMT_CALL(FMMaskMeanVisibleKeys_Private(m, &est));
+      FMT_CALL(FMMaskComputeDensity_Private(m));
+      exact = m->density * sh[s].Sk;
+      FMT_CHECK(sampled ? fabs(est - exact) <= 0.03 * sh[s].Sk : fabs(est - exact) <= 1e-6 * sh[s].Sk,
+                "%s %dx%d: mean visible keys %.2f, exact %.2f (%s)", types[t], sh[s].Sq, sh[s].Sk, est, exact,
+                sampled ? "sampled" : "every column");
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_AUTO, &sched, &mk));
+      FMT_CHECK(mk == est && sched == (est <= FM_GPU_SCHED_AUTO_KEYS ? FM_GPU_SCHED_DYNAMIC : FM_GPU_SCHED_GRID),
+                "%s %dx%d: auto chose schedule %d from %.1f keys", types[t], sh[s].Sq, sh[s].Sk, sched, mk);
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CPU, FM_GPU_SCHED_AUTO, &sched, &mk));
+      FMT_CHECK(sched == FM_GPU_SCHED_GRID && mk == -1, "%s: auto on the CPU backend gave %d (%.1f keys)", types[t], sched, mk);
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_STATIC, &sched, &mk));
+      FMT_CHECK(sched == FM_GPU_SCHED_STATIC && mk == -1, "%s: a requested static schedule became %d", types[t], sched);
+      FMT_CALL(FMMaskDestroy(&m));
+    }
+  {
+    /* both sides of the threshold: a full mask of 8192 keys and a 1024-wide sliding window */
+    FMMask m;
+    double mk;
+    int sched;
+    FMT_CALL(FMMaskCreate(ctx, &m));
+    FMT_CALL(FMMaskSetSizes(m, 8192, 8192, 1));
+    FMT_CALL(FMMaskSetType(m, FMMASKSLIDINGWINDOW));
+    FMT_CALL(FMMaskSetWindow(m, 1024, 0));
+    FMT_CALL(FMMaskSetUp(m));
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_AUTO, &sched, &mk));
+    FMT_CHECK(sched == FM_GPU_SCHED_DYNAMIC && mk > 900 && mk < 1100, "sliding window 1024 of 8192: schedule %d from %.1f keys", sched, mk);
+    FMT_CALL(FMMaskSetType(m, FMMASKFULL));
+    FMT_CALL(FMMaskSetUp(m));
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_AUTO, &sched, &mk));
+    FMT_CHECK(sched == FM_GPU_SCHED_GRID && mk == 8192, "full 8192: schedule %d from %.1f keys", sched, mk);
+    FMT_CALL(FMMaskDestroy(&m));
+  }
 }
 
 /* Brute-force block summaries of m's bounds as they are now (row g, block kb), in a new array. */
@@ -399,6 +453,7 @@ int main(int argc, char **argv)
   }
   check_resetups(ctx, &rs);
   check_view(ctx, &rs);
+  check_mean_keys(ctx, &rs);
   FMT_CALL(FMContextDestroy(&ctx));
   {
     int rc = fmt_finish("test_mask_tiles");

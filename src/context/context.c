@@ -34,6 +34,7 @@ FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx)
   c->nodecomm = c->crosscomm = MPI_COMM_NULL;
   c->backend_req = FM_BACKEND_AUTO;
   c->backend = FM_BACKEND_AUTO;
+  c->kopts.sm90_schedule = FM_GPU_SCHED_AUTO; /* the plan resolves it from its mask */
   c->device = -1;
   c->self.gpu = -1;
   *ctx = c;
@@ -91,9 +92,9 @@ static FMErrorCode kernel_options(FMContext ctx)
   FMCall(FMOptionsGetBool("-fm_sm90_vdesc_swap", "Hopper kernel: swap the V descriptor strides (diagnostic; wrong results)", &b, NULL));
   k->sm90_vdesc_swap = b == FM_TRUE;
   {
-    static const char *const sched[] = {"grid", "static", "dynamic", NULL};
+    static const char *const sched[] = {"grid", "static", "dynamic", "auto", NULL}; /* FM_GPU_SCHED_* */
     int c = k->sm90_ctas;
-    FMCall(FMOptionsGetEnum_Private("-fm_sm90_schedule", "Hopper forward (d = 64, 128): one CTA per query tile (grid), or one persistent CTA per SM taking tiles in turn (static) or from a counter (dynamic)", sched, &k->sm90_schedule, NULL));
+    FMCall(FMOptionsGetEnum_Private("-fm_sm90_schedule", "Hopper forward (d = 64, 128): one CTA per query tile (grid), one persistent CTA per SM taking tiles in turn (static) or from a counter (dynamic), or auto: dynamic where a query row sees few keys on average, else grid", sched, &k->sm90_schedule, NULL));
     FMCall(FMOptionsGetInt("-fm_sm90_ctas", "Hopper forward, persistent schedules: at most this many CTAs (0 = one per SM; tests)", &c, NULL));
     FMCheck(c >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_sm90_ctas is %d; expected >= 0 (0 = one per SM)", c);
     k->sm90_ctas = c;

@@ -160,7 +160,7 @@ static void fill_params(const FMAttnProblem *p, const FMGpuMask *dm, const void 
 {
   FMGpuFwdParamsDense(gp, dm, p->batch, p->nq, p->nk, p->nk, p->heads_q, p->heads_kv, p->head_dim, p->dtype == FM_DTYPE_FP16, p->scale,
                       p->opts.sm90_vdesc_swap, q, k, v, o, o32, merge, lse);
-  gp->schedule = p->opts.sm90_schedule;
+  gp->schedule = p->opts.sm90_schedule == FM_GPU_SCHED_AUTO ? FM_GPU_SCHED_GRID : p->opts.sm90_schedule; /* unresolved: the grid */
   gp->ctas = p->opts.sm90_ctas;
 }
 

@@ -85,15 +85,11 @@ typedef struct {
   int batch, head_dim;
   int fp16;               /* 0 = bf16, 1 = fp16 */
   int vdesc_swap;         /* sm90 diagnostic: swap the V descriptor's LBO and SBO (-fm_sm90_vdesc_swap) */
-  int schedule;           /* sm90, d = 64 and 128: FM_GPU_SCHED_* (-fm_sm90_schedule) */
+  int schedule;           /* sm90, d = 64 and 128: FM_GPU_SCHED_GRID, _STATIC or _DYNAMIC (-fm_sm90_schedule) */
   int ctas;               /* persistent schedules: at most this many CTAs (0: one per SM; -fm_sm90_ctas) */
 } FMGpuFwdParams;
 
-/* How the Hopper forward assigns its tiles: one CTA per tile (the grid), or a persistent CTA per
-   SM taking tiles in order (static round robin, or from an atomic counter). */
-#define FM_GPU_SCHED_GRID 0
-#define FM_GPU_SCHED_STATIC 1
-#define FM_GPU_SCHED_DYNAMIC 2
+/* The tile schedules FM_GPU_SCHED_* are in fmtile.h (the plan resolves AUTO). */
 
 /*
  * FMGpuFwdParamsDense - fill gp for today's dense layouts (above) over the device mask dm: the

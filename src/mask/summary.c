@@ -282,6 +282,33 @@ FMErrorCode FMMaskSummary_Private(FMMask m, const int32_t **summary)
   return FM_SUCCESS;
 }
 
+/* FMMaskMeanVisibleKeys_Private - see fmimpl.h. */
+FMErrorCode FMMaskMeanVisibleKeys_Private(FMMask m, double *keys)
+{
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k;
+  const int64_t cols = (int64_t)FM_MASK_NG(m) * Sk, n = cols < FM_MASK_KEY_SAMPLES ? cols : FM_MASK_KEY_SAMPLES;
+  double masked = 0, x = 0, step = (double)cols / (double)n;
+  int64_t row0 = 0; /* the first column of mask row h */
+  int h = 0;
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  FMValidPointer(keys, 2);
+  FMCheck(m->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "The mask's visible keys are asked for before FMMaskSetUp");
+  for (int64_t i = 0; i < n; i++) {
+    /* every column when they are few; else one column in each of n equal strata, at the offset
+       frac(i * phi) within it (in order, so the reads stream; and no fixed stride for a periodic
+       mask, documents of one length, to alias with) */
+    const int64_t c = n == cols ? i : (int64_t)(((double)i + x) * step);
+    int a[3], b[3], k;
+    while (c >= row0 + Sk) { row0 += Sk; h++; } /* c increases: no 64-bit division per column */
+    k = column_masked(m, h, (int)(c - row0), a, b);
+    for (int t = 0; t < k; t++) masked += b[t] - a[t];
+    x += 0.6180339887498949;
+    if (x >= 1) x -= 1;
+  }
+  *keys = (double)Sk * (1.0 - masked / ((double)n * Sq));
+  return FM_SUCCESS;
+}
+
 /*
  * FMMaskComputeDensity_Private - see fmimpl.h: the exact element density (fraction of (sample,
  * head, i, j) entries not masked) and block sparsity (fraction of block x block tiles, the last

@@ -22,8 +22,28 @@ FMErrorCode FMPlanGetProblem_Private(FMPlan plan, FMAttnProblem *p)
   p->nq = p->mask.seqlen_q; p->qrows = NULL;
   p->k0 = 0; p->nk = p->mask.seqlen_k;
   p->nthreads = plan->ctx->threads;
-  p->opts = plan->ctx->kopts;
-  p->opts.deterministic = plan->deterministic; /* the plan's (FMPlanSetDeterministic), not the context's */
+  FMPlanKernelOptions_Private(plan, &p->opts);
+  return FM_SUCCESS;
+}
+
+/* FMPlanKernelOptions_Private - see planimpl.h. */
+void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o)
+{
+  *o = plan->ctx->kopts;
+  o->deterministic = plan->deterministic; /* the plan's (FMPlanSetDeterministic), not the context's */
+  o->sm90_schedule = plan->sm90_schedule; /* auto resolved at FMPlanSetUp */
+}
+
+/* FMSm90ChooseSchedule_Private - see planimpl.h. */
+FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int requested, int *schedule, double *mean_keys)
+{
+  *mean_keys = -1;
+  *schedule = requested;
+  if (requested != FM_GPU_SCHED_AUTO) return FM_SUCCESS;
+  *schedule = FM_GPU_SCHED_GRID;
+  if (backend != FM_BACKEND_CUDA) return FM_SUCCESS;
+  FMCall(FMMaskMeanVisibleKeys_Private(mask, mean_keys));
+  if (*mean_keys <= FM_GPU_SCHED_AUTO_KEYS) *schedule = FM_GPU_SCHED_DYNAMIC;
   return FM_SUCCESS;
 }
 

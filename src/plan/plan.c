@@ -340,6 +340,8 @@ static FMErrorCode setup_plan(void *obj)
   FMCall(FMAgreeSame(plan->hdr.comm, FMHash_Private(FM_HASH_INIT, plan->hdr.type_name, strlen(plan->hdr.type_name)), "the plan type"));
   if (!plan->scale_set) plan->scale = 1.0 / sqrt((double)plan->head_dim);
   plan->backend = plan->ctx->backend;
+  FMAgree(plan->hdr.comm, FMSm90ChooseSchedule_Private(plan->mask, plan->backend, plan->ctx->kopts.sm90_schedule, &plan->sm90_schedule,
+                                                        &plan->mean_keys));
   plan->hdr.setupcalled = 0;
   FMCall((*plan->ops->setup)(plan)); /* collective; agrees internally */
   plan->mask_state = plan->mask->state;
@@ -525,10 +527,18 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
     FMCall(FMPlanGetProblem_Private(plan, &p));
     FMCall(FMPrintf(plan->hdr.comm, fp, "  forward path: %s; backward path: %s%s\n", FMCudaForwardPathName(plan->ctx->gpu_sm),
                     FMCudaBackwardPathName(&p), strcmp(plan->hdr.type_name, FMPLANLOCAL) ? ", one piece per stage (context parallel)" : ""));
-    if (p.opts.sm90_schedule) /* -fm_sm90_schedule */
-      FMCall(FMPrintf(plan->hdr.comm, fp, "  forward schedule: persistent, %s (d = 64 and 128 on sm_90; %s)\n",
-                      p.opts.sm90_schedule == 1 ? "static round robin" : "dynamic counter",
-                      p.opts.sm90_ctas > 0 ? "at most -fm_sm90_ctas CTAs" : "one CTA per SM"));
+    {
+      char why[96] = "";
+      if (plan->mean_keys >= 0) /* auto: say why */
+        snprintf(why, sizeof why, "; auto: a query row sees %.0f keys on average, %s %d", plan->mean_keys,
+                 plan->mean_keys <= FM_GPU_SCHED_AUTO_KEYS ? "at most" : "more than", FM_GPU_SCHED_AUTO_KEYS);
+      if (p.opts.sm90_schedule == FM_GPU_SCHED_GRID)
+        FMCall(FMPrintf(plan->hdr.comm, fp, "  forward schedule: one CTA per query tile (grid%s)\n", why));
+      else
+        FMCall(FMPrintf(plan->hdr.comm, fp, "  forward schedule: persistent, %s (d = 64 and 128 on sm_90; %s%s)\n",
+                        p.opts.sm90_schedule == FM_GPU_SCHED_STATIC ? "static round robin" : "dynamic counter",
+                        p.opts.sm90_ctas > 0 ? "at most -fm_sm90_ctas CTAs" : "one CTA per SM", why));
+    }
 #endif
   } else FMCall(FMPrintf(plan->hdr.comm, fp, "  forward/backward path: exact CPU (OpenMP, tile skipping)\n"));
   FMCall((*plan->ops->view)(plan, fp));

@@ -419,6 +419,13 @@ FMErrorCode FMMaskSummary_Private(FMMask m, const int32_t **summary);
    time they are asked for after a set-up (a re-planning step that never asks pays nothing). Not
    collective. */
 FMErrorCode FMMaskComputeDensity_Private(FMMask m);
+/* FMMaskMeanVisibleKeys_Private - an estimate of the keys a query row sees on average (the element
+   density times seqlen_k) from at most FM_MASK_KEY_SAMPLES key columns of a set-up mask: one in
+   each of that many equal strata of all its rows' columns, at golden-ratio offsets
+   (deterministic: every rank gets the same value). Exact when the mask has at most that many
+   columns in all. About 10 us; reads no summary and writes nothing. Not collective. */
+#define FM_MASK_KEY_SAMPLES 1024
+FMErrorCode FMMaskMeanVisibleKeys_Private(FMMask m, double *keys);
 /* Validate m->bnd (0 <= start <= Sq, start <= end). */
 FMErrorCode FMMaskValidate_Private(FMMask m);
 /* Fill the kernels' view of a set-up mask (borrowed pointers into m), its summaries computed if

@@ -34,10 +34,12 @@ typedef struct FMMaskDesc_s {
  *                     covers the shape (tests)
  *   sm90_vdesc_swap   -fm_sm90_vdesc_swap: 1 swaps the Hopper kernel's V descriptor strides (a
  *                     diagnostic of the descriptor convention; gives wrong results otherwise)
- *   sm90_schedule     -fm_sm90_schedule grid|static|dynamic: how the Hopper forward (d = 64, 128)
- *                     assigns its query tiles: one CTA each (grid, the default), or one
- *                     persistent CTA per SM taking tiles in turn (static) or from an atomic
- *                     counter (dynamic); FM_GPU_SCHED_* in the kernel layer
+ *   sm90_schedule     -fm_sm90_schedule auto|grid|static|dynamic: how the Hopper forward (d = 64,
+ *                     128) assigns its query tiles: one CTA each (grid), or one persistent CTA
+ *                     per SM taking tiles in turn (static) or from an atomic counter (dynamic);
+ *                     FM_GPU_SCHED_* (fmtile.h). The default, auto (the one non-zero default:
+ *                     FMContextCreate sets it), is resolved by the plan from its mask; the
+ *                     kernels run the grid for an unresolved auto
  *   sm90_ctas         -fm_sm90_ctas: the persistent forward's CTA count at most (0: one per SM;
  *                     tests run few CTAs so that each runs many tiles)
  *   cpu_vector_width  -fm_cpu_vector_width 4|8|16: the CPU kernels' vector width when this CPU

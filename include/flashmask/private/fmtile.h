@@ -1,6 +1,7 @@
 /*
- * fmtile.h - the tile classes of a FlashMask block summary, shared by the mask code, the
- * planner, the CPU kernels and the CUDA kernels (host and device). Plain C, no MPI: the
+ * fmtile.h - the tile classes of a FlashMask block summary and the Hopper forward's tile
+ * schedules, shared by the mask code, the planner, the CPU kernels and the CUDA kernels (host
+ * and device). Plain C, no MPI: the
  * kernels include it instead of fmimpl.h. Not installed.
  */
 #ifndef FLASHMASK_PRIVATE_FMTILE_H
@@ -16,6 +17,20 @@ extern "C" {
 /* Block summary layout: for each mask head and key block, 8 int32 numbers. */
 enum { FM_SUM_LTS_MIN = 0, FM_SUM_LTS_MAX, FM_SUM_LTE_MIN, FM_SUM_LTE_MAX,
        FM_SUM_UTS_MIN, FM_SUM_UTS_MAX, FM_SUM_UTE_MIN, FM_SUM_UTE_MAX, FM_SUM_N };
+
+/*
+ * How the Hopper forward (d = 64, 128) assigns its query tiles: one CTA per tile (the grid), or a
+ * persistent CTA per SM taking tiles in order (static round robin) or from an atomic counter
+ * (dynamic). AUTO is the options' default: a plan resolves it from its mask at FMPlanSetUp
+ * (FMSm90ChooseSchedule_Private: dynamic when a query row sees at most FM_GPU_SCHED_AUTO_KEYS
+ * keys on average, where a tile's fixed cost weighs most; else the grid); a kernel handed AUTO
+ * unresolved runs the grid.
+ */
+#define FM_GPU_SCHED_GRID 0
+#define FM_GPU_SCHED_STATIC 1
+#define FM_GPU_SCHED_DYNAMIC 2
+#define FM_GPU_SCHED_AUTO 3
+#define FM_GPU_SCHED_AUTO_KEYS 2048
 
 /* Tile classes. */
 typedef enum { FM_TILE_SKIP = 0, FM_TILE_FULL = 1, FM_TILE_PARTIAL = 2 } FMTileClass;

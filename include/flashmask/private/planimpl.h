@@ -22,6 +22,7 @@
 #define FLASHMASK_PRIVATE_PLANIMPL_H
 
 #include <flashmask/private/fmimpl.h>
+#include <flashmask/private/fmkernels.h> /* FMKernelOptions */
 #include <stdio.h>
 
 #ifdef __cplusplus
@@ -57,6 +58,8 @@ struct _p_FMPlan {
   int nlocal; int *rows;  /* global query rows owned here (set by the type's setup) */
   FMBackend backend;      /* the context's, taken at FMPlanSetUp */
   int mask_state;         /* mask->state at FMPlanSetUp */
+  int sm90_schedule;      /* the Hopper forward's FM_GPU_SCHED_* with auto resolved at FMPlanSetUp (FMSm90ChooseSchedule_Private) */
+  double mean_keys;       /* what resolved it: the mask's mean visible keys per query row (-1: not asked) */
   FMLogEvent ev_fwd, ev_bwd;
 };
 
@@ -97,6 +100,25 @@ FMErrorCode FMPlanSetDefaultType_Private(FMPlan plan);
  *   rank and several refuse the same plan at FMPlanSetUp. Not collective.
  */
 FMErrorCode FMPlanCheckCUDADType_Private(FMPlan plan);
+
+/*
+ * FMPlanKernelOptions_Private - the kernel options of a set-up plan's problems: the context's,
+ *   with the plan's deterministic switch and its resolved forward schedule. Not collective.
+ */
+void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o);
+
+/*
+ * FMSm90ChooseSchedule_Private - the Hopper forward's tile schedule for a mask: requested (an
+ *   FM_GPU_SCHED_* of -fm_sm90_schedule) unless it is FM_GPU_SCHED_AUTO; auto gives
+ *   FM_GPU_SCHED_DYNAMIC where a query row sees at most FM_GPU_SCHED_AUTO_KEYS keys on average
+ *   (FMMaskMeanVisibleKeys_Private; then the persistent kernel hides each tile's fixed cost,
+ *   list build, first loads and epilogue, behind the previous tile), else FM_GPU_SCHED_GRID
+ *   (on the dense masks at 32K keys and more the grid kernel runs 3-5% faster; see
+ *   doc/performance.md). Only the CUDA backend asks the mask (cpu: the grid, unused).
+ *   *mean_keys: the estimate (-1 when none was made). Not collective; the same on every rank
+ *   for the same mask.
+ */
+FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int requested, int *schedule, double *mean_keys);
 
 /*
  * FMPlanCheckDeviceArgs_Private - on the CUDA backend every tensor is device memory: name the

@@ -78,8 +78,7 @@ FMErrorCode FMDistExecInit_Private(FMPlan plan, FMDistExec *e)
   FMCall(FMMaskGetDesc_Private(plan->mask, &e->p.mask));
   e->p.nq = plan->nlocal; e->p.qrows = plan->rows;
   e->p.nthreads = plan->ctx->threads;
-  e->p.opts = plan->ctx->kopts;
-  e->p.opts.deterministic = plan->deterministic; /* FMPlanSetDeterministic */
+  FMPlanKernelOptions_Private(plan, &e->p.opts);
   e->es = FMDTypeSize(plan->dtype);
   e->row_kv = (size_t)plan->heads_kv * plan->head_dim * e->es;
   FMCall(FMCalloc(e->d->ch.nchunks, &e->buf));

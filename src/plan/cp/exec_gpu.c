@@ -38,8 +38,7 @@ static FMErrorCode forward_stage(FMPlan plan, FMDist *d, FMDistGPU *g, FMDistGPU
   p.nq = plan->nlocal;
   p.nk = s < 0 ? d->nkeys : g->st[s].nk;
   p.nthreads = plan->ctx->threads;
-  p.opts = plan->ctx->kopts;
-  p.opts.deterministic = plan->deterministic;
+  FMPlanKernelOptions_Private(plan, &p.opts);
   FMCall(FMCudaEventRecord(g->ev_w0[s + 1], us));
   if (s >= 0) FMCall(FMCudaStreamWaitEvent(us, g->ev_c1[s]));
   FMCall(FMCudaEventRecord(g->ev_k0[s + 1], us));

@@ -72,8 +72,7 @@ static FMErrorCode bwd_layout(FMPlan plan, FMDist *d, FMDistGPU *g, Bwd *W, size
   W->p.nq = plan->nlocal;
   W->p.mask.mask_heads = m.mask_heads; /* what the stage masks were uploaded with */
   W->p.nthreads = plan->ctx->threads;
-  W->p.opts = plan->ctx->kopts;
-  W->p.opts.deterministic = plan->deterministic;
+  FMPlanKernelOptions_Private(plan, &W->p.opts);
   W->rowf = (size_t)plan->heads_kv * plan->head_dim;
   FMCall(FMMalloc(g->nsteps + 1, &W->poff));
   for (int s = 0; s < g->nsteps; s++) {

@@ -170,7 +170,7 @@ static void check_mean_keys(FMContext ctx, uint64_t *rs)
                 "%s %dx%d: mean visible keys %.2f, exact %.2f (%s)", types[t], sh[s].Sq, sh[s].Sk, est, exact,
                 sampled ? "sampled" : "every column");
       FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_AUTO, &sched, &mk));
-      FMT_CHECK(mk == est && sched == (est <= FM_GPU_SCHED_AUTO_KEYS ? FM_GPU_SCHED_DYNAMIC : FM_GPU_SCHED_GRID),
+      FMT_CHECK(mk == est && sched == (est <= FM_GPU_SCHED_AUTO_KEYS ? FM_GPU_SCHED_STATIC : FM_GPU_SCHED_GRID),
                 "%s %dx%d: auto chose schedule %d from %.1f keys", types[t], sh[s].Sq, sh[s].Sk, sched, mk);
       FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CPU, FM_GPU_SCHED_AUTO, &sched, &mk));
       FMT_CHECK(sched == FM_GPU_SCHED_GRID && mk == -1, "%s: auto on the CPU backend gave %d (%.1f keys)", types[t], sched, mk);
@@ -189,7 +189,7 @@ static void check_mean_keys(FMContext ctx, uint64_t *rs)
     FMT_CALL(FMMaskSetWindow(m, 1024, 0));
     FMT_CALL(FMMaskSetUp(m));
     FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_AUTO, &sched, &mk));
-    FMT_CHECK(sched == FM_GPU_SCHED_DYNAMIC && mk > 900 && mk < 1100, "sliding window 1024 of 8192: schedule %d from %.1f keys", sched, mk);
+    FMT_CHECK(sched == FM_GPU_SCHED_STATIC && mk > 900 && mk < 1100, "sliding window 1024 of 8192: schedule %d from %.1f keys", sched, mk);
     FMT_CALL(FMMaskSetType(m, FMMASKFULL));
     FMT_CALL(FMMaskSetUp(m));
     FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_AUTO, &sched, &mk));

@@ -43,7 +43,7 @@ FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int req
   *schedule = FM_GPU_SCHED_GRID;
   if (backend != FM_BACKEND_CUDA) return FM_SUCCESS;
   FMCall(FMMaskMeanVisibleKeys_Private(mask, mean_keys));
-  if (*mean_keys <= FM_GPU_SCHED_AUTO_KEYS) *schedule = FM_GPU_SCHED_DYNAMIC;
+  if (*mean_keys <= FM_GPU_SCHED_AUTO_KEYS) *schedule = FM_GPU_SCHED_STATIC;
   return FM_SUCCESS;
 }
 

@@ -22,7 +22,7 @@ enum { FM_SUM_LTS_MIN = 0, FM_SUM_LTS_MAX, FM_SUM_LTE_MIN, FM_SUM_LTE_MAX,
  * How the Hopper forward (d = 64, 128) assigns its query tiles: one CTA per tile (the grid), or a
  * persistent CTA per SM taking tiles in order (static round robin) or from an atomic counter
  * (dynamic). AUTO is the options' default: a plan resolves it from its mask at FMPlanSetUp
- * (FMSm90ChooseSchedule_Private: dynamic when a query row sees at most FM_GPU_SCHED_AUTO_KEYS
+ * (FMSm90ChooseSchedule_Private: static when a query row sees at most FM_GPU_SCHED_AUTO_KEYS
  * keys on average, where a tile's fixed cost weighs most; else the grid); a kernel handed AUTO
  * unresolved runs the grid.
  */

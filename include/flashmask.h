@@ -266,8 +266,8 @@ FMErrorCode FMContextSetNCCLTimeout(FMContext ctx, double seconds);
 FMErrorCode FMContextGetNCCLTimeout(FMContext ctx, double *seconds);
 
 /* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_nccl_timeout, -fm_context_view (and the kernel
- *   options -fm_cuda_fallback, -fm_sm90_vdesc_swap, -fm_sm90_schedule, -fm_sm90_ctas, -fm_cpu_vector_width,
- *   -fm_cpu_stage_bytes)
+ *   options -fm_cuda_fallback, -fm_sm90_vdesc_swap, -fm_sm90_schedule, -fm_sm90_ctas, -fm_sm90_auto_keys,
+ *   -fm_cpu_vector_width, -fm_cpu_stage_bytes)
  *   into ctx. Collective; an error on any rank is an error on every rank. */
 FMErrorCode FMContextSetFromOptions(FMContext ctx);
 /*

@@ -5,7 +5,8 @@
  * FMPlanView names the choice and its reason; and each plan's O and LSE on fresh random inputs
  * (outputs poisoned with NaN first) must equal bit for bit the grid kernel's on the same inputs
  * (FMCudaForward with the schedule forced to the grid), which test_gpu_fwd checks against a
- * float64 reference. -fm_sm90_schedule grid makes the window plan take the grid. On another GPU
+ * float64 reference. -fm_sm90_schedule grid, or -fm_sm90_auto_keys 100, makes the window plan
+ * take the grid. On another GPU
  * the paths are not checked, the bitwise comparison is. Exit 77 without CUDA or without a GPU.
  * Usage: test_gpu_sched
  */
@@ -128,6 +129,15 @@ int main(int argc, char **argv)
   FMT_CALL(FMContextSetFromOptions(ctx));
   FMT_CALL(FMContextSetUp(ctx));
   run(ctx, FMMASKSLIDINGWINDOW, 1, sm, &seed, "one CTA per query tile (grid)\n");
+  FMT_CALL(FMContextDestroy(&ctx));
+  /* auto's threshold as an option: 100 keys puts the window on the grid */
+  FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "auto"));
+  FMT_CALL(FMOptionsSetValue("-fm_sm90_auto_keys", "100"));
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
+  FMT_CALL(FMContextSetFromOptions(ctx));
+  FMT_CALL(FMContextSetUp(ctx));
+  run(ctx, FMMASKSLIDINGWINDOW, 1, sm, &seed, "(grid; auto: a query row sees ");
   FMT_CALL(FMContextDestroy(&ctx));
   FMFinalize();
   return fmt_finish("test_gpu_sched");

@@ -156,6 +156,10 @@ static FMMask build(FMContext ctx, const char *type, int Sq, int Sk, int H, int 
  */
 static void check_mean_keys(FMContext ctx, uint64_t *rs)
 {
+  FMKernelOptions oauto = {0}, ostatic = {0}, o900 = {0};
+  oauto.sm90_schedule = o900.sm90_schedule = FM_GPU_SCHED_AUTO;
+  ostatic.sm90_schedule = FM_GPU_SCHED_STATIC;
+  o900.sm90_auto_keys = 900;
   struct { int Sq, Sk, H; } sh[] = {{1000, 1000, 2}, {6000, 8192, 2}};
   for (int s = 0; s < 2; s++)
     for (int t = 0; types[t]; t++) {
@@ -169,12 +173,12 @@ static void check_mean_keys(FMContext ctx, uint64_t *rs)
       FMT_CHECK(sampled ? fabs(est - exact) <= 0.03 * sh[s].Sk : fabs(est - exact) <= 1e-6 * sh[s].Sk,
                 "%s %dx%d: mean visible keys %.2f, exact %.2f (%s)", types[t], sh[s].Sq, sh[s].Sk, est, exact,
                 sampled ? "sampled" : "every column");
-      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_AUTO, &sched, &mk));
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, &oauto, &sched, &mk));
       FMT_CHECK(mk == est && sched == (est <= FM_GPU_SCHED_AUTO_KEYS ? FM_GPU_SCHED_STATIC : FM_GPU_SCHED_GRID),
                 "%s %dx%d: auto chose schedule %d from %.1f keys", types[t], sh[s].Sq, sh[s].Sk, sched, mk);
-      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CPU, FM_GPU_SCHED_AUTO, &sched, &mk));
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CPU, &oauto, &sched, &mk));
       FMT_CHECK(sched == FM_GPU_SCHED_GRID && mk == -1, "%s: auto on the CPU backend gave %d (%.1f keys)", types[t], sched, mk);
-      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_STATIC, &sched, &mk));
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, &ostatic, &sched, &mk));
       FMT_CHECK(sched == FM_GPU_SCHED_STATIC && mk == -1, "%s: a requested static schedule became %d", types[t], sched);
       FMT_CALL(FMMaskDestroy(&m));
     }
@@ -188,11 +192,13 @@ static void check_mean_keys(FMContext ctx, uint64_t *rs)
     FMT_CALL(FMMaskSetType(m, FMMASKSLIDINGWINDOW));
     FMT_CALL(FMMaskSetWindow(m, 1024, 0));
     FMT_CALL(FMMaskSetUp(m));
-    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_AUTO, &sched, &mk));
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, &oauto, &sched, &mk));
     FMT_CHECK(sched == FM_GPU_SCHED_STATIC && mk > 900 && mk < 1100, "sliding window 1024 of 8192: schedule %d from %.1f keys", sched, mk);
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, &o900, &sched, &mk)); /* -fm_sm90_auto_keys 900 */
+    FMT_CHECK(sched == FM_GPU_SCHED_GRID, "sliding window 1024 of 8192, threshold 900 keys: schedule %d from %.1f keys", sched, mk);
     FMT_CALL(FMMaskSetType(m, FMMASKFULL));
     FMT_CALL(FMMaskSetUp(m));
-    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, FM_GPU_SCHED_AUTO, &sched, &mk));
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, &oauto, &sched, &mk));
     FMT_CHECK(sched == FM_GPU_SCHED_GRID && mk == 8192, "full 8192: schedule %d from %.1f keys", sched, mk);
     FMT_CALL(FMMaskDestroy(&m));
   }

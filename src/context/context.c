@@ -98,6 +98,10 @@ static FMErrorCode kernel_options(FMContext ctx)
     FMCall(FMOptionsGetInt("-fm_sm90_ctas", "Hopper forward, persistent schedules: at most this many CTAs (0 = one per SM; tests)", &c, NULL));
     FMCheck(c >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_sm90_ctas is %d; expected >= 0 (0 = one per SM)", c);
     k->sm90_ctas = c;
+    c = k->sm90_auto_keys;
+    FMCall(FMOptionsGetInt("-fm_sm90_auto_keys", "Hopper forward, -fm_sm90_schedule auto: the persistent kernel where a query row sees at most this many keys on average (0 = 2048)", &c, NULL));
+    FMCheck(c >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_sm90_auto_keys is %d; expected >= 0 (0 = the default, 2048)", c);
+    k->sm90_auto_keys = c;
   }
   FMCall(FMOptionsGetInt("-fm_cpu_vector_width", "CPU kernels' vector width 4, 8 or 16 when the CPU runs it; 0 = the widest", &w, NULL));
   FMCheck(w == 0 || w == 4 || w == 8 || w == 16, ctx->comm, FM_ERR_ARG_OUTOFRANGE,

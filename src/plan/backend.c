@@ -35,15 +35,15 @@ void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o)
 }
 
 /* FMSm90ChooseSchedule_Private - see planimpl.h. */
-FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int requested, int *schedule, double *mean_keys)
+FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, const FMKernelOptions *o, int *schedule, double *mean_keys)
 {
   *mean_keys = -1;
-  *schedule = requested;
-  if (requested != FM_GPU_SCHED_AUTO) return FM_SUCCESS;
+  *schedule = o->sm90_schedule;
+  if (o->sm90_schedule != FM_GPU_SCHED_AUTO) return FM_SUCCESS;
   *schedule = FM_GPU_SCHED_GRID;
   if (backend != FM_BACKEND_CUDA) return FM_SUCCESS;
   FMCall(FMMaskMeanVisibleKeys_Private(mask, mean_keys));
-  if (*mean_keys <= FM_GPU_SCHED_AUTO_KEYS) *schedule = FM_GPU_SCHED_STATIC;
+  if (*mean_keys <= FMSm90AutoKeys(o)) *schedule = FM_GPU_SCHED_STATIC;
   return FM_SUCCESS;
 }
 

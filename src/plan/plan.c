@@ -340,7 +340,7 @@ static FMErrorCode setup_plan(void *obj)
   FMCall(FMAgreeSame(plan->hdr.comm, FMHash_Private(FM_HASH_INIT, plan->hdr.type_name, strlen(plan->hdr.type_name)), "the plan type"));
   if (!plan->scale_set) plan->scale = 1.0 / sqrt((double)plan->head_dim);
   plan->backend = plan->ctx->backend;
-  FMAgree(plan->hdr.comm, FMSm90ChooseSchedule_Private(plan->mask, plan->backend, plan->ctx->kopts.sm90_schedule, &plan->sm90_schedule,
+  FMAgree(plan->hdr.comm, FMSm90ChooseSchedule_Private(plan->mask, plan->backend, &plan->ctx->kopts, &plan->sm90_schedule,
                                                         &plan->mean_keys));
   plan->hdr.setupcalled = 0;
   FMCall((*plan->ops->setup)(plan)); /* collective; agrees internally */
@@ -531,7 +531,7 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
       char why[96] = "";
       if (plan->mean_keys >= 0) /* auto: say why */
         snprintf(why, sizeof why, "; auto: a query row sees %.0f keys on average, %s %d", plan->mean_keys,
-                 plan->mean_keys <= FM_GPU_SCHED_AUTO_KEYS ? "at most" : "more than", FM_GPU_SCHED_AUTO_KEYS);
+                 plan->mean_keys <= FMSm90AutoKeys(&plan->ctx->kopts) ? "at most" : "more than", FMSm90AutoKeys(&plan->ctx->kopts));
       if (p.opts.sm90_schedule == FM_GPU_SCHED_GRID)
         FMCall(FMPrintf(plan->hdr.comm, fp, "  forward schedule: one CTA per query tile (grid%s)\n", why));
       else

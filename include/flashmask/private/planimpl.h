@@ -108,9 +108,9 @@ FMErrorCode FMPlanCheckCUDADType_Private(FMPlan plan);
 void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o);
 
 /*
- * FMSm90ChooseSchedule_Private - the Hopper forward's tile schedule for a mask: requested (an
- *   FM_GPU_SCHED_* of -fm_sm90_schedule) unless it is FM_GPU_SCHED_AUTO; auto gives
- *   FM_GPU_SCHED_STATIC where a query row sees at most FM_GPU_SCHED_AUTO_KEYS keys on average
+ * FMSm90ChooseSchedule_Private - the Hopper forward's tile schedule for a mask: o->sm90_schedule
+ *   (an FM_GPU_SCHED_* of -fm_sm90_schedule) unless it is FM_GPU_SCHED_AUTO; auto gives
+ *   FM_GPU_SCHED_STATIC where a query row sees at most FMSm90AutoKeys(o) keys on average
  *   (FMMaskMeanVisibleKeys_Private; then the persistent kernel hides each tile's fixed cost,
  *   list build, first loads and epilogue, behind the previous tile, and the tiles are too
  *   light for their order to matter to L2 or to the balance: the round robin, with no atomic
@@ -120,7 +120,9 @@ void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o);
  *   *mean_keys: the estimate (-1 when none was made). Not collective; the same on every rank
  *   for the same mask.
  */
-FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int requested, int *schedule, double *mean_keys);
+FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, const FMKernelOptions *o, int *schedule, double *mean_keys);
+/* FMSm90AutoKeys - auto's threshold in keys: -fm_sm90_auto_keys, or FM_GPU_SCHED_AUTO_KEYS. */
+static inline int FMSm90AutoKeys(const FMKernelOptions *o) { return o->sm90_auto_keys > 0 ? o->sm90_auto_keys : FM_GPU_SCHED_AUTO_KEYS; }
 
 /*
  * FMPlanCheckDeviceArgs_Private - on the CUDA backend every tensor is device memory: name the

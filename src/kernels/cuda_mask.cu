@@ -118,6 +118,21 @@ cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask
     goto fail;
   for (int v = 0; v < 4; v++)
     if ((e = cudaMemcpy(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice)) != cudaSuccess) goto fail;
+  /* the update path's staging (here, since an allocation there could synchronize the device):
+     without pinned memory the updates copy from pageable memory instead */
+  for (int i = 0; i < 2; i++) {
+    if (cudaMallocHost((void **)&d->stage[i], 4 * n * sizeof(int32_t)) != cudaSuccess ||
+        cudaEventCreateWithFlags(&d->staged[i], cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
+      for (int k = 0; k <= i; k++) {
+        if (d->stage[k]) cudaFreeHost(d->stage[k]);
+        if (d->staged[k]) cudaEventDestroy(d->staged[k]);
+        d->stage[k] = NULL;
+        d->staged[k] = NULL;
+      }
+      break;
+    }
+  }
   fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N>>>(d->bnd, seqlen_q, seqlen_k, rows, d->nblk, causal, d->packed, d->sum,
                                                             d->vis, d->simple);
   if ((e = cudaGetLastError()) != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess) goto fail;
@@ -145,9 +160,21 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
   d->mask_batch = mb;
   d->causal = causal;
   d->nblk = nblk;
-  /* from pageable host memory the copies return once the host bounds have been read */
-  for (int v = 0; v < 4; v++)
-    if ((e = cudaMemcpyAsync(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess) return e;
+  if (d->stage[0]) {
+    /* through the staging buffer whose last copy is two updates back (normally long done) */
+    const int i = d->next_stage;
+    int32_t *s = d->stage[i];
+    if ((e = cudaEventSynchronize(d->staged[i])) != cudaSuccess) return e;
+    for (int v = 0; v < 4; v++) memcpy(s + v * n, bnd[v], n * sizeof(int32_t));
+    if ((e = cudaMemcpyAsync(d->bnd, s, 4 * n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess ||
+        (e = cudaEventRecord(d->staged[i], st)) != cudaSuccess)
+      return e;
+    d->next_stage = i ^ 1;
+  } else {
+    /* from pageable host memory the copies return once the host bounds have been read */
+    for (int v = 0; v < 4; v++)
+      if ((e = cudaMemcpyAsync(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess) return e;
+  }
   fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N, 0, st>>>(d->bnd, seqlen_q, seqlen_k, rows, d->nblk, causal, d->packed,
                                                                   d->sum, d->vis, d->simple);
   return cudaGetLastError();
@@ -157,6 +184,10 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
 void FMGpuMaskDestroy(FMGpuMask *d)
 {
   if (!d) return;
+  for (int i = 0; i < 2; i++) {
+    if (d->staged[i]) { cudaEventSynchronize(d->staged[i]); cudaEventDestroy(d->staged[i]); }
+    if (d->stage[i]) cudaFreeHost(d->stage[i]);
+  }
   cudaFree(d->bnd);
   cudaFree(d->packed);
   cudaFree(d->sum);

@@ -29,6 +29,12 @@ typedef struct {
                      when they form one interval (padding: [0, 0)) */
   int *simple;    /* [rows][nblk]: 1 if every column of the block has a one-interval visible set */
   size_t cap_bnd, cap_col, cap_blk; /* elements allocated: rows * seqlen_k, rows * nblk * FM_GPU_BLOCK_N, rows * nblk */
+  /* FMGpuMaskUpdate's pinned staging (NULL where cudaMallocHost failed: then four pageable
+     copies): two buffers of 4 * cap_bnd, used in turn, and the events recorded after the copy
+     out of each, so that one is rewritten only after its last copy has read it */
+  int32_t *stage[2];
+  cudaEvent_t staged[2];
+  int next_stage;
 } FMGpuMask;
 
 /*
@@ -148,7 +154,10 @@ void FMGpuMaskDestroy(FMGpuMask *d);
 /* FMGpuMaskUpdate - a new mask into an existing copy whose buffers are large enough for its sizes
    (else cudaErrorInvalidValue, nothing changed): the sizes set, the bounds copied and the prepass
    run on stream st, after the work already queued there (which may still read the old mask); no
-   allocation, no device-wide synchronization. The host bounds may be reused on return. */
+   allocation, no device-wide synchronization. The host bounds may be reused on return: they are
+   copied into a pinned staging buffer, and one copy of it goes to the device (the buffers
+   alternate; the host waits only when the copy two updates back has not yet run, i.e. when it is
+   more than one update ahead of the stream). */
 cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal,
                             const int32_t *const bnd[4], cudaStream_t st);
 

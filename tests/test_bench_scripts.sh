@@ -20,7 +20,7 @@ for f in peers.py compare_table.py peers_cp.py cp_table.py; do
   $PY -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)" "$B/$f" "$t/$f.pyc" ||
     fail "$f does not compile"
 done
-for f in compare.sh gpu_check.sh cp_multi.sh cp_check.sh gpu_quick.sh bwd/device_run.sh fwd/device_run.sh fwd/ab.sh; do sh -n "$B/$f" || fail "$f: sh -n"; done
+for f in compare.sh gpu_check.sh cp_multi.sh cp_check.sh gpu_quick.sh sched.sh bwd/device_run.sh fwd/device_run.sh fwd/ab.sh; do sh -n "$B/$f" || fail "$f: sh -n"; done
 $PY "$B/peers.py" --help > "$t/help" 2>&1 || fail "peers.py --help exited $? (it must work without torch)"
 grep -q -- "--pass" "$t/help" || fail "peers.py --help does not list --pass"
 mfs=""

@@ -34,7 +34,7 @@ run_tests() { # limit, tests...
 }
 make -j"$(nproc)" check TESTS= > "$OUT/build-tests.log" 2>&1 # every test program, in parallel, nothing run
 el "test programs built"
-run_tests ${LIM1:-60} tests/test_gpu_fwd.sh tests/test_gpu_bwd.sh tests/test_replan.sh
+run_tests ${LIM1:-60} tests/test_gpu_fwd.sh tests/test_gpu_bwd.sh tests/test_replan.sh tests/test_gpu_sched.sh tests/test_gpu_update.sh
 grep -h -i "non-finite" tests/test_gpu_fwd.log tests/test_gpu_bwd.log 2>/dev/null | head -4
 grep -h -E "^(FAIL|HARD)" tests/test_gpu_*.log tests/test_replan.log 2>/dev/null | head -10
 run_tests ${LIM2:-40} tests/test_gpu_batch.sh tests/test_gpu_cp.sh

@@ -199,6 +199,30 @@ static inline double fmt_relerr(const double *a, const double *b, size_t n)
   return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* FMT_SKIP_WITHOUT_GPU(): in main after FMInitialize, for the GPU tests: print SKIP, finalize and
+   return 77 when there is no CUDA device (a CUDA error from the count is a hard error, 99). */
+#define FMT_SKIP_WITHOUT_GPU()                                                        \
+  do {                                                                               \
+    int nd_ = 0;                                                                     \
+    FMT_CALL(FMCudaDeviceCount(&nd_));                                               \
+    if (nd_ == 0) {                                                                  \
+      printf("SKIP: no CUDA device\n");                                              \
+      FMFinalize();                                                                  \
+      return 77;                                                                     \
+    }                                                                                \
+  } while (0)
+
+/* fmt_cuda_context: a context on the CUDA backend, the options database read, set up. */
+static inline FMContext fmt_cuda_context(void)
+{
+  FMContext ctx;
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
+  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
+  FMT_CALL(FMContextSetFromOptions(ctx));
+  FMT_CALL(FMContextSetUp(ctx));
+  return ctx;
+}
+
 /* fmt_finish: print the verdict; returns the exit code (0 pass, 1 fail). */
 static inline int fmt_finish(const char *name)
 {

@@ -50,23 +50,15 @@ int main(int argc, char **argv)
   const BCShape shapes[3] = {{3, 300, 517, 4, 2, 2, 128, FM_DTYPE_BF16, 2e-2, 2e-2, 1e-2},
                              {3, 517, 300, 4, 2, 2, 64, FM_DTYPE_FP16, 5e-3, 5e-3, 2e-3},
                              {3, 130, 200, 4, 2, 2, 256, FM_DTYPE_BF16, 2e-2, 2e-2, 1e-2}};
-  int ndev = 0, quick = 0;
+  int quick = 0;
   uint64_t seed;
   FMContext ctx;
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_batch: per-sample masks on the CUDA backend"));
   for (int a = 1; a < argc; a++)
     if (!strcmp(argv[a], "-quick")) quick = 1;
   seed = fmt_seed();
-  FMT_CALL(FMCudaDeviceCount(&ndev));
-  if (ndev == 0) {
-    printf("SKIP: no CUDA device\n");
-    FMFinalize();
-    return 77;
-  }
-  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
-  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
-  FMT_CALL(FMContextSetFromOptions(ctx));
-  FMT_CALL(FMContextSetUp(ctx));
+  FMT_SKIP_WITHOUT_GPU();
+  ctx = fmt_cuda_context();
   for (int i = 0; i < (quick ? 1 : 3); i++) {
     const BCShape *s = &shapes[i];
     printf("shape B %d Sq %d Sk %d Hq %d Hkv %d mh %d D %d %s\n", s->B, s->Sq, s->Sk, s->Hq, s->Hkv, s->mh, s->D, FMDTypeName(s->dt));

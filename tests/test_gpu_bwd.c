@@ -407,7 +407,7 @@ int main(int argc, char **argv)
   static const char *types[12] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT,
                                   FMMASKDOCUMENT, FMMASKSHAREQUESTION, FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE,
                                   FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE, FMMASKRANDOMEVICTION};
-  int ndev = 0, ncase = 0, only = -1, quick = 0, fails = 0, run = 0, detonly = 0;
+  int ncase = 0, only = -1, quick = 0, fails = 0, run = 0, detonly = 0;
   Case cs[40];
   uint64_t seed;
   FMContext ctx;
@@ -419,12 +419,7 @@ int main(int argc, char **argv)
     else if (!strcmp(argv[a], "-seed") && a + 1 < argc) seed = strtoull(argv[++a], NULL, 10);
     else if (!strcmp(argv[a], "-deterministic")) detonly = 1;
   }
-  FMT_CALL(FMCudaDeviceCount(&ndev));
-  if (ndev == 0) {
-    printf("SKIP: no CUDA device\n");
-    FMFinalize();
-    return 77;
-  }
+  FMT_SKIP_WITHOUT_GPU();
   /* the 12 masks at 1000 x 1000: GQA 4:1 and 2:1, d = 64/128, bf16/fp16 */
   for (int t = 0; t < 12; t++) {
     Case c = {types[t], 1, 1000, 1000, 4, 2, 1, 128, FM_DTYPE_BF16, 0};

@@ -415,7 +415,7 @@ static int run_nonfinite(FMContext ctx, FMContext fctx, int D, FMDType dt, int f
 
 int main(int argc, char **argv)
 {
-  int ndev = 0, ncase = 0, only = -1, quick = 0;
+  int ncase = 0, only = -1, quick = 0;
   Case cs[128];
   uint64_t seed = (uint64_t)time(NULL);
   FMContext ctx, fctx;
@@ -425,12 +425,7 @@ int main(int argc, char **argv)
     else if (!strcmp(argv[a], "-quick")) quick = 1;
     else if (!strcmp(argv[a], "-seed") && a + 1 < argc) seed = strtoull(argv[++a], NULL, 10);
   }
-  FMT_CALL(FMCudaDeviceCount(&ndev));
-  if (ndev == 0) {
-    printf("SKIP: no CUDA device\n");
-    FMFinalize();
-    return 77;
-  }
+  FMT_SKIP_WITHOUT_GPU();
   {
     char name[256];
     int sm = 0;

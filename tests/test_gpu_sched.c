@@ -103,40 +103,26 @@ static void run(FMContext ctx, FMMaskType t, int want_path, int sm, uint64_t *s,
 
 int main(int argc, char **argv)
 {
-  int ndev = 0, sm = 0;
+  int sm = 0;
   uint64_t seed;
   FMContext ctx;
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_sched: the plan's forward schedule"));
   seed = fmt_seed();
-  FMT_CALL(FMCudaDeviceCount(&ndev));
-  if (ndev == 0) {
-    printf("SKIP: no CUDA device\n");
-    FMFinalize();
-    return 77;
-  }
-  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
-  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
-  FMT_CALL(FMContextSetFromOptions(ctx));
-  FMT_CALL(FMContextSetUp(ctx));
+  FMT_SKIP_WITHOUT_GPU();
+  ctx = fmt_cuda_context();
   sm = ctx->gpu_sm;
   run(ctx, FMMASKSLIDINGWINDOW, 2, sm, &seed, "persistent, static round robin");
   run(ctx, FMMASKFULL, 1, sm, &seed, "one CTA per query tile (grid; auto: a query row sees 4096 keys on average, more than 2048)");
   FMT_CALL(FMContextDestroy(&ctx));
   /* the option overrides auto */
   FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "grid"));
-  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
-  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
-  FMT_CALL(FMContextSetFromOptions(ctx));
-  FMT_CALL(FMContextSetUp(ctx));
+  ctx = fmt_cuda_context();
   run(ctx, FMMASKSLIDINGWINDOW, 1, sm, &seed, "one CTA per query tile (grid)\n");
   FMT_CALL(FMContextDestroy(&ctx));
   /* auto's threshold as an option: 100 keys puts the window on the grid */
   FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "auto"));
   FMT_CALL(FMOptionsSetValue("-fm_sm90_auto_keys", "100"));
-  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
-  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
-  FMT_CALL(FMContextSetFromOptions(ctx));
-  FMT_CALL(FMContextSetUp(ctx));
+  ctx = fmt_cuda_context();
   run(ctx, FMMASKSLIDINGWINDOW, 1, sm, &seed, "(grid; auto: a query row sees ");
   FMT_CALL(FMContextDestroy(&ctx));
   FMFinalize();

@@ -74,7 +74,7 @@ int main(int argc, char **argv)
 {
   const size_t n = (size_t)B * S * H * D, nl = (size_t)B * H * S;
   const size_t nbig = (size_t)1 * 16384 * 16 * 128, nlbig = (size_t)16 * 16384;
-  int ndev = 0, full = 0, update = 0;
+  int full = 0, update = 0;
   uint64_t rs;
   unsigned long seed0;
   FMContext ctx;
@@ -87,16 +87,8 @@ int main(int argc, char **argv)
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_update: new masks while the GPU is busy"));
   rs = fmt_seed();
   seed0 = (unsigned long)(fmt_next(&rs) & 0xFFFFF);
-  FMT_CALL(FMCudaDeviceCount(&ndev));
-  if (ndev == 0) {
-    printf("SKIP: no CUDA device\n");
-    FMFinalize();
-    return 77;
-  }
-  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
-  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
-  FMT_CALL(FMContextSetFromOptions(ctx));
-  FMT_CALL(FMContextSetUp(ctx));
+  FMT_SKIP_WITHOUT_GPU();
+  ctx = fmt_cuda_context();
   q = dev_random(n, &rs, 1.5); k = dev_random(n, &rs, 1.5); v = dev_random(n, &rs, 1.0);
   bq = dev_random(nbig, &rs, 1.0); bk = dev_random(nbig, &rs, 1.0); bv = dev_random(nbig, &rs, 1.0);
   bo = dev_poisoned(nbig, 2); bl = (float *)dev_poisoned(nlbig, 4);

@@ -836,6 +836,9 @@ FMErrorCode FMPlanSetTrace(FMPlan plan, const char *path, FMBool view);
  *   there, which still read the old mask; before the next ones) and returns without waiting; a
  *   "cp" plan waits for its streams first and for the copy before it returns. A plan whose
  *   stream was changed (FMPlanSetStream) since waits for the old stream where it must.
+ *   The Hopper forward's schedule (-fm_sm90_schedule; auto by default) is fixed here from the
+ *   mask, about 10-20 us (doc/design.md, "The GPU forward"): a later change of the option takes
+ *   effect at the next set-up; FMPlanView prints the choice and why.
  *   plan  the plan
  */
 FMErrorCode FMPlanSetUp(FMPlan plan);

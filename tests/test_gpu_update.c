@@ -6,7 +6,8 @@
  * plan (FMMaskSetSeed, FMMaskSetUp, FMPlanSetUp: counted as updates) and queues a forward into
  * its own output buffers. After one wait, every step's O and LSE must be bitwise those of a
  * fresh mask and plan built from scratch on the same seed, which proves that no step read
- * another step's bounds (each step's packing differs: checked). Inputs are fresh random values,
+ * another step's bounds (each step's packing differs: checked); a mask of this size must get
+ * the staging (FMCudaMaskStaged_Private). Inputs are fresh random values,
  * outputs poisoned with NaN first. Exit 77 without CUDA or without a GPU.
  * Usage: test_gpu_update
  */
@@ -98,6 +99,15 @@ int main(int argc, char **argv)
   bigplan = new_plan(ctx, big, 1, 16, 128);
   m = new_mask(ctx, FMMASKCAUSALDOCUMENT, S, seed0);
   plan = new_plan(ctx, m, B, H, D);
+  {
+    /* the staging is there to be tested: a handle of this mask's size must have it */
+    FMMaskDesc md;
+    void *h;
+    FMT_CALL(FMMaskGetBoundsDesc_Private(m, &md));
+    FMT_CALL(FMCudaMaskUpload(&md, &h));
+    FMT_CHECK(FMCudaMaskStaged_Private(h) == 1, "a %d-key mask has no pinned staging: the updates below would not test it", S);
+    FMT_CALL(FMCudaMaskFree(h));
+  }
   FMT_CALL(FMPlanForward(bigplan, bq, bk, bv, bo, bl));
   for (int i = 0; i < NSTEP; i++) {
     if (i > 0) {

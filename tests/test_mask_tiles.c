@@ -8,9 +8,9 @@
  * mask hash (computed when first asked for on one rank) follows every re-SetUp; so do the block
  * summaries (computed by SetUp on several ranks, when first asked for on one), which equal the
  * ones computed eagerly, for shared and per-sample bounds, a new block size and a new batch.
- * The mean visible keys per query row that resolves -fm_sm90_schedule auto equals the exact
- * density's when the mask has at most FM_MASK_KEY_SAMPLES columns, and is within 3% of seqlen_k
- * when sampled; the schedule it chooses follows FM_GPU_SCHED_AUTO_KEYS.
+ * The keys per query tile that resolve -fm_sm90_schedule auto (their mean and spread) equal
+ * brute force's when the mask has at most FM_MASK_KEY_SAMPLES columns (per-sample bounds too)
+ * and are close when sampled; the schedule follows them, FM_GPU_SCHED_AUTO_KEYS and _CV.
  * -test_resetup_only: only that last part (the .sh runs it on two ranks too).
  */
 #include "fmtest.h"
@@ -149,57 +149,110 @@ static FMMask build(FMContext ctx, const char *type, int Sq, int Sk, int H, int 
   return m;
 }
 
-/*
- * FMMaskMeanVisibleKeys_Private against the exact density (FMMaskComputeDensity_Private, itself
- * checked against brute force above), every type, a shape small enough to be counted whole and
- * one that is sampled; and FMSm90ChooseSchedule_Private's choice from it.
- */
-static void check_mean_keys(FMContext ctx, uint64_t *rs)
+/* Brute force: the mean and coefficient of variation, over every (mask row, R-row query tile), of
+   the keys a tile sees (some row of it visible), by the format's definition. */
+static void brute_tile_keys(FMMask m, int R, double *mean, double *cv)
 {
-  FMKernelOptions oauto = {0}, ostatic = {0}, o900 = {0};
-  oauto.sm90_schedule = o900.sm90_schedule = FM_GPU_SCHED_AUTO;
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k, NG = (int)FM_MASK_NG(m), nqt = (Sq + R - 1) / R;
+  double s1 = 0, s2 = 0;
+  for (int g = 0; g < NG; g++)
+    for (int t = 0; t < nqt; t++) {
+      long k = 0;
+      for (int j = 0; j < Sk; j++) {
+        const size_t o = (size_t)g * Sk + j;
+        for (int i = t * R; i < Sq && i < (t + 1) * R; i++)
+          if (!((m->bnd[0][o] <= i && i < m->bnd[1][o]) || (m->bnd[2][o] <= i && i < m->bnd[3][o]) || (m->causal && j > i + Sk - Sq))) {
+            k++;
+            break;
+          }
+      }
+      s1 += (double)k;
+      s2 += (double)k * k;
+    }
+  *mean = s1 / ((double)NG * nqt);
+  {
+    const double var = s2 / ((double)NG * nqt) - *mean * *mean;
+    *cv = *mean > 0 && var > 0 ? sqrt(var) / *mean : 0;
+  }
+}
+
+/*
+ * FMMaskTileKeys_Private against brute force, every type: shapes counted whole (at most
+ * FM_MASK_KEY_SAMPLES columns, exactly that many, and per-sample bounds) must agree to rounding,
+ * a sampled one within 3% of seqlen_k (mean) and 0.06 (spread); then FMSm90ChooseSchedule_Private's
+ * choice from the estimate, the requested schedules, the backends, head dims and GPUs it leaves
+ * on the grid, and -fm_sm90_auto_keys.
+ */
+static void check_tile_keys(FMContext ctx, uint64_t *rs)
+{
+  FMKernelOptions oauto = {0}, ostatic = {0}, o300 = {0};
+  struct { int Sq, Sk, H, mb; } sh[] = {{1000, 1000, 1, 1}, {500, 512, 2, 1}, {300, 200, 1, 3}, {3000, 4096, 1, 1}};
+  oauto.sm90_schedule = o300.sm90_schedule = FM_GPU_SCHED_AUTO;
   ostatic.sm90_schedule = FM_GPU_SCHED_STATIC;
-  o900.sm90_auto_keys = 900;
-  struct { int Sq, Sk, H; } sh[] = {{1000, 1000, 2}, {6000, 8192, 2}};
-  for (int s = 0; s < 2; s++)
+  o300.sm90_auto_keys = 300;
+  for (int s = 0; s < 4; s++)
     for (int t = 0; types[t]; t++) {
-      FMMask m = build(ctx, types[t], sh[s].Sq, sh[s].Sk, sh[s].H, 128, (unsigned long)(fmt_next(rs) & 0xFFFF), rs);
-      const double sampled = (double)sh[s].H * sh[s].Sk > FM_MASK_KEY_SAMPLES;
-      double est, exact, mk;
-      int sched;
-      FMT_CALL(FMMaskMeanVisibleKeys_Private(m, &est));
-      FMT_CALL(FMMaskComputeDensity_Private(m));
-      exact = m->density * sh[s].Sk;
-      FMT_CHECK(sampled ? fabs(est - exact) <= 0.03 * sh[s].Sk : fabs(est - exact) <= 1e-6 * sh[s].Sk,
-                "%s %dx%d: mean visible keys %.2f, exact %.2f (%s)", types[t], sh[s].Sq, sh[s].Sk, est, exact,
-                sampled ? "sampled" : "every column");
-      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, &oauto, &sched, &mk));
-      FMT_CHECK(mk == est && sched == (est <= FM_GPU_SCHED_AUTO_KEYS ? FM_GPU_SCHED_STATIC : FM_GPU_SCHED_GRID),
-                "%s %dx%d: auto chose schedule %d from %.1f keys", types[t], sh[s].Sq, sh[s].Sk, sched, mk);
-      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CPU, &oauto, &sched, &mk));
-      FMT_CHECK(sched == FM_GPU_SCHED_GRID && mk == -1, "%s: auto on the CPU backend gave %d (%.1f keys)", types[t], sched, mk);
-      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, &ostatic, &sched, &mk));
-      FMT_CHECK(sched == FM_GPU_SCHED_STATIC && mk == -1, "%s: a requested static schedule became %d", types[t], sched);
+      const unsigned long seed = (unsigned long)(fmt_next(rs) & 0xFFFF);
+      const int sampled = (long)sh[s].H * sh[s].mb * sh[s].Sk > FM_MASK_KEY_SAMPLES;
+      FMMask m;
+      FMSm90Choice c;
+      double est, cv, ex, excv;
+      if (sh[s].mb > 1) {
+        if (!strcmp(types[t], FMMASKBOUNDS)) continue; /* build() sets per-head bounds only */
+        FMT_CALL(FMMaskCreate(ctx, &m));
+        FMT_CALL(FMMaskSetSizes(m, sh[s].Sq, sh[s].Sk, sh[s].H));
+        FMT_CALL(FMMaskSetBatch(m, sh[s].mb));
+        FMT_CALL(FMMaskSetType(m, types[t]));
+        FMT_CALL(FMMaskSetSeed(m, seed));
+        FMT_CALL(FMMaskSetUp(m));
+      } else m = build(ctx, types[t], sh[s].Sq, sh[s].Sk, sh[s].H, 128, seed, rs);
+      FMT_CALL(FMMaskTileKeys_Private(m, 128, &est, &cv));
+      brute_tile_keys(m, 128, &ex, &excv);
+      FMT_CHECK(sampled ? fabs(est - ex) <= 0.03 * sh[s].Sk && fabs(cv - excv) <= 0.06 : fabs(est - ex) <= 1e-9 * sh[s].Sk && fabs(cv - excv) <= 1e-9,
+                "%s %dx%d (%d heads, batch %d): tile keys %.2f spread %.3f; brute force %.2f spread %.3f (%s)", types[t], sh[s].Sq,
+                sh[s].Sk, sh[s].H, sh[s].mb, est, cv, ex, excv, sampled ? "sampled" : "every column");
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &oauto, &c));
+      FMT_CHECK(c.tile_keys == est && c.tile_cv == cv && c.auto_keys == FM_GPU_SCHED_AUTO_KEYS &&
+                  c.schedule == (est > FM_GPU_SCHED_AUTO_KEYS ? FM_GPU_SCHED_GRID : cv <= FM_GPU_SCHED_AUTO_CV ? FM_GPU_SCHED_STATIC
+                                                                                                         : FM_GPU_SCHED_DYNAMIC),
+                "%s %dx%d: auto chose schedule %d from %.1f keys, spread %.2f", types[t], sh[s].Sq, sh[s].Sk, c.schedule, c.tile_keys,
+                c.tile_cv);
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CPU, 128, 90, &oauto, &c));
+      FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.tile_keys == -1, "%s: auto on the CPU backend gave %d", types[t], c.schedule);
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 256, 90, &oauto, &c));
+      FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.tile_keys == -1, "%s: auto for d = 256 gave %d", types[t], c.schedule);
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 64, 80, &oauto, &c));
+      FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.tile_keys == -1, "%s: auto on sm 80 gave %d", types[t], c.schedule);
+      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &ostatic, &c));
+      FMT_CHECK(c.schedule == FM_GPU_SCHED_STATIC && c.tile_keys == -1, "%s: a requested static schedule became %d", types[t], c.schedule);
       FMT_CALL(FMMaskDestroy(&m));
     }
   {
-    /* both sides of the threshold: a full mask of 8192 keys and a 1024-wide sliding window */
+    /* a 1024-wide sliding window (even: static), causal at 2048 (uneven: dynamic), full (grid) */
     FMMask m;
-    double mk;
-    int sched;
+    FMSm90Choice c;
     FMT_CALL(FMMaskCreate(ctx, &m));
     FMT_CALL(FMMaskSetSizes(m, 8192, 8192, 1));
     FMT_CALL(FMMaskSetType(m, FMMASKSLIDINGWINDOW));
     FMT_CALL(FMMaskSetWindow(m, 1024, 0));
     FMT_CALL(FMMaskSetUp(m));
-    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, &oauto, &sched, &mk));
-    FMT_CHECK(sched == FM_GPU_SCHED_STATIC && mk > 900 && mk < 1100, "sliding window 1024 of 8192: schedule %d from %.1f keys", sched, mk);
-    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, &o900, &sched, &mk)); /* -fm_sm90_auto_keys 900 */
-    FMT_CHECK(sched == FM_GPU_SCHED_GRID, "sliding window 1024 of 8192, threshold 900 keys: schedule %d from %.1f keys", sched, mk);
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &oauto, &c));
+    FMT_CHECK(c.schedule == FM_GPU_SCHED_STATIC && c.tile_keys > 1000 && c.tile_keys < 1200 && c.tile_cv < 0.3,
+              "sliding window 1024 of 8192: schedule %d from %.1f keys, spread %.2f", c.schedule, c.tile_keys, c.tile_cv);
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &o300, &c)); /* -fm_sm90_auto_keys 300 */
+    FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.auto_keys == 300, "sliding window 1024, threshold 300 keys: schedule %d", c.schedule);
+    FMT_CALL(FMMaskSetSizes(m, 2048, 2048, 1));
+    FMT_CALL(FMMaskSetType(m, FMMASKCAUSAL));
+    FMT_CALL(FMMaskSetUp(m));
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 64, 90, &oauto, &c));
+    FMT_CHECK(c.schedule == FM_GPU_SCHED_DYNAMIC && c.tile_cv > 0.5 && c.tile_cv < 0.6, "causal 2048: schedule %d from %.1f keys, spread %.2f",
+              c.schedule, c.tile_keys, c.tile_cv);
+    FMT_CALL(FMMaskSetSizes(m, 8192, 8192, 1));
     FMT_CALL(FMMaskSetType(m, FMMASKFULL));
     FMT_CALL(FMMaskSetUp(m));
-    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, &oauto, &sched, &mk));
-    FMT_CHECK(sched == FM_GPU_SCHED_GRID && mk == 8192, "full 8192: schedule %d from %.1f keys", sched, mk);
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &oauto, &c));
+    FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.tile_keys == 8192 && c.tile_cv == 0, "full 8192: schedule %d from %.1f keys", c.schedule,
+              c.tile_keys);
     FMT_CALL(FMMaskDestroy(&m));
   }
 }
@@ -459,7 +512,7 @@ int main(int argc, char **argv)
   }
   check_resetups(ctx, &rs);
   check_view(ctx, &rs);
-  check_mean_keys(ctx, &rs);
+  check_tile_keys(ctx, &rs);
   FMT_CALL(FMContextDestroy(&ctx));
   {
     int rc = fmt_finish("test_mask_tiles");

@@ -90,8 +90,10 @@ const char *FMCudaForwardPathName(int sm)
 /*
  * FMCudaMaskUpload - copy the mask's bound vectors to the current device and build there the
  *   kernels' view of them (cuda_mask.cu): packed per-column bounds and block summaries at the
- *   kernels' key-block size (FM_GPU_BLOCK_N). Not collective; synchronous (it completes before
- *   return).
+ *   kernels' key-block size (FM_GPU_BLOCK_N), and pin the host staging that FMCudaMaskUpdate
+ *   copies through (two buffers of the bounds' 16 bytes per mask row and key, when that is at
+ *   most FM_GPU_STAGE_MAX; else its updates copy from pageable memory). Not collective;
+ *   synchronous (it completes before return).
  *   m    the mask (host pointers; m->summary is not used: the GPU builds its own)
  *   dev  out: opaque handle for FMCudaForward, to free with FMCudaMaskFree
  */
@@ -131,12 +133,13 @@ FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *
   for (int v = 0; v < 4; v++)
     FMCheck(m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Mask bound vector %d is NULL; expected all four set", v);
   e = FMGpuMaskUpdate((FMGpuMask *)dev, m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->bnd,
-                      (cudaStream_t)stream);
-  if (e == cudaErrorInvalidValue) return FM_SUCCESS;
+                      (cudaStream_t)stream, done);
   FMCallCUDA(e);
-  *done = 1;
   return FM_SUCCESS;
 }
+
+/* FMCudaMaskStaged_Private - see fmkernels.h. */
+int FMCudaMaskStaged_Private(const void *dev) { return dev && ((const FMGpuMask *)dev)->stage[0] != NULL; }
 
 /* FMCudaMaskFree - release a handle from FMCudaMaskUpload (NULL is fine). Not collective. */
 FMErrorCode FMCudaMaskFree(void *dev)

@@ -120,7 +120,7 @@ cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask
     if ((e = cudaMemcpy(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice)) != cudaSuccess) goto fail;
   /* the update path's staging (here, since an allocation there could synchronize the device):
      without pinned memory the updates copy from pageable memory instead */
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 2 && 4 * n * sizeof(int32_t) <= FM_GPU_STAGE_MAX; i++) {
     if (cudaMallocHost((void **)&d->stage[i], 4 * n * sizeof(int32_t)) != cudaSuccess ||
         cudaEventCreateWithFlags(&d->staged[i], cudaEventDisableTiming) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -146,14 +146,14 @@ fail:
 
 /* FMGpuMaskUpdate - see fmgpu.cuh. */
 cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal,
-                            const int32_t *const bnd[4], cudaStream_t st)
+                            const int32_t *const bnd[4], cudaStream_t st, int *done)
 {
   const int mb = mask_batch > 1 ? mask_batch : 1, rows = mask_heads * mb, nblk = (seqlen_k + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
   const size_t n = (size_t)rows * seqlen_k;
   cudaError_t e;
-  if (!d || seqlen_q < 1 || seqlen_k < 1 || mask_heads < 1 || n > d->cap_bnd || (size_t)rows * nblk * FM_GPU_BLOCK_N > d->cap_col ||
-      (size_t)rows * nblk > d->cap_blk)
-    return cudaErrorInvalidValue;
+  *done = 0;
+  if (!d || seqlen_q < 1 || seqlen_k < 1 || mask_heads < 1) return cudaErrorInvalidValue;
+  if (n > d->cap_bnd || (size_t)rows * nblk * FM_GPU_BLOCK_N > d->cap_col || (size_t)rows * nblk > d->cap_blk) return cudaSuccess;
   d->seqlen_q = seqlen_q;
   d->seqlen_k = seqlen_k;
   d->mask_heads = mask_heads;
@@ -166,9 +166,13 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
     int32_t *s = d->stage[i];
     if ((e = cudaEventSynchronize(d->staged[i])) != cudaSuccess) return e;
     for (int v = 0; v < 4; v++) memcpy(s + v * n, bnd[v], n * sizeof(int32_t));
-    if ((e = cudaMemcpyAsync(d->bnd, s, 4 * n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess ||
-        (e = cudaEventRecord(d->staged[i], st)) != cudaSuccess)
+    if ((e = cudaMemcpyAsync(d->bnd, s, 4 * n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess) return e;
+    if ((e = cudaEventRecord(d->staged[i], st)) != cudaSuccess) {
+      /* the copy may be queued with no event after it: wait for it here, so that no later
+         update rewrites the buffer under it */
+      (void)cudaStreamSynchronize(st);
       return e;
+    }
     d->next_stage = i ^ 1;
   } else {
     /* from pageable host memory the copies return once the host bounds have been read */
@@ -177,7 +181,9 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
   }
   fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N, 0, st>>>(d->bnd, seqlen_q, seqlen_k, rows, d->nblk, causal, d->packed,
                                                                   d->sum, d->vis, d->simple);
-  return cudaGetLastError();
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  *done = 1;
+  return cudaSuccess;
 }
 
 /* FMGpuMaskDestroy - free a device copy (NULL is fine). */

@@ -11,6 +11,10 @@
 #include <cuda_runtime_api.h>
 #include <flashmask/private/fmtile.h>
 
+/* The largest bounds (4 x rows x seqlen_k int32) a mask stages through pinned memory for its
+   updates (two buffers of this size at most are pinned per uploaded mask). */
+#define FM_GPU_STAGE_MAX ((size_t)32 << 20)
+
 /* Key-block size of every GPU kernel: the prepass builds its summaries at this size. */
 #define FM_GPU_BLOCK_N 128
 
@@ -29,9 +33,10 @@ typedef struct {
                      when they form one interval (padding: [0, 0)) */
   int *simple;    /* [rows][nblk]: 1 if every column of the block has a one-interval visible set */
   size_t cap_bnd, cap_col, cap_blk; /* elements allocated: rows * seqlen_k, rows * nblk * FM_GPU_BLOCK_N, rows * nblk */
-  /* FMGpuMaskUpdate's pinned staging (NULL where cudaMallocHost failed: then four pageable
-     copies): two buffers of 4 * cap_bnd, used in turn, and the events recorded after the copy
-     out of each, so that one is rewritten only after its last copy has read it */
+  /* FMGpuMaskUpdate's pinned staging (NULL where cudaMallocHost failed or the bounds exceed
+     FM_GPU_STAGE_MAX bytes: then four pageable copies): two buffers of 4 * cap_bnd, used in
+     turn, and the events recorded after the copy out of each, so that one is rewritten only
+     after its last copy has read it */
   int32_t *stage[2];
   cudaEvent_t staged[2];
   int next_stage;
@@ -152,14 +157,14 @@ cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask
                             FMGpuMask **out);
 void FMGpuMaskDestroy(FMGpuMask *d);
 /* FMGpuMaskUpdate - a new mask into an existing copy whose buffers are large enough for its sizes
-   (else cudaErrorInvalidValue, nothing changed): the sizes set, the bounds copied and the prepass
+   (else *done = 0 and nothing changed; *done = 1 when it was updated): the sizes set, the bounds copied and the prepass
    run on stream st, after the work already queued there (which may still read the old mask); no
    allocation, no device-wide synchronization. The host bounds may be reused on return: they are
    copied into a pinned staging buffer, and one copy of it goes to the device (the buffers
    alternate; the host waits only when the copy two updates back has not yet run, i.e. when it is
    more than one update ahead of the stream). */
 cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal,
-                            const int32_t *const bnd[4], cudaStream_t st);
+                            const int32_t *const bnd[4], cudaStream_t st, int *done);
 
 /* simt/fwd_fallback.cu: the plain SIMT forward (any head dim up to 256, any GPU). */
 cudaError_t FMGpuFallbackForward(const FMGpuFwdParams *p, cudaStream_t stream);

@@ -7,6 +7,7 @@
 #include "maskimpl.h"
 #include <stdlib.h>
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 
 /*
@@ -282,30 +283,69 @@ FMErrorCode FMMaskSummary_Private(FMMask m, const int32_t **summary)
   return FM_SUCCESS;
 }
 
-/* FMMaskMeanVisibleKeys_Private - see fmimpl.h. */
-FMErrorCode FMMaskMeanVisibleKeys_Private(FMMask m, double *keys)
+/* FMMaskTileKeys_Private - see fmimpl.h. */
+FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double *cv)
 {
-  const int Sq = m->seqlen_q, Sk = m->seqlen_k;
-  const int64_t cols = (int64_t)FM_MASK_NG(m) * Sk, n = cols < FM_MASK_KEY_SAMPLES ? cols : FM_MASK_KEY_SAMPLES;
-  double masked = 0, x = 0, step = (double)cols / (double)n;
+  const int Sq = m->seqlen_q, Sk = m->seqlen_k, NG = (int)FM_MASK_NG(m);
+  const int nqt = (int)(((int64_t)Sq + tile_rows - 1) / tile_rows);
+  const int64_t cols = (int64_t)NG * Sk;
+  int64_t want = (int64_t)64 * NG, n;
+  double x = 0, step, sk = 0, sk2 = 0, snoise = 0;
   int64_t row0 = 0; /* the first column of mask row h */
-  int h = 0;
+  int h = 0, *diff, *ns;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
-  FMValidPointer(keys, 2);
-  FMCheck(m->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "The mask's visible keys are asked for before FMMaskSetUp");
+  FMValidPointer(mean, 3);
+  FMValidPointer(cv, 4);
+  FMCheck(m->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "The mask's tile keys are asked for before FMMaskSetUp");
+  FMCheck(tile_rows >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (tile_rows) is %d; expected >= 1", tile_rows);
+  if (want < FM_MASK_KEY_SAMPLES) want = FM_MASK_KEY_SAMPLES;
+  if (want > 16 * FM_MASK_KEY_SAMPLES) want = 16 * FM_MASK_KEY_SAMPLES;
+  n = cols < want ? cols : want;
+  step = (double)cols / (double)n;
+  FMCall(FMCalloc((size_t)NG * (nqt + 1) + NG, &diff));
+  ns = diff + (size_t)NG * (nqt + 1);
   for (int64_t i = 0; i < n; i++) {
     /* every column when they are few; else one column in each of n equal strata, at the offset
        frac(i * phi) within it (in order, so the reads stream; and no fixed stride for a periodic
        mask, documents of one length, to alias with) */
     const int64_t c = n == cols ? i : (int64_t)(((double)i + x) * step);
-    int a[3], b[3], k;
+    int a[3], b[3], k, pos = 0, last = -1, *d; /* last: the last tile counted for this column */
     while (c >= row0 + Sk) { row0 += Sk; h++; } /* c increases: no 64-bit division per column */
     k = column_masked(m, h, (int)(c - row0), a, b);
-    for (int t = 0; t < k; t++) masked += b[t] - a[t];
+    d = diff + (size_t)h * (nqt + 1);
+    ns[h]++;
+    /* the tiles that see this column: those holding a row of one of its visible gaps (sorted;
+       a tile holding two gaps counts once) */
+    for (int t = 0; t <= k; t++) {
+      const int lo = pos, hi = t < k ? a[t] : Sq;
+      if (hi > lo) {
+        const int t0 = lo / tile_rows > last ? lo / tile_rows : last + 1, t1 = (hi - 1) / tile_rows;
+        if (t0 <= t1) { d[t0]++; d[t1 + 1]--; last = t1; }
+      }
+      if (t < k && b[t] > pos) pos = b[t];
+    }
     x += 0.6180339887498949;
     if (x >= 1) x -= 1;
   }
-  *keys = (double)Sk * (1.0 - masked / ((double)n * Sq));
+  for (int g = 0; g < NG; g++) {
+    const int *d = diff + (size_t)g * (nqt + 1);
+    const double scale = (double)Sk / (ns[g] > 0 ? ns[g] : 1), fpc = 1.0 - (double)ns[g] / Sk; /* sampling without replacement */
+    int run = 0;
+    for (int t = 0; t < nqt; t++) {
+      double kt;
+      run += d[t];
+      kt = run * scale;
+      sk += kt;
+      sk2 += kt * kt;
+      if (ns[g] > 0) snoise += scale * scale * run * (1.0 - (double)run / ns[g]) * fpc; /* the binomial part of kt's spread */
+    }
+  }
+  FMFree(diff);
+  {
+    const double T = (double)NG * nqt, mu = sk / T, var = sk2 / T - mu * mu - snoise / T;
+    *mean = mu;
+    *cv = mu > 0 && var > 0 ? sqrt(var) / mu : 0;
+  }
   return FM_SUCCESS;
 }
 

@@ -31,19 +31,22 @@ void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o)
 {
   *o = plan->ctx->kopts;
   o->deterministic = plan->deterministic; /* the plan's (FMPlanSetDeterministic), not the context's */
-  o->sm90_schedule = plan->sm90_schedule; /* auto resolved at FMPlanSetUp */
+  o->sm90_schedule = plan->fwd_sched.schedule; /* auto resolved at FMPlanSetUp */
 }
 
 /* FMSm90ChooseSchedule_Private - see planimpl.h. */
-FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, const FMKernelOptions *o, int *schedule, double *mean_keys)
+FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int head_dim, int gpu_sm, const FMKernelOptions *o,
+                                         FMSm90Choice *c)
 {
-  *mean_keys = -1;
-  *schedule = o->sm90_schedule;
-  if (o->sm90_schedule != FM_GPU_SCHED_AUTO) return FM_SUCCESS;
-  *schedule = FM_GPU_SCHED_GRID;
-  if (backend != FM_BACKEND_CUDA) return FM_SUCCESS;
-  FMCall(FMMaskMeanVisibleKeys_Private(mask, mean_keys));
-  if (*mean_keys <= FMSm90AutoKeys(o)) *schedule = FM_GPU_SCHED_STATIC;
+  FMSm90Choice r = {o->sm90_schedule, o->sm90_schedule, -1, 0, FMSm90AutoKeys(o)};
+  if (o->sm90_schedule == FM_GPU_SCHED_AUTO) {
+    r.schedule = FM_GPU_SCHED_GRID;
+    if (backend == FM_BACKEND_CUDA && gpu_sm == 90 && (head_dim == 64 || head_dim == 128)) {
+      FMCall(FMMaskTileKeys_Private(mask, FM_GPU_TILE_M, &r.tile_keys, &r.tile_cv));
+      if (r.tile_keys <= r.auto_keys) r.schedule = r.tile_cv <= FM_GPU_SCHED_AUTO_CV ? FM_GPU_SCHED_STATIC : FM_GPU_SCHED_DYNAMIC;
+    }
+  }
+  *c = r;
   return FM_SUCCESS;
 }
 

@@ -340,9 +340,9 @@ static FMErrorCode setup_plan(void *obj)
   FMCall(FMAgreeSame(plan->hdr.comm, FMHash_Private(FM_HASH_INIT, plan->hdr.type_name, strlen(plan->hdr.type_name)), "the plan type"));
   if (!plan->scale_set) plan->scale = 1.0 / sqrt((double)plan->head_dim);
   plan->backend = plan->ctx->backend;
-  FMAgree(plan->hdr.comm, FMSm90ChooseSchedule_Private(plan->mask, plan->backend, &plan->ctx->kopts, &plan->sm90_schedule,
-                                                        &plan->mean_keys));
   plan->hdr.setupcalled = 0;
+  /* local and deterministic on agreed inputs (the mask, the shape, the options): no agreement */
+  FMCall(FMSm90ChooseSchedule_Private(plan->mask, plan->backend, plan->head_dim, plan->ctx->gpu_sm, &plan->ctx->kopts, &plan->fwd_sched));
   FMCall((*plan->ops->setup)(plan)); /* collective; agrees internally */
   plan->mask_state = plan->mask->state;
   plan->hdr.setupcalled = 1;
@@ -528,10 +528,14 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
     FMCall(FMPrintf(plan->hdr.comm, fp, "  forward path: %s; backward path: %s%s\n", FMCudaForwardPathName(plan->ctx->gpu_sm),
                     FMCudaBackwardPathName(&p), strcmp(plan->hdr.type_name, FMPLANLOCAL) ? ", one piece per stage (context parallel)" : ""));
     {
-      char why[96] = "";
-      if (plan->mean_keys >= 0) /* auto: say why */
-        snprintf(why, sizeof why, "; auto: a query row sees %.0f keys on average, %s %d", plan->mean_keys,
-                 plan->mean_keys <= FMSm90AutoKeys(&plan->ctx->kopts) ? "at most" : "more than", FMSm90AutoKeys(&plan->ctx->kopts));
+      const FMSm90Choice *c = &plan->fwd_sched;
+      char why[160] = "";
+      if (c->tile_keys >= 0) /* auto: say why */
+        snprintf(why, sizeof why, "; auto: a query tile sees %.0f keys on average, %s %d, spread %.2f%s", c->tile_keys,
+                 c->tile_keys <= c->auto_keys ? "at most" : "more than", c->auto_keys, c->tile_cv,
+                 c->tile_keys > c->auto_keys ? "" : c->tile_cv <= FM_GPU_SCHED_AUTO_CV ? " (even)" : " (uneven)");
+      else if (c->requested == FM_GPU_SCHED_AUTO)
+        snprintf(why, sizeof why, "; auto: the persistent kernel runs d = 64 and 128 on sm_90 only");
       if (p.opts.sm90_schedule == FM_GPU_SCHED_GRID)
         FMCall(FMPrintf(plan->hdr.comm, fp, "  forward schedule: one CTA per query tile (grid%s)\n", why));
       else

@@ -419,13 +419,16 @@ FMErrorCode FMMaskSummary_Private(FMMask m, const int32_t **summary);
    time they are asked for after a set-up (a re-planning step that never asks pays nothing). Not
    collective. */
 FMErrorCode FMMaskComputeDensity_Private(FMMask m);
-/* FMMaskMeanVisibleKeys_Private - an estimate of the keys a query row sees on average (the element
-   density times seqlen_k) from at most FM_MASK_KEY_SAMPLES key columns of a set-up mask: one in
-   each of that many equal strata of all its rows' columns, at golden-ratio offsets
-   (deterministic: every rank gets the same value). Exact when the mask has at most that many
-   columns in all. About 10 us; reads no summary and writes nothing. Not collective. */
+/* FMMaskTileKeys_Private - how many keys a query tile (tile_rows rows) sees, estimated over every
+   tile of every mask row of a set-up mask: *mean, and *cv, their coefficient of variation
+   (standard deviation / mean, the sampling noise taken out; 0.58 for causal, near 0 for a sliding
+   window). A key counts for a tile when some row of the tile sees it (so partial tiles count as
+   the kernels pay them). From max(FM_MASK_KEY_SAMPLES, 64 per mask row) key columns, at most 16
+   times that: one in each of that many equal strata of all rows' columns, at golden-ratio
+   offsets (deterministic: every rank gets the same values); exact when the mask has no more
+   columns. About 10 us for one mask row; reads no summary, writes nothing. Not collective. */
 #define FM_MASK_KEY_SAMPLES 1024
-FMErrorCode FMMaskMeanVisibleKeys_Private(FMMask m, double *keys);
+FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double *cv);
 /* Validate m->bnd (0 <= start <= Sq, start <= end). */
 FMErrorCode FMMaskValidate_Private(FMMask m);
 /* Fill the kernels' view of a set-up mask (borrowed pointers into m), its summaries computed if

@@ -152,7 +152,9 @@ FMErrorCode FMCudaFindNonFinite(const void *x, size_t n, FMDType t, void *stream
 
 /*
  * FMCudaMaskUpload - copy the mask's bounds and summaries to the current device.
- *   *dev receives an opaque handle to free with FMCudaMaskFree.
+ *   *dev receives an opaque handle to free with FMCudaMaskFree. For FMCudaMaskUpdate it also
+ *   pins two host staging buffers of the bounds' size (16 bytes per mask row and key) when that
+ *   is at most FM_GPU_STAGE_MAX (32 MiB); larger or unpinnable masks update from pageable memory.
  */
 FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev);
 FMErrorCode FMCudaMaskFree(void *dev);
@@ -163,6 +165,9 @@ FMErrorCode FMCudaMaskFree(void *dev);
  *   *done = 0 and nothing changed when they are too small (then free and upload again).
  */
 FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *done);
+/* FMCudaMaskStaged_Private - 1 when the handle's updates copy through pinned staging, else 0
+   (tests). Not collective. */
+int FMCudaMaskStaged_Private(const void *dev);
 
 /*
  * FMCudaForward - forward on the current device, asynchronously on stream.

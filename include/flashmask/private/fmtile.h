@@ -22,15 +22,18 @@ enum { FM_SUM_LTS_MIN = 0, FM_SUM_LTS_MAX, FM_SUM_LTE_MIN, FM_SUM_LTE_MAX,
  * How the Hopper forward (d = 64, 128) assigns its query tiles: one CTA per tile (the grid), or a
  * persistent CTA per SM taking tiles in order (static round robin) or from an atomic counter
  * (dynamic). AUTO is the options' default: a plan resolves it from its mask at FMPlanSetUp
- * (FMSm90ChooseSchedule_Private: static when a query row sees at most FM_GPU_SCHED_AUTO_KEYS
- * keys on average, where a tile's fixed cost weighs most; else the grid); a kernel handed AUTO
+ * (FMSm90ChooseSchedule_Private: persistent when a query tile sees at most
+ * FM_GPU_SCHED_AUTO_KEYS keys on average, where a tile's fixed cost weighs most, static when
+ * the tiles' key counts are even, dynamic when not; else the grid); a kernel handed AUTO
  * unresolved runs the grid.
  */
 #define FM_GPU_SCHED_GRID 0
 #define FM_GPU_SCHED_STATIC 1
 #define FM_GPU_SCHED_DYNAMIC 2
 #define FM_GPU_SCHED_AUTO 3
-#define FM_GPU_SCHED_AUTO_KEYS 2048
+#define FM_GPU_SCHED_AUTO_KEYS 2048 /* auto: persistent at most this many keys per query tile on average */
+#define FM_GPU_SCHED_AUTO_CV 0.5    /* auto: static at most this spread of the tiles' keys, else dynamic */
+#define FM_GPU_TILE_M 128           /* the Hopper forward's query tile (rows) */
 
 /* Tile classes. */
 typedef enum { FM_TILE_SKIP = 0, FM_TILE_FULL = 1, FM_TILE_PARTIAL = 2 } FMTileClass;

@@ -42,6 +42,14 @@ typedef struct _FMPlanOps {
   FMErrorCode (*getbytes)(FMPlan plan, double *bytes);
 } FMPlanOps;
 
+/* The Hopper forward's schedule as a plan resolved it (FMSm90ChooseSchedule_Private). */
+typedef struct {
+  int requested;            /* -fm_sm90_schedule: FM_GPU_SCHED_* (AUTO included) */
+  int schedule;             /* FM_GPU_SCHED_GRID, _STATIC or _DYNAMIC */
+  double tile_keys, tile_cv; /* auto's estimate (FMMaskTileKeys_Private); tile_keys -1: none made */
+  int auto_keys;            /* the threshold it was compared with */
+} FMSm90Choice;
+
 struct _p_FMPlan {
   FMObjectHeader hdr;     /* hdr.type_name: the plan type, NULL until set */
   const FMPlanOps *ops;   /* the type's table, NULL until a type is set */
@@ -58,8 +66,7 @@ struct _p_FMPlan {
   int nlocal; int *rows;  /* global query rows owned here (set by the type's setup) */
   FMBackend backend;      /* the context's, taken at FMPlanSetUp */
   int mask_state;         /* mask->state at FMPlanSetUp */
-  int sm90_schedule;      /* the Hopper forward's FM_GPU_SCHED_* with auto resolved at FMPlanSetUp (FMSm90ChooseSchedule_Private) */
-  double mean_keys;       /* what resolved it: the mask's mean visible keys per query row (-1: not asked) */
+  FMSm90Choice fwd_sched; /* the forward's schedule, auto resolved at FMPlanSetUp (FMSm90ChooseSchedule_Private) */
   FMLogEvent ev_fwd, ev_bwd;
 };
 
@@ -108,19 +115,24 @@ FMErrorCode FMPlanCheckCUDADType_Private(FMPlan plan);
 void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o);
 
 /*
- * FMSm90ChooseSchedule_Private - the Hopper forward's tile schedule for a mask: o->sm90_schedule
- *   (an FM_GPU_SCHED_* of -fm_sm90_schedule) unless it is FM_GPU_SCHED_AUTO; auto gives
- *   FM_GPU_SCHED_STATIC where a query row sees at most FMSm90AutoKeys(o) keys on average
- *   (FMMaskMeanVisibleKeys_Private; then the persistent kernel hides each tile's fixed cost,
- *   list build, first loads and epilogue, behind the previous tile, and the tiles are too
- *   light for their order to matter to L2 or to the balance: the round robin, with no atomic
- *   per tile, measured 1.21-1.35x the grid there against the counter's 1.04-1.25x), else
- *   FM_GPU_SCHED_GRID (on the dense masks at 32K keys and more the grid kernel runs 3-5%
- *   faster than either persistent schedule; see doc/performance.md). Only the CUDA backend asks the mask (cpu: the grid, unused).
- *   *mean_keys: the estimate (-1 when none was made). Not collective; the same on every rank
- *   for the same mask.
+ * FMSm90ChooseSchedule_Private - the Hopper forward's tile schedule for a plan's mask:
+ *   o->sm90_schedule (an FM_GPU_SCHED_* of -fm_sm90_schedule) unless it is FM_GPU_SCHED_AUTO.
+ *   Auto takes the persistent kernel where a query tile sees at most FMSm90AutoKeys(o) keys on
+ *   average (FMMaskTileKeys_Private over FM_GPU_TILE_M-row tiles): there it hides each tile's
+ *   fixed cost (list build, first loads, epilogue) behind the previous tile. When the tiles
+ *   also see about as many keys each (spread at most FM_GPU_SCHED_AUTO_CV) it takes the static
+ *   round robin (no atomic per tile; measured 1.21-1.35x the grid on such masks, against the
+ *   counter's 1.04-1.25x), else the dynamic counter (the round robin measured 0.78-0.87x the
+ *   grid on causal, the counter 0.95-1.00x). Heavier tiles, another head dim than 64 or 128,
+ *   another GPU than sm_90 and the CPU backend get the grid (the dense masks at 32K keys and
+ *   more ran 3-5% faster there than under either persistent schedule; doc/performance.md).
+ *   head_dim, gpu_sm: the plan's and its context's (compute capability x 10). *c: the choice
+ *   and what made it (tile_keys -1 when no estimate was made). Not collective; the same on
+ *   every rank for the same mask. The choice holds until the next FMPlanSetUp: a later
+ *   FMContextSetFromOptions changes it only then (the other kernel options take effect at once).
  */
-FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, const FMKernelOptions *o, int *schedule, double *mean_keys);
+FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int head_dim, int gpu_sm, const FMKernelOptions *o,
+                                         FMSm90Choice *c);
 /* FMSm90AutoKeys - auto's threshold in keys: -fm_sm90_auto_keys, or FM_GPU_SCHED_AUTO_KEYS. */
 static inline int FMSm90AutoKeys(const FMKernelOptions *o) { return o->sm90_auto_keys > 0 ? o->sm90_auto_keys : FM_GPU_SCHED_AUTO_KEYS; }
 

@@ -11,7 +11,7 @@
 
 namespace fmsm90 {
 
-constexpr int kBM = 128;            /* query rows per CTA */
+constexpr int kBM = FM_GPU_TILE_M;  /* query rows per CTA (fmtile.h: the plan's schedule choice counts keys per such tile) */
 constexpr int kBN = FM_GPU_BLOCK_N; /* key columns per block */
 constexpr int kThreads = 384;
 constexpr int kChunkBytes = 128 * 128; /* 128 rows x 64 x 2-byte elements */

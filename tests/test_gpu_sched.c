@@ -24,10 +24,12 @@ FMT_SKIP_MAIN("built without CUDA")
 #else
 extern int FMCudaLastPath_Private;
 
+/* uniform in [-1, 1) */
 static double uni(uint64_t *s) { return ((double)(fmt_next(s) >> 11) / 9007199254740992.0) * 2.0 - 1.0; }
 
-/* One plan over a mask of type t (window w for the sliding window): its forward's path, and
-   whether its O and LSE equal the grid kernel's bit for bit; view: FMPlanView's text. */
+/* One plan over a 4096-key mask of type t (a 256-key window for the sliding window): its
+   forward must take path want_path on sm 90 (sm: the context's), equal the grid kernel's O and
+   LSE bit for bit, and its FMPlanView text must hold want_view. */
 static void run(FMContext ctx, FMMaskType t, int want_path, int sm, uint64_t *s, const char *want_view)
 {
   const int B = 2, S = 4096, H = 4, D = 128;

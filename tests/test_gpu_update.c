@@ -24,8 +24,10 @@ FMT_SKIP_MAIN("built without CUDA")
 #else
 enum { NSTEP = 6, B = 2, S = 2048, H = 4, D = 64 };
 
+/* uniform in [-1, 1) */
 static double uni(uint64_t *s) { return ((double)(fmt_next(s) >> 11) / 9007199254740992.0) * 2.0 - 1.0; }
 
+/* A set-up s x s mask of one head, of the type and seed given. */
 static FMMask new_mask(FMContext ctx, const char *type, int s, unsigned long seed)
 {
   FMMask m;
@@ -37,6 +39,7 @@ static FMMask new_mask(FMContext ctx, const char *type, int s, unsigned long see
   return m;
 }
 
+/* A set-up plan over m on the context's backend: batch b, h query and kv heads, head dim d, bf16. */
 static FMPlan new_plan(FMContext ctx, FMMask m, int b, int h, int d)
 {
   FMPlan p;
@@ -48,6 +51,7 @@ static FMPlan new_plan(FMContext ctx, FMMask m, int b, int h, int d)
   return p;
 }
 
+/* n bf16 values uniform in [-amp, amp) on the device. */
 static void *dev_random(size_t n, uint64_t *s, double amp)
 {
   void *h = malloc(n * 2), *d;
@@ -58,6 +62,7 @@ static void *dev_random(size_t n, uint64_t *s, double amp)
   return d;
 }
 
+/* n device elements of es bytes (4: float, 2: bf16), every one NaN. */
 static void *dev_poisoned(size_t n, size_t es)
 {
   void *h = malloc(n * es), *d;

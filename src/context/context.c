@@ -94,13 +94,18 @@ static FMErrorCode kernel_options(FMContext ctx)
   {
     static const char *const sched[] = {"grid", "static", "dynamic", "auto", NULL}; /* FM_GPU_SCHED_* */
     int c = k->sm90_ctas;
-    FMCall(FMOptionsGetEnum_Private("-fm_sm90_schedule", "Hopper forward (d = 64, 128): one CTA per query tile (grid), one persistent CTA per SM taking tiles in turn (static) or from a counter (dynamic), or auto: static where a query row sees few keys on average, else grid", sched, &k->sm90_schedule, NULL));
+    FMCall(FMOptionsGetEnum_Private("-fm_sm90_schedule", "Hopper forward (d = 64, 128): one CTA per query tile (grid), one persistent CTA per SM taking tiles in turn (static) or from a counter (dynamic), or auto: persistent where a query tile sees few keys on average, else grid", sched, &k->sm90_schedule, NULL));
     FMCall(FMOptionsGetInt("-fm_sm90_ctas", "Hopper forward, persistent schedules: at most this many CTAs (0 = one per SM; tests)", &c, NULL));
     FMCheck(c >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_sm90_ctas is %d; expected >= 0 (0 = one per SM)", c);
     k->sm90_ctas = c;
     c = k->sm90_auto_keys;
-    FMCall(FMOptionsGetInt("-fm_sm90_auto_keys", "Hopper forward, -fm_sm90_schedule auto: the persistent kernel where a query row sees at most this many keys on average (0 = 2048)", &c, NULL));
-    FMCheck(c >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_sm90_auto_keys is %d; expected >= 0 (0 = the default, 2048)", c);
+    {
+      char help[160];
+      snprintf(help, sizeof help, "Hopper forward, -fm_sm90_schedule auto: the persistent kernel where a query tile sees at most this many keys on average (0 = %d)",
+               FM_GPU_SCHED_AUTO_KEYS);
+      FMCall(FMOptionsGetInt("-fm_sm90_auto_keys", help, &c, NULL));
+    }
+    FMCheck(c >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_sm90_auto_keys is %d; expected >= 0 (0 = the default, %d)", c, FM_GPU_SCHED_AUTO_KEYS);
     k->sm90_auto_keys = c;
   }
   FMCall(FMOptionsGetInt("-fm_cpu_vector_width", "CPU kernels' vector width 4, 8 or 16 when the CPU runs it; 0 = the widest", &w, NULL));

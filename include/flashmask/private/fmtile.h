@@ -1,8 +1,7 @@
 /*
  * fmtile.h - the tile classes of a FlashMask block summary and the Hopper forward's tile
  * schedules, shared by the mask code, the planner, the CPU kernels and the CUDA kernels (host
- * and device). Plain C, no MPI: the
- * kernels include it instead of fmimpl.h. Not installed.
+ * and device). Plain C, no MPI: the kernels include it instead of fmimpl.h. Not installed.
  */
 #ifndef FLASHMASK_PRIVATE_FMTILE_H
 #define FLASHMASK_PRIVATE_FMTILE_H

@@ -145,12 +145,24 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   wgmma_commit();
   gemm_nt<D, F16>(dp, va + me.cw * 8192, da);
   wgmma_commit();
+#ifndef FM_SM90_BWD_LATE_LSE
+  /* the rows' LSE read while the products run (the stage is full: its barrier was waited on
+     before the products were issued); -DFM_SM90_BWD_LATE_LSE reads them after the wait, as
+     before (the same instructions, for an A/B) */
+  float2 l2v[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) l2v[k] = ld_f2(ls + 32 * k);
+#endif
   wgmma_wait<1>();
 #pragma unroll
   for (int t = 0; t < 32; t++) reg_fence(s[t]);
 #pragma unroll
   for (int k = 0; k < 8; k++) {
+#ifndef FM_SM90_BWD_LATE_LSE
+    const float2 l2 = l2v[k];
+#else
     const float2 l2 = ld_f2(ls + 32 * k);
+#endif
     s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
     s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
     s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
@@ -170,12 +182,21 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
         if ((w1[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + 2 + e] = 0.f;
       }
   }
+#ifndef FM_SM90_BWD_LATE_LSE
+  float2 d2v[8]; /* and D while dP^T finishes */
+#pragma unroll
+  for (int k = 0; k < 8; k++) d2v[k] = ld_f2(dd + 32 * k);
+#endif
   wgmma_wait<0>();
 #pragma unroll
   for (int t = 0; t < 32; t++) reg_fence(dp[t]);
 #pragma unroll
   for (int k = 0; k < 8; k++) {
+#ifndef FM_SM90_BWD_LATE_LSE
+    const float2 d2 = d2v[k];
+#else
     const float2 d2 = ld_f2(dd + 32 * k);
+#endif
     dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
     dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
     dp[4 * k + 2] = s[4 * k + 2] * (dp[4 * k + 2] - d2.x);

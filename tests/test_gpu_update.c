@@ -110,6 +110,8 @@ int main(int argc, char **argv)
     void *h;
     FMT_CALL(FMMaskGetBoundsDesc_Private(m, &md));
     FMT_CALL(FMCudaMaskUpload(&md, &h));
+    FMT_CHECK(FMCudaMaskStaged_Private(h) == 0, "a handle has pinned staging before FMCudaMaskStage");
+    FMT_CALL(FMCudaMaskStage(h));
     FMT_CHECK(FMCudaMaskStaged_Private(h) == 1, "a %d-key mask has no pinned staging: the updates below would not test it", S);
     FMT_CALL(FMCudaMaskFree(h));
   }

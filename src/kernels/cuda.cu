@@ -90,10 +90,8 @@ const char *FMCudaForwardPathName(int sm)
 /*
  * FMCudaMaskUpload - copy the mask's bound vectors to the current device and build there the
  *   kernels' view of them (cuda_mask.cu): packed per-column bounds and block summaries at the
- *   kernels' key-block size (FM_GPU_BLOCK_N), and pin the host staging that FMCudaMaskUpdate
- *   copies through (two buffers of the bounds' 16 bytes per mask row and key, when that is at
- *   most FM_GPU_STAGE_MAX; else its updates copy from pageable memory). Not collective;
- *   synchronous (it completes before return).
+ *   kernels' key-block size (FM_GPU_BLOCK_N). Not collective; synchronous (it completes before
+ *   return).
  *   m    the mask (host pointers; m->summary is not used: the GPU builds its own)
  *   dev  out: opaque handle for FMCudaForward, to free with FMCudaMaskFree
  */
@@ -135,6 +133,14 @@ FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *
   e = FMGpuMaskUpdate((FMGpuMask *)dev, m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->bnd,
                       (cudaStream_t)stream, done);
   FMCallCUDA(e);
+  return FM_SUCCESS;
+}
+
+/* FMCudaMaskStage - see fmkernels.h. */
+FMErrorCode FMCudaMaskStage(void *dev)
+{
+  FMValidPointer(dev, 1);
+  FMGpuMaskStage((FMGpuMask *)dev);
   return FM_SUCCESS;
 }
 

@@ -118,21 +118,6 @@ cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask
     goto fail;
   for (int v = 0; v < 4; v++)
     if ((e = cudaMemcpy(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice)) != cudaSuccess) goto fail;
-  /* the update path's staging (here, since an allocation there could synchronize the device):
-     without pinned memory the updates copy from pageable memory instead */
-  for (int i = 0; i < 2 && 4 * n * sizeof(int32_t) <= FM_GPU_STAGE_MAX; i++) {
-    if (cudaMallocHost((void **)&d->stage[i], 4 * n * sizeof(int32_t)) != cudaSuccess ||
-        cudaEventCreateWithFlags(&d->staged[i], cudaEventDisableTiming) != cudaSuccess) {
-      (void)cudaGetLastError();
-      for (int k = 0; k <= i; k++) {
-        if (d->stage[k]) cudaFreeHost(d->stage[k]);
-        if (d->staged[k]) cudaEventDestroy(d->staged[k]);
-        d->stage[k] = NULL;
-        d->staged[k] = NULL;
-      }
-      break;
-    }
-  }
   fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N>>>(d->bnd, seqlen_q, seqlen_k, rows, d->nblk, causal, d->packed, d->sum,
                                                             d->vis, d->simple);
   if ((e = cudaGetLastError()) != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess) goto fail;
@@ -142,6 +127,27 @@ fail:
   (void)cudaGetLastError();
   FMGpuMaskDestroy(d);
   return e;
+}
+
+/* FMGpuMaskStage - see fmgpu.cuh. */
+void FMGpuMaskStage(FMGpuMask *d)
+{
+  if (!d || d->stage[0] || 4 * d->cap_bnd * sizeof(int32_t) > FM_GPU_STAGE_MAX) return;
+  const size_t bytes = 4 * d->cap_bnd * sizeof(int32_t);
+  for (int i = 0; i < 2; i++) {
+    if (cudaMallocHost((void **)&d->stage[i], bytes) != cudaSuccess ||
+        cudaEventCreateWithFlags(&d->staged[i], cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError(); /* no pinned memory: the updates copy from pageable memory */
+      for (int k = 0; k <= i; k++) {
+        if (d->stage[k]) cudaFreeHost(d->stage[k]);
+        if (d->staged[k]) cudaEventDestroy(d->staged[k]);
+        d->stage[k] = NULL;
+        d->staged[k] = NULL;
+      }
+      return;
+    }
+  }
+  d->next_stage = 0;
 }
 
 /* FMGpuMaskUpdate - see fmgpu.cuh. */

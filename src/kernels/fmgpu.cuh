@@ -12,7 +12,7 @@
 #include <flashmask/private/fmtile.h>
 
 /* The largest bounds (4 x rows x seqlen_k int32) a mask stages through pinned memory for its
-   updates (two buffers of this size at most are pinned per uploaded mask). */
+   updates (FMGpuMaskStage: two buffers of this size at most are pinned per staged mask). */
 #define FM_GPU_STAGE_MAX ((size_t)32 << 20)
 
 /* Key-block size of every GPU kernel: the prepass builds its summaries at this size. */
@@ -33,10 +33,10 @@ typedef struct {
                      when they form one interval (padding: [0, 0)) */
   int *simple;    /* [rows][nblk]: 1 if every column of the block has a one-interval visible set */
   size_t cap_bnd, cap_col, cap_blk; /* elements allocated: rows * seqlen_k, rows * nblk * FM_GPU_BLOCK_N, rows * nblk */
-  /* FMGpuMaskUpdate's pinned staging (NULL where cudaMallocHost failed or the bounds exceed
-     FM_GPU_STAGE_MAX bytes: then four pageable copies): two buffers of 4 * cap_bnd, used in
-     turn, and the events recorded after the copy out of each, so that one is rewritten only
-     after its last copy has read it */
+  /* FMGpuMaskUpdate's pinned staging (FMGpuMaskStage; NULL without it, where cudaMallocHost
+     failed or the bounds exceed FM_GPU_STAGE_MAX bytes: then four pageable copies): two buffers
+     of 4 * cap_bnd, used in turn, and the events recorded after the copy out of each, so that
+     one is rewritten only after its last copy has read it */
   int32_t *stage[2];
   cudaEvent_t staged[2];
   int next_stage;
@@ -156,6 +156,12 @@ static inline void FMGpuFwdParamsDense(FMGpuFwdParams *gp, const FMGpuMask *dm, 
 cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, const int32_t *const bnd[4],
                             FMGpuMask **out);
 void FMGpuMaskDestroy(FMGpuMask *d);
+/* FMGpuMaskStage - pin the staging that FMGpuMaskUpdate then copies through (two host buffers
+   of the bounds' capacity, when that is at most FM_GPU_STAGE_MAX; nothing when they are already
+   there; on failure nothing, and the updates copy from pageable memory). For a handle that will
+   be updated with no host wait after the copy (a "local" plan's); the allocation is an implicit
+   synchronization point, so call it where the caller synchronizes anyway (after the upload). */
+void FMGpuMaskStage(FMGpuMask *d);
 /* FMGpuMaskUpdate - a new mask into an existing copy whose buffers are large enough for its sizes
    (else *done = 0 and nothing changed; *done = 1 when it was updated): the sizes set, the bounds copied and the prepass
    run on stream st, after the work already queued there (which may still read the old mask); no

@@ -65,6 +65,7 @@ static FMErrorCode setup_local(FMPlan plan, FMPlanLocal *L, int *update)
     if (!done) {
       if (L->gpu) { FMCall(FMCudaMaskFree(L->gpu)); L->gpu = NULL; }
       FMCall(FMCudaMaskUpload(&p.mask, &L->gpu));
+      FMCall(FMCudaMaskStage(L->gpu)); /* its updates queue their copy and return: pinned staging */
       L->gpu_stream = plan->stream;
       L->gpu_mixed = 0;
     }

@@ -152,9 +152,7 @@ FMErrorCode FMCudaFindNonFinite(const void *x, size_t n, FMDType t, void *stream
 
 /*
  * FMCudaMaskUpload - copy the mask's bounds and summaries to the current device.
- *   *dev receives an opaque handle to free with FMCudaMaskFree. For FMCudaMaskUpdate it also
- *   pins two host staging buffers of the bounds' size (16 bytes per mask row and key) when that
- *   is at most FM_GPU_STAGE_MAX (32 MiB); larger or unpinnable masks update from pageable memory.
+ *   *dev receives an opaque handle to free with FMCudaMaskFree.
  */
 FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev);
 FMErrorCode FMCudaMaskFree(void *dev);
@@ -165,6 +163,15 @@ FMErrorCode FMCudaMaskFree(void *dev);
  *   *done = 0 and nothing changed when they are too small (then free and upload again).
  */
 FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *done);
+/*
+ * FMCudaMaskStage - let FMCudaMaskUpdate copy a handle's new bounds through pinned host
+ *   staging: one asynchronous copy, with no host wait, instead of four copies from pageable
+ *   memory. Pins two buffers of the bounds' capacity (16 bytes per mask row and key) when that
+ *   is at most FM_GPU_STAGE_MAX (32 MiB); larger masks, or no pinned memory, keep the pageable
+ *   copies (not an error). The allocation synchronizes streams implicitly: call it right after
+ *   FMCudaMaskUpload, for a handle that will be updated in place every step. Not collective.
+ */
+FMErrorCode FMCudaMaskStage(void *dev);
 /* FMCudaMaskStaged_Private - 1 when the handle's updates copy through pinned staging, else 0
    (tests). Not collective. */
 int FMCudaMaskStaged_Private(const void *dev);

@@ -129,25 +129,32 @@ fail:
   return e;
 }
 
+/* The staging and its events released (after the copies out of it), as before FMGpuMaskStage. */
+static void unstage(FMGpuMask *d)
+{
+  for (int i = 0; i < 2; i++) {
+    if (d->staged[i]) { cudaEventSynchronize(d->staged[i]); cudaEventDestroy(d->staged[i]); }
+    if (d->stage[i]) cudaFreeHost(d->stage[i]);
+    d->stage[i] = NULL;
+    d->staged[i] = NULL;
+  }
+  d->next_stage = 0;
+}
+
 /* FMGpuMaskStage - see fmgpu.cuh. */
 void FMGpuMaskStage(FMGpuMask *d)
 {
-  if (!d || d->stage[0] || 4 * d->cap_bnd * sizeof(int32_t) > FM_GPU_STAGE_MAX) return;
-  const size_t bytes = 4 * d->cap_bnd * sizeof(int32_t);
-  for (int i = 0; i < 2; i++) {
+  size_t bytes;
+  if (!d || d->stage[0]) return;
+  bytes = 4 * d->cap_bnd * sizeof(int32_t);
+  if (bytes > FM_GPU_STAGE_MAX) return;
+  for (int i = 0; i < 2; i++)
     if (cudaMallocHost((void **)&d->stage[i], bytes) != cudaSuccess ||
         cudaEventCreateWithFlags(&d->staged[i], cudaEventDisableTiming) != cudaSuccess) {
       (void)cudaGetLastError(); /* no pinned memory: the updates copy from pageable memory */
-      for (int k = 0; k <= i; k++) {
-        if (d->stage[k]) cudaFreeHost(d->stage[k]);
-        if (d->staged[k]) cudaEventDestroy(d->staged[k]);
-        d->stage[k] = NULL;
-        d->staged[k] = NULL;
-      }
+      unstage(d);
       return;
     }
-  }
-  d->next_stage = 0;
 }
 
 /* FMGpuMaskUpdate - see fmgpu.cuh. */
@@ -196,10 +203,7 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
 void FMGpuMaskDestroy(FMGpuMask *d)
 {
   if (!d) return;
-  for (int i = 0; i < 2; i++) {
-    if (d->staged[i]) { cudaEventSynchronize(d->staged[i]); cudaEventDestroy(d->staged[i]); }
-    if (d->stage[i]) cudaFreeHost(d->stage[i]);
-  }
+  unstage(d);
   cudaFree(d->bnd);
   cudaFree(d->packed);
   cudaFree(d->sum);

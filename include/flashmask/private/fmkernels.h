@@ -42,9 +42,8 @@ typedef struct FMMaskDesc_s {
  *                     kernels run the grid for an unresolved auto
  *   sm90_ctas         -fm_sm90_ctas: the persistent forward's CTA count at most (0: one per SM;
  *                     tests run few CTAs so that each runs many tiles)
- *   sm90_auto_keys    -fm_sm90_auto_keys: auto's threshold, the mean visible keys per query row
- *                     at or below which it chooses the persistent forward (0:
- *                     FM_GPU_SCHED_AUTO_KEYS)
+ *   sm90_auto_keys    -fm_sm90_auto_keys: auto's threshold, the mean keys per query tile at or
+ *                     below which it chooses the persistent forward (0: FM_GPU_SCHED_AUTO_KEYS)
  *   cpu_vector_width  -fm_cpu_vector_width 4|8|16: the CPU kernels' vector width when this CPU
  *                     runs it (0: the widest it runs)
  *   cpu_stage_bytes   -fm_cpu_stage_bytes: the CPU forward/backward's fp32 staging budget per call

@@ -330,10 +330,16 @@ static FMErrorCode setup_plan(void *obj)
   FMPlan plan = (FMPlan)obj;
   FMBool view = FM_FALSE;
   FMPlanField f[FM_PLAN_MAX_FIELDS];
+  FMSm90Choice sched;
   FMErrorCode ierr;
   int n = 0;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   ierr = check_setup(plan);
+  /* the forward's schedule: deterministic on inputs the first agreement checks, and its error (an
+     allocation) rides on that agreement, so a rank that fails here never leaves the others in
+     the type's collective set-up */
+  if (!ierr)
+    ierr = FMSm90ChooseSchedule_Private(plan->mask, plan->ctx->backend, plan->head_dim, plan->ctx->gpu_sm, &plan->ctx->kopts, &sched);
   shape_fields(plan, plan->scale_set ? plan->scale : 1.0 / sqrt((double)plan->head_dim), f, &n);
   FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_SETUP, ierr, n, f)); /* the first message: names what differs */
   FMAgree(plan->hdr.comm, FMPlanSetDefaultType_Private(plan));
@@ -341,8 +347,7 @@ static FMErrorCode setup_plan(void *obj)
   if (!plan->scale_set) plan->scale = 1.0 / sqrt((double)plan->head_dim);
   plan->backend = plan->ctx->backend;
   plan->hdr.setupcalled = 0;
-  /* local and deterministic on agreed inputs (the mask, the shape, the options): no agreement */
-  FMCall(FMSm90ChooseSchedule_Private(plan->mask, plan->backend, plan->head_dim, plan->ctx->gpu_sm, &plan->ctx->kopts, &plan->fwd_sched));
+  plan->fwd_sched = sched;
   FMCall((*plan->ops->setup)(plan)); /* collective; agrees internally */
   plan->mask_state = plan->mask->state;
   plan->hdr.setupcalled = 1;

@@ -32,8 +32,10 @@ for S in $(echo "$seqlens" | tr , ' '); do
     done
   done
   for m in $(echo "$masks" | tr , ' '); do # what auto chose, and why
+    # to a file, then grep: Open MPI 4.1's mpiexec segfaults when a reader closes its output early (grep -m1)
     timeout 30 ${MPIEXEC:-mpiexec} -n 1 ./fmbench -pass fwd -masks "$m" -seqlen "$S" -heads $heads -head_dim "$d" -tokens 131072 -reps 1 \
-      -warmup 0 -fm_plan_view 2>&1 | grep -m1 "forward schedule" | sed "s/^/view $m $S /" >> "$log"
+      -warmup 0 -fm_plan_view > "$OUT/sched_view.log" 2>&1 || echo "sched.sh: fmbench -fm_plan_view $m $S exited $?"
+    grep -m1 "forward schedule" "$OUT/sched_view.log" | sed "s/^/view $m $S /" >> "$log"
   done
 done
 python3 - "$log" <<'PY'

@@ -145,24 +145,15 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   wgmma_commit();
   gemm_nt<D, F16>(dp, va + me.cw * 8192, da);
   wgmma_commit();
-#ifndef FM_SM90_BWD_LATE_LSE
-  /* the rows' LSE read while the products run (the stage is full: its barrier was waited on
-     before the products were issued); -DFM_SM90_BWD_LATE_LSE reads them after the wait, as
-     before (the same instructions, for an A/B) */
-  float2 l2v[8];
-#pragma unroll
-  for (int k = 0; k < 8; k++) l2v[k] = ld_f2(ls + 32 * k);
-#endif
+  /* The rows' LSE and D are read after the waits. (Read while the products run instead, the
+     same instructions in another order: 1.1-2.3% slower on every mask, H200 2026-12-01,
+     seventh session: not kept.) */
   wgmma_wait<1>();
 #pragma unroll
   for (int t = 0; t < 32; t++) reg_fence(s[t]);
 #pragma unroll
   for (int k = 0; k < 8; k++) {
-#ifndef FM_SM90_BWD_LATE_LSE
-    const float2 l2 = l2v[k];
-#else
     const float2 l2 = ld_f2(ls + 32 * k);
-#endif
     s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
     s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
     s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
@@ -182,21 +173,12 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
         if ((w1[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + 2 + e] = 0.f;
       }
   }
-#ifndef FM_SM90_BWD_LATE_LSE
-  float2 d2v[8]; /* and D while dP^T finishes */
-#pragma unroll
-  for (int k = 0; k < 8; k++) d2v[k] = ld_f2(dd + 32 * k);
-#endif
   wgmma_wait<0>();
 #pragma unroll
   for (int t = 0; t < 32; t++) reg_fence(dp[t]);
 #pragma unroll
   for (int k = 0; k < 8; k++) {
-#ifndef FM_SM90_BWD_LATE_LSE
-    const float2 d2 = d2v[k];
-#else
     const float2 d2 = ld_f2(dd + 32 * k);
-#endif
     dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
     dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
     dp[4 * k + 2] = s[4 * k + 2] * (dp[4 * k + 2] - d2.x);
@@ -243,7 +225,9 @@ template <int D, bool F16> __device__ __forceinline__ void issue_dq(float *dq, u
  * memory meanwhile; once they have retired (P and dS registers die before dQ's accumulators
  * live) the stage's Q and dO are released (empty) and, every consumer having written its dS
  * rows, dq = dS K (SS) runs; its block then goes to the writer warp. (Issuing dQ behind dV and
- * dK before they retire measured the same within 2% on the H200, 2026-12-01: not kept.) Every opaque copy (reg_fence) keeps ptxas from hoisting
+ * dK before they retire measured the same within 2% on the H200, 2026-12-01; FlashAttention-4's
+ * order, dV, then dQ, then dK with dQ's block staged while dK runs, 0.5-1% slower on full and
+ * causal, 2026-12-01 (seventh session): neither kept.) Every opaque copy (reg_fence) keeps ptxas from hoisting
  * loop-invariant addresses into registers it would then spill; the ones after a wait tell it
  * which registers the retired products read and wrote.
  */

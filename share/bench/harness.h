@@ -162,13 +162,27 @@ static uint16_t f2h(float x, int f16)
 }
 
 /* The median of reps event-timed runs of call() on the default stream (ms, sorted: front and back
-   are the fastest and slowest); warm up before. */
+   are the fastest and slowest); warm up before. With FM_BENCH_WARM_S=T in the environment, first
+   call() back to back for T seconds untimed, then time at least 10 runs: the steady state a long
+   training run sees (power and clocks settled), not a short burst's. */
 template <class F> static float time_median(int reps, std::vector<float> &ms, F call)
 {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   ms.clear();
+  if (const char *w = getenv("FM_BENCH_WARM_S")) {
+    const double secs = atof(w);
+    float el = 0.f;
+    CK(cudaEventRecord(e0));
+    while (el < 1e3 * secs) {
+      for (int i = 0; i < 4; i++) call();
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaEventElapsedTime(&el, e0, e1));
+    }
+    reps = std::max(reps, 10);
+  }
   for (int r = 0; r < reps; r++) {
     CK(cudaEventRecord(e0));
     call();

@@ -115,9 +115,9 @@ chmod +x "$t/fm.sh" "$t/py.sh"
 LOG="$PWD/$t/log" FMBENCH="$PWD/$t/fm.sh" PYTHON3="$PWD/$t/py.sh" WORK="$t/w" \
   sh "$B/compare.sh" -masks full,document -seqlen 8192,32768 -heads 32 -reps 5 -seed 3 > "$t/cmp" 2>&1 ||
   { cat "$t/cmp"; fail "compare.sh with stand-ins exited nonzero"; }
-grep -q "^fmbench -masks full,document -seqlen 8192,32768 -heads 32 -reps 5 -seed 3 -pass fwd,bwd " "$t/log" || { cat "$t/log"; fail "compare.sh's fmbench run"; }
-grep -q "^fmbench -masks document -seqlen 8192 -mask_batch 16 -heads 32 -reps 5 -seed 3 -pass fwd,bwd " "$t/log" || { cat "$t/log"; fail "compare.sh's per-sample run"; }
-[ "$(grep -c "^peers .*masks.h5 .*masks_mb.h5 -heads 32 -reps 5 --pass fwd,bwd" "$t/log")" = 1 ] || { cat "$t/log"; fail "compare.sh's peers run (both files, the shape, no -seed)"; }
+grep -q "^fmbench -masks full,document -seqlen 8192,32768 -heads 32 -reps 5 -warmup_s 2 -seed 3 -pass fwd,bwd " "$t/log" || { cat "$t/log"; fail "compare.sh's fmbench run"; }
+grep -q "^fmbench -masks document -seqlen 8192 -mask_batch 16 -heads 32 -reps 5 -warmup_s 2 -seed 3 -pass fwd,bwd " "$t/log" || { cat "$t/log"; fail "compare.sh's per-sample run"; }
+[ "$(grep -c "^peers .*masks.h5 .*masks_mb.h5 -heads 32 -reps 5 -warmup_s 2 --pass fwd,bwd" "$t/log")" = 1 ] || { cat "$t/log"; fail "compare.sh's peers run (both files, the shape, no -seed)"; }
 grep -q -- "-seed" "$t/log" && grep "^peers" "$t/log" | grep -q -- "-seed" && fail "compare.sh gives -seed to peers.py"
 cat "$t/cmp"
 # full fwd: Flex 600 * 28 / 40 = 420.0, cuDNN 600.0, FLASH and FA4 n/a; document: FLASH 500 * 16 / 16 = 500.0, ratio 1.00

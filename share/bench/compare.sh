@@ -9,8 +9,13 @@
 # installed (FA4) or failed (the reason is in the log) reads n/a.
 # Besides the masks asked for, a per-sample document case (fmbench -mask_batch: every sample its
 # own packing; the peers' BlockMask gets a batch dimension) at the first sequence length.
-# usage: compare.sh [fmbench options: -masks -seqlen -head_dim -heads -tokens -reps -warmup -dtype -seed
+# usage: compare.sh [fmbench options: -masks -seqlen -head_dim -heads -tokens -reps -warmup -warmup_s -dtype -seed
 #                    -pass fwd,bwd,fwdbwd (default here: fwd,bwd)]
+# -warmup_s T (default here 2): before each timing, everyone runs T seconds back to back, so that
+# every implementation is timed at the GPU's steady state under its power cap, as in training. A
+# few runs after an idle moment go at boost clocks, and a peer compiled at its first call (FA4's
+# CuTe DSL, Triton) is timed just after seconds of idle GPU: with -warmup_s 0, FA4's dense forward
+# at 8K read 761 TFLOP/s, after 5 s of load 661 (H200, 2026-12-01, doc/performance.md).
 # Environment: FMBENCH (default: fmbench on PATH; with MPIEXEC set it runs "$MPIEXEC -n 1 $FMBENCH"),
 #   PYTHON3 (default python3), WORK (directory for the mask files and CSVs, default ./fmbench-out),
 #   MASK_BATCH (the per-sample case's batch; default tokens / the first seqlen; 0: no such case),
@@ -27,13 +32,14 @@ run_fmbench() {
   if [ -n "$MPIEXEC" ]; then $MPIEXEC -n 1 $FMBENCH "$@"; else $FMBENCH "$@"; fi
 }
 # the options: the passes, the shape (both fmbench runs and the peers), fmbench-only ones, the rest
-pass="" shape="" fmonly="" rest="" seq1="" tokens=131072
+pass="" shape="" fmonly="" rest="" seq1="" tokens=131072 warm_s=2
 while [ $# -gt 0 ]; do
   case $1 in
     -pass) pass="$pass,$2"; shift 2;;
     -bwd) pass="$pass,bwd"; shift;;
     -fwdbwd) pass="$pass,fwdbwd"; shift;;
     -head_dim|-heads|-reps|-warmup|-dtype) shape="$shape $1 $2"; shift 2;;
+    -warmup_s) warm_s=$2; shift 2;;
     -seed) fmonly="$fmonly $1 $2"; shift 2;;
     -tokens) shape="$shape $1 $2"; tokens=$2; shift 2;;
     -heads_kv) echo "compare.sh: -heads_kv is not given to the peers (they run heads_kv = heads)" >&2; rest="$rest $1 $2"; shift 2;;
@@ -44,6 +50,7 @@ while [ $# -gt 0 ]; do
 done
 pass=${pass#,}
 pass=${pass:-fwd,bwd}
+shape="$shape -warmup_s $warm_s"
 seq1=${seq1:-8192}
 mb=${MASK_BATCH:-$((tokens / seq1))}
 [ "$mb" -ge 1 ] 2>/dev/null || mb=0

@@ -70,6 +70,7 @@ def parse_args(argv):
     opts = (("heads", int, 32, "query (= key/value) heads"), ("head_dim", int, 128, "head dimension"),
             ("tokens", int, 131072, "tokens per batch (batch = tokens / seqlen unless the mask has a batch)"),
             ("reps", int, 10, "timed runs (the median is reported)"), ("warmup", int, 3, "warm-up runs"),
+            ("warmup_s", float, 0.0, "then seconds of back-to-back runs before the timed ones (the power-capped steady state)"),
             ("dtype", str, "bf16", "bf16 or fp16"), ("masks", str, "all", "mask types to time (comma list) or all"),
             ("csv", str, "", "CSV output file"), ("cbm", int, 1, "1: time create_block_mask too, 0: skip"))
     for name, typ, dflt, hlp in opts:
@@ -85,6 +86,8 @@ def parse_args(argv):
         ap.error("-dtype %s: expected bf16 or fp16" % a.dtype)
     if a.reps < 1 or a.warmup < 0:
         ap.error("-reps must be >= 1 and -warmup >= 0")
+    if not 0 <= a.warmup_s <= 600:
+        ap.error("-warmup_s is %g; expected seconds from 0 to 600" % a.warmup_s)
     if not a.self_test and not a.maskfiles:
         ap.error("a MASKFILE (fmbench -o) is required")
     return a
@@ -222,12 +225,18 @@ def time_create_block_mask(torch, b, causal, Sq, Sk, reps=3):
     return sorted(ts)[len(ts) // 2]
 
 
-def time_fn(torch, fn, warm, reps, pre=None):
+def time_fn(torch, fn, warm, reps, pre=None, warm_s=0.0):
     """Median ms of fn() between two CUDA events. pre(): untimed, run (and synchronized) before
-    each run; its result is passed to fn."""
+    each run; its result is passed to fn. After the warm runs, warm_s seconds of back-to-back
+    runs: the steady state under the GPU's power cap (as fmbench -warmup_s)."""
     for _ in range(warm):
         fn(pre()) if pre else fn()
     torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warm_s:
+        for _ in range(4):
+            fn(pre()) if pre else fn()
+        torch.cuda.synchronize()
     ts = []
     for _ in range(reps):
         arg = pre() if pre else None
@@ -243,23 +252,23 @@ def time_fn(torch, fn, warm, reps, pre=None):
     return sorted(ts)[len(ts) // 2]
 
 
-def time_pass(torch, attn, q, k, v, dout, pas, warm, reps):
+def time_pass(torch, attn, q, k, v, dout, pas, warm, reps, warm_s=0.0):
     """Median ms of one pass of attn(q, k, v) -> out (tensors in attn's own layout)."""
     if pas == "fwd":
         with torch.no_grad():
-            return time_fn(torch, lambda: attn(q, k, v), warm, reps)
+            return time_fn(torch, lambda: attn(q, k, v), warm, reps, warm_s=warm_s)
     qg, kg, vg = [x.detach().requires_grad_(True) for x in (q, k, v)]
     if pas == "fwdbwd":
-        return time_fn(torch, lambda: torch.autograd.grad(attn(qg, kg, vg), (qg, kg, vg), dout), warm, reps)
+        return time_fn(torch, lambda: torch.autograd.grad(attn(qg, kg, vg), (qg, kg, vg), dout), warm, reps, warm_s=warm_s)
     out = attn(qg, kg, vg)  # bwd: one forward with its graph kept, outside the timing
     try:
-        return time_fn(torch, lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True), warm, reps)
+        return time_fn(torch, lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True), warm, reps, warm_s=warm_s)
     except RuntimeError as e:  # a backward that refuses retain_graph: a fresh untimed forward before each run
         if "retain_graph" not in str(e) and "donated" not in str(e):
             raise
         del out
         return time_fn(torch, lambda o: torch.autograd.grad(o, (qg, kg, vg), dout), warm, reps,
-                       pre=lambda: attn(qg, kg, vg))
+                       pre=lambda: attn(qg, kg, vg), warm_s=warm_s)
 
 
 def load_fa4():
@@ -338,7 +347,7 @@ def time_mask(torch, ctx, a, typ, Sq, Sk, causal, mb, vec, x):
                 continue
             q, k, v, dout = x.fa4_layout() if peer == "fa4" else (x.q, x.k, x.v, x.dout)
             try:
-                res[pas][peer] = time_pass(torch, attn[peer], q, k, v, dout, pas, a.warmup, a.reps)
+                res[pas][peer] = time_pass(torch, attn[peer], q, k, v, dout, pas, a.warmup, a.reps, a.warmup_s)
             except Exception as e:  # report and go on: one failing peer must not hide the others
                 print("  %s %s failed on %s: %s" % (peer, pas, typ, short(e)), flush=True)
     cbm = float("nan")
@@ -412,7 +421,10 @@ def self_test(a):
         fails += not cond
 
     d = parse_args(["m.h5"])
-    check(d.passes == ["fwd"] and d.peers == list(PEERS) and d.heads == 32 and d.reps == 10 and d.cbm == 1, "defaults")
+    check(d.passes == ["fwd"] and d.peers == list(PEERS) and d.heads == 32 and d.reps == 10 and d.cbm == 1 and d.warmup_s == 0,
+          "defaults")
+    d = parse_args(["m.h5", "-warmup_s", "2.5"])
+    check(d.warmup_s == 2.5, "-warmup_s")
     d = parse_args(["m.h5", "--pass", "fwd,bwd", "-heads", "8", "--head_dim", "64", "-reps", "3", "--peers", "flex,fa4"])
     check(d.passes == ["fwd", "bwd"] and d.heads == 8 and d.head_dim == 64 and d.reps == 3 and d.peers == ["flex", "fa4"],
           "one- and two-dash options, comma lists")
@@ -420,7 +432,7 @@ def self_test(a):
     check(d.maskfiles == ["m.h5", "m2.h5"] and d.passes == ["bwd"], "several mask files")
     d = parse_args(["-pass", "fwdbwd", "m.h5", "-csv", "o.csv"])
     check(d.passes == ["fwdbwd"] and d.maskfiles == ["m.h5"] and d.csv == "o.csv", "options before the file")
-    for bad in (["m.h5", "--pass", "backward"], ["m.h5", "--peers", "xformers"], ["m.h5", "-dtype", "fp8"], []):
+    for bad in (["m.h5", "--pass", "backward"], ["m.h5", "--peers", "xformers"], ["m.h5", "-dtype", "fp8"], ["m.h5", "-warmup_s", "-1"], []):
         try:
             with open(os.devnull, "w") as null:
                 old, sys.stderr = sys.stderr, null

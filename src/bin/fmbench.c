@@ -120,11 +120,20 @@ static void run_pass(FMPlan plan, int pass, const Bufs *b)
   if (pass != PASS_FWD) FC(FMPlanBackward(plan, b->q, b->k, b->v, b->o, b->lse, b->dout, b->dq, b->dk, b->dv));
 }
 
-/* Warm-up, then reps event-timed runs of the pass on the default stream; the median in ms. */
-static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, int reps)
+/* Warm-up (warm runs, then runs back to back for at least warm_s seconds: the power-capped
+   steady state a training run sees, not a short burst at boost clocks), then reps event-timed
+   runs of the pass on the default stream; the median in ms. */
+static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, double warm_s, int reps)
 {
   double *ms = (double *)malloc(sizeof(double) * reps), med;
   for (int w = 0; w < warm; w++) run_pass(plan, pass, b);
+  if (warm_s > 0) {
+    const double t0 = FMTime();
+    do {
+      for (int w = 0; w < 4; w++) run_pass(plan, pass, b);
+      FC(FMCudaStreamSynchronize(NULL));
+    } while (FMTime() - t0 < warm_s);
+  }
   for (int r = 0; r < reps; r++) {
     double sec = 0;
     FC(FMCudaEventRecord(b->e0, NULL));
@@ -178,7 +187,7 @@ static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps, do
 /* One plan on the mask: a forward (the path; O and LSE for the backward), then each chosen pass
    timed (or reported as not timed on a fallback path); a row per pass on stdout and in the CSV. */
 static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, double dens, int S, int B, int H, int Hkv, int D,
-                      FMDType dt, int passes, const Bufs *b, int warm, int reps, unsigned long seed, FILE *fcsv)
+                      FMDType dt, int passes, const Bufs *b, int warm, double warm_s, int reps, unsigned long seed, FILE *fcsv)
 {
   FMPlan plan;
   FMAttnProblem p;
@@ -201,7 +210,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
   hopper[PASS_FWDBWD] = hopper[PASS_FWD] && hopper[PASS_BWD];
   for (int t = 0; t < NPASS; t++) {
     if (!(passes & 1 << t) || !hopper[t]) continue;
-    med[t] = time_pass(plan, t, b, warm, reps);
+    med[t] = time_pass(plan, t, b, warm, warm_s, reps);
     if (t == PASS_FWD) fwd_ms = med[t];
   }
   /* then the set-up of new masks (it changes the mask: after the passes) */
@@ -231,6 +240,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
 typedef struct {
   char masks[1024], seq[256], out[512], csv[512], dts[16], pass[64];
   int D, H, Hkv, warm, reps, seqs[16], nseq, dry;
+  double warm_s;            /* -warmup_s: seconds of back-to-back runs before the timed ones */
   int mask_batch;           /* -mask_batch: 0 = one mask shared by the batch */
   int passes;               /* bits 1 << PASS_*: -pass, -bwd, -fwdbwd (none given: the forward) */
   long tokens;
@@ -268,6 +278,7 @@ static int parse_args(int argc, char **argv, Args *a)
     else if (!strcmp(k, "-tokens")) a->tokens = atol(v);
     else if (!strcmp(k, "-dtype")) snprintf(a->dts, sizeof a->dts, "%s", v);
     else if (!strcmp(k, "-warmup")) a->warm = atoi(v);
+    else if (!strcmp(k, "-warmup_s")) a->warm_s = atof(v);
     else if (!strcmp(k, "-reps")) a->reps = atoi(v);
     else if (!strcmp(k, "-seed")) a->seed = strtoul(v, NULL, 10);
     else if (!strcmp(k, "-o")) snprintf(a->out, sizeof a->out, "%s", v);
@@ -280,6 +291,10 @@ static int parse_args(int argc, char **argv, Args *a)
   if (a->Hkv <= 0) a->Hkv = a->H;
   a->dt = !strcmp(a->dts, "fp16") ? FM_DTYPE_FP16 : FM_DTYPE_BF16;
   if (a->reps < 1) a->reps = 1;
+  if (!(a->warm_s >= 0 && a->warm_s <= 600)) {
+    fprintf(stderr, "fmbench: -warmup_s is %g; expected seconds from 0 to 600\n", a->warm_s);
+    return 1;
+  }
   if (!a->out[0]) snprintf(a->out, sizeof a->out, "fmbench_masks.h5");
   if (!strcmp(a->masks, "all")) {
     for (int i = 0; i < a->nnames; i++) a->use[i] = 1;
@@ -377,7 +392,7 @@ static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
     if (a->dry)
       printf("%-22s %6d %3d %-6s %9s %9s %7.4f %8.4f dry run (mask saved)\n", name, S, B, "-", "-", "-", rho, dens);
     else
-      time_mask(ctx, name, m, rho, dens, S, B, a->H, a->Hkv, a->D, a->dt, a->passes, &b, a->warm, a->reps, a->seed, fcsv);
+      time_mask(ctx, name, m, rho, dens, S, B, a->H, a->Hkv, a->D, a->dt, a->passes, &b, a->warm, a->warm_s, a->reps, a->seed, fcsv);
     FC(FMMaskDestroy(&m));
   }
   if (!a->dry) free_bufs(&b);
@@ -398,6 +413,8 @@ static int print_help(void)
            "  -tokens N                 tokens per batch (batch = N / S)\n"
            "  -dtype bf16|fp16          element type\n"
            "  -warmup n  -reps n        warm-up and timed runs (the median is reported)\n"
+           "  -warmup_s T               then T seconds of back-to-back runs before the timed ones (default 0):\n"
+           "                            the GPU's steady state under its power cap, as in a training run\n"
            "  -seed s                   seed of the random masks and tensors\n"
            "  -o file                   HDF5 file of the exact bounds used\n"
            "  -csv file                 results as CSV\n"
@@ -467,7 +484,8 @@ int main(int argc, char **argv)
   printf("fmbench: passes");
   for (int t = 0; t < NPASS; t++)
     if (a.passes & 1 << t) printf(" %s", pass_name[t]);
-  printf(" (TFLOP/s: FlashMask convention, backward = 2.5 x forward, fwdbwd = 3.5 x forward)\n");
+  printf(" (TFLOP/s: FlashMask convention, backward = 2.5 x forward, fwdbwd = 3.5 x forward); %d warm-up runs%s, median of %d\n",
+         a.warm, a.warm_s > 0 ? " and the steady state (-warmup_s)" : "", a.reps);
   if (a.mask_batch > 0)
     printf("fmbench: -mask_batch %d: batch %d, every sample with its own bounds (sample b drawn from seed + b)\n", a.mask_batch,
            a.mask_batch);

@@ -123,8 +123,18 @@ __device__ __forceinline__ void apply_mask(float *s, int e, const int4 *bnd, int
   else mask_tile<TN, true, true, true>(s, bnd, row0, colbase, lane, off);
 }
 
-/* Online softmax of one S tile (TN columns) held in registers; returns the correction factors for O. */
-template <int TN> __device__ __forceinline__ void softmax_step(float *s, float *mrow, float *lrow, float c, float *corr)
+/*
+ * -DFM_SM90_RESCALE_SKIP (a build for the A/B, off by default): while no row of the warp's max
+ * grows by more than kRescaleSkip in base-2 units, the warp keeps its running max. P is then
+ * relative to the kept max (at most 2^kRescaleSkip), O and l need no rescale (corr is exactly 1)
+ * and the caller skips it; O / l and the LSE (taken from the same max) are unchanged in exact
+ * arithmetic. FlashAttention-4 does this on Blackwell.
+ */
+constexpr float kRescaleSkip = 8.f;
+
+/* Online softmax of one S tile (TN columns) held in registers; sets the correction factors for
+   O and returns whether they are 1 for the whole warp (the max kept: FM_SM90_RESCALE_SKIP only). */
+template <int TN> __device__ __forceinline__ bool softmax_step(float *s, float *mrow, float *lrow, float c, float *corr)
 {
   float mx0 = mrow[0], mx1 = mrow[1];
 #pragma unroll
@@ -136,6 +146,16 @@ template <int TN> __device__ __forceinline__ void softmax_step(float *s, float *
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+#ifdef FM_SM90_RESCALE_SKIP
+  /* a row whose max is still -inf compares NaN or +inf: never kept */
+  const bool keep = __all_sync(0xffffffffu, mx0 * c - mrow[0] * c <= kRescaleSkip && mx1 * c - mrow[1] * c <= kRescaleSkip);
+  if (keep) {
+    mx0 = mrow[0];
+    mx1 = mrow[1];
+  }
+#else
+  constexpr bool keep = false;
+#endif
   /* a row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf) = 0, never NaN */
   const float ms0 = mx0 == -INFINITY ? 0.f : mx0 * c;
   const float ms1 = mx1 == -INFINITY ? 0.f : mx1 * c;
@@ -155,6 +175,7 @@ template <int TN> __device__ __forceinline__ void softmax_step(float *s, float *
   }
   lrow[0] = lrow[0] * corr[0] + l0;
   lrow[1] = lrow[1] * corr[1] + l1;
+  return keep;
 }
 
 template <int D> __device__ __forceinline__ void rescale_o(float *o, const float *corr)
@@ -246,6 +267,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
   float s[TN / 2];
   uint32_t pr[TN / 4];
   float corr[2];
+  bool keep = false; /* the last softmax step kept the warp's max: O needs no rescale (corr = 1) */
 #pragma unroll
   for (int i = 0; i < D / 2; i++) o[i] = 0.f;
   mbar_wait(q_full, qph);
@@ -272,7 +294,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       for (int i = 0; i < TN / 2; i++) reg_fence(s[i]);
       apply_mask<TN>(s, e, bbase + st * TN, row0, kb * TN, lane, off);
       release_k(&k_empty[st], lane);
-      softmax_step<TN>(s, mrow, lrow, c, corr);
+      keep = softmax_step<TN>(s, mrow, lrow, c, corr);
 #pragma unroll
       for (int i = 0; i < TN / 4; i++) pr[i] = pack2<F16>(s[2 * i], s[2 * i + 1]);
     }
@@ -289,7 +311,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       /* O (basis m_{i-2}) to basis m_{i-1} while S_i is computed: off the critical path. (After
          P.V's wait instead, as FlashAttention-3/4 place it at d <= 128: +1.2% full 8K, -2.3%
          full 32K, the rest within noise, H200 2026-12-01 (seventh session): not kept.) */
-      rescale_o<D>(o, corr);
+      if (!keep) rescale_o<D>(o, corr);
       mbar_wait(&v_full[pst], pph);
       wgmma_fence();
       gemm_pv<D, TN, F16>(o, pr, vbase + pst * L::KB, p.vdesc_hi);
@@ -300,7 +322,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       for (int t = 0; t < TN / 2; t++) reg_fence(s[t]);
       apply_mask<TN>(s, e, bbase + st * TN, row0, kb * TN, lane, off);
       release_k(&k_empty[st], lane);
-      softmax_step<TN>(s, mrow, lrow, c, corr);
+      keep = softmax_step<TN>(s, mrow, lrow, c, corr);
       wgmma_wait<0>();
 #pragma unroll
       for (int t = 0; t < D / 2; t++) reg_fence(o[t]);
@@ -315,7 +337,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       const int g = r0 + n - 1;
       const int st = g % ST;
       const uint32_t ph = (g / ST) & 1;
-      rescale_o<D>(o, corr);
+      if (!keep) rescale_o<D>(o, corr);
       mbar_wait(&v_full[st], ph);
       named_sync(mine, 256);
       wgmma_fence();

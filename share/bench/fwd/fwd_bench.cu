@@ -16,6 +16,8 @@
  *   ./fwd_bench bench [reps] bf16, 128K tokens per batch: d = 128 H = 32 every mask at 8K and 32K,
  *                            d = 256 H = 16 and d = 64 H = 64 at 8K (full, causal), GQA 4:1 (kv 8) at 8K
  *   ./fwd_bench ab [reps]    short A/B table: full, causal, sliding window, causal document at 8K; full, causal at 32K
+ *   ./fwd_bench wsweep [reps] sliding windows of 150 to 3000 keys at 8K (d = 128, H = 32): the three
+ *                            schedules side by side, where auto's static-or-dynamic rule is decided
  *   ./fwd_bench prof S kind [d]  one warm-up and one call (ncu -k regex:fwd_kernel -s 1 -c 1); kind: name or index
  *   ./fwd_bench rho          host only: each mask's rho and element density at 8K and 32K
  *   ./fwd_bench probe        exit 0 when a CUDA device is there, 2 when not
@@ -372,8 +374,8 @@ int main(int argc, char **argv)
     return 0;
   }
   if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "bench" &&
-      mode != "sched") {
-    fprintf(stderr, "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], sched [reps], prof S kind [d], rho, probe)\n",
+      mode != "sched" && mode != "wsweep") {
+    fprintf(stderr, "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], sched [reps], wsweep [reps], prof S kind [d], rho, probe)\n",
             mode.c_str());
     return 2;
   }
@@ -405,6 +407,17 @@ int main(int argc, char **argv)
   if (mode == "ab") {
     for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA, M_DOC}) bench_case(8192, k, 128, 32, reps);
     for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(32768, k, 128, 32, reps);
+    return 0;
+  }
+  if (mode == "wsweep") { /* window sizes: grid, static, dynamic in turn per window */
+    printf("wsweep: S = 8192, d = 128, H = 32, sliding window of w keys; median ms, static / dynamic against grid (> 1: faster)\n");
+    for (int w : {150, 300, 500, 700, 1000, 1500, 2000, 3000}) {
+      float ms[3];
+      g_window = w;
+      for (int t = 0; t < 3; t++) ms[t] = bench_case(8192, M_SWA, 128, 32, reps, 0, t);
+      printf("wsweep w=%-5d grid %.3f static %.3f dynamic %.3f ms  static/grid %.3f dynamic/grid %.3f\n", w, ms[0], ms[1], ms[2],
+             ms[0] / ms[1], ms[0] / ms[2]);
+    }
     return 0;
   }
   if (mode == "sched") { /* the three schedules of the Hopper forward, side by side, in turn per mask */

@@ -6,16 +6,18 @@
 # places -fm_sm90_auto_keys: auto should match the best of grid and static on every row.
 # Ours only: not a comparison with the peers (compare.sh is). Run from the build directory on a
 # GPU machine; logs in $OUT.
-# usage: sh share/bench/sched.sh [-seqlen 8192,32768] [-masks all|a,b] [-head_dim 128] [-reps 5]
+# usage: sh share/bench/sched.sh [-seqlen 8192,32768] [-masks all|a,b] [-head_dim 128] [-reps 5] [-warmup_s 1]
+# (-warmup_s: seconds of back-to-back runs before each timing, fmbench's steady state)
 OUT=${OUT:-/tmp/fmout}
 mkdir -p "$OUT"
-seqlens=8192,32768 masks=all d=128 reps=5
+seqlens=8192,32768 masks=all d=128 reps=5 warm_s=1
 while [ $# -gt 0 ]; do
   case $1 in
     -seqlen) seqlens=$2; shift 2 ;;
     -masks) masks=$2; shift 2 ;;
     -head_dim) d=$2; shift 2 ;;
     -reps) reps=$2; shift 2 ;;
+    -warmup_s) warm_s=$2; shift 2 ;;
     *) echo "sched.sh: unknown argument $1"; exit 2 ;;
   esac
 done
@@ -27,7 +29,7 @@ for S in $(echo "$seqlens" | tr , ' '); do
   for r in 1 2; do
     for s in auto grid static dynamic; do
       timeout 120 ${MPIEXEC:-mpiexec} -n 1 ./fmbench -pass fwd -masks "$masks" -seqlen "$S" -heads $heads -head_dim "$d" -tokens 131072 \
-        -reps "$reps" -warmup 1 -fm_sm90_schedule $s > "$OUT/sched_run.log" 2>&1 || echo "sched.sh: fmbench $S $s exited $?"
+        -reps "$reps" -warmup 1 -warmup_s "$warm_s" -fm_sm90_schedule $s > "$OUT/sched_run.log" 2>&1 || echo "sched.sh: fmbench $S $s exited $?"
       awk -v s=$s '$4 == "fwd" && $NF == "sm90" {print s, $1, $2, $6}' "$OUT/sched_run.log" >> "$log"
     done
   done

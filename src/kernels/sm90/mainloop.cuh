@@ -126,7 +126,7 @@ __device__ __forceinline__ void apply_mask(float *s, int e, const int4 *bnd, int
 /*
  * -DFM_SM90_RESCALE_SKIP (a build for the A/B, off by default): while no row of the warp's max
  * grows by more than kRescaleSkip in base-2 units, the warp keeps its running max. P is then
- * relative to the kept max (at most 2^kRescaleSkip), O and l need no rescale (corr is exactly 1)
+ * relative to the kept max (at most 2^kRescaleSkip), O and l need no rescale (corr is set to 1)
  * and the caller skips it; O / l and the LSE (taken from the same max) are unchanged in exact
  * arithmetic. FlashAttention-4 does this on Blackwell.
  */
@@ -147,9 +147,12 @@ template <int TN> __device__ __forceinline__ bool softmax_step(float *s, float *
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
 #ifdef FM_SM90_RESCALE_SKIP
-  /* a row whose max is still -inf compares NaN or +inf: never kept */
-  const bool keep = __all_sync(0xffffffffu, mx0 * c - mrow[0] * c <= kRescaleSkip && mx1 * c - mrow[1] * c <= kRescaleSkip);
-  if (keep) {
+  /* a row's max unchanged (a row with nothing visible yet too: -inf == -inf), or grown by at most
+     kRescaleSkip; a row whose max is new (from -inf) compares +inf: not kept */
+  const bool k0 = mx0 == mrow[0] || mx0 * c - mrow[0] * c <= kRescaleSkip;
+  const bool k1 = mx1 == mrow[1] || mx1 * c - mrow[1] * c <= kRescaleSkip;
+  const bool keep = __all_sync(0xffffffffu, k0 && k1);
+  if (keep) { /* P relative to the kept max */
     mx0 = mrow[0];
     mx1 = mrow[1];
   }
@@ -159,8 +162,12 @@ template <int TN> __device__ __forceinline__ bool softmax_step(float *s, float *
   /* a row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf) = 0, never NaN */
   const float ms0 = mx0 == -INFINITY ? 0.f : mx0 * c;
   const float ms1 = mx1 == -INFINITY ? 0.f : mx1 * c;
-  corr[0] = exp2f(mrow[0] * c - ms0);
-  corr[1] = exp2f(mrow[1] * c - ms1);
+  if (keep) { /* set, not computed: O is not rescaled, so l must not be either */
+    corr[0] = corr[1] = 1.f;
+  } else {
+    corr[0] = exp2f(mrow[0] * c - ms0);
+    corr[1] = exp2f(mrow[1] * c - ms1);
+  }
   mrow[0] = mx0;
   mrow[1] = mx1;
   float l0 = 0.f, l1 = 0.f;
@@ -309,8 +316,8 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       gemm_qk<TN, F16>(s, qaddr, kbase + st * L::KB, D);
       wgmma_commit();
       /* O (basis m_{i-2}) to basis m_{i-1} while S_i is computed: off the critical path. (After
-         P.V's wait instead, as FlashAttention-3/4 place it at d <= 128: +1.2% full 8K, -2.3%
-         full 32K, the rest within noise, H200 2026-12-01 (seventh session): not kept.) */
+         P.V's wait instead, as FlashAttention-3/4 place it at d <= 128: +1.3% full 8K, -2.3%
+         full 32K, causal document 8K +2..6%, H200 2026-12-01 (seventh session): not kept.) */
       if (!keep) rescale_o<D>(o, corr);
       mbar_wait(&v_full[pst], pph);
       wgmma_fence();

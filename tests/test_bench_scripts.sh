@@ -128,5 +128,11 @@ grep -q "FA4: n/a in every row" "$t/cmp" || fail "no note that FA4 is missing"
 [ "$(grep -c "" "$t/w/compare.csv")" = 7 ] || fail "compare.csv: expected a header and 6 rows"
 grep -q "^document,8192,16,16,bwd,0.55,15.0000,520.0000,40.0000,195.0000,2.6667,30.0000,260.0000,2.0000,n/a,.*,0.5000,55.0000$" "$t/w/compare.csv" ||
   { cat "$t/w/compare.csv"; fail "compare.csv's per-sample bwd row"; }
+# an explicit -warmup_s replaces the default 2 s, for fmbench and the peers alike
+: > "$t/log"
+LOG="$PWD/$t/log" FMBENCH="$PWD/$t/fm.sh" PYTHON3="$PWD/$t/py.sh" WORK="$t/w" MASK_BATCH=0 \
+  sh "$B/compare.sh" -masks full -seqlen 8192 -warmup_s 0 > "$t/cmp" 2>&1 || { cat "$t/cmp"; fail "compare.sh -warmup_s 0 exited nonzero"; }
+[ "$(grep -c -- "-warmup_s 0 " "$t/log")" = 2 ] && ! grep -q -- "-warmup_s 2" "$t/log" ||
+  { cat "$t/log"; fail "compare.sh -warmup_s 0: not given to both fmbench and peers.py in place of the default"; }
 rm -rf "$t"
 echo "PASS: peers.py, compare_table.py, compare.sh, gpu_check.sh and the context-parallel scripts check out without a GPU"

@@ -27,6 +27,10 @@ fm_run 1 "$FMBENCH" -dryrun -masks causal -seqlen 256 -o "$h5" -warmup_s -2 > "$
 rc=$?
 [ $rc != 0 ] || { echo "FAIL: fmbench -warmup_s -2 exited 0"; cat "$out"; exit 1; }
 grep -q -- "-warmup_s is -2" "$out" || { echo "FAIL: fmbench does not name the bad -warmup_s"; cat "$out"; exit 1; }
+fm_run 1 "$FMBENCH" -dryrun -masks causal -seqlen 256 -o "$h5" -warmup_s 2s > "$out" 2>&1
+rc=$?
+[ $rc != 0 ] || { echo "FAIL: fmbench -warmup_s 2s exited 0"; cat "$out"; exit 1; }
+grep -q -- "-warmup_s is '2s'" "$out" || { echo "FAIL: fmbench does not name the unparsable -warmup_s"; cat "$out"; exit 1; }
 rm -f "$h5"
 fm_run 1 "$FMBENCH" -dryrun -masks causal -seqlen 256 -o "$h5" -warmup_s 1.5 -warmup 2 -reps 4 > "$out" 2>&1
 rc=$?

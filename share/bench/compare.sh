@@ -13,9 +13,9 @@
 #                    -pass fwd,bwd,fwdbwd (default here: fwd,bwd)]
 # -warmup_s T (default here 2): before each timing, everyone runs T seconds back to back, so that
 # every implementation is timed at the GPU's steady state under its power cap, as in training. A
-# few runs after an idle moment go at boost clocks, and a peer compiled at its first call (FA4's
-# CuTe DSL, Triton) is timed just after seconds of idle GPU: with -warmup_s 0, FA4's dense forward
-# at 8K read 761 TFLOP/s, after 5 s of load 661 (H200, 2026-12-01, doc/performance.md).
+# few runs after an idle moment can go at boost clocks (a peer that compiles at its first call is
+# timed right after seconds of idle GPU): with -warmup_s 0, FA4's dense forward at 8K read 761
+# TFLOP/s, after 2-5 s of load 661-666 (H200, 2026-12-01, doc/performance.md).
 # Environment: FMBENCH (default: fmbench on PATH; with MPIEXEC set it runs "$MPIEXEC -n 1 $FMBENCH"),
 #   PYTHON3 (default python3), WORK (directory for the mask files and CSVs, default ./fmbench-out),
 #   MASK_BATCH (the per-sample case's batch; default tokens / the first seqlen; 0: no such case),

@@ -23,7 +23,7 @@
  * update path + the upload, median over max(reps, 3); also printed beside the forward's time).
  * Options:
  *   -masks all|name,name,...   -seqlen S,S,...   -head_dim d   -heads H   -heads_kv Hkv
- *   -tokens N   -dtype bf16|fp16   -warmup n   -reps n   -seed s   -o file   -csv file
+ *   -tokens N   -dtype bf16|fp16   -warmup n   -warmup_s T   -reps n   -seed s   -o file   -csv file
  *   -pass fwd,bwd,fwdbwd   the passes to time (default fwd); -bwd and -fwdbwd add one
  *   -mask_batch B   per-sample masks: batch B (instead of tokens / seqlen) and every mask with
  *             mask_batch B (FMMaskSetBatch), so the random builders (document, ...) pack
@@ -278,7 +278,14 @@ static int parse_args(int argc, char **argv, Args *a)
     else if (!strcmp(k, "-tokens")) a->tokens = atol(v);
     else if (!strcmp(k, "-dtype")) snprintf(a->dts, sizeof a->dts, "%s", v);
     else if (!strcmp(k, "-warmup")) a->warm = atoi(v);
-    else if (!strcmp(k, "-warmup_s")) a->warm_s = atof(v);
+    else if (!strcmp(k, "-warmup_s")) {
+      char *end = NULL;
+      a->warm_s = strtod(v, &end);
+      if (end == v || *end) {
+        fprintf(stderr, "fmbench: -warmup_s is '%s'; expected seconds from 0 to 600\n", v);
+        return 1;
+      }
+    }
     else if (!strcmp(k, "-reps")) a->reps = atoi(v);
     else if (!strcmp(k, "-seed")) a->seed = strtoul(v, NULL, 10);
     else if (!strcmp(k, "-o")) snprintf(a->out, sizeof a->out, "%s", v);
@@ -414,7 +421,7 @@ static int print_help(void)
            "  -dtype bf16|fp16          element type\n"
            "  -warmup n  -reps n        warm-up and timed runs (the median is reported)\n"
            "  -warmup_s T               then T seconds of back-to-back runs before the timed ones (default 0):\n"
-           "                            the GPU's steady state under its power cap, as in a training run\n"
+           "                            the GPU's steady state under its power cap, as in a training run (not with -cp)\n"
            "  -seed s                   seed of the random masks and tensors\n"
            "  -o file                   HDF5 file of the exact bounds used\n"
            "  -csv file                 results as CSV\n"
@@ -484,8 +491,8 @@ int main(int argc, char **argv)
   printf("fmbench: passes");
   for (int t = 0; t < NPASS; t++)
     if (a.passes & 1 << t) printf(" %s", pass_name[t]);
-  printf(" (TFLOP/s: FlashMask convention, backward = 2.5 x forward, fwdbwd = 3.5 x forward); %d warm-up runs%s, median of %d\n",
-         a.warm, a.warm_s > 0 ? " and the steady state (-warmup_s)" : "", a.reps);
+  printf(" (TFLOP/s: FlashMask convention, backward = 2.5 x forward, fwdbwd = 3.5 x forward); %d warm-up run%s%s, median of %d\n",
+         a.warm, a.warm == 1 ? "" : "s", a.warm_s > 0 ? " and the steady state (-warmup_s)" : "", a.reps);
   if (a.mask_batch > 0)
     printf("fmbench: -mask_batch %d: batch %d, every sample with its own bounds (sample b drawn from seed + b)\n", a.mask_batch,
            a.mask_batch);

@@ -10,6 +10,8 @@
  *   ./bwd_bench small     one small case (for compute-sanitizer)
  *   ./bwd_bench bench     8K and 32K, bf16, d = 128, H = 32, 128K tokens per batch
  *   ./bwd_bench rho       host only: each harness mask's rho (FlashMask FLOPs) and element density
+ *   ./bwd_bench prof S k  mask k at length S, the default backward only (BWD_DET=1: the deterministic
+ *                         one too): for ncu, or with FM_BENCH_WARM_S for a steady-state time
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -382,6 +384,9 @@ int main(int argc, char **argv)
   if (mode == "prof") { /* one mask at one length, a warm-up and one call: for ncu (-k regex:bwd_kernel -s 1 -c 1) */
     const int S = argc > 2 ? atoi(argv[2]) : 8192;
     g_prof_kind = argc > 3 ? atoi(argv[3]) : 0;
+    /* the default backward only (a clock sampled over the call then sees one kernel); BWD_DET=1
+       times the deterministic one after it, as before */
+    g_nodet = !(getenv("BWD_DET") && atoi(getenv("BWD_DET")));
     bench(S, 1, 0, 32);
     return 0;
   }

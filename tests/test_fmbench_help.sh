@@ -26,7 +26,7 @@ grep -q "unknown pass 'backward'" "$out" || { echo "FAIL: fmbench does not name 
 fm_run 1 "$FMBENCH" -dryrun -masks causal -seqlen 256 -o "$h5" -warmup_s -2 > "$out" 2>&1
 rc=$?
 [ $rc != 0 ] || { echo "FAIL: fmbench -warmup_s -2 exited 0"; cat "$out"; exit 1; }
-grep -q -- "-warmup_s is -2" "$out" || { echo "FAIL: fmbench does not name the bad -warmup_s"; cat "$out"; exit 1; }
+grep -q -- "-warmup_s is '-2'" "$out" || { echo "FAIL: fmbench does not name the bad -warmup_s"; cat "$out"; exit 1; }
 fm_run 1 "$FMBENCH" -dryrun -masks causal -seqlen 256 -o "$h5" -warmup_s 2s > "$out" 2>&1
 rc=$?
 [ $rc != 0 ] || { echo "FAIL: fmbench -warmup_s 2s exited 0"; cat "$out"; exit 1; }

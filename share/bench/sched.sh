@@ -2,7 +2,7 @@
 # sched.sh - the Hopper forward's tile schedules through the library, on the library's own
 # masks: fmbench -pass fwd with -fm_sm90_schedule auto, grid, static and dynamic in turn (two
 # alternating rounds, best of each), then one table: TFLOP/s per schedule, each against the grid,
-# and which one auto took (FMPlanView's estimate of the keys a query row sees on average). It
+# and which one auto took (FMPlanView's estimate of the keys a query tile sees on average). It
 # places -fm_sm90_auto_keys: auto should match the best of grid and static on every row.
 # Ours only: not a comparison with the peers (compare.sh is). Run from the build directory on a
 # GPU machine; logs in $OUT.

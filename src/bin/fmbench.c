@@ -281,7 +281,7 @@ static int parse_args(int argc, char **argv, Args *a)
     else if (!strcmp(k, "-warmup_s")) {
       char *end = NULL;
       a->warm_s = strtod(v, &end);
-      if (end == v || *end) {
+      if (end == v || *end || !(a->warm_s >= 0 && a->warm_s <= 600)) {
         fprintf(stderr, "fmbench: -warmup_s is '%s'; expected seconds from 0 to 600\n", v);
         return 1;
       }
@@ -298,10 +298,6 @@ static int parse_args(int argc, char **argv, Args *a)
   if (a->Hkv <= 0) a->Hkv = a->H;
   a->dt = !strcmp(a->dts, "fp16") ? FM_DTYPE_FP16 : FM_DTYPE_BF16;
   if (a->reps < 1) a->reps = 1;
-  if (!(a->warm_s >= 0 && a->warm_s <= 600)) {
-    fprintf(stderr, "fmbench: -warmup_s is %g; expected seconds from 0 to 600\n", a->warm_s);
-    return 1;
-  }
   if (!a->out[0]) snprintf(a->out, sizeof a->out, "fmbench_masks.h5");
   if (!strcmp(a->masks, "all")) {
     for (int i = 0; i < a->nnames; i++) a->use[i] = 1;

@@ -225,8 +225,8 @@ template <int D, bool F16> __device__ __forceinline__ void issue_dq(float *dq, u
  * memory meanwhile; once they have retired (P and dS registers die before dQ's accumulators
  * live) the stage's Q and dO are released (empty) and, every consumer having written its dS
  * rows, dq = dS K (SS) runs; its block then goes to the writer warp. (Issuing dQ behind dV and
- * dK before they retire measured the same within 2% on the H200, 2026-12-01; FlashAttention-4's
- * order, dV, then dQ, then dK with dQ's block staged while dK runs, 0.1-1.1% slower on full and
+ * dK before they retire measured the same within 2% on the H200, 2026-12-01; an order like
+ * FlashAttention-4's, dV, then dQ, then dK with dQ's block staged while dK runs, 0.1-1.1% slower on full and
  * causal, 2026-12-01 (seventh session): neither kept.) Every opaque copy (reg_fence) keeps ptxas from hoisting
  * loop-invariant addresses into registers it would then spill; the ones after a wait tell it
  * which registers the retired products read and wrote.

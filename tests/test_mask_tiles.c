@@ -213,8 +213,9 @@ static void check_tile_keys(FMContext ctx, uint64_t *rs)
                 sh[s].Sk, sh[s].H, sh[s].mb, est, cv, ex, excv, sampled ? "sampled" : "every column");
       FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &oauto, &c));
       FMT_CHECK(c.tile_keys == est && c.tile_cv == cv && c.auto_keys == FM_GPU_SCHED_AUTO_KEYS &&
-                  c.schedule == (est > FM_GPU_SCHED_AUTO_KEYS ? FM_GPU_SCHED_GRID : cv <= FM_GPU_SCHED_AUTO_CV ? FM_GPU_SCHED_STATIC
-                                                                                                         : FM_GPU_SCHED_DYNAMIC),
+                  c.schedule == (est > FM_GPU_SCHED_AUTO_KEYS                                   ? FM_GPU_SCHED_GRID
+                                 : cv <= FM_GPU_SCHED_AUTO_CV && est <= FM_GPU_SCHED_STATIC_KEYS ? FM_GPU_SCHED_STATIC
+                                                                                                 : FM_GPU_SCHED_DYNAMIC),
                 "%s %dx%d: auto chose schedule %d from %.1f keys, spread %.2f", types[t], sh[s].Sq, sh[s].Sk, c.schedule, c.tile_keys,
                 c.tile_cv);
       FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CPU, 128, 90, &oauto, &c));
@@ -228,16 +229,22 @@ static void check_tile_keys(FMContext ctx, uint64_t *rs)
       FMT_CALL(FMMaskDestroy(&m));
     }
   {
-    /* a 1024-wide sliding window (even: static), causal at 2048 (uneven: dynamic), full (grid) */
+    /* sliding windows of 256 (even, few keys: static) and 1024 (even, more keys than the round
+       robin takes: dynamic), causal at 2048 (uneven: dynamic), full (grid) */
     FMMask m;
     FMSm90Choice c;
     FMT_CALL(FMMaskCreate(ctx, &m));
     FMT_CALL(FMMaskSetSizes(m, 8192, 8192, 1));
     FMT_CALL(FMMaskSetType(m, FMMASKSLIDINGWINDOW));
+    FMT_CALL(FMMaskSetWindow(m, 256, 0));
+    FMT_CALL(FMMaskSetUp(m));
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &oauto, &c));
+    FMT_CHECK(c.schedule == FM_GPU_SCHED_STATIC && c.tile_keys > 300 && c.tile_keys < 450 && c.tile_cv < 0.3,
+              "sliding window 256 of 8192: schedule %d from %.1f keys, spread %.2f", c.schedule, c.tile_keys, c.tile_cv);
     FMT_CALL(FMMaskSetWindow(m, 1024, 0));
     FMT_CALL(FMMaskSetUp(m));
     FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &oauto, &c));
-    FMT_CHECK(c.schedule == FM_GPU_SCHED_STATIC && c.tile_keys > 1000 && c.tile_keys < 1200 && c.tile_cv < 0.3,
+    FMT_CHECK(c.schedule == FM_GPU_SCHED_DYNAMIC && c.tile_keys > 1000 && c.tile_keys < 1200 && c.tile_cv < 0.3,
               "sliding window 1024 of 8192: schedule %d from %.1f keys, spread %.2f", c.schedule, c.tile_keys, c.tile_cv);
     FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &o300, &c)); /* -fm_sm90_auto_keys 300 */
     FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.auto_keys == 300, "sliding window 1024, threshold 300 keys: schedule %d", c.schedule);

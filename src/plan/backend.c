@@ -43,7 +43,8 @@ FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int hea
     r.schedule = FM_GPU_SCHED_GRID;
     if (backend == FM_BACKEND_CUDA && gpu_sm == 90 && (head_dim == 64 || head_dim == 128)) {
       FMCall(FMMaskTileKeys_Private(mask, FM_GPU_TILE_M, &r.tile_keys, &r.tile_cv));
-      if (r.tile_keys <= r.auto_keys) r.schedule = r.tile_cv <= FM_GPU_SCHED_AUTO_CV ? FM_GPU_SCHED_STATIC : FM_GPU_SCHED_DYNAMIC;
+      if (r.tile_keys <= r.auto_keys)
+        r.schedule = r.tile_cv <= FM_GPU_SCHED_AUTO_CV && r.tile_keys <= FM_GPU_SCHED_STATIC_KEYS ? FM_GPU_SCHED_STATIC : FM_GPU_SCHED_DYNAMIC;
     }
   }
   *c = r;

@@ -538,7 +538,10 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
       if (c->tile_keys >= 0) /* auto: say why */
         snprintf(why, sizeof why, "; auto: a query tile sees %.0f keys on average, %s %d, spread %.2f%s", c->tile_keys,
                  c->tile_keys <= c->auto_keys ? "at most" : "more than", c->auto_keys, c->tile_cv,
-                 c->tile_keys > c->auto_keys ? "" : c->tile_cv <= FM_GPU_SCHED_AUTO_CV ? " (even)" : " (uneven)");
+                 c->tile_keys > c->auto_keys                ? ""
+                 : c->tile_cv > FM_GPU_SCHED_AUTO_CV           ? " (uneven)"
+                 : c->tile_keys > FM_GPU_SCHED_STATIC_KEYS ? " (even, but more keys than the round robin takes)"
+                                                           : " (even)");
       else if (c->requested == FM_GPU_SCHED_AUTO)
         snprintf(why, sizeof why, "; auto: the persistent kernel runs d = 64 and 128 on sm_90 only");
       if (p.opts.sm90_schedule == FM_GPU_SCHED_GRID)

@@ -23,8 +23,8 @@ enum { FM_SUM_LTS_MIN = 0, FM_SUM_LTS_MAX, FM_SUM_LTE_MIN, FM_SUM_LTE_MAX,
  * (dynamic). AUTO is the options' default: a plan resolves it from its mask at FMPlanSetUp
  * (FMSm90ChooseSchedule_Private: persistent when a query tile sees at most
  * FM_GPU_SCHED_AUTO_KEYS keys on average, where a tile's fixed cost weighs most, static when
- * the tiles' key counts are even, dynamic when not; else the grid); a kernel handed AUTO
- * unresolved runs the grid.
+ * the tiles' key counts are even and small (at most FM_GPU_SCHED_STATIC_KEYS), dynamic when not;
+ * else the grid); a kernel handed AUTO unresolved runs the grid.
  */
 #define FM_GPU_SCHED_GRID 0
 #define FM_GPU_SCHED_STATIC 1
@@ -32,6 +32,7 @@ enum { FM_SUM_LTS_MIN = 0, FM_SUM_LTS_MAX, FM_SUM_LTE_MIN, FM_SUM_LTE_MAX,
 #define FM_GPU_SCHED_AUTO 3
 #define FM_GPU_SCHED_AUTO_KEYS 2048 /* auto: persistent at most this many keys per query tile on average */
 #define FM_GPU_SCHED_AUTO_CV 0.5    /* auto: static at most this spread of the tiles' keys, else dynamic */
+#define FM_GPU_SCHED_STATIC_KEYS 512 /* auto: static at most this many keys per query tile, else dynamic */
 #define FM_GPU_TILE_M 128           /* the Hopper forward's query tile (rows) */
 
 /* Tile classes. */

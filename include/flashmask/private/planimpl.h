@@ -120,10 +120,12 @@ void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o);
  *   Auto takes the persistent kernel where a query tile sees at most FMSm90AutoKeys(o) keys on
  *   average (FMMaskTileKeys_Private over FM_GPU_TILE_M-row tiles): there it hides each tile's
  *   fixed cost (list build, first loads, epilogue) behind the previous tile. When the tiles
- *   also see about as many keys each (spread at most FM_GPU_SCHED_AUTO_CV) it takes the static
- *   round robin (no atomic per tile; measured 1.21-1.35x the grid on such masks, against the
- *   counter's 1.04-1.25x), else the dynamic counter (the round robin measured 0.78-0.87x the
- *   grid on causal, the counter 0.95-1.00x). Heavier tiles, another head dim than 64 or 128,
+ *   also see about as many keys each (spread at most FM_GPU_SCHED_AUTO_CV) and few of them (at
+ *   most FM_GPU_SCHED_STATIC_KEYS) it takes the static round robin (no atomic per tile; measured
+ *   1.21-1.35x the grid on such masks of 420-490 keys, against the counter's 1.04-1.25x), else
+ *   the dynamic counter (the round robin measured 0.78-0.87x the grid on causal, the counter
+ *   0.95-1.00x; on even sliding windows of 830-3100 keys the round robin 0.92-1.01x, the counter
+ *   1.02-1.08x). Heavier tiles, another head dim than 64 or 128,
  *   another GPU than sm_90 and the CPU backend get the grid (the dense masks at 32K keys and
  *   more ran 3-5% faster there than under either persistent schedule; doc/performance.md).
  *   head_dim, gpu_sm: the plan's and its context's (compute capability x 10). *c: the choice

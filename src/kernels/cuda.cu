@@ -88,7 +88,8 @@ const char *FMCudaForwardPathName(int sm)
 /* ------------------------------------------------------------------ mask */
 
 /*
- * FMCudaMaskUpload - copy the mask's bound vectors to the current device and build there the
+ * FMCudaMaskUpload - copy the bound vectors the mask carries (m->present; the others take their
+ *   defaults on the device, unread and uncopied) to the current device and build there the
  *   kernels' view of them (cuda_mask.cu): packed per-column bounds and block summaries at the
  *   kernels' key-block size (FM_GPU_BLOCK_N). Not collective; synchronous (it completes before
  *   return).
@@ -105,8 +106,9 @@ FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev)
           "Mask sizes seqlen_q = %d, seqlen_k = %d, mask_heads = %d; expected all positive", m->seqlen_q, m->seqlen_k,
           m->mask_heads);
   for (int v = 0; v < 4; v++)
-    FMCheck(m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Mask bound vector %d is NULL; expected all four set", v);
-  e = FMGpuMaskCreate(m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->bnd, &d);
+    FMCheck(!((m->present >> v) & 1) || m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL,
+            "Mask bound vector %d is NULL but the mask's present bits (%d) name it", v, m->present);
+  e = FMGpuMaskCreate(m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->present, m->bnd, &d);
   if (e == cudaErrorMemoryAllocation)
     FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Cannot allocate %zu bytes of device memory for the mask",
             (size_t)24 * m->mask_heads * (m->mask_batch > 1 ? m->mask_batch : 1) * m->seqlen_k);
@@ -129,8 +131,9 @@ FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *
   *done = 0;
   if (!dev) return FM_SUCCESS;
   for (int v = 0; v < 4; v++)
-    FMCheck(m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Mask bound vector %d is NULL; expected all four set", v);
-  e = FMGpuMaskUpdate((FMGpuMask *)dev, m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->bnd,
+    FMCheck(!((m->present >> v) & 1) || m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL,
+            "Mask bound vector %d is NULL but the mask's present bits (%d) name it", v, m->present);
+  e = FMGpuMaskUpdate((FMGpuMask *)dev, m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->present, m->bnd,
                       (cudaStream_t)stream, done);
   FMCallCUDA(e);
   return FM_SUCCESS;

@@ -12,11 +12,13 @@
 /*
  * One CTA per (key block, mask head), FM_GPU_BLOCK_N threads: pack the four bounds of each
  * column (fully masked padding past seqlen_k) and reduce the block's 8 summary numbers over
- * its real columns.
+ * its real columns. plane: where each bound vector (LTS, LTE, UTS, UTE) lies in bnd, in units of
+ * H x Sk entries, or -1 for a vector the mask does not carry, which takes its default (Sq, Sq,
+ * 0, 0) without being read or uploaded.
  */
-__global__ void __launch_bounds__(FM_GPU_BLOCK_N) fm_mask_prepass(const int32_t *bnd, int Sq, int Sk, int H, int nblk,
-                                                                   int causal, int4 *packed, int32_t *sum, int2 *vis,
-                                                                   int *simple)
+__global__ void __launch_bounds__(FM_GPU_BLOCK_N) fm_mask_prepass(const int32_t *bnd, int4 plane, int Sq, int Sk, int H,
+                                                                   int nblk, int causal, int4 *packed, int32_t *sum,
+                                                                   int2 *vis, int *simple)
 {
   __shared__ int red[FM_GPU_BLOCK_N / 32][FM_SUM_N];
   const int kb = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
@@ -25,7 +27,8 @@ __global__ void __launch_bounds__(FM_GPU_BLOCK_N) fm_mask_prepass(const int32_t 
   int mn[4], mx[4];
   if (j < Sk) {
     const size_t o = (size_t)h * Sk + j, vs = (size_t)H * Sk;
-    v = make_int4(bnd[o], bnd[vs + o], bnd[2 * vs + o], bnd[3 * vs + o]);
+    v = make_int4(plane.x < 0 ? Sq : bnd[plane.x * vs + o], plane.y < 0 ? Sq : bnd[plane.y * vs + o],
+                  plane.z < 0 ? 0 : bnd[plane.z * vs + o], plane.w < 0 ? 0 : bnd[plane.w * vs + o]);
     mn[0] = mx[0] = v.x;
     mn[1] = mx[1] = v.y;
     mn[2] = mx[2] = v.z;
@@ -86,14 +89,25 @@ __global__ void __launch_bounds__(FM_GPU_BLOCK_N) fm_mask_prepass(const int32_t 
   }
 }
 
+/* The carried vectors of present (FM_BOUND_* bits) packed in order: plane[v] their place, -1 for
+   the others; returns how many. */
+static int planes(int present, int pl[4])
+{
+  int k = 0;
+  for (int v = 0; v < 4; v++) pl[v] = (present >> v) & 1 ? k++ : -1;
+  return k;
+}
+
 /*
  * FMGpuMaskCreate - allocate the device copy, upload the bounds and run the prepass on the
  *   default stream; synchronous (the copy is complete on return). On error nothing stays
  *   allocated and *out is NULL.
  */
-cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, const int32_t *const bnd[4],
-                            FMGpuMask **out)
+cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, int present,
+                            const int32_t *const bnd[4], FMGpuMask **out)
 {
+  int pl[4];
+  planes(present, pl);
   FMGpuMask *d = (FMGpuMask *)calloc(1, sizeof(FMGpuMask));
   const int rows = mask_heads * (mask_batch > 1 ? mask_batch : 1); /* one prepass row per (sample, mask head) */
   const size_t n = (size_t)rows * seqlen_k;
@@ -117,9 +131,10 @@ cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask
       (e = cudaMalloc((void **)&d->simple, (size_t)rows * d->nblk * sizeof(int))) != cudaSuccess)
     goto fail;
   for (int v = 0; v < 4; v++)
-    if ((e = cudaMemcpy(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice)) != cudaSuccess) goto fail;
-  fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N>>>(d->bnd, seqlen_q, seqlen_k, rows, d->nblk, causal, d->packed, d->sum,
-                                                            d->vis, d->simple);
+    if (pl[v] >= 0 && (e = cudaMemcpy(d->bnd + pl[v] * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice)) != cudaSuccess)
+      goto fail;
+  fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N>>>(d->bnd, make_int4(pl[0], pl[1], pl[2], pl[3]), seqlen_q, seqlen_k, rows,
+                                                            d->nblk, causal, d->packed, d->sum, d->vis, d->simple);
   if ((e = cudaGetLastError()) != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess) goto fail;
   *out = d;
   return cudaSuccess;
@@ -158,9 +173,11 @@ void FMGpuMaskStage(FMGpuMask *d)
 }
 
 /* FMGpuMaskUpdate - see fmgpu.cuh. */
-cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal,
+cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, int present,
                             const int32_t *const bnd[4], cudaStream_t st, int *done)
 {
+  int pl[4];
+  const int np = planes(present, pl);
   const int mb = mask_batch > 1 ? mask_batch : 1, rows = mask_heads * mb, nblk = (seqlen_k + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
   const size_t n = (size_t)rows * seqlen_k;
   cudaError_t e;
@@ -178,8 +195,9 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
     const int i = d->next_stage;
     int32_t *s = d->stage[i];
     if ((e = cudaEventSynchronize(d->staged[i])) != cudaSuccess) return e;
-    for (int v = 0; v < 4; v++) memcpy(s + v * n, bnd[v], n * sizeof(int32_t));
-    if ((e = cudaMemcpyAsync(d->bnd, s, 4 * n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess) return e;
+    for (int v = 0; v < 4; v++)
+      if (pl[v] >= 0) memcpy(s + pl[v] * n, bnd[v], n * sizeof(int32_t));
+    if (np && (e = cudaMemcpyAsync(d->bnd, s, np * n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess) return e;
     if ((e = cudaEventRecord(d->staged[i], st)) != cudaSuccess) {
       /* the copy may be queued with no event after it: wait for it here, so that no later
          update rewrites the buffer under it */
@@ -190,10 +208,12 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
   } else {
     /* from pageable host memory the copies return once the host bounds have been read */
     for (int v = 0; v < 4; v++)
-      if ((e = cudaMemcpyAsync(d->bnd + v * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess) return e;
+      if (pl[v] >= 0 &&
+          (e = cudaMemcpyAsync(d->bnd + pl[v] * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess)
+        return e;
   }
-  fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N, 0, st>>>(d->bnd, seqlen_q, seqlen_k, rows, d->nblk, causal, d->packed,
-                                                                  d->sum, d->vis, d->simple);
+  fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N, 0, st>>>(d->bnd, make_int4(pl[0], pl[1], pl[2], pl[3]), seqlen_q, seqlen_k,
+                                                                  rows, d->nblk, causal, d->packed, d->sum, d->vis, d->simple);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   *done = 1;
   return cudaSuccess;

@@ -150,11 +150,12 @@ static inline void FMGpuFwdParamsDense(FMGpuFwdParams *gp, const FMGpuMask *dm, 
   gp->vdesc_swap = vdesc_swap;
 }
 
-/* cuda_mask.cu: copy the four bound vectors (host, [mask_batch][mask_heads][seqlen_k] each; mask_batch
-   <= 1 means 1) to the current device and run the prepass; synchronous. *out is NULL on error.
-   FMGpuMaskDestroy accepts NULL. */
-cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, const int32_t *const bnd[4],
-                            FMGpuMask **out);
+/* cuda_mask.cu: copy the bound vectors (host, [mask_batch][mask_heads][seqlen_k] each; mask_batch
+   <= 1 means 1) that present (FM_BOUND_* bits) names to the current device and run the prepass,
+   which gives the others their defaults (LTS = LTE = seqlen_q, UTS = UTE = 0) unread: bnd[v] may
+   be NULL for those; synchronous. *out is NULL on error. FMGpuMaskDestroy accepts NULL. */
+cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, int present,
+                            const int32_t *const bnd[4], FMGpuMask **out);
 void FMGpuMaskDestroy(FMGpuMask *d);
 /* FMGpuMaskStage - pin the staging that FMGpuMaskUpdate then copies through (two host buffers
    of the bounds' capacity, when that is at most FM_GPU_STAGE_MAX; nothing when they are already
@@ -163,13 +164,14 @@ void FMGpuMaskDestroy(FMGpuMask *d);
    synchronization point, so call it where the caller synchronizes anyway (after the upload). */
 void FMGpuMaskStage(FMGpuMask *d);
 /* FMGpuMaskUpdate - a new mask into an existing copy whose buffers are large enough for its sizes
-   (else *done = 0 and nothing changed; *done = 1 when it was updated): the sizes set, the bounds copied and the prepass
+   (else *done = 0 and nothing changed; *done = 1 when it was updated): the sizes set, the bounds that present names copied
+   (the others take their defaults, as in FMGpuMaskCreate) and the prepass
    run on stream st, after the work already queued there (which may still read the old mask); no
    allocation, no device-wide synchronization. The host bounds may be reused on return: they are
    copied into a pinned staging buffer, and one copy of it goes to the device (the buffers
    alternate; the host waits only when the copy two updates back has not yet run, i.e. when it is
    more than one update ahead of the stream). */
-cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal,
+cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, int present,
                             const int32_t *const bnd[4], cudaStream_t st, int *done);
 
 /* simt/fwd_fallback.cu: the plain SIMT forward (any head dim up to 256, any GPU). */

@@ -15,7 +15,9 @@ extern "C" {
 /*
  * The mask as the kernels see it (global coordinates; borrowed pointers).
  * bnd[v] + h * seqlen_k is head h's vector v (v = 0..3: lts, lte, uts, ute); all four are
- * always valid (absent vectors in default form). summary + (h * nblocks_k + kb) * 8 holds
+ * always valid (absent vectors in default form). present: the FM_BOUND_* bits of the vectors the
+ * mask carries; a clear bit promises default form (LTS = LTE = seqlen_q, UTS = UTE = 0), so the
+ * GPU upload skips that vector (descriptors built by hand say 15 unless they know better). summary + (h * nblocks_k + kb) * 8 holds
  * the block summary (see FM_SUM_* in fmtile.h).
  */
 typedef struct FMMaskDesc_s {

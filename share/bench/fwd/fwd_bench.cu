@@ -43,7 +43,7 @@ static FMGpuMask *upload(const HostMask &m)
 {
   const int32_t *bnd[4] = {m.lts.data(), m.lte.data(), m.uts.data(), m.ute.data()};
   FMGpuMask *d = NULL;
-  CK(FMGpuMaskCreate(m.Sq, m.Sk, m.heads, m.batch, m.causal, bnd, &d));
+  CK(FMGpuMaskCreate(m.Sq, m.Sk, m.heads, m.batch, m.causal, 15, bnd, &d)); /* all four vectors */
   return d;
 }
 

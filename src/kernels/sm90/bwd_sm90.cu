@@ -104,7 +104,7 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
         *pi = i + 1;
         cur(&kb, &hkv, &b);
         const int hq = hkv * p.G + g;
-        const size_t lrow = ((size_t)b * p.Hq + hq) * p.nqb * kBM + (size_t)qb * kBM;
+        const size_t lrow = ((size_t)b * p.Hq + hq) * p.Sqp + (size_t)qb * kBM;
         mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
         st_u32(smem_u32(smem + L::OFF_STEP + 8 * st), (uint32_t)qb);
         st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1));
@@ -332,8 +332,7 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
 #pragma unroll
     for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
     mbar_wait(sy.kv_full, n & 1);
-    int gcur = -1;
-    size_t row0 = 0; /* the head's first query block */
+    int gcur = -1, bh = 0; /* the head, and its (batch, query head) */
     for (;;) {
       i = __shfl_sync(0xffffffffu, i, 0); /* warp-uniform to ptxas (the exit below depends on a load) */
       const int st = i % ST;
@@ -357,7 +356,7 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
           bnd_s[me.kr0 + 8] = pk[me.kr0 + 8];
         }
         __syncwarp();
-        row0 = ((size_t)b * p.Hq + hq) * p.nqb;
+        bh = b * p.Hq + hq;
         gcur = g;
       }
       uint32_t ls = smem_u32(smem + L::OFF_L + st * kBM * 4) + 8 * me.t4;
@@ -371,7 +370,8 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
                           kb * kBN + me.kr0, me, p);
       {
         DqStep d;
-        d.tix = (int)((row0 + qb) * 4) + (DqSplit<D>::own ? 0 : me.cw);
+        d.tix = (bh * p.nqb + qb) * 4 + (DqSplit<D>::own ? 0 : me.cw);
+        d.arow = (bh * (D / 64) + (DqSplit<D>::own ? 0 : me.cw)) * p.Sqp + qb * kBM;
         d.turn = DqSplit<D>::own ? 2 * kb + me.cw : kb;
         d.ph = (j & 1) ^ 1;
         step_grads<D, ST, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (L::NDS > 1 ? (j & 1) : 0) * L::DSB),
@@ -466,6 +466,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   p.causal = a->causal;
   p.nblk = a->nblk;
   p.nqb = w->nqb;
+  p.Sqp = w->sqp;
   p.B = a->batch;
   p.nitems = a->nblk * a->heads_kv * a->batch;
   p.counter = w->counter;
@@ -517,8 +518,10 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
   if (major != 9 || minor != 0 || need > (size_t)maxsm) return 0;
   if (a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N || (long long)a->nblk * a->heads_kv * a->batch > (1ll << 30))
     return 0;
-  /* the dQ writers' turn words are indexed in 32 bits (the summaries are read through size_t offsets) */
+  /* the dQ writers' turn words and accumulator rows are indexed in 32 bits (the summaries are
+     read through size_t offsets); 64-row blocks are the most of any step size */
   if (4ll * a->batch * a->heads_q * ((a->seqlen_q + FMBWD_BM - 1) / FMBWD_BM) >= (1ll << 31)) return 0;
+  if ((long long)a->batch * a->heads_q * ((a->head_dim + 63) / 64) * fmbwd_sqp(a->seqlen_q) >= (1ll << 31)) return 0;
   /* TMA: 16-byte aligned bases and strides */
   if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->dout) & 15) return 0;
   if (!strides_ok(&a->sq) || !strides_ok(&a->sk) || !strides_ok(&a->sv) || !strides_ok(&a->sdo)) return 0;

@@ -62,7 +62,8 @@ struct Params {
   float *dqacc;
   const int4 *packed;
   const int32_t *sum;
-  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B;
+  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B; /* nqb: query blocks of the kernel's step rows */
+  int Sqp;      /* the workspace's padded rows (fmbwd_sqp) */
   int G, hpm;   /* query heads per kv head, per mask head (host-divided: no registers held) */
   int mstride;  /* mask rows per sample: mask_heads when the mask has a batch (mask_batch > 1), else 0 */
   int nitems;   /* nblk * Hkv * B work items, key block fastest */
@@ -156,7 +157,7 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, u
 template <int D, int ST> struct Sync {
   uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;
   volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
-  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [7] stop */
+  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [2] accumulator row, [7] stop */
   __device__ __forceinline__ explicit Sync(unsigned char *smem)
   {
     uint64_t *bars = (uint64_t *)(smem + Layout<D, ST>::OFF_BAR);
@@ -186,10 +187,12 @@ struct Me {
 };
 
 /* The dQ block of a step, as its writer warp needs it (see dq_writer): the block's turn word
-   ((batch, query head, query block) x 4 + column half; the accumulator block follows from it)
-   and this block's turn (the key block kb for d = 128, 2 kb + consumer for d = 64). */
+   ((batch, query head, query block) x 4 + column half), this block's turn (the key block kb for
+   d = 128, 2 kb + consumer for d = 64) and its first accumulator row in units of 64 floats,
+   ((batch, query head) x D / 64 + column half) x Sqp + the block's first row (a multiply here,
+   after the consumer's register peak, so that the 24-register writer does no division). */
 struct DqStep {
-  int tix, turn;
+  int tix, turn, arow;
   uint32_t ph; /* the parity of the writer's read of the last block from this staging buffer */
 };
 

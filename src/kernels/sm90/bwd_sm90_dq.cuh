@@ -10,7 +10,7 @@
 namespace fmbwd {
 using namespace fmsm90;
 
-/* dq (fp32) into this consumer's staging buffer (column c of row r at c ^ ((r & 7) << 3), the
+/* dq (fp32) into this consumer's staging buffer (column c of row r at fmbwd_swz(c, r), the
    accumulator's layout), then handed to the writer with the block's place (slot) and an arrival
    per warp. The caller waited (step_grads) until the writer had read the previous one. */
 template <int D, int ST>
@@ -22,14 +22,15 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
   reg_fence(r1);
 #pragma unroll
   for (int k = 0; k < 8; k++) {
-    st_f2(sa + 4 * (r0 * 64 + ((8 * k + 2 * me.t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
-    st_f2(sa + 4 * (r1 * 64 + ((8 * k + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
+    st_f2(sa + 4 * (r0 * 64 + fmbwd_swz(8 * k + 2 * me.t4, r0)), dq[4 * k], dq[4 * k + 1]);
+    st_f2(sa + 4 * (r1 * 64 + fmbwd_swz(8 * k + 2 * me.t4, r1)), dq[4 * k + 2], dq[4 * k + 3]);
   }
   fence_proxy_async();
   if (me.wt == 0) { /* the slot through its shared-memory address (a generic volatile store was a slow ST.E.STRONG.SYS) */
     const uint32_t sl = smem_u32((const void *)(sy.dqs + 8 * me.cw));
     st_u32(sl, (uint32_t)d.tix);
     st_u32(sl + 4, (uint32_t)d.turn);
+    st_u32(sl + 8, (uint32_t)d.arow);
     st_u32(sl + 28, 0u);
   }
   __syncwarp();
@@ -99,10 +100,10 @@ template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char
   for (int i = 0;; i++) {
     mbar_wait(&sy.dq_full[cw], i & 1);
     if (ld_s32(sl + 28)) break;
-    const int tix = ld_s32(sl), mine = ld_s32(sl + 4);
+    const int tix = ld_s32(sl), mine = ld_s32(sl + 4), arow = ld_s32(sl + 8);
     __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
     const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
-    const size_t off = ((size_t)blk * (D / 64) + (DqSplit<D>::own ? 0 : (tix & 3))) * (size_t)(kBM * 64);
+    const size_t off = (size_t)arow * 64;
     if (lane == 0) {
       if (p.deterministic) {
 #ifdef FM_SM90_HANG_CHECK

@@ -59,12 +59,12 @@ using namespace fmsm90;
  * the consumers are done with K/V of the last one, load K and V, then per visited (head, query
  * block) Q, dO, lse2 and D into the stage ring.
  */
-template <int D, int ST, bool F16>
+template <int D, int ST, int BM, bool F16>
 __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap *tmQ, const CUtensorMap *tmK,
                                          const CUtensorMap *tmV, const CUtensorMap *tmDO, const Params &p)
 {
-  using L = Layout<D, ST>;
-  Sync<D, ST> sy(smem);
+  using L = Layout<D, ST, BM>;
+  Sync<D, ST, BM> sy(smem);
   volatile int *pi = sy.item + 8, *pn = sy.item + 9;
   *pi = 0;
   for (*pn = 0;; *pn = *pn + 1) {
@@ -94,8 +94,8 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
       int kb_, hkv_, b_;
       cur(&kb_, &hkv_, &b_);
       FMBwdWalk w;
-      fmbwd_walk_init(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
-      return fmbwd_walk_next(&w, q, pt);
+      fmbwd_walk_init<BM>(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
+      return fmbwd_walk_next<BM>(&w, q, pt);
     };
     for (int g = 0; g < p.G; g++) {
       int part;
@@ -104,18 +104,18 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
         *pi = i + 1;
         cur(&kb, &hkv, &b);
         const int hq = hkv * p.G + g;
-        const size_t lrow = ((size_t)b * p.Hq + hq) * p.Sqp + (size_t)qb * kBM;
+        const size_t lrow = ((size_t)b * p.Hq + hq) * p.Sqp + (size_t)qb * BM;
         mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
         st_u32(smem_u32(smem + L::OFF_STEP + 8 * st), (uint32_t)qb);
         st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1));
-        mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * kBM * 4);
+        mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * BM * 4);
 #pragma unroll
         for (int c = 0; c < D / 64; c++) {
-          tma_load_4d(smem + L::OFF_Q + st * L::QB + c * 8192, tmQ, &sy.full[st], c * 64, hq, qb * kBM, b);
-          tma_load_4d(smem + L::OFF_DO + st * L::QB + c * 8192, tmDO, &sy.full[st], c * 64, hq, qb * kBM, b);
+          tma_load_4d(smem + L::OFF_Q + st * L::QB + c * L::QC, tmQ, &sy.full[st], c * 64, hq, qb * BM, b);
+          tma_load_4d(smem + L::OFF_DO + st * L::QB + c * L::QC, tmDO, &sy.full[st], c * 64, hq, qb * BM, b);
         }
-        bulk_load(smem + L::OFF_L + st * kBM * 4, p.lse2 + lrow, kBM * 4, &sy.full[st]);
-        bulk_load(smem + L::OFF_DD + st * kBM * 4, p.dsum + lrow, kBM * 4, &sy.full[st]);
+        bulk_load(smem + L::OFF_L + st * BM * 4, p.lse2 + lrow, BM * 4, &sy.full[st]);
+        bulk_load(smem + L::OFF_DD + st * BM * 4, p.dsum + lrow, BM * 4, &sy.full[st]);
       }
     }
     { /* the item's end: a stage with no loads */
@@ -133,7 +133,7 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
  * tile's row masks say so) and dS^T = P^T (dP^T - D), packed for the RS products.
  * s[4k + e] is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
  */
-template <int D, bool F16>
+template <int D, int BM, bool F16>
 __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t va,
                                             uint32_t qa, uint32_t da, uint32_t ls, uint32_t dd, int part, const int4 *bnd,
                                             int m0, int j0, const Me &me, const Params &p)
@@ -141,9 +141,9 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
 #pragma unroll
   for (int t = 0; t < 32; t++) s[t] = dp[t] = 0.f;
   wgmma_fence();
-  gemm_nt<D, F16>(s, ka + me.cw * 8192, qa);
+  gemm_nt<D, BM, F16>(s, ka + me.cw * 8192, qa);
   wgmma_commit();
-  gemm_nt<D, F16>(dp, va + me.cw * 8192, da);
+  gemm_nt<D, BM, F16>(dp, va + me.cw * 8192, da);
   wgmma_commit();
   /* The rows' LSE and D are read after the waits. (Read while the products run instead, the
      same instructions in another order: 1.1-2.3% slower on every mask, H200 2026-12-01,
@@ -231,14 +231,14 @@ template <int D, bool F16> __device__ __forceinline__ void issue_dq(float *dq, u
  * loop-invariant addresses into registers it would then spill; the ones after a wait tell it
  * which registers the retired products read and wrote.
  */
-template <int D, int ST, bool F16>
+template <int D, int ST, int BM, bool F16>
 __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t qa,
                                            uint32_t da, uint32_t dsaddr, float *stg, const DqStep &d, uint64_t *empty,
-                                           const Me &me, const Sync<D, ST> &sy)
+                                           const Me &me, const Sync<D, ST, BM> &sy)
 {
   wgmma_fence();
-  gemm_rs<D, F16>(dv, pp, da);
-  gemm_rs<D, F16>(dk, ps, qa);
+  gemm_rs<D, BM, F16>(dv, pp, da);
+  gemm_rs<D, BM, F16>(dk, ps, qa);
   wgmma_commit();
   store_ds(ps, dsaddr, me);
   fence_proxy_async();
@@ -260,12 +260,12 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   /* the writer has read the last step's dQ block (the barrier's address from K's: OFF_K = 0):
      waited for here, most of a step after the hand-over (at the step's start, this wait was 13%
      of the samples under ncu, full mask, H200, 2026-12-01) */
-  mbar_wait_s(ka + Layout<D, ST>::OFF_BAR + (5 + 2 * ST + me.cw) * 8, d.ph);
+  mbar_wait_s(ka + Layout<D, ST, BM>::OFF_BAR + (5 + 2 * ST + me.cw) * 8, d.ph);
   issue_dq<D, F16>(dq, ka, dsaddr, me);
   wgmma_wait<0>(); /* dQ retired */
 #pragma unroll
   for (int t = 0; t < 32; t++) reg_fence(dq[t]);
-  stage_dq<D, ST>(dq, stg, d, me, sy);
+  stage_dq<D, ST, BM>(dq, stg, d, me, sy);
 }
 
 
@@ -308,10 +308,10 @@ __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int
  * Consumer warpgroup (64 keys of each item): per item, dK and dV in registers over every query
  * head of the group and every visited query block; K/V released, then written once.
  */
-template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsigned char *smem, const Params &p)
+template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consumer(unsigned char *smem, const Params &p)
 {
-  using L = Layout<D, ST>;
-  Sync<D, ST> sy(smem);
+  using L = Layout<D, ST, BM>;
+  Sync<D, ST, BM> sy(smem);
   const int tid = threadIdx.x, lane = tid & 31;
   Me me;
   me.cw = __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0); /* warp-uniform to ptxas: the descriptors stay in uniform registers */
@@ -359,22 +359,22 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
         bh = b * p.Hq + hq;
         gcur = g;
       }
-      uint32_t ls = smem_u32(smem + L::OFF_L + st * kBM * 4) + 8 * me.t4;
+      uint32_t ls = smem_u32(smem + L::OFF_L + st * BM * 4) + 8 * me.t4;
       reg_fence(ls);
       uint32_t ka = kaddr, va = vaddr, qa = smem_u32(smem + L::OFF_Q + st * L::QB), da = smem_u32(smem + L::OFF_DO + st * L::QB);
       reg_fence(ka);
       reg_fence(va);
       reg_fence(qa);
       reg_fence(da);
-      step_scores<D, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd_s, qb * kBM,
+      step_scores<D, BM, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd_s, qb * BM,
                           kb * kBN + me.kr0, me, p);
       {
         DqStep d;
         d.tix = (bh * p.nqb + qb) * 4 + (DqSplit<D>::own ? 0 : me.cw);
-        d.arow = (bh * (D / 64) + (DqSplit<D>::own ? 0 : me.cw)) * p.Sqp + qb * kBM;
+        d.arow = (bh * (D / 64) + (DqSplit<D>::own ? 0 : me.cw)) * p.Sqp + qb * BM;
         d.turn = DqSplit<D>::own ? 2 * kb + me.cw : kb;
         d.ph = (j & 1) ^ 1;
-        step_grads<D, ST, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (L::NDS > 1 ? (j & 1) : 0) * L::DSB),
+        step_grads<D, ST, BM, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (L::NDS > 1 ? (j & 1) : 0) * L::DSB),
                                (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, &sy.empty[st], me, sy);
       }
       j++;
@@ -384,10 +384,10 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
     if (lane == 0) mbar_arrive(sy.kv_empty);
     store_dkdv<D, F16>(dk, dv, kb, hkv, b, me, p);
   }
-  stop_writer<D, ST>(j, me, sy);
+  stop_writer<D, ST, BM>(j, me, sy);
 }
 
-template <int D, int ST, bool F16>
+template <int D, int ST, int BM, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
   bwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
              const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmDO, const Params p)
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   if (threadIdx.x == 0) {
-    Sync<D, ST> sy(smem);
+    Sync<D, ST, BM> sy(smem);
     mbar_init(sy.kv_full, 1);
     mbar_init(sy.kv_empty, 8); /* one arrival per consumer warp */
     mbar_init(sy.item_full, 1);
@@ -412,11 +412,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x < 128) {
     setmaxnreg_dec<24>();
-    if (threadIdx.x == 0) producer<D, ST, F16>(smem, &tmQ, &tmK, &tmV, &tmDO, p);
-    else if (threadIdx.x >= 32 && threadIdx.x < 96) dq_writer<D, ST>(smem, p, (threadIdx.x >> 5) - 1);
+    if (threadIdx.x == 0) producer<D, ST, BM, F16>(smem, &tmQ, &tmK, &tmV, &tmDO, p);
+    else if (threadIdx.x >= 32 && threadIdx.x < 96) dq_writer<D, ST, BM>(smem, p, (threadIdx.x >> 5) - 1);
   } else {
     setmaxnreg_inc<240>();
-    consumer<D, ST, F16>(smem, p);
+    consumer<D, ST, BM, F16>(smem, p);
   }
 }
 
@@ -439,13 +439,14 @@ static cudaError_t make_map(CUtensorMap *map, const void *base, const FMGpuStrid
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t stream)
+template <int D, int ST, int BM, bool F16>
+static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t stream)
 {
-  using L = Layout<D, ST>;
+  using L = Layout<D, ST, BM>;
   CUtensorMap tq, tk, tv, tdo;
   cudaError_t e;
-  if ((e = make_map(&tq, a->q, &a->sq, a->batch, a->seqlen_q, a->heads_q, D, kBM, F16)) != cudaSuccess) return e;
-  if ((e = make_map(&tdo, a->dout, &a->sdo, a->batch, a->seqlen_q, a->heads_q, D, kBM, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tq, a->q, &a->sq, a->batch, a->seqlen_q, a->heads_q, D, BM, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tdo, a->dout, &a->sdo, a->batch, a->seqlen_q, a->heads_q, D, BM, F16)) != cudaSuccess) return e;
   if ((e = make_map(&tk, a->k, &a->sk, a->batch, a->seqlen_k, a->heads_kv, D, kBN, F16)) != cudaSuccess) return e;
   if ((e = make_map(&tv, a->v, &a->sv, a->batch, a->seqlen_k, a->heads_kv, D, kBN, F16)) != cudaSuccess) return e;
   Params p;
@@ -465,7 +466,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   p.mask_heads = a->mask_heads;
   p.causal = a->causal;
   p.nblk = a->nblk;
-  p.nqb = w->nqb;
+  p.nqb = (a->seqlen_q + BM - 1) / BM;
   p.Sqp = w->sqp;
   p.B = a->batch;
   p.nitems = a->nblk * a->heads_kv * a->batch;
@@ -482,17 +483,17 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   int dev = 0, sms = 0;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
   if (dev < 0 || dev >= 64 || !attr_done[dev]) {
-    if ((e = cudaFuncSetAttribute(bwd_kernel<D, ST, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES)) != cudaSuccess)
+    if ((e = cudaFuncSetAttribute(bwd_kernel<D, ST, BM, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES)) != cudaSuccess)
       return e;
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
     if (dev >= 0 && dev < 64) attr_done[dev] = 1, nsm[dev] = sms;
   } else sms = nsm[dev];
   if (p.deterministic) {
-    turn_init<D><<<dim3((p.nqb + 255) / 256, p.Hq, p.B), 256, 0, stream>>>(p);
+    turn_init<D, BM><<<dim3((p.nqb + 255) / 256, p.Hq, p.B), 256, 0, stream>>>(p);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
   dim3 grid(p.nitems < sms ? p.nitems : sms);
-  bwd_kernel<D, ST, F16><<<grid, kThreads, L::BYTES, stream>>>(tq, tk, tv, tdo, p);
+  bwd_kernel<D, ST, BM, F16><<<grid, kThreads, L::BYTES, stream>>>(tq, tk, tv, tdo, p);
   return cudaGetLastError();
 }
 
@@ -507,8 +508,8 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
 {
   int dev, maxsm = 0, major = 0, minor = 0;
   size_t need;
-  if (a->head_dim == 128) need = fmbwd::Layout<128, FMBWD_ST128>::BYTES;
-  else if (a->head_dim == 64) need = fmbwd::Layout<64, FMBWD_ST64>::BYTES;
+  if (a->head_dim == 128) need = fmbwd::Layout<128, FMBWD_ST128, 64>::BYTES;
+  else if (a->head_dim == 64) need = fmbwd::Layout<64, FMBWD_ST64, 64>::BYTES;
   else return 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -534,6 +535,6 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
 cudaError_t FMBwdSm90Launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t s)
 {
   if (a->head_dim == 128)
-    return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, false>(a, w, s);
-  return a->fp16 ? fmbwd::launch<64, FMBWD_ST64, true>(a, w, s) : fmbwd::launch<64, FMBWD_ST64, false>(a, w, s);
+    return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, 64, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, 64, false>(a, w, s);
+  return a->fp16 ? fmbwd::launch<64, FMBWD_ST64, 64, true>(a, w, s) : fmbwd::launch<64, FMBWD_ST64, 64, false>(a, w, s);
 }

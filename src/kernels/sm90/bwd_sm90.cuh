@@ -82,7 +82,8 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
 
 /*
  * The query-block walk of one key block kb (columns [c0, c1)) for one mask head, shared by the
- * Hopper kernel's roles and the fallback: the summaries decide, per 64-row query block, skip /
+ * Hopper kernel's roles and the fallback: the summaries decide, per BM-row query block (BM = the
+ * kernel's step rows, a template argument: a constant divisor; the fallback's blocks are 64), skip /
  * unmasked / partial (the rule of FMClassifyTileInline in fmimpl.h, plus the ragged last key
  * block, whose padding columns need the element test). next() jumps over runs of skipped blocks
  * in O(1) each, so skipped blocks cost nothing.
@@ -92,6 +93,7 @@ struct FMBwdWalk {
   int Sq, off, causal, c0, c1, nqb, ragged;
 };
 
+template <int BM = FMBWD_BM>
 __host__ __device__ __forceinline__ void fmbwd_walk_init(FMBwdWalk *w, const int32_t *sum_head, int kb, int Sq, int Sk,
                                                          int causal)
 {
@@ -101,14 +103,15 @@ __host__ __device__ __forceinline__ void fmbwd_walk_init(FMBwdWalk *w, const int
   w->causal = causal;
   w->c0 = kb * FMBWD_BLOCK_N;
   w->c1 = w->c0 + FMBWD_BLOCK_N < Sk ? w->c0 + FMBWD_BLOCK_N : Sk;
-  w->nqb = (Sq + FMBWD_BM - 1) / FMBWD_BM;
+  w->nqb = (Sq + BM - 1) / BM;
   w->ragged = w->c0 + FMBWD_BLOCK_N > Sk;
 }
 
 /* Whether the walk visits query block qb (not skipped): the test of fmbwd_walk_next, for one block. */
+template <int BM = FMBWD_BM>
 __host__ __device__ __forceinline__ bool fmbwd_walk_visits(const FMBwdWalk *w, int qb)
 {
-  const int m0 = qb * FMBWD_BM, m1 = m0 + FMBWD_BM < w->Sq ? m0 + FMBWD_BM : w->Sq;
+  const int m0 = qb * BM, m1 = m0 + BM < w->Sq ? m0 + BM : w->Sq;
   if (w->causal && w->c0 > m1 - 1 + w->off) return false;
   if (m0 >= w->s[FMBWD_LTS_MAX] && m1 <= w->s[FMBWD_LTE_MIN]) return false;
   return !(m0 >= w->s[FMBWD_UTS_MAX] && m1 <= w->s[FMBWD_UTE_MIN]);
@@ -116,14 +119,15 @@ __host__ __device__ __forceinline__ bool fmbwd_walk_visits(const FMBwdWalk *w, i
 
 /* First query block >= qb that is not skipped (nqb if none); *partial: whether it needs the
    per-element test. */
+template <int BM = FMBWD_BM>
 __host__ __device__ __forceinline__ int fmbwd_walk_next(const FMBwdWalk *w, int qb, int *partial)
 {
   while (qb < w->nqb) {
-    const int m0 = qb * FMBWD_BM, m1 = m0 + FMBWD_BM < w->Sq ? m0 + FMBWD_BM : w->Sq;
+    const int m0 = qb * BM, m1 = m0 + BM < w->Sq ? m0 + BM : w->Sq;
     int nx = -1;
-    if (w->causal && w->c0 > m1 - 1 + w->off) nx = (w->c0 - w->off) / FMBWD_BM;
-    else if (m0 >= w->s[FMBWD_LTS_MAX] && m1 <= w->s[FMBWD_LTE_MIN]) nx = w->s[FMBWD_LTE_MIN] / FMBWD_BM;
-    else if (m0 >= w->s[FMBWD_UTS_MAX] && m1 <= w->s[FMBWD_UTE_MIN]) nx = w->s[FMBWD_UTE_MIN] / FMBWD_BM;
+    if (w->causal && w->c0 > m1 - 1 + w->off) nx = (w->c0 - w->off) / BM;
+    else if (m0 >= w->s[FMBWD_LTS_MAX] && m1 <= w->s[FMBWD_LTE_MIN]) nx = w->s[FMBWD_LTE_MIN] / BM;
+    else if (m0 >= w->s[FMBWD_UTS_MAX] && m1 <= w->s[FMBWD_UTE_MIN]) nx = w->s[FMBWD_UTE_MIN] / BM;
     if (nx < 0) {
       *partial = w->ragged || (w->causal && w->c1 - 1 > m0 + w->off) ||
                  (m0 < w->s[FMBWD_LTE_MAX] && m1 > w->s[FMBWD_LTS_MIN]) ||

@@ -15,7 +15,8 @@ namespace fmbwd {
 using namespace fmsm90;
 
 constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
-constexpr int kBM = FMBWD_BM;      /* query rows per step */
+/* The query rows per step, BM, are a template argument of the layout and of every role and
+   helper (64, or 80 for d = 128: FMBwdSm90Launch picks). */
 constexpr int kThreads = 384;
 
 /*
@@ -31,12 +32,13 @@ template <int D> struct DqSplit {
   static constexpr bool own = D == 64;
 };
 
-template <int D, int ST> struct Layout {
+template <int D, int ST, int BM> struct Layout {
   static constexpr int KB = kBN * D * 2;  /* K or V tile; chunks of 128 x 64 (16 KB) */
-  static constexpr int QB = kBM * D * 2;  /* Q or dO tile; chunks of 64 x 64 (8 KB) */
-  static constexpr int DSB = kBN * kBM * 2;
+  static constexpr int QB = BM * D * 2;   /* Q or dO tile; chunks of BM x 64 (BM x 128 B, 8 KB for 64) */
+  static constexpr int QC = BM * 128;     /* one such chunk */
+  static constexpr int DSB = kBN * BM * 2;
   static constexpr int NDS = DqSplit<D>::own ? 1 : 2; /* dS buffers: shared halves need two (the other consumer may still read) */
-  static constexpr int DQB = kBM * 64 * 4;
+  static constexpr int DQB = BM * 64 * 4;
   static constexpr int OFF_K = 0;
   static constexpr int OFF_V = OFF_K + KB;
   static constexpr int OFF_Q = OFF_V + KB;
@@ -44,8 +46,8 @@ template <int D, int ST> struct Layout {
   static constexpr int OFF_DS = OFF_DO + ST * QB;
   static constexpr int OFF_DQ = OFF_DS + NDS * DSB;
   static constexpr int OFF_L = OFF_DQ + 2 * DQB;
-  static constexpr int OFF_DD = OFF_L + ST * kBM * 4;
-  static constexpr int OFF_BND = OFF_DD + ST * kBM * 4; /* the item's column bounds, 128 x int4 */
+  static constexpr int OFF_DD = OFF_L + ST * BM * 4;
+  static constexpr int OFF_BND = OFF_DD + ST * BM * 4; /* the item's column bounds, 128 x int4 */
   /* 2 item slots {t, kb, hkv, b}, the producer's step and item counts; at +64 the dQ writers' slots */
   static constexpr int OFF_ITEM = OFF_BND + kBN * 16;
   static constexpr int OFF_STEP = OFF_ITEM + 128; /* per stage the step slot: {query block, flags} (kStepEnd below) */
@@ -111,24 +113,24 @@ __device__ __forceinline__ void bulk_reduce_add(float *gdst, const void *ssrc, u
 __device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 /* acc[32] = A B^T over D: A = 64 rows of a 128-row K/V tile (K-major), B = a 64-row Q/dO tile. */
-template <int D, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
+template <int D, int BM, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
 {
   const uint32_t la = desc_lo(a, 16), lb = desc_lo(b, 16);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
     const uint64_t da = desc_join(la + ((kk / 4) * 16384 + (kk % 4) * 32) / 16, desc_hi(1024));
-    const uint64_t db = desc_join(lb + ((kk / 4) * 8192 + (kk % 4) * 32) / 16, desc_hi(1024));
+    const uint64_t db = desc_join(lb + ((kk / 4) * (BM * 128) + (kk % 4) * 32) / 16, desc_hi(1024));
     if constexpr (F16) wgmma_ss_m64n64k16_f16(acc, da, db, kk > 0);
     else wgmma_ss_m64n64k16_bf16(acc, da, db, kk > 0);
   }
 }
 
 /* acc[D/2] += A B: A (64 keys x 64 queries) from registers, B = a 64-row Q/dO tile (MN-major). */
-template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, const uint32_t *a, uint32_t b)
+template <int D, int BM, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, const uint32_t *a, uint32_t b)
 {
-  const uint32_t lb = desc_lo(b, 8192);
+  const uint32_t lb = desc_lo(b, BM * 128); /* LBO: the stride between 64-column chunks */
 #pragma unroll
-  for (int u = 0; u < kBM / 16; u++) {
+  for (int u = 0; u < BM / 16; u++) {
     const uint64_t db = desc_join(lb + u * 2048 / 16, desc_hi(1024));
     if constexpr (D == 128) {
       if constexpr (F16) wgmma_rs_m64n128k16_f16(acc, a + 4 * u, db);
@@ -154,13 +156,13 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, u
 }
 
 /* Barriers and the item slots in shared memory. */
-template <int D, int ST> struct Sync {
+template <int D, int ST, int BM> struct Sync {
   uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;
   volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
   volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [2] accumulator row, [7] stop */
   __device__ __forceinline__ explicit Sync(unsigned char *smem)
   {
-    uint64_t *bars = (uint64_t *)(smem + Layout<D, ST>::OFF_BAR);
+    uint64_t *bars = (uint64_t *)(smem + Layout<D, ST, BM>::OFF_BAR);
     kv_full = bars;
     kv_empty = bars + 1;
     item_full = bars + 2;
@@ -168,7 +170,7 @@ template <int D, int ST> struct Sync {
     empty = bars + 3 + ST;
     dq_full = bars + 3 + 2 * ST;
     dq_empty = bars + 5 + 2 * ST;
-    item = (volatile int *)(smem + Layout<D, ST>::OFF_ITEM);
+    item = (volatile int *)(smem + Layout<D, ST, BM>::OFF_ITEM);
     dqs = item + 16;
   }
 };

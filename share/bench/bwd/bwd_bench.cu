@@ -12,6 +12,8 @@
  *   ./bwd_bench rho       host only: each harness mask's rho (FlashMask FLOPs) and element density
  *   ./bwd_bench prof S k  mask k at length S, the default backward only (BWD_DET=1: the deterministic
  *                         one too): for ncu, or with FM_BENCH_WARM_S for a steady-state time
+ * Env BWD_BM=64|80: the Hopper kernel's query rows per step (FMGpuBwdParams.step_rows; 80 applies
+ * to d = 128 only), default its own choice.
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -66,6 +68,16 @@ static DevMask upload_mask(const HostMask &m)
   CK(cudaMemcpy(d.packed, pk.data(), pk.size() * sizeof(int4), cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d.sum, sm.data(), sm.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   return d;
+}
+
+static int g_bm = 0; /* env BWD_BM: FMGpuBwdParams.step_rows of every run (0: the kernel's choice) */
+
+/* The step rows the Hopper kernel takes for d and the causal flag (bwd_sm90.cu's rule, for the
+   host-side step counts and the check table). */
+static int eff_bm(int D, int causal)
+{
+  if (D != 128) return 64;
+  return g_bm ? (g_bm == 80 ? 80 : 64) : 64;
 }
 
 struct Case {
@@ -190,6 +202,7 @@ static int run_case(const Case &c, double tol)
   p.scale = c.scale;
   p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = MH, p.causal = m.causal, p.nblk = dm.nblk;
   p.force_fallback = c.fallback;
+  p.step_rows = g_bm;
   CK(cudaMalloc(&ws, FMGpuBackwardWorkspace(&p)));
   p.workspace = ws;
   const int path = FMGpuBackwardPath(&p);
@@ -231,8 +244,8 @@ static int run_case(const Case &c, double tol)
     deq = std::max(rel(gq, dqr), std::max(rel(gk, dkr), rel(gv, dvr)));
     ok = ok && same && deq <= tol;
   }
-  printf("%-34s %-16s path %d  dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n", c.name, mask_name[c.kind], path, eq, ek, ev,
-         same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
+  printf("%-34s %-16s path %d bm %d  dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n", c.name, mask_name[c.kind], path,
+         path == 1 ? eff_bm(D, m.causal) : 0, eq, ek, ev, same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
   fflush(stdout);
   cudaFree(q_), cudaFree(o_), cudaFree(do_), cudaFree(dq_), cudaFree(k_), cudaFree(v_), cudaFree(dk_), cudaFree(dv_);
   cudaFree(lse_), cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
@@ -256,8 +269,8 @@ __global__ void fill_f(float *p, size_t n, float x)
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = x;
 }
 
-/* steps (visited 64-row query blocks) per key block, from the device summaries' walk */
-static double steps_per_block(const HostMask &m)
+/* steps (visited BM-row query blocks) per key block, from the device summaries' walk */
+template <int BM> static double steps_per_block(const HostMask &m)
 {
   DevMask d;
   const int nblk = (m.Sk + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N;
@@ -275,8 +288,8 @@ static double steps_per_block(const HostMask &m)
   for (int kb = 0; kb < nblk; kb++) {
     FMBwdWalk w;
     int part;
-    fmbwd_walk_init(&w, sm.data(), kb, m.Sq, m.Sk, m.causal);
-    for (int qb = fmbwd_walk_next(&w, 0, &part); qb < w.nqb; qb = fmbwd_walk_next(&w, qb + 1, &part)) n++;
+    fmbwd_walk_init<BM>(&w, sm.data(), kb, m.Sq, m.Sk, m.causal);
+    for (int qb = fmbwd_walk_next<BM>(&w, 0, &part); qb < w.nqb; qb = fmbwd_walk_next<BM>(&w, qb + 1, &part)) n++;
   }
   return (double)n / nblk;
 }
@@ -315,6 +328,7 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
     p.batch = B, p.seqlen_q = S, p.seqlen_k = S, p.heads_q = H, p.heads_kv = Hkv, p.head_dim = D, p.fp16 = 0;
     p.scale = 1.f / sqrtf((float)D);
     p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = 1, p.causal = m.causal, p.nblk = dm.nblk;
+    p.step_rows = g_bm;
     void *ws;
     CK(cudaMalloc(&ws, FMGpuBackwardWorkspace(&p)));
     p.workspace = ws;
@@ -332,14 +346,14 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
       dmed = time_calls(dms);
       p.deterministic = 0;
     }
-    const double steps = steps_per_block(m) * dm.nblk * H * B;
+    const double steps = (eff_bm(D, m.causal) == 80 ? steps_per_block<80>(m) : steps_per_block<64>(m)) * dm.nblk * H * B;
     if (only_swa)
       printf("sweep S=%d window %5d: %8.3f ms %7.1f TFLOP/s, %.2f steps per item, %.3f us per step per SM\n", S, g_window,
              med, flops / (med * 1e-3) / 1e12, steps / ((double)dm.nblk * H * B), steps > 0 ? med * 1e3 * 132 / steps : 0.0);
     else
-      printf("bench S=%-6d B=%-3d %-16s%s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f  det %7.1f TFLOP/s (%.2fx)\n",
+      printf("bench S=%-6d B=%-3d %-16s%s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f  det %7.1f TFLOP/s (%.2fx)  bm %d\n",
              S, B, mask_name[kind], Hkv != H ? " GQA4" : "", med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho,
-             flops / (dmed * 1e-3) / 1e12, dmed / med);
+             flops / (dmed * 1e-3) / 1e12, dmed / med, eff_bm(D, m.causal));
     fflush(stdout);
     cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
   }
@@ -350,6 +364,7 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
 int main(int argc, char **argv)
 {
   const std::string mode = argc > 1 ? argv[1] : "check";
+  if (getenv("BWD_BM")) g_bm = atoi(getenv("BWD_BM"));
   if (mode == "probe") {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 2;

@@ -38,6 +38,13 @@
  * Register budget: 24 (producer) + 2 x 240; the consumers hold dK, dV (d/2 each), S, dP (32
  * each) and pack P, dS; ptxas spills nothing (the reg_fence copies keep it from hoisting
  * loop-invariant shared-memory addresses, which it would otherwise spill).
+ * Query rows per step BM (a template argument): 64, or 80 for d = 128 (step_rows below). At 80,
+ * S^T and dP^T are m64n80 (40 accumulators each), dV and dK take 5 k16 slices, the partial tiles'
+ * masks are applied to the packed P and dS (96-bit row masks, bounds read from global memory:
+ * they do not fit in shared memory beside 80-row stages), dS is stored as [query][key] by
+ * transposing stmatrix, and each consumer computes dQ^T = K^T dS^T for its 64 columns (m64n80,
+ * A MN-major, B K-major), staged with 32-bit stores into the same accumulator layout, so that the
+ * workspace does not depend on BM. 226 KB of shared memory.
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -131,7 +138,8 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
 /*
  * S^T and dP^T of one step (SS wgmma), then P^T = exp2(S^T c - lse2) (zero where the partial
  * tile's row masks say so) and dS^T = P^T (dP^T - D), packed for the RS products.
- * s[4k + e] is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
+ * s[4k + e] (k < BM / 8) is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
+ * bnd: the column bounds, staged in shared memory (BM = 64) or the head's in global (BM = 80).
  */
 template <int D, int BM, bool F16>
 __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t va,
@@ -139,7 +147,7 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
                                             int m0, int j0, const Me &me, const Params &p)
 {
 #pragma unroll
-  for (int t = 0; t < 32; t++) s[t] = dp[t] = 0.f;
+  for (int t = 0; t < BM / 2; t++) s[t] = dp[t] = 0.f;
   wgmma_fence();
   gemm_nt<D, BM, F16>(s, ka + me.cw * 8192, qa);
   wgmma_commit();
@@ -150,16 +158,16 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
      seventh session: not kept.) */
   wgmma_wait<1>();
 #pragma unroll
-  for (int t = 0; t < 32; t++) reg_fence(s[t]);
+  for (int t = 0; t < BM / 2; t++) reg_fence(s[t]);
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
+  for (int k = 0; k < BM / 8; k++) {
     const float2 l2 = ld_f2(ls + 32 * k);
     s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
     s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
     s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
     s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
   }
-  if (part) {
+  if (BM == 64 && part) {
     /* row bit masks of the two key columns, shifted so that bit 8k + e is query column 8k + 2 t4 + e */
     const int off = p.Sk - p.Sq;
     const uint64_t mk0 = tile_rows_masked(bnd[me.kr0], m0, j0, p.causal, off) >> (2 * me.t4);
@@ -175,9 +183,9 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   }
   wgmma_wait<0>();
 #pragma unroll
-  for (int t = 0; t < 32; t++) reg_fence(dp[t]);
+  for (int t = 0; t < BM / 2; t++) reg_fence(dp[t]);
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
+  for (int k = 0; k < BM / 8; k++) {
     const float2 d2 = ld_f2(dd + 32 * k);
     dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
     dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
@@ -185,9 +193,32 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
     dp[4 * k + 3] = s[4 * k + 3] * (dp[4 * k + 3] - d2.y);
   }
 #pragma unroll
-  for (int t = 0; t < 16; t++) {
+  for (int t = 0; t < BM / 4; t++) {
     pp[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
     ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
+  }
+  if (BM == 80 && part) {
+    /* The 80-row step masks after the packing: beside S and dP in flight (208 registers with dK
+       and dV) the masks spilled; P and dS packed take 40. A masked element's P and dS halves are
+       zeroed (the same sums as masking P before dS: +0 where P = 0 gave 0 x (dP - D)). Per key
+       column h (kr0, kr0 + 8) and per 32-bit word of its row mask from row m0 + 2 t4 (bit 8k + e
+       of word k / 4 is query column 8k + 2 t4 + e); the bounds from global memory (L1 after a
+       head's first step: they do not fit in shared memory beside 80-row stages). */
+    const int off = p.Sk - p.Sq, m = m0 + 2 * me.t4;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int4 bb = __ldg(bnd + me.kr0 + 8 * h);
+#pragma unroll
+      for (int wi = 0; wi < 3; wi++) {
+        const uint32_t wd = tile_rows_masked32(bb, m + 32 * wi, j0 + 8 * h, p.causal, off);
+#pragma unroll
+        for (int k = 4 * wi; k < 4 * wi + 4 && k < BM / 8; k++) {
+          const uint32_t keep = ((wd >> (8 * (k & 3))) & 1u ? 0u : 0xffffu) | ((wd >> (8 * (k & 3) + 1)) & 1u ? 0u : 0xffff0000u);
+          pp[2 * k + h] &= keep;
+          ps[2 * k + h] &= keep;
+        }
+      }
+    }
   }
 }
 
@@ -208,14 +239,34 @@ __device__ __forceinline__ void store_ds(const uint32_t *ps, uint32_t dsaddr, co
   }
 }
 
-/* dq = dS K (SS, both MN-major) over the keys this consumer multiplies (see the file's comment). */
-template <int D, bool F16> __device__ __forceinline__ void issue_dq(float *dq, uint32_t ka, uint32_t dsaddr, const Me &me)
+/*
+ * The 80-row step's dS (packed, this thread's keys kr0 and kr0 + 8) to shared memory as dS, not
+ * dS^T: row = query, this consumer's 64 keys a 128-byte row (its chunk of 80 x 128 bytes), 16-byte
+ * unit u ^ (row & 7), the K-major B of gemm_dqt. ps[2k + h] is the accumulator fragment of the
+ * 8 x 8 block (keys 16 w + 8 h.., queries 8k..), so one transposing stmatrix of four registers
+ * stores the blocks (h = 0, 1) x (query groups 2u, 2u + 1); lane l addresses query row
+ * 16u + 8 (l >> 4) + (l & 7), unit 2w + ((l >> 3) & 1) (8 rows in 8 distinct units: one wavefront
+ * per matrix). Five instructions where dS^T takes 16 32-bit stores.
+ */
+__device__ __forceinline__ void store_ds_t(const uint32_t *ps, uint32_t dsaddr, const Me &me)
+{
+  const int q = 8 * (me.lane >> 4) + (me.lane & 7), ku = 2 * me.w + ((me.lane >> 3) & 1);
+  uint32_t a = dsaddr + me.cw * (80 * 128) + q * 128 + ((ku ^ (q & 7)) << 4);
+  reg_fence(a);
+#pragma unroll
+  for (int u = 0; u < 5; u++) stmatrix_x4_trans(a + u * 2048, ps[4 * u], ps[4 * u + 1], ps[4 * u + 2], ps[4 * u + 3]);
+}
+
+/* dq = dS K (SS, both MN-major) over the keys this consumer multiplies (see the file's comment);
+   BM = 80: dq = dQ^T = K^T dS^T over all 128 keys (d = 128 only). */
+template <int D, int BM, bool F16> __device__ __forceinline__ void issue_dq(float *dq, uint32_t ka, uint32_t dsaddr, const Me &me)
 {
 #pragma unroll
-  for (int t = 0; t < 32; t++) dq[t] = 0.f;
+  for (int t = 0; t < BM / 2; t++) dq[t] = 0.f;
   wgmma_fence();
   reg_fence(dsaddr);
-  if constexpr (!DqSplit<D>::own) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
+  if constexpr (BM == 80) gemm_dqt<8, F16>(dq, dsaddr, ka + me.cw * 16384);
+  else if constexpr (!DqSplit<D>::own) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
   else gemm_dq<4, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
   wgmma_commit();
 }
@@ -240,13 +291,14 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   gemm_rs<D, BM, F16>(dv, pp, da);
   gemm_rs<D, BM, F16>(dk, ps, qa);
   wgmma_commit();
-  store_ds(ps, dsaddr, me);
+  if constexpr (BM == 80) store_ds_t(ps, dsaddr, me);
+  else store_ds(ps, dsaddr, me);
   fence_proxy_async();
   if constexpr (!DqSplit<D>::own) named_sync(1, 256);
   else named_sync(2 + me.cw, 128);
   wgmma_wait<0>(); /* dV and dK retired */
 #pragma unroll
-  for (int t = 0; t < 16; t++) {
+  for (int t = 0; t < BM / 4; t++) {
     reg_fence(pp[t]);
     reg_fence(ps[t]);
   }
@@ -261,10 +313,10 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
      waited for here, most of a step after the hand-over (at the step's start, this wait was 13%
      of the samples under ncu, full mask, H200, 2026-12-01) */
   mbar_wait_s(ka + Layout<D, ST, BM>::OFF_BAR + (5 + 2 * ST + me.cw) * 8, d.ph);
-  issue_dq<D, F16>(dq, ka, dsaddr, me);
+  issue_dq<D, BM, F16>(dq, ka, dsaddr, me);
   wgmma_wait<0>(); /* dQ retired */
 #pragma unroll
-  for (int t = 0; t < 32; t++) reg_fence(dq[t]);
+  for (int t = 0; t < BM / 2; t++) reg_fence(dq[t]);
   stage_dq<D, ST, BM>(dq, stg, d, me, sy);
 }
 
@@ -321,9 +373,10 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
   me.t4 = lane & 3;
   me.kr0 = me.cw * 64 + me.w * 16 + (lane >> 2);
   const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
-  int4 *bnd_s = (int4 *)(smem + L::OFF_BND);
-  float dk[D / 2], dv[D / 2], s[32], dp[32], dq[32];
-  uint32_t pp[16], ps[16];
+  int4 *bnd_s = (int4 *)(smem + L::OFF_BND); /* BM = 64 */
+  const int4 *bnd = bnd_s;                   /* the head's bounds: bnd_s, or in global (BM = 80) */
+  float dk[D / 2], dv[D / 2], s[BM / 2], dp[BM / 2], dq[BM / 2];
+  uint32_t pp[BM / 4], ps[BM / 4];
   int i = 0, j = 0; /* i: the stage ring's position (end stages too); j: the steps (dQ blocks handed over) */
   for (int n = 0;; n++) {
     mbar_wait(sy.item_full, n & 1);
@@ -350,12 +403,14 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
         /* this head's bounds of the thread's two key columns, staged per warp */
         const int hq = hkv * p.G + g, mh = b * p.mstride + hq / p.hpm;
         const int4 *pk = p.packed + ((size_t)mh * p.nblk + kb) * kBN;
-        __syncwarp(); /* the warp's reads of the previous head's bounds are done */
-        if (me.t4 == 0) {
-          bnd_s[me.kr0] = pk[me.kr0];
-          bnd_s[me.kr0 + 8] = pk[me.kr0 + 8];
-        }
-        __syncwarp();
+        if constexpr (L::BND_SMEM) {
+          __syncwarp(); /* the warp's reads of the previous head's bounds are done */
+          if (me.t4 == 0) {
+            bnd_s[me.kr0] = pk[me.kr0];
+            bnd_s[me.kr0 + 8] = pk[me.kr0 + 8];
+          }
+          __syncwarp();
+        } else bnd = pk;
         bh = b * p.Hq + hq;
         gcur = g;
       }
@@ -366,7 +421,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
       reg_fence(va);
       reg_fence(qa);
       reg_fence(da);
-      step_scores<D, BM, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd_s, qb * BM,
+      step_scores<D, BM, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd, qb * BM,
                           kb * kBN + me.kr0, me, p);
       {
         DqStep d;
@@ -504,11 +559,18 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
 
 static int strides_ok(const FMGpuStrides *s) { return s->sb % 8 == 0 && s->ss % 8 == 0 && s->sh % 8 == 0; }
 
+/* The query rows per step of a launch: 80 only for d = 128, and only when asked for. */
+static int step_rows(const FMGpuBwdParams *a)
+{
+  return a->head_dim == 128 && a->step_rows == 80 ? 80 : 64;
+}
+
 int FMBwdSm90Supported(const FMGpuBwdParams *a)
 {
   int dev, maxsm = 0, major = 0, minor = 0;
   size_t need;
-  if (a->head_dim == 128) need = fmbwd::Layout<128, FMBWD_ST128, 64>::BYTES;
+  if (a->head_dim == 128)
+    need = step_rows(a) == 80 ? fmbwd::Layout<128, FMBWD_ST128, 80>::BYTES : fmbwd::Layout<128, FMBWD_ST128, 64>::BYTES;
   else if (a->head_dim == 64) need = fmbwd::Layout<64, FMBWD_ST64, 64>::BYTES;
   else return 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
@@ -534,6 +596,8 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
 
 cudaError_t FMBwdSm90Launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t s)
 {
+  if (a->head_dim == 128 && step_rows(a) == 80)
+    return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, 80, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, 80, false>(a, w, s);
   if (a->head_dim == 128)
     return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, 64, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, 64, false>(a, w, s);
   return a->fp16 ? fmbwd::launch<64, FMBWD_ST64, 64, true>(a, w, s) : fmbwd::launch<64, FMBWD_ST64, 64, false>(a, w, s);

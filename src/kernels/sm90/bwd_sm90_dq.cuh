@@ -16,14 +16,36 @@ using namespace fmsm90;
 template <int D, int ST, int BM>
 __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqStep &d, const Me &me, const Sync<D, ST, BM> &sy)
 {
-  uint32_t sa = smem_u32(stg), r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
-  reg_fence(sa);
-  reg_fence(r0);
-  reg_fence(r1);
+  if constexpr (BM == 80) {
+    /* dQ^T's fragments (gemm_dqt): adjacent registers are adjacent rows, so one 32-bit store
+       each, row q = 8k + 2 t4 + e, column c = 16 w + lane / 4 + 8 h; for fixed (e, h) and k's
+       parity the swizzled column is one per thread (fmbwd_swz uses the row's bits 0..3), so
+       eight base addresses and k / 2 x 4096 bytes. The warp's 32 stores of one instruction
+       cover 4 rows x 8 columns on 32 distinct banks. */
+    uint32_t base[8];
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
-    st_f2(sa + 4 * (r0 * 64 + fmbwd_swz(8 * k + 2 * me.t4, r0)), dq[4 * k], dq[4 * k + 1]);
-    st_f2(sa + 4 * (r1 * 64 + fmbwd_swz(8 * k + 2 * me.t4, r1)), dq[4 * k + 2], dq[4 * k + 3]);
+    for (int x = 0; x < 8; x++) {
+      const int e = x & 1, h = (x >> 1) & 1, kp = x >> 2, q = 8 * kp + 2 * me.t4 + e;
+      base[x] = smem_u32(stg) + 4 * (q * 64 + fmbwd_swz(16 * me.w + (me.lane >> 2) + 8 * h, q));
+      reg_fence(base[x]);
+    }
+#pragma unroll
+    for (int k = 0; k < 10; k++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+          st_u32(base[(k & 1) * 4 + h * 2 + e] + (k >> 1) * 4096, __float_as_uint(dq[4 * k + 2 * h + e]));
+  } else {
+    uint32_t sa = smem_u32(stg), r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
+    reg_fence(sa);
+    reg_fence(r0);
+    reg_fence(r1);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      st_f2(sa + 4 * (r0 * 64 + fmbwd_swz(8 * k + 2 * me.t4, r0)), dq[4 * k], dq[4 * k + 1]);
+      st_f2(sa + 4 * (r1 * 64 + fmbwd_swz(8 * k + 2 * me.t4, r1)), dq[4 * k + 2], dq[4 * k + 3]);
+    }
   }
   fence_proxy_async();
   if (me.wt == 0) { /* the slot through its shared-memory address (a generic volatile store was a slow ST.E.STRONG.SYS) */

@@ -77,8 +77,8 @@ static int g_bm = 0; /* env BWD_BM: FMGpuBwdParams.step_rows of every run (0: th
    host-side step counts and the check table). */
 static int eff_bm(int D, int causal)
 {
-  if (D != 128) return 64;
-  return g_bm ? (g_bm == 80 ? 80 : 64) : 64;
+  if (D != 128 || g_bm == 64) return 64;
+  return g_bm == 80 || !causal ? 80 : 64;
 }
 
 struct Case {

@@ -559,10 +559,17 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
 
 static int strides_ok(const FMGpuStrides *s) { return s->sb % 8 == 0 && s->ss % 8 == 0 && s->sh % 8 == 0; }
 
-/* The query rows per step of a launch: 80 only for d = 128, and only when asked for. */
+/*
+ * The query rows per step of a launch: step_rows when given (80 for d = 128 only), else 80 for
+ * d = 128 without the causal flag. 80 rows take 34 products per step for 80 rows where 64 take 32
+ * for 64, so the per-step costs weigh less; with the causal flag most steps are partial, and
+ * coarser blocks leave more masked rows inside the visited ones (the causal-flag masks stay at
+ * 64 until an A/B says otherwise).
+ */
 static int step_rows(const FMGpuBwdParams *a)
 {
-  return a->head_dim == 128 && a->step_rows == 80 ? 80 : 64;
+  if (a->head_dim != 128 || a->step_rows == 64) return 64;
+  return a->step_rows == 80 || !a->causal ? 80 : 64;
 }
 
 int FMBwdSm90Supported(const FMGpuBwdParams *a)

@@ -199,8 +199,9 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   }
   if (BM == 80 && part) {
     /* The 80-row step masks after the packing: beside S and dP in flight (208 registers with dK
-       and dV) the masks spilled; P and dS packed take 40. A masked element's P and dS halves are
-       zeroed (the same sums as masking P before dS: +0 where P = 0 gave 0 x (dP - D)). Per key
+       and dV) the masks spilled 92 bytes; P and dS packed take 40. A masked element's P and dS
+       halves are zeroed: the values masking P before dS gives, except that such a dS is +0
+       where 0 x (dP - D) may be -0 (the same sums). Per key
        column h (kr0, kr0 + 8) and per 32-bit word of its row mask from row m0 + 2 t4 (bit 8k + e
        of word k / 4 is query column 8k + 2 t4 + e); the bounds from global memory (L1 after a
        head's first step: they do not fit in shared memory beside 80-row stages). */

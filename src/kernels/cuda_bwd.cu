@@ -58,10 +58,10 @@ __global__ void __launch_bounds__(256) bwd_pre(const T *o, FMGpuStrides so, cons
   }
 }
 
-/* dq = dqacc * scale, 8 columns per thread, from the blocked swizzled accumulator (bwd_sm90.cuh). */
+/* dq = dqacc * scale, 8 columns per thread, from the plane-ordered swizzled accumulator (bwd_sm90.cuh). */
 template <typename T>
 __global__ void __launch_bounds__(256) bwd_post(const float *dqacc, T *dq, FMGpuStrides sdq, int B, int Sq, int Hq, int D,
-                                                int nqb, float scale, int vec)
+                                                int Sqp, float scale, int vec)
 {
   const size_t n = (size_t)B * Sq * Hq * (D / 8), dp64 = (D + 63) / 64;
   for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
@@ -70,8 +70,8 @@ __global__ void __launch_bounds__(256) bwd_post(const float *dqacc, T *dq, FMGpu
     const int h = (int)(rest % Hq);
     rest /= Hq;
     const int i = (int)(rest % Sq), b = (int)(rest / Sq);
-    const int qb = i / FMBWD_BM, r = i % FMBWD_BM, c = d8 * 8, ch = c / 64, cc = c % 64;
-    const float *src = dqacc + ((((size_t)b * Hq + h) * nqb + qb) * dp64 + ch) * (FMBWD_BM * 64) + r * 64 + (cc ^ ((r & 7) << 3));
+    const int c = d8 * 8, ch = c / 64, cc = c % 64;
+    const float *src = dqacc + ((((size_t)b * Hq + h) * dp64 + ch) * Sqp + i) * 64 + fmbwd_swz(cc, i);
     const float4 x = *(const float4 *)src, y = *(const float4 *)(src + 4);
     T out[8] = {cvt<T>(x.x * scale), cvt<T>(x.y * scale), cvt<T>(x.z * scale), cvt<T>(x.w * scale),
                 cvt<T>(y.x * scale), cvt<T>(y.y * scale), cvt<T>(y.z * scale), cvt<T>(y.w * scale)};
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(256) bwd_post(const float *dqacc, T *dq, FMGpu
 
 struct FbArgs {
   const void *q, *k, *v, *dout;
-  float *dqacc; /* the blocked accumulator (bwd_sm90.cuh): pass 2 adds into it */
+  float *dqacc; /* the plane-ordered accumulator (bwd_sm90.cuh): pass 2 adds into it */
   void *dk, *dv;
   FMGpuStrides sq, sk, sv, sdo, sdq, sdk, sdv;
   const float *lse2, *dsum;
@@ -92,7 +92,7 @@ struct FbArgs {
   const int32_t *sum;
   int Sq, Sk, Hq, Hkv, D, mask_heads, causal, nblk, Sqp;
   int mstride; /* mask rows per sample: mask_heads when mask_batch > 1, else 0 */
-  int nqb, dkv_f32;
+  int dkv_f32;
   float scale, c;
 };
 
@@ -170,7 +170,7 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_
 }
 
 /* Fallback pass 2: one warp per (query row, query head, batch); dQ over the visible keys, added
-   (unscaled, the postprocess scales) into the row's place in the blocked accumulator. */
+   (unscaled, the postprocess scales) into the row's place in the plane-ordered accumulator. */
 template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_dq(const FbArgs a)
 {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -214,12 +214,12 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) bwd_fb_
       }
     }
   }
-  const int r = i % FMBWD_BM, dp64 = (a.D + 63) / 64;
-  float *acc = a.dqacc + (((size_t)b * a.Hq + hq) * a.nqb + qb) * dp64 * (FMBWD_BM * 64) + r * 64;
+  const int dp64 = (a.D + 63) / 64;
+  float *acc = a.dqacc + (((size_t)b * a.Hq + hq) * dp64 * a.Sqp + i) * 64;
 #pragma unroll
   for (int t = 0; t < DPL; t++) {
     const int d = lane + 32 * t;
-    if (d < a.D) acc[(d / 64) * (FMBWD_BM * 64) + ((d % 64) ^ ((r & 7) << 3))] += dq[t];
+    if (d < a.D) acc[(size_t)(d / 64) * a.Sqp * 64 + fmbwd_swz(d % 64, i)] += dq[t];
   }
 }
 
@@ -262,8 +262,7 @@ template <typename T> cudaError_t fallback(const FMGpuBwdParams *p, const FMBwdW
   a.mstride = p->mask_batch > 1 ? p->mask_heads : 0;
   a.causal = p->causal;
   a.nblk = p->nblk;
-  a.Sqp = w->nqb * FMBWD_BM;
-  a.nqb = w->nqb;
+  a.Sqp = w->sqp;
   a.dkv_f32 = p->dkv_f32;
   a.scale = p->scale;
   a.c = p->scale * 1.4426950408889634f;
@@ -308,16 +307,16 @@ extern "C" cudaError_t FMGpuBackwardBegin(const FMGpuBwdParams *p, cudaStream_t 
   if (FMGpuBackwardPath(p) < 0 || !p->o || !p->dout || !p->lse || !p->workspace || ((uintptr_t)p->workspace & 255))
     return cudaErrorInvalidValue;
   fmbwd_layout(p, &w);
-  const dim3 grid((w.nqb * FMBWD_BM + 7) / 8, p->heads_q, p->batch);
+  const dim3 grid((w.sqp + 7) / 8, p->heads_q, p->batch);
   if (p->fp16)
     bwd_pre<__half><<<grid, 256, 0, st>>>((const __half *)p->o, p->so, (const __half *)p->dout, p->sdo, p->lse, w.lse2, w.dsum,
-                                          p->seqlen_q, p->heads_q, p->head_dim, w.nqb * FMBWD_BM);
+                                          p->seqlen_q, p->heads_q, p->head_dim, w.sqp);
   else
     bwd_pre<__nv_bfloat16><<<grid, 256, 0, st>>>((const __nv_bfloat16 *)p->o, p->so, (const __nv_bfloat16 *)p->dout, p->sdo,
                                                  p->lse, w.lse2, w.dsum, p->seqlen_q, p->heads_q, p->head_dim,
-                                                 w.nqb * FMBWD_BM);
+                                                 w.sqp);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  return cudaMemsetAsync(w.dqacc, 0, (size_t)p->batch * p->heads_q * w.nqb * FMBWD_BM * w.dp * sizeof(float), st);
+  return cudaMemsetAsync(w.dqacc, 0, (size_t)p->batch * p->heads_q * w.sqp * w.dp * sizeof(float), st);
 }
 
 /* Piece: the main kernel over p's keys (the Hopper kernel, or the SIMT fallback's two passes). */
@@ -342,10 +341,10 @@ extern "C" cudaError_t FMGpuBackwardEnd(const FMGpuBwdParams *p, cudaStream_t st
   const int vec = !((uintptr_t)p->dq & 15) && p->sdq.sb % 8 == 0 && p->sdq.ss % 8 == 0 && p->sdq.sh % 8 == 0;
   if (p->fp16)
     bwd_post<__half><<<2048, 256, 0, st>>>(w.dqacc, (__half *)p->dq, p->sdq, p->batch, p->seqlen_q, p->heads_q, p->head_dim,
-                                           w.nqb, p->scale, vec);
+                                           w.sqp, p->scale, vec);
   else
     bwd_post<__nv_bfloat16><<<2048, 256, 0, st>>>(w.dqacc, (__nv_bfloat16 *)p->dq, p->sdq, p->batch, p->seqlen_q, p->heads_q,
-                                                  p->head_dim, w.nqb, p->scale, vec);
+                                                  p->head_dim, w.sqp, p->scale, vec);
   return cudaGetLastError();
 }
 

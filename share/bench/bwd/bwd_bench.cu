@@ -6,12 +6,15 @@
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude \
  *     -Xcompiler -fopenmp share/bench/bwd/bwd_bench.cu src/kernels/cuda_bwd.cu src/kernels/sm90/bwd_sm90.cu -o bwd_bench
- *   ./bwd_bench check     the correctness cases (table: case, path, rel. errors, PASS/FAIL)
+ *   ./bwd_bench check     the correctness cases (table: case, path, step rows, rel. errors, PASS/FAIL),
+ *                         the last two pieces of one backward at 64 and 80 rows
  *   ./bwd_bench small     one small case (for compute-sanitizer)
  *   ./bwd_bench bench     8K and 32K, bf16, d = 128, H = 32, 128K tokens per batch
  *   ./bwd_bench rho       host only: each harness mask's rho (FlashMask FLOPs) and element density
  *   ./bwd_bench prof S k  mask k at length S, the default backward only (BWD_DET=1: the deterministic
  *                         one too): for ncu, or with FM_BENCH_WARM_S for a steady-state time
+ * Env BWD_BM=64|80: the Hopper kernel's query rows per step (FMGpuBwdParams.step_rows; 80 applies
+ * to d = 128 only), default its own choice.
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -66,6 +69,16 @@ static DevMask upload_mask(const HostMask &m)
   CK(cudaMemcpy(d.packed, pk.data(), pk.size() * sizeof(int4), cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d.sum, sm.data(), sm.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   return d;
+}
+
+static int g_bm = 0; /* env BWD_BM: FMGpuBwdParams.step_rows of every run (0: the kernel's choice) */
+
+/* The step rows the Hopper kernel takes for d and the causal flag (bwd_sm90.cu's rule, for the
+   host-side step counts and the check table). */
+static int eff_bm(int D, int causal)
+{
+  if (D != 128 || g_bm == 64) return 64;
+  return g_bm == 80 || !causal ? 80 : 64;
 }
 
 struct Case {
@@ -190,6 +203,7 @@ static int run_case(const Case &c, double tol)
   p.scale = c.scale;
   p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = MH, p.causal = m.causal, p.nblk = dm.nblk;
   p.force_fallback = c.fallback;
+  p.step_rows = g_bm;
   CK(cudaMalloc(&ws, FMGpuBackwardWorkspace(&p)));
   p.workspace = ws;
   const int path = FMGpuBackwardPath(&p);
@@ -231,11 +245,164 @@ static int run_case(const Case &c, double tol)
     deq = std::max(rel(gq, dqr), std::max(rel(gk, dkr), rel(gv, dvr)));
     ok = ok && same && deq <= tol;
   }
-  printf("%-34s %-16s path %d  dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n", c.name, mask_name[c.kind], path, eq, ek, ev,
-         same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
+  printf("%-34s %-16s path %d bm %d  dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n", c.name, mask_name[c.kind], path,
+         path == 1 ? eff_bm(D, m.causal) : 0, eq, ek, ev, same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
   fflush(stdout);
   cudaFree(q_), cudaFree(o_), cudaFree(do_), cudaFree(dq_), cudaFree(k_), cudaFree(v_), cudaFree(dk_), cudaFree(dv_);
   cudaFree(lse_), cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
+  return ok;
+}
+
+/*
+ * Two pieces of one backward with different step rows on one workspace (Begin, Piece, Piece, End):
+ * keys [0, Sk1) under a causal mask at 64 rows, keys [Sk1, Sk1 + Sk2) under a random (non-causal)
+ * mask forced to 80 rows, both adding into one dQ accumulator; against float64 over the union of
+ * the keys (the only test that the workspace layout is the same for both step sizes).
+ */
+static int run_mixed(double tol)
+{
+  const int Sq = 1000, Sk1 = 512, Sk2 = 600, Sk = Sk1 + Sk2, Hq = 4, Hkv = 2, D = 128, G = Hq / Hkv;
+  const double scale = 0.08838834764831845;
+  HostMask ma = build_mask(M_CAUSAL, Sq, Sk1, 1), mb = build_mask(M_RANDOM, Sq, Sk2, 1);
+  auto vis = [&](int i, int j) { return j < Sk1 ? !masked(ma, 0, i, j) : !masked(mb, 0, i, j - Sk1); };
+  const size_t nq = (size_t)Sq * Hq * D, nk = (size_t)Sk * Hkv * D;
+  std::vector<uint16_t> q(nq), k(nk), v(nk), dout(nq), o(nq);
+  for (auto &x : q) x = f2h((float)(2 * urand() - 1), 0);
+  for (auto &x : k) x = f2h((float)(2 * urand() - 1), 0);
+  for (auto &x : v) x = f2h((float)(2 * urand() - 1), 0);
+  for (auto &x : dout) x = f2h((float)(2 * urand() - 1), 0);
+  auto Q = [&](int i, int h, int d) { return (double)h2f(q[((size_t)i * Hq + h) * D + d], 0); };
+  auto K = [&](int j, int h, int d) { return (double)h2f(k[((size_t)j * Hkv + h) * D + d], 0); };
+  auto V = [&](int j, int h, int d) { return (double)h2f(v[((size_t)j * Hkv + h) * D + d], 0); };
+  auto DO = [&](int i, int h, int d) { return (double)h2f(dout[((size_t)i * Hq + h) * D + d], 0); };
+  std::vector<float> lse((size_t)Hq * Sq);
+  std::vector<double> P((size_t)Hq * Sq * Sk, 0.0), dS((size_t)Hq * Sq * Sk, 0.0), dqr(nq, 0.0), dkr(nk, 0.0), dvr(nk, 0.0);
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int r = 0; r < Hq * Sq; r++) {
+    const int hq = r / Sq, i = r % Sq, hkv = hq / G;
+    std::vector<double> sc(Sk), ov(D, 0.0);
+    double mx = -INFINITY, l = 0;
+    for (int j = 0; j < Sk; j++) {
+      sc[j] = -INFINITY;
+      if (!vis(i, j)) continue;
+      double a = 0;
+      for (int d = 0; d < D; d++) a += Q(i, hq, d) * K(j, hkv, d);
+      sc[j] = a * scale;
+      mx = std::max(mx, sc[j]);
+    }
+    for (int j = 0; j < Sk; j++)
+      if (sc[j] != -INFINITY) {
+        const double e = exp(sc[j] - mx);
+        l += e;
+        for (int d = 0; d < D; d++) ov[d] += e * V(j, hkv, d);
+      }
+    const double L = l > 0 ? mx + log(l) : -INFINITY;
+    lse[(size_t)hq * Sq + i] = (float)L;
+    double Di = 0;
+    for (int d = 0; d < D; d++) {
+      const uint16_t ob = f2h(l > 0 ? (float)(ov[d] / l) : 0.f, 0);
+      o[((size_t)i * Hq + hq) * D + d] = ob;
+      Di += (double)h2f(ob, 0) * DO(i, hq, d);
+    }
+    if (l <= 0) continue;
+    for (int j = 0; j < Sk; j++) {
+      if (sc[j] == -INFINITY) continue;
+      const double p = exp(sc[j] - L);
+      double dp = 0;
+      for (int d = 0; d < D; d++) dp += DO(i, hq, d) * V(j, hkv, d);
+      const size_t x = ((size_t)hq * Sq + i) * Sk + j;
+      P[x] = p;
+      dS[x] = p * (dp - Di);
+      for (int d = 0; d < D; d++) dqr[((size_t)i * Hq + hq) * D + d] += scale * dS[x] * K(j, hkv, d);
+    }
+  }
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int r = 0; r < Hkv * Sk; r++) {
+    const int hkv = r / Sk, j = r % Sk;
+    for (int g = 0; g < G; g++)
+      for (int i = 0; i < Sq; i++) {
+        const int hq = hkv * G + g;
+        const size_t x = ((size_t)hq * Sq + i) * Sk + j;
+        if (P[x] == 0.0 && dS[x] == 0.0) continue;
+        for (int d = 0; d < D; d++) {
+          dkr[((size_t)j * Hkv + hkv) * D + d] += scale * dS[x] * Q(i, hq, d);
+          dvr[((size_t)j * Hkv + hkv) * D + d] += P[x] * DO(i, hq, d);
+        }
+      }
+  }
+  DevMask da = upload_mask(ma), db = upload_mask(mb);
+  uint16_t *q_, *k_, *v_, *o_, *do_, *dq_, *dk_, *dv_;
+  float *lse_;
+  void *ws;
+  CK(cudaMalloc(&q_, nq * 2));
+  CK(cudaMalloc(&o_, nq * 2));
+  CK(cudaMalloc(&do_, nq * 2));
+  CK(cudaMalloc(&dq_, nq * 2));
+  CK(cudaMalloc(&k_, nk * 2));
+  CK(cudaMalloc(&v_, nk * 2));
+  CK(cudaMalloc(&dk_, nk * 2));
+  CK(cudaMalloc(&dv_, nk * 2));
+  CK(cudaMalloc(&lse_, lse.size() * 4));
+  CK(cudaMemcpy(q_, q.data(), nq * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(o_, o.data(), nq * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(do_, dout.data(), nq * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(k_, k.data(), nk * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(v_, v.data(), nk * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(lse_, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+  FMGpuBwdParams pa;
+  memset(&pa, 0, sizeof(pa));
+  pa.q = q_, pa.k = k_, pa.v = v_, pa.o = o_, pa.dout = do_, pa.lse = lse_, pa.dq = dq_, pa.dk = dk_, pa.dv = dv_;
+  const FMGpuStrides sq = {(long long)Sq * Hq * D, (long long)Hq * D, D}, sk = {(long long)Sk * Hkv * D, (long long)Hkv * D, D};
+  pa.sq = pa.so = pa.sdo = pa.sdq = sq;
+  pa.sk = pa.sv = pa.sdk = pa.sdv = sk;
+  pa.batch = 1, pa.seqlen_q = Sq, pa.seqlen_k = Sk1, pa.heads_q = Hq, pa.heads_kv = Hkv, pa.head_dim = D, pa.fp16 = 0;
+  pa.scale = (float)scale;
+  pa.packed = da.packed, pa.sum = da.sum, pa.mask_heads = 1, pa.causal = 1, pa.nblk = da.nblk;
+  pa.step_rows = 64;
+  FMGpuBwdParams pb = pa;
+  const size_t ko = (size_t)Sk1 * Hkv * D; /* piece b's first key */
+  pb.k = k_ + ko, pb.v = v_ + ko, pb.dk = dk_ + ko, pb.dv = dv_ + ko;
+  pb.seqlen_k = Sk2, pb.packed = db.packed, pb.sum = db.sum, pb.causal = 0, pb.nblk = db.nblk;
+  pb.step_rows = 80;
+  CK(cudaMalloc(&ws, std::max(FMGpuBackwardWorkspace(&pa), FMGpuBackwardWorkspace(&pb))));
+  pa.workspace = pb.workspace = ws;
+  std::vector<uint16_t> gq(nq), gk(nk), gv(nk), aq(nq), ak(nk), av(nk);
+  auto rel = [&](const std::vector<uint16_t> &g, const std::vector<double> &r) {
+    double e = 0, n = 0;
+    for (size_t x = 0; x < r.size(); x++) {
+      const double gv2 = h2f(g[x], 0);
+      if (!std::isfinite(gv2)) return INFINITY * 1.0;
+      e += (gv2 - r[x]) * (gv2 - r[x]);
+      n += r[x] * r[x];
+    }
+    return sqrt(e / (n > 0 ? n : 1));
+  };
+  auto run = [&](int det, std::vector<uint16_t> &oq, std::vector<uint16_t> &ok_, std::vector<uint16_t> &ov) {
+    pa.deterministic = pb.deterministic = det;
+    CK(cudaMemset(dq_, 0xFF, nq * 2));
+    CK(cudaMemset(dk_, 0xFF, nk * 2));
+    CK(cudaMemset(dv_, 0xFF, nk * 2));
+    CK(FMGpuBackwardBegin(&pa, 0));
+    CK(FMGpuBackwardPiece(&pa, 0));
+    CK(FMGpuBackwardPiece(&pb, 0));
+    CK(FMGpuBackwardEnd(&pa, 0));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(oq.data(), dq_, nq * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ok_.data(), dk_, nk * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ov.data(), dv_, nk * 2, cudaMemcpyDeviceToHost));
+  };
+  run(0, gq, gk, gv);
+  const double eq = rel(gq, dqr), ek = rel(gk, dkr), ev = rel(gv, dvr);
+  run(1, aq, ak, av);
+  run(1, gq, gk, gv);
+  const int same = aq == gq && ak == gk && av == gv;
+  const double deq = std::max(rel(gq, dqr), std::max(rel(gk, dkr), rel(gv, dvr)));
+  const int ok = eq <= tol && ek <= tol && ev <= tol && same && deq <= tol;
+  printf("%-34s %-16s path %d bm 64+80  dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n", "bf16 d128 GQA2 pieces 1000x(512+600)",
+         "causal+random", FMGpuBackwardPath(&pb), eq, ek, ev, same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
+  fflush(stdout);
+  cudaFree(q_), cudaFree(o_), cudaFree(do_), cudaFree(dq_), cudaFree(k_), cudaFree(v_), cudaFree(dk_), cudaFree(dv_);
+  cudaFree(lse_), cudaFree(ws), cudaFree(da.packed), cudaFree(da.sum), cudaFree(db.packed), cudaFree(db.sum);
   return ok;
 }
 
@@ -256,8 +423,8 @@ __global__ void fill_f(float *p, size_t n, float x)
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = x;
 }
 
-/* steps (visited 64-row query blocks) per key block, from the device summaries' walk */
-static double steps_per_block(const HostMask &m)
+/* steps (visited BM-row query blocks) per key block, from the device summaries' walk */
+template <int BM> static double steps_per_block(const HostMask &m)
 {
   DevMask d;
   const int nblk = (m.Sk + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N;
@@ -275,8 +442,8 @@ static double steps_per_block(const HostMask &m)
   for (int kb = 0; kb < nblk; kb++) {
     FMBwdWalk w;
     int part;
-    fmbwd_walk_init(&w, sm.data(), kb, m.Sq, m.Sk, m.causal);
-    for (int qb = fmbwd_walk_next(&w, 0, &part); qb < w.nqb; qb = fmbwd_walk_next(&w, qb + 1, &part)) n++;
+    fmbwd_walk_init<BM>(&w, sm.data(), kb, m.Sq, m.Sk, m.causal);
+    for (int qb = fmbwd_walk_next<BM>(&w, 0, &part); qb < w.nqb; qb = fmbwd_walk_next<BM>(&w, qb + 1, &part)) n++;
   }
   return (double)n / nblk;
 }
@@ -315,6 +482,7 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
     p.batch = B, p.seqlen_q = S, p.seqlen_k = S, p.heads_q = H, p.heads_kv = Hkv, p.head_dim = D, p.fp16 = 0;
     p.scale = 1.f / sqrtf((float)D);
     p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = 1, p.causal = m.causal, p.nblk = dm.nblk;
+    p.step_rows = g_bm;
     void *ws;
     CK(cudaMalloc(&ws, FMGpuBackwardWorkspace(&p)));
     p.workspace = ws;
@@ -332,14 +500,14 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
       dmed = time_calls(dms);
       p.deterministic = 0;
     }
-    const double steps = steps_per_block(m) * dm.nblk * H * B;
+    const double steps = (eff_bm(D, m.causal) == 80 ? steps_per_block<80>(m) : steps_per_block<64>(m)) * dm.nblk * H * B;
     if (only_swa)
       printf("sweep S=%d window %5d: %8.3f ms %7.1f TFLOP/s, %.2f steps per item, %.3f us per step per SM\n", S, g_window,
              med, flops / (med * 1e-3) / 1e12, steps / ((double)dm.nblk * H * B), steps > 0 ? med * 1e3 * 132 / steps : 0.0);
     else
-      printf("bench S=%-6d B=%-3d %-16s%s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f  det %7.1f TFLOP/s (%.2fx)\n",
+      printf("bench S=%-6d B=%-3d %-16s%s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f  det %7.1f TFLOP/s (%.2fx)  bm %d\n",
              S, B, mask_name[kind], Hkv != H ? " GQA4" : "", med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho,
-             flops / (dmed * 1e-3) / 1e12, dmed / med);
+             flops / (dmed * 1e-3) / 1e12, dmed / med, eff_bm(D, m.causal));
     fflush(stdout);
     cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
   }
@@ -350,6 +518,7 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
 int main(int argc, char **argv)
 {
   const std::string mode = argc > 1 ? argv[1] : "check";
+  if (getenv("BWD_BM")) g_bm = atoi(getenv("BWD_BM"));
   if (mode == "probe") {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 2;
@@ -420,6 +589,7 @@ int main(int argc, char **argv)
   cs.push_back({"fp16 d128 forced fallback 700x600", 1, 700, 600, 4, 2, 128, 1, 1, 1, M_PREFIX, s128});
   int fails = 0;
   for (auto &c : cs) fails += !run_case(c, c.f16 ? 5e-3 : 2e-2);
-  printf("check: %d of %zu cases failed\n", fails, cs.size());
+  fails += !run_mixed(2e-2);
+  printf("check: %d of %zu cases failed\n", fails, cs.size() + 1);
   return fails ? 1 : 0;
 }

@@ -38,6 +38,13 @@
  * Register budget: 24 (producer) + 2 x 240; the consumers hold dK, dV (d/2 each), S, dP (32
  * each) and pack P, dS; ptxas spills nothing (the reg_fence copies keep it from hoisting
  * loop-invariant shared-memory addresses, which it would otherwise spill).
+ * Query rows per step BM (a template argument): 64, or 80 for d = 128 (step_rows below). At 80,
+ * S^T and dP^T are m64n80 (40 accumulators each), dV and dK take 5 k16 slices, the partial tiles'
+ * masks are applied to the packed P and dS (96-bit row masks, bounds read from global memory:
+ * they do not fit in shared memory beside 80-row stages), dS is stored as [query][key] by
+ * transposing stmatrix, and each consumer computes dQ^T = K^T dS^T for its 64 columns (m64n80,
+ * A MN-major, B K-major), staged with 32-bit stores into the same accumulator layout, so that the
+ * workspace does not depend on BM. 226 KB of shared memory.
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -59,12 +66,12 @@ using namespace fmsm90;
  * the consumers are done with K/V of the last one, load K and V, then per visited (head, query
  * block) Q, dO, lse2 and D into the stage ring.
  */
-template <int D, int ST, bool F16>
+template <int D, int ST, int BM, bool F16>
 __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap *tmQ, const CUtensorMap *tmK,
                                          const CUtensorMap *tmV, const CUtensorMap *tmDO, const Params &p)
 {
-  using L = Layout<D, ST>;
-  Sync<D, ST> sy(smem);
+  using L = Layout<D, ST, BM>;
+  Sync<D, ST, BM> sy(smem);
   volatile int *pi = sy.item + 8, *pn = sy.item + 9;
   *pi = 0;
   for (*pn = 0;; *pn = *pn + 1) {
@@ -94,8 +101,8 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
       int kb_, hkv_, b_;
       cur(&kb_, &hkv_, &b_);
       FMBwdWalk w;
-      fmbwd_walk_init(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
-      return fmbwd_walk_next(&w, q, pt);
+      fmbwd_walk_init<BM>(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
+      return fmbwd_walk_next<BM>(&w, q, pt);
     };
     for (int g = 0; g < p.G; g++) {
       int part;
@@ -104,18 +111,18 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
         *pi = i + 1;
         cur(&kb, &hkv, &b);
         const int hq = hkv * p.G + g;
-        const size_t lrow = ((size_t)b * p.Hq + hq) * p.nqb * kBM + (size_t)qb * kBM;
+        const size_t lrow = ((size_t)b * p.Hq + hq) * p.Sqp + (size_t)qb * BM;
         mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
         st_u32(smem_u32(smem + L::OFF_STEP + 8 * st), (uint32_t)qb);
         st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1));
-        mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * kBM * 4);
+        mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * BM * 4);
 #pragma unroll
         for (int c = 0; c < D / 64; c++) {
-          tma_load_4d(smem + L::OFF_Q + st * L::QB + c * 8192, tmQ, &sy.full[st], c * 64, hq, qb * kBM, b);
-          tma_load_4d(smem + L::OFF_DO + st * L::QB + c * 8192, tmDO, &sy.full[st], c * 64, hq, qb * kBM, b);
+          tma_load_4d(smem + L::OFF_Q + st * L::QB + c * L::QC, tmQ, &sy.full[st], c * 64, hq, qb * BM, b);
+          tma_load_4d(smem + L::OFF_DO + st * L::QB + c * L::QC, tmDO, &sy.full[st], c * 64, hq, qb * BM, b);
         }
-        bulk_load(smem + L::OFF_L + st * kBM * 4, p.lse2 + lrow, kBM * 4, &sy.full[st]);
-        bulk_load(smem + L::OFF_DD + st * kBM * 4, p.dsum + lrow, kBM * 4, &sy.full[st]);
+        bulk_load(smem + L::OFF_L + st * BM * 4, p.lse2 + lrow, BM * 4, &sy.full[st]);
+        bulk_load(smem + L::OFF_DD + st * BM * 4, p.dsum + lrow, BM * 4, &sy.full[st]);
       }
     }
     { /* the item's end: a stage with no loads */
@@ -131,35 +138,36 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
 /*
  * S^T and dP^T of one step (SS wgmma), then P^T = exp2(S^T c - lse2) (zero where the partial
  * tile's row masks say so) and dS^T = P^T (dP^T - D), packed for the RS products.
- * s[4k + e] is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
+ * s[4k + e] (k < BM / 8) is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
+ * bnd: the column bounds, staged in shared memory (BM = 64) or the head's in global (BM = 80).
  */
-template <int D, bool F16>
+template <int D, int BM, bool F16>
 __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t va,
                                             uint32_t qa, uint32_t da, uint32_t ls, uint32_t dd, int part, const int4 *bnd,
                                             int m0, int j0, const Me &me, const Params &p)
 {
 #pragma unroll
-  for (int t = 0; t < 32; t++) s[t] = dp[t] = 0.f;
+  for (int t = 0; t < BM / 2; t++) s[t] = dp[t] = 0.f;
   wgmma_fence();
-  gemm_nt<D, F16>(s, ka + me.cw * 8192, qa);
+  gemm_nt<D, BM, F16>(s, ka + me.cw * 8192, qa);
   wgmma_commit();
-  gemm_nt<D, F16>(dp, va + me.cw * 8192, da);
+  gemm_nt<D, BM, F16>(dp, va + me.cw * 8192, da);
   wgmma_commit();
   /* The rows' LSE and D are read after the waits. (Read while the products run instead, the
      same instructions in another order: 1.1-2.3% slower on every mask, H200 2026-12-01,
      seventh session: not kept.) */
   wgmma_wait<1>();
 #pragma unroll
-  for (int t = 0; t < 32; t++) reg_fence(s[t]);
+  for (int t = 0; t < BM / 2; t++) reg_fence(s[t]);
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
+  for (int k = 0; k < BM / 8; k++) {
     const float2 l2 = ld_f2(ls + 32 * k);
     s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
     s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
     s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
     s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
   }
-  if (part) {
+  if (BM == 64 && part) {
     /* row bit masks of the two key columns, shifted so that bit 8k + e is query column 8k + 2 t4 + e */
     const int off = p.Sk - p.Sq;
     const uint64_t mk0 = tile_rows_masked(bnd[me.kr0], m0, j0, p.causal, off) >> (2 * me.t4);
@@ -175,9 +183,9 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   }
   wgmma_wait<0>();
 #pragma unroll
-  for (int t = 0; t < 32; t++) reg_fence(dp[t]);
+  for (int t = 0; t < BM / 2; t++) reg_fence(dp[t]);
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
+  for (int k = 0; k < BM / 8; k++) {
     const float2 d2 = ld_f2(dd + 32 * k);
     dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
     dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
@@ -185,9 +193,33 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
     dp[4 * k + 3] = s[4 * k + 3] * (dp[4 * k + 3] - d2.y);
   }
 #pragma unroll
-  for (int t = 0; t < 16; t++) {
+  for (int t = 0; t < BM / 4; t++) {
     pp[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
     ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
+  }
+  if (BM == 80 && part) {
+    /* The 80-row step masks after the packing: beside S and dP in flight (208 registers with dK
+       and dV) the masks spilled 92 bytes; P and dS packed take 40. A masked element's P and dS
+       halves are zeroed: the values masking P before dS gives, except that such a dS is +0
+       where 0 x (dP - D) may be -0 (the same sums). Per key
+       column h (kr0, kr0 + 8) and per 32-bit word of its row mask from row m0 + 2 t4 (bit 8k + e
+       of word k / 4 is query column 8k + 2 t4 + e); the bounds from global memory (L1 after a
+       head's first step: they do not fit in shared memory beside 80-row stages). */
+    const int off = p.Sk - p.Sq, m = m0 + 2 * me.t4;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int4 bb = __ldg(bnd + me.kr0 + 8 * h);
+#pragma unroll
+      for (int wi = 0; wi < 3; wi++) {
+        const uint32_t wd = tile_rows_masked32(bb, m + 32 * wi, j0 + 8 * h, p.causal, off);
+#pragma unroll
+        for (int k = 4 * wi; k < 4 * wi + 4 && k < BM / 8; k++) {
+          const uint32_t keep = ((wd >> (8 * (k & 3))) & 1u ? 0u : 0xffffu) | ((wd >> (8 * (k & 3) + 1)) & 1u ? 0u : 0xffff0000u);
+          pp[2 * k + h] &= keep;
+          ps[2 * k + h] &= keep;
+        }
+      }
+    }
   }
 }
 
@@ -208,14 +240,34 @@ __device__ __forceinline__ void store_ds(const uint32_t *ps, uint32_t dsaddr, co
   }
 }
 
-/* dq = dS K (SS, both MN-major) over the keys this consumer multiplies (see the file's comment). */
-template <int D, bool F16> __device__ __forceinline__ void issue_dq(float *dq, uint32_t ka, uint32_t dsaddr, const Me &me)
+/*
+ * The 80-row step's dS (packed, this thread's keys kr0 and kr0 + 8) to shared memory as dS, not
+ * dS^T: row = query, this consumer's 64 keys a 128-byte row (its chunk of 80 x 128 bytes), 16-byte
+ * unit u ^ (row & 7), the K-major B of gemm_dqt. ps[2k + h] is the accumulator fragment of the
+ * 8 x 8 block (keys 16 w + 8 h.., queries 8k..), so one transposing stmatrix of four registers
+ * stores the blocks (h = 0, 1) x (query groups 2u, 2u + 1); lane l addresses query row
+ * 16u + 8 (l >> 4) + (l & 7), unit 2w + ((l >> 3) & 1) (8 rows in 8 distinct units: one wavefront
+ * per matrix). Five instructions where dS^T takes 16 32-bit stores.
+ */
+__device__ __forceinline__ void store_ds_t(const uint32_t *ps, uint32_t dsaddr, const Me &me)
+{
+  const int q = 8 * (me.lane >> 4) + (me.lane & 7), ku = 2 * me.w + ((me.lane >> 3) & 1);
+  uint32_t a = dsaddr + me.cw * (80 * 128) + q * 128 + ((ku ^ (q & 7)) << 4);
+  reg_fence(a);
+#pragma unroll
+  for (int u = 0; u < 5; u++) stmatrix_x4_trans(a + u * 2048, ps[4 * u], ps[4 * u + 1], ps[4 * u + 2], ps[4 * u + 3]);
+}
+
+/* dq = dS K (SS, both MN-major) over the keys this consumer multiplies (see the file's comment);
+   BM = 80: dq = dQ^T = K^T dS^T over all 128 keys (d = 128 only). */
+template <int D, int BM, bool F16> __device__ __forceinline__ void issue_dq(float *dq, uint32_t ka, uint32_t dsaddr, const Me &me)
 {
 #pragma unroll
-  for (int t = 0; t < 32; t++) dq[t] = 0.f;
+  for (int t = 0; t < BM / 2; t++) dq[t] = 0.f;
   wgmma_fence();
   reg_fence(dsaddr);
-  if constexpr (!DqSplit<D>::own) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
+  if constexpr (BM == 80) gemm_dqt<8, F16>(dq, dsaddr, ka + me.cw * 16384);
+  else if constexpr (!DqSplit<D>::own) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
   else gemm_dq<4, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
   wgmma_commit();
 }
@@ -231,22 +283,23 @@ template <int D, bool F16> __device__ __forceinline__ void issue_dq(float *dq, u
  * loop-invariant addresses into registers it would then spill; the ones after a wait tell it
  * which registers the retired products read and wrote.
  */
-template <int D, int ST, bool F16>
+template <int D, int ST, int BM, bool F16>
 __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t qa,
                                            uint32_t da, uint32_t dsaddr, float *stg, const DqStep &d, uint64_t *empty,
-                                           const Me &me, const Sync<D, ST> &sy)
+                                           const Me &me, const Sync<D, ST, BM> &sy)
 {
   wgmma_fence();
-  gemm_rs<D, F16>(dv, pp, da);
-  gemm_rs<D, F16>(dk, ps, qa);
+  gemm_rs<D, BM, F16>(dv, pp, da);
+  gemm_rs<D, BM, F16>(dk, ps, qa);
   wgmma_commit();
-  store_ds(ps, dsaddr, me);
+  if constexpr (BM == 80) store_ds_t(ps, dsaddr, me);
+  else store_ds(ps, dsaddr, me);
   fence_proxy_async();
   if constexpr (!DqSplit<D>::own) named_sync(1, 256);
   else named_sync(2 + me.cw, 128);
   wgmma_wait<0>(); /* dV and dK retired */
 #pragma unroll
-  for (int t = 0; t < 16; t++) {
+  for (int t = 0; t < BM / 4; t++) {
     reg_fence(pp[t]);
     reg_fence(ps[t]);
   }
@@ -260,12 +313,12 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   /* the writer has read the last step's dQ block (the barrier's address from K's: OFF_K = 0):
      waited for here, most of a step after the hand-over (at the step's start, this wait was 13%
      of the samples under ncu, full mask, H200, 2026-12-01) */
-  mbar_wait_s(ka + Layout<D, ST>::OFF_BAR + (5 + 2 * ST + me.cw) * 8, d.ph);
-  issue_dq<D, F16>(dq, ka, dsaddr, me);
+  mbar_wait_s(ka + Layout<D, ST, BM>::OFF_BAR + (5 + 2 * ST + me.cw) * 8, d.ph);
+  issue_dq<D, BM, F16>(dq, ka, dsaddr, me);
   wgmma_wait<0>(); /* dQ retired */
 #pragma unroll
-  for (int t = 0; t < 32; t++) reg_fence(dq[t]);
-  stage_dq<D, ST>(dq, stg, d, me, sy);
+  for (int t = 0; t < BM / 2; t++) reg_fence(dq[t]);
+  stage_dq<D, ST, BM>(dq, stg, d, me, sy);
 }
 
 
@@ -308,10 +361,10 @@ __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int
  * Consumer warpgroup (64 keys of each item): per item, dK and dV in registers over every query
  * head of the group and every visited query block; K/V released, then written once.
  */
-template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsigned char *smem, const Params &p)
+template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consumer(unsigned char *smem, const Params &p)
 {
-  using L = Layout<D, ST>;
-  Sync<D, ST> sy(smem);
+  using L = Layout<D, ST, BM>;
+  Sync<D, ST, BM> sy(smem);
   const int tid = threadIdx.x, lane = tid & 31;
   Me me;
   me.cw = __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0); /* warp-uniform to ptxas: the descriptors stay in uniform registers */
@@ -321,9 +374,10 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
   me.t4 = lane & 3;
   me.kr0 = me.cw * 64 + me.w * 16 + (lane >> 2);
   const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
-  int4 *bnd_s = (int4 *)(smem + L::OFF_BND);
-  float dk[D / 2], dv[D / 2], s[32], dp[32], dq[32];
-  uint32_t pp[16], ps[16];
+  int4 *bnd_s = (int4 *)(smem + L::OFF_BND); /* BM = 64 */
+  const int4 *bnd = bnd_s;                   /* the head's bounds: bnd_s, or in global (BM = 80) */
+  float dk[D / 2], dv[D / 2], s[BM / 2], dp[BM / 2], dq[BM / 2];
+  uint32_t pp[BM / 4], ps[BM / 4];
   int i = 0, j = 0; /* i: the stage ring's position (end stages too); j: the steps (dQ blocks handed over) */
   for (int n = 0;; n++) {
     mbar_wait(sy.item_full, n & 1);
@@ -332,8 +386,7 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
 #pragma unroll
     for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
     mbar_wait(sy.kv_full, n & 1);
-    int gcur = -1;
-    size_t row0 = 0; /* the head's first query block */
+    int gcur = -1, bh = 0; /* the head, and its (batch, query head) */
     for (;;) {
       i = __shfl_sync(0xffffffffu, i, 0); /* warp-uniform to ptxas (the exit below depends on a load) */
       const int st = i % ST;
@@ -351,30 +404,33 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
         /* this head's bounds of the thread's two key columns, staged per warp */
         const int hq = hkv * p.G + g, mh = b * p.mstride + hq / p.hpm;
         const int4 *pk = p.packed + ((size_t)mh * p.nblk + kb) * kBN;
-        __syncwarp(); /* the warp's reads of the previous head's bounds are done */
-        if (me.t4 == 0) {
-          bnd_s[me.kr0] = pk[me.kr0];
-          bnd_s[me.kr0 + 8] = pk[me.kr0 + 8];
-        }
-        __syncwarp();
-        row0 = ((size_t)b * p.Hq + hq) * p.nqb;
+        if constexpr (L::BND_SMEM) {
+          __syncwarp(); /* the warp's reads of the previous head's bounds are done */
+          if (me.t4 == 0) {
+            bnd_s[me.kr0] = pk[me.kr0];
+            bnd_s[me.kr0 + 8] = pk[me.kr0 + 8];
+          }
+          __syncwarp();
+        } else bnd = pk;
+        bh = b * p.Hq + hq;
         gcur = g;
       }
-      uint32_t ls = smem_u32(smem + L::OFF_L + st * kBM * 4) + 8 * me.t4;
+      uint32_t ls = smem_u32(smem + L::OFF_L + st * BM * 4) + 8 * me.t4;
       reg_fence(ls);
       uint32_t ka = kaddr, va = vaddr, qa = smem_u32(smem + L::OFF_Q + st * L::QB), da = smem_u32(smem + L::OFF_DO + st * L::QB);
       reg_fence(ka);
       reg_fence(va);
       reg_fence(qa);
       reg_fence(da);
-      step_scores<D, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd_s, qb * kBM,
+      step_scores<D, BM, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd, qb * BM,
                           kb * kBN + me.kr0, me, p);
       {
         DqStep d;
-        d.tix = (int)((row0 + qb) * 4) + (DqSplit<D>::own ? 0 : me.cw);
+        d.tix = (bh * p.nqb + qb) * 4 + (DqSplit<D>::own ? 0 : me.cw);
+        d.arow = (bh * (D / 64) + (DqSplit<D>::own ? 0 : me.cw)) * p.Sqp + qb * BM;
         d.turn = DqSplit<D>::own ? 2 * kb + me.cw : kb;
         d.ph = (j & 1) ^ 1;
-        step_grads<D, ST, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (L::NDS > 1 ? (j & 1) : 0) * L::DSB),
+        step_grads<D, ST, BM, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (L::NDS > 1 ? (j & 1) : 0) * L::DSB),
                                (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, &sy.empty[st], me, sy);
       }
       j++;
@@ -384,10 +440,10 @@ template <int D, int ST, bool F16> __device__ __forceinline__ void consumer(unsi
     if (lane == 0) mbar_arrive(sy.kv_empty);
     store_dkdv<D, F16>(dk, dv, kb, hkv, b, me, p);
   }
-  stop_writer<D, ST>(j, me, sy);
+  stop_writer<D, ST, BM>(j, me, sy);
 }
 
-template <int D, int ST, bool F16>
+template <int D, int ST, int BM, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
   bwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
              const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmDO, const Params p)
@@ -395,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   if (threadIdx.x == 0) {
-    Sync<D, ST> sy(smem);
+    Sync<D, ST, BM> sy(smem);
     mbar_init(sy.kv_full, 1);
     mbar_init(sy.kv_empty, 8); /* one arrival per consumer warp */
     mbar_init(sy.item_full, 1);
@@ -412,11 +468,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x < 128) {
     setmaxnreg_dec<24>();
-    if (threadIdx.x == 0) producer<D, ST, F16>(smem, &tmQ, &tmK, &tmV, &tmDO, p);
-    else if (threadIdx.x >= 32 && threadIdx.x < 96) dq_writer<D, ST>(smem, p, (threadIdx.x >> 5) - 1);
+    if (threadIdx.x == 0) producer<D, ST, BM, F16>(smem, &tmQ, &tmK, &tmV, &tmDO, p);
+    else if (threadIdx.x >= 32 && threadIdx.x < 96) dq_writer<D, ST, BM>(smem, p, (threadIdx.x >> 5) - 1);
   } else {
     setmaxnreg_inc<240>();
-    consumer<D, ST, F16>(smem, p);
+    consumer<D, ST, BM, F16>(smem, p);
   }
 }
 
@@ -439,13 +495,14 @@ static cudaError_t make_map(CUtensorMap *map, const void *base, const FMGpuStrid
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t stream)
+template <int D, int ST, int BM, bool F16>
+static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t stream)
 {
-  using L = Layout<D, ST>;
+  using L = Layout<D, ST, BM>;
   CUtensorMap tq, tk, tv, tdo;
   cudaError_t e;
-  if ((e = make_map(&tq, a->q, &a->sq, a->batch, a->seqlen_q, a->heads_q, D, kBM, F16)) != cudaSuccess) return e;
-  if ((e = make_map(&tdo, a->dout, &a->sdo, a->batch, a->seqlen_q, a->heads_q, D, kBM, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tq, a->q, &a->sq, a->batch, a->seqlen_q, a->heads_q, D, BM, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tdo, a->dout, &a->sdo, a->batch, a->seqlen_q, a->heads_q, D, BM, F16)) != cudaSuccess) return e;
   if ((e = make_map(&tk, a->k, &a->sk, a->batch, a->seqlen_k, a->heads_kv, D, kBN, F16)) != cudaSuccess) return e;
   if ((e = make_map(&tv, a->v, &a->sv, a->batch, a->seqlen_k, a->heads_kv, D, kBN, F16)) != cudaSuccess) return e;
   Params p;
@@ -465,7 +522,8 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   p.mask_heads = a->mask_heads;
   p.causal = a->causal;
   p.nblk = a->nblk;
-  p.nqb = w->nqb;
+  p.nqb = (a->seqlen_q + BM - 1) / BM;
+  p.Sqp = w->sqp;
   p.B = a->batch;
   p.nitems = a->nblk * a->heads_kv * a->batch;
   p.counter = w->counter;
@@ -481,17 +539,17 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
   int dev = 0, sms = 0;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
   if (dev < 0 || dev >= 64 || !attr_done[dev]) {
-    if ((e = cudaFuncSetAttribute(bwd_kernel<D, ST, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES)) != cudaSuccess)
+    if ((e = cudaFuncSetAttribute(bwd_kernel<D, ST, BM, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES)) != cudaSuccess)
       return e;
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
     if (dev >= 0 && dev < 64) attr_done[dev] = 1, nsm[dev] = sms;
   } else sms = nsm[dev];
   if (p.deterministic) {
-    turn_init<D><<<dim3((p.nqb + 255) / 256, p.Hq, p.B), 256, 0, stream>>>(p);
+    turn_init<D, BM><<<dim3((p.nqb + 255) / 256, p.Hq, p.B), 256, 0, stream>>>(p);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
   dim3 grid(p.nitems < sms ? p.nitems : sms);
-  bwd_kernel<D, ST, F16><<<grid, kThreads, L::BYTES, stream>>>(tq, tk, tv, tdo, p);
+  bwd_kernel<D, ST, BM, F16><<<grid, kThreads, L::BYTES, stream>>>(tq, tk, tv, tdo, p);
   return cudaGetLastError();
 }
 
@@ -502,12 +560,26 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuBwdParam
 
 static int strides_ok(const FMGpuStrides *s) { return s->sb % 8 == 0 && s->ss % 8 == 0 && s->sh % 8 == 0; }
 
+/*
+ * The query rows per step of a launch: step_rows when given (80 for d = 128 only), else 80 for
+ * d = 128 without the causal flag. 80 rows take 34 products per step for 80 rows where 64 take 32
+ * for 64, so the per-step costs weigh less; with the causal flag most steps are partial, and
+ * coarser blocks leave more masked rows inside the visited ones (the causal-flag masks stay at
+ * 64 until an A/B says otherwise).
+ */
+static int step_rows(const FMGpuBwdParams *a)
+{
+  if (a->head_dim != 128 || a->step_rows == 64) return 64;
+  return a->step_rows == 80 || !a->causal ? 80 : 64;
+}
+
 int FMBwdSm90Supported(const FMGpuBwdParams *a)
 {
   int dev, maxsm = 0, major = 0, minor = 0;
   size_t need;
-  if (a->head_dim == 128) need = fmbwd::Layout<128, FMBWD_ST128>::BYTES;
-  else if (a->head_dim == 64) need = fmbwd::Layout<64, FMBWD_ST64>::BYTES;
+  if (a->head_dim == 128)
+    need = step_rows(a) == 80 ? fmbwd::Layout<128, FMBWD_ST128, 80>::BYTES : fmbwd::Layout<128, FMBWD_ST128, 64>::BYTES;
+  else if (a->head_dim == 64) need = fmbwd::Layout<64, FMBWD_ST64, 64>::BYTES;
   else return 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -517,8 +589,10 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
   if (major != 9 || minor != 0 || need > (size_t)maxsm) return 0;
   if (a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N || (long long)a->nblk * a->heads_kv * a->batch > (1ll << 30))
     return 0;
-  /* the dQ writers' turn words are indexed in 32 bits (the summaries are read through size_t offsets) */
+  /* the dQ writers' turn words and accumulator rows are indexed in 32 bits (the summaries are
+     read through size_t offsets); 64-row blocks are the most of any step size */
   if (4ll * a->batch * a->heads_q * ((a->seqlen_q + FMBWD_BM - 1) / FMBWD_BM) >= (1ll << 31)) return 0;
+  if ((long long)a->batch * a->heads_q * ((a->head_dim + 63) / 64) * fmbwd_sqp(a->seqlen_q) >= (1ll << 31)) return 0;
   /* TMA: 16-byte aligned bases and strides */
   if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->dout) & 15) return 0;
   if (!strides_ok(&a->sq) || !strides_ok(&a->sk) || !strides_ok(&a->sv) || !strides_ok(&a->sdo)) return 0;
@@ -530,7 +604,9 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
 
 cudaError_t FMBwdSm90Launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t s)
 {
+  if (a->head_dim == 128 && step_rows(a) == 80)
+    return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, 80, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, 80, false>(a, w, s);
   if (a->head_dim == 128)
-    return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, false>(a, w, s);
-  return a->fp16 ? fmbwd::launch<64, FMBWD_ST64, true>(a, w, s) : fmbwd::launch<64, FMBWD_ST64, false>(a, w, s);
+    return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, 64, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, 64, false>(a, w, s);
+  return a->fp16 ? fmbwd::launch<64, FMBWD_ST64, 64, true>(a, w, s) : fmbwd::launch<64, FMBWD_ST64, 64, false>(a, w, s);
 }

@@ -9,36 +9,60 @@
 #include <cuda_runtime_api.h>
 #include <flashmask/private/fmbwd.h>
 
-/* Query rows per step of the main kernel (and the padding unit of the LSE/D workspace). */
+/* Query rows per step of the main kernel's default path (the walk's default block and the
+   fallback's); the kernel may take FMBWD_BM_MAX rows instead (bwd_sm90.cu), per piece. */
 #define FMBWD_BM 64
+#define FMBWD_BM_MAX 80
 
 /* Summary numbers per key block, in the order of FM_SUM_* (fmimpl.h) */
 enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
        FMBWD_UTS_MIN, FMBWD_UTS_MAX, FMBWD_UTE_MIN, FMBWD_UTE_MAX, FMBWD_SUM_N };
 
 /*
- * Workspace: lse2 = lse * log2(e) (+inf for rows with nothing visible and for padding rows, so
- * that exp2(s - lse2) = 0 there), dsum = rowsum(dO o O), both float [B][Hq][nqb * 64]; dqacc =
- * dQ's fp32 accumulator [B][Hq][nqb][Dp / 64][64 rows][64 cols] with Dp = head_dim rounded up
- * to 64, column c of row r stored at c ^ ((r & 7) << 3) (conflict-free staging in the kernel);
- * then the main kernel's work-item counter (zeroed before each piece) and, for the
- * deterministic mode, per (batch, query head, query block) four words: the turns of the two
- * 64-column halves and the first key block that visits the query block ([B][Hq][nqb][4] ints,
- * set before each piece). The size does not depend on seqlen_k.
+ * Workspace, independent of the kernel's step rows (so that Begin and End need not know them,
+ * and pieces of one backward may each take their own): rows are padded to Sqp = the larger of
+ * seqlen_q rounded up to 64 and to 80 (a multiple of 16), so that every step's block lies
+ * inside. lse2 = lse * log2(e) (+inf for rows with nothing visible and for padding rows, so that
+ * exp2(s - lse2) = 0 there), dsum = rowsum(dO o O), both float [B][Hq][Sqp]; dqacc = dQ's fp32
+ * accumulator in planes of 64 columns, [B][Hq][Dp / 64][Sqp][64] with Dp = head_dim rounded up
+ * to 64 (a step's block of any row count is one contiguous range of its plane), column c of
+ * global row r stored at fmbwd_swz(c, r); then the main kernel's work-item counter (zeroed
+ * before each piece) and, for the deterministic mode, per (batch, query head, query block) four
+ * words: the turns of the two 64-column halves and the first key block that visits the query
+ * block ([B][Hq][nqb][4] ints with nqb counted in 64-row blocks, the most of any step size; set
+ * before each piece). The size does not depend on seqlen_k.
  */
 typedef struct {
   float *lse2, *dsum, *dqacc;
   int *counter; /* the main kernel's work-item counter */
   int *turn;    /* deterministic mode: the turn words (bwd_sm90.cu) */
-  int nqb, dp;
+  int nqb;      /* query blocks of FMBWD_BM rows */
+  int dp, sqp;  /* head_dim rounded up to 64; the padded rows */
 } FMBwdWork;
 
 static inline size_t fmbwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
+/* The padded rows of the workspace (see above). */
+__host__ __device__ static inline int fmbwd_sqp(int Sq)
+{
+  const int a = (Sq + 63) / 64 * 64, b = (Sq + FMBWD_BM_MAX - 1) / FMBWD_BM_MAX * FMBWD_BM_MAX;
+  return a > b ? a : b;
+}
+
+/*
+ * Where column c (0..63) of global row r sits in its 64-float accumulator row: the 8-column
+ * groups permuted by bits 0..3 of the row. Bits 3-4 only, so 8 aligned columns stay contiguous
+ * (the postprocess's float4 reads); conflict-free both for staging a row's column pairs (the
+ * 64-row path's 64-bit stores) and for staging one column of consecutive rows (the 80-row
+ * path's transposed 32-bit stores), where (r & 7) << 3 puts rows 2 t4 and 2 t4 + 4 on one bank.
+ * Steps start at multiples of 16, so a step's local row gives the same value as the global row.
+ */
+__host__ __device__ __forceinline__ int fmbwd_swz(int c, int r) { return c ^ (((r ^ (r >> 2)) & 3) << 3); }
+
 static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
 {
-  const int nqb = (p->seqlen_q + FMBWD_BM - 1) / FMBWD_BM, dp = (p->head_dim + 63) / 64 * 64;
-  const size_t rows = (size_t)p->batch * p->heads_q * nqb * FMBWD_BM;
+  const int nqb = (p->seqlen_q + FMBWD_BM - 1) / FMBWD_BM, dp = (p->head_dim + 63) / 64 * 64, sqp = fmbwd_sqp(p->seqlen_q);
+  const size_t rows = (size_t)p->batch * p->heads_q * sqp;
   const size_t a = fmbwd_align256(rows * sizeof(float)), acc = fmbwd_align256(rows * dp * sizeof(float));
   const size_t turns = fmbwd_align256((size_t)p->batch * p->heads_q * nqb * 4 * sizeof(int));
   const size_t total = 2 * a + acc + 256 + turns;
@@ -51,13 +75,15 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
     w->turn = (int *)(base + 2 * a + acc + 256);
     w->nqb = nqb;
     w->dp = dp;
+    w->sqp = sqp;
   }
   return total;
 }
 
 /*
  * The query-block walk of one key block kb (columns [c0, c1)) for one mask head, shared by the
- * Hopper kernel's roles and the fallback: the summaries decide, per 64-row query block, skip /
+ * Hopper kernel's roles and the fallback: the summaries decide, per BM-row query block (BM = the
+ * kernel's step rows, a template argument: a constant divisor; the fallback's blocks are 64), skip /
  * unmasked / partial (the rule of FMClassifyTileInline in fmimpl.h, plus the ragged last key
  * block, whose padding columns need the element test). next() jumps over runs of skipped blocks
  * in O(1) each, so skipped blocks cost nothing.
@@ -67,6 +93,7 @@ struct FMBwdWalk {
   int Sq, off, causal, c0, c1, nqb, ragged;
 };
 
+template <int BM = FMBWD_BM>
 __host__ __device__ __forceinline__ void fmbwd_walk_init(FMBwdWalk *w, const int32_t *sum_head, int kb, int Sq, int Sk,
                                                          int causal)
 {
@@ -76,14 +103,15 @@ __host__ __device__ __forceinline__ void fmbwd_walk_init(FMBwdWalk *w, const int
   w->causal = causal;
   w->c0 = kb * FMBWD_BLOCK_N;
   w->c1 = w->c0 + FMBWD_BLOCK_N < Sk ? w->c0 + FMBWD_BLOCK_N : Sk;
-  w->nqb = (Sq + FMBWD_BM - 1) / FMBWD_BM;
+  w->nqb = (Sq + BM - 1) / BM;
   w->ragged = w->c0 + FMBWD_BLOCK_N > Sk;
 }
 
 /* Whether the walk visits query block qb (not skipped): the test of fmbwd_walk_next, for one block. */
+template <int BM = FMBWD_BM>
 __host__ __device__ __forceinline__ bool fmbwd_walk_visits(const FMBwdWalk *w, int qb)
 {
-  const int m0 = qb * FMBWD_BM, m1 = m0 + FMBWD_BM < w->Sq ? m0 + FMBWD_BM : w->Sq;
+  const int m0 = qb * BM, m1 = m0 + BM < w->Sq ? m0 + BM : w->Sq;
   if (w->causal && w->c0 > m1 - 1 + w->off) return false;
   if (m0 >= w->s[FMBWD_LTS_MAX] && m1 <= w->s[FMBWD_LTE_MIN]) return false;
   return !(m0 >= w->s[FMBWD_UTS_MAX] && m1 <= w->s[FMBWD_UTE_MIN]);
@@ -91,14 +119,15 @@ __host__ __device__ __forceinline__ bool fmbwd_walk_visits(const FMBwdWalk *w, i
 
 /* First query block >= qb that is not skipped (nqb if none); *partial: whether it needs the
    per-element test. */
+template <int BM = FMBWD_BM>
 __host__ __device__ __forceinline__ int fmbwd_walk_next(const FMBwdWalk *w, int qb, int *partial)
 {
   while (qb < w->nqb) {
-    const int m0 = qb * FMBWD_BM, m1 = m0 + FMBWD_BM < w->Sq ? m0 + FMBWD_BM : w->Sq;
+    const int m0 = qb * BM, m1 = m0 + BM < w->Sq ? m0 + BM : w->Sq;
     int nx = -1;
-    if (w->causal && w->c0 > m1 - 1 + w->off) nx = (w->c0 - w->off) / FMBWD_BM;
-    else if (m0 >= w->s[FMBWD_LTS_MAX] && m1 <= w->s[FMBWD_LTE_MIN]) nx = w->s[FMBWD_LTE_MIN] / FMBWD_BM;
-    else if (m0 >= w->s[FMBWD_UTS_MAX] && m1 <= w->s[FMBWD_UTE_MIN]) nx = w->s[FMBWD_UTE_MIN] / FMBWD_BM;
+    if (w->causal && w->c0 > m1 - 1 + w->off) nx = (w->c0 - w->off) / BM;
+    else if (m0 >= w->s[FMBWD_LTS_MAX] && m1 <= w->s[FMBWD_LTE_MIN]) nx = w->s[FMBWD_LTE_MIN] / BM;
+    else if (m0 >= w->s[FMBWD_UTS_MAX] && m1 <= w->s[FMBWD_UTE_MIN]) nx = w->s[FMBWD_UTE_MIN] / BM;
     if (nx < 0) {
       *partial = w->ragged || (w->causal && w->c1 - 1 > m0 + w->off) ||
                  (m0 < w->s[FMBWD_LTE_MAX] && m1 > w->s[FMBWD_LTS_MIN]) ||

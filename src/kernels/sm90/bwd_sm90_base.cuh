@@ -15,7 +15,8 @@ namespace fmbwd {
 using namespace fmsm90;
 
 constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
-constexpr int kBM = FMBWD_BM;      /* query rows per step */
+/* The query rows per step, BM, are a template argument of the layout and of every role and
+   helper (64, or 80 for d = 128: FMBwdSm90Launch picks). */
 constexpr int kThreads = 384;
 
 /*
@@ -31,12 +32,20 @@ template <int D> struct DqSplit {
   static constexpr bool own = D == 64;
 };
 
-template <int D, int ST> struct Layout {
+/*
+ * BM = 64, or 80 (d = 128 only). At 80 the per-item column bounds do not fit (536 bytes would be
+ * left with them 2 KB short), so the consumers read their two columns' bounds from global memory
+ * (L1) on partial steps instead of staging them.
+ */
+template <int D, int ST, int BM> struct Layout {
+  static_assert(BM == 64 || (BM == 80 && D == 128), "step rows: 64, or 80 for d = 128");
+  static constexpr bool BND_SMEM = BM == 64; /* the column bounds staged in shared memory */
   static constexpr int KB = kBN * D * 2;  /* K or V tile; chunks of 128 x 64 (16 KB) */
-  static constexpr int QB = kBM * D * 2;  /* Q or dO tile; chunks of 64 x 64 (8 KB) */
-  static constexpr int DSB = kBN * kBM * 2;
+  static constexpr int QB = BM * D * 2;   /* Q or dO tile; chunks of BM x 64 (BM x 128 B, 8 KB for 64) */
+  static constexpr int QC = BM * 128;     /* one such chunk */
+  static constexpr int DSB = kBN * BM * 2;
   static constexpr int NDS = DqSplit<D>::own ? 1 : 2; /* dS buffers: shared halves need two (the other consumer may still read) */
-  static constexpr int DQB = kBM * 64 * 4;
+  static constexpr int DQB = BM * 64 * 4;
   static constexpr int OFF_K = 0;
   static constexpr int OFF_V = OFF_K + KB;
   static constexpr int OFF_Q = OFF_V + KB;
@@ -44,10 +53,10 @@ template <int D, int ST> struct Layout {
   static constexpr int OFF_DS = OFF_DO + ST * QB;
   static constexpr int OFF_DQ = OFF_DS + NDS * DSB;
   static constexpr int OFF_L = OFF_DQ + 2 * DQB;
-  static constexpr int OFF_DD = OFF_L + ST * kBM * 4;
-  static constexpr int OFF_BND = OFF_DD + ST * kBM * 4; /* the item's column bounds, 128 x int4 */
+  static constexpr int OFF_DD = OFF_L + ST * BM * 4;
+  static constexpr int OFF_BND = OFF_DD + ST * BM * 4; /* the item's column bounds, 128 x int4 (BM = 64) */
   /* 2 item slots {t, kb, hkv, b}, the producer's step and item counts; at +64 the dQ writers' slots */
-  static constexpr int OFF_ITEM = OFF_BND + kBN * 16;
+  static constexpr int OFF_ITEM = OFF_BND + (BND_SMEM ? kBN * 16 : 0);
   static constexpr int OFF_STEP = OFF_ITEM + 128; /* per stage the step slot: {query block, flags} (kStepEnd below) */
   static constexpr int OFF_BAR = OFF_STEP + ST * 8;
   static constexpr int BYTES = OFF_BAR + (7 + 2 * ST) * 8 + 1024; /* + alignment slack */
@@ -62,7 +71,8 @@ struct Params {
   float *dqacc;
   const int4 *packed;
   const int32_t *sum;
-  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B;
+  int Sq, Sk, Hq, Hkv, mask_heads, causal, nblk, nqb, B; /* nqb: query blocks of the kernel's step rows */
+  int Sqp;      /* the workspace's padded rows (fmbwd_sqp) */
   int G, hpm;   /* query heads per kv head, per mask head (host-divided: no registers held) */
   int mstride;  /* mask rows per sample: mask_heads when the mask has a batch (mask_batch > 1), else 0 */
   int nitems;   /* nblk * Hkv * B work items, key block fastest */
@@ -87,17 +97,29 @@ __device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int
   *b = r / p.Hkv;
 }
 
-/* Rows [0, n) of a 64-row tile as bits (n clamped to [0, 64]). */
+/* Rows [0, n) of a 64-row tile as bits (n clamped to [0, 64]); upto32 the same for 32 rows. */
 __device__ __forceinline__ uint64_t upto(int n)
 {
   n = n < 0 ? 0 : n > 64 ? 64 : n;
   return n >= 64 ? ~0ull : ((1ull << n) - 1ull);
+}
+__device__ __forceinline__ uint32_t upto32(int n)
+{
+  n = n < 0 ? 0 : n > 32 ? 32 : n;
+  return n >= 32 ? ~0u : ((1u << n) - 1u);
 }
 /* Masked rows of the tile starting at row m0 for key column j with bounds b (bit r = row m0 + r). */
 __device__ __forceinline__ uint64_t tile_rows_masked(int4 b, int m0, int j, int causal, int off)
 {
   uint64_t m = (upto(b.y - m0) & ~upto(b.x - m0)) | (upto(b.w - m0) & ~upto(b.z - m0));
   if (causal) m |= upto(j - off - m0); /* j > i + off  <=>  i < j - off */
+  return m;
+}
+/* The same for the 32 rows from m0 (the 80-row step's rows 64 and up). */
+__device__ __forceinline__ uint32_t tile_rows_masked32(int4 b, int m0, int j, int causal, int off)
+{
+  uint32_t m = (upto32(b.y - m0) & ~upto32(b.x - m0)) | (upto32(b.w - m0) & ~upto32(b.z - m0));
+  if (causal) m |= upto32(j - off - m0);
   return m;
 }
 
@@ -109,25 +131,32 @@ __device__ __forceinline__ void bulk_reduce_add(float *gdst, const void *ssrc, u
 }
 __device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
-/* acc[32] = A B^T over D: A = 64 rows of a 128-row K/V tile (K-major), B = a 64-row Q/dO tile. */
-template <int D, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
+/* acc[BM/2] = A B^T over D: A = 64 rows of a 128-row K/V tile (K-major), B = a BM-row Q/dO tile
+   (K-major: BM / 8 groups of 8 rows at 1024 bytes, the chunks of 64 columns BM x 128 bytes apart). */
+template <int D, int BM, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
 {
   const uint32_t la = desc_lo(a, 16), lb = desc_lo(b, 16);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
     const uint64_t da = desc_join(la + ((kk / 4) * 16384 + (kk % 4) * 32) / 16, desc_hi(1024));
-    const uint64_t db = desc_join(lb + ((kk / 4) * 8192 + (kk % 4) * 32) / 16, desc_hi(1024));
-    if constexpr (F16) wgmma_ss_m64n64k16_f16(acc, da, db, kk > 0);
-    else wgmma_ss_m64n64k16_bf16(acc, da, db, kk > 0);
+    const uint64_t db = desc_join(lb + ((kk / 4) * (BM * 128) + (kk % 4) * 32) / 16, desc_hi(1024));
+    if constexpr (BM == 80) {
+      if constexpr (F16) wgmma_ss_m64n80k16_f16(acc, da, db, kk > 0);
+      else wgmma_ss_m64n80k16_bf16(acc, da, db, kk > 0);
+    } else {
+      if constexpr (F16) wgmma_ss_m64n64k16_f16(acc, da, db, kk > 0);
+      else wgmma_ss_m64n64k16_bf16(acc, da, db, kk > 0);
+    }
   }
 }
 
-/* acc[D/2] += A B: A (64 keys x 64 queries) from registers, B = a 64-row Q/dO tile (MN-major). */
-template <int D, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, const uint32_t *a, uint32_t b)
+/* acc[D/2] += A B: A (64 keys x BM queries) from registers (the accumulator pairs of the scores
+   are the A fragments of the k16 slices), B = a BM-row Q/dO tile (MN-major). */
+template <int D, int BM, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, const uint32_t *a, uint32_t b)
 {
-  const uint32_t lb = desc_lo(b, 8192);
+  const uint32_t lb = desc_lo(b, BM * 128); /* LBO: the stride between 64-column chunks */
 #pragma unroll
-  for (int u = 0; u < kBM / 16; u++) {
+  for (int u = 0; u < BM / 16; u++) {
     const uint64_t db = desc_join(lb + u * 2048 / 16, desc_hi(1024));
     if constexpr (D == 128) {
       if constexpr (F16) wgmma_rs_m64n128k16_f16(acc, a + 4 * u, db);
@@ -152,14 +181,33 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, u
   }
 }
 
+/*
+ * The 80-row step's dQ, transposed: dq[40] = dQ^T = K^T dS^T over NT k16 slices of keys. A = K^T
+ * from k (this consumer's 64 columns of K, MN-major: one 128-byte atom wide, 8-key groups at 1024
+ * bytes, a slice 2048 bytes), B = dS from ds, stored [80 queries][keys] K-major in 64-key chunks of
+ * 80 x 128 bytes (a query block of 80 rows does not fit one MN-major atom of 64; as K-major rows
+ * of 64 keys it does). dq[4k + 2h + e] is column 16 w + lane / 4 + 8 h, query row 8k + 2 t4 + e.
+ */
+template <int NT, bool F16> __device__ __forceinline__ void gemm_dqt(float *dq, uint32_t ds, uint32_t k)
+{
+  const uint32_t la = desc_lo(k, 16384), lb = desc_lo(ds, 16);
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+    const uint64_t da = desc_join(la + t * 2048 / 16, desc_hi(1024));
+    const uint64_t db = desc_join(lb + ((t / 4) * 10240 + (t % 4) * 32) / 16, desc_hi(1024));
+    if constexpr (F16) wgmma_ss_m64n80k16_f16_t10(dq, da, db, t > 0);
+    else wgmma_ss_m64n80k16_bf16_t10(dq, da, db, t > 0);
+  }
+}
+
 /* Barriers and the item slots in shared memory. */
-template <int D, int ST> struct Sync {
+template <int D, int ST, int BM> struct Sync {
   uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;
   volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
-  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [7] stop */
+  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [2] accumulator row, [7] stop */
   __device__ __forceinline__ explicit Sync(unsigned char *smem)
   {
-    uint64_t *bars = (uint64_t *)(smem + Layout<D, ST>::OFF_BAR);
+    uint64_t *bars = (uint64_t *)(smem + Layout<D, ST, BM>::OFF_BAR);
     kv_full = bars;
     kv_empty = bars + 1;
     item_full = bars + 2;
@@ -167,7 +215,7 @@ template <int D, int ST> struct Sync {
     empty = bars + 3 + ST;
     dq_full = bars + 3 + 2 * ST;
     dq_empty = bars + 5 + 2 * ST;
-    item = (volatile int *)(smem + Layout<D, ST>::OFF_ITEM);
+    item = (volatile int *)(smem + Layout<D, ST, BM>::OFF_ITEM);
     dqs = item + 16;
   }
 };
@@ -186,10 +234,12 @@ struct Me {
 };
 
 /* The dQ block of a step, as its writer warp needs it (see dq_writer): the block's turn word
-   ((batch, query head, query block) x 4 + column half; the accumulator block follows from it)
-   and this block's turn (the key block kb for d = 128, 2 kb + consumer for d = 64). */
+   ((batch, query head, query block) x 4 + column half), this block's turn (the key block kb for
+   d = 128, 2 kb + consumer for d = 64) and its first accumulator row in units of 64 floats,
+   ((batch, query head) x D / 64 + column half) x Sqp + the block's first row (a multiply here,
+   after the consumer's register peak, so that the 24-register writer does no division). */
 struct DqStep {
-  int tix, turn;
+  int tix, turn, arow;
   uint32_t ph; /* the parity of the writer's read of the last block from this staging buffer */
 };
 

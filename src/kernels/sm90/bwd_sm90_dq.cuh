@@ -10,26 +10,49 @@
 namespace fmbwd {
 using namespace fmsm90;
 
-/* dq (fp32) into this consumer's staging buffer (column c of row r at c ^ ((r & 7) << 3), the
+/* dq (fp32) into this consumer's staging buffer (column c of row r at fmbwd_swz(c, r), the
    accumulator's layout), then handed to the writer with the block's place (slot) and an arrival
    per warp. The caller waited (step_grads) until the writer had read the previous one. */
-template <int D, int ST>
-__device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqStep &d, const Me &me, const Sync<D, ST> &sy)
+template <int D, int ST, int BM>
+__device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqStep &d, const Me &me, const Sync<D, ST, BM> &sy)
 {
-  uint32_t sa = smem_u32(stg), r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
-  reg_fence(sa);
-  reg_fence(r0);
-  reg_fence(r1);
+  if constexpr (BM == 80) {
+    /* dQ^T's fragments (gemm_dqt): adjacent registers are adjacent rows, so one 32-bit store
+       each, row q = 8k + 2 t4 + e, column c = 16 w + lane / 4 + 8 h; for fixed (e, h) and k's
+       parity the swizzled column is one per thread (fmbwd_swz uses the row's bits 0..3), so
+       eight base addresses and k / 2 x 4096 bytes. The warp's 32 stores of one instruction
+       cover 4 rows x 8 columns on 32 distinct banks. */
+    uint32_t base[8];
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
-    st_f2(sa + 4 * (r0 * 64 + ((8 * k + 2 * me.t4) ^ ((r0 & 7) << 3))), dq[4 * k], dq[4 * k + 1]);
-    st_f2(sa + 4 * (r1 * 64 + ((8 * k + 2 * me.t4) ^ ((r1 & 7) << 3))), dq[4 * k + 2], dq[4 * k + 3]);
+    for (int x = 0; x < 8; x++) {
+      const int e = x & 1, h = (x >> 1) & 1, kp = x >> 2, q = 8 * kp + 2 * me.t4 + e;
+      base[x] = smem_u32(stg) + 4 * (q * 64 + fmbwd_swz(16 * me.w + (me.lane >> 2) + 8 * h, q));
+      reg_fence(base[x]);
+    }
+#pragma unroll
+    for (int k = 0; k < 10; k++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+          st_u32(base[(k & 1) * 4 + h * 2 + e] + (k >> 1) * 4096, __float_as_uint(dq[4 * k + 2 * h + e]));
+  } else {
+    uint32_t sa = smem_u32(stg), r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
+    reg_fence(sa);
+    reg_fence(r0);
+    reg_fence(r1);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      st_f2(sa + 4 * (r0 * 64 + fmbwd_swz(8 * k + 2 * me.t4, r0)), dq[4 * k], dq[4 * k + 1]);
+      st_f2(sa + 4 * (r1 * 64 + fmbwd_swz(8 * k + 2 * me.t4, r1)), dq[4 * k + 2], dq[4 * k + 3]);
+    }
   }
   fence_proxy_async();
   if (me.wt == 0) { /* the slot through its shared-memory address (a generic volatile store was a slow ST.E.STRONG.SYS) */
     const uint32_t sl = smem_u32((const void *)(sy.dqs + 8 * me.cw));
     st_u32(sl, (uint32_t)d.tix);
     st_u32(sl + 4, (uint32_t)d.turn);
+    st_u32(sl + 8, (uint32_t)d.arow);
     st_u32(sl + 28, 0u);
   }
   __syncwarp();
@@ -37,7 +60,7 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
 }
 
 /* The consumer's last hand-over: no more dQ blocks. */
-template <int D, int ST> __device__ __forceinline__ void stop_writer(int i, const Me &me, const Sync<D, ST> &sy)
+template <int D, int ST, int BM> __device__ __forceinline__ void stop_writer(int i, const Me &me, const Sync<D, ST, BM> &sy)
 {
   mbar_wait(&sy.dq_empty[me.cw], (i & 1) ^ 1);
   if (me.wt == 0) st_u32(smem_u32((const void *)(sy.dqs + 8 * me.cw)) + 28, 1u);
@@ -57,10 +80,10 @@ __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence
 /* The first key block below kb that visits query block qb (mask row mh), down to lo; INT_MAX if
    none. One warp, 32 key blocks per round; the test is fmbwd_walk_visits', written out for the
    writer's 24 registers. */
-__device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int lo, int lane)
+template <int BM> __device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int lo, int lane)
 {
   const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
-  const int m0 = qb * kBM, m1 = m0 + kBM < p.Sq ? m0 + kBM : p.Sq, lim = m1 - 1 + p.Sk - p.Sq;
+  const int m0 = qb * BM, m1 = m0 + BM < p.Sq ? m0 + BM : p.Sq, lim = m1 - 1 + p.Sk - p.Sq;
   for (int base = kb - 1; base >= lo; base -= 32) {
     const int k = base - lane;
     bool v = false;
@@ -89,20 +112,20 @@ __device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int
  * a lower one: the adds then come in the order the walks reach them (increasing order made
  * every causal key block wait for all those below it: 6x slower at 8K).
  */
-template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char *smem, const Params &p, int cw)
+template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsigned char *smem, const Params &p, int cw)
 {
-  using L = Layout<D, ST>;
-  Sync<D, ST> sy(smem);
+  using L = Layout<D, ST, BM>;
+  Sync<D, ST, BM> sy(smem);
   const int lane = threadIdx.x & 31;
   const uint32_t sl = smem_u32((const void *)(sy.dqs + 8 * cw));
   const float *stg = (const float *)(smem + L::OFF_DQ + cw * L::DQB);
   for (int i = 0;; i++) {
     mbar_wait(&sy.dq_full[cw], i & 1);
     if (ld_s32(sl + 28)) break;
-    const int tix = ld_s32(sl), mine = ld_s32(sl + 4);
+    const int tix = ld_s32(sl), mine = ld_s32(sl + 4), arow = ld_s32(sl + 8);
     __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
     const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
-    const size_t off = ((size_t)blk * (D / 64) + (DqSplit<D>::own ? 0 : (tix & 3))) * (size_t)(kBM * 64);
+    const size_t off = (size_t)arow * 64;
     if (lane == 0) {
       if (p.deterministic) {
 #ifdef FM_SM90_HANG_CHECK
@@ -123,7 +146,7 @@ template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char
       if (!DqSplit<D>::own || cw == 1) {
         const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
         const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D>::own ? mine >> 1 : mine;
-        next = next_visitor(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
+        next = next_visitor<BM>(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
         if (DqSplit<D>::own && next != 0x7fffffff) next *= 2;
       }
       if (lane == 0) {
@@ -140,7 +163,7 @@ template <int D, int ST> __device__ __forceinline__ void dq_writer(unsigned char
 /* Deterministic mode: per (query block, query head, batch) the last and first key blocks that
    visit it; the turns of both column halves start at the last (2 x last for d = 64: its consumer
    0), and the writers' scans stop at the first. */
-template <int D>
+template <int D, int BM>
 __global__ void __launch_bounds__(256) turn_init(const Params p)
 {
   const int qb = blockIdx.x * 256 + threadIdx.x, hq = blockIdx.y, b = blockIdx.z;
@@ -149,13 +172,13 @@ __global__ void __launch_bounds__(256) turn_init(const Params p)
   int first = 0x7fffffff, last = -1;
   for (int kb = 0; kb < p.nblk; kb++) {
     FMBwdWalk w;
-    fmbwd_walk_init(&w, sumh, kb, p.Sq, p.Sk, p.causal);
-    if (fmbwd_walk_visits(&w, qb)) { first = kb; break; }
+    fmbwd_walk_init<BM>(&w, sumh, kb, p.Sq, p.Sk, p.causal);
+    if (fmbwd_walk_visits<BM>(&w, qb)) { first = kb; break; }
   }
   for (int kb = p.nblk - 1; kb >= first && first != 0x7fffffff; kb--) {
     FMBwdWalk w;
-    fmbwd_walk_init(&w, sumh, kb, p.Sq, p.Sk, p.causal);
-    if (fmbwd_walk_visits(&w, qb)) { last = kb; break; }
+    fmbwd_walk_init<BM>(&w, sumh, kb, p.Sq, p.Sk, p.causal);
+    if (fmbwd_walk_visits<BM>(&w, qb)) { last = kb; break; }
   }
   int *t = p.turn + (((size_t)b * p.Hq + hq) * p.nqb + qb) * 4;
   if (last < 0) last = 0x7fffffff; /* nobody visits */

@@ -91,6 +91,15 @@ __device__ __forceinline__ void st_f2(uint32_t a, float x, float y)
 {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");
 }
+/* Four 8 x 8 b16 matrices stored transposed: register i of every thread holds its fragment of
+   matrix i (row lane / 4, columns 2 (lane % 4), +1, as an mma accumulator pair packs it), and
+   lane 8 i + r gives the address of row r of matrix i as stored, i.e. of column r of the
+   fragment's matrix (16 contiguous bytes). */
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t a, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+{
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
 __device__ __forceinline__ float2 ld_f2(uint32_t a)
 {
   float2 v;

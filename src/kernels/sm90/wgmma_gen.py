@@ -8,8 +8,9 @@ are generated).
 Wrappers, for each type in (bf16, f16):
   wgmma_ss_m64n<N>k16_<t>(d, da, db, accum)      d[N/2] = (accum ? d : 0) + A * B^T, A and B
                                                  K-major in shared memory (descriptors da, db),
-                                                 N = 128 (forward), 64 (backward)
-  wgmma_ss_m64n64k16_<t>_t11(d, da, db, accum)   the same with both operands transposed (MN-major)
+                                                 N = 128 (forward), 64 and 80 (backward)
+  wgmma_ss_m64n<N>k16_<t>_t<a><b>(...)           the same with A (a = 1) and/or B (b = 1)
+                                                 transposed (MN-major): N = 64 t11, N = 80 t10
   wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
                                                  in shared memory (trans-b = 1), N = 64, 128, 256
 The output is committed; `make` regenerates it when this script changes.
@@ -32,9 +33,17 @@ def outs(n):
     return ", ".join('"+f"(d[%d])' % i for i in range(n))
 
 
-def ss(t, n=128, trans=0):
+def ss(t, n=128, ta=0, tb=0):
     nd = n // 2
-    what = "both MN-major (transposed)" if trans else "A and B K-major"
+    if ta and tb:
+        what = "both MN-major (transposed)"
+    elif ta:
+        what = "A MN-major (transposed), B K-major"
+    elif tb:
+        what = "A K-major, B MN-major (transposed)"
+    else:
+        what = "A and B K-major"
+    suffix = "_t%d%d" % (ta, tb) if ta or tb else ""
     return """
 /* d[%d] = (accum ? d : 0) + A * B^T: m64n%dk16, %s, %s in shared memory. */
 __device__ __forceinline__ void wgmma_ss_m64n%dk16_%s%s(float *d, uint64_t da, uint64_t db, int accum)
@@ -46,7 +55,7 @@ __device__ __forceinline__ void wgmma_ss_m64n%dk16_%s%s(float *d, uint64_t da, u
     : %s
     : "l"(da), "l"(db), "r"(accum));
 }
-""" % (nd, n, t, what, n, t, "_t11" if trans else "", nd + 2, n, t, t, regs(0, nd), nd, nd + 1, trans, trans, outs(nd))
+""" % (nd, n, t, what, n, t, suffix, nd + 2, n, t, t, regs(0, nd), nd, nd + 1, ta, tb, outs(nd))
 
 
 def rs(t, n):
@@ -68,7 +77,9 @@ __device__ __forceinline__ void wgmma_rs_m64n%dk16_%s(float *d, const uint32_t *
 def main():
     text = HEAD + "".join(ss(t) + rs(t, 64) + rs(t, 128) for t in ("bf16", "f16"))
     text += "\n/* ---- the backward's shapes ---- */\n"
-    text += "".join(ss(t, 64) + ss(t, 64, 1) for t in ("bf16", "f16"))
+    text += "".join(ss(t, 64) + ss(t, 64, 1, 1) for t in ("bf16", "f16"))
+    text += "\n/* ---- the backward's 80-row step (d = 128): S^T, dP^T (t00) and dQ^T = K^T dS^T (t10) ---- */\n"
+    text += "".join(ss(t, 80) + ss(t, 80, 1, 0) for t in ("bf16", "f16"))
     text += "\n/* ---- the forward's d = 256 shape (P V with 64-key tiles) ---- */\n"
     text += "".join(rs(t, 256) for t in ("bf16", "f16"))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "wgmma_gen.cuh")

@@ -277,6 +277,7 @@ static void fill_bwd(FMGpuBwdParams *a, const FMAttnProblem *p, const FMGpuMask 
   a->fp16 = p->dtype == FM_DTYPE_FP16; a->scale = p->scale;
   a->packed = dm->packed; a->sum = dm->sum; a->mask_heads = dm->mask_heads; a->causal = dm->causal; a->nblk = dm->nblk;
   a->mask_batch = dm->mask_batch;
+  a->mask_dense = dm->present == 0;
   a->force_fallback = p->opts.cuda_fallback != 0;
   a->deterministic = p->opts.deterministic != 0;
 }

@@ -119,6 +119,7 @@ cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask
   d->mask_heads = mask_heads;
   d->mask_batch = mask_batch > 1 ? mask_batch : 1;
   d->causal = causal;
+  d->present = present & 15;
   d->nblk = (seqlen_k + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
   const size_t ncol = (size_t)rows * d->nblk * FM_GPU_BLOCK_N;
   d->cap_bnd = n;
@@ -189,6 +190,7 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
   d->mask_heads = mask_heads;
   d->mask_batch = mb;
   d->causal = causal;
+  d->present = present & 15;
   d->nblk = nblk;
   if (d->stage[0]) {
     /* through the staging buffer whose last copy is two updates back (normally long done) */

@@ -25,8 +25,9 @@
 typedef struct {
   int seqlen_q, seqlen_k, mask_heads, causal, nblk;
   int mask_batch; /* 1: one set of bounds for every sample; else one per sample (rows = mask_batch * mask_heads) */
+  int present;    /* FM_BOUND_* bits of the vectors uploaded; the others hold their defaults */
   /* Below, "rows" = mask_batch * mask_heads: row (mask_batch > 1 ? b : 0) * mask_heads + mask head. */
-  int32_t *bnd;   /* [4][rows][seqlen_k]: lts, lte, uts, ute as uploaded */
+  int32_t *bnd;   /* [4][rows][seqlen_k]: the present vectors, packed in lts, lte, uts, ute order */
   int4 *packed;   /* [rows][nblk * FM_GPU_BLOCK_N]: {lts, lte, uts, ute}; padding columns fully masked */
   int32_t *sum;   /* [rows][nblk][FM_SUM_N] */
   int2 *vis;      /* [rows][nblk * FM_GPU_BLOCK_N]: visible rows [x, y) of the column (causal included)

@@ -55,9 +55,10 @@ typedef struct {
   int force_fallback; /* 1: the SIMT kernels even where the Hopper kernel applies (tests) */
   int dkv_f32;        /* 1: dk, dv are float (pieces the caller reduces), with strides sdk, sdv in floats */
   int deterministic;  /* 1: dQ's partials are added in a fixed order (bitwise reproducible) */
-  int step_rows;      /* the Hopper kernel's query rows per step: 0 = its choice (80 for d = 128 without
-                         the causal flag, else 64), 64, or 80 (d = 128 only; elsewhere 64); each piece
-                         may take its own (tests, A/B) */
+  int mask_dense;     /* 1: the mask carries no bound vectors (full, or causal by its flag); 0: it may */
+  int step_rows;      /* the Hopper kernel's query rows per step: 0 = its choice (80 for d = 128 on a
+                         dense mask, else 64), 64, or 80 (d = 128 only; elsewhere 64); each piece may
+                         take its own (tests, A/B) */
 } FMGpuBwdParams;
 
 /* FMGpuBackwardWorkspace - device scratch bytes FMGpuBackward needs for these sizes. */

@@ -444,6 +444,41 @@ static void options(FMContext ctx)
   }
 }
 
+/*
+ * One mask set up again and again with other types and sizes (the training loop's re-plan):
+ * the vectors a build leaves at their defaults are not written again by the next build when
+ * they are still at them (builders.c, m->bnd_default), so each set-up must equal a fresh mask of
+ * the same settings, bounds and block summaries, with absent vectors in default form; the order
+ * runs from the types that carry all four vectors to those that carry none and back, and changes
+ * seqlen_q (the lower defaults) and the number of entries.
+ */
+static void resetup_reuse(FMContext ctx, uint64_t *rs)
+{
+  static const int shapes[][3] = {{1000, 1000, 2}, {777, 1000, 2}, {1000, 777, 1}, {1200, 1200, 3}, {300, 450, 2}};
+  FMMask m;
+  FMT_CALL(FMMaskCreate(ctx, &m));
+  for (int k = 0; k < 40; k++) {
+    const int t = k < T_N ? (k * 5) % T_N : (int)(fmt_next(rs) % T_N), *sh = shapes[fmt_next(rs) % 5];
+    const unsigned long seed = (unsigned long)(fmt_next(rs) & 0xFFFF);
+    FMMask f = make_mask(ctx, t, sh[0], sh[1], sh[2], NULL, seed);
+    const int32_t *sm, *sf;
+    char label[96];
+    snprintf(label, sizeof label, "re-set-up %d: %s %dx%d, %d heads", k, tname[t], sh[0], sh[1], sh[2]);
+    FMT_CALL(FMMaskSetSizes(m, sh[0], sh[1], sh[2]));
+    FMT_CALL(FMMaskSetType(m, tname[t]));
+    FMT_CALL(FMMaskSetSeed(m, seed));
+    FMT_CALL(FMMaskSetUp(m));
+    check_form(m, t, label);
+    FMT_CHECK(same_bounds(m, f), "%s: bounds differ from a fresh mask's", label);
+    FMT_CALL(FMMaskSummary_Private(m, &sm));
+    FMT_CALL(FMMaskSummary_Private(f, &sf));
+    FMT_CHECK(m->nblocks_k == f->nblocks_k && !memcmp(sm, sf, sizeof(int32_t) * FM_SUM_N * m->nblocks_k * sh[2]),
+              "%s: block summaries differ from a fresh mask's", label);
+    FMT_CALL(FMMaskDestroy(&f));
+  }
+  FMT_CALL(FMMaskDestroy(&m));
+}
+
 int main(int argc, char **argv)
 {
   FMContext ctx;
@@ -479,6 +514,7 @@ int main(int argc, char **argv)
   user_bounds(ctx, &rs, 300, 450, 3);
   user_bounds(ctx, &rs, 450, 300, 2);
   options(ctx);
+  resetup_reuse(ctx, &rs);
 
   FMT_CALL(FMContextDestroy(&ctx));
   {

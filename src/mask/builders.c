@@ -500,25 +500,31 @@ static FMErrorCode build_user_bounds(FMMask m)
 }
 
 /* The four vectors in default form; a re-SetUp whose bounds fit keeps its arrays (fresh ones of
-   a large mask cost a page fault per 4 KiB every step). */
+   a large mask cost a page fault per 4 KiB every step), and a vector the last build left at its
+   defaults for these sizes (m->bnd_default) is not written again (random eviction at 32K with
+   32 heads: three of four 4 MB vectors). m->bnd_default is 0 on return, until the build ends. */
 static FMErrorCode alloc_default_bounds(FMMask m)
 {
   const size_t n = FM_MASK_NG(m) * m->seqlen_k;
   const int32_t Sq = m->seqlen_q;
-  int32_t *b0, *b1, *b2, *b3;
+  int keep = m->bnd_default_n >= n ? m->bnd_default : 0;
+  if (m->bnd_default_sq != Sq) keep &= FM_BOUND_UTS | FM_BOUND_UTE; /* the lower defaults are seqlen_q */
+  m->bnd_default = 0;
   if (n > m->bnd_cap) {
     m->bnd_cap = 0;
+    keep = 0;
     for (int v = 0; v < 4; v++) {
       FMFree(m->bnd[v]);
       FMCall(FMMalloc(n, &m->bnd[v]));
     }
     m->bnd_cap = n;
   }
-  b0 = m->bnd[0]; b1 = m->bnd[1]; b2 = m->bnd[2]; b3 = m->bnd[3];
+  for (int v = 0; v < 4; v++) {
+    int32_t *b = m->bnd[v];
+    const int32_t x = v < 2 ? Sq : 0;
+    if ((keep >> v) & 1) continue;
 #pragma omp simd
-  for (size_t i = 0; i < n; i++) {
-    b0[i] = b1[i] = Sq;
-    b2[i] = b3[i] = 0;
+    for (size_t i = 0; i < n; i++) b[i] = x;
   }
   return FM_SUCCESS;
 }
@@ -548,8 +554,13 @@ FMErrorCode FMMaskBuild_Private(FMMask m)
       FMCall(ierr);
       for (int h = 1; h < m->mask_heads; h++)
         for (int v = 0; v < 4; v++)
-          memcpy(m->bnd[v] + (g0 + h) * m->seqlen_k, m->bnd[v] + g0 * m->seqlen_k, sizeof(int32_t) * (size_t)m->seqlen_k);
+          if ((m->present >> v) & 1) /* the others are at their defaults everywhere */
+            memcpy(m->bnd[v] + (g0 + h) * m->seqlen_k, m->bnd[v] + g0 * m->seqlen_k, sizeof(int32_t) * (size_t)m->seqlen_k);
     }
   }
+  /* what the builders did not write keeps its defaults (Normalize keeps them too) */
+  m->bnd_default = ~m->present & 15;
+  m->bnd_default_sq = m->seqlen_q;
+  m->bnd_default_n = FM_MASK_NG(m) * m->seqlen_k;
   return FM_SUCCESS;
 }

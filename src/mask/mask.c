@@ -376,12 +376,13 @@ static FMErrorCode setfromoptions(void *obj)
 /* mask->hash (see the struct in fmimpl.h): sizes, flags, type name, then the bound vectors. */
 static void compute_hash(FMMask m)
 {
-  const int v[6] = {m->seqlen_q, m->seqlen_k, m->mask_heads, m->causal, m->present, m->block};
+  const int v[7] = {m->seqlen_q, m->seqlen_k, m->mask_heads, m->causal, m->present, m->block, m->bnd_default};
   const char *type = m->hdr.type_name ? m->hdr.type_name : FMMASKFULL;
   uint64_t h = FMHash_Private(FM_HASH_INIT, v, sizeof(v));
   h = FMHash_Private(h, type, strlen(type) + 1);
   if (m->mask_batch > 1) h = FMHash_Private(h, &m->mask_batch, sizeof(int));
-  for (int b = 0; b < 4; b++) h = FMHash_Private(h, m->bnd[b], sizeof(int32_t) * FM_MASK_NG(m) * m->seqlen_k);
+  for (int b = 0; b < 4; b++) /* a vector at its defaults is given by the sizes (and the bits hashed with them) */
+    if (!((m->bnd_default >> b) & 1)) h = FMHash_Private(h, m->bnd[b], sizeof(int32_t) * FM_MASK_NG(m) * m->seqlen_k);
   m->hash = h;
   m->hash_valid = 1;
 }

@@ -87,28 +87,38 @@ static FMErrorCode report_row(FMMask m, size_t g)
   return FM_SUCCESS;
 }
 
+/* Which of the two intervals (bit 0: lts, lte; bit 1: uts, ute) hold a vector the mask carries;
+   the others are at their defaults (m->bnd_default), valid and normal, and need no pass. */
+static int carried_pairs(const struct _p_FMMask *m)
+{
+  const int d = m->bnd_default;
+  return ((d & 3) != 3 ? 1 : 0) | ((d & 12) != 12 ? 2 : 0);
+}
+
 /*
  * FMMaskValidate_Private - check every bound of m->bnd: 0 <= value <= seqlen_q and
  *   start <= end for (lts, lte) and (uts, ute). Not collective. The first violation is
- *   reported as FM_ERR_ARG_OUTOFRANGE naming vector, head, column and value.
+ *   reported as FM_ERR_ARG_OUTOFRANGE naming vector, head, column and value. An interval
+ *   whose two vectors are at their defaults (m->bnd_default) is not read.
  */
 FMErrorCode FMMaskValidate_Private(FMMask m)
 {
   static const char *const vname[4] = {"lts", "lte", "uts", "ute"};
-  const int Sk = m->seqlen_k;
+  const int Sk = m->seqlen_k, pairs = carried_pairs(m);
   const uint32_t usq = (uint32_t)m->seqlen_q;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   for (int v = 0; v < 4; v++)
     FMCheck(m->bnd[v], MPI_COMM_SELF, FM_ERR_LIB, "Bound vector %s is not allocated", vname[v]);
   for (size_t g = 0; g < FM_MASK_NG(m); g++) {
-    const int32_t *l0 = m->bnd[0] + g * Sk, *l1 = m->bnd[1] + g * Sk, *u0 = m->bnd[2] + g * Sk, *u1 = m->bnd[3] + g * Sk;
     int bad = 0;
-    /* one branch-free pass per row (a negative bound is a large unsigned one); only a row with a
-       violation is scanned again, in the order of the message */
+    /* one branch-free pass per row and interval (a negative bound is a large unsigned one); only
+       a row with a violation is scanned again, in the order of the message */
+    for (int pr = 0; pr < 2; pr++) {
+      const int32_t *s = m->bnd[2 * pr] + g * Sk, *e = m->bnd[2 * pr + 1] + g * Sk;
+      if (!((pairs >> pr) & 1)) continue;
 #pragma omp simd reduction(| : bad)
-    for (int j = 0; j < Sk; j++)
-      bad |= ((uint32_t)l0[j] > usq) | ((uint32_t)l1[j] > usq) | ((uint32_t)u0[j] > usq) | ((uint32_t)u1[j] > usq) | (l0[j] > l1[j]) |
-             (u0[j] > u1[j]);
+      for (int j = 0; j < Sk; j++) bad |= ((uint32_t)s[j] > usq) | ((uint32_t)e[j] > usq) | (s[j] > e[j]);
+    }
     if (bad) FMCall(report_row(m, g));
   }
   return FM_SUCCESS;
@@ -222,16 +232,17 @@ FMErrorCode FMMaskNormalize_Private(FMMask m)
   m->stats_valid = 0;
   m->nblocks_k = (int)(((int64_t)Sk + B - 1) / B);
   n = FM_MASK_NG(m) * (size_t)Sk;
-  {
-    int32_t *b0 = m->bnd[0], *b1 = m->bnd[1], *b2 = m->bnd[2], *b3 = m->bnd[3];
+  /* per interval, where it is carried (an interval at its defaults is normal already) */
+  for (int pr = 0; pr < 2; pr++) {
+    int32_t *s = m->bnd[2 * pr], *e = m->bnd[2 * pr + 1];
+    const int32_t d = pr == 0 ? Sq : 0;
+    if (!((carried_pairs(m) >> pr) & 1)) continue;
 #pragma omp simd /* branch-free; GCC's -O2 vectorizes a loop of unknown trip count only so */
     for (size_t i = 0; i < n; i++) {
-      const int32_t x0 = b0[i], x1 = b1[i], x2 = b2[i], x3 = b3[i];
-      const int el = x0 == x1, eu = x2 == x3;
-      b0[i] = el ? Sq : x0;
-      b1[i] = el ? Sq : x1;
-      b2[i] = eu ? 0 : x2;
-      b3[i] = eu ? 0 : x3;
+      const int32_t x0 = s[i], x1 = e[i];
+      const int em = x0 == x1;
+      s[i] = em ? d : x0;
+      e[i] = em ? d : x1;
     }
   }
   return FM_SUCCESS;
@@ -260,6 +271,10 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
       for (int v = 0; v < 4; v++) {
         const int32_t *x = m->bnd[v] + (size_t)h * Sk;
         int32_t lo = INT32_MAX, hi = INT32_MIN; /* c1 > c0: every block has a column */
+        if ((m->bnd_default >> v) & 1) { /* at its default everywhere */
+          s[2 * v] = s[2 * v + 1] = v < 2 ? m->seqlen_q : 0;
+          continue;
+        }
 #pragma omp simd reduction(min : lo) reduction(max : hi)
         for (int j = c0; j < c1; j++) {
           lo = x[j] < lo ? x[j] : lo;

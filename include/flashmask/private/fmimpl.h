@@ -343,6 +343,11 @@ struct _p_FMMask {
   int32_t *bnd[4];        /* lts, lte, uts, ute: [mask_batch][mask_heads][seqlen_k] each, always allocated after SetUp;
                            * row g = sample * mask_heads + head (FM_MASK_NG rows in all) */
   size_t bnd_cap;         /* int32 entries allocated in each bnd[v] (a re-SetUp that fits keeps them) */
+  int bnd_default;        /* FM_BOUND_* bits of the vectors known to hold their defaults (lts = lte = bnd_default_sq,
+                           * uts = ute = 0) over their first bnd_default_n entries: the vectors a build left out of
+                           * present, which the next build need not fill again */
+  int bnd_default_sq;
+  size_t bnd_default_n;
   /* builder parameters */
   int ndocs; int *docs;
   int window_left, window_right;  /* -1: default */

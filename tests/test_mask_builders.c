@@ -8,6 +8,9 @@
 #include "fmtest.h"
 #include <flashmask/private/fmimpl.h>
 #include "mask_builders_ref.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* Create a mask of type t; with R, set every explicit parameter of R. */
 static FMMask make_mask(FMContext ctx, int t, int Sq, int Sk, int heads, const Ref *R, unsigned long seed)
@@ -444,6 +447,35 @@ static void options(FMContext ctx)
   }
 }
 
+/* Random eviction built by several threads (64 heads of 2048 keys: over the builder's threshold
+   for threads) equals the one-thread build, and each head equals the same head of a mask built
+   alone on the one-thread path (its stream depends on the seed and the head only). */
+static void random_eviction_threads(FMContext ctx)
+{
+  FMMask a, b, one;
+  const int32_t *x, *y;
+#ifdef _OPENMP
+  const int nt = omp_get_max_threads();
+  omp_set_num_threads(1);
+#endif
+  a = make_mask(ctx, T_RE, 2048, 2048, 64, NULL, 7);
+#ifdef _OPENMP
+  omp_set_num_threads(nt > 1 ? nt : 2);
+#endif
+  b = make_mask(ctx, T_RE, 2048, 2048, 64, NULL, 7);
+#ifdef _OPENMP
+  omp_set_num_threads(nt);
+#endif
+  FMT_CHECK(same_bounds(a, b), "random_eviction 64 x 2048: the threaded build differs from the one-thread build");
+  one = make_mask(ctx, T_RE, 2048, 2048, 1, NULL, 7);
+  FMT_CALL(FMMaskGetBounds(b, 0, &x, NULL, NULL, NULL, NULL, NULL));
+  FMT_CALL(FMMaskGetBounds(one, 0, &y, NULL, NULL, NULL, NULL, NULL));
+  FMT_CHECK(!memcmp(x, y, sizeof(int32_t) * 2048), "random_eviction: head 0 of 64 differs from the same head built alone");
+  FMT_CALL(FMMaskDestroy(&a));
+  FMT_CALL(FMMaskDestroy(&b));
+  FMT_CALL(FMMaskDestroy(&one));
+}
+
 /*
  * One mask set up again and again with other types and sizes (the training loop's re-plan):
  * the vectors a build leaves at their defaults are not written again by the next build when
@@ -510,6 +542,7 @@ int main(int argc, char **argv)
   default_builders(ctx, 70000, 0, (unsigned long)(rs & 0xFFFF));
   random_eviction(ctx, 1000, 3, (unsigned long)(rs & 0xFFFF));
   random_eviction(ctx, 257, 2, 42);
+  random_eviction_threads(ctx);
   positional_all(ctx, &rs, 611, 1000);
   user_bounds(ctx, &rs, 300, 450, 3);
   user_bounds(ctx, &rs, 450, 300, 2);

@@ -13,6 +13,9 @@
 #include "maskimpl.h"
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* ---------------------------------------------------------------- the type names */
 const char *const FMMaskTypeNames_Private[FM_MT_N + 1] = {
@@ -442,13 +445,25 @@ static FMErrorCode build_random_eviction(FMMask m)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k, half = Sk / 2;
   const int64_t off = (int64_t)Sk - Sq;
-  int *pool;
+  const int ng = (int)FM_MASK_NG(m);
+  int *pools, nth = 1;
   m->causal = 1; m->present = FM_BOUND_LTS;
-  FMCall(FMMalloc(half + 1, &pool));
-  for (size_t g = 0; g < FM_MASK_NG(m); g++) {
+  /* the (sample, head) rows are independent streams: one thread each, its own pool (32 heads
+     at 32K keys took 2.3 ms on one thread), where there is enough work to pay the threads */
+#ifdef _OPENMP
+  if ((int64_t)ng * Sk >= (1 << 17)) nth = omp_get_max_threads() < ng ? omp_get_max_threads() : ng;
+#endif
+  FMCall(FMMalloc((size_t)nth * (half + 1), &pools));
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+  for (int g = 0; g < ng; g++) {
     FMRng r;
-    int npool = 0, h = (int)(g % (size_t)m->mask_heads), smp = (int)(g / (size_t)m->mask_heads);
-    int32_t *lts = m->bnd[0] + g * Sk;
+    int npool = 0, h = g % m->mask_heads, smp = g / m->mask_heads;
+    int32_t *lts = m->bnd[0] + (size_t)g * Sk;
+#ifdef _OPENMP
+    int *pool = pools + (size_t)omp_get_thread_num() * (half + 1);
+#else
+    int *pool = pools;
+#endif
     rng_init(&r, m->seed + (unsigned long)smp, (uint64_t)RNG_EVICT + (uint64_t)h);
     for (int j = 0; j < half; j++) pool[npool++] = j;
     for (int row = half; row < Sk; row++) {
@@ -461,7 +476,7 @@ static FMErrorCode build_random_eviction(FMMask m)
       lts[j] = rowb(row, off, Sq);
     }
   }
-  free(pool);
+  free(pools);
   return FM_SUCCESS;
 }
 

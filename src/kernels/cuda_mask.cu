@@ -134,8 +134,8 @@ cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask
   for (int v = 0; v < 4; v++)
     if (pl[v] >= 0 && (e = cudaMemcpy(d->bnd + pl[v] * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice)) != cudaSuccess)
       goto fail;
-  fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N>>>(d->bnd, make_int4(pl[0], pl[1], pl[2], pl[3]), seqlen_q, seqlen_k, rows,
-                                                            d->nblk, causal, d->packed, d->sum, d->vis, d->simple);
+  fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N>>>(d->bnd, make_int4(pl[0], pl[1], pl[2], pl[3]), seqlen_q, seqlen_k,
+                                                            rows, d->nblk, causal, d->packed, d->sum, d->vis, d->simple);
   if ((e = cudaGetLastError()) != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess) goto fail;
   *out = d;
   return cudaSuccess;
@@ -214,8 +214,9 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
           (e = cudaMemcpyAsync(d->bnd + pl[v] * n, bnd[v], n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess)
         return e;
   }
-  fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N, 0, st>>>(d->bnd, make_int4(pl[0], pl[1], pl[2], pl[3]), seqlen_q, seqlen_k,
-                                                                  rows, d->nblk, causal, d->packed, d->sum, d->vis, d->simple);
+  const int4 plane = make_int4(pl[0], pl[1], pl[2], pl[3]);
+  fm_mask_prepass<<<dim3(d->nblk, rows), FM_GPU_BLOCK_N, 0, st>>>(d->bnd, plane, seqlen_q, seqlen_k, rows, d->nblk, causal,
+                                                                  d->packed, d->sum, d->vis, d->simple);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   *done = 1;
   return cudaSuccess;

@@ -35,7 +35,7 @@ typedef struct {
   int *simple;    /* [rows][nblk]: 1 if every column of the block has a one-interval visible set */
   size_t cap_bnd, cap_col, cap_blk; /* elements allocated: rows * seqlen_k, rows * nblk * FM_GPU_BLOCK_N, rows * nblk */
   /* FMGpuMaskUpdate's pinned staging (FMGpuMaskStage; NULL without it, where cudaMallocHost
-     failed or the bounds exceed FM_GPU_STAGE_MAX bytes: then four pageable copies): two buffers
+     failed or the bounds exceed FM_GPU_STAGE_MAX bytes: then one pageable copy per vector carried): two buffers
      of 4 * cap_bnd, used in turn, and the events recorded after the copy out of each, so that
      one is rewritten only after its last copy has read it */
   int32_t *stage[2];

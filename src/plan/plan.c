@@ -505,6 +505,17 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
   return FM_SUCCESS;
 }
 
+#if FM_HAVE_CUDA
+/* FMPlanView's word on the spread behind auto's persistent choice ("" when it took the grid). */
+static const char *auto_spread_note(const FMSm90Choice *c)
+{
+  if (c->tile_keys > c->auto_keys) return "";
+  if (c->tile_cv > FM_GPU_SCHED_AUTO_CV) return " (uneven)";
+  if (c->tile_keys > FM_GPU_SCHED_STATIC_KEYS) return " (even, but more keys than the round robin takes)";
+  return " (even)";
+}
+#endif
+
 FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
 {
   double flops;
@@ -537,11 +548,7 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
       char why[160] = "";
       if (c->tile_keys >= 0) /* auto: say why */
         snprintf(why, sizeof why, "; auto: a query tile sees %.0f keys on average, %s %d, spread %.2f%s", c->tile_keys,
-                 c->tile_keys <= c->auto_keys ? "at most" : "more than", c->auto_keys, c->tile_cv,
-                 c->tile_keys > c->auto_keys                ? ""
-                 : c->tile_cv > FM_GPU_SCHED_AUTO_CV           ? " (uneven)"
-                 : c->tile_keys > FM_GPU_SCHED_STATIC_KEYS ? " (even, but more keys than the round robin takes)"
-                                                           : " (even)");
+                 c->tile_keys <= c->auto_keys ? "at most" : "more than", c->auto_keys, c->tile_cv, auto_spread_note(c));
       else if (c->requested == FM_GPU_SCHED_AUTO)
         snprintf(why, sizeof why, "; auto: the persistent kernel runs d = 64 and 128 on sm_90 only");
       if (p.opts.sm90_schedule == FM_GPU_SCHED_GRID)

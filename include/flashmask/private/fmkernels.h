@@ -14,11 +14,13 @@ extern "C" {
 
 /*
  * The mask as the kernels see it (global coordinates; borrowed pointers).
- * bnd[v] + h * seqlen_k is head h's vector v (v = 0..3: lts, lte, uts, ute); all four are
- * always valid (absent vectors in default form). present: the FM_BOUND_* bits of the vectors the
- * mask carries; a clear bit promises default form (LTS = LTE = seqlen_q, UTS = UTE = 0), so the
- * GPU upload skips that vector (descriptors built by hand say 15 unless they know better). summary + (h * nblocks_k + kb) * 8 holds
- * the block summary (see FM_SUM_* in fmtile.h).
+ * bnd[v] + h * seqlen_k is head h's vector v (v = 0..3: lts, lte, uts, ute). present: the
+ * FM_BOUND_* bits of the vectors the mask carries; a clear bit promises default form
+ * (LTS = LTE = seqlen_q, UTS = UTE = 0). The CPU kernels read all four vectors (absent ones in
+ * default form, as the library's masks keep them); the GPU upload reads only those present
+ * names and may be given NULL for the others. Descriptors built by hand say 15 unless they know
+ * better. summary + (h * nblocks_k + kb) * 8 holds the block summary (see FM_SUM_* in
+ * fmtile.h).
  */
 typedef struct FMMaskDesc_s {
   int seqlen_q, seqlen_k, mask_heads, causal, present;
@@ -152,7 +154,8 @@ FMErrorCode FMCudaFindNonFinite(const void *x, size_t n, FMDType t, void *stream
   } while (0)
 
 /*
- * FMCudaMaskUpload - copy the mask's bounds and summaries to the current device.
+ * FMCudaMaskUpload - copy the bound vectors m->present names to the current device and build
+ *   the kernels' summaries there (the others take their defaults unread).
  *   *dev receives an opaque handle to free with FMCudaMaskFree.
  */
 FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev);
@@ -166,8 +169,8 @@ FMErrorCode FMCudaMaskFree(void *dev);
 FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *done);
 /*
  * FMCudaMaskStage - let FMCudaMaskUpdate copy a handle's new bounds through pinned host
- *   staging: one asynchronous copy, with no host wait, instead of four copies from pageable
- *   memory. Pins two buffers of the bounds' capacity (16 bytes per mask row and key) when that
+ *   staging: one asynchronous copy, with no host wait, instead of one copy from pageable memory
+ *   per vector carried (up to four). Pins two buffers of the bounds' capacity (16 bytes per mask row and key) when that
  *   is at most FM_GPU_STAGE_MAX (32 MiB); larger masks, or no pinned memory, keep the pageable
  *   copies (not an error). The allocation synchronizes streams implicitly: call it right after
  *   FMCudaMaskUpload, for a handle that will be updated in place every step. Not collective.

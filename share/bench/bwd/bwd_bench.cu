@@ -82,14 +82,6 @@ static int host_dense(const HostMask &m)
   return 1;
 }
 
-/* The step rows the Hopper kernel takes for d on this mask (bwd_sm90.cu's rule, for the
-   host-side step counts and the check table). */
-static int eff_bm(int D, const HostMask &m)
-{
-  if (D != 128 || g_bm == 64) return 64;
-  return g_bm == 80 || (g_bm == 0 && host_dense(m)) ? 80 : 64;
-}
-
 struct Case {
   const char *name;
   int B, Sq, Sk, Hq, Hkv, D, f16, per_head, fallback;
@@ -256,7 +248,7 @@ static int run_case(const Case &c, double tol)
     ok = ok && same && deq <= tol;
   }
   printf("%-34s %-16s path %d bm %d  dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n", c.name, mask_name[c.kind], path,
-         path == 1 ? eff_bm(D, m) : 0, eq, ek, ev, same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
+         path == 1 ? FMGpuBwdStepRows(&p) : 0, eq, ek, ev, same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
   fflush(stdout);
   cudaFree(q_), cudaFree(o_), cudaFree(do_), cudaFree(dq_), cudaFree(k_), cudaFree(v_), cudaFree(dk_), cudaFree(dv_);
   cudaFree(lse_), cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
@@ -511,14 +503,14 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
       dmed = time_calls(dms);
       p.deterministic = 0;
     }
-    const double steps = (eff_bm(D, m) == 80 ? steps_per_block<80>(m) : steps_per_block<64>(m)) * dm.nblk * H * B;
+    const double steps = (FMGpuBwdStepRows(&p) == 80 ? steps_per_block<80>(m) : steps_per_block<64>(m)) * dm.nblk * H * B;
     if (only_swa)
       printf("sweep S=%d window %5d: %8.3f ms %7.1f TFLOP/s, %.2f steps per item, %.3f us per step per SM\n", S, g_window,
              med, flops / (med * 1e-3) / 1e12, steps / ((double)dm.nblk * H * B), steps > 0 ? med * 1e3 * 132 / steps : 0.0);
     else
       printf("bench S=%-6d B=%-3d %-16s%s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f  det %7.1f TFLOP/s (%.2fx)  bm %d\n",
              S, B, mask_name[kind], Hkv != H ? " GQA4" : "", med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho,
-             flops / (dmed * 1e-3) / 1e12, dmed / med, eff_bm(D, m));
+             flops / (dmed * 1e-3) / 1e12, dmed / med, FMGpuBwdStepRows(&p));
     fflush(stdout);
     cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
   }

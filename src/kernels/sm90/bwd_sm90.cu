@@ -12,7 +12,7 @@
  * one item's K/V loads and first Q/dO stages overlap the previous item's dK/dV epilogue.
  * 384 threads:
  *   warpgroup 0 (setmaxnreg.dec 24): the producer, one thread, loads K and V of an item once,
- *     then streams, per visited (query head of the group, 64-row query block), Q, dO (TMA) and
+ *     then streams, per visited (query head of the group, BM-row query block), Q, dO (TMA) and
  *     the block's log2 LSE and D rows (1-D bulk copies) into a ST-stage mbarrier ring; warps 1
  *     and 2 are the dQ writers of consumers 1 and 2 (dq_writer): each takes its consumer's
  *     staged fp32 dQ block, adds it into the accumulator with one bulk reduce-add, and gives the
@@ -31,14 +31,15 @@
  * The block walk (bwd_sm90.cuh, fmbwd_walk_next) runs in the producer only: it writes each
  * step's query block, head and partial flag into the stage's step slot before the loads,
  * and an end stage after an item's last step, so the consumers never read the summaries.
- * Shared memory: [K: D/64 chunks of 128 rows][V][Q: ST x D/64 chunks of 64 rows][dO: same]
- * [dS: 2 x 128 rows x 64][dQ staging: 2 x 64 x 64 fp32][lse2: ST x 64][D: ST x 64]
- * [column bounds: 128 x int4][item slots][step slots: ST x 8 bytes][barriers]; every bf16 chunk has 128-byte rows with
- * the TMA 128-byte swizzle. d = 128: ST = 2, 196 KB; d = 64: ST = 3, 149 KB.
- * Register budget: 24 (producer) + 2 x 240; the consumers hold dK, dV (d/2 each), S, dP (32
+ * Shared memory (BM = 64; the 80-row layout is in Layout): [K: D/64 chunks of 128 rows][V]
+ * [Q: ST x D/64 chunks of 64 rows][dO: same][dS: 2 x 128 rows x 64][dQ staging: 2 x 64 x 64
+ * fp32][lse2: ST x 64][D: ST x 64][column bounds: 128 x int4][item slots][step slots: ST x 8
+ * bytes][barriers]; every bf16 chunk has 128-byte rows with the TMA 128-byte swizzle.
+ * d = 128: ST = 2, 196 KB; d = 64: ST = 3, 149 KB.
+ * Register budget: 24 (producer) + 2 x 240; the consumers hold dK, dV (d/2 each), S, dP (BM/2
  * each) and pack P, dS; ptxas spills nothing (the reg_fence copies keep it from hoisting
  * loop-invariant shared-memory addresses, which it would otherwise spill).
- * Query rows per step BM (a template argument): 64, or 80 for d = 128 (step_rows below). At 80,
+ * Query rows per step BM (a template argument): 64, or 80 for d = 128 (FMGpuBwdStepRows, fmbwd.h). At 80,
  * S^T and dP^T are m64n80 (40 accumulators each), dV and dK take 5 k16 slices, the partial tiles'
  * masks are applied to the packed P and dS (96-bit row masks, bounds read from global memory:
  * they do not fit in shared memory beside 80-row stages), dS is stored as [query][key] by
@@ -170,8 +171,8 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   if (BM == 64 && part) {
     /* row bit masks of the two key columns, shifted so that bit 8k + e is query column 8k + 2 t4 + e */
     const int off = p.Sk - p.Sq;
-    const uint64_t mk0 = tile_rows_masked(bnd[me.kr0], m0, j0, p.causal, off) >> (2 * me.t4);
-    const uint64_t mk1 = tile_rows_masked(bnd[me.kr0 + 8], m0, j0 + 8, p.causal, off) >> (2 * me.t4);
+    const uint64_t mk0 = tile_rows_masked<uint64_t>(bnd[me.kr0], m0, j0, p.causal, off) >> (2 * me.t4);
+    const uint64_t mk1 = tile_rows_masked<uint64_t>(bnd[me.kr0 + 8], m0, j0 + 8, p.causal, off) >> (2 * me.t4);
     const uint32_t w0[2] = {(uint32_t)mk0, (uint32_t)(mk0 >> 32)}, w1[2] = {(uint32_t)mk1, (uint32_t)(mk1 >> 32)};
 #pragma unroll
     for (int k = 0; k < 8; k++)
@@ -211,7 +212,7 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
       const int4 bb = __ldg(bnd + me.kr0 + 8 * h);
 #pragma unroll
       for (int wi = 0; wi < 3; wi++) {
-        const uint32_t wd = tile_rows_masked32(bb, m + 32 * wi, j0 + 8 * h, p.causal, off);
+        const uint32_t wd = tile_rows_masked<uint32_t>(bb, m + 32 * wi, j0 + 8 * h, p.causal, off);
 #pragma unroll
         for (int k = 4 * wi; k < 4 * wi + 4 && k < BM / 8; k++) {
           const uint32_t keep = ((wd >> (8 * (k & 3))) & 1u ? 0u : 0xffffu) | ((wd >> (8 * (k & 3) + 1)) & 1u ? 0u : 0xffff0000u);
@@ -222,8 +223,6 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
     }
   }
 }
-
-
 
 /* dS^T (packed, this thread's rows kr0 and kr0 + 8) to shared memory: row = key, 16-byte unit
    k ^ (row & 7). */
@@ -288,12 +287,23 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
                                            uint32_t da, uint32_t dsaddr, float *stg, const DqStep &d, uint64_t *empty,
                                            const Me &me, const Sync<D, ST, BM> &sy)
 {
+  /* The dS store reads ps while dK's product, whose A fragments ps are, is in flight. The PTX
+     ISA calls any access to those registers before the wait undefined; a read has always given
+     the right values here (every check since the first version). -DFM_SM90_DS_STORE_FIRST stores
+     dS between the dV and dK issues instead, inside the rule (a build for the A/B, untimed). */
   wgmma_fence();
   gemm_rs<D, BM, F16>(dv, pp, da);
+#ifdef FM_SM90_DS_STORE_FIRST
+  if constexpr (BM == 80) store_ds_t(ps, dsaddr, me);
+  else store_ds(ps, dsaddr, me);
+  gemm_rs<D, BM, F16>(dk, ps, qa);
+  wgmma_commit();
+#else
   gemm_rs<D, BM, F16>(dk, ps, qa);
   wgmma_commit();
   if constexpr (BM == 80) store_ds_t(ps, dsaddr, me);
   else store_ds(ps, dsaddr, me);
+#endif
   fence_proxy_async();
   if constexpr (!DqSplit<D>::own) named_sync(1, 256);
   else named_sync(2 + me.cw, 128);
@@ -320,7 +330,6 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   for (int t = 0; t < BM / 2; t++) reg_fence(dq[t]);
   stage_dq<D, ST, BM>(dq, stg, d, me, sy);
 }
-
 
 /* dK (times scale) and dV rows of this thread, straight to global (in dtype, or float). */
 template <int D, bool F16>
@@ -476,7 +485,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-
 /* ------------------------------ host side ------------------------------ */
 
 /* 4-D map over a [B][S][H][D] tensor with element strides st: dims {D, H, S, B}, box {64, 1, rows, 1}. */
@@ -560,27 +568,12 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
 
 static int strides_ok(const FMGpuStrides *s) { return s->sb % 8 == 0 && s->ss % 8 == 0 && s->sh % 8 == 0; }
 
-/*
- * The query rows per step of a launch: step_rows when given (80 for d = 128 only), else 80 for
- * d = 128 on a dense mask (no bound vectors: full, or causal by its flag). 80 rows take 34
- * products per step for 80 rows where 64 take 32 for 64, so the per-step costs weigh less: on
- * the H200 at 8K and 32K (2026-12-02) 80 rows ran 1.5-3.1% faster than 64 on full and causal,
- * but 8.5% slower on a sliding window and 4.7% on causal documents, where coarser blocks leave
- * more masked rows inside the visited ones and more steps are partial (their masks are applied
- * to the packed P and dS, after the exponentials).
- */
-static int step_rows(const FMGpuBwdParams *a)
-{
-  if (a->head_dim != 128 || a->step_rows == 64) return 64;
-  return a->step_rows == 80 || (a->step_rows == 0 && a->mask_dense) ? 80 : 64;
-}
-
 int FMBwdSm90Supported(const FMGpuBwdParams *a)
 {
   int dev, maxsm = 0, major = 0, minor = 0;
   size_t need;
   if (a->head_dim == 128)
-    need = step_rows(a) == 80 ? fmbwd::Layout<128, FMBWD_ST128, 80>::BYTES : fmbwd::Layout<128, FMBWD_ST128, 64>::BYTES;
+    need = FMGpuBwdStepRows(a) == 80 ? fmbwd::Layout<128, FMBWD_ST128, 80>::BYTES : fmbwd::Layout<128, FMBWD_ST128, 64>::BYTES;
   else if (a->head_dim == 64) need = fmbwd::Layout<64, FMBWD_ST64, 64>::BYTES;
   else return 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
@@ -606,7 +599,7 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
 
 cudaError_t FMBwdSm90Launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t s)
 {
-  if (a->head_dim == 128 && step_rows(a) == 80)
+  if (a->head_dim == 128 && FMGpuBwdStepRows(a) == 80)
     return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, 80, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, 80, false>(a, w, s);
   if (a->head_dim == 128)
     return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, 64, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, 64, false>(a, w, s);

@@ -36,7 +36,6 @@ typedef struct {
   float *lse2, *dsum, *dqacc;
   int *counter; /* the main kernel's work-item counter */
   int *turn;    /* deterministic mode: the turn words (bwd_sm90.cu) */
-  int nqb;      /* query blocks of FMBWD_BM rows */
   int dp, sqp;  /* head_dim rounded up to 64; the padded rows */
 } FMBwdWork;
 
@@ -73,7 +72,6 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
     w->dqacc = (float *)(base + 2 * a);
     w->counter = (int *)(base + 2 * a + acc);
     w->turn = (int *)(base + 2 * a + acc + 256);
-    w->nqb = nqb;
     w->dp = dp;
     w->sqp = sqp;
   }

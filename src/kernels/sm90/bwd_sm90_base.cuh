@@ -33,9 +33,10 @@ template <int D> struct DqSplit {
 };
 
 /*
- * BM = 64, or 80 (d = 128 only). At 80 the per-item column bounds do not fit (536 bytes would be
- * left with them 2 KB short), so the consumers read their two columns' bounds from global memory
- * (L1) on partial steps instead of staging them.
+ * BM = 64, or 80 (d = 128 only). At 80 the per-item column bounds (2 KB) do not fit: with them
+ * the layout would exceed the 227 KB a CTA may have, and without them 536 bytes are left. So the
+ * consumers read their two columns' bounds from global memory (L1) on partial steps instead of
+ * staging them.
  */
 template <int D, int ST, int BM> struct Layout {
   static_assert(BM == 64 || (BM == 80 && D == 128), "step rows: 64, or 80 for d = 128");
@@ -97,29 +98,19 @@ __device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int
   *b = r / p.Hkv;
 }
 
-/* Rows [0, n) of a 64-row tile as bits (n clamped to [0, 64]); upto32 the same for 32 rows. */
-__device__ __forceinline__ uint64_t upto(int n)
+/* Rows [0, n) of a tile of as many rows as W has bits, as bits (n clamped to [0, bits]). */
+template <class W> __device__ __forceinline__ W upto(int n)
 {
-  n = n < 0 ? 0 : n > 64 ? 64 : n;
-  return n >= 64 ? ~0ull : ((1ull << n) - 1ull);
+  constexpr int bits = 8 * sizeof(W);
+  n = n < 0 ? 0 : n > bits ? bits : n;
+  return n >= bits ? ~(W)0 : (((W)1 << n) - (W)1);
 }
-__device__ __forceinline__ uint32_t upto32(int n)
+/* Masked rows of the tile starting at row m0 for key column j with bounds b (bit r = row m0 + r),
+   64 rows (W = uint64_t) or 32 (uint32_t: the 80-row step's words). */
+template <class W> __device__ __forceinline__ W tile_rows_masked(int4 b, int m0, int j, int causal, int off)
 {
-  n = n < 0 ? 0 : n > 32 ? 32 : n;
-  return n >= 32 ? ~0u : ((1u << n) - 1u);
-}
-/* Masked rows of the tile starting at row m0 for key column j with bounds b (bit r = row m0 + r). */
-__device__ __forceinline__ uint64_t tile_rows_masked(int4 b, int m0, int j, int causal, int off)
-{
-  uint64_t m = (upto(b.y - m0) & ~upto(b.x - m0)) | (upto(b.w - m0) & ~upto(b.z - m0));
-  if (causal) m |= upto(j - off - m0); /* j > i + off  <=>  i < j - off */
-  return m;
-}
-/* The same for the 32 rows from m0 (the 80-row step's rows 64 and up). */
-__device__ __forceinline__ uint32_t tile_rows_masked32(int4 b, int m0, int j, int causal, int off)
-{
-  uint32_t m = (upto32(b.y - m0) & ~upto32(b.x - m0)) | (upto32(b.w - m0) & ~upto32(b.z - m0));
-  if (causal) m |= upto32(j - off - m0);
+  W m = (upto<W>(b.y - m0) & ~upto<W>(b.x - m0)) | (upto<W>(b.w - m0) & ~upto<W>(b.z - m0));
+  if (causal) m |= upto<W>(j - off - m0); /* j > i + off  <=>  i < j - off */
   return m;
 }
 

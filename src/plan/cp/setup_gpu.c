@@ -70,6 +70,8 @@ static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x
   size_t N = (size_t)lm->mask_heads * n;
   FMMaskDesc md;
   FMErrorCode ierr = FM_SUCCESS;
+  const int32_t nl = lm->nlocal;
+  int present = 0; /* the vectors some column leaves off its default (lts = lte = nlocal, uts = ute = 0) */
   *dmask = NULL;
   for (int v = 0; v < 4 && !ierr; v++) ierr = FMMalloc(N + 1, &b[v]);
   for (int h = 0; h < lm->mask_heads && !ierr; h++)
@@ -82,6 +84,7 @@ static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x
                                "cannot be localized into the GPU kernels' two intervals; use -fm_backend cpu for this mask",
                                cols[x0 + x], h);
       for (int v = 0; v < 4; v++) b[v][t] = w[v];
+      present |= (w[0] != nl) | (w[1] != nl) << 1 | (w[2] != 0) << 2 | (w[3] != 0) << 3;
     }
   if (!ierr) {
     memset(&md, 0, sizeof(md));
@@ -90,7 +93,7 @@ static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x
     md.mask_batch = mask_batch > 1 ? mask_batch : 1;
     md.mask_heads = lm->mask_heads / md.mask_batch;
     md.causal = 0;
-    md.present = 15;
+    md.present = present; /* exact: the upload skips the others and a stage with none takes the dense backward */
     for (int v = 0; v < 4; v++) md.bnd[v] = b[v];
     {
       void *h = pool_next(g);

@@ -12,12 +12,13 @@ man3="$top_builddir/man/man3"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fm_test_man.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT
 
-# The declarations the compiler sees in flashmask.h (not in the headers it includes): one line
+# The declarations the compiler sees in flashmask.h and its four parts (flashmask/fmsys.h,
+# fmcontext.h, fmmask.h, fmplan.h; not in the other headers they include): one line
 # "name arg1 arg2 ..." per function.
 $CC -E -I"$srcdir/include" -I"$top_builddir/include" "$srcdir/include/flashmask.h" > "$tmp/pp.c" ||
   { echo "FAIL: $CC -E include/flashmask.h"; exit 1; }
 awk '
-  /^# [0-9]+ "/ { f = $3; keep = (f ~ /(^|\/)flashmask\.h"$/); next }
+  /^# [0-9]+ "/ { f = $3; keep = (f ~ /(^|\/)flashmask(\/fm(sys|context|mask|plan))?\.h"$/); next }
   keep { text = text " " $0 }
   END {
     n = split(text, S, ";")

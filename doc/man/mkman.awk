@@ -1,7 +1,12 @@
-# mkman.awk - section 3 manual pages from the comments of include/flashmask.h (POSIX awk).
+# mkman.awk - section 3 manual pages from the comments of include/flashmask.h and its parts
+# (POSIX awk).
 #
 #   awk -v dir=man/man3 -v version=0.1.0 -v docdir=/usr/share/doc/flashmask -v docs="a.md b.md" \
-#       -f doc/man/mkman.awk include/flashmask.h > pages.list
+#       -f doc/man/mkman.awk include/flashmask.h include/flashmask/fmsys.h include/flashmask/fmcontext.h \
+#       include/flashmask/fmmask.h include/flashmask/fmplan.h > pages.list
+#
+# flashmask.h comes first: its opening comment is the overview's text. A part's own opening
+# comment is dropped (a blank line follows it before any declaration).
 #
 # The header's convention: a comment block followed, with no blank line between, by the
 # declarations it documents. Every function (and function-like macro) of such a group is listed

@@ -195,6 +195,16 @@ static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
   FMT_CALL(FMPlanSetShape(plan, B, Hq, Hkv, D, c->dt));
   FMT_CALL(FMPlanSetScale(plan, scale));
   FMT_CALL(FMPlanSetUp(plan));
+  {
+    /* the Hopper backward's step: 80 rows for d = 128 on a mask with no bound vectors, else 64 */
+    FMAttnProblem pr;
+    const char *bp;
+    FMT_CALL(FMPlanGetProblem_Private(plan, &pr));
+    bp = FMCudaBackwardPathName(&pr);
+    if (!strncmp(bp, "sm90", 4))
+      FMT_CHECK(strstr(bp, D == 128 && pr.mask.present == 0 ? "80-row" : "64-row") != NULL, "case %d (%s, d = %d): backward path \"%s\"",
+                idx, c->type, D, bp);
+  }
 
   /* inputs: rounded to dtype; the reference reads the rounded values */
   for (int t = 0; t < 4; t++) {

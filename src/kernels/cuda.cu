@@ -411,9 +411,10 @@ const char *FMCudaBackwardPathName(const FMAttnProblem *p)
   memset(&m, 0, sizeof(m));
   m.mask_heads = p->mask.mask_heads; m.causal = p->mask.causal; m.seqlen_q = p->nq; m.seqlen_k = p->nk;
   m.nblk = (p->nk + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N;
+  m.present = p->mask.present; /* as the upload records it: the step rows follow */
   fill_bwd(&a, p, &m);
   switch (FMGpuBackwardPath(&a)) {
-  case 1: return "sm90 wgmma/tma";
+  case 1: return FMGpuBwdStepRows(&a) == 80 ? "sm90 wgmma/tma, 80-row steps" : "sm90 wgmma/tma, 64-row steps";
   case 0: return "fallback simt";
   default: return "not supported";
   }

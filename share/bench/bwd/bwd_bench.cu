@@ -82,6 +82,39 @@ static int host_dense(const HostMask &m)
   return 1;
 }
 
+/* The device copies of one case's inputs (bf16/fp16 bits; lse float) and room for its gradients. */
+struct DevIO {
+  uint16_t *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+  float *lse;
+};
+static DevIO dev_io(const std::vector<uint16_t> &q, const std::vector<uint16_t> &k, const std::vector<uint16_t> &v,
+                    const std::vector<uint16_t> &o, const std::vector<uint16_t> &dout, const std::vector<float> &lse)
+{
+  DevIO d;
+  const size_t nq = q.size() * 2, nk = k.size() * 2;
+  CK(cudaMalloc(&d.q, nq));
+  CK(cudaMalloc(&d.o, nq));
+  CK(cudaMalloc(&d.dout, nq));
+  CK(cudaMalloc(&d.dq, nq));
+  CK(cudaMalloc(&d.k, nk));
+  CK(cudaMalloc(&d.v, nk));
+  CK(cudaMalloc(&d.dk, nk));
+  CK(cudaMalloc(&d.dv, nk));
+  CK(cudaMalloc(&d.lse, lse.size() * 4));
+  CK(cudaMemcpy(d.q, q.data(), nq, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d.o, o.data(), nq, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d.dout, dout.data(), nq, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d.k, k.data(), nk, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d.v, v.data(), nk, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d.lse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+  return d;
+}
+static void free_dev_io(const DevIO &d)
+{
+  cudaFree(d.q), cudaFree(d.o), cudaFree(d.dout), cudaFree(d.dq), cudaFree(d.k), cudaFree(d.v), cudaFree(d.dk), cudaFree(d.dv);
+  cudaFree(d.lse);
+}
+
 struct Case {
   const char *name;
   int B, Sq, Sk, Hq, Hkv, D, f16, per_head, fallback;
@@ -174,23 +207,10 @@ static int run_case(const Case &c, double tol)
 
   /* GPU */
   DevMask dm = upload_mask(m);
-  void *dq_, *dk_, *dv_, *q_, *k_, *v_, *o_, *do_, *ws;
-  float *lse_;
-  CK(cudaMalloc(&q_, nq * 2));
-  CK(cudaMalloc(&o_, nq * 2));
-  CK(cudaMalloc(&do_, nq * 2));
-  CK(cudaMalloc(&dq_, nq * 2));
-  CK(cudaMalloc(&k_, nk * 2));
-  CK(cudaMalloc(&v_, nk * 2));
-  CK(cudaMalloc(&dk_, nk * 2));
-  CK(cudaMalloc(&dv_, nk * 2));
-  CK(cudaMalloc(&lse_, lse.size() * 4));
-  CK(cudaMemcpy(q_, q.data(), nq * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(o_, o.data(), nq * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(do_, dout.data(), nq * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(k_, k.data(), nk * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(v_, v.data(), nk * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(lse_, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+  const DevIO io = dev_io(q, k, v, o, dout, lse);
+  uint16_t *q_ = io.q, *k_ = io.k, *v_ = io.v, *o_ = io.o, *do_ = io.dout, *dq_ = io.dq, *dk_ = io.dk, *dv_ = io.dv;
+  float *lse_ = io.lse;
+  void *ws;
   CK(cudaMemset(dq_, 0xFF, nq * 2)); /* NaN poison */
   CK(cudaMemset(dk_, 0xFF, nk * 2));
   CK(cudaMemset(dv_, 0xFF, nk * 2));
@@ -250,8 +270,8 @@ static int run_case(const Case &c, double tol)
   printf("%-34s %-16s path %d bm %d  dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n", c.name, mask_name[c.kind], path,
          path == 1 ? FMGpuBwdStepRows(&p) : 0, eq, ek, ev, same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
   fflush(stdout);
-  cudaFree(q_), cudaFree(o_), cudaFree(do_), cudaFree(dq_), cudaFree(k_), cudaFree(v_), cudaFree(dk_), cudaFree(dv_);
-  cudaFree(lse_), cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
+  free_dev_io(io);
+  cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
   return ok;
 }
 
@@ -333,24 +353,10 @@ static int run_mixed(double tol)
       }
   }
   DevMask da = upload_mask(ma), db = upload_mask(mb);
-  uint16_t *q_, *k_, *v_, *o_, *do_, *dq_, *dk_, *dv_;
-  float *lse_;
+  const DevIO io = dev_io(q, k, v, o, dout, lse);
+  uint16_t *q_ = io.q, *k_ = io.k, *v_ = io.v, *o_ = io.o, *do_ = io.dout, *dq_ = io.dq, *dk_ = io.dk, *dv_ = io.dv;
+  float *lse_ = io.lse;
   void *ws;
-  CK(cudaMalloc(&q_, nq * 2));
-  CK(cudaMalloc(&o_, nq * 2));
-  CK(cudaMalloc(&do_, nq * 2));
-  CK(cudaMalloc(&dq_, nq * 2));
-  CK(cudaMalloc(&k_, nk * 2));
-  CK(cudaMalloc(&v_, nk * 2));
-  CK(cudaMalloc(&dk_, nk * 2));
-  CK(cudaMalloc(&dv_, nk * 2));
-  CK(cudaMalloc(&lse_, lse.size() * 4));
-  CK(cudaMemcpy(q_, q.data(), nq * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(o_, o.data(), nq * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(do_, dout.data(), nq * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(k_, k.data(), nk * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(v_, v.data(), nk * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(lse_, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
   FMGpuBwdParams pa;
   memset(&pa, 0, sizeof(pa));
   pa.q = q_, pa.k = k_, pa.v = v_, pa.o = o_, pa.dout = do_, pa.lse = lse_, pa.dq = dq_, pa.dk = dk_, pa.dv = dv_;
@@ -403,8 +409,8 @@ static int run_mixed(double tol)
   printf("%-34s %-16s path %d bm 64+80  dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n", "bf16 d128 GQA2 pieces 1000x(512+600)",
          "causal+random", FMGpuBackwardPath(&pb), eq, ek, ev, same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
   fflush(stdout);
-  cudaFree(q_), cudaFree(o_), cudaFree(do_), cudaFree(dq_), cudaFree(k_), cudaFree(v_), cudaFree(dk_), cudaFree(dv_);
-  cudaFree(lse_), cudaFree(ws), cudaFree(da.packed), cudaFree(da.sum), cudaFree(db.packed), cudaFree(db.sum);
+  free_dev_io(io);
+  cudaFree(ws), cudaFree(da.packed), cudaFree(da.sum), cudaFree(db.packed), cudaFree(db.sum);
   return ok;
 }
 

@@ -131,13 +131,7 @@ template <int D, int BM, bool F16> __device__ __forceinline__ void gemm_nt(float
   for (int kk = 0; kk < D / 16; kk++) {
     const uint64_t da = desc_join(la + ((kk / 4) * 16384 + (kk % 4) * 32) / 16, desc_hi(1024));
     const uint64_t db = desc_join(lb + ((kk / 4) * (BM * 128) + (kk % 4) * 32) / 16, desc_hi(1024));
-    if constexpr (BM == 80) {
-      if constexpr (F16) wgmma_ss_m64n80k16_f16(acc, da, db, kk > 0);
-      else wgmma_ss_m64n80k16_bf16(acc, da, db, kk > 0);
-    } else {
-      if constexpr (F16) wgmma_ss_m64n64k16_f16(acc, da, db, kk > 0);
-      else wgmma_ss_m64n64k16_bf16(acc, da, db, kk > 0);
-    }
+    wgmma_ss<BM, F16>(acc, da, db, kk > 0);
   }
 }
 
@@ -149,13 +143,7 @@ template <int D, int BM, bool F16> __device__ __forceinline__ void gemm_rs(float
 #pragma unroll
   for (int u = 0; u < BM / 16; u++) {
     const uint64_t db = desc_join(lb + u * 2048 / 16, desc_hi(1024));
-    if constexpr (D == 128) {
-      if constexpr (F16) wgmma_rs_m64n128k16_f16(acc, a + 4 * u, db);
-      else wgmma_rs_m64n128k16_bf16(acc, a + 4 * u, db);
-    } else {
-      if constexpr (F16) wgmma_rs_m64n64k16_f16(acc, a + 4 * u, db);
-      else wgmma_rs_m64n64k16_bf16(acc, a + 4 * u, db);
-    }
+    wgmma_rs<D, F16>(acc, a + 4 * u, db);
   }
 }
 
@@ -167,8 +155,7 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, u
   for (int t = 0; t < NT; t++) {
     const uint64_t da = desc_join(la + t * 2048 / 16, desc_hi(1024));
     const uint64_t db = desc_join(lb + t * 2048 / 16, desc_hi(1024));
-    if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(dq, da, db, t > 0);
-    else wgmma_ss_m64n64k16_bf16_t11(dq, da, db, t > 0);
+    wgmma_ss_t11<64, F16>(dq, da, db, t > 0);
   }
 }
 
@@ -186,8 +173,7 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dqt(float *dq, 
   for (int t = 0; t < NT; t++) {
     const uint64_t da = desc_join(la + t * 2048 / 16, desc_hi(1024));
     const uint64_t db = desc_join(lb + ((t / 4) * 10240 + (t % 4) * 32) / 16, desc_hi(1024));
-    if constexpr (F16) wgmma_ss_m64n80k16_f16_t10(dq, da, db, t > 0);
-    else wgmma_ss_m64n80k16_bf16_t10(dq, da, db, t > 0);
+    wgmma_ss_t10<80, F16>(dq, da, db, t > 0);
   }
 }
 

@@ -22,13 +22,7 @@ template <int TN, bool F16> __device__ __forceinline__ void gemm_qk(float *s, ui
     if (kk < D / 16) {
       const uint64_t da = desc_join(la + ((kk / 4) * kChunkBytes + (kk % 4) * 32) / 16, desc_hi(1024));
       const uint64_t db = desc_join(lb + ((kk / 4) * kch + (kk % 4) * 32) / 16, desc_hi(1024));
-      if constexpr (TN == 64) {
-        if constexpr (F16) wgmma_ss_m64n64k16_f16(s, da, db, kk > 0);
-        else wgmma_ss_m64n64k16_bf16(s, da, db, kk > 0);
-      } else {
-        if constexpr (F16) wgmma_ss_m64n128k16_f16(s, da, db, kk > 0);
-        else wgmma_ss_m64n128k16_bf16(s, da, db, kk > 0);
-      }
+      wgmma_ss<TN, F16>(s, da, db, kk > 0);
     }
   }
 }
@@ -42,16 +36,7 @@ __device__ __forceinline__ void gemm_pv(float *o, const uint32_t *p, uint32_t va
 #pragma unroll
   for (int u = 0; u < TN / 16; u++) {
     const uint64_t db = desc_join(lo + u * 2048 / 16, hi);
-    if constexpr (D == 256) {
-      if constexpr (F16) wgmma_rs_m64n256k16_f16(o, p + 4 * u, db);
-      else wgmma_rs_m64n256k16_bf16(o, p + 4 * u, db);
-    } else if constexpr (D == 128) {
-      if constexpr (F16) wgmma_rs_m64n128k16_f16(o, p + 4 * u, db);
-      else wgmma_rs_m64n128k16_bf16(o, p + 4 * u, db);
-    } else {
-      if constexpr (F16) wgmma_rs_m64n64k16_f16(o, p + 4 * u, db);
-      else wgmma_rs_m64n64k16_bf16(o, p + 4 * u, db);
-    }
+    wgmma_rs<D, F16>(o, p + 4 * u, db);
   }
 }
 

@@ -13,6 +13,9 @@ Wrappers, for each type in (bf16, f16):
                                                  transposed (MN-major): N = 64 t11, N = 80 t10
   wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
                                                  in shared memory (trans-b = 1), N = 64, 128, 256
+and, so that a kernel templated on its tile picks the form in one place, one template per family
+over N and the type: wgmma_ss<N, F16>, wgmma_ss_t10<N, F16>, wgmma_ss_t11<N, F16> and
+wgmma_rs<N, F16>, with the wrappers' arguments.
 The output is committed; `make` regenerates it when this script changes.
 """
 import os
@@ -74,6 +77,26 @@ __device__ __forceinline__ void wgmma_rs_m64n%dk16_%s(float *d, const uint32_t *
 """ % (nd, n, t, n, t, n, t, t, regs(0, nd), regs(nd, 4), nd + 4, outs(nd))
 
 
+def dispatch(name, ns, params, args):
+    """template <int N, bool F16> name(params): the wrapper of that N and type."""
+    fam = "wgmma_rs" if name == "wgmma_rs" else "wgmma_ss"
+    suffix = name[len(fam):]
+    arms = []
+    for n in ns:
+        base = "%s_m64n%dk16" % (fam, n)
+        arms.append("if constexpr (N == %d) {\n    if constexpr (F16) %s_f16%s(%s);\n    else %s_bf16%s(%s);\n  }" %
+                    (n, base, suffix, args, base, suffix, args))
+    cond = " || ".join("N == %d" % n for n in ns)
+    return """
+/* %s<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = %s. */
+template <int N, bool F16> __device__ __forceinline__ void %s(%s)
+{
+  static_assert(%s, "%s: no such shape");
+  %s
+}
+""" % (name, ", ".join(str(n) for n in ns), name, params, cond, name, " else ".join(arms))
+
+
 def main():
     text = HEAD + "".join(ss(t) + rs(t, 64) + rs(t, 128) for t in ("bf16", "f16"))
     text += "\n/* ---- the backward's shapes ---- */\n"
@@ -82,6 +105,12 @@ def main():
     text += "".join(ss(t, 80) + ss(t, 80, 1, 0) for t in ("bf16", "f16"))
     text += "\n/* ---- the forward's d = 256 shape (P V with 64-key tiles) ---- */\n"
     text += "".join(rs(t, 256) for t in ("bf16", "f16"))
+    text += "\n/* ---- one template per family, over the shapes above ---- */\n"
+    ssp, ssa = "float *d, uint64_t da, uint64_t db, int accum", "d, da, db, accum"
+    text += dispatch("wgmma_ss", (64, 80, 128), ssp, ssa)
+    text += dispatch("wgmma_ss_t10", (80,), ssp, ssa)
+    text += dispatch("wgmma_ss_t11", (64,), ssp, ssa)
+    text += dispatch("wgmma_rs", (64, 128, 256), "float *d, const uint32_t *a, uint64_t db", "d, a, db")
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "wgmma_gen.cuh")
     if out == "-":
         sys.stdout.write(text)

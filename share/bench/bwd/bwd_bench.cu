@@ -109,6 +109,20 @@ static DevIO dev_io(const std::vector<uint16_t> &q, const std::vector<uint16_t> 
   CK(cudaMemcpy(d.lse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
   return d;
 }
+/* FMGpuBwdParams for dense [batch][rows][heads][D] tensors (cuda.cu's layout): zeroed, then the
+   strides, sizes and scale; with io, its pointers. */
+static FMGpuBwdParams dense_params(int B, int Sq, int Sk, int Hq, int Hkv, int D, int fp16, float scale, const DevIO *io)
+{
+  FMGpuBwdParams p;
+  memset(&p, 0, sizeof(p));
+  const FMGpuStrides sq = {(long long)Sq * Hq * D, (long long)Hq * D, D}, sk = {(long long)Sk * Hkv * D, (long long)Hkv * D, D};
+  p.sq = p.so = p.sdo = p.sdq = sq;
+  p.sk = p.sv = p.sdk = p.sdv = sk;
+  p.batch = B, p.seqlen_q = Sq, p.seqlen_k = Sk, p.heads_q = Hq, p.heads_kv = Hkv, p.head_dim = D, p.fp16 = fp16;
+  p.scale = scale;
+  if (io) p.q = io->q, p.k = io->k, p.v = io->v, p.o = io->o, p.dout = io->dout, p.lse = io->lse, p.dq = io->dq, p.dk = io->dk, p.dv = io->dv;
+  return p;
+}
 static void free_dev_io(const DevIO &d)
 {
   cudaFree(d.q), cudaFree(d.o), cudaFree(d.dout), cudaFree(d.dq), cudaFree(d.k), cudaFree(d.v), cudaFree(d.dk), cudaFree(d.dv);
@@ -208,20 +222,12 @@ static int run_case(const Case &c, double tol)
   /* GPU */
   DevMask dm = upload_mask(m);
   const DevIO io = dev_io(q, k, v, o, dout, lse);
-  uint16_t *q_ = io.q, *k_ = io.k, *v_ = io.v, *o_ = io.o, *do_ = io.dout, *dq_ = io.dq, *dk_ = io.dk, *dv_ = io.dv;
-  float *lse_ = io.lse;
+  uint16_t *dq_ = io.dq, *dk_ = io.dk, *dv_ = io.dv;
   void *ws;
   CK(cudaMemset(dq_, 0xFF, nq * 2)); /* NaN poison */
   CK(cudaMemset(dk_, 0xFF, nk * 2));
   CK(cudaMemset(dv_, 0xFF, nk * 2));
-  FMGpuBwdParams p;
-  memset(&p, 0, sizeof(p));
-  p.q = q_, p.k = k_, p.v = v_, p.o = o_, p.dout = do_, p.lse = lse_, p.dq = dq_, p.dk = dk_, p.dv = dv_;
-  const FMGpuStrides sq = {(long long)Sq * Hq * D, (long long)Hq * D, D}, sk = {(long long)Sk * Hkv * D, (long long)Hkv * D, D};
-  p.sq = p.so = p.sdo = p.sdq = sq;
-  p.sk = p.sv = p.sdk = p.sdv = sk;
-  p.batch = B, p.seqlen_q = Sq, p.seqlen_k = Sk, p.heads_q = Hq, p.heads_kv = Hkv, p.head_dim = D, p.fp16 = c.f16;
-  p.scale = c.scale;
+  FMGpuBwdParams p = dense_params(B, Sq, Sk, Hq, Hkv, D, c.f16, c.scale, &io);
   p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = MH, p.causal = m.causal, p.nblk = dm.nblk;
   p.mask_dense = host_dense(m);
   p.force_fallback = c.fallback;
@@ -354,17 +360,11 @@ static int run_mixed(double tol)
   }
   DevMask da = upload_mask(ma), db = upload_mask(mb);
   const DevIO io = dev_io(q, k, v, o, dout, lse);
-  uint16_t *q_ = io.q, *k_ = io.k, *v_ = io.v, *o_ = io.o, *do_ = io.dout, *dq_ = io.dq, *dk_ = io.dk, *dv_ = io.dv;
-  float *lse_ = io.lse;
+  uint16_t *k_ = io.k, *v_ = io.v, *dq_ = io.dq, *dk_ = io.dk, *dv_ = io.dv;
   void *ws;
-  FMGpuBwdParams pa;
-  memset(&pa, 0, sizeof(pa));
-  pa.q = q_, pa.k = k_, pa.v = v_, pa.o = o_, pa.dout = do_, pa.lse = lse_, pa.dq = dq_, pa.dk = dk_, pa.dv = dv_;
-  const FMGpuStrides sq = {(long long)Sq * Hq * D, (long long)Hq * D, D}, sk = {(long long)Sk * Hkv * D, (long long)Hkv * D, D};
-  pa.sq = pa.so = pa.sdo = pa.sdq = sq;
-  pa.sk = pa.sv = pa.sdk = pa.sdv = sk;
-  pa.batch = 1, pa.seqlen_q = Sq, pa.seqlen_k = Sk1, pa.heads_q = Hq, pa.heads_kv = Hkv, pa.head_dim = D, pa.fp16 = 0;
-  pa.scale = (float)scale;
+  /* piece a: keys 0..Sk1-1 of a tensor of Sk keys (the strides of the whole, the sizes of the piece) */
+  FMGpuBwdParams pa = dense_params(1, Sq, Sk, Hq, Hkv, D, 0, (float)scale, &io);
+  pa.seqlen_k = Sk1;
   pa.packed = da.packed, pa.sum = da.sum, pa.mask_heads = 1, pa.causal = 1, pa.nblk = da.nblk;
   pa.step_rows = 64;
   FMGpuBwdParams pb = pa;
@@ -479,16 +479,9 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
     DevMask dm = upload_mask(m);
     /* the FlashMask convention, as fmbench and share/bench/peers.py count: 2.5 x 4 B H Sq Sk d (1 - rho) */
     const double rho = block_sparsity(m, 0), flops = std::max(1.0, 2.5 * 4.0 * B * H * (double)S * S * D * (1.0 - rho));
-    FMGpuBwdParams p;
-    memset(&p, 0, sizeof(p));
+    FMGpuBwdParams p = dense_params(B, S, S, H, Hkv, D, 0, 1.f / sqrtf((float)D), NULL);
     p.q = buf[0], p.k = buf[1], p.v = buf[2], p.o = buf[3], p.dout = buf[4], p.lse = lse;
     p.dq = buf[5], p.dk = buf[6], p.dv = buf[7];
-    const FMGpuStrides st = {(long long)S * H * D, (long long)H * D, D};
-    const FMGpuStrides stk = {(long long)S * Hkv * D, (long long)Hkv * D, D};
-    p.sq = p.so = p.sdo = p.sdq = st;
-    p.sk = p.sv = p.sdk = p.sdv = stk;
-    p.batch = B, p.seqlen_q = S, p.seqlen_k = S, p.heads_q = H, p.heads_kv = Hkv, p.head_dim = D, p.fp16 = 0;
-    p.scale = 1.f / sqrtf((float)D);
     p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = 1, p.causal = m.causal, p.nblk = dm.nblk;
     p.mask_dense = host_dense(m);
     p.step_rows = g_bm;

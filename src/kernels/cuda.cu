@@ -87,6 +87,15 @@ const char *FMCudaForwardPathName(int sm)
 
 /* ------------------------------------------------------------------ mask */
 
+/* Every bound vector m->present names is there (the others are not read). */
+static FMErrorCode check_carried(const FMMaskDesc *m)
+{
+  for (int v = 0; v < 4; v++)
+    FMCheck(!((m->present >> v) & 1) || m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL,
+            "Mask bound vector %d is NULL but the mask's present bits (%d) name it", v, m->present);
+  return FM_SUCCESS;
+}
+
 /*
  * FMCudaMaskUpload - copy the bound vectors the mask carries (m->present; the others take their
  *   defaults on the device, unread and uncopied) to the current device and build there the
@@ -105,9 +114,7 @@ FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev)
   FMCheck(m->seqlen_q > 0 && m->seqlen_k > 0 && m->mask_heads > 0, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
           "Mask sizes seqlen_q = %d, seqlen_k = %d, mask_heads = %d; expected all positive", m->seqlen_q, m->seqlen_k,
           m->mask_heads);
-  for (int v = 0; v < 4; v++)
-    FMCheck(!((m->present >> v) & 1) || m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL,
-            "Mask bound vector %d is NULL but the mask's present bits (%d) name it", v, m->present);
+  FMCall(check_carried(m));
   e = FMGpuMaskCreate(m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->present, m->bnd, &d);
   if (e == cudaErrorMemoryAllocation)
     FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Cannot allocate %zu bytes of device memory for the mask",
@@ -130,9 +137,7 @@ FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *
   FMValidPointer(done, 4);
   *done = 0;
   if (!dev) return FM_SUCCESS;
-  for (int v = 0; v < 4; v++)
-    FMCheck(!((m->present >> v) & 1) || m->bnd[v] != NULL, MPI_COMM_SELF, FM_ERR_ARG_NULL,
-            "Mask bound vector %d is NULL but the mask's present bits (%d) name it", v, m->present);
+  FMCall(check_carried(m));
   e = FMGpuMaskUpdate((FMGpuMask *)dev, m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->present, m->bnd,
                       (cudaStream_t)stream, done);
   FMCallCUDA(e);

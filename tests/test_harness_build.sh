@@ -28,9 +28,9 @@ if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE
 else
   cat "$t/variants.log"; echo "FAIL: the forward's build variants do not compile"; fail=1
 fi
-if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_DS_STORE_FIRST -DFM_SM90_HANG_CHECK -cubin \
+if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_HANG_CHECK -cubin \
     "$src/src/kernels/sm90/bwd_sm90.cu" -o "$t/bvariants.cubin" > "$t/bvariants.log" 2>&1; then
-  echo "ok   bwd_sm90.cu compiles with -DFM_SM90_DS_STORE_FIRST -DFM_SM90_HANG_CHECK"
+  echo "ok   bwd_sm90.cu compiles with -DFM_SM90_HANG_CHECK"
 else
   cat "$t/bvariants.log"; echo "FAIL: the backward's build variants do not compile"; fail=1
 fi

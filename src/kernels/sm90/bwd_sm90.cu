@@ -22,11 +22,12 @@
  *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued, the exponentials of S overlap the
  *     dP product); P^T = exp2(S^T c - lse2), and on partial tiles only the element test (one
  *     64-bit row mask per key column from its bounds, staged in shared memory per head);
- *     dS^T = P^T (dP^T - D); dV += P^T dO and dK += dS^T Q (RS wgmma, P and dS from registers);
- *     dS^T goes to shared memory (swizzled), and dQ = dS K (SS wgmma, both operands MN-major):
- *     for d = 128 each consumer computes 64 of the 128 columns over all 128 keys (a named
- *     barrier over both consumers publishes dS), for d = 64 each computes all columns over its
- *     own keys. dQ (fp32) is staged in shared memory and handed to the consumer's writer warp.
+ *     dS^T = P^T (dP^T - D); dV += P^T dO issued (RS wgmma, P from registers); dS^T to shared
+ *     memory (swizzled); dQ = dS K (SS wgmma, both operands MN-major) issued, then
+ *     dK += dS^T Q (RS) behind it: for d = 128 each consumer computes 64 of the 128 dQ columns
+ *     over all 128 keys (a named barrier over both consumers publishes dS), for d = 64 each
+ *     computes all columns over its own keys. Once dV and dQ retire, dQ (fp32) is staged in
+ *     shared memory and handed to the consumer's writer warp while dK still runs.
  *   dK, dV stay in registers over every query head of the group (GQA) and are written once.
  * The block walk (bwd_sm90.cuh, fmbwd_walk_next) runs in the producer only: it writes each
  * step's query block, head and partial flag into the stage's step slot before the loads,
@@ -137,10 +138,43 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
 }
 
 /*
+ * The 80-row step's partial tiles, masked after the packing: beside S and dP in flight (208
+ * registers with dK and dV) masking S spilled 92 bytes; P and dS packed take 40. A masked
+ * element's P and dS halves are zeroed: the values masking P before dS gives, except that such a
+ * dS is +0 where 0 x (dP - D) may be -0 (the same sums). Per key column h (kr0, kr0 + 8) and per
+ * 32-bit word of its row mask from row m0 + 2 t4 (bit 8k + e of word k / 4 is query column
+ * 8k + 2 t4 + e); the bounds from global memory (L1 after a head's first step: they do not fit in
+ * shared memory beside 80-row stages).
+ */
+__device__ __forceinline__ void mask_packed80(uint32_t *pp, uint32_t *ps, const int4 *bnd, int m0, int j0, const Me &me, const Params &p)
+{
+  const int off = p.Sk - p.Sq, m = m0 + 2 * me.t4;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int4 bb = __ldg(bnd + me.kr0 + 8 * h);
+#pragma unroll
+    for (int wi = 0; wi < 3; wi++) {
+      const uint32_t wd = tile_rows_masked<uint32_t>(bb, m + 32 * wi, j0 + 8 * h, p.causal, off);
+#pragma unroll
+      for (int k = 4 * wi; k < 4 * wi + 4 && k < 10; k++) {
+        const uint32_t keep = ((wd >> (8 * (k & 3))) & 1u ? 0u : 0xffffu) | ((wd >> (8 * (k & 3) + 1)) & 1u ? 0u : 0xffff0000u);
+        pp[2 * k + h] &= keep;
+        ps[2 * k + h] &= keep;
+      }
+    }
+  }
+}
+
+/*
  * S^T and dP^T of one step (SS wgmma), then P^T = exp2(S^T c - lse2) (zero where the partial
  * tile's row masks say so) and dS^T = P^T (dP^T - D), packed for the RS products.
  * s[4k + e] (k < BM / 8) is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
  * bnd: the column bounds, staged in shared memory (BM = 64) or the head's in global (BM = 80).
+ * The rows' LSE and D are read after the waits. (Read while the products run instead, the same
+ * instructions in another order: 1.1-2.3% slower on every mask, H200 2026-12-01, seventh
+ * session.) ptxas computes most exponentials after the dP wait; forcing all of them before it
+ * at 80 rows (a never-taken branch that reads them all: 0 spills) measured 2.0-2.6% slower on
+ * full and causal at 8K and 32K (2026-12-04, ninth session). Neither kept.
  */
 template <int D, int BM, bool F16>
 __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t va,
@@ -154,10 +188,7 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   wgmma_commit();
   gemm_nt<D, BM, F16>(dp, va + me.cw * 8192, da);
   wgmma_commit();
-  /* The rows' LSE and D are read after the waits. (Read while the products run instead, the
-     same instructions in another order: 1.1-2.3% slower on every mask, H200 2026-12-01,
-     seventh session: not kept.) */
-  wgmma_wait<1>();
+  wgmma_wait<1>(); /* S^T retired */
 #pragma unroll
   for (int t = 0; t < BM / 2; t++) reg_fence(s[t]);
 #pragma unroll
@@ -168,6 +199,9 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
     s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
     s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
   }
+  wgmma_wait<0>(); /* dP^T retired */
+#pragma unroll
+  for (int t = 0; t < BM / 2; t++) reg_fence(dp[t]);
   if (BM == 64 && part) {
     /* row bit masks of the two key columns, shifted so that bit 8k + e is query column 8k + 2 t4 + e */
     const int off = p.Sk - p.Sq;
@@ -182,9 +216,8 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
         if ((w1[k >> 2] >> (8 * (k & 3) + e)) & 1u) s[4 * k + 2 + e] = 0.f;
       }
   }
-  wgmma_wait<0>();
 #pragma unroll
-  for (int t = 0; t < BM / 2; t++) reg_fence(dp[t]);
+  for (int t = 0; t < BM / 4; t++) pp[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
 #pragma unroll
   for (int k = 0; k < BM / 8; k++) {
     const float2 d2 = ld_f2(dd + 32 * k);
@@ -194,48 +227,25 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
     dp[4 * k + 3] = s[4 * k + 3] * (dp[4 * k + 3] - d2.y);
   }
 #pragma unroll
-  for (int t = 0; t < BM / 4; t++) {
-    pp[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
-    ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
-  }
-  if (BM == 80 && part) {
-    /* The 80-row step masks after the packing: beside S and dP in flight (208 registers with dK
-       and dV) the masks spilled 92 bytes; P and dS packed take 40. A masked element's P and dS
-       halves are zeroed: the values masking P before dS gives, except that such a dS is +0
-       where 0 x (dP - D) may be -0 (the same sums). Per key
-       column h (kr0, kr0 + 8) and per 32-bit word of its row mask from row m0 + 2 t4 (bit 8k + e
-       of word k / 4 is query column 8k + 2 t4 + e); the bounds from global memory (L1 after a
-       head's first step: they do not fit in shared memory beside 80-row stages). */
-    const int off = p.Sk - p.Sq, m = m0 + 2 * me.t4;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int4 bb = __ldg(bnd + me.kr0 + 8 * h);
-#pragma unroll
-      for (int wi = 0; wi < 3; wi++) {
-        const uint32_t wd = tile_rows_masked<uint32_t>(bb, m + 32 * wi, j0 + 8 * h, p.causal, off);
-#pragma unroll
-        for (int k = 4 * wi; k < 4 * wi + 4 && k < BM / 8; k++) {
-          const uint32_t keep = ((wd >> (8 * (k & 3))) & 1u ? 0u : 0xffffu) | ((wd >> (8 * (k & 3) + 1)) & 1u ? 0u : 0xffff0000u);
-          pp[2 * k + h] &= keep;
-          ps[2 * k + h] &= keep;
-        }
-      }
-    }
-  }
+  for (int t = 0; t < BM / 4; t++) ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
+  if (BM == 80 && part) mask_packed80(pp, ps, bnd, m0, j0, me, p);
 }
 
 /* dS^T (packed, this thread's rows kr0 and kr0 + 8) to shared memory: row = key, 16-byte unit
    k ^ (row & 7). */
 __device__ __forceinline__ void store_ds(const uint32_t *ps, uint32_t dsaddr, const Me &me)
 {
-  uint32_t dsb = dsaddr + me.t4 * 4, r0 = me.kr0, r1 = me.kr0 + 8;
-  reg_fence(dsb);
-  reg_fence(r0);
-  reg_fence(r1);
+  /* dsaddr is 1024-byte aligned and row kr0 + 8 has kr0's swizzle, so unit k of row kr0 is
+     a ^ (k << 4) with a = dsaddr + kr0 * 128 + t4 * 4 + ((kr0 & 7) << 4) (bits 4..6 of the rest
+     are zero), and row kr0 + 8 lies 1024 bytes further: one LOP3 per pair of stores. */
+  uint32_t a = me.kr0 * 128 + me.t4 * 4 + ((me.kr0 & 7) << 4);
+  reg_fence(a);
+  a += dsaddr;
 #pragma unroll
   for (int k = 0; k < 8; k++) {
-    st_u32(dsb + r0 * 128 + ((k ^ (r0 & 7)) << 4), ps[2 * k]);
-    st_u32(dsb + r1 * 128 + ((k ^ (r1 & 7)) << 4), ps[2 * k + 1]);
+    const uint32_t ak = a ^ (uint32_t)(k << 4);
+    st_u32(ak, ps[2 * k]);
+    st_u32(ak + 1024, ps[2 * k + 1]);
   }
 }
 
@@ -272,63 +282,55 @@ template <int D, int BM, bool F16> __device__ __forceinline__ void issue_dq(floa
 }
 
 /*
- * The gradient products of one step: dV += P^T dO and dK += dS^T Q (RS) issued, dS^T to shared
- * memory meanwhile; once they have retired (P and dS registers die before dQ's accumulators
- * live) the stage's Q and dO are released (empty) and, every consumer having written its dS
- * rows, dq = dS K (SS) runs; its block then goes to the writer warp. (Issuing dQ behind dV and
- * dK before they retire measured the same within 2% on the H200, 2026-12-01; an order like
- * FlashAttention-4's, dV, then dQ, then dK with dQ's block staged while dK runs, 0.1-1.1% slower on full and
- * causal, 2026-12-01 (seventh session): neither kept.) Every opaque copy (reg_fence) keeps ptxas from hoisting
- * loop-invariant addresses into registers it would then spill; the ones after a wait tell it
- * which registers the retired products read and wrote.
+ * The gradient products of one step, in the order that keeps a product queued behind the other
+ * work: dV += P^T dO issued; dS to shared memory (before dK reads ps, inside the PTX rule that no
+ * register of an in-flight product is touched) and published to both consumers by a barrier;
+ * dq = dS K (SS) issued, then dK += dS^T Q (RS) behind it; once dV and dQ have retired, dQ's
+ * block is staged for the writer warp while dK runs; once dK retires, the stage's Q, dO, lse2 and
+ * D are released. This is FlashAttention-4's order. Measured against the previous one (dV and dK
+ * issued, dS stored while they ran, both waited for, then dQ issued and waited for, its staging
+ * with the tensor cores idle): +5% on full and causal at 8K and 32K (80 rows), +3% on the
+ * sliding window and 0..+3% on causal document (64 rows) (H200, 2026-12-04, ninth session; the
+ * same order at 64 rows, then with dense masks, had measured 0.1-1.1% slower on 2026-12-01).
+ * Issuing dV before the dP wait (P is all it needs) measured the same at 64 rows and spilled at
+ * 80: not kept. Every opaque copy (reg_fence) keeps ptxas from hoisting loop-invariant addresses
+ * into registers it would then spill; the ones after a wait tell it which registers the retired
+ * products read and wrote.
  */
 template <int D, int ST, int BM, bool F16>
 __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t qa,
                                            uint32_t da, uint32_t dsaddr, float *stg, const DqStep &d, uint64_t *empty,
                                            const Me &me, const Sync<D, ST, BM> &sy)
 {
-  /* The dS store reads ps while dK's product, whose A fragments ps are, is in flight. The PTX
-     ISA calls any access to those registers before the wait undefined; a read has always given
-     the right values here (every check since the first version). -DFM_SM90_DS_STORE_FIRST stores
-     dS between the dV and dK issues instead, inside the rule (a build for the A/B, untimed). */
   wgmma_fence();
   gemm_rs<D, BM, F16>(dv, pp, da);
-#ifdef FM_SM90_DS_STORE_FIRST
-  if constexpr (BM == 80) store_ds_t(ps, dsaddr, me);
-  else store_ds(ps, dsaddr, me);
-  gemm_rs<D, BM, F16>(dk, ps, qa);
-  wgmma_commit();
-#else
-  gemm_rs<D, BM, F16>(dk, ps, qa);
   wgmma_commit();
   if constexpr (BM == 80) store_ds_t(ps, dsaddr, me);
   else store_ds(ps, dsaddr, me);
-#endif
   fence_proxy_async();
   if constexpr (!DqSplit<D>::own) named_sync(1, 256);
   else named_sync(2 + me.cw, 128);
-  wgmma_wait<0>(); /* dV and dK retired */
-#pragma unroll
-  for (int t = 0; t < BM / 4; t++) {
-    reg_fence(pp[t]);
-    reg_fence(ps[t]);
-  }
-#pragma unroll
-  for (int t = 0; t < D / 2; t++) {
-    reg_fence(dk[t]);
-    reg_fence(dv[t]);
-  }
-  __syncwarp();
-  if (me.lane == 0) mbar_arrive(empty); /* Q, dO, lse2, D of this stage are no longer read */
-  /* the writer has read the last step's dQ block (the barrier's address from K's: OFF_K = 0):
-     waited for here, most of a step after the hand-over (at the step's start, this wait was 13%
-     of the samples under ncu, full mask, H200, 2026-12-01) */
-  mbar_wait_s(ka + Layout<D, ST, BM>::OFF_BAR + (5 + 2 * ST + me.cw) * 8, d.ph);
-  issue_dq<D, BM, F16>(dq, ka, dsaddr, me);
-  wgmma_wait<0>(); /* dQ retired */
+  issue_dq<D, BM, F16>(dq, ka, dsaddr, me); /* its wgmma fence also orders ps for dK */
+  gemm_rs<D, BM, F16>(dk, ps, qa);
+  wgmma_commit();
+  wgmma_wait<1>(); /* dV and dQ retired; dK runs */
 #pragma unroll
   for (int t = 0; t < BM / 2; t++) reg_fence(dq[t]);
+#pragma unroll
+  for (int t = 0; t < D / 2; t++) reg_fence(dv[t]);
+#pragma unroll
+  for (int t = 0; t < BM / 4; t++) reg_fence(pp[t]);
+  /* the writer has read the last step's dQ block (the barrier's address from K's: OFF_K = 0);
+     waited for as late as possible, just before its buffer is written */
+  mbar_wait_s(ka + Layout<D, ST, BM>::OFF_BAR + (5 + 2 * ST + me.cw) * 8, d.ph);
   stage_dq<D, ST, BM>(dq, stg, d, me, sy);
+  wgmma_wait<0>(); /* dK retired */
+#pragma unroll
+  for (int t = 0; t < D / 2; t++) reg_fence(dk[t]);
+#pragma unroll
+  for (int t = 0; t < BM / 4; t++) reg_fence(ps[t]);
+  __syncwarp();
+  if (me.lane == 0) mbar_arrive(empty); /* Q, dO, lse2, D of this stage are no longer read */
 }
 
 /* dK (times scale) and dV rows of this thread, straight to global (in dtype, or float). */
@@ -432,7 +434,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
       reg_fence(qa);
       reg_fence(da);
       step_scores<D, BM, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd, qb * BM,
-                          kb * kBN + me.kr0, me, p);
+                              kb * kBN + me.kr0, me, p);
       {
         DqStep d;
         d.tix = (bh * p.nqb + qb) * 4 + (DqSplit<D>::own ? 0 : me.cw);
@@ -440,7 +442,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
         d.turn = DqSplit<D>::own ? 2 * kb + me.cw : kb;
         d.ph = (j & 1) ^ 1;
         step_grads<D, ST, BM, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (L::NDS > 1 ? (j & 1) : 0) * L::DSB),
-                               (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, &sy.empty[st], me, sy);
+                                   (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, &sy.empty[st], me, sy);
       }
       j++;
     }

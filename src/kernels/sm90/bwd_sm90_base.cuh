@@ -126,37 +126,27 @@ __device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_
    (K-major: BM / 8 groups of 8 rows at 1024 bytes, the chunks of 64 columns BM x 128 bytes apart). */
 template <int D, int BM, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
 {
-  const uint32_t la = desc_lo(a, 16), lb = desc_lo(b, 16);
+  const uint64_t a0 = desc_join(desc_lo(a, 16), desc_hi(1024)), b0 = desc_join(desc_lo(b, 16), desc_hi(1024));
 #pragma unroll
-  for (int kk = 0; kk < D / 16; kk++) {
-    const uint64_t da = desc_join(la + ((kk / 4) * 16384 + (kk % 4) * 32) / 16, desc_hi(1024));
-    const uint64_t db = desc_join(lb + ((kk / 4) * (BM * 128) + (kk % 4) * 32) / 16, desc_hi(1024));
-    wgmma_ss<BM, F16>(acc, da, db, kk > 0);
-  }
+  for (int kk = 0; kk < D / 16; kk++)
+    wgmma_ss<BM, F16>(acc, desc_at(a0, (kk / 4) * 16384 + (kk % 4) * 32), desc_at(b0, (kk / 4) * (BM * 128) + (kk % 4) * 32), kk > 0);
 }
 
 /* acc[D/2] += A B: A (64 keys x BM queries) from registers (the accumulator pairs of the scores
    are the A fragments of the k16 slices), B = a BM-row Q/dO tile (MN-major). */
 template <int D, int BM, bool F16> __device__ __forceinline__ void gemm_rs(float *acc, const uint32_t *a, uint32_t b)
 {
-  const uint32_t lb = desc_lo(b, BM * 128); /* LBO: the stride between 64-column chunks */
+  const uint64_t b0 = desc_join(desc_lo(b, BM * 128), desc_hi(1024)); /* LBO: the stride between 64-column chunks */
 #pragma unroll
-  for (int u = 0; u < BM / 16; u++) {
-    const uint64_t db = desc_join(lb + u * 2048 / 16, desc_hi(1024));
-    wgmma_rs<D, F16>(acc, a + 4 * u, db);
-  }
+  for (int u = 0; u < BM / 16; u++) wgmma_rs<D, F16>(acc, a + 4 * u, desc_at(b0, u * 2048));
 }
 
 /* dq[32] = dS K over NT k16 slices: A = dS^T rows (keys) from ds (MN-major), B = K rows from k. */
 template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, uint32_t ds, uint32_t k)
 {
-  const uint32_t la = desc_lo(ds, 8192), lb = desc_lo(k, 16384);
+  const uint64_t a0 = desc_join(desc_lo(ds, 8192), desc_hi(1024)), b0 = desc_join(desc_lo(k, 16384), desc_hi(1024));
 #pragma unroll
-  for (int t = 0; t < NT; t++) {
-    const uint64_t da = desc_join(la + t * 2048 / 16, desc_hi(1024));
-    const uint64_t db = desc_join(lb + t * 2048 / 16, desc_hi(1024));
-    wgmma_ss_t11<64, F16>(dq, da, db, t > 0);
-  }
+  for (int t = 0; t < NT; t++) wgmma_ss_t11<64, F16>(dq, desc_at(a0, t * 2048), desc_at(b0, t * 2048), t > 0);
 }
 
 /*
@@ -168,13 +158,9 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dq(float *dq, u
  */
 template <int NT, bool F16> __device__ __forceinline__ void gemm_dqt(float *dq, uint32_t ds, uint32_t k)
 {
-  const uint32_t la = desc_lo(k, 16384), lb = desc_lo(ds, 16);
+  const uint64_t a0 = desc_join(desc_lo(k, 16384), desc_hi(1024)), b0 = desc_join(desc_lo(ds, 16), desc_hi(1024));
 #pragma unroll
-  for (int t = 0; t < NT; t++) {
-    const uint64_t da = desc_join(la + t * 2048 / 16, desc_hi(1024));
-    const uint64_t db = desc_join(lb + ((t / 4) * 10240 + (t % 4) * 32) / 16, desc_hi(1024));
-    wgmma_ss_t10<80, F16>(dq, da, db, t > 0);
-  }
+  for (int t = 0; t < NT; t++) wgmma_ss_t10<80, F16>(dq, desc_at(a0, t * 2048), desc_at(b0, (t / 4) * 10240 + (t % 4) * 32), t > 0);
 }
 
 /* Barriers and the item slots in shared memory. */

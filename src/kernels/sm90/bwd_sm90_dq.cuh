@@ -37,14 +37,19 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
         for (int e = 0; e < 2; e++)
           st_u32(base[(k & 1) * 4 + h * 2 + e] + (k >> 1) * 4096, __float_as_uint(dq[4 * k + 2 * h + e]));
   } else {
-    uint32_t sa = smem_u32(stg), r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
-    reg_fence(sa);
-    reg_fence(r0);
-    reg_fence(r1);
+    /* Column 8k + 2 t4 of row r sits at byte 4 (64 r + 2 t4) + 32 (k ^ x(r)), x(r) = (r ^ (r >> 2)) & 3
+       (fmbwd_swz); the staging buffer is 1024-byte aligned, so that is a(r) ^ (k << 5) with
+       a(r) = 256 r + 8 t4 + (x(r) << 5) + the buffer: one LOP3 per store. */
+    const int r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
+    uint32_t a0 = 256 * r0 + 8 * me.t4 + (((r0 ^ (r0 >> 2)) & 3) << 5), a1 = 256 * r1 + 8 * me.t4 + (((r1 ^ (r1 >> 2)) & 3) << 5);
+    reg_fence(a0);
+    reg_fence(a1);
+    a0 += smem_u32(stg);
+    a1 += smem_u32(stg);
 #pragma unroll
     for (int k = 0; k < 8; k++) {
-      st_f2(sa + 4 * (r0 * 64 + fmbwd_swz(8 * k + 2 * me.t4, r0)), dq[4 * k], dq[4 * k + 1]);
-      st_f2(sa + 4 * (r1 * 64 + fmbwd_swz(8 * k + 2 * me.t4, r1)), dq[4 * k + 2], dq[4 * k + 3]);
+      st_f2(a0 ^ (uint32_t)(k << 5), dq[4 * k], dq[4 * k + 1]);
+      st_f2(a1 ^ (uint32_t)(k << 5), dq[4 * k + 2], dq[4 * k + 3]);
     }
   }
   fence_proxy_async();

@@ -459,9 +459,11 @@ template <int BM> static double steps_per_block(const HostMask &m)
 static int g_prof_kind = -1; /* prof mode: the one mask kind to run */
 static unsigned g_kinds = ~0u; /* ab mode: the mask kinds to run (bits) */
 static int g_nodet = 0;       /* ab mode: no deterministic run */
-static void bench(int S, int reps, int only_swa = 0, int Hkv = 32)
+static int g_d = 128; /* head dim of bench and ab (ab64: 64, with H = 64) */
+static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
 {
-  const int B = 131072 / S, H = 32, D = 128;
+  const int B = 131072 / S, H = g_d == 64 ? 64 : 32, D = g_d;
+  if (Hkv <= 0) Hkv = H;
   const size_t n = (size_t)B * S * H * D, nkv = (size_t)B * S * Hkv * D;
   uint16_t *buf[8];
   for (int t = 0; t < 8; t++) CK(cudaMalloc(&buf[t], n * 2));
@@ -558,7 +560,7 @@ int main(int argc, char **argv)
     /* the default backward only (a clock sampled over the call then sees one kernel); BWD_DET=1
        times the deterministic one after it, as before */
     g_nodet = !(getenv("BWD_DET") && atoi(getenv("BWD_DET")));
-    bench(S, 1, 0, 32);
+    bench(S, 1, 0);
     return 0;
   }
   if (mode == "ab") { /* a short A/B table: full, causal, sliding window, causal document at 8K; full, causal at 32K */
@@ -568,6 +570,14 @@ int main(int argc, char **argv)
     bench(8192, reps);
     g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
     bench(32768, reps);
+    return 0;
+  }
+  if (mode == "ab64") { /* the ab table at d = 64, H = 64 (the "own" dQ split): full, causal, sliding window, causal document at 8K */
+    const int reps = argc > 2 ? atoi(argv[2]) : 5;
+    g_nodet = 1;
+    g_d = 64;
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_SWA | 1u << M_DOC;
+    bench(8192, reps);
     return 0;
   }
   if (mode == "bench") {

@@ -9,10 +9,25 @@ export NCCL_NVLS_ENABLE=0
 : "${MPIEXEC:=mpiexec}"
 : "${top_builddir:=.}"
 
+# Open MPI 4 keeps every job's session directory under one root per user and host
+# (/tmp/ompi.HOST.UID). With tests running in parallel (make -j2 check) one job's clean-up can
+# remove that root while another mpiexec is creating its directory in it ("A call to mkdir was
+# unable to create the desired directory", open-mpi/ompi issue 8510: seen once in this suite).
+# So every test gets a root of its own; Open MPI creates it again when it is missing, and
+# fm_run and the exit remove it once it is empty.
+if [ -z "${OMPI_MCA_orte_tmpdir_base:-}" ]; then
+  fm_ompi_tmp=$(mktemp -d "${TMPDIR:-/tmp}/fm_ompi.XXXXXX") || exit 99
+  export OMPI_MCA_orte_tmpdir_base="$fm_ompi_tmp"
+  trap 'rmdir "$fm_ompi_tmp" 2>/dev/null || :' EXIT
+fi
+
 # fm_run NP PROG ARGS...: run PROG on NP ranks (a timeout guards against hangs).
 fm_run() {
   np=$1; shift
   timeout ${FM_TEST_TIMEOUT:-600} $MPIEXEC -n "$np" --oversubscribe "$@"
+  fm_rc=$?
+  if [ -n "${fm_ompi_tmp:-}" ]; then rmdir "$fm_ompi_tmp" 2>/dev/null || :; fi
+  return $fm_rc
 }
 
 # fm_skip_unless_cuda: exit 77 when the build has no CUDA.

@@ -13,10 +13,10 @@ export NCCL_NVLS_ENABLE=0
 # (/tmp/ompi.HOST.UID). With tests running in parallel (make -j2 check) one job's clean-up can
 # remove that root while another mpiexec is creating its directory in it ("A call to mkdir was
 # unable to create the desired directory", open-mpi/ompi issue 8510: seen once in this suite).
-# So every test gets a root of its own; Open MPI creates it again when it is missing, and
-# fm_run and the exit remove it once it is empty.
+# So every test gets a root of its own: a fresh name, created by Open MPI at the first launch
+# (it makes missing parents), removed by fm_run and at the exit once it is empty.
 if [ -z "${OMPI_MCA_orte_tmpdir_base:-}" ]; then
-  fm_ompi_tmp=$(mktemp -d "${TMPDIR:-/tmp}/fm_ompi.XXXXXX") || exit 99
+  fm_ompi_tmp=$(mktemp -u "${TMPDIR:-/tmp}/fm_ompi.XXXXXXXX") || exit 99
   export OMPI_MCA_orte_tmpdir_base="$fm_ompi_tmp"
   trap 'rmdir "$fm_ompi_tmp" 2>/dev/null || :' EXIT
 fi

@@ -19,9 +19,10 @@
  *     staging buffer back once it has been read. In the deterministic mode the writer first
  *     waits for the block's turn (key blocks in decreasing order) and passes it on after the add.
  *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
- *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued, the exponentials of S overlap the
- *     dP product); P^T = exp2(S^T c - lse2), and on partial tiles only the element test (one
- *     64-bit row mask per key column from its bounds, staged in shared memory per head);
+ *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued; ptxas places a few of S's
+ *     exponentials before dP's wait); P^T = exp2(S^T c - lse2), and on partial tiles only the
+ *     element test (one 64-bit row mask per key column from its bounds, staged in shared memory
+ *     per head);
  *     dS^T = P^T (dP^T - D); dV += P^T dO issued (RS wgmma, P from registers); dS^T to shared
  *     memory (swizzled); dQ = dS K (SS wgmma, both operands MN-major) issued, then
  *     dK += dS^T Q (RS) behind it: for d = 128 each consumer computes 64 of the 128 dQ columns

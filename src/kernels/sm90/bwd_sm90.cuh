@@ -56,7 +56,8 @@ __host__ __device__ static inline int fmbwd_sqp(int Sq)
  * path's transposed 32-bit stores), where (r & 7) << 3 puts rows 2 t4 and 2 t4 + 4 on one bank.
  * Steps start at multiples of 16, so a step's local row gives the same value as the global row.
  */
-__host__ __device__ __forceinline__ int fmbwd_swz(int c, int r) { return c ^ (((r ^ (r >> 2)) & 3) << 3); }
+__host__ __device__ __forceinline__ int fmbwd_swz_bits(int r) { return ((r ^ (r >> 2)) & 3) << 3; }
+__host__ __device__ __forceinline__ int fmbwd_swz(int c, int r) { return c ^ fmbwd_swz_bits(r); }
 
 static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
 {

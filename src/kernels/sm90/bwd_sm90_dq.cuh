@@ -37,11 +37,11 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
         for (int e = 0; e < 2; e++)
           st_u32(base[(k & 1) * 4 + h * 2 + e] + (k >> 1) * 4096, __float_as_uint(dq[4 * k + 2 * h + e]));
   } else {
-    /* Column 8k + 2 t4 of row r sits at byte 4 (64 r + 2 t4) + 32 (k ^ x(r)), x(r) = (r ^ (r >> 2)) & 3
-       (fmbwd_swz); the staging buffer is 1024-byte aligned, so that is a(r) ^ (k << 5) with
-       a(r) = 256 r + 8 t4 + (x(r) << 5) + the buffer: one LOP3 per store. */
+    /* fmbwd_swz flips only bits 3..4 of the column (fmbwd_swz_bits), so column 8k + 2 t4 of row r
+       sits at byte 256 r + 8 t4 + 4 fmbwd_swz_bits(r) ^ 32 k; the staging buffer is 1024-byte
+       aligned, so that is a(r) ^ (k << 5) with a(r) the buffer plus the rest: one LOP3 per store. */
     const int r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
-    uint32_t a0 = 256 * r0 + 8 * me.t4 + (((r0 ^ (r0 >> 2)) & 3) << 5), a1 = 256 * r1 + 8 * me.t4 + (((r1 ^ (r1 >> 2)) & 3) << 5);
+    uint32_t a0 = 256 * r0 + 8 * me.t4 + 4 * fmbwd_swz_bits(r0), a1 = 256 * r1 + 8 * me.t4 + 4 * fmbwd_swz_bits(r1);
     reg_fence(a0);
     reg_fence(a1);
     a0 += smem_u32(stg);

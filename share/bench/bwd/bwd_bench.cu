@@ -9,6 +9,7 @@
  *   ./bwd_bench check     the correctness cases (table: case, path, step rows, rel. errors, PASS/FAIL),
  *                         the last two pieces of one backward at 64 and 80 rows
  *   ./bwd_bench small     one small case (for compute-sanitizer)
+ *   ./bwd_bench det [r]   the deterministic mode beside the default on the masks where it costs most
  *   ./bwd_bench bench     8K and 32K, bf16, d = 128, H = 32, 128K tokens per batch
  *   ./bwd_bench rho       host only: each harness mask's rho (FlashMask FLOPs) and element density
  *   ./bwd_bench prof S k  mask k at length S, the default backward only (BWD_DET=1: the deterministic
@@ -505,6 +506,24 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
       p.deterministic = 0;
     }
     const double steps = (FMGpuBwdStepRows(&p) == 80 ? steps_per_block<80>(m) : steps_per_block<64>(m)) * dm.nblk * H * B;
+    if (g_prof_kind >= 0) { /* prof: one more call, its three phases timed apart */
+      cudaEvent_t ev[4];
+      for (auto &e : ev) CK(cudaEventCreate(&e));
+      CK(cudaEventRecord(ev[0]));
+      CK(FMGpuBackwardBegin(&p, 0));
+      CK(cudaEventRecord(ev[1]));
+      CK(FMGpuBackwardPiece(&p, 0));
+      CK(cudaEventRecord(ev[2]));
+      CK(FMGpuBackwardEnd(&p, 0));
+      CK(cudaEventRecord(ev[3]));
+      CK(cudaEventSynchronize(ev[3]));
+      float t[3];
+      for (int i = 0; i < 3; i++) CK(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
+      printf("phases S=%d %s: begin (D, lse2, zeroing) %.3f ms, kernel %.3f ms, end (dQ) %.3f ms; %.2f steps per item, "
+             "%.3f us per step per SM in the kernel\n",
+             S, mask_name[kind], t[0], t[1], t[2], steps / ((double)dm.nblk * Hkv * B), steps > 0 ? t[1] * 1e3 * 132 / steps : 0.0);
+      for (auto &e : ev) cudaEventDestroy(e);
+    }
     if (only_swa)
       printf("sweep S=%d window %5d: %8.3f ms %7.1f TFLOP/s, %.2f steps per item, %.3f us per step per SM\n", S, g_window,
              med, flops / (med * 1e-3) / 1e12, steps / ((double)dm.nblk * H * B), steps > 0 ? med * 1e3 * 132 / steps : 0.0);
@@ -560,7 +579,7 @@ int main(int argc, char **argv)
     /* the default backward only (a clock sampled over the call then sees one kernel); BWD_DET=1
        times the deterministic one after it, as before */
     g_nodet = !(getenv("BWD_DET") && atoi(getenv("BWD_DET")));
-    bench(S, 1, 0);
+    bench(S, 1, 0, getenv("BWD_HKV") ? atoi(getenv("BWD_HKV")) : 0); /* BWD_HKV: kv heads (GQA; full and causal only) */
     return 0;
   }
   if (mode == "ab") { /* a short A/B table: full, causal, sliding window, causal document at 8K; full, causal at 32K */
@@ -578,6 +597,16 @@ int main(int argc, char **argv)
     g_d = 64;
     g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_SWA | 1u << M_DOC;
     bench(8192, reps);
+    return 0;
+  }
+  if (mode == "det") { /* the deterministic mode beside the default: the masks where it costs most */
+    const int reps = argc > 2 ? atoi(argv[2]) : 3;
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_PREFIX | 1u << M_RANDOM;
+    bench(8192, reps);
+    g_kinds = 1u << M_FULL | 1u << M_PREFIX;
+    bench(32768, reps);
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
+    bench(8192, reps, 0, 8); /* GQA 4:1 */
     return 0;
   }
   if (mode == "bench") {

@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+#include <type_traits>
 #include "sm90/bwd_sm90.cuh"
 
 namespace {
@@ -34,12 +35,15 @@ __device__ __forceinline__ float warp_sum(float x)
 }
 
 /* One warp per (padded) query row: dsum = rowsum(dO o O), lse2 = lse log2(e), +inf where the row
-   has nothing visible (lse = -inf) or is padding. A NaN lse (a non-finite forward) stays NaN, so
-   P = dS = NaN on the row's visible keys; its dsum is 0 there, so that the keys the mask hides
-   from the row (P = 0) get dS = 0, not 0 x NaN. */
-template <typename T>
+   has nothing visible (lse = -inf) or is padding, and the row of dQ's accumulator zeroed (one
+   pass over the rows instead of a separate memset of the accumulator). A NaN lse (a non-finite
+   forward) stays NaN, so P = dS = NaN on the row's visible keys; its dsum is 0 there, so that the
+   keys the mask hides from the row (P = 0) get dS = 0, not 0 x NaN. E > 0: each lane reads E
+   consecutive elements of O and dO with one vector load (D = 32 E, rows 2E-byte aligned); E = 0:
+   element by element. */
+template <typename T, int E>
 __global__ void __launch_bounds__(256) bwd_pre(const T *o, FMGpuStrides so, const T *dout, FMGpuStrides sdo, const float *lse,
-                                               float *lse2, float *dsum, int Sq, int Hq, int D, int Sqp)
+                                               float *lse2, float *dsum, float *dqacc, int Sq, int Hq, int D, int Sqp)
 {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int i = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
@@ -47,15 +51,48 @@ __global__ void __launch_bounds__(256) bwd_pre(const T *o, FMGpuStrides so, cons
   float acc = 0.f;
   if (i < Sq) {
     const T *orow = o + at(so, b, i, h), *drow = dout + at(sdo, b, i, h);
-    for (int d = lane; d < D; d += 32) acc += ld(orow + d) * ld(drow + d);
+    if constexpr (E > 0) {
+      using V = typename std::conditional<E == 8, uint4, typename std::conditional<E == 4, uint2, uint32_t>::type>::type;
+      union {
+        V v;
+        T t[E];
+      } a, c;
+      a.v = *(const V *)(orow + E * lane);
+      c.v = *(const V *)(drow + E * lane);
+#pragma unroll
+      for (int e = 0; e < E; e++) acc += ld(&a.t[e]) * ld(&c.t[e]);
+    } else
+      for (int d = lane; d < D; d += 32) acc += ld(orow + d) * ld(drow + d);
   }
   acc = warp_sum(acc);
+  const int dp64 = (D + 63) / 64;
+  for (int ch = 0; ch < dp64; ch++)
+    *(float2 *)(dqacc + ((((size_t)b * Hq + h) * dp64 + ch) * Sqp + i) * 64 + 2 * lane) = make_float2(0.f, 0.f);
   if (lane == 0) {
     const size_t r = ((size_t)b * Hq + h) * Sqp + i;
     const float l = i < Sq ? lse[((size_t)b * Hq + h) * Sq + i] : -INFINITY;
     dsum[r] = l != l ? 0.f : acc;
     lse2[r] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
   }
+}
+
+/* The preprocess for dtype T: E = D / 32 elements per lane by one load where D and the rows of o
+   and dout allow it (D = 64, 128, 256), else element by element. */
+template <typename T> static void launch_pre(const FMGpuBwdParams *p, const FMBwdWork &w, cudaStream_t st)
+{
+  const dim3 grid((w.sqp + 7) / 8, p->heads_q, p->batch);
+  const T *o = (const T *)p->o, *dout = (const T *)p->dout;
+  const int E = p->head_dim / 32;
+  auto rows_ok = [&](const void *ptr, const FMGpuStrides &s) {
+    return !((uintptr_t)ptr % (2 * E)) && s.sb % E == 0 && s.ss % E == 0 && s.sh % E == 0;
+  };
+  const int vec = p->head_dim % 32 == 0 && (E == 2 || E == 4 || E == 8) && rows_ok(o, p->so) && rows_ok(dout, p->sdo) ? E : 0;
+#define FMBWD_PRE(e) bwd_pre<T, e><<<grid, 256, 0, st>>>(o, p->so, dout, p->sdo, p->lse, w.lse2, w.dsum, w.dqacc, p->seqlen_q, p->heads_q, p->head_dim, w.sqp)
+  if (vec == 2) FMBWD_PRE(2);
+  else if (vec == 4) FMBWD_PRE(4);
+  else if (vec == 8) FMBWD_PRE(8);
+  else FMBWD_PRE(0);
+#undef FMBWD_PRE
 }
 
 /* dq = dqacc * scale, 8 columns per thread, from the plane-ordered swizzled accumulator (bwd_sm90.cuh). */
@@ -299,24 +336,16 @@ extern "C" int FMGpuBackwardPath(const FMGpuBwdParams *p)
   return !p->force_fallback && FMBwdSm90Supported(p) ? 1 : 0;
 }
 
-/* Begin: the rows' log2 LSE and D (reads o, dout, lse), dQ's accumulator zeroed. */
+/* Begin: the rows' log2 LSE and D (reads o, dout, lse), dQ's accumulator zeroed (one kernel). */
 extern "C" cudaError_t FMGpuBackwardBegin(const FMGpuBwdParams *p, cudaStream_t st)
 {
   FMBwdWork w;
-  cudaError_t e;
   if (FMGpuBackwardPath(p) < 0 || !p->o || !p->dout || !p->lse || !p->workspace || ((uintptr_t)p->workspace & 255))
     return cudaErrorInvalidValue;
   fmbwd_layout(p, &w);
-  const dim3 grid((w.sqp + 7) / 8, p->heads_q, p->batch);
-  if (p->fp16)
-    bwd_pre<__half><<<grid, 256, 0, st>>>((const __half *)p->o, p->so, (const __half *)p->dout, p->sdo, p->lse, w.lse2, w.dsum,
-                                          p->seqlen_q, p->heads_q, p->head_dim, w.sqp);
-  else
-    bwd_pre<__nv_bfloat16><<<grid, 256, 0, st>>>((const __nv_bfloat16 *)p->o, p->so, (const __nv_bfloat16 *)p->dout, p->sdo,
-                                                 p->lse, w.lse2, w.dsum, p->seqlen_q, p->heads_q, p->head_dim,
-                                                 w.sqp);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  return cudaMemsetAsync(w.dqacc, 0, (size_t)p->batch * p->heads_q * w.sqp * w.dp * sizeof(float), st);
+  if (p->fp16) launch_pre<__half>(p, w, st);
+  else launch_pre<__nv_bfloat16>(p, w, st);
+  return cudaGetLastError();
 }
 
 /* Piece: the main kernel over p's keys (the Hopper kernel, or the SIMT fallback's two passes). */

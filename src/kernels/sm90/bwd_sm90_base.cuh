@@ -80,6 +80,7 @@ struct Params {
   int *counter; /* items handed out so far (zero at launch) */
   int dkv_f32;  /* dk, dv are float (pieces the caller reduces) */
   int deterministic; /* dQ's partials added in decreasing key-block order (turn words below) */
+  int ilv;      /* deterministic mode: (batch, kv head) rows whose items are interleaved (decode_item) */
   int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the first visiting key block */
   float scale, c; /* c = scale * log2(e) */
 };
@@ -88,12 +89,29 @@ struct Params {
  * Item t: key block t % nblk, then kv head, then batch. The CTAs running at one time share a few
  * (batch, head) pairs, so the dQ accumulator rows they add into stay in L2 (key block slowest,
  * heaviest first, put 132 heads' accumulators in flight and ran 18% slower).
+ * Deterministic mode: key blocks in decreasing order (the order of the adds into each dQ block,
+ * bwd_sm90_dq.cuh), and the (batch, kv head) rows taken ilv at a time, their items interleaved:
+ * key block nblk-1 of each of the ilv rows, then nblk-2 of each, and so on. Each row's adds form
+ * one chain (a key block adds after the one above it), so a key block can start one link after
+ * the one above; with ilv rows in flight the CTAs freed one after another take the next key block
+ * of each row in turn, as fast as the chains can use them. Taken one row at a time, ilv freed
+ * CTAs took ilv consecutive key blocks of one row, and each waited for the one before.
  */
 __device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int *hkv, int *b)
 {
-  const int r = t / p.nblk;
-  /* deterministic mode: key blocks in decreasing order, the order of the adds into each dQ block */
-  *kb = p.deterministic ? p.nblk - 1 - t % p.nblk : t % p.nblk;
+  int r, k;
+  if (p.deterministic) {
+    const int per = p.ilv * p.nblk, g = t / per, w = t - g * per, rows = p.nitems / p.nblk;
+    int c = rows - g * p.ilv;
+    c = c < 1 ? 1 : c > p.ilv ? p.ilv : c; /* the last group may hold fewer rows (and t >= nitems none) */
+    k = w / c;
+    r = g * p.ilv + (w - k * c);
+    k = p.nblk - 1 - k;
+  } else {
+    r = t / p.nblk;
+    k = t - r * p.nblk;
+  }
+  *kb = k;
   *hkv = r % p.Hkv;
   *b = r / p.Hkv;
 }

@@ -334,8 +334,9 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   if (me.lane == 0) mbar_arrive(empty); /* Q, dO, lse2, D of this stage are no longer read */
 }
 
-/* dK (times scale) and dV rows of this thread, straight to global (in dtype, or float). */
-template <int D, bool F16>
+/* dK (times scale) and dV rows of this thread, straight to global (in dtype: 16-byte stores where
+   dk and dv allow them, p.dkv_vec; or float). */
+template <int D, int BM, bool F16>
 __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int kb, int hkv, int b, const Me &me, const Params &p)
 {
   if (p.dkv_f32) {
@@ -349,6 +350,53 @@ __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int
         for (int k = 0; k < D / 8; k++) {
           *(float2 *)(gk + 8 * k + 2 * me.t4) = make_float2(dk[4 * k + 2 * h] * p.scale, dk[4 * k + 2 * h + 1] * p.scale);
           *(float2 *)(gv + 8 * k + 2 * me.t4) = make_float2(dv[4 * k + 2 * h], dv[4 * k + 2 * h + 1]);
+        }
+      }
+    }
+    return;
+  }
+  if (BM == 64 && p.dkv_vec) {
+    /* 16-byte stores: the quad's four lanes hold the four 32-bit words of each 8-column unit of a
+       row (lane t4: columns 8k + 2 t4, + 1); a 4 x 4 transpose over the quad (two shuffle stages,
+       on bit 1 and bit 0 of the lane and of the word) gives lane t4 the whole unit 4a + t4. The
+       4-byte stores they replace (64 per thread) filled the store queue: about 10% of the
+       consumers' stall samples on items of a few steps (ncu, share question, 2026-12-04).
+       64-row steps only: the 80-row step runs on dense masks, whose items are hundreds of steps
+       long, and there this path changed ptxas's schedule of the step (2.2-2.5% slower at 32K);
+       without it the 80-row kernel's consumer code is the same as before. */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int j = kb * kBN + me.kr0 + 8 * h;
+#pragma unroll
+      for (int x = 0; x < 2; x++) {
+        const float *src = x ? dv : dk;
+        const float sc = x ? 1.f : p.scale;
+        uint32_t w[D / 8];
+#pragma unroll
+        for (int k = 0; k < D / 8; k++) w[k] = pack2<F16>(src[4 * k + 2 * h] * sc, src[4 * k + 2 * h + 1] * sc);
+#pragma unroll
+        for (int a = 0; a < D / 32; a++) {
+          uint32_t *y = w + 4 * a;
+#pragma unroll
+          for (int bit = 2; bit >= 1; bit >>= 1) {
+            const bool hi = (me.t4 & bit) != 0;
+#pragma unroll
+            for (int c0 = 0; c0 < 4; c0++) {
+              if (c0 & bit) continue;
+              /* words c0 and c0 | bit: this lane sends the one whose bit differs from its own */
+              const uint32_t send = hi ? y[c0] : y[c0 | bit];
+              const uint32_t got = __shfl_xor_sync(0xffffffffu, send, bit);
+              if (hi) y[c0] = got;
+              else y[c0 | bit] = got;
+            }
+          }
+        }
+        if (j < p.Sk) {
+          const FMGpuStrides &sd = x ? p.sdv : p.sdk;
+          char *g = (char *)(x ? p.dv : p.dk) + ((size_t)b * sd.sb + (size_t)j * sd.ss + (size_t)hkv * sd.sh) * 2;
+#pragma unroll
+          for (int a = 0; a < D / 32; a++)
+            *(uint4 *)(g + (8 * (4 * a + me.t4)) * 2) = make_uint4(w[4 * a], w[4 * a + 1], w[4 * a + 2], w[4 * a + 3]);
         }
       }
     }
@@ -450,7 +498,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
     /* every product reading K and V has retired (each step ends with wait_group 0) */
     __syncwarp();
     if (lane == 0) mbar_arrive(sy.kv_empty);
-    store_dkdv<D, F16>(dk, dv, kb, hkv, b, me, p);
+    store_dkdv<D, BM, F16>(dk, dv, kb, hkv, b, me, p);
   }
   stop_writer<D, ST, BM>(j, me, sy);
 }
@@ -539,6 +587,8 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
   p.nitems = a->nblk * a->heads_kv * a->batch;
   p.counter = w->counter;
   p.dkv_f32 = a->dkv_f32;
+  p.dkv_vec = !a->dkv_f32 && !(((uintptr_t)a->dk | (uintptr_t)a->dv) & 15) && a->sdk.sb % 8 == 0 && a->sdk.ss % 8 == 0 &&
+              a->sdk.sh % 8 == 0 && a->sdv.sb % 8 == 0 && a->sdv.ss % 8 == 0 && a->sdv.sh % 8 == 0;
   p.deterministic = a->deterministic != 0;
   p.turn = w->turn;
   p.G = a->heads_q / a->heads_kv;

@@ -79,6 +79,7 @@ struct Params {
   int nitems;   /* nblk * Hkv * B work items, key block fastest */
   int *counter; /* items handed out so far (zero at launch) */
   int dkv_f32;  /* dk, dv are float (pieces the caller reduces) */
+  int dkv_vec;  /* dk, dv in dtype, 16-byte aligned rows: 16-byte stores (store_dkdv) */
   int deterministic; /* dQ's partials added in decreasing key-block order (turn words below) */
   int ilv;      /* deterministic mode: (batch, kv head) rows whose items are interleaved (decode_item) */
   int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the first visiting key block */

@@ -443,6 +443,16 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
     mbar_wait(sy.item_full, n & 1);
     if (sy.item[4 * (n & 1)] >= p.nitems) break;
     const int kb = sy.item[4 * (n & 1) + 1], hkv = sy.item[4 * (n & 1) + 2], b = sy.item[4 * (n & 1) + 3];
+    /* the first head's bounds of the thread's two key columns, loaded before the wait for K and V
+       (BM = 64: staged at the item's first step of head 0) */
+    int4 pre0 = make_int4(0, 0, 0, 0), pre1 = pre0;
+    if constexpr (L::BND_SMEM) {
+      if (me.t4 == 0) {
+        const int4 *pk = p.packed + ((size_t)(b * p.mstride + hkv * p.G / p.hpm) * p.nblk + kb) * kBN;
+        pre0 = pk[me.kr0];
+        pre1 = pk[me.kr0 + 8];
+      }
+    }
 #pragma unroll
     for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
     mbar_wait(sy.kv_full, n & 1);
@@ -467,8 +477,8 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
         if constexpr (L::BND_SMEM) {
           __syncwarp(); /* the warp's reads of the previous head's bounds are done */
           if (me.t4 == 0) {
-            bnd_s[me.kr0] = pk[me.kr0];
-            bnd_s[me.kr0 + 8] = pk[me.kr0 + 8];
+            bnd_s[me.kr0] = g == 0 ? pre0 : pk[me.kr0];
+            bnd_s[me.kr0 + 8] = g == 0 ? pre1 : pk[me.kr0 + 8];
           }
           __syncwarp();
         } else bnd = pk;

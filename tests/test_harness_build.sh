@@ -2,8 +2,9 @@
 # test_harness_build.sh - the kernels' standalone development harnesses (share/bench/bwd/bwd_bench.cu,
 # share/bench/fwd/fwd_bench.cu) still compile against today's kernel headers and sources with the
 # configured nvcc (they copy no library code, but they fill the kernels' parameter blocks
-# themselves), and each one's probe mode exits 0 with a GPU, 2 without one; the forward kernel also
-# compiles with its A/B build variants. Skips without CUDA.
+# themselves), and each one's probe mode exits 0 with a GPU, 2 without one; the backward's item
+# order passes its host check (bwd_bench order); the forward kernel also compiles with its A/B
+# build variants. Skips without CUDA.
 . "${srcdir:-.}/tests/common.sh"
 fm_skip_unless_cuda
 [ -n "$FM_NVCC" ] || { echo "SKIP: no nvcc recorded by configure"; exit 77; }
@@ -20,6 +21,12 @@ build() { # name, sources...
   echo "ok   $n compiles; probe exits $rc"
 }
 build bwd_bench "$src/share/bench/bwd/bwd_bench.cu" "$src/src/kernels/cuda_bwd.cu" "$src/src/kernels/sm90/bwd_sm90.cu"
+# the backward's work-item order (host only): every item once, and the deterministic mode's rule
+# that a row's key blocks are taken in decreasing order (else its turns could deadlock)
+if [ -x "$t/bwd_bench" ]; then
+  if "$t/bwd_bench" order > "$t/order.log" 2>&1; then echo "ok   $(tail -1 "$t/order.log")"
+  else cat "$t/order.log"; echo "FAIL: bwd_bench order"; fail=1; fi
+fi
 build fwd_bench "$src/share/bench/fwd/fwd_bench.cu" "$src/src/kernels/cuda_mask.cu" "$src/src/kernels/sm90/fwd_sm90.cu" "$src/src/kernels/simt/fwd_fallback.cu"
 # the forward's A/B build variants (HACKING.md) compile too: the kernel alone, to a cubin
 if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE_RELEASE -DFM_SM90_HANG_CHECK -cubin \

@@ -9,6 +9,7 @@
  *   ./bwd_bench check     the correctness cases (table: case, path, step rows, rel. errors, PASS/FAIL),
  *                         the last two pieces of one backward at 64 and 80 rows
  *   ./bwd_bench small     one small case (for compute-sanitizer)
+ *   ./bwd_bench order     host only: the kernel's work-item order checked over a sweep of shapes
  *   ./bwd_bench det [r]   the deterministic mode beside the default on the masks where it costs most
  *   ./bwd_bench bench     8K and 32K, bf16, d = 128, H = 32, 128K tokens per batch
  *   ./bwd_bench rho       host only: each harness mask's rho (FlashMask FLOPs) and element density
@@ -31,6 +32,7 @@
 #include <omp.h>
 #include <flashmask/private/fmbwd.h>
 #include "../../../src/kernels/sm90/bwd_sm90.cuh" /* the walk, to count steps on the host */
+#include "../../../src/kernels/sm90/bwd_sm90_base.cuh" /* the kernel's item order (decode_item), checked on the host */
 
 #include "../harness.h" /* CK, the masks, rho, the conversions, the event timing */
 
@@ -545,6 +547,39 @@ int main(int argc, char **argv)
   if (mode == "probe") {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 2;
+  }
+  if (mode == "order") { /* host only: the kernel's item order (decode_item, fmbwd_ilv) over a sweep of shapes */
+    int bad = 0, shapes = 0;
+    for (int nblk : {1, 2, 3, 7, 16, 64, 65, 131, 132, 133, 256})
+      for (int rows : {1, 2, 3, 5, 8, 33, 512})
+        for (int sms : {1, 60, 132})
+          for (int causal = 0; causal < 2; causal++)
+            for (int det = 0; det < 2; det++) {
+              const int nitems = nblk * rows, ilv = fmbwd_ilv(sms, nblk, rows, causal);
+              int wrong = ilv != (causal ? 1 : std::max(1, std::min(rows, sms / nblk)));
+              std::vector<int> seen((size_t)nitems, -1); /* the item that took (row, kb) */
+              fmbwd::Params p{}; /* what decode_item reads; rows = B Hkv with Hkv = 1 */
+              p.nblk = nblk, p.nitems = nitems, p.ilv = ilv, p.deterministic = det, p.Hkv = 1;
+              for (int t = 0; t < nitems && !wrong; t++) {
+                int kb, hkv, r;
+                fmbwd::decode_item(p, t, &kb, &hkv, &r); /* Hkv = 1: hkv = 0, the batch index is the row */
+                if (kb < 0 || kb >= nblk || r < 0 || r >= rows || seen[(size_t)r * nblk + kb] >= 0) wrong = 1;
+                else seen[(size_t)r * nblk + kb] = t;
+                if (!det && (kb != t % nblk || r != t / nblk)) wrong = 1; /* the default order: key block fastest */
+              }
+              /* the deterministic mode's turns: within a row key block kb + 1 is taken before kb */
+              for (int r = 0; det && !wrong && r < rows; r++)
+                for (int kb = 0; kb + 1 < nblk; kb++)
+                  if (seen[(size_t)r * nblk + kb + 1] > seen[(size_t)r * nblk + kb]) wrong = 1;
+              if (wrong && bad < 5)
+                printf("order: wrong for nblk %d, rows %d, %d SMs, causal %d, deterministic %d (ilv %d)\n", nblk, rows, sms, causal,
+                       det, ilv);
+              bad += wrong;
+              shapes++;
+            }
+    printf("order: %d of %d shapes wrong (each item once; default: key block fastest; deterministic: a row's key blocks "
+           "decreasing, rows interleaved as fmbwd_ilv says)\n", bad, shapes);
+    return bad ? 1 : 0;
   }
   if (mode == "small") {
     Case c = {"small bf16 d128 GQA2 300x390", 1, 300, 390, 4, 2, 128, 0, 1, 0, M_RANDOM, 0.1f};

@@ -615,15 +615,7 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
     if (dev >= 0 && dev < 64) attr_done[dev] = 1, nsm[dev] = sms;
   } else sms = nsm[dev];
-  /* deterministic mode: as many rows interleaved as the grid holds key blocks of (decode_item), on
-     masks without the causal flag. Measured on the H200 (doc/performance.md, tenth session): full
-     and random masks at 8K 1.26x -> 1.13x of the default; causal unchanged, and GQA 4:1 causal
-     1.19x -> 1.30x. There the key blocks' walks grow as they decrease, so the longest items of a
-     row come last and several rows are in flight at once (ncu: the deterministic order alone
-     takes its L2 hit rate from 95% to 74%); interleaving rows puts still more in flight. */
-  p.ilv = p.causal ? 1 : sms / p.nblk;
-  if (p.ilv > p.nitems / p.nblk) p.ilv = p.nitems / p.nblk;
-  if (p.ilv < 1) p.ilv = 1;
+  p.ilv = fmbwd_ilv(sms, p.nblk, p.nitems / p.nblk, p.causal); /* deterministic mode: decode_item */
   if (p.deterministic) {
     turn_init<D, BM><<<dim3((p.nqb + 255) / 256, p.Hq, p.B), 256, 0, stream>>>(p);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;

@@ -81,7 +81,7 @@ struct Params {
   int dkv_f32;  /* dk, dv are float (pieces the caller reduces) */
   int dkv_vec;  /* dk, dv in dtype, 16-byte aligned rows: 16-byte stores (store_dkdv) */
   int deterministic; /* dQ's partials added in decreasing key-block order (turn words below) */
-  int ilv;      /* deterministic mode: (batch, kv head) rows whose items are interleaved (decode_item) */
+  int ilv;      /* deterministic mode: (batch, kv head) rows whose items are interleaved (decode_item, fmbwd_ilv) */
   int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the first visiting key block */
   float scale, c; /* c = scale * log2(e) */
 };
@@ -96,9 +96,11 @@ struct Params {
  * one chain (a key block adds after the one above it), so a key block can start one link after
  * the one above; with ilv rows in flight the CTAs freed one after another take the next key block
  * of each row in turn, as fast as the chains can use them. Taken one row at a time, ilv freed
- * CTAs took ilv consecutive key blocks of one row, and each waited for the one before.
+ * CTAs took ilv consecutive key blocks of one row, and each waited for the one before. Either
+ * way a row's key block kb + 1 comes before kb, so a turn is only awaited from an item taken
+ * earlier (host code checks the order: bwd_bench order). ilv: fmbwd_ilv (bwd_sm90.cuh).
  */
-__device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int *hkv, int *b)
+__host__ __device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int *hkv, int *b)
 {
   int r, k;
   if (p.deterministic) {

@@ -111,11 +111,12 @@ template <int BM> __device__ __forceinline__ int next_visitor(const Params &p, i
  * block whose add comes next (key blocks in decreasing order; for d = 64 both consumers of a key
  * block, 2 kb + cw, consumer 0 first); after the add has completed, the writer passes the turn to
  * the next lower key block that visits the row block. Items are then handed out in decreasing
- * key-block order (decode_item), so a turn is only ever awaited from a key block taken earlier:
- * no deadlock. Decreasing, because a key block walks its query blocks upwards from the first it
- * sees, and with causal-like masks a higher key block sees a row block earlier in its walk than
- * a lower one: the adds then come in the order the walks reach them (increasing order made
- * every causal key block wait for all those below it: 6x slower at 8K).
+ * key-block order within each row (decode_item, bwd_sm90_base.cuh; checked on the host by
+ * `bwd_bench order`), so a turn is only ever awaited from a key block taken earlier: no deadlock.
+ * Decreasing, because a key block walks its query blocks upwards from the first it sees, and
+ * with causal-like masks a higher key block sees a row block earlier in its walk than a lower
+ * one: the adds then come in the order the walks reach them (increasing order made every causal
+ * key block wait for all those below it: 6x slower at 8K).
  */
 template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsigned char *smem, const Params &p, int cw)
 {

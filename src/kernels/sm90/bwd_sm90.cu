@@ -564,6 +564,9 @@ static cudaError_t make_map(CUtensorMap *map, const void *base, const FMGpuStrid
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+/* Strides in elements that keep every row 16-byte aligned (for 2-byte elements: multiples of 8). */
+static int strides_ok(const FMGpuStrides *s) { return s->sb % 8 == 0 && s->ss % 8 == 0 && s->sh % 8 == 0; }
+
 template <int D, int ST, int BM, bool F16>
 static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t stream)
 {
@@ -597,8 +600,7 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
   p.nitems = a->nblk * a->heads_kv * a->batch;
   p.counter = w->counter;
   p.dkv_f32 = a->dkv_f32;
-  p.dkv_vec = !a->dkv_f32 && !(((uintptr_t)a->dk | (uintptr_t)a->dv) & 15) && a->sdk.sb % 8 == 0 && a->sdk.ss % 8 == 0 &&
-              a->sdk.sh % 8 == 0 && a->sdv.sb % 8 == 0 && a->sdv.ss % 8 == 0 && a->sdv.sh % 8 == 0;
+  p.dkv_vec = !a->dkv_f32 && !(((uintptr_t)a->dk | (uintptr_t)a->dv) & 15) && strides_ok(&a->sdk) && strides_ok(&a->sdv);
   p.deterministic = a->deterministic != 0;
   p.turn = w->turn;
   p.G = a->heads_q / a->heads_kv;
@@ -630,7 +632,6 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
 #define FMBWD_ST128 2
 #define FMBWD_ST64 3
 
-static int strides_ok(const FMGpuStrides *s) { return s->sb % 8 == 0 && s->ss % 8 == 0 && s->sh % 8 == 0; }
 
 int FMBwdSm90Supported(const FMGpuBwdParams *a)
 {
@@ -654,7 +655,7 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
   if ((long long)a->batch * a->heads_q * ((a->head_dim + 63) / 64) * fmbwd_sqp(a->seqlen_q) >= (1ll << 31)) return 0;
   /* TMA: 16-byte aligned bases and strides */
   if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->dout) & 15) return 0;
-  if (!strides_ok(&a->sq) || !strides_ok(&a->sk) || !strides_ok(&a->sv) || !strides_ok(&a->sdo)) return 0;
+  if (!fmbwd::strides_ok(&a->sq) || !fmbwd::strides_ok(&a->sk) || !fmbwd::strides_ok(&a->sv) || !fmbwd::strides_ok(&a->sdo)) return 0;
   if (((uintptr_t)a->dk | (uintptr_t)a->dv) & (a->dkv_f32 ? 7 : 3) || a->sdk.sh % 2 || a->sdk.ss % 2 || a->sdk.sb % 2 || a->sdv.sh % 2 ||
       a->sdv.ss % 2 || a->sdv.sb % 2)
     return 0;

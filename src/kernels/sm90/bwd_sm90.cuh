@@ -37,7 +37,7 @@ typedef struct {
   float *lse2, *dsum, *dqacc;
   int *counter; /* the main kernel's work-item counter */
   int *turn;    /* deterministic mode: the turn words (bwd_sm90.cu) */
-  int dp, sqp;  /* head_dim rounded up to 64; the padded rows */
+  int sqp;      /* the padded rows */
 } FMBwdWork;
 
 static inline size_t fmbwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -89,7 +89,6 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
     w->dqacc = (float *)(base + 2 * a);
     w->counter = (int *)(base + 2 * a + acc);
     w->turn = (int *)(base + 2 * a + acc + 256);
-    w->dp = dp;
     w->sqp = sqp;
   }
   return total;

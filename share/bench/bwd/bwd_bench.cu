@@ -9,7 +9,8 @@
  *   ./bwd_bench check     the correctness cases (table: case, path, step rows, rel. errors, PASS/FAIL),
  *                         the last two pieces of one backward at 64 and 80 rows
  *   ./bwd_bench small     one small case (for compute-sanitizer)
- *   ./bwd_bench order     host only: the kernel's work-item order checked over a sweep of shapes
+ *   ./bwd_bench order     host only: the kernel's work-item order checked over a sweep of shapes, and
+ *                         each query block's visiting key blocks (the turns) against the walks
  *   ./bwd_bench det [r]   the deterministic mode beside the default on the masks where it costs most
  *   ./bwd_bench bench     8K and 32K, bf16, d = 128, H = 32, 128K tokens per batch
  *   ./bwd_bench rho       host only: each harness mask's rho (FlashMask FLOPs) and element density
@@ -42,12 +43,13 @@ struct DevMask {
   int32_t *sum;
   int nblk;
 };
-static DevMask upload_mask(const HostMask &m)
+/* The device form on the host: packed bounds pk and summaries sm of every mask row. */
+static int host_form(const HostMask &m, std::vector<int4> &pk, std::vector<int32_t> &sm)
 {
   DevMask d;
   d.nblk = (m.Sk + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N;
-  std::vector<int4> pk((size_t)m.rows() * d.nblk * FMBWD_BLOCK_N);
-  std::vector<int32_t> sm((size_t)m.rows() * d.nblk * 8);
+  pk.assign((size_t)m.rows() * d.nblk * FMBWD_BLOCK_N, int4{});
+  sm.assign((size_t)m.rows() * d.nblk * 8, 0);
   for (int h = 0; h < m.rows(); h++)
     for (int kb = 0; kb < d.nblk; kb++) {
       int mn[4] = {INT_MAX, INT_MAX, INT_MAX, INT_MAX}, mx[4] = {INT_MIN, INT_MIN, INT_MIN, INT_MIN};
@@ -67,6 +69,14 @@ static DevMask upload_mask(const HostMask &m)
         sm[((size_t)h * d.nblk + kb) * 8 + 2 * c + 1] = mx[c];
       }
     }
+  return d.nblk;
+}
+static DevMask upload_mask(const HostMask &m)
+{
+  DevMask d;
+  std::vector<int4> pk;
+  std::vector<int32_t> sm;
+  d.nblk = host_form(m, pk, sm);
   CK(cudaMalloc(&d.packed, pk.size() * sizeof(int4)));
   CK(cudaMalloc(&d.sum, sm.size() * sizeof(int32_t)));
   CK(cudaMemcpy(d.packed, pk.data(), pk.size() * sizeof(int4), cudaMemcpyHostToDevice));
@@ -579,7 +589,43 @@ int main(int argc, char **argv)
             }
     printf("order: %d of %d shapes wrong (each item once; default: key block fastest; deterministic: a row's key blocks "
            "decreasing, rows interleaved as fmbwd_ilv says)\n", bad, shapes);
-    return bad ? 1 : 0;
+    /* the visitors of each query block (fmbwd_visitors: the deterministic mode's first and last
+       turns, and their count) against the producer's walks (fmbwd_walk_next from every key block) */
+    int vbad = 0, vn = 0;
+    for (int kind = 0; kind < M_NKIND; kind++)
+      for (int sz = 0; sz < 4; sz++)
+        for (int bm : {64, 80}) {
+          static const int shape[4][2] = {{1000, 1000}, {4099, 4099}, {700, 1300}, {1300, 700}};
+          const HostMask m = build_mask((MaskKind)kind, shape[sz][0], shape[sz][1], 2);
+          std::vector<int4> pk;
+          std::vector<int32_t> sm;
+          const int nblk = host_form(m, pk, sm), nqb = (m.Sq + bm - 1) / bm;
+          for (int h = 0; h < m.rows(); h++) {
+            const int32_t *sh = sm.data() + (size_t)h * nblk * 8;
+            std::vector<int> cnt(nqb, 0), lo(nqb, INT_MAX), hi(nqb, -1);
+            for (int kb = 0; kb < nblk; kb++) {
+              FMBwdWalk w;
+              int part;
+              auto nx = [&](int q) { return bm == 64 ? fmbwd_walk_next<64>(&w, q, &part) : fmbwd_walk_next<80>(&w, q, &part); };
+              if (bm == 64) fmbwd_walk_init<64>(&w, sh, kb, m.Sq, m.Sk, m.causal);
+              else fmbwd_walk_init<80>(&w, sh, kb, m.Sq, m.Sk, m.causal);
+              for (int qb = nx(0); qb < nqb; qb = nx(qb + 1)) cnt[qb]++, lo[qb] = std::min(lo[qb], kb), hi[qb] = std::max(hi[qb], kb);
+            }
+            for (int qb = 0; qb < nqb; qb++) {
+              int f, l, n;
+              if (bm == 64) fmbwd_visitors<64>(sh, nblk, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
+              else fmbwd_visitors<80>(sh, nblk, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
+              const int wrong = n != cnt[qb] || f != lo[qb] || l != hi[qb];
+              if (wrong && vbad < 5)
+                printf("visitors: %s %dx%d, %d rows, head %d, query block %d: %d (%d..%d), the walks give %d (%d..%d)\n",
+                       mask_name[kind], m.Sq, m.Sk, bm, h, qb, n, f, l, cnt[qb], lo[qb], hi[qb]);
+              vbad += wrong;
+              vn++;
+            }
+          }
+        }
+    printf("visitors: %d of %d query blocks wrong (count, first and last key block against the producer's walks)\n", vbad, vn);
+    return bad || vbad ? 1 : 0;
   }
   if (mode == "small") {
     Case c = {"small bf16 d128 GQA2 300x390", 1, 300, 390, 4, 2, 128, 0, 1, 0, M_RANDOM, 0.1f};
@@ -659,6 +705,9 @@ int main(int argc, char **argv)
   cs.push_back({"fp16 d64 1000x4099 per-head", 1, 1000, 4099, 4, 2, 64, 1, 1, 0, M_RANDOM, s64});
   cs.push_back({"bf16 d128 4099x1000 per-head", 1, 4099, 1000, 2, 2, 128, 0, 1, 0, M_RANDOM, 0.3f});
   cs.push_back({"bf16 d64 4099x4099 causal", 1, 4099, 4099, 1, 1, 64, 0, 0, 0, M_CAUSAL, s64});
+  /* rows 0..1299 see no key (bottom-right diagonal): whole query blocks nobody visits (their dq
+     must be 0, and their turns never handed over) */
+  cs.push_back({"bf16 d64 2000x700 causal", 1, 2000, 700, 2, 1, 64, 0, 0, 0, M_CAUSAL, s64});
   cs.push_back({"bf16 d64 1000x1000 B2 swa", 2, 1000, 1000, 2, 1, 64, 0, 0, 0, M_SWA, s64});
   cs.push_back({"fp16 d128 1000x4099 doc", 1, 1000, 4099, 2, 1, 128, 1, 0, 0, M_DOC, s128});
   cs.push_back({"bf16 d256 fallback 600x700", 1, 600, 700, 2, 1, 256, 0, 1, 0, M_RANDOM, 0.0625f});

@@ -153,6 +153,33 @@ __host__ __device__ __forceinline__ int fmbwd_walk_next(const FMBwdWalk *w, int 
   return w->nqb;
 }
 
+/* The key blocks of one mask head that visit query block qb (the walk's test): the first and
+   the last (0x7fffffff and -1 where none does) and, when n is not NULL, how many. The
+   deterministic mode's turns (turn_init, bwd_sm90_dq.cuh); checked
+   against the producer's walk on the host (bwd_bench order). */
+template <int BM>
+__host__ __device__ inline void fmbwd_visitors(const int32_t *sum_head, int nblk, int qb, int Sq, int Sk, int causal, int *first,
+                                               int *last, int *n)
+{
+  FMBwdWalk w;
+  int f = 0x7fffffff, l = -1, c = 0;
+  for (int kb = 0; kb < nblk; kb++) {
+    fmbwd_walk_init<BM>(&w, sum_head, kb, Sq, Sk, causal);
+    if (fmbwd_walk_visits<BM>(&w, qb)) { f = kb; break; }
+  }
+  for (int kb = nblk - 1; kb >= f && f != 0x7fffffff; kb--) {
+    fmbwd_walk_init<BM>(&w, sum_head, kb, Sq, Sk, causal);
+    if (fmbwd_walk_visits<BM>(&w, qb)) { l = kb; break; }
+  }
+  for (int kb = f; n && kb <= l; kb++) {
+    fmbwd_walk_init<BM>(&w, sum_head, kb, Sq, Sk, causal);
+    c += fmbwd_walk_visits<BM>(&w, qb);
+  }
+  *first = f;
+  *last = l;
+  if (n) *n = c;
+}
+
 /* Whether key j is masked for row i (device mask column bounds b = {lts, lte, uts, ute}). */
 __host__ __device__ __forceinline__ bool fmbwd_masked(int4 b, int i, int j, int causal, int off)
 {

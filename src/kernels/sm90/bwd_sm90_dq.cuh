@@ -175,17 +175,8 @@ __global__ void __launch_bounds__(256) turn_init(const Params p)
   const int qb = blockIdx.x * 256 + threadIdx.x, hq = blockIdx.y, b = blockIdx.z;
   if (qb >= p.nqb) return;
   const int32_t *sumh = p.sum + (size_t)(b * p.mstride + hq / p.hpm) * p.nblk * FMBWD_SUM_N;
-  int first = 0x7fffffff, last = -1;
-  for (int kb = 0; kb < p.nblk; kb++) {
-    FMBwdWalk w;
-    fmbwd_walk_init<BM>(&w, sumh, kb, p.Sq, p.Sk, p.causal);
-    if (fmbwd_walk_visits<BM>(&w, qb)) { first = kb; break; }
-  }
-  for (int kb = p.nblk - 1; kb >= first && first != 0x7fffffff; kb--) {
-    FMBwdWalk w;
-    fmbwd_walk_init<BM>(&w, sumh, kb, p.Sq, p.Sk, p.causal);
-    if (fmbwd_walk_visits<BM>(&w, qb)) { last = kb; break; }
-  }
+  int first, last;
+  fmbwd_visitors<BM>(sumh, p.nblk, qb, p.Sq, p.Sk, p.causal, &first, &last, NULL);
   int *t = p.turn + (((size_t)b * p.Hq + hq) * p.nqb + qb) * 4;
   if (last < 0) last = 0x7fffffff; /* nobody visits */
   t[0] = DqSplit<D>::own && last != 0x7fffffff ? 2 * last : last;

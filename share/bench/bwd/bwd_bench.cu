@@ -46,12 +46,11 @@ struct DevMask {
 /* The device form on the host: packed bounds pk and summaries sm of every mask row. */
 static int host_form(const HostMask &m, std::vector<int4> &pk, std::vector<int32_t> &sm)
 {
-  DevMask d;
-  d.nblk = (m.Sk + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N;
-  pk.assign((size_t)m.rows() * d.nblk * FMBWD_BLOCK_N, int4{});
-  sm.assign((size_t)m.rows() * d.nblk * 8, 0);
+  const int nblk = (m.Sk + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N;
+  pk.assign((size_t)m.rows() * nblk * FMBWD_BLOCK_N, int4{});
+  sm.assign((size_t)m.rows() * nblk * 8, 0);
   for (int h = 0; h < m.rows(); h++)
-    for (int kb = 0; kb < d.nblk; kb++) {
+    for (int kb = 0; kb < nblk; kb++) {
       int mn[4] = {INT_MAX, INT_MAX, INT_MAX, INT_MAX}, mx[4] = {INT_MIN, INT_MIN, INT_MIN, INT_MIN};
       for (int t = 0; t < FMBWD_BLOCK_N; t++) {
         const int j = kb * FMBWD_BLOCK_N + t;
@@ -62,14 +61,14 @@ static int host_form(const HostMask &m, std::vector<int4> &pk, std::vector<int32
           const int a[4] = {v.x, v.y, v.z, v.w};
           for (int c = 0; c < 4; c++) mn[c] = std::min(mn[c], a[c]), mx[c] = std::max(mx[c], a[c]);
         }
-        pk[((size_t)h * d.nblk + kb) * FMBWD_BLOCK_N + t] = v;
+        pk[((size_t)h * nblk + kb) * FMBWD_BLOCK_N + t] = v;
       }
       for (int c = 0; c < 4; c++) {
-        sm[((size_t)h * d.nblk + kb) * 8 + 2 * c] = mn[c];
-        sm[((size_t)h * d.nblk + kb) * 8 + 2 * c + 1] = mx[c];
+        sm[((size_t)h * nblk + kb) * 8 + 2 * c] = mn[c];
+        sm[((size_t)h * nblk + kb) * 8 + 2 * c + 1] = mx[c];
       }
     }
-  return d.nblk;
+  return nblk;
 }
 static DevMask upload_mask(const HostMask &m)
 {

@@ -154,9 +154,9 @@ __host__ __device__ __forceinline__ int fmbwd_walk_next(const FMBwdWalk *w, int 
 }
 
 /* The key blocks of one mask head that visit query block qb (the walk's test): the first and
-   the last (0x7fffffff and -1 where none does) and, when n is not NULL, how many. The
-   deterministic mode's turns (turn_init, bwd_sm90_dq.cuh); checked
-   against the producer's walk on the host (bwd_bench order). */
+   the last (0x7fffffff and -1 where none does) and, when n is not NULL, how many. Where the
+   deterministic mode's turns start and end (turn_init, bwd_sm90_dq.cuh); checked against the
+   producer's walk on the host (bwd_bench order). */
 template <int BM>
 __host__ __device__ inline void fmbwd_visitors(const int32_t *sum_head, int nblk, int qb, int Sq, int Sk, int causal, int *first,
                                                int *last, int *n)

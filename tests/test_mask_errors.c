@@ -120,6 +120,54 @@ static void sizes_and_order(FMContext ctx)
   FMT_CALL(FMMaskDestroy(&m));
 }
 
+/*
+ * Masks that carry one vector of an interval (lts alone, ute alone): the validator reads only
+ * that vector and checks it against the other's default (lte = seqlen_q, uts = 0); a start
+ * equal to its default end stays as it is; SetUp again after new bounds builds the new ones.
+ */
+static void bounds_one_carried(FMContext ctx)
+{
+  FMMask m;
+  int32_t a[50], z[50];
+  const int32_t *l[4];
+  for (int j = 0; j < 50; j++) { a[j] = j < 25 ? 40 : 5 + j % 7; z[j] = j % 3; }
+  FMT_CALL(FMMaskCreate(ctx, &m));
+  FMT_CALL(FMMaskSetSizes(m, 40, 50, 2));
+  FMT_CALL(FMMaskSetType(m, FMMASKBOUNDS));
+  for (int h = 0; h < 2; h++) FMT_CALL(FMMaskSetBounds(m, h, a, NULL, NULL, NULL));
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_CALL(FMMaskGetBounds(m, 1, &l[0], &l[1], &l[2], &l[3], NULL, NULL));
+  for (int j = 0; j < 50; j++)
+    FMT_CHECK(l[0][j] == a[j] && l[1][j] == 40 && l[2][j] == 0 && l[3][j] == 0, "lts alone, column %d: (%d, %d, %d, %d), expected (%d, 40, 0, 0)",
+              j, (int)l[0][j], (int)l[1][j], (int)l[2][j], (int)l[3][j], (int)a[j]);
+  m->bnd[0][50 + 30] = 41;
+  E(FMMaskValidate_Private(m), FM_ERR_ARG_OUTOFRANGE, "lts[head 1][column 30] = 41");
+  m->bnd[0][50 + 30] = -3;
+  E(FMMaskValidate_Private(m), FM_ERR_ARG_OUTOFRANGE, "lts[head 1][column 30] = -3");
+  m->bnd[0][50 + 30] = a[30];
+  FMT_CALL(FMMaskValidate_Private(m));
+  /* new bounds on the same mask: ute alone now (the fast checks refuse a bad one first) */
+  z[4] = -1;
+  E(FMMaskSetBounds(m, 0, NULL, NULL, NULL, z), FM_ERR_ARG_OUTOFRANGE, "ute[4] = -1");
+  z[4] = 41;
+  E(FMMaskSetBounds(m, 0, NULL, NULL, NULL, z), FM_ERR_ARG_OUTOFRANGE, "ute[4] = 41");
+  z[4] = 1;
+  FMT_CALL(FMMaskSetSizes(m, 40, 50, 1)); /* fewer heads: the old bounds are discarded */
+  FMT_CALL(FMMaskSetBounds(m, 0, NULL, NULL, NULL, z));
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_CALL(FMMaskGetBounds(m, 0, &l[0], &l[1], &l[2], &l[3], NULL, NULL));
+  for (int j = 0; j < 50; j++)
+    FMT_CHECK(l[0][j] == 40 && l[1][j] == 40 && l[2][j] == 0 && l[3][j] == z[j], "ute alone, column %d: (%d, %d, %d, %d), expected (40, 40, 0, %d)",
+              j, (int)l[0][j], (int)l[1][j], (int)l[2][j], (int)l[3][j], (int)z[j]);
+  m->bnd[3][17] = -2;
+  E(FMMaskValidate_Private(m), FM_ERR_ARG_OUTOFRANGE, "ute[head 0][column 17] = -2");
+  m->bnd[3][17] = 41;
+  E(FMMaskValidate_Private(m), FM_ERR_ARG_OUTOFRANGE, "ute[head 0][column 17] = 41");
+  m->bnd[3][17] = z[17];
+  FMT_CALL(FMMaskValidate_Private(m));
+  FMT_CALL(FMMaskDestroy(&m));
+}
+
 static void bounds(FMContext ctx)
 {
   FMMask m;
@@ -164,6 +212,7 @@ static void bounds(FMContext ctx)
   FMT_CALL(FMMaskSetSizes(m, 40, 60, 2));
   E(FMMaskSetUp(m), FM_ERR_ORDER, "FMMaskSetBounds");
   FMT_CALL(FMMaskDestroy(&m));
+  bounds_one_carried(ctx);
 }
 
 static FMMask typed(FMContext ctx, const char *type, int S)

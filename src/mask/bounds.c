@@ -41,6 +41,34 @@ FMErrorCode FMMaskGetBatch(FMMask mask, int *mask_batch)
   return FM_SUCCESS;
 }
 
+/*
+ * Whether one head's vectors break a rule (0 <= x <= Sq, start <= end, a missing vector taking
+ * its default: lte = Sq, uts = 0), in branch-free passes over the given vectors only (a negative
+ * bound is a large unsigned one). check_vectors scans again only when one does.
+ */
+static int vectors_bad(const int32_t *const in[4], int Sq, int Sk)
+{
+  const uint32_t usq = (uint32_t)Sq;
+  int bad = 0;
+  for (int v = 0; v < 4; v++) {
+    const int32_t *x = in[v];
+    if (!x) continue;
+#pragma omp simd reduction(| : bad)
+    for (int j = 0; j < Sk; j++) bad |= (uint32_t)x[j] > usq;
+  }
+  if (in[0] && in[1]) {
+    const int32_t *s = in[0], *e = in[1];
+#pragma omp simd reduction(| : bad)
+    for (int j = 0; j < Sk; j++) bad |= s[j] > e[j];
+  }
+  if (in[2] && in[3]) {
+    const int32_t *s = in[2], *e = in[3];
+#pragma omp simd reduction(| : bad)
+    for (int j = 0; j < Sk; j++) bad |= s[j] > e[j];
+  }
+  return bad;
+}
+
 /* Check one head's vectors; a is the argument number of lts. */
 static FMErrorCode check_vectors(FMMask mask, const int32_t *const in[4], int a, int *bits)
 {
@@ -50,9 +78,11 @@ static FMErrorCode check_vectors(FMMask mask, const int32_t *const in[4], int a,
   FMCheck(!(in[2] && !in[3]), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument %d (uts) is given without argument %d (ute); give ute too", a + 2,
           a + 3);
   *bits = 0;
+  for (int v = 0; v < 4; v++) *bits |= in[v] ? 1 << v : 0;
+  if (!vectors_bad(in, Sq, Sk)) return FM_SUCCESS;
+  /* a violation: find the first, in the order of the messages */
   for (int v = 0; v < 4; v++) {
     if (!in[v]) continue;
-    *bits |= 1 << v;
     for (int j = 0; j < Sk; j++)
       FMCheck(in[v][j] >= 0 && in[v][j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
               "Argument %d (%s): %s[%d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", v + a, bound_names[v], bound_names[v], j,

@@ -517,8 +517,10 @@ static FMErrorCode build_user_bounds(FMMask m)
 /* The four vectors in default form; a re-SetUp whose bounds fit keeps its arrays (fresh ones of
    a large mask cost a page fault per 4 KiB every step), and a vector the last build left at its
    defaults for these sizes (m->bnd_default) is not written again (random eviction at 32K with
-   32 heads: three of four 4 MB vectors). m->bnd_default is 0 on return, until the build ends. */
-static FMErrorCode alloc_default_bounds(FMMask m)
+   32 heads: three of four 4 MB vectors), nor is one the build overwrites in every row (the bits
+   of full: type "bounds" copies the user's vectors whole). m->bnd_default is 0 on return, until
+   the build ends. */
+static FMErrorCode alloc_default_bounds(FMMask m, int full)
 {
   const size_t n = FM_MASK_NG(m) * m->seqlen_k;
   const int32_t Sq = m->seqlen_q;
@@ -537,7 +539,7 @@ static FMErrorCode alloc_default_bounds(FMMask m)
   for (int v = 0; v < 4; v++) {
     int32_t *b = m->bnd[v];
     const int32_t x = v < 2 ? Sq : 0;
-    if ((keep >> v) & 1) continue;
+    if (((keep | full) >> v) & 1) continue;
 #pragma omp simd
     for (size_t i = 0; i < n; i++) b[i] = x;
   }
@@ -552,7 +554,7 @@ FMErrorCode FMMaskBuild_Private(FMMask m)
           "Must call FMMaskSetSizes() (or give -fm_mask_seqlen) before FMMaskSetUp()");
   t = FMMaskTypeIndex_Private(m->hdr.type_name);
   FMCheck(t >= 0, MPI_COMM_SELF, FM_ERR_LIB, "Mask has unknown type \"%s\"", m->hdr.type_name ? m->hdr.type_name : "(null)");
-  FMCall(alloc_default_bounds(m));
+  FMCall(alloc_default_bounds(m, t == FM_MT_BOUNDS && m->user_present > 0 ? m->user_present & 15 : 0));
   if (t == FM_MT_BOUNDS) {
     FMCall(build_user_bounds(m));
   } else if (t == FM_MT_RANDOMEVICTION) {

@@ -87,40 +87,51 @@ static FMErrorCode report_row(FMMask m, size_t g)
   return FM_SUCCESS;
 }
 
-/* Which of the two intervals (bit 0: lts, lte; bit 1: uts, ute) hold a vector the mask carries;
-   the others are at their defaults (m->bnd_default), valid and normal, and need no pass. */
-static int carried_pairs(const struct _p_FMMask *m)
+/* Whether the mask carries vector v (FM_BOUND_* bit order); the others are at their defaults
+   (m->bnd_default: lts = lte = seqlen_q, uts = ute = 0) in every row. */
+static inline int carried(const struct _p_FMMask *m, int v) { return !((m->bnd_default >> v) & 1); }
+
+/*
+ * One row of interval pr (0: lts, lte; 1: uts, ute) checked in one branch-free pass, reading
+ * only the vectors the mask carries (a vector at its default is the constant d; a negative
+ * bound is a large unsigned one): nonzero when a bound is out of [0, usq] or start > end.
+ */
+static int pair_bad(const struct _p_FMMask *m, int pr, size_t g, uint32_t usq)
 {
-  const int d = m->bnd_default;
-  return ((d & 3) != 3 ? 1 : 0) | ((d & 12) != 12 ? 2 : 0);
+  const int Sk = m->seqlen_k, cs = carried(m, 2 * pr), ce = carried(m, 2 * pr + 1);
+  const int32_t d = pr == 0 ? (int32_t)usq : 0;
+  const int32_t *s = m->bnd[2 * pr] + g * Sk, *e = m->bnd[2 * pr + 1] + g * Sk;
+  int bad = 0;
+  if (cs && ce) {
+#pragma omp simd reduction(| : bad)
+    for (int j = 0; j < Sk; j++) bad |= ((uint32_t)s[j] > usq) | ((uint32_t)e[j] > usq) | (s[j] > e[j]);
+  } else if (cs) {
+#pragma omp simd reduction(| : bad)
+    for (int j = 0; j < Sk; j++) bad |= ((uint32_t)s[j] > usq) | (s[j] > d);
+  } else if (ce) {
+#pragma omp simd reduction(| : bad)
+    for (int j = 0; j < Sk; j++) bad |= ((uint32_t)e[j] > usq) | (d > e[j]);
+  }
+  return bad;
 }
 
 /*
  * FMMaskValidate_Private - check every bound of m->bnd: 0 <= value <= seqlen_q and
  *   start <= end for (lts, lte) and (uts, ute). Not collective. The first violation is
- *   reported as FM_ERR_ARG_OUTOFRANGE naming vector, head, column and value. An interval
- *   whose two vectors are at their defaults (m->bnd_default) is not read.
+ *   reported as FM_ERR_ARG_OUTOFRANGE naming vector, head, column and value. A vector at its
+ *   defaults (m->bnd_default) is not read.
  */
 FMErrorCode FMMaskValidate_Private(FMMask m)
 {
   static const char *const vname[4] = {"lts", "lte", "uts", "ute"};
-  const int Sk = m->seqlen_k, pairs = carried_pairs(m);
   const uint32_t usq = (uint32_t)m->seqlen_q;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   for (int v = 0; v < 4; v++)
     FMCheck(m->bnd[v], MPI_COMM_SELF, FM_ERR_LIB, "Bound vector %s is not allocated", vname[v]);
-  for (size_t g = 0; g < FM_MASK_NG(m); g++) {
-    int bad = 0;
-    /* one branch-free pass per row and interval (a negative bound is a large unsigned one); only
-       a row with a violation is scanned again, in the order of the message */
-    for (int pr = 0; pr < 2; pr++) {
-      const int32_t *s = m->bnd[2 * pr] + g * Sk, *e = m->bnd[2 * pr + 1] + g * Sk;
-      if (!((pairs >> pr) & 1)) continue;
-#pragma omp simd reduction(| : bad)
-      for (int j = 0; j < Sk; j++) bad |= ((uint32_t)s[j] > usq) | ((uint32_t)e[j] > usq) | (s[j] > e[j]);
-    }
-    if (bad) FMCall(report_row(m, g));
-  }
+  /* one branch-free pass per row and interval; only a row with a violation is scanned again,
+     in the order of the message */
+  for (size_t g = 0; g < FM_MASK_NG(m); g++)
+    if (pair_bad(m, 0, g, usq) | pair_bad(m, 1, g, usq)) FMCall(report_row(m, g));
   return FM_SUCCESS;
 }
 
@@ -232,11 +243,13 @@ FMErrorCode FMMaskNormalize_Private(FMMask m)
   m->stats_valid = 0;
   m->nblocks_k = (int)(((int64_t)Sk + B - 1) / B);
   n = FM_MASK_NG(m) * (size_t)Sk;
-  /* per interval, where it is carried (an interval at its defaults is normal already) */
+  /* per interval whose two vectors are both carried: with one at its default d, start == end
+     means both equal d, which is the default form already (validation has run: lts <= lte <= Sq,
+     0 <= uts <= ute) */
   for (int pr = 0; pr < 2; pr++) {
     int32_t *s = m->bnd[2 * pr], *e = m->bnd[2 * pr + 1];
     const int32_t d = pr == 0 ? Sq : 0;
-    if (!((carried_pairs(m) >> pr) & 1)) continue;
+    if (!carried(m, 2 * pr) || !carried(m, 2 * pr + 1)) continue;
 #pragma omp simd /* branch-free; GCC's -O2 vectorizes a loop of unknown trip count only so */
     for (size_t i = 0; i < n; i++) {
       const int32_t x0 = s[i], x1 = e[i];

@@ -6,10 +6,15 @@
  * (-cp 1), the cp plan (its tile map reads the summaries at FMPlanSetUp): on one rank, or on
  * every rank of mpiexec -n P (then the local plan is skipped, and each call's time is the
  * slowest rank's, the ranks starting together). Built with make check but not run as a test.
+ * With -bounds 1 each of these is timed a second time on the user's path, a mask of type
+ * "bounds" given new vectors each call (FMMaskSetSampleBounds for every sample and head, the
+ * vectors the builder's mask carries, from three seeds made beforehand, then FMMaskSetUp): what
+ * a training step pays for bounds of its own, without our builders' generation. -heads H gives
+ * the mask H heads (random_eviction differs per head; the other builders copy head 0).
  * Prints the median and the best of -reps calls (after a few warm-ups), in microseconds.
  *
  * Usage: bench_setup [-S 8192,32768,131072] [-masks causal_document,sliding_window] [-batch 1]
- *                    [-reps 0 (auto: more at small S)] [-plan 1] [-cp 1]
+ *                    [-heads 1] [-bounds 0] [-reps 0 (auto: more at small S)] [-plan 1] [-cp 1]
  */
 #include <flashmask.h>
 #include <flashmask/private/fmkernels.h>
@@ -35,32 +40,86 @@ static double median(double *t, int n)
   return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
-/* what: 0 FMMaskSetUp alone; 1 + local plan; 2 + cp plan. Times in *med, *best (us). */
-static void run(FMContext ctx, const char *type, int S, int batch, int what, int reps, double *med, double *best)
+enum { K_SETS = 3 }; /* bound sets made beforehand for the user's path */
+
+/* The user's new bounds: set k % K_SETS given to every sample and head (nothing without sets). */
+static void new_mask(FMMask m, int32_t **sets, size_t nv, int H, int batch, int k)
+{
+  int32_t **v = sets ? sets + (size_t)(k % K_SETS) * nv : NULL;
+  if (!v) return;
+  for (int smp = 0; smp < batch; smp++)
+    for (int h = 0; h < H; h++) {
+      int32_t **b = v + ((size_t)smp * H + h) * 4;
+      CALL(FMMaskSetSampleBounds(m, smp, h, b[0], b[1], b[2], b[3]));
+    }
+}
+
+/* K sets of the vectors of builder type's mask (sizes S, H heads, batch samples; seeds 1000 +
+   k), each set [batch][H][4] vectors, NULL where the mask does not carry one; *causal its flag. */
+static int32_t **make_sets(FMContext ctx, const char *type, int S, int H, int batch, FMBool *causal)
+{
+  FMMask g;
+  const size_t nv = (size_t)batch * H * 4;
+  int32_t **v = calloc(K_SETS * nv, sizeof(int32_t *));
+  CALL(FMMaskCreate(ctx, &g));
+  CALL(FMMaskSetSizes(g, S, S, H));
+  if (batch > 1) CALL(FMMaskSetBatch(g, batch));
+  CALL(FMMaskSetType(g, type));
+  for (int k = 0; k < K_SETS; k++) {
+    CALL(FMMaskSetSeed(g, 1000 + (unsigned long)k));
+    CALL(FMMaskSetUp(g));
+    for (int smp = 0; smp < batch; smp++)
+      for (int h = 0; h < H; h++) {
+        const int32_t *b[4];
+        int present;
+        CALL(FMMaskGetSampleBounds(g, smp, h, &b[0], &b[1], &b[2], &b[3], &present, causal));
+        for (int x = 0; x < 4; x++) {
+          int32_t **dst = v + k * nv + ((size_t)smp * H + h) * 4 + x;
+          if (!((present >> x) & 1)) continue;
+          *dst = malloc(sizeof(int32_t) * (size_t)S);
+          memcpy(*dst, b[x], sizeof(int32_t) * (size_t)S);
+        }
+      }
+  }
+  CALL(FMMaskDestroy(&g));
+  return v;
+}
+
+/*
+ * what: 0 FMMaskSetUp alone; 1 + local plan; 2 + cp plan. bounds: the user's path (type
+ * "bounds", new vectors each call) instead of the builder's new seed. Times in *med, *best (us).
+ */
+static void run(FMContext ctx, const char *type, int S, int H, int batch, int what, int bounds, int reps, double *med, double *best)
 {
   FMMask m;
   FMPlan plan = NULL;
   double *t = malloc(sizeof(double) * (size_t)reps);
   const int warm = 3;
+  const size_t nv = (size_t)batch * H * 4;
+  FMBool causal = FM_FALSE;
+  int32_t **sets = bounds ? make_sets(ctx, type, S, H, batch, &causal) : NULL;
   CALL(FMMaskCreate(ctx, &m));
-  CALL(FMMaskSetSizes(m, S, S, 1));
+  CALL(FMMaskSetSizes(m, S, S, H));
   if (batch > 1) CALL(FMMaskSetBatch(m, batch));
-  CALL(FMMaskSetType(m, type));
+  CALL(FMMaskSetType(m, bounds ? FMMASKBOUNDS : type));
+  if (bounds) CALL(FMMaskSetCausal(m, causal));
   CALL(FMMaskSetSeed(m, 1));
+  new_mask(m, sets, nv, H, batch, 0);
   CALL(FMMaskSetUp(m));
   if (what) {
     CALL(FMPlanCreate(ctx, &plan));
     CALL(FMPlanSetType(plan, what == 2 ? FMPLANCP : FMPLANLOCAL));
     CALL(FMPlanSetMask(plan, m));
-    CALL(FMPlanSetShape(plan, batch, 8, 8, 128, FM_DTYPE_BF16));
+    CALL(FMPlanSetShape(plan, batch, H > 1 ? H : 8, H > 1 ? H : 8, 128, FM_DTYPE_BF16)); /* mask heads = kv heads */
     CALL(FMPlanSetUp(plan));
   }
   for (int r = -warm; r < reps; r++) {
     double t0;
     double dt;
-    CALL(FMMaskSetSeed(m, 2 + (unsigned long)(r + warm))); /* a new packing: a full rebuild */
+    if (!sets) CALL(FMMaskSetSeed(m, 2 + (unsigned long)(r + warm))); /* a new packing: a full rebuild */
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
+    if (sets) new_mask(m, sets, nv, H, batch, 1 + r + warm);
     CALL(FMMaskSetUp(m));
     if (plan) {
       FMAttnProblem p;
@@ -77,6 +136,10 @@ static void run(FMContext ctx, const char *type, int S, int batch, int what, int
   free(t);
   if (plan) CALL(FMPlanDestroy(&plan));
   CALL(FMMaskDestroy(&m));
+  if (sets) {
+    for (size_t i = 0; i < K_SETS * nv; i++) free(sets[i]);
+    free(sets);
+  }
 }
 
 static int parse_ints(const char *s, int *v, int max)
@@ -94,12 +157,14 @@ int main(int argc, char **argv)
   FMContext ctx;
   char masks[256] = "causal_document,sliding_window", *tok, *save = NULL;
   char sl[256] = "8192,32768,131072";
-  int S[16], nS, batch = 1, reps0 = 0, plan = 1, cp = 1, size = 1, rank = 0;
+  int S[16], nS, batch = 1, heads = 1, bounds = 0, reps0 = 0, plan = 1, cp = 1, size = 1, rank = 0;
   char cpname[64];
   CALL(FMInitialize(&argc, &argv, NULL, "bench_setup: the host cost of a new mask every step"));
   CALL(FMOptionsGetString("-S", "sequence lengths", sl, sizeof(sl), NULL));
   CALL(FMOptionsGetString("-masks", "mask types", masks, sizeof(masks), NULL));
   CALL(FMOptionsGetInt("-batch", "mask batch (per-sample bounds when > 1)", &batch, NULL));
+  CALL(FMOptionsGetInt("-heads", "mask heads (random_eviction differs per head)", &heads, NULL));
+  CALL(FMOptionsGetInt("-bounds", "also time the user's path: new vectors for a mask of type bounds", &bounds, NULL));
   CALL(FMOptionsGetInt("-reps", "timed calls (0: 3000000 / S, 20..300)", &reps0, NULL));
   CALL(FMOptionsGetInt("-plan", "also a new-mask step of a local CPU plan", &plan, NULL));
   CALL(FMOptionsGetInt("-cp", "also a new-mask step of a cp CPU plan on one rank", &cp, NULL));
@@ -111,19 +176,22 @@ int main(int argc, char **argv)
   CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
   CALL(FMContextSetBackend(ctx, FM_BACKEND_CPU)); /* the plans' path that reads the host summaries */
   CALL(FMContextSetUp(ctx));
-  if (!rank) printf("%-18s %7s %5s %-26s %10s %10s\n", "mask", "S", "batch", "what", "median us", "best us");
+  if (!rank) printf("%-18s %7s %5s %5s %-34s %10s %10s\n", "mask", "S", "heads", "batch", "what", "median us", "best us");
   for (tok = strtok_r(masks, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
     for (int i = 0; i < nS; i++) {
       const char *const name[3] = {"FMMaskSetUp", "+ local plan (CPU)", cpname};
-      int reps = reps0 > 0 ? reps0 : 3000000 / (S[i] * batch);
+      int reps = reps0 > 0 ? reps0 : 3000000 / (S[i] * batch * heads);
       if (reps0 <= 0) reps = reps < 20 ? 20 : reps > 300 ? 300 : reps;
-      for (int w = 0; w < 3; w++) {
-        double med, best;
-        if ((w == 1 && !plan) || (w == 2 && !cp)) continue;
-        run(ctx, tok, S[i], batch, w, reps, &med, &best);
-        if (!rank) printf("%-18s %7d %5d %-26s %10.1f %10.1f\n", tok, S[i], batch, name[w], med, best);
-        fflush(stdout);
-      }
+      for (int u = 0; u <= (bounds != 0); u++)
+        for (int w = 0; w < 3; w++) {
+          double med, best;
+          char what[96];
+          if ((w == 1 && !plan) || (w == 2 && !cp)) continue;
+          run(ctx, tok, S[i], heads, batch, w, u, reps, &med, &best);
+          snprintf(what, sizeof what, "%s%s", u ? "bounds: " : "", name[w]);
+          if (!rank) printf("%-18s %7d %5d %5d %-34s %10.1f %10.1f\n", tok, S[i], heads, batch, what, med, best);
+          fflush(stdout);
+        }
     }
   CALL(FMContextDestroy(&ctx));
   CALL(FMFinalize());

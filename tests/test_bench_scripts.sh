@@ -95,10 +95,10 @@ echo "fmbench $*" >> "$LOG"
 o="" c="" mb=1 pass=fwd
 while [ $# -gt 0 ]; do case $1 in -o) o=$2; shift;; -csv) c=$2; shift;; -mask_batch) mb=$2; shift;; -pass) pass=$2; shift;; esac; shift; done
 : > "$o"
-echo "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch,pass,setup_ms" > "$c"
+echo "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch,pass,setup_ms,setup_bounds_ms" > "$c"
 for p in $(echo $pass | tr , ' '); do
-  if [ $mb = 1 ]; then echo "full,8192,16,32,128,28.0,600.00,0.0,1.0,sm90,1,$p,0.125" >> "$c"; echo "document,8192,16,32,128,16.0,500.00,0.54,0.42,sm90,1,$p,0.25" >> "$c"
-  else echo "document,8192,$mb,32,128,15.0,520.00,0.55,0.41,sm90,$mb,$p,0.5" >> "$c"; fi
+  if [ $mb = 1 ]; then echo "full,8192,16,32,128,28.0,600.00,0.0,1.0,sm90,1,$p,0.125,0.0625" >> "$c"; echo "document,8192,16,32,128,16.0,500.00,0.54,0.42,sm90,1,$p,0.25,0.5" >> "$c"
+  else echo "document,8192,$mb,32,128,15.0,520.00,0.55,0.41,sm90,$mb,$p,0.5,0.75" >> "$c"; fi
 done
 EOS
 cat > "$t/py.sh" <<EOS
@@ -121,12 +121,12 @@ grep -q "^fmbench -masks document -seqlen 8192 -mask_batch 16 -heads 32 -reps 5 
 grep -q -- "-seed" "$t/log" && grep "^peers" "$t/log" | grep -q -- "-seed" && fail "compare.sh gives -seed to peers.py"
 cat "$t/cmp"
 # full fwd: Flex 600 * 28 / 40 = 420.0, cuDNN 600.0, FLASH and FA4 n/a; document: FLASH 500 * 16 / 16 = 500.0, ratio 1.00
-grep -Eq "^full +8192 +16 +600.0 +420.0 +n/a +600.0 +n/a +1.43 +n/a +1.00 +n/a +0.12 +3.00" "$t/cmp" || fail "the full row (with our set-up ms beside create_block_mask's)"
-grep -Eq "^document +8192 +16 +500.0 +400.0 +500.0 +n/a +n/a +1.25 +1.00 +n/a +n/a +0.25 +4.00" "$t/cmp" || fail "the document row"
+grep -Eq "^full +8192 +16 +600.0 +420.0 +n/a +600.0 +n/a +1.43 +n/a +1.00 +n/a +0.12 +0.06 +3.00" "$t/cmp" || fail "the full row (with our set-up ms, builder's and user bounds', beside create_block_mask's)"
+grep -Eq "^document +8192 +16 +500.0 +400.0 +500.0 +n/a +n/a +1.25 +1.00 +n/a +n/a +0.25 +0.50 +4.00" "$t/cmp" || fail "the document row"
 grep -Eq "^document \(per-sample\) +8192 +16 +520.0 +195.0 +260.0 " "$t/cmp" || fail "the per-sample row"
 grep -q "FA4: n/a in every row" "$t/cmp" || fail "no note that FA4 is missing"
 [ "$(grep -c "" "$t/w/compare.csv")" = 7 ] || fail "compare.csv: expected a header and 6 rows"
-grep -q "^document,8192,16,16,bwd,0.55,15.0000,520.0000,40.0000,195.0000,2.6667,30.0000,260.0000,2.0000,n/a,.*,0.5000,55.0000$" "$t/w/compare.csv" ||
+grep -q "^document,8192,16,16,bwd,0.55,15.0000,520.0000,40.0000,195.0000,2.6667,30.0000,260.0000,2.0000,n/a,.*,0.5000,0.7500,55.0000$" "$t/w/compare.csv" ||
   { cat "$t/w/compare.csv"; fail "compare.csv's per-sample bwd row"; }
 # an explicit -warmup_s replaces the default 2 s, for fmbench and the peers alike
 : > "$t/log"

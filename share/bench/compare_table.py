@@ -52,7 +52,7 @@ def main(work):
         p = peers.get(k, {})
         row = {"mask": k[0], "seqlen": k[1], "batch": int(r["batch"]), "mask_batch": k[2], "pass": k[3], "ours_ms": ms,
                "ours_tflops": tf, "block_sparsity": r.get("block_sparsity", ""), "cbm_ms": num(p.get("cbm_ms")),
-               "setup_ms": num(r.get("setup_ms"))}
+               "setup_ms": num(r.get("setup_ms")), "bounds_ms": num(r.get("setup_bounds_ms"))}
         for name, col, _ in PEERS:
             pms = num(p.get(col))
             row[name + "_ms"] = pms
@@ -68,14 +68,14 @@ def main(work):
     for pas in passes:
         print("\n== %s: TFLOP/s (FlashMask convention%s), ratio = ours / peer" %
               (pas, {"fwd": "", "bwd": ", backward = 2.5 x forward", "fwdbwd": ", 3.5 x forward"}[pas]))
-        print("%-26s %6s %3s %8s %8s %8s %8s %8s %6s %6s %6s %6s %8s %8s" % ("mask", "S", "B", "ours", "Flex", "FLASH", "cuDNN",
-              "FA4", "/Flex", "/FLASH", "/cuDNN", "/FA4", "setup ms", "cbm ms"))
+        print("%-26s %6s %3s %8s %8s %8s %8s %8s %6s %6s %6s %6s %8s %9s %8s" % ("mask", "S", "B", "ours", "Flex", "FLASH", "cuDNN",
+              "FA4", "/Flex", "/FLASH", "/cuDNN", "/FA4", "setup ms", "bounds ms", "cbm ms"))
         for row in (x for x in out if x["pass"] == pas):
             name = row["mask"] + (" (per-sample)" if row["mask_batch"] > 1 else "")
-            print("%-26s %6d %3d %s %s %s %s %s %s %s %s %s %s %s" % (
+            print("%-26s %6d %3d %s %s %s %s %s %s %s %s %s %s %s %s" % (
                 name, row["seqlen"], row["batch"], f1(row["ours_tflops"]),
                 *[f1(row[n + "_tflops"]) for n, _, _ in PEERS], *[f2(row["ours_over_" + n]) for n, _, _ in PEERS],
-                *[("%8.2f" % row[c]) if row[c] == row[c] else "%8s" % "n/a" for c in ("setup_ms", "cbm_ms")]))
+                *[("%8.2f" % row[c]) if row[c] == row[c] else "%8s" % "n/a" for c in ("setup_ms", "bounds_ms", "cbm_ms")]))
         for name, _, label in PEERS:  # the summary figures: the worst ratio, the geometric mean on the sparse masks
             rs = [x["ours_over_" + name] for x in out if x["pass"] == pas and x["ours_over_" + name] == x["ours_over_" + name]]
             sp = [x["ours_over_" + name] for x in out if x["pass"] == pas and x["mask"] not in ("full", "causal")
@@ -88,7 +88,7 @@ def main(work):
     cols = ["mask", "seqlen", "batch", "mask_batch", "pass", "block_sparsity", "ours_ms", "ours_tflops"]
     for n, _, _ in PEERS:
         cols += [n + "_ms", n + "_tflops", "ours_over_" + n]
-    cols += ["setup_ms", "cbm_ms"]
+    cols += ["setup_ms", "bounds_ms", "cbm_ms"]
     with open(os.path.join(work, "compare.csv"), "w") as f:
         f.write(",".join(cols) + "\n")
         for row in out:

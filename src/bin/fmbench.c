@@ -18,9 +18,12 @@
  * int32[mask_heads][seqlen_k], [mask_batch][mask_heads][seqlen_k] with -mask_batch, and
  * attributes seqlen_q, seqlen_k, causal, type, mask_heads, mask_batch) for share/bench/peers.py,
  * and the results to -csv (columns mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,
- * density,path,mask_batch,pass,setup_ms: one row per mask, length and pass; setup_ms is what a new
- * mask of the same type costs on the same plan, FMMaskSetUp with a new seed + FMPlanSetUp's
- * update path + the upload, median over max(reps, 3); also printed beside the forward's time).
+ * density,path,mask_batch,pass,setup_ms,setup_bounds_ms: one row per mask, length and pass;
+ * setup_ms is what a new mask of the same type costs on the same plan, FMMaskSetUp with a new
+ * seed (our builder's generation included) + FMPlanSetUp's update path + the upload, median over
+ * max(reps, 10); setup_bounds_ms the same for bounds of the user's own: a mask of type "bounds"
+ * given new vectors by FMMaskSetSampleBounds for every sample and head (made beforehand by the
+ * builder), then FMMaskSetUp + FMPlanSetUp; both are also printed beside the forward's time).
  * Options:
  *   -masks all|name,name,...   -seqlen S,S,...   -head_dim d   -heads H   -heads_kv Hkv
  *   -tokens N   -dtype bf16|fp16   -warmup n   -warmup_s T   -reps n   -seed s   -o file   -csv file
@@ -184,6 +187,92 @@ static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps, do
   return med;
 }
 
+/*
+ * The same for bounds of the user's own (a training step whose data loader computes them): a
+ * mask of type "bounds" with m's sizes and causal flag on a second plan, given each call the
+ * vectors m carries for every sample and head by FMMaskSetSampleBounds (three sets made
+ * beforehand by m's builder with other seeds; m is changed), then FMMaskSetUp and FMPlanSetUp,
+ * the device synchronized. part[0..2] as in time_setup, part[0] with the FMMaskSetSampleBounds
+ * calls. Returns the median in ms.
+ */
+static double time_setup_bounds(FMContext ctx, FMMask m, int B, int H, int Hkv, int D, FMDType dt, unsigned long seed, int reps,
+                                double part[3])
+{
+  enum { K = 3 };
+  int Sq, Sk, mh, mb;
+  FMBool causal = FM_FALSE;
+  FMMask u;
+  FMPlan plan;
+  int32_t **v;
+  size_t nv;
+  double *t = (double *)malloc(sizeof(double) * reps * 4), med;
+  FC(FMMaskGetSizes(m, &Sq, &Sk, &mh));
+  FC(FMMaskGetBatch(m, &mb));
+  nv = (size_t)mb * mh * 4;
+  v = (int32_t **)calloc(K * nv, sizeof(int32_t *));
+  for (int k = 0; k < K; k++) {
+    FC(FMMaskSetSeed(m, seed + 2000 + (unsigned long)k));
+    FC(FMMaskSetUp(m));
+    for (int smp = 0; smp < mb; smp++)
+      for (int h = 0; h < mh; h++) {
+        const int32_t *b[4];
+        int present;
+        FC(FMMaskGetSampleBounds(m, smp, h, &b[0], &b[1], &b[2], &b[3], &present, &causal));
+        for (int x = 0; x < 4; x++) {
+          int32_t **dst = v + k * nv + ((size_t)smp * mh + h) * 4 + x;
+          if (!((present >> x) & 1)) continue;
+          *dst = (int32_t *)malloc(sizeof(int32_t) * (size_t)Sk);
+          memcpy(*dst, b[x], sizeof(int32_t) * (size_t)Sk);
+        }
+      }
+  }
+  FC(FMMaskCreate(ctx, &u));
+  FC(FMMaskSetSizes(u, Sq, Sk, mh));
+  if (mb > 1) FC(FMMaskSetBatch(u, mb));
+  FC(FMMaskSetType(u, FMMASKBOUNDS));
+  FC(FMMaskSetCausal(u, causal));
+  FC(FMPlanCreate(ctx, &plan));
+  FC(FMPlanSetMask(plan, u));
+  FC(FMPlanSetShape(plan, B, H, Hkv, D, dt));
+  FC(FMPlanSetFromOptions(plan));
+  for (int r = -1; r < reps; r++) { /* r = -1: the first set-up, untimed */
+    double t0, t1, t2;
+    int32_t **w = v + (size_t)((r + K) % K) * nv;
+    t0 = FMTime();
+    for (int smp = 0; smp < mb; smp++)
+      for (int h = 0; h < mh; h++) {
+        int32_t **b = w + ((size_t)smp * mh + h) * 4;
+        FC(FMMaskSetSampleBounds(u, smp, h, b[0], b[1], b[2], b[3]));
+      }
+    FC(FMMaskSetUp(u));
+    t1 = FMTime();
+    FC(FMPlanSetUp(plan));
+    t2 = FMTime();
+    FC(FMCudaStreamSynchronize(NULL));
+    if (r < 0) continue;
+    t[r] = 1e3 * (FMTime() - t0);
+    t[reps + r] = 1e3 * (t1 - t0);
+    t[2 * reps + r] = 1e3 * (t2 - t1);
+    t[3 * reps + r] = t[r] - 1e3 * (t2 - t0);
+  }
+  med = FMBenchMedian_Private(t, reps);
+  for (int k = 0; k < 3; k++) part[k] = FMBenchMedian_Private(t + (k + 1) * reps, reps);
+  FC(FMPlanDestroy(&plan));
+  FC(FMMaskDestroy(&u));
+  for (size_t i = 0; i < K * nv; i++) free(v[i]);
+  free(v);
+  free(t);
+  return med;
+}
+
+/* The set-up line: what a new mask costs, and its share of the forward where that was timed. */
+static void print_setup(const char *name, int S, int B, const char *what, double ms, double fwd_ms, const double part[3])
+{
+  printf("%-22s %6d %3d %s %.3f ms", name, S, B, what, ms);
+  if (fwd_ms > 0) printf(" = %.1f%% of the forward", 100.0 * ms / fwd_ms);
+  printf(" (medians: mask host %.3f, plan host %.3f, device wait %.3f ms)\n", part[0], part[1], part[2]);
+}
+
 /* One plan on the mask: a forward (the path; O and LSE for the backward), then each chosen pass
    timed (or reported as not timed on a fallback path); a row per pass on stdout and in the CSV. */
 static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, double dens, int S, int B, int H, int Hkv, int D,
@@ -191,7 +280,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
 {
   FMPlan plan;
   FMAttnProblem p;
-  double fl = 0, setup_ms = -1, fwd_ms = -1, part[3];
+  double fl = 0, setup_ms = -1, bounds_ms = -1, fwd_ms = -1, part[3], bpart[3];
   float med[NPASS] = {0};
   int hopper[NPASS];
   const char *bpath;
@@ -215,6 +304,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
   }
   /* then the set-up of new masks (it changes the mask: after the passes) */
   setup_ms = time_setup(plan, m, seed, reps > 10 ? reps : 10, part); /* at least 10: the host parts are tens of us */
+  bounds_ms = time_setup_bounds(ctx, m, B, H, Hkv, D, dt, seed, reps > 10 ? reps : 10, bpart);
   for (int t = 0; t < NPASS; t++) {
     if (!(passes & 1 << t)) continue;
     if (!hopper[t]) {
@@ -223,16 +313,13 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
       const double tf = pass_flops(fl, t) / (med[t] * 1e-3) / 1e12;
       printf("%-22s %6d %3d %-6s %9.3f %9.1f %7.4f %8.4f sm90\n", name, S, B, pass_name[t], med[t], tf, rho, dens);
       if (fcsv)
-        fprintf(fcsv, "%s,%d,%d,%d,%d,%.4f,%.2f,%.5f,%.5f,sm90,%d,%s,%.3f\n", name, S, B, H, D, med[t], tf, rho, dens,
-                p.mask.mask_batch, pass_name[t], setup_ms);
+        fprintf(fcsv, "%s,%d,%d,%d,%d,%.4f,%.2f,%.5f,%.5f,sm90,%d,%s,%.3f,%.3f\n", name, S, B, H, D, med[t], tf, rho, dens,
+                p.mask.mask_batch, pass_name[t], setup_ms, bounds_ms);
     }
     fflush(stdout);
   }
-  if (fwd_ms > 0)
-    printf("%-22s %6d %3d new mask set-up (FMMaskSetUp + FMPlanSetUp update) %.3f ms = %.1f%% of the forward", name, S, B,
-           setup_ms, 100.0 * setup_ms / fwd_ms);
-  else printf("%-22s %6d %3d new mask set-up (FMMaskSetUp + FMPlanSetUp update) %.3f ms", name, S, B, setup_ms);
-  printf(" (medians: mask host %.3f, plan host %.3f, device wait %.3f ms)\n", part[0], part[1], part[2]);
+  print_setup(name, S, B, "new mask set-up (FMMaskSetUp + FMPlanSetUp update)", setup_ms, fwd_ms, part);
+  print_setup(name, S, B, "new user bounds set-up (FMMaskSetSampleBounds + FMMaskSetUp + FMPlanSetUp update)", bounds_ms, fwd_ms, bpart);
   FC(FMPlanDestroy(&plan));
 }
 
@@ -480,7 +567,7 @@ int main(int argc, char **argv)
   remove(a.out);
   if (a.csv[0]) {
     fcsv = fopen(a.csv, "w");
-    if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch,pass,setup_ms\n");
+    if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch,pass,setup_ms,setup_bounds_ms\n");
   }
   printf("fmbench: %s (sm %d), path %s; %s, d = %d, H = %d (kv %d), %ld tokens per batch\n", devname, sm,
          FMCudaForwardPathName(sm), a.dts, a.D, a.H, a.Hkv, a.tokens);

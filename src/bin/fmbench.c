@@ -159,32 +159,41 @@ static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, double wa
  * (up to its return: the update is then queued on the stream) and the wait for the device after
  * it (the upload and prepass not yet done by then).
  */
-static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps, double part[3])
+/* One timed new-mask step from t0 (the caller changed m since): FMMaskSetUp, FMPlanSetUp and
+   the device's wait, into t[r], t[reps + r], ... (the whole and its three pieces; r < 0: untimed). */
+static void setup_step(FMMask m, FMPlan plan, double t0, double *t, int reps, int r)
 {
-  double *t = (double *)malloc(sizeof(double) * reps * 4), med;
-  /* one untimed set-up first: the first after the timed passes finds cold caches */
-  FC(FMMaskSetSeed(m, seed + 999));
+  double t1, t2;
   FC(FMMaskSetUp(m));
+  t1 = FMTime();
   FC(FMPlanSetUp(plan));
+  t2 = FMTime();
   FC(FMCudaStreamSynchronize(NULL));
-  for (int r = 0; r < reps; r++) {
-    double t0, t1, t2;
-    FC(FMMaskSetSeed(m, seed + 1000 + (unsigned long)r));
-    t0 = FMTime();
-    FC(FMMaskSetUp(m));
-    t1 = FMTime();
-    FC(FMPlanSetUp(plan));
-    t2 = FMTime();
-    FC(FMCudaStreamSynchronize(NULL));
-    t[r] = 1e3 * (FMTime() - t0);
-    t[reps + r] = 1e3 * (t1 - t0);
-    t[2 * reps + r] = 1e3 * (t2 - t1);
-    t[3 * reps + r] = t[r] - 1e3 * (t2 - t0);
-  }
-  med = FMBenchMedian_Private(t, reps);
+  if (r < 0) return;
+  t[r] = 1e3 * (FMTime() - t0);
+  t[reps + r] = 1e3 * (t1 - t0);
+  t[2 * reps + r] = 1e3 * (t2 - t1);
+  t[3 * reps + r] = t[r] - 1e3 * (t2 - t0);
+}
+
+/* The median of setup_step's wholes, its pieces' medians into part; frees t. */
+static double setup_medians(double *t, int reps, double part[3])
+{
+  const double med = FMBenchMedian_Private(t, reps);
   for (int k = 0; k < 3; k++) part[k] = FMBenchMedian_Private(t + (k + 1) * reps, reps);
   free(t);
   return med;
+}
+
+static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps, double part[3])
+{
+  double *t = (double *)malloc(sizeof(double) * reps * 4);
+  /* r = -1: one untimed set-up first (the first after the timed passes finds cold caches) */
+  for (int r = -1; r < reps; r++) {
+    FC(FMMaskSetSeed(m, seed + 1000 + (unsigned long)r));
+    setup_step(m, plan, FMTime(), t, reps, r);
+  }
+  return setup_medians(t, reps, part);
 }
 
 /*
@@ -236,32 +245,20 @@ static double time_setup_bounds(FMContext ctx, FMMask m, int B, int H, int Hkv, 
   FC(FMPlanSetShape(plan, B, H, Hkv, D, dt));
   FC(FMPlanSetFromOptions(plan));
   for (int r = -1; r < reps; r++) { /* r = -1: the first set-up, untimed */
-    double t0, t1, t2;
     int32_t **w = v + (size_t)((r + K) % K) * nv;
-    t0 = FMTime();
+    const double t0 = FMTime();
     for (int smp = 0; smp < mb; smp++)
       for (int h = 0; h < mh; h++) {
         int32_t **b = w + ((size_t)smp * mh + h) * 4;
         FC(FMMaskSetSampleBounds(u, smp, h, b[0], b[1], b[2], b[3]));
       }
-    FC(FMMaskSetUp(u));
-    t1 = FMTime();
-    FC(FMPlanSetUp(plan));
-    t2 = FMTime();
-    FC(FMCudaStreamSynchronize(NULL));
-    if (r < 0) continue;
-    t[r] = 1e3 * (FMTime() - t0);
-    t[reps + r] = 1e3 * (t1 - t0);
-    t[2 * reps + r] = 1e3 * (t2 - t1);
-    t[3 * reps + r] = t[r] - 1e3 * (t2 - t0);
+    setup_step(u, plan, t0, t, reps, r);
   }
-  med = FMBenchMedian_Private(t, reps);
-  for (int k = 0; k < 3; k++) part[k] = FMBenchMedian_Private(t + (k + 1) * reps, reps);
+  med = setup_medians(t, reps, part);
   FC(FMPlanDestroy(&plan));
   FC(FMMaskDestroy(&u));
   for (size_t i = 0; i < K * nv; i++) free(v[i]);
   free(v);
-  free(t);
   return med;
 }
 

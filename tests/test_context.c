@@ -224,6 +224,9 @@ int main(int argc, char **argv)
     FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &cctx));
     FMT_CALL(FMContextSetBackend(cctx, FM_BACKEND_CPU));
     FMT_CALL(FMContextSetUp(cctx));
+    /* the CPU backend chooses no GPU, and every rank's view says so (even where a GPU exists) */
+    for (int r = 0; r < size; r++)
+      FMT_CHECK(cctx->all[r].gpu == -1, "CPU backend: rank %d's view has GPU %d, expected none (-1)", r, cctx->all[r].gpu);
     FMT_CALL(FMMaskCreate(cctx, &m));
     FMT_CALL(FMMaskSetSizes(m, 64 * size, 64 * size, 1));
     FMT_CALL(FMMaskSetType(m, FMMASKCAUSAL));

@@ -219,6 +219,7 @@ static FMErrorCode choose_device(FMContext ctx)
   ctx->device = -1;
   ctx->ngpus = 0;
   ctx->gpu_sm = 0;
+  ctx->self.gpu = -1; /* none, until one is chosen (the CPU backend returns before) */
 #if FM_HAVE_CUDA
   if (ctx->backend_req == FM_BACKEND_CPU) return FM_SUCCESS;
   FMCall(FMCudaDeviceCount(&ctx->ngpus));

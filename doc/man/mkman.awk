@@ -96,13 +96,63 @@ function sentence_end(s) {
   return s ~ /\.$/ || s ~ /\. /
 }
 
+# The summary: the first sentence; a long one without its parenthetical remarks, then cut at its
+# first ": " or "; " outside brackets; never an unclosed bracket (cut before it). Intervals such
+# as (0, 1e6] or [start, end) count as closed.
 function first_sentence(s,   t, p) {
   t = s; gsub(/e\.g\./, "e_g_", t); gsub(/i\.e\./, "i_e_", t)
   p = index(t, ". ")
   if (p > 0) s = substr(s, 1, p - 1)
   sub(/\.$/, "", s)
-  if (length(s) > 90 && (p = index(s, ": ")) > 20) s = substr(s, 1, p - 1)
+  if ((p = unclosed(s)) > 0) s = substr(s, 1, p - 1)
+  if (length(s) > 90) s = strip_parens(s)
+  if (length(s) > 90 && (p = outer_cut(s)) > 0) s = substr(s, 1, p - 1)
   return trim(s)
+}
+
+# s without its parenthetical remarks, the balanced groups that open after a space (a call or a
+# formula such as sqrt(d) or d*(1-rho) stays), and the space before each
+function strip_parens(s,   out, d, i, c) {
+  out = ""; d = 0
+  for (i = 1; i <= length(s); i++) {
+    c = substr(s, i, 1)
+    if ((c == "(" && i > 1 && substr(s, i - 1, 1) == " ") || (d > 0 && (c == "(" || c == "["))) d++
+    if (d == 0) out = out c
+    if ((c == ")" || c == "]") && d > 0) d--
+  }
+  if (d > 0) return s
+  gsub(/ +,/, ",", out); gsub(/  +/, " ", out); gsub(/ +$/, "", out)
+  return out
+}
+
+# the position of the first ": " or "; " outside brackets after the 20th character (else after
+# the 8th), 0 if none
+function outer_cut(s,   d, i, c, two, early) {
+  d = 0; early = 0
+  for (i = 1; i < length(s); i++) {
+    c = substr(s, i, 1); two = substr(s, i, 2)
+    if (c == "(" || c == "[") d++
+    else if ((c == ")" || c == "]") && d > 0) d--
+    else if (d == 0 && (two == ": " || two == "; ")) {
+      if (i > 20) return i
+      if (i > 8 && !early) early = i
+    }
+  }
+  return early
+}
+
+# the position of the first "(" or "[" left open at the end of s (minus the space before it), 0 if none
+function unclosed(s,   d, i, c, st, top) {
+  top = 0
+  for (i = 1; i <= length(s); i++) {
+    c = substr(s, i, 1)
+    if (c == "(" || c == "[") st[++top] = i
+    else if ((c == ")" || c == "]") && top > 0) top--
+  }
+  if (top == 0) return 0
+  i = st[1]
+  while (i > 1 && substr(s, i - 1, 1) == " ") i--
+  return i
 }
 
 function group_summary(g,   first, s, i) {

@@ -221,8 +221,16 @@ static FMErrorCode run_cuda(FMPlan plan, Data *x, int iters, double *tf, double 
   void *d[9], *host[9] = {x->q, x->k, x->v, x->dout, x->o, x->lse, x->dq, x->dk, x->dv};
   size_t bytes[9] = {x->nq * x->es, x->nk * x->es, x->nk * x->es, x->nq * x->es, x->nq * x->es, x->nl * 4,
                      x->nq * x->es, x->nk * x->es, x->nk * x->es};
+  int bad = 0;
   for (int i = 0; i < 9; i++)
-    if (cudaMalloc(&d[i], bytes[i] ? bytes[i] : 1) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
+    if (cudaMalloc(&d[i], bytes[i] ? bytes[i] : 1) != cudaSuccess) { d[i] = NULL; bad = 1; }
+  /* every rank learns of a failed allocation, so that none goes on into the collective calls alone */
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (bad) {
+    fprintf(stderr, "ex1: cudaMalloc failed on some rank (%zu bytes for Q on this one)\n", bytes[0]);
+    for (int i = 0; i < 9; i++) cudaFree(d[i]);
+    return FM_ERR_MEM;
+  }
   for (int i = 0; i < 4; i++) cudaMemcpy(d[i], host[i], bytes[i], cudaMemcpyHostToDevice);
   /* warm-up, then time */
   FMCall(FMPlanForward(plan, d[0], d[1], d[2], d[4], (float *)d[5]));
@@ -318,7 +326,8 @@ int main(int argc, char **argv)
   FMMask mask;
   FMPlan plan;
   FMBackend backend;
-  int seqlen = 4096, batch = 1, hq = 8, hkv = 2, dim = 128, nlocal, nkrows, rank, size, ok = 1, iters = 1, nrow = 16, nkey = 8;
+  FMMaskType mtype;
+  int seqlen = 4096, seqlen_k = 4096, batch = 1, hq = 8, hkv = 2, dim = 128, nlocal, nkrows, rank, size, ok = 1, iters = 1, nrow = 16, nkey = 8;
   FMDType dtype;
   const int *rows, *krows;
   double tf = 0, tb = 0, flops;
@@ -330,10 +339,16 @@ int main(int argc, char **argv)
   FMCall(FMOptionsGetInt("-iters", "timed repetitions of the forward pass (and, on the CUDA backend, of the backward)", &iters, NULL));
   FMCall(FMOptionsGetInt("-check_rows", "query rows per rank checked against the float64 reference", &nrow, NULL));
   FMCall(FMOptionsGetInt("-check_keys", "key columns per rank whose dK, dV are checked", &nkey, NULL));
-  if (iters < 1 || nrow < 0 || nkey < 0) {
-    if (iters < 1) fprintf(stderr, "ex1: -iters is %d; expected >= 1\n", iters);
-    else fprintf(stderr, "ex1: -check_rows is %d, -check_keys %d; expected >= 0\n", nrow, nkey);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+  if (seqlen < 1 || iters < 1 || nrow < 0 || nkey < 0) { /* every rank reads the same options: all stop here */
+    int r0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r0);
+    if (r0 == 0) {
+      if (seqlen < 1) fprintf(stderr, "ex1: -seqlen is %d; expected >= 1\n", seqlen);
+      else if (iters < 1) fprintf(stderr, "ex1: -iters is %d; expected >= 1\n", iters);
+      else fprintf(stderr, "ex1: -check_rows is %d, -check_keys %d; expected >= 0\n", nrow, nkey);
+    }
+    FMCall(FMFinalize());
+    return 1;
   }
 
   /* 1. Context: communicator, topology, backend (GPU if present). */
@@ -361,7 +376,8 @@ int main(int argc, char **argv)
   FMCall(FMPlanGetLocalRows(plan, &nlocal, &rows));
   /* The options may have changed the shape: read it back. */
   FMCall(FMPlanGetShape(plan, &batch, &hq, &hkv, &dim, &dtype));
-  FMCall(FMMaskGetSizes(mask, &seqlen, NULL, NULL));
+  FMCall(FMMaskGetSizes(mask, &seqlen, &seqlen_k, NULL));
+  FMCall(FMMaskGetType(mask, &mtype));
 
   /* 4. Data: this rank's query rows and its share of the key/value positions (all of them on
         one rank). Each rank fills them from the same global random tensors. */
@@ -383,8 +399,11 @@ int main(int argc, char **argv)
   MPI_Allreduce(MPI_IN_PLACE, &tf, 1, MPI_DOUBLE, MPI_MAX, comm);
   MPI_Allreduce(MPI_IN_PLACE, &tb, 1, MPI_DOUBLE, MPI_MAX, comm);
   if (rank == 0) {
-    printf("ex1: causal_document mask, seqlen %d, batch %d, heads %d/%d, head_dim %d, %s, backend %s, %d rank%s\n", seqlen, batch, hq,
-           hkv, dim, FMDTypeName(dtype), FMBackendName(backend), size, size > 1 ? "s" : "");
+    char len[48];
+    if (seqlen_k == seqlen) snprintf(len, sizeof len, "seqlen %d", seqlen);
+    else snprintf(len, sizeof len, "seqlen_q %d, seqlen_k %d", seqlen, seqlen_k);
+    printf("ex1: %s mask, %s, batch %d, heads %d/%d, head_dim %d, %s, backend %s, %d rank%s\n", mtype, len, batch, hq, hkv, dim,
+           FMDTypeName(dtype), FMBackendName(backend), size, size > 1 ? "s" : "");
     printf("  forward  %9.3f ms  %8.2f TFLOP/s\n", tf * 1e3, flops / tf * 1e-12);
     printf("  backward %9.3f ms  %8.2f TFLOP/s\n", tb * 1e3, 2.5 * flops / tb * 1e-12);
   }
@@ -441,5 +460,21 @@ int main(int argc, char **argv)
     args: -iters 0 -fm_backend cpu
     returncode: 1
     output: -iters is 0; expected >= 1
+
+  # a bad -seqlen is named as such
+  test:
+    suffix: bad_seqlen
+    nsize: 2
+    args: -seqlen -100 -fm_backend cpu
+    returncode: 1
+    output: ex1: -seqlen is -100; expected >= 1
+
+  # another mask and S_q != S_k: the header names them, and the reference agrees
+  test:
+    suffix: cpu_qk_sparse_sq
+    nsize: 1
+    args: -seqlen 512 -fm_mask_type qk_sparse -fm_mask_seqlen_q 256 -fm_plan_heads 2 -fm_plan_kv_heads 1 -fm_plan_head_dim 32 -fm_backend cpu
+    output: ex1: qk_sparse mask, seqlen_q 256, seqlen_k 512, batch 1
+    output: ex1: OK
 
 TEST*/

@@ -54,6 +54,12 @@ int main(int argc, char **argv)
       }
       names[n++] = t;
     }
+    if (n == 0) { /* an empty list is a mistake, not a request for nothing */
+      if (rank == 0) fprintf(stderr, "ex2: -masks names no mask type; give all or a comma-separated list such as causal,document\n");
+      FMCall(FMContextDestroy(&ctx));
+      FMCall(FMFinalize());
+      return 1;
+    }
   }
   if (rank == 0) printf("%-22s %8s %6s %10s %10s\n", "mask", "seqlen", "heads", "density", "sparsity");
   for (int i = 0; i < n; i++) {
@@ -97,6 +103,13 @@ int main(int argc, char **argv)
     requires: hdf5
     args: -seqlen 2000 -o ex2.h5
     output: ex2: saved 12 masks to ex2.h5
+
+  # a -masks list with no name in it is refused by name
+  test:
+    suffix: no_masks
+    args: -masks , -o ex2.h5
+    returncode: 1
+    output: ex2: -masks names no mask type
 
   test:
     suffix: file

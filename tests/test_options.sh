@@ -1,6 +1,6 @@
 #!/bin/sh
 # Options at the edges: -help lists every option FMInitialize reads once each (-fm_error_silent
-# included, -fm_log_view once); an option set but never used is warned about at FMFinalize by
+# included, -fm_log_view and -options_file once), all of them under its banner; an option set but never used is warned about at FMFinalize by
 # default, -options_left 0 hides it, -options_left says "There are no unused options."; and
 # every test log of this make check is free of such warnings (options a test sets are used).
 . "$srcdir/tests/common.sh"
@@ -9,10 +9,14 @@ bad() { echo "FAIL: $*" >&2; fail=1; }
 # test_sys expects -fm_test_env 7 from FM_OPTIONS and -fm_test_override 3 on the command line
 sys() { FM_OPTIONS="-fm_test_env 7" fm_run 1 ./tests/test_sys -fm_test_override 3 "$@"; }
 out=$(sys -help 2>&1) || bad "test_sys -help failed: $out"
-for o in -fm_error_silent -fm_error_abort -fm_log_view -options_left; do
+for o in -fm_error_silent -fm_error_abort -fm_log_view -options_left -options_file; do
   n=$(echo "$out" | grep -c -- "^  $o <")
   [ "$n" = 1 ] || bad "-help lists $o $n times, expected once"
 done
+# every option line comes under the banner (-options_file, read first, came above it)
+first=$(echo "$out" | grep -n -- "^  -" | head -1 | cut -d: -f1)
+banner=$(echo "$out" | grep -n "options (current value in <>)" | head -1 | cut -d: -f1)
+[ -n "$banner" ] && [ -n "$first" ] && [ "$first" -gt "$banner" ] || bad "-help lists an option (line ${first:-none}) before its banner (line ${banner:-none}): $out"
 out=$(sys -fm_test_never_read 5 2>&1) || bad "test_sys -fm_test_never_read 5 failed: $out"
 echo "$out" | grep -q -- "WARNING! option -fm_test_never_read 5 was set but never used" || bad "no warning about -fm_test_never_read: $out"
 n=$(echo "$out" | grep -c "was set but never used")

@@ -457,7 +457,7 @@ int main(int argc, char **argv)
   test:
     suffix: bad_iters
     nsize: 2
-    args: -iters 0 -fm_backend cpu
+    args: -iters 0
     returncode: 1
     output: -iters is 0; expected >= 1
 
@@ -465,7 +465,7 @@ int main(int argc, char **argv)
   test:
     suffix: bad_seqlen
     nsize: 2
-    args: -seqlen -100 -fm_backend cpu
+    args: -seqlen -100
     returncode: 1
     output: ex1: -seqlen is -100; expected >= 1
 

@@ -570,12 +570,9 @@ static FMErrorCode run(void)
 
 int main(int argc, char **argv)
 {
-  FMErrorCode ierr = FMInitialize(&argc, &argv, NULL, help);
-  FMBool h = FM_FALSE;
+  FMErrorCode ierr = FMInitialize(&argc, &argv, NULL, help); /* -help: the usage text, then each option as it is read */
   if (ierr) return 1;
-  FMOptionsHasName("-help", &h);
   ierr = run();
-  if (h) printf("%s", help);
   FMFinalize();
   return ierr ? 1 : 0;
 }

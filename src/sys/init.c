@@ -3,6 +3,7 @@
  * (FMInitSettings). Version, enum names, time and printing: util.c.
  */
 #include <flashmask/private/fmimpl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,10 @@ FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *
     if (help) printf("%s\n", help);
     printf("flashmask %s options (current value in <>):\n", FMGetVersion());
     printf("  -help: print this list of options as they are read\n");
+  }
+  if (flag) { /* read quietly by the options' set-up above: listed here, under the banner */
+    char file[PATH_MAX] = "";
+    FMCall(FMOptionsGetString("-options_file", FM_OPTIONS_FILE_HELP, file, sizeof(file), NULL));
   }
   /* Read through the options functions: each is listed once by -help and counts as used. */
   flag = FM_FALSE;

@@ -161,10 +161,17 @@ FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file)
   FMCall(insert_string(getenv("FM_OPTIONS")));
   if (argc > 1 && argv) FMCall(insert_tokens(argc - 1, argv + 1));
   if (fm_help < 0) fm_help = find("-help") != NULL;
-  /* -options_file F (command line or FM_OPTIONS): F's options, under those of the command line */
+  /* -options_file F (command line or FM_OPTIONS): F's options, under those of the command line.
+     Read quietly here: FMInitialize lists it under its banner (FM_OPTIONS_FILE_HELP) */
   extra[0] = 0;
-  FMCall(FMOptionsGetString("-options_file", "read options from this file (the command line and FM_OPTIONS override it)", extra,
-                            sizeof(extra), &set));
+  {
+    const int h = fm_help;
+    FMErrorCode e;
+    fm_help = 0;
+    e = FMOptionsGetString("-options_file", FM_OPTIONS_FILE_HELP, extra, sizeof(extra), &set);
+    fm_help = h;
+    FMCall(e);
+  }
   if (set && extra[0]) {
     FMCall(insert_file(extra));
     FMCall(insert_string(getenv("FM_OPTIONS")));

@@ -246,6 +246,8 @@ FMErrorCode FMOptionsGetEnum_Private(const char *name, const char *help, const c
 FMErrorCode FMOptionsGetView_Private(const char *name, const char *help, FMBool *set);
 /* Initialize/free the options and log internals (called by FMInitialize/FMFinalize). */
 FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file);
+/* -options_file's help text: read by FMOptionsInitialize_Private, listed by FMInitialize */
+#define FM_OPTIONS_FILE_HELP "read options from this file (the command line and FM_OPTIONS override it)"
 FMErrorCode FMOptionsFinalize_Private(void);
 FMErrorCode FMLogInitialize_Private(void);
 FMErrorCode FMLogFinalize_Private(void);

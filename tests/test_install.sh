@@ -176,9 +176,14 @@ if command -v man > /dev/null 2>&1 && MANPAGER=cat man -M "$tmp/probe" 3 fmprobe
 else
   echo "note: man does not render pages on this machine (no man, or a minimized one): only the page files were checked"
 fi
-docdir=$(dirname "$(find "$root" -path '*/doc/flashmask/format.md' | head -n 1)")
-for f in "$srcdir"/doc/*.md "$srcdir"/doc/*.svg "$srcdir/README.md"; do
-  [ -f "$docdir/$(basename "$f")" ] || bad "$(basename "$f") was not installed in share/doc/flashmask"
+# the documents keep the source tree's layout under share/doc/flashmask, so that the paths they
+# give each other (README.md's doc/format.md, tutorials/ex1.c, HACKING.md) hold there too
+docdir=$(dirname "$(find "$root" -path '*/doc/flashmask/README.md' | head -n 1)")
+for f in doc/*.md doc/*.svg README.md HACKING.md tutorials/ex1.c tutorials/ex2.c; do
+  for g in "$srcdir"/$f; do
+    r=${g#"$srcdir"/}
+    [ -f "$docdir/$r" ] || bad "$r was not installed in share/doc/flashmask"
+  done
 done
-echo "$n man pages in $man3, $(ls "$docdir" | wc -l) documents in $docdir"
+echo "$n man pages in $man3, $(find "$docdir" -type f | wc -l) documents in $docdir"
 exit $fail

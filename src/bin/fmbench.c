@@ -551,7 +551,7 @@ int main(int argc, char **argv)
     int ndev = 0;
     FC(FMCudaDeviceCount(&ndev));
     if (!ndev) {
-      fprintf(stderr, "fmbench: no CUDA device\n");
+      fprintf(stderr, "fmbench: no CUDA device (-dryrun builds and saves the masks without one; -help lists the options)\n");
       FMFinalize();
       return 77;
     }

@@ -311,6 +311,10 @@ static void options(FMContext ctx)
   FMT_CALL(FMOptionsSetValue("-fm_mask_seqlen_k", "-64"));
   E(FMMaskSetFromOptions(m), FM_ERR_OPT, "-fm_mask_seqlen_k");
   FMT_CALL(FMOptionsSetValue("-fm_mask_seqlen_k", "64"));
+  /* -fm_mask_seqlen is named itself, not as the two lengths it sets */
+  FMT_CALL(FMOptionsSetValue("-fm_mask_seqlen", "-5"));
+  E(FMMaskSetFromOptions(m), FM_ERR_OPT, "Option -fm_mask_seqlen is -5");
+  FMT_CALL(FMOptionsSetValue("-fm_mask_seqlen", "64")); /* the lengths already set */
   FMT_CALL(FMOptionsSetValue("-fm_mask_window_left", "-5"));
   E(FMMaskSetFromOptions(m), FM_ERR_OPT, "-fm_mask_window_left");
   FMT_CALL(FMOptionsSetValue("-fm_mask_window_left", "5"));

@@ -317,6 +317,7 @@ static FMErrorCode setfromoptions(void *obj)
 
   s = mask->seqlen_k;
   FMCall(FMOptionsGetInt("-fm_mask_seqlen", "sequence length, sets seqlen_q and seqlen_k (FMMaskSetSizes)", &s, &set));
+  FMCheck(!set || s > 0, MPI_COMM_SELF, FM_ERR_OPT, "Option -fm_mask_seqlen is %d; expected > 0", s);
   sq = set ? s : mask->seqlen_q;
   sk = set ? s : mask->seqlen_k;
   h = mask->mask_heads;

@@ -373,9 +373,11 @@ int main(int argc, char **argv)
       }
     return 0;
   }
-  if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "bench" &&
+  if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "ab256" && mode != "bench" &&
       mode != "sched" && mode != "wsweep") {
-    fprintf(stderr, "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], sched [reps], wsweep [reps], prof S kind [d], rho, probe)\n",
+    fprintf(stderr,
+            "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], ab256 [reps], sched [reps], wsweep [reps], prof S kind [d], rho, "
+            "probe)\n",
             mode.c_str());
     return 2;
   }
@@ -407,6 +409,11 @@ int main(int argc, char **argv)
   if (mode == "ab") {
     for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA, M_DOC}) bench_case(8192, k, 128, 32, reps);
     for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(32768, k, 128, 32, reps);
+    return 0;
+  }
+  if (mode == "ab256") { /* d = 256 (H = 16): the A/B table of its build options */
+    for (int S : {8192, 32768})
+      for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA, M_DOC}) bench_case(S, k, 256, 16, reps);
     return 0;
   }
   if (mode == "wsweep") { /* window sizes: grid, static, dynamic in turn per window */

@@ -39,6 +39,12 @@ static void tmask_summaries(TMask *t)
     }
   d->summary = t->sum;
   for (int v = 0; v < 4; v++) d->bnd[v] = t->b[v];
+  /* exact present bits, as the library's masks have them (a vector left at its defaults in every
+     row is not carried), so that the localized masks' absent vectors are exercised too */
+  d->present = 0;
+  for (int v = 0; v < 4; v++)
+    for (size_t i = 0; i < (size_t)d->mask_heads * (d->mask_batch > 1 ? d->mask_batch : 1) * d->seqlen_k; i++)
+      if (t->b[v][i] != (v < 2 ? d->seqlen_q : 0)) { d->present |= 1 << v; break; }
 }
 
 static void tmask_alloc(TMask *t, int Sq, int Sk, int heads, int causal, int block)

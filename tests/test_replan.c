@@ -329,7 +329,7 @@ static void check_localize_columns(FMContext ctx, uint64_t *seed)
       bad += a.nlocal != b.nlocal || a.mask_heads != b.mask_heads || !a.cut != !b.cut;
       for (int h = 0; h < a.mask_heads; h++)
         for (int x = 0; x < 64; x++) {
-          for (int v = 0; v < 4; v++) bad += a.bnd[v][(size_t)h * s.Sk + cols[x]] != b.bnd[v][(size_t)h * 64 + x];
+          for (int v = 0; v < 4; v++) bad += FMDistLocalBound(&a, v, (size_t)h * s.Sk + cols[x]) != FMDistLocalBound(&b, v, (size_t)h * 64 + x);
           total += 4;
         }
       for (int x = 0; x < 64 && a.cut && b.cut; x++) bad += a.cut[cols[x]] != b.cut[x];

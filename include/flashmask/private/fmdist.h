@@ -195,9 +195,17 @@ FMErrorCode FMDistRankKeys(const FMDistChunks *ch, const FMDistPartition *part, 
  */
 typedef struct {
   int nlocal, mask_heads, seqlen_k; /* mask_heads: the mask rows, FMDistMaskRows */
-  int32_t *bnd[4];   /* [mask rows][seqlen_k] each */
+  int32_t *bnd[4];   /* [mask rows][seqlen_k] each, or NULL where the mask does not carry vector v
+                        (every entry its default: lts = lte = nlocal, uts = ute = 0); read them
+                        through FMDistLocalBound */
   int32_t *cut;      /* [seqlen_k] or NULL when not causal */
 } FMDistLocalMask;
+
+/* Entry o (row * seqlen_k + column) of lm's vector v, its default where the vector is absent. */
+static inline int32_t FMDistLocalBound(const FMDistLocalMask *lm, int v, size_t o)
+{
+  return lm->bnd[v] ? lm->bnd[v][o] : v < 2 ? lm->nlocal : 0;
+}
 
 /*
  * FMDistLocalizeBound - the local bound of a global row bound x for a rank owning the
@@ -213,7 +221,8 @@ FMErrorCode FMDistLocalMaskDestroy(FMDistLocalMask *lm);
 /*
  * FMDistLocalizeColumns - FMDistLocalize restricted to the key columns cols[0..n) (global
  *   indices, any order, repeats allowed): lm->seqlen_k = n and column x of lm (bnd[v][h * n + x],
- *   cut[x]) is global column cols[x], with the values FMDistLocalize gives it. O(rows x n) (each
+ *   cut[x]) is global column cols[x], with the values FMDistLocalize gives it. A vector the mask
+ *   does not carry (m->present) is not allocated: NULL, its entries the defaults. O(rows x n) (each
  *   bound by a binary search over the rank's chunks; plus O(seqlen_q) for a table above 32
  *   chunks) instead of O(rows x seqlen_k): what the CUDA backend's stage masks need. cols NULL means every
  *   column in order (n = seqlen_k): that is FMDistLocalize (localize.c).
@@ -225,8 +234,8 @@ static inline int FMDistLocalMasked(const FMDistLocalMask *lm, int h, int li, in
 {
   size_t o = (size_t)h * lm->seqlen_k + j;
   if (lm->cut && li < lm->cut[j]) return 1;
-  if (lm->bnd[0][o] <= li && li < lm->bnd[1][o]) return 1;
-  if (lm->bnd[2][o] <= li && li < lm->bnd[3][o]) return 1;
+  if (FMDistLocalBound(lm, 0, o) <= li && li < FMDistLocalBound(lm, 1, o)) return 1;
+  if (FMDistLocalBound(lm, 2, o) <= li && li < FMDistLocalBound(lm, 3, o)) return 1;
   return 0;
 }
 

@@ -6,6 +6,7 @@
  * [s, e) of masked global rows becomes the interval [local(s), local(e)) of masked local rows.
  */
 #include <flashmask/private/fmdist.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,21 +31,26 @@ int FMDistLocalizeBound(const FMDistChunks *ch, int nown, const int *chunks, int
  */
 #define FM_LOCALIZE_SEARCH_MAX 32
 typedef struct {
-  int Sq, nown, *cnt;
-  int r0[FM_LOCALIZE_SEARCH_MAX], len[FM_LOCALIZE_SEARCH_MAX], pre[FM_LOCALIZE_SEARCH_MAX];
+  int Sq, nown, *cnt, step; /* step: the search's first step, half the power of two above nown */
+  int r0[2 * FM_LOCALIZE_SEARCH_MAX], len[FM_LOCALIZE_SEARCH_MAX], pre[FM_LOCALIZE_SEARCH_MAX];
 } Local;
 
 static int cmp_int(const void *a, const void *b) { int x = *(const int *)a, y = *(const int *)b; return (x > y) - (x < y); }
 
-static inline int local_of(const Local *L, long x)
+/* local(x); *seg carries the number of chunks starting at or before the last x between calls
+   (0 at first), so that a run of nearby x (consecutive columns, sorted bounds) skips the search */
+static inline int local_of(const Local *L, long x, int *seg)
 {
-  int lo = 0, hi = L->nown;
+  int lo = *seg;
   if (x < 0) x = 0;
   if (x > L->Sq) x = L->Sq;
   if (L->cnt) return L->cnt[x];
-  while (lo < hi) { /* lo = the number of chunks starting at or before x */
-    int mid = (lo + hi) / 2;
-    if (L->r0[mid] <= x) lo = mid + 1; else hi = mid;
+  if (!((lo == 0 || L->r0[lo - 1] <= x) && x < L->r0[lo])) {
+    /* lo = the number of chunks starting at or before x: log2 of a power of two above nown
+       steps (the slots past nown start at INT_MAX), with no branch on the data */
+    lo = 0;
+    for (int step = L->step; step > 0; step /= 2) lo += L->r0[lo + step - 1] <= x ? step : 0;
+    *seg = lo;
   }
   if (lo == 0) return 0;
   lo--;
@@ -68,6 +74,8 @@ static FMErrorCode local_init(const FMDistChunks *ch, int nown, const int *chunk
   }
   memcpy(c, chunks, sizeof(int) * (size_t)nown);
   qsort(c, (size_t)nown, sizeof(int), cmp_int); /* chunk order is row order */
+  for (int b = nown; b < 2 * FM_LOCALIZE_SEARCH_MAX; b++) L->r0[b] = INT_MAX; /* past every x: local_of's search never stops there */
+  for (L->step = 1; 2 * L->step <= nown; L->step *= 2) {} /* the search reaches lo <= 2 step - 1 >= nown */
   *nlocal = 0;
   for (int b = 0; b < nown; b++) {
     FMDistChunkRows(ch, c[b], &L->r0[b], &r1);
@@ -92,16 +100,27 @@ FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, i
   FMCall(local_init(ch, nown, chunks, &L, &lm->nlocal));
   lm->mask_heads = rows;
   lm->seqlen_k = n;
-  for (int v = 0; v < 4 && !ierr; v++) ierr = FMMalloc(N + 1, &lm->bnd[v]);
+  /* a vector the mask does not carry stays NULL: its localized entries are the defaults
+     (FMDistLocalBound), with no array to fill (at 1M keys, 12 MB of fresh pages a step) */
+  for (int v = 0; v < 4 && !ierr; v++)
+    if ((m->present >> v) & 1) ierr = FMMalloc(N + 1, &lm->bnd[v]);
   if (!ierr && m->causal) ierr = FMMalloc((size_t)n + 1, &lm->cut);
   for (int v = 0; v < 4 && !ierr; v++)
-    for (int h = 0; h < rows; h++) {
+    for (int h = 0; h < rows && lm->bnd[v]; h++) {
       const int32_t *src = m->bnd[v] + (size_t)h * Sk;
       int32_t *dst = lm->bnd[v] + (size_t)h * n;
-      for (int x = 0; x < n; x++) dst[x] = local_of(&L, src[cols ? cols[x] : x]);
+      int32_t px = -1, pv = 0; /* runs of equal bounds (a document's columns) are localized once */
+      int seg = 0;
+      for (int x = 0; x < n; x++) {
+        const int32_t b = src[cols ? cols[x] : x];
+        if (b != px) { pv = local_of(&L, b, &seg); px = b; }
+        dst[x] = pv;
+      }
     }
-  if (!ierr && m->causal)
-    for (int x = 0; x < n; x++) lm->cut[x] = local_of(&L, (long)(cols ? cols[x] : x) - off); /* rows i < j - off are right of the diagonal */
+  if (!ierr && m->causal) {
+    int seg = 0; /* runs of consecutive columns: the search only where a chunk boundary is crossed */
+    for (int x = 0; x < n; x++) lm->cut[x] = local_of(&L, (long)(cols ? cols[x] : x) - off, &seg); /* rows i < j - off are right of the diagonal */
+  }
   free(L.cnt);
   if (ierr) (void)FMDistLocalMaskDestroy(lm);
   FMCall(ierr);

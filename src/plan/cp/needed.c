@@ -13,8 +13,8 @@ int FMDistColumnVisible(const FMDistLocalMask *lm, int h, int j)
   size_t o = (size_t)h * lm->seqlen_k + j;
   int s[3], e[3], pos = 0, changed = 1;
   s[0] = 0; e[0] = lm->cut ? lm->cut[j] : 0;
-  s[1] = lm->bnd[0][o]; e[1] = lm->bnd[1][o];
-  s[2] = lm->bnd[2][o]; e[2] = lm->bnd[3][o];
+  s[1] = FMDistLocalBound(lm, 0, o); e[1] = FMDistLocalBound(lm, 1, o);
+  s[2] = FMDistLocalBound(lm, 2, o); e[2] = FMDistLocalBound(lm, 3, o);
   /* advance the covered prefix [0, pos) through the three masked intervals */
   while (changed && pos < lm->nlocal) {
     changed = 0;

@@ -77,7 +77,7 @@ static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x
   for (int h = 0; h < lm->mask_heads && !ierr; h++)
     for (int x = 0; x < n && !ierr; x++) {
       size_t o = (size_t)h * lm->seqlen_k + x0 + x, t = (size_t)h * n + x;
-      int32_t w[4] = {lm->bnd[0][o], lm->bnd[1][o], lm->bnd[2][o], lm->bnd[3][o]};
+      int32_t w[4] = {FMDistLocalBound(lm, 0, o), FMDistLocalBound(lm, 1, o), FMDistLocalBound(lm, 2, o), FMDistLocalBound(lm, 3, o)};
       if (!fold_column(lm->cut ? lm->cut[x0 + x] : 0, w))
         ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_SUP,
                                "Key %d of mask head %d: the causal triangle plus two masked intervals below the diagonal "

@@ -4,8 +4,8 @@
 # page that exists), its page carries a comment from the header, and that comment names each
 # of the function's arguments. The functions and their arguments come from the C preprocessor's
 # view of the header ($CC -E), not from the page generator. Every page must also format without
-# a groff warning (when groff is installed), and no summary may leave a bracket open. Fails
-# listing what is missing.
+# a groff warning (when groff is installed), and no summary may leave a bracket open or be cut
+# short. Fails listing what is missing.
 . "$srcdir/tests/common.sh"
 : "${CC:=cc}"
 man3="$top_builddir/man/man3"
@@ -79,13 +79,17 @@ while read -r name args; do
   grep -q "^\.BR $name (3)\$" "$man3/flashmask.3" 2>/dev/null || { echo "FAIL: flashmask(3) does not list $name"; fail=1; }
 done < "$tmp/decls"
 # Every summary (a page's NAME line, flashmask(3)'s line under each function) closes what it
-# opens: "(" and "[" against ")" and "]" (an interval such as (0, 1] counts as closed).
+# opens: "(" and "[" against ")" and "]" (an interval such as (0, 1] counts as closed); and none
+# is cut short: none ends on a word such as "out" or "of", or holds " ;".
 for p in "$man3"/*.3; do
   grep -q '^\.so ' "$p" && continue
   { sed -n '/^\.SH NAME/{n;p;}' "$p"; [ "$(basename "$p")" = flashmask.3 ] && sed -n '/^\.BR FM.* (3)$/{n;p;}' "$p"; } |
     awk -v page="$(basename "$p")" '{ d = 0; for (i = 1; i <= length($0); i++) { c = substr($0, i, 1)
       if (c == "(" || c == "[") d++; else if ((c == ")" || c == "]") && d > 0) d-- }
-      if (d > 0) { print "FAIL: " page ": a summary leaves a bracket open: " $0; bad = 1 } } END { exit bad }' || fail=1
+      if (d > 0) { print "FAIL: " page ": a summary leaves a bracket open: " $0; bad = 1 }
+      s = $0; sub(/^FM[A-Za-z0-9_, ]* \\- /, "", s)
+      if (s ~ / (out|in|of|the|a|and|or)$/ || s ~ / ;/) { print "FAIL: " page ": a summary cut short: " $0; bad = 1 } }
+      END { exit bad }' || fail=1
 done
 if command -v groff > /dev/null 2>&1; then
   for p in "$man3"/*.3; do

@@ -110,35 +110,33 @@ function first_sentence(s,   t, p) {
   return trim(s)
 }
 
-# s without its parenthetical remarks, the balanced groups that open after a space (a call or a
-# formula such as sqrt(d) or d*(1-rho) stays), and the space before each
-function strip_parens(s,   out, d, i, c) {
+# s without its parenthetical remarks: the groups that open with " (" and close with ")" (a call
+# or a formula such as sqrt(d) or d*(1-rho) stays, and so does an interval such as (0, 1e6]),
+# each with the space before it
+function strip_parens(s,   out, d, i, c, p0) {
   out = ""; d = 0
   for (i = 1; i <= length(s); i++) {
     c = substr(s, i, 1)
-    if ((c == "(" && i > 1 && substr(s, i - 1, 1) == " ") || (d > 0 && (c == "(" || c == "["))) d++
-    if (d == 0) out = out c
-    if ((c == ")" || c == "]") && d > 0) d--
+    if (d == 0 && c == "(" && i > 1 && substr(s, i - 1, 1) == " ") { p0 = length(out); d = 1; out = out c; continue }
+    out = out c
+    if (d > 0 && (c == "(" || c == "[")) d++
+    else if (d > 0 && (c == ")" || c == "]") && --d == 0 && c == ")") out = substr(out, 1, p0 - 1)
   }
   if (d > 0) return s
-  gsub(/ +,/, ",", out); gsub(/  +/, " ", out); gsub(/ +$/, "", out)
+  gsub(/ +,/, ",", out); gsub(/ +;/, ";", out); gsub(/ +:/, ":", out); gsub(/  +/, " ", out); gsub(/ +$/, "", out)
   return out
 }
 
-# the position of the first ": " or "; " outside brackets after the 20th character (else after
-# the 8th), 0 if none
-function outer_cut(s,   d, i, c, two, early) {
-  d = 0; early = 0
+# the position of the first ": " or "; " outside brackets after the 20th character, 0 if none
+function outer_cut(s,   d, i, c, two) {
+  d = 0
   for (i = 1; i < length(s); i++) {
     c = substr(s, i, 1); two = substr(s, i, 2)
     if (c == "(" || c == "[") d++
     else if ((c == ")" || c == "]") && d > 0) d--
-    else if (d == 0 && (two == ": " || two == "; ")) {
-      if (i > 20) return i
-      if (i > 8 && !early) early = i
-    }
+    else if (d == 0 && i > 20 && (two == ": " || two == "; ")) return i
   }
-  return early
+  return 0
 }
 
 # the position of the first "(" or "[" left open at the end of s (minus the space before it), 0 if none

@@ -223,8 +223,8 @@ FMErrorCode FMDistLocalMaskDestroy(FMDistLocalMask *lm);
  *   indices, any order, repeats allowed): lm->seqlen_k = n and column x of lm (bnd[v][h * n + x],
  *   cut[x]) is global column cols[x], with the values FMDistLocalize gives it. A vector the mask
  *   does not carry (m->present) is not allocated: NULL, its entries the defaults. O(rows x n) (each
- *   bound by a binary search over the rank's chunks; plus O(seqlen_q) for a table above 32
- *   chunks) instead of O(rows x seqlen_k): what the CUDA backend's stage masks need. cols NULL means every
+ *   bound by a search over the rank's chunks, skipped for a run of equal or nearby bounds; plus
+ *   O(seqlen_q) for a table above 32 chunks) instead of O(rows x seqlen_k): what the CUDA backend's stage masks need. cols NULL means every
  *   column in order (n = seqlen_k): that is FMDistLocalize (localize.c).
  */
 FMErrorCode FMDistLocalizeColumns(const FMMaskDesc *m, const FMDistChunks *ch, int nown, const int *chunks, int n, const int *cols,

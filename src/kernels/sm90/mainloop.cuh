@@ -117,6 +117,13 @@ __device__ __forceinline__ void apply_mask(float *s, int e, const int4 *bnd, int
  * multiplies a step, it ran 2.7-6.9% faster (full and causal 8K, 2026-12-02); at d = 64 and 128
  * it was within -1.4..+2% (not kept there). -DFM_SM90_RESCALE_SKIP turns it on for every d (A/B).
  */
+constexpr float kRescaleSkip = 8.f;
+#ifdef FM_SM90_RESCALE_SKIP
+template <int D> constexpr bool kRescaleSkipOn = true;
+#else
+template <int D> constexpr bool kRescaleSkipOn = D == 256;
+#endif
+
 /*
  * The consumers' ping-pong (named barriers 1 and 2: one warpgroup issues its GEMMs while the
  * other runs its softmax). FlashAttention-3 and -4 turn theirs off at d > 128, where the GEMMs
@@ -128,13 +135,6 @@ __device__ __forceinline__ void apply_mask(float *s, int e, const int4 *bnd, int
 template <int D> constexpr bool kPingPong = D <= 128;
 #else
 template <int D> constexpr bool kPingPong = true;
-#endif
-
-constexpr float kRescaleSkip = 8.f;
-#ifdef FM_SM90_RESCALE_SKIP
-template <int D> constexpr bool kRescaleSkipOn = true;
-#else
-template <int D> constexpr bool kRescaleSkipOn = D == 256;
 #endif
 
 /* Online softmax of one S tile (TN columns) held in registers; sets the correction factors for

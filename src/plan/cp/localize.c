@@ -26,8 +26,9 @@ int FMDistLocalizeBound(const FMDistChunks *ch, int nown, const int *chunks, int
 
 /*
  * local(x) for the rank's chunks: a table cnt[x] (O(seqlen_q) to build) when the rank owns many
- * chunks, else a binary search over its chunks' first rows (a few steps for the usual four
- * chunks per rank, and no table to build or to miss in the cache).
+ * chunks, else a branch-free search over its chunks' first rows (three steps for the usual four
+ * chunks per rank, none within the chunk found last, and no table to build or to miss in the
+ * cache).
  */
 #define FM_LOCALIZE_SEARCH_MAX 32
 typedef struct {

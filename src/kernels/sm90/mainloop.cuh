@@ -124,19 +124,6 @@ template <int D> constexpr bool kRescaleSkipOn = true;
 template <int D> constexpr bool kRescaleSkipOn = D == 256;
 #endif
 
-/*
- * The consumers' ping-pong (named barriers 1 and 2: one warpgroup issues its GEMMs while the
- * other runs its softmax). FlashAttention-3 and -4 turn theirs off at d > 128, where the GEMMs
- * dominate a step and the intra-warpgroup overlap (S_i issued before P_{i-1} V, its softmax
- * under that product) is left alone. -DFM_SM90_NO_PINGPONG_256 does the same at d = 256 (an A/B
- * build, not yet timed: fwd_bench ab256); the default keeps it at every d.
- */
-#ifdef FM_SM90_NO_PINGPONG_256
-template <int D> constexpr bool kPingPong = D <= 128;
-#else
-template <int D> constexpr bool kPingPong = true;
-#endif
-
 /* Online softmax of one S tile (TN columns) held in registers; sets the correction factors for
    O and returns whether they are 1 for the whole warp (the max kept: SKIP only, see kRescaleSkipOn). */
 template <int TN, bool SKIP> __device__ __forceinline__ bool softmax_step(float *s, float *mrow, float *lrow, float c, float *corr)
@@ -288,18 +275,21 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
     const uint32_t qaddr = smem_u32(qtile) + cw * 64 * 128;
     const uint32_t kbase = smem_u32(smem + L::OFF_K), vbase = smem_u32(smem + L::OFF_V);
     const int4 *bbase = (const int4 *)(smem + L::OFF_B);
-    if (kPingPong<D> && cw == 1) named_arrive(1, 256); /* consumer 0 issues first */
+    /* The two consumers' ping-pong (named barriers 1 and 2) at every d. FlashAttention-3 and -4
+       drop theirs above d = 128; without ours at d = 256 the forward ran 1-2% slower on full and
+       causal, 8K and 32K (H200, 2026-12-05, fwd_bench ab256): kept. */
+    if (cw == 1) named_arrive(1, 256); /* consumer 0 issues first */
 
     /* block 0: S only */
     {
       const int e = list[0], kb = e & kBlockBits;
       const int st = r0 % ST;
       mbar_wait(&k_full[st], (r0 / ST) & 1);
-      if (kPingPong<D>) named_sync(mine, 256);
+      named_sync(mine, 256);
       wgmma_fence();
       gemm_qk<TN, F16>(s, qaddr, kbase + st * L::KB, D);
       wgmma_commit();
-      if (kPingPong<D>) named_arrive(other, 256);
+      named_arrive(other, 256);
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < TN / 2; i++) reg_fence(s[i]);
@@ -315,7 +305,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       const int st = g % ST, pst = (g - 1) % ST;
       const uint32_t ph = (g / ST) & 1, pph = ((g - 1) / ST) & 1;
       mbar_wait(&k_full[st], ph);
-      if (kPingPong<D>) named_sync(mine, 256);
+      named_sync(mine, 256);
       wgmma_fence();
       gemm_qk<TN, F16>(s, qaddr, kbase + st * L::KB, D);
       wgmma_commit();
@@ -327,7 +317,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       wgmma_fence();
       gemm_pv<D, TN, F16>(o, pr, vbase + pst * L::KB, p.vdesc_hi);
       wgmma_commit();
-      if (kPingPong<D>) named_arrive(other, 256);
+      named_arrive(other, 256);
       wgmma_wait<1>();
 #pragma unroll
       for (int t = 0; t < TN / 2; t++) reg_fence(s[t]);
@@ -350,11 +340,11 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       const uint32_t ph = (g / ST) & 1;
       if (!keep) rescale_o<D>(o, corr);
       mbar_wait(&v_full[st], ph);
-      if (kPingPong<D>) named_sync(mine, 256);
+      named_sync(mine, 256);
       wgmma_fence();
       gemm_pv<D, TN, F16>(o, pr, vbase + st * L::KB, p.vdesc_hi);
       wgmma_commit();
-      if (kPingPong<D> && cw == 0) named_arrive(other, 256); /* consumer 1 has no later sync to match */
+      if (cw == 0) named_arrive(other, 256); /* consumer 1 has no later sync to match */
       wgmma_wait<0>();
 #pragma unroll
       for (int t = 0; t < D / 2; t++) reg_fence(o[t]);

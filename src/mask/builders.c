@@ -450,9 +450,7 @@ static FMErrorCode build_random_eviction(FMMask m)
   m->causal = 1; m->present = FM_BOUND_LTS;
   /* the (sample, head) rows are independent streams: one thread each, its own pool (32 heads
      at 32K keys took 2.3 ms on one thread), where there is enough work to pay the threads */
-#ifdef _OPENMP
-  if ((int64_t)ng * Sk >= (1 << 17)) nth = omp_get_max_threads() < ng ? omp_get_max_threads() : ng;
-#endif
+  nth = FMMaskThreads_Private(m, (size_t)ng * Sk, ng);
   FMCall(FMMalloc((size_t)nth * (half + 1), &pools));
 #pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
   for (int g = 0; g < ng; g++) {
@@ -509,8 +507,11 @@ static FMErrorCode build_user_bounds(FMMask m)
   }
   m->present = bits;
   m->causal = m->user_causal;
-  for (int v = 0; v < 4; v++)
-    if ((bits & (1 << v)) && m->user[v]) memcpy(m->bnd[v], m->user[v], sizeof(int32_t) * G * Sk);
+  {
+    const int32_t *src[4];
+    for (int v = 0; v < 4; v++) src[v] = (bits & (1 << v)) ? m->user[v] : NULL;
+    FMMaskCopyBounds_Private(m->bnd, src, G * Sk, FMMaskThreads_Private(m, G * Sk, 0));
+  }
   return FM_SUCCESS;
 }
 
@@ -539,8 +540,9 @@ static FMErrorCode alloc_default_bounds(FMMask m, int full)
   for (int v = 0; v < 4; v++) {
     int32_t *b = m->bnd[v];
     const int32_t x = v < 2 ? Sq : 0;
+    const int nth = FMMaskThreads_Private(m, n, 0);
     if (((keep | full) >> v) & 1) continue;
-#pragma omp simd
+#pragma omp parallel for simd num_threads(nth) schedule(static) if (nth > 1)
     for (size_t i = 0; i < n; i++) b[i] = x;
   }
   return FM_SUCCESS;

@@ -128,10 +128,17 @@ FMErrorCode FMMaskValidate_Private(FMMask m)
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   for (int v = 0; v < 4; v++)
     FMCheck(m->bnd[v], MPI_COMM_SELF, FM_ERR_LIB, "Bound vector %s is not allocated", vname[v]);
-  /* one branch-free pass per row and interval; only a row with a violation is scanned again,
-     in the order of the message */
-  for (size_t g = 0; g < FM_MASK_NG(m); g++)
-    if (pair_bad(m, 0, g, usq) | pair_bad(m, 1, g, usq)) FMCall(report_row(m, g));
+  /* one branch-free pass per row and interval (the rows on the context's threads, for a large
+     mask); only the first row with a violation is scanned again, in the order of the message */
+  {
+    const long ng = (long)FM_MASK_NG(m);
+    const int nth = FMMaskThreads_Private(m, (size_t)ng * m->seqlen_k, (int)(ng < 64 ? ng : 64));
+    long first = ng;
+#pragma omp parallel for num_threads(nth) schedule(static) reduction(min : first) if (nth > 1)
+    for (long g = 0; g < ng; g++)
+      if (g < first && (pair_bad(m, 0, (size_t)g, usq) | pair_bad(m, 1, (size_t)g, usq))) first = g;
+    if (first < ng) FMCall(report_row(m, (size_t)first));
+  }
   return FM_SUCCESS;
 }
 
@@ -249,8 +256,10 @@ FMErrorCode FMMaskNormalize_Private(FMMask m)
   for (int pr = 0; pr < 2; pr++) {
     int32_t *s = m->bnd[2 * pr], *e = m->bnd[2 * pr + 1];
     const int32_t d = pr == 0 ? Sq : 0;
+    const int nth = FMMaskThreads_Private(m, n, 0);
     if (!carried(m, 2 * pr) || !carried(m, 2 * pr + 1)) continue;
-#pragma omp simd /* branch-free; GCC's -O2 vectorizes a loop of unknown trip count only so */
+    /* branch-free (simd: GCC's -O2 vectorizes a loop of unknown trip count only so) */
+#pragma omp parallel for simd num_threads(nth) schedule(static) if (nth > 1)
     for (size_t i = 0; i < n; i++) {
       const int32_t x0 = s[i], x1 = e[i];
       const int em = x0 == x1;
@@ -268,6 +277,7 @@ FMErrorCode FMMaskNormalize_Private(FMMask m)
 FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
 {
   const int Sk = m->seqlen_k, B = m->block, nkb = m->nblocks_k, H = (int)FM_MASK_NG(m);
+  const int nth = FMMaskThreads_Private(m, (size_t)H * Sk, 0); /* (head, key block) pairs on the context's threads */
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   FMCheck(m->bnd[0] && nkb == (int)(((int64_t)Sk + B - 1) / B), MPI_COMM_SELF, FM_ERR_ORDER,
           "The mask's block summaries are asked for before its bounds are normalized (FMMaskSetUp)");
@@ -277,6 +287,7 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
     FMCall(FMMalloc((size_t)H * nkb * FM_SUM_N, &m->summary));
     m->summary_cap = (size_t)H * nkb * FM_SUM_N;
   }
+#pragma omp parallel for collapse(2) num_threads(nth) schedule(static) if (nth > 1)
   for (int h = 0; h < H; h++)
     for (int kb = 0; kb < nkb; kb++) {
       int32_t *s = m->summary + ((size_t)h * nkb + kb) * FM_SUM_N;

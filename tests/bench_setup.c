@@ -9,7 +9,8 @@
  * With -bounds 1 each of these is timed a second time on the user's path, a mask of type
  * "bounds" given new vectors each call (FMMaskSetSampleBounds for every sample and head, the
  * vectors the builder's mask carries, from three seeds made beforehand, then FMMaskSetUp): what
- * a training step pays for bounds of its own, without our builders' generation. -heads H gives
+ * a training step pays for bounds of its own, without our builders' generation; with -bounds 2
+ * the same by one FMMaskSetAllBounds call (the arrays [batch][heads][S]). -heads H gives
  * the mask H heads (random_eviction differs per head; the other builders copy head 0).
  * Prints the median and the best of -reps calls (after a few warm-ups), in microseconds.
  *
@@ -42,25 +43,33 @@ static double median(double *t, int n)
 
 enum { K_SETS = 3 }; /* bound sets made beforehand for the user's path */
 
-/* The user's new bounds: set k % K_SETS given to every sample and head (nothing without sets). */
-static void new_mask(FMMask m, int32_t **sets, size_t nv, int H, int batch, int k)
+/* The user's new bounds: set k % K_SETS given to every sample and head (nothing without sets),
+   by one FMMaskSetSampleBounds call per (sample, head) (mode 1) or one FMMaskSetAllBounds (2). */
+static void new_mask(FMMask m, int32_t **sets, int S, int H, int batch, int k, int mode)
 {
-  int32_t **v = sets ? sets + (size_t)(k % K_SETS) * nv : NULL;
+  int32_t **v = sets ? sets + (size_t)(k % K_SETS) * 4 : NULL;
   if (!v) return;
+  if (mode == 2) {
+    CALL(FMMaskSetAllBounds(m, v[0], v[1], v[2], v[3]));
+    return;
+  }
   for (int smp = 0; smp < batch; smp++)
     for (int h = 0; h < H; h++) {
-      int32_t **b = v + ((size_t)smp * H + h) * 4;
+      const size_t o = ((size_t)smp * H + h) * (size_t)S;
+      int32_t *b[4];
+      for (int x = 0; x < 4; x++) b[x] = v[x] ? v[x] + o : NULL;
       CALL(FMMaskSetSampleBounds(m, smp, h, b[0], b[1], b[2], b[3]));
     }
 }
 
 /* K sets of the vectors of builder type's mask (sizes S, H heads, batch samples; seeds 1000 +
-   k), each set [batch][H][4] vectors, NULL where the mask does not carry one; *causal its flag. */
+   k), each set 4 arrays [batch][H][S], NULL where the mask does not carry the vector; *causal
+   its flag. */
 static int32_t **make_sets(FMContext ctx, const char *type, int S, int H, int batch, FMBool *causal)
 {
   FMMask g;
-  const size_t nv = (size_t)batch * H * 4;
-  int32_t **v = calloc(K_SETS * nv, sizeof(int32_t *));
+  const size_t ng = (size_t)batch * H;
+  int32_t **v = calloc(K_SETS * 4, sizeof(int32_t *));
   CALL(FMMaskCreate(ctx, &g));
   CALL(FMMaskSetSizes(g, S, S, H));
   if (batch > 1) CALL(FMMaskSetBatch(g, batch));
@@ -74,10 +83,10 @@ static int32_t **make_sets(FMContext ctx, const char *type, int S, int H, int ba
         int present;
         CALL(FMMaskGetSampleBounds(g, smp, h, &b[0], &b[1], &b[2], &b[3], &present, causal));
         for (int x = 0; x < 4; x++) {
-          int32_t **dst = v + k * nv + ((size_t)smp * H + h) * 4 + x;
+          int32_t **dst = v + k * 4 + x;
           if (!((present >> x) & 1)) continue;
-          *dst = malloc(sizeof(int32_t) * (size_t)S);
-          memcpy(*dst, b[x], sizeof(int32_t) * (size_t)S);
+          if (!*dst) *dst = malloc(sizeof(int32_t) * ng * (size_t)S);
+          memcpy(*dst + ((size_t)smp * H + h) * (size_t)S, b[x], sizeof(int32_t) * (size_t)S);
         }
       }
   }
@@ -87,7 +96,8 @@ static int32_t **make_sets(FMContext ctx, const char *type, int S, int H, int ba
 
 /*
  * what: 0 FMMaskSetUp alone; 1 + local plan; 2 + cp plan. bounds: the user's path (type
- * "bounds", new vectors each call) instead of the builder's new seed. Times in *med, *best (us).
+ * "bounds", new vectors each call; new_mask's mode 1 or 2) instead of the builder's new seed.
+ * Times in *med, *best (us).
  */
 static void run(FMContext ctx, const char *type, int S, int H, int batch, int what, int bounds, int reps, double *med, double *best)
 {
@@ -95,7 +105,6 @@ static void run(FMContext ctx, const char *type, int S, int H, int batch, int wh
   FMPlan plan = NULL;
   double *t = malloc(sizeof(double) * (size_t)reps);
   const int warm = 3;
-  const size_t nv = (size_t)batch * H * 4;
   FMBool causal = FM_FALSE;
   int32_t **sets = bounds ? make_sets(ctx, type, S, H, batch, &causal) : NULL;
   CALL(FMMaskCreate(ctx, &m));
@@ -104,7 +113,7 @@ static void run(FMContext ctx, const char *type, int S, int H, int batch, int wh
   CALL(FMMaskSetType(m, bounds ? FMMASKBOUNDS : type));
   if (bounds) CALL(FMMaskSetCausal(m, causal));
   CALL(FMMaskSetSeed(m, 1));
-  new_mask(m, sets, nv, H, batch, 0);
+  new_mask(m, sets, S, H, batch, 0, bounds);
   CALL(FMMaskSetUp(m));
   if (what) {
     CALL(FMPlanCreate(ctx, &plan));
@@ -119,7 +128,7 @@ static void run(FMContext ctx, const char *type, int S, int H, int batch, int wh
     if (!sets) CALL(FMMaskSetSeed(m, 2 + (unsigned long)(r + warm))); /* a new packing: a full rebuild */
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
-    if (sets) new_mask(m, sets, nv, H, batch, 1 + r + warm);
+    if (sets) new_mask(m, sets, S, H, batch, 1 + r + warm, bounds);
     CALL(FMMaskSetUp(m));
     if (plan) {
       FMAttnProblem p;
@@ -137,7 +146,7 @@ static void run(FMContext ctx, const char *type, int S, int H, int batch, int wh
   if (plan) CALL(FMPlanDestroy(&plan));
   CALL(FMMaskDestroy(&m));
   if (sets) {
-    for (size_t i = 0; i < K_SETS * nv; i++) free(sets[i]);
+    for (int i = 0; i < K_SETS * 4; i++) free(sets[i]);
     free(sets);
   }
 }
@@ -164,7 +173,7 @@ int main(int argc, char **argv)
   CALL(FMOptionsGetString("-masks", "mask types", masks, sizeof(masks), NULL));
   CALL(FMOptionsGetInt("-batch", "mask batch (per-sample bounds when > 1)", &batch, NULL));
   CALL(FMOptionsGetInt("-heads", "mask heads (random_eviction differs per head)", &heads, NULL));
-  CALL(FMOptionsGetInt("-bounds", "also time the user's path: new vectors for a mask of type bounds", &bounds, NULL));
+  CALL(FMOptionsGetInt("-bounds", "also time the user's path: new vectors for a mask of type bounds (1: a call per sample and head, 2: one FMMaskSetAllBounds)", &bounds, NULL));
   CALL(FMOptionsGetInt("-reps", "timed calls (0: 3000000 / S, 20..300)", &reps0, NULL));
   CALL(FMOptionsGetInt("-plan", "also a new-mask step of a local CPU plan", &plan, NULL));
   CALL(FMOptionsGetInt("-cp", "also a new-mask step of a cp CPU plan on one rank", &cp, NULL));
@@ -187,8 +196,8 @@ int main(int argc, char **argv)
           double med, best;
           char what[96];
           if ((w == 1 && !plan) || (w == 2 && !cp)) continue;
-          run(ctx, tok, S[i], heads, batch, w, u, reps, &med, &best);
-          snprintf(what, sizeof what, "%s%s", u ? "bounds: " : "", name[w]);
+          run(ctx, tok, S[i], heads, batch, w, u ? bounds : 0, reps, &med, &best);
+          snprintf(what, sizeof what, "%s%s", u ? (bounds == 2 ? "bounds, one call: " : "bounds: ") : "", name[w]);
           if (!rank) printf("%-18s %7d %5d %5d %-34s %10.1f %10.1f\n", tok, S[i], heads, batch, what, med, best);
           fflush(stdout);
         }

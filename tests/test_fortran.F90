@@ -3,7 +3,8 @@
 ! * a causal_document mask with random document lengths: its density against the value
 !   computed here from the lengths (sum L(L+1)/2 / S^2), and entries via fm_mask_is_masked;
 ! * a "bounds" mask given through the optional arguments of fm_mask_set_bounds (lts and
-!   ute only): density against sum(lts - ute) / S^2;
+!   ute only): density against sum(lts - ute) / S^2; two heads at once by fm_mask_set_all_bounds
+!   (entries by head, and a bad entry named by sample, head and column);
 ! * an FP32 forward and backward through a plan on fresh random inputs (poisoned outputs),
 !   against a naive float64 attention written here in Fortran (O, LSE, dQ, dK, dV);
 ! * error returns: bad sizes, bad type name, GQA mismatch, forward before set-up;
@@ -32,10 +33,10 @@ program test_fortran
   integer(int64) :: seed, state
   integer(c_int), allocatable :: docs(:)
   integer, allocatable :: docid(:), rows(:), keys(:)
-  integer(c_int32_t), allocatable :: lts(:), ute(:)
+  integer(c_int32_t), allocatable :: lts(:), ute(:), lts2(:,:)
   real(c_double) :: dens, spars, expect, scale, err, nrm
   type(fm_context) :: ctx
-  type(fm_mask) :: mask, mask2, loaded
+  type(fm_mask) :: mask, mask2, mask3, loaded
   type(fm_plan) :: plan, plan2
   real(c_float), allocatable, target :: q(:,:,:,:), k(:,:,:,:), v(:,:,:,:), o(:,:,:,:), lse(:,:,:)
   real(c_float), allocatable, target :: kf(:,:,:,:), vf(:,:,:,:), qg(:,:,:,:), qs(:,:,:,:), og(:,:,:,:)
@@ -152,6 +153,33 @@ program test_fortran
       call check(ierr == 0 .and. (masked .eqv. want), 'fm_mask_is_masked disagrees with lts/ute given from Fortran')
     end do
   end do
+  ! every head in one call: lts of shape (seqlen_k, mask_heads), head 2 the reverse of head 1
+  allocate (lts2(S2, 2))
+  lts2(:, 1) = lts
+  lts2(:, 2) = lts(S2:1:-1)
+  call fm_mask_create(ctx, mask3, ierr)
+  if (ierr /= 0) call hard('fm_mask_create', ierr)
+  call fm_mask_set_sizes(mask3, S2, S2, 2, ierr)
+  call fm_mask_set_type(mask3, FMMASKBOUNDS, ierr)
+  call fm_mask_set_all_bounds(mask3, lts=lts2, ierr=ierr)
+  if (ierr /= 0) call hard('fm_mask_set_all_bounds', ierr)
+  call fm_mask_set_up(mask3, ierr)
+  if (ierr /= 0) call hard('fm_mask_set_up (all bounds)', ierr)
+  do j = 1, S2, 3
+    do i = 0, S2 - 1, 2
+      call fm_mask_is_masked(mask3, 1, i, j - 1, masked, ierr)
+      want = i >= lts2(j, 2)
+      call check(ierr == 0 .and. (masked .eqv. want), 'fm_mask_set_all_bounds: head 1 disagrees with lts2(:, 2)')
+    end do
+  end do
+  lts2(3, 2) = -1
+  call fm_push_error_handler(FM_ERROR_HANDLER_SILENT, ierr)
+  call fm_mask_set_all_bounds(mask3, lts=lts2, ierr=ierr)
+  call fm_get_last_error_message(msg)
+  call fm_pop_error_handler(j)
+  call check(ierr /= 0 .and. index(msg, 'sample 0, head 1: lts[2] = -1') > 0, &
+             'fm_mask_set_all_bounds: a bad entry is not named by sample, head and column')
+  call fm_mask_destroy(mask3, ierr)
 
   ! ------------------------------------------------------------ forward and backward, FP32
   call fm_plan_create(ctx, plan, ierr)

@@ -7,6 +7,7 @@
  *  - the update path: new per-sample bounds, FMMaskSetUp, FMPlanSetUp give bitwise the
  *    results of a fresh mask and plan;
  *  - bad input: sample out of range, a mask batch that is neither 1 nor the plan's batch;
+ *  - FMMaskSetAllBounds against FMMaskSetSampleBounds, its errors and their (sample, head);
  *  - HDF5: a batch mask saved and loaded keeps every sample; a file written before issue 11
  *    (-old FILE) loads as mask_batch 1 with the builders' bounds;
  *  - a "cp" plan on one rank with one chunk is bitwise the local plan on a per-sample mask.
@@ -147,6 +148,87 @@ static void check_same_bounds(const char *what, FMMask a, FMMask b)
   FMT_CHECK(nd == 0, "%s: %zu bound entries differ", what, nd);
 }
 
+/*
+ * FMMaskSetAllBounds (every sample and head from one array per vector) gives the bounds of
+ * FMMaskSetSampleBounds per (sample, head), on the small shape and on one large enough for the
+ * context's threads (2^17 entries and more); a bad entry is named by sample, head and column
+ * (the first bad row in row order, with bad rows before and after it), and leaves the mask's
+ * bounds as they were.
+ */
+static void check_all_bounds(FMContext ctx, const BCShape *s0)
+{
+  BCShape big = *s0;
+  big.B = 2;
+  big.Sq = big.Sk = 8192;
+  big.mh = 9; /* 147456 entries */
+  for (int k = 0; k < 2; k++) {
+    const BCShape *s = k ? &big : s0;
+    const size_t G = (size_t)s->B * s->mh, Sk = (size_t)s->Sk;
+    FMMask src = bc_builder(ctx, k ? FMMASKRANDOMEVICTION : FMMASKSHAREQUESTION, s, s->B), a, b;
+    int32_t *all[4] = {NULL, NULL, NULL, NULL};
+    int present = 0;
+    FMBool causal;
+    FMT_CALL(FMMaskGetSampleBounds(src, 0, 0, NULL, NULL, NULL, NULL, &present, &causal));
+    for (int v = 0; v < 4; v++)
+      if (present >> v & 1) all[v] = (int32_t *)malloc(sizeof(int32_t) * G * Sk);
+    FMT_CALL(FMMaskCreate(ctx, &a));
+    FMT_CALL(FMMaskCreate(ctx, &b));
+    for (int t = 0; t < 2; t++) {
+      FMMask m = t ? b : a;
+      FMT_CALL(FMMaskSetSizes(m, s->Sq, s->Sk, s->mh));
+      FMT_CALL(FMMaskSetBatch(m, s->B));
+      FMT_CALL(FMMaskSetType(m, FMMASKBOUNDS));
+      FMT_CALL(FMMaskSetCausal(m, causal));
+    }
+    for (size_t g = 0; g < G; g++) {
+      const int32_t *v[4];
+      FMT_CALL(FMMaskGetSampleBounds(src, (int)(g / s->mh), (int)(g % s->mh), &v[0], &v[1], &v[2], &v[3], NULL, NULL));
+      for (int x = 0; x < 4; x++) {
+        if (all[x]) memcpy(all[x] + g * Sk, v[x], sizeof(int32_t) * Sk);
+        else v[x] = NULL;
+      }
+      FMT_CALL(FMMaskSetSampleBounds(a, (int)(g / s->mh), (int)(g % s->mh), v[0], v[1], v[2], v[3]));
+    }
+    FMT_CALL(FMMaskSetAllBounds(b, all[0], all[1], all[2], all[3]));
+    FMT_CALL(FMMaskSetUp(a));
+    FMT_CALL(FMMaskSetUp(b));
+    check_same_bounds(k ? "FMMaskSetAllBounds, random_eviction 2 x 9 x 8192" : "FMMaskSetAllBounds, share_question", a, b);
+    if (k) { /* bad rows 7 and 12 (sample 0 head 7, sample 1 head 3), then 3 (sample 0, head 3): the first is named */
+      char want[96];
+      const int32_t keep[3] = {all[0][7 * Sk + 100], all[0][12 * Sk + 5], all[0][3 * Sk + 4000]};
+      all[0][7 * Sk + 100] = -1;
+      all[0][12 * Sk + 5] = s->Sq + 1;
+      snprintf(want, sizeof(want), "sample 0, head 7: lts[100] = -1");
+      FMT_EXPECT_ERR(FMMaskSetAllBounds(b, all[0], NULL, NULL, NULL), FM_ERR_ARG_OUTOFRANGE, want);
+      all[0][3 * Sk + 4000] = s->Sq + 2;
+      snprintf(want, sizeof(want), "sample 0, head 3: lts[4000] = %d", s->Sq + 2);
+      FMT_EXPECT_ERR(FMMaskSetAllBounds(b, all[0], NULL, NULL, NULL), FM_ERR_ARG_OUTOFRANGE, want);
+      all[0][7 * Sk + 100] = keep[0];
+      all[0][3 * Sk + 4000] = keep[2];
+      FMT_EXPECT_ERR(FMMaskSetAllBounds(b, all[0], NULL, NULL, NULL), FM_ERR_ARG_OUTOFRANGE, "sample 1, head 3: lts[5]");
+      all[0][12 * Sk + 5] = keep[1];
+      FMT_EXPECT_ERR(FMMaskSetAllBounds(b, NULL, all[0], NULL, NULL), FM_ERR_ARG_INCOMP, "(lte) is given without");
+      FMT_CALL(FMMaskSetUp(b));
+      check_same_bounds("after refused FMMaskSetAllBounds calls", a, b);
+    } else if (all[2] && all[3]) { /* start > end in an upper interval */
+      int32_t *ute = (int32_t *)malloc(sizeof(int32_t) * G * Sk);
+      memcpy(ute, all[3], sizeof(int32_t) * G * Sk);
+      ute[(G - 1) * Sk + 1] = -1;
+      FMT_EXPECT_ERR(FMMaskSetAllBounds(b, all[0], all[1], all[2], ute), FM_ERR_ARG_OUTOFRANGE, "(ute)");
+      ute[(G - 1) * Sk + 1] = all[3][(G - 1) * Sk + 1];
+      ute[Sk + 2] = all[2][Sk + 2] > 0 ? all[2][Sk + 2] - 1 : 0;
+      if (all[2][Sk + 2] > 0)
+        FMT_EXPECT_ERR(FMMaskSetAllBounds(b, all[0], all[1], all[2], ute), FM_ERR_ARG_OUTOFRANGE, "is greater than ute");
+      free(ute);
+    }
+    for (int v = 0; v < 4; v++) free(all[v]);
+    FMT_CALL(FMMaskDestroy(&a));
+    FMT_CALL(FMMaskDestroy(&b));
+    FMT_CALL(FMMaskDestroy(&src));
+  }
+  printf("  FMMaskSetAllBounds equals FMMaskSetSampleBounds per (sample, head); bad entries named, bounds kept\n");
+}
+
 static void check_hdf5(FMContext ctx, const BCShape *s, const char *dir, const char *old)
 {
 #if FM_HAVE_HDF5
@@ -281,6 +363,7 @@ int main(int argc, char **argv)
     check_split(ctx, &s, &seed);
     check_update(ctx, &s, &seed);
     check_errors(ctx, &s);
+    check_all_bounds(ctx, &s);
     check_hdf5(ctx, &s, dir, old);
     check_cp_local(ctx, &s, &seed);
   }

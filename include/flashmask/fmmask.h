@@ -191,6 +191,20 @@ FMErrorCode FMMaskSetBounds(FMMask mask, int head, const int32_t *lts, const int
 FMErrorCode FMMaskSetSampleBounds(FMMask mask, int sample, int head, const int32_t *lts,
                                   const int32_t *lte, const int32_t *uts, const int32_t *ute);
 
+/*
+ * FMMaskSetAllBounds - user-supplied bounds for every sample and mask head in one call (type
+ *   "bounds"). Not collective. As FMMaskSetSampleBounds for each (sample, head), with the
+ *   checks and copies on the context's CPU threads: the fast way to give new bounds every
+ *   training step when they are one array, such as a data loader's int32 tensor of shape
+ *   (mask_batch, mask_heads, seqlen_k).
+ *   lts, lte, uts, ute   int32[mask_batch][mask_heads][seqlen_k] each (sample slowest, key
+ *                        fastest), or NULL when absent; the arrays are copied. Rules and
+ *                        defaults as in FMMaskSetBounds. An error names the sample, head and
+ *                        column, and leaves the mask's bounds as they were.
+ */
+FMErrorCode FMMaskSetAllBounds(FMMask mask, const int32_t *lts, const int32_t *lte,
+                               const int32_t *uts, const int32_t *ute);
+
 /* FMMaskSetBlockSize - block (1 to FM_MASK_MAX_SEQLEN, else FM_ERR_ARG_OUTOFRANGE), the
  *   key/query block size of the summaries of mask (default 128). Not collective.
  *   Option: -fm_mask_block_size */

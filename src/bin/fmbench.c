@@ -22,8 +22,8 @@
  * setup_ms is what a new mask of the same type costs on the same plan, FMMaskSetUp with a new
  * seed (our builder's generation included) + FMPlanSetUp's update path + the upload, median over
  * max(reps, 10); setup_bounds_ms the same for bounds of the user's own: a mask of type "bounds"
- * given new vectors by FMMaskSetSampleBounds for every sample and head (made beforehand by the
- * builder), then FMMaskSetUp + FMPlanSetUp; both are also printed beside the forward's time).
+ * given new vectors for every sample and head in one FMMaskSetAllBounds call (made beforehand by
+ * the builder), then FMMaskSetUp + FMPlanSetUp; both are also printed beside the forward's time).
  * Options:
  *   -masks all|name,name,...   -seqlen S,S,...   -head_dim d   -heads H   -heads_kv Hkv
  *   -tokens N   -dtype bf16|fp16   -warmup n   -warmup_s T   -reps n   -seed s   -o file   -csv file
@@ -199,10 +199,10 @@ static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps, do
 /*
  * The same for bounds of the user's own (a training step whose data loader computes them): a
  * mask of type "bounds" with m's sizes and causal flag on a second plan, given each call the
- * vectors m carries for every sample and head by FMMaskSetSampleBounds (three sets made
- * beforehand by m's builder with other seeds; m is changed), then FMMaskSetUp and FMPlanSetUp,
- * the device synchronized. part[0..2] as in time_setup, part[0] with the FMMaskSetSampleBounds
- * calls. Returns the median in ms.
+ * vectors m carries for every sample and head in one FMMaskSetAllBounds call (three sets of
+ * [mask_batch][mask_heads][seqlen_k] arrays made beforehand by m's builder with other seeds; m
+ * is changed), then FMMaskSetUp and FMPlanSetUp, the device synchronized. part[0..2] as in
+ * time_setup, part[0] with the FMMaskSetAllBounds call. Returns the median in ms.
  */
 static double time_setup_bounds(FMContext ctx, FMMask m, int B, int H, int Hkv, int D, FMDType dt, unsigned long seed, int reps,
                                 double part[3])
@@ -212,28 +212,25 @@ static double time_setup_bounds(FMContext ctx, FMMask m, int B, int H, int Hkv, 
   FMBool causal = FM_FALSE;
   FMMask u;
   FMPlan plan;
-  int32_t **v;
-  size_t nv;
+  int32_t *v[K][4] = {{NULL}};
+  size_t ng;
   double *t = (double *)malloc(sizeof(double) * reps * 4), med;
   FC(FMMaskGetSizes(m, &Sq, &Sk, &mh));
   FC(FMMaskGetBatch(m, &mb));
-  nv = (size_t)mb * mh * 4;
-  v = (int32_t **)calloc(K * nv, sizeof(int32_t *));
+  ng = (size_t)mb * mh;
   for (int k = 0; k < K; k++) {
     FC(FMMaskSetSeed(m, seed + 2000 + (unsigned long)k));
     FC(FMMaskSetUp(m));
-    for (int smp = 0; smp < mb; smp++)
-      for (int h = 0; h < mh; h++) {
-        const int32_t *b[4];
-        int present;
-        FC(FMMaskGetSampleBounds(m, smp, h, &b[0], &b[1], &b[2], &b[3], &present, &causal));
-        for (int x = 0; x < 4; x++) {
-          int32_t **dst = v + k * nv + ((size_t)smp * mh + h) * 4 + x;
-          if (!((present >> x) & 1)) continue;
-          *dst = (int32_t *)malloc(sizeof(int32_t) * (size_t)Sk);
-          memcpy(*dst, b[x], sizeof(int32_t) * (size_t)Sk);
-        }
+    for (size_t g = 0; g < ng; g++) {
+      const int32_t *b[4];
+      int present;
+      FC(FMMaskGetSampleBounds(m, (int)(g / (size_t)mh), (int)(g % (size_t)mh), &b[0], &b[1], &b[2], &b[3], &present, &causal));
+      for (int x = 0; x < 4; x++) {
+        if (!((present >> x) & 1)) continue;
+        if (!v[k][x]) v[k][x] = (int32_t *)malloc(sizeof(int32_t) * ng * (size_t)Sk);
+        memcpy(v[k][x] + g * (size_t)Sk, b[x], sizeof(int32_t) * (size_t)Sk);
       }
+    }
   }
   FC(FMMaskCreate(ctx, &u));
   FC(FMMaskSetSizes(u, Sq, Sk, mh));
@@ -245,20 +242,16 @@ static double time_setup_bounds(FMContext ctx, FMMask m, int B, int H, int Hkv, 
   FC(FMPlanSetShape(plan, B, H, Hkv, D, dt));
   FC(FMPlanSetFromOptions(plan));
   for (int r = -1; r < reps; r++) { /* r = -1: the first set-up, untimed */
-    int32_t **w = v + (size_t)((r + K) % K) * nv;
+    int32_t *const *w = v[(r + K) % K];
     const double t0 = FMTime();
-    for (int smp = 0; smp < mb; smp++)
-      for (int h = 0; h < mh; h++) {
-        int32_t **b = w + ((size_t)smp * mh + h) * 4;
-        FC(FMMaskSetSampleBounds(u, smp, h, b[0], b[1], b[2], b[3]));
-      }
+    FC(FMMaskSetAllBounds(u, w[0], w[1], w[2], w[3]));
     setup_step(u, plan, t0, t, reps, r);
   }
   med = setup_medians(t, reps, part);
   FC(FMPlanDestroy(&plan));
   FC(FMMaskDestroy(&u));
-  for (size_t i = 0; i < K * nv; i++) free(v[i]);
-  free(v);
+  for (int k = 0; k < K; k++)
+    for (int x = 0; x < 4; x++) free(v[k][x]);
   return med;
 }
 
@@ -316,7 +309,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
     fflush(stdout);
   }
   print_setup(name, S, B, "new mask set-up (FMMaskSetUp + FMPlanSetUp update)", setup_ms, fwd_ms, part);
-  print_setup(name, S, B, "new user bounds set-up (FMMaskSetSampleBounds + FMMaskSetUp + FMPlanSetUp update)", bounds_ms, fwd_ms, bpart);
+  print_setup(name, S, B, "new user bounds set-up (FMMaskSetAllBounds + FMMaskSetUp + FMPlanSetUp update)", bounds_ms, fwd_ms, bpart);
   FC(FMPlanDestroy(&plan));
 }
 

@@ -5,6 +5,7 @@
  * g = sample * mask_heads + head (FM_MASK_NG rows in all).
  */
 #include "maskimpl.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,8 +70,9 @@ static int vectors_bad(const int32_t *const in[4], int Sq, int Sk)
   return bad;
 }
 
-/* Check one head's vectors; a is the argument number of lts. */
-static FMErrorCode check_vectors(FMMask mask, const int32_t *const in[4], int a, int *bits)
+/* Check one head's vectors; a is the argument number of lts; where: "" or the (sample, head)
+   the message names (FMMaskSetAllBounds). */
+static FMErrorCode check_vectors_at(FMMask mask, const int32_t *const in[4], int a, int *bits, const char *where)
 {
   const int Sq = mask->seqlen_q, Sk = mask->seqlen_k;
   FMCheck(!(in[1] && !in[0]), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument %d (lte) is given without argument %d (lts); give lts too", a + 1,
@@ -85,19 +87,24 @@ static FMErrorCode check_vectors(FMMask mask, const int32_t *const in[4], int a,
     if (!in[v]) continue;
     for (int j = 0; j < Sk; j++)
       FMCheck(in[v][j] >= 0 && in[v][j] <= Sq, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-              "Argument %d (%s): %s[%d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", v + a, bound_names[v], bound_names[v], j,
+              "Argument %d (%s): %s%s[%d] = %d is out of range; expected 0 <= %s <= seqlen_q = %d", v + a, bound_names[v], where, bound_names[v], j,
               (int)in[v][j], bound_names[v], Sq);
   }
   for (int j = 0; j < Sk; j++) {
     int32_t s = in[0] ? in[0][j] : Sq, e = in[1] ? in[1][j] : Sq;
     FMCheck(s <= e, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-            "Argument %d (lts): lts[%d] = %d is greater than lte[%d] = %d; expected start <= end", a, j, (int)s, j, (int)e);
+            "Argument %d (lts): %slts[%d] = %d is greater than lte[%d] = %d; expected start <= end", a, where, j, (int)s, j, (int)e);
     s = in[2] ? in[2][j] : 0;
     e = in[3] ? in[3][j] : 0;
     FMCheck(s <= e, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-            "Argument %d (uts): uts[%d] = %d is greater than ute[%d] = %d; expected start <= end", a + 2, j, (int)s, j, (int)e);
+            "Argument %d (uts): %suts[%d] = %d is greater than ute[%d] = %d; expected start <= end", a + 2, where, j, (int)s, j, (int)e);
   }
   return FM_SUCCESS;
+}
+
+static FMErrorCode check_vectors(FMMask mask, const int32_t *const in[4], int a, int *bits)
+{
+  return check_vectors_at(mask, in, a, bits, "");
 }
 
 /* Copy head's vectors into samples [s0, s1); a is the argument number of lts. */
@@ -145,6 +152,50 @@ FMErrorCode FMMaskSetSampleBounds(FMMask mask, int sample, int head, const int32
   FMCheck(sample >= 0 && sample < mask->mask_batch, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
           "Argument 2 (sample) is %d; expected 0 <= sample < mask_batch = %d (FMMaskSetBatch)", sample, mask->mask_batch);
   FMCall(set_bounds(mask, sample, sample + 1, head, in, 4));
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetAllBounds - every sample's and head's vectors from one array each (see fmmask.h).
+ *   Not collective. The (sample, head) rows are checked on the context's threads; the first
+ *   bad one in row order is checked again for its message, before anything is copied.
+ */
+FMErrorCode FMMaskSetAllBounds(FMMask mask, const int32_t *lts, const int32_t *lte, const int32_t *uts, const int32_t *ute)
+{
+  const int32_t *const in[4] = {lts, lte, uts, ute};
+  int bits = 0, nth;
+  long first, G;
+  size_t Sk, n;
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(mask->seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMMaskSetSizes() before FMMaskSetAllBounds()");
+  FMCheck(!(lte && !lts), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument 3 (lte) is given without argument 2 (lts); give lts too");
+  FMCheck(!(uts && !ute), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument 4 (uts) is given without argument 5 (ute); give ute too");
+  G = (long)FM_MASK_NG(mask);
+  Sk = (size_t)mask->seqlen_k;
+  n = (size_t)G * Sk;
+  nth = FMMaskThreads_Private(mask, n, 0);
+  first = G;
+#pragma omp parallel for num_threads(nth) schedule(static) reduction(min : first) if (nth > 1)
+  for (long g = 0; g < G; g++) {
+    const int32_t *row[4];
+    for (int v = 0; v < 4; v++) row[v] = in[v] ? in[v] + (size_t)g * Sk : NULL;
+    if (g < first && vectors_bad(row, mask->seqlen_q, mask->seqlen_k)) first = g;
+  }
+  if (first < G) {
+    const int32_t *row[4];
+    char where[64];
+    for (int v = 0; v < 4; v++) row[v] = in[v] ? in[v] + (size_t)first * Sk : NULL;
+    snprintf(where, sizeof(where), "sample %ld, head %ld: ", first / mask->mask_heads, first % mask->mask_heads);
+    FMCall(check_vectors_at(mask, row, 2, &bits, where));
+  }
+  for (int v = 0; v < 4; v++) bits |= in[v] ? 1 << v : 0;
+  if (!mask->user_head_set) FMCall(FMCalloc((size_t)G, &mask->user_head_set));
+  for (int v = 0; v < 4; v++)
+    if (in[v] && !mask->user[v]) FMCall(FMMalloc(n, &mask->user[v]));
+  FMMaskCopyBounds_Private(mask->user, in, n, nth);
+  memset(mask->user_head_set, 0x10 | bits, (size_t)G);
+  mask->user_present = bits;
+  mask->hdr.setupcalled = mask->summary_valid = 0;
   return FM_SUCCESS;
 }
 

@@ -491,7 +491,7 @@ static FMErrorCode build_user_bounds(FMMask m)
     int hb = m->user_head_set[g], h = (int)(g % (size_t)H), smp = (int)(g / (size_t)H);
     FMCheck(hb, MPI_COMM_SELF, FM_ERR_ORDER,
             "Mask type \"bounds\": no bounds were set for sample %d, head %d; call FMMaskSetBounds() for every head 0..%d "
-            "(or FMMaskSetSampleBounds() for every sample 0..%d and head)", smp, h, H - 1, m->mask_batch - 1);
+            "(or FMMaskSetSampleBounds() for every sample 0..%d and head, or FMMaskSetAllBounds())", smp, h, H - 1, m->mask_batch - 1);
     hb &= 0xF;
     if (bits < 0) bits = hb;
     if (hb != bits) {

@@ -259,18 +259,15 @@ static FMErrorCode fill_mask(FMMask m, const char *path, const char *gname, int 
   FMCall(FMMaskSetType(m, FMMASKBOUNDS));
   FMCall(FMMaskSetCausal(m, causal ? FM_TRUE : FM_FALSE));
   FMCall(FMMaskSetBlockSize(m, block));
-  for (size_t g = 0; g < (size_t)B * H; g++) {
-    const int32_t *p[4];
-    const int h = (int)(g % (size_t)H), smp = (int)(g / (size_t)H);
-    FMErrorCode ierr;
-    for (int v = 0; v < 4; v++) p[v] = vec[v] ? vec[v] + g * Sk : NULL;
-    ierr = FMMaskSetSampleBounds(m, smp, h, p[0], p[1], p[2], p[3]);
+  {
+    /* the file's datasets are [mask_batch][mask_heads][seqlen_k]: one call, checked and
+       copied on the context's threads; its error names the sample, head and column */
+    const FMErrorCode ierr = FMMaskSetAllBounds(m, vec[0], vec[1], vec[2], vec[3]);
     if (ierr) {
       /* Restate the error with the file context (copy: the message buffer is reused). */
-      char msg[1024], loc[48] = "";
-      if (B > 1) snprintf(loc, sizeof(loc), "sample %d, ", smp);
+      char msg[1024];
       snprintf(msg, sizeof(msg), "%s", FMGetLastErrorMessage());
-      FMRaise(MPI_COMM_SELF, ierr, "Mask %shead %d of %s in \"%s\": %s", loc, h, gname, path, msg);
+      FMRaise(MPI_COMM_SELF, ierr, "Mask %s in \"%s\": %s", gname, path, msg);
     }
   }
   return FM_SUCCESS;

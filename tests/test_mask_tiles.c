@@ -470,6 +470,19 @@ int main(int argc, char **argv)
       check_mask(m, label, &rs, is_exact_type(types[t]));
       FMT_CALL(FMMaskDestroy(&m));
     }
+  /* masks large enough for the set-up's threads (2^17 bound entries and more: the checks, the
+     summaries, the density and sparsity run on the context's threads) */
+  {
+    static const char *const big[2] = {FMMASKBOUNDS, FMMASKRANDOMEVICTION};
+    for (int t = 0; t < 2; t++) {
+      const int Sq = t ? 2048 : 130, Sk = t ? 2048 : 16384, H = t ? 64 : 9;
+      unsigned long seed = (unsigned long)(fmt_next(&rs) & 0xFFFFF);
+      FMMask m = build(ctx, big[t], Sq, Sk, H, 128, seed, &rs);
+      snprintf(label, sizeof(label), "%s %dx%d x %d heads, seed %lu (threaded set-up)", big[t], Sq, Sk, H, seed);
+      check_mask(m, label, &rs, is_exact_type(big[t]));
+      FMT_CALL(FMMaskDestroy(&m));
+    }
+  }
   /* re-SetUp with new bounds: the density and sparsity are computed on demand after each set-up,
      never left over from the last one (check_mask compares them with brute force) */
   {

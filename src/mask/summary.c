@@ -9,6 +9,9 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /*
  * FMMaskCheckSizes_Private - the limits of one mask (flashmask.h, FM_MASK_MAX_*), every product
@@ -396,7 +399,7 @@ FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double
 FMErrorCode FMMaskComputeDensity_Private(FMMask m)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k, B = m->block;
-  int H, nkb, nqb, *cnt;
+  int H, nkb, nqb, nth, *cnt;
   double masked = 0, skipped = 0;
   Scan sc;
   size_t room;
@@ -409,15 +412,28 @@ FMErrorCode FMMaskComputeDensity_Private(FMMask m)
   /* room for a tile list: each intersection adds at most 2 intervals, and disjoint intervals of
      nqb tiles are at most nqb */
   room = 2 * (2 * (size_t)B + 3 < (size_t)nqb + 1 ? 2 * (size_t)B + 3 : (size_t)nqb + 1);
-  FMCall(FMMalloc(2 * room, &cnt));
-  sc.B = B; sc.Sq = Sq; sc.nqb = nqb; sc.sh = -1; sc.run = cnt; sc.next = cnt + room;
+  /* the (row, key block) pairs on the context's threads, each with its own two tile lists
+     (32 heads of random eviction at 32K keys: 18 ms on one core) */
+  nth = FMMaskThreads_Private(m, (size_t)H * Sk, 0);
+  FMCall(FMMalloc(2 * room * (size_t)nth, &cnt));
+  sc.B = B; sc.Sq = Sq; sc.nqb = nqb; sc.sh = -1;
   if ((B & (B - 1)) == 0)
     for (sc.sh = 0; (1 << sc.sh) < B; sc.sh++) {}
-  for (int h = 0; h < H; h++)
-    for (int kb = 0; kb < nkb; kb++) {
-      const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
-      scan_block(m, &sc, h, c0, c1, &skipped, &masked);
-    }
+#pragma omp parallel num_threads(nth) firstprivate(sc) reduction(+ : skipped, masked) if (nth > 1)
+  {
+    int t = 0;
+#ifdef _OPENMP
+    t = omp_get_thread_num();
+#endif
+    sc.run = cnt + 2 * room * (size_t)t;
+    sc.next = sc.run + room;
+#pragma omp for collapse(2) schedule(static)
+    for (int h = 0; h < H; h++)
+      for (int kb = 0; kb < nkb; kb++) {
+        const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
+        scan_block(m, &sc, h, c0, c1, &skipped, &masked);
+      }
+  }
   free(cnt);
   m->density = 1.0 - masked / ((double)H * Sq * Sk);
   m->sparsity = skipped / ((double)H * nqb * nkb);

@@ -20,7 +20,8 @@
  * and the results to -csv (columns mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,
  * density,path,mask_batch,pass,setup_ms,setup_bounds_ms: one row per mask, length and pass;
  * setup_ms is what a new mask of the same type costs on the same plan, FMMaskSetUp with a new
- * seed (our builder's generation included) + FMPlanSetUp's update path + the upload, median over
+ * seed (our builder's generation included) + FMPlanSetUp's update path + the upload + the FLOP
+ * count the first forward on a new mask computes (exact block sparsity), median over
  * max(reps, 10); setup_bounds_ms the same for bounds of the user's own: a mask of type "bounds"
  * given new vectors for every sample and head in one FMMaskSetAllBounds call (made beforehand by
  * the builder), then FMMaskSetUp + FMPlanSetUp; both are also printed beside the forward's time).
@@ -154,19 +155,22 @@ static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, double wa
 /*
  * What a training step pays for a new mask on the same plan (the update path, as a data loader's
  * new packing): FMMaskSetUp of the mask with a new seed, then FMPlanSetUp (the bounds localized,
- * summaries and lists rebuilt and uploaded), the device synchronized; the median over reps, in ms.
+ * summaries and lists rebuilt and uploaded) and the FLOP count of the first forward, the device
+ * synchronized; the median over reps, in ms.
  * part[0..2]: the medians of its three pieces, the host in FMMaskSetUp, the host in FMPlanSetUp
  * (up to its return: the update is then queued on the stream) and the wait for the device after
  * it (the upload and prepass not yet done by then).
  */
-/* One timed new-mask step from t0 (the caller changed m since): FMMaskSetUp, FMPlanSetUp and
-   the device's wait, into t[r], t[reps + r], ... (the whole and its three pieces; r < 0: untimed). */
+/* One timed new-mask step from t0 (the caller changed m since): FMMaskSetUp, FMPlanSetUp (with
+   the FLOP count, which the first FMPlanForward on a new mask computes for the log) and the
+   device's wait, into t[r], t[reps + r], ... (the whole and its three pieces; r < 0: untimed). */
 static void setup_step(FMMask m, FMPlan plan, double t0, double *t, int reps, int r)
 {
-  double t1, t2;
+  double t1, t2, fl;
   FC(FMMaskSetUp(m));
   t1 = FMTime();
   FC(FMPlanSetUp(plan));
+  FC(FMPlanGetFlops(plan, &fl));
   t2 = FMTime();
   FC(FMCudaStreamSynchronize(NULL));
   if (r < 0) return;

@@ -157,12 +157,14 @@ static void check_same_bounds(const char *what, FMMask a, FMMask b)
  */
 static void check_all_bounds(FMContext ctx, const BCShape *s0)
 {
-  BCShape big = *s0;
+  BCShape big = *s0, odd = *s0;
   big.B = 2;
   big.Sq = big.Sk = 8192;
   big.mh = 9; /* 147456 entries */
-  for (int k = 0; k < 2; k++) {
-    const BCShape *s = k ? &big : s0;
+  odd.B = odd.mh = 1;
+  odd.Sq = odd.Sk = (1 << 17) + 1; /* pieces of 1024 entries that do not divide it: the last entry is the 2nd thread's */
+  for (int k = 0; k < 3; k++) {
+    const BCShape *s = k == 2 ? &odd : k ? &big : s0;
     const size_t G = (size_t)s->B * s->mh, Sk = (size_t)s->Sk;
     FMMask src = bc_builder(ctx, k ? FMMASKRANDOMEVICTION : FMMASKSHAREQUESTION, s, s->B), a, b;
     int32_t *all[4] = {NULL, NULL, NULL, NULL};
@@ -192,8 +194,12 @@ static void check_all_bounds(FMContext ctx, const BCShape *s0)
     FMT_CALL(FMMaskSetAllBounds(b, all[0], all[1], all[2], all[3]));
     FMT_CALL(FMMaskSetUp(a));
     FMT_CALL(FMMaskSetUp(b));
-    check_same_bounds(k ? "FMMaskSetAllBounds, random_eviction 2 x 9 x 8192" : "FMMaskSetAllBounds, share_question", a, b);
-    if (k) { /* bad rows 7 and 12 (sample 0 head 7, sample 1 head 3), then 3 (sample 0, head 3): the first is named */
+    check_same_bounds(k == 2 ? "FMMaskSetAllBounds, random_eviction 1 x 1 x 131073" : k ? "FMMaskSetAllBounds, random_eviction 2 x 9 x 8192"
+                                                                                       : "FMMaskSetAllBounds, share_question",
+                      a, b);
+    check_same_bounds("FMMaskSetAllBounds against the builder's bounds", src, b);
+    check_same_bounds("FMMaskSetSampleBounds against the builder's bounds", src, a);
+    if (k == 1) { /* bad rows 7 and 12 (sample 0 head 7, sample 1 head 3), then 3 (sample 0, head 3): the first is named */
       char want[96];
       const int32_t keep[3] = {all[0][7 * Sk + 100], all[0][12 * Sk + 5], all[0][3 * Sk + 4000]};
       all[0][7 * Sk + 100] = -1;

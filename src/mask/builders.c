@@ -541,6 +541,7 @@ static FMErrorCode alloc_default_bounds(FMMask m, int full)
     int32_t *b = m->bnd[v];
     const int32_t x = v < 2 ? Sq : 0;
     const int nth = FMMaskThreads_Private(m, n, 0);
+    (void)nth; /* without OpenMP */
     if (((keep | full) >> v) & 1) continue;
 #pragma omp parallel for simd num_threads(nth) schedule(static) if (nth > 1)
     for (size_t i = 0; i < n; i++) b[i] = x;

@@ -398,8 +398,6 @@ uint64_t FMMaskHash_Private(FMMask m)
   return m->hash;
 }
 
-/* The bounds rebuilt, checked and normalized; eager: their summaries too (several ranks: see the
-   struct in fmimpl.h), else left to the first reader (FMMaskSummary_Private). */
 int FMMaskThreads_Private(FMMask m, size_t n, int cap)
 {
   int t = 1;
@@ -416,13 +414,15 @@ void FMMaskCopyBounds_Private(int32_t *const dst[4], const int32_t *const src[4]
 {
 #pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
   for (int t = 0; t < nth; t++) {
-    const size_t per = (n / (size_t)nth + 1023) & ~(size_t)1023, i0 = per * (size_t)t < n ? per * (size_t)t : n,
+    const size_t per = ((n + (size_t)nth - 1) / (size_t)nth + 1023) & ~(size_t)1023, i0 = per * (size_t)t < n ? per * (size_t)t : n,
                  i1 = i0 + per < n ? i0 + per : n;
     for (int v = 0; v < 4; v++)
       if (src[v] && i1 > i0) memcpy(dst[v] + i0, src[v] + i0, sizeof(int32_t) * (i1 - i0));
   }
 }
 
+/* The bounds rebuilt, checked and normalized; eager: their summaries too (several ranks: see the
+   struct in fmimpl.h), else left to the first reader (FMMaskSummary_Private). */
 static FMErrorCode setup_local(FMMask m, int eager)
 {
   FMCheck(m->seqlen_q > 0 && m->seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ORDER,

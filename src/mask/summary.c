@@ -136,6 +136,7 @@ FMErrorCode FMMaskValidate_Private(FMMask m)
   {
     const long ng = (long)FM_MASK_NG(m);
     const int nth = FMMaskThreads_Private(m, (size_t)ng * m->seqlen_k, (int)(ng < 64 ? ng : 64));
+    (void)nth; /* without OpenMP */
     long first = ng;
 #pragma omp parallel for num_threads(nth) schedule(static) reduction(min : first) if (nth > 1)
     for (long g = 0; g < ng; g++)
@@ -198,7 +199,7 @@ typedef struct {
  * with the same tile intervals as the previous one changes nothing), so the work grows with
  * seqlen_k, not with the number of tiles.
  */
-static void scan_block(const FMMask m, Scan *sc, int h, int c0, int c1, double *skipped, double *masked)
+static void scan_block(const FMMask m, Scan *sc, int h, int c0, int c1, int64_t *skipped, int64_t *masked)
 {
   const int B = sc->B, Sq = sc->Sq, nqb = sc->nqb, sh = sc->sh;
   int *run = sc->run, *next = sc->next, nrun = -1; /* -1: before the block's first column */
@@ -232,7 +233,7 @@ static void scan_block(const FMMask m, Scan *sc, int h, int c0, int c1, double *
     nrun = no;
   }
   for (int k = 0; k < nrun; k++) *skipped += run[2 * k + 1] - run[2 * k] + 1;
-  *masked += (double)bmasked;
+  *masked += bmasked;
 }
 
 /*
@@ -260,6 +261,7 @@ FMErrorCode FMMaskNormalize_Private(FMMask m)
     int32_t *s = m->bnd[2 * pr], *e = m->bnd[2 * pr + 1];
     const int32_t d = pr == 0 ? Sq : 0;
     const int nth = FMMaskThreads_Private(m, n, 0);
+    (void)nth; /* without OpenMP */
     if (!carried(m, 2 * pr) || !carried(m, 2 * pr + 1)) continue;
     /* branch-free (simd: GCC's -O2 vectorizes a loop of unknown trip count only so) */
 #pragma omp parallel for simd num_threads(nth) schedule(static) if (nth > 1)
@@ -282,6 +284,7 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m)
   const int Sk = m->seqlen_k, B = m->block, nkb = m->nblocks_k, H = (int)FM_MASK_NG(m);
   const int nth = FMMaskThreads_Private(m, (size_t)H * Sk, 0); /* (head, key block) pairs on the context's threads */
   FMValidHeader(m, FM_CLASSID_MASK, 1);
+  (void)nth; /* without OpenMP */
   FMCheck(m->bnd[0] && nkb == (int)(((int64_t)Sk + B - 1) / B), MPI_COMM_SELF, FM_ERR_ORDER,
           "The mask's block summaries are asked for before its bounds are normalized (FMMaskSetUp)");
   if ((size_t)H * nkb * FM_SUM_N > m->summary_cap) { /* a re-SetUp of the same sizes keeps its array */
@@ -400,7 +403,7 @@ FMErrorCode FMMaskComputeDensity_Private(FMMask m)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k, B = m->block;
   int H, nkb, nqb, nth, *cnt;
-  double masked = 0, skipped = 0;
+  int64_t masked = 0, skipped = 0; /* integers: the same sums on any number of threads */
   Scan sc;
   size_t room;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
@@ -435,8 +438,8 @@ FMErrorCode FMMaskComputeDensity_Private(FMMask m)
       }
   }
   free(cnt);
-  m->density = 1.0 - masked / ((double)H * Sq * Sk);
-  m->sparsity = skipped / ((double)H * nqb * nkb);
+  m->density = 1.0 - (double)masked / ((double)H * Sq * Sk);
+  m->sparsity = (double)skipped / ((double)H * nqb * nkb);
   m->stats_valid = 1;
   return FM_SUCCESS;
 }

@@ -163,6 +163,11 @@ while read -r p; do
   [ -f "$man3/$p" ] || bad "man page $p was not installed"; n=$((n + 1))
 done < "$top_builddir/man/pages.list"
 [ "$n" -gt 20 ] || bad "only $n man pages listed"
+# a section 1 page for every program installed
+for b in "$root"/bin/fm*; do
+  [ -f "$b" ] || continue
+  find "$root" -path "*/man1/$(basename "$b").1" | grep -q . || bad "no man1 page installed for $(basename "$b")"
+done
 # man itself must work here: a page of our own with a known word is the probe (minimized images
 # ship a man that only says so, and some lack groff); where it does not, only the files are checked
 probe=$tmp/probe/man3
@@ -173,6 +178,7 @@ if command -v man > /dev/null 2>&1 && MANPAGER=cat man -M "$tmp/probe" 3 fmprobe
   MANPAGER=cat man -M "$mroot" 3 FMOptionsGetReal 2> /dev/null | grep -q FMOptionsGetInt ||
     bad "man -M $mroot FMOptionsGetReal does not show the FMOptionsGet* page"
   MANPAGER=cat man -M "$mroot" 3 flashmask 2> /dev/null | grep -q FMPlanForward || bad "man flashmask does not list FMPlanForward"
+  MANPAGER=cat man -M "$mroot" 1 fmplan-sim 2> /dev/null | grep -q -- '-gpus_per_node' || bad "man fmplan-sim does not show its options"
 else
   echo "note: man does not render pages on this machine (no man, or a minimized one): only the page files were checked"
 fi

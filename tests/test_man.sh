@@ -100,5 +100,26 @@ if command -v groff > /dev/null 2>&1; then
 else
   echo "note: groff not found, the pages' markup was not checked"
 fi
-echo "$nfun functions in include/flashmask.h, $(wc -l < "$top_builddir/man/pages.list") pages"
+# Section 1: every program built has its page (doc/man/mkman1.awk from the program's opening
+# comment), named as the program, with a one-sentence NAME line, each option the program's
+# usage line gives, and no groff warning.
+n1=0
+for b in fmplan-sim fmtrace fmbench; do
+  [ -x "$top_builddir/$b" ] || continue
+  p="$top_builddir/man/man1/$b.1"
+  [ -f "$p" ] || { echo "FAIL: no man1 page for $b ($p)"; fail=1; continue; }
+  n1=$((n1 + 1))
+  name=$(sed -n '/^\.SH NAME/{n;p;}' "$p" | sed 's/\\-/-/g')
+  case $name in "$b - "*.) ;; *) echo "FAIL: $b.1: the NAME line is not \"$b - a sentence.\": $name"; fail=1 ;; esac
+  # the options of the comment's usage lines (the lines that start with the program's name)
+  for o in $(sed -n '/^ \* *\(mpiexec.*\)\?'"$b"' /,/^ \*$/p' "$srcdir/src/bin/$b.c" | grep -o -- ' \[\?-[a-z_]*' | tr -d ' [' | sort -u); do
+    grep -q -- "\\$o\([^a-z_]\|\$\)" "$p" || { echo "FAIL: $b.1 does not give option $o"; fail=1; }
+  done
+  if command -v groff > /dev/null 2>&1; then
+    groff -man -ww -z "$p" > "$tmp/groff" 2>&1
+    [ -s "$tmp/groff" ] && { echo "FAIL: groff warns on $p:"; cat "$tmp/groff"; fail=1; }
+  fi
+done
+[ "$n1" -gt 0 ] || { echo "FAIL: no program's man1 page was checked (fmplan-sim is always built)"; fail=1; }
+echo "$nfun functions in include/flashmask.h, $(wc -l < "$top_builddir/man/pages.list") pages; $n1 programs with a section 1 page"
 exit $fail

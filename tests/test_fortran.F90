@@ -180,6 +180,7 @@ program test_fortran
   call check(ierr /= 0 .and. index(msg, 'sample 0, head 1: lts[2] = -1') > 0, &
              'fm_mask_set_all_bounds: a bad entry is not named by sample, head and column')
   call fm_mask_destroy(mask3, ierr)
+  deallocate (lts2)
 
   ! ------------------------------------------------------------ forward and backward, FP32
   call fm_plan_create(ctx, plan, ierr)

@@ -70,17 +70,24 @@ static int vectors_bad(const int32_t *const in[4], int Sq, int Sk)
   return bad;
 }
 
-/* Check one head's vectors; a is the argument number of lts; where: "" or the (sample, head)
-   the message names (FMMaskSetAllBounds). */
-static FMErrorCode check_vectors_at(FMMask mask, const int32_t *const in[4], int a, int *bits, const char *where)
+/* The vectors given to one call, as bits (FM_BOUND_* order); lte without lts, or uts without
+   ute, is refused (no default start). a is the argument number of lts. */
+static FMErrorCode given_vectors(const int32_t *const in[4], int a, int *bits)
 {
-  const int Sq = mask->seqlen_q, Sk = mask->seqlen_k;
   FMCheck(!(in[1] && !in[0]), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument %d (lte) is given without argument %d (lts); give lts too", a + 1,
           a);
   FMCheck(!(in[2] && !in[3]), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument %d (uts) is given without argument %d (ute); give ute too", a + 2,
           a + 3);
   *bits = 0;
   for (int v = 0; v < 4; v++) *bits |= in[v] ? 1 << v : 0;
+  return FM_SUCCESS;
+}
+
+/* Check one head's given vectors (given_vectors passed); a is the argument number of lts; where:
+   "" or the (sample, head) the message names (FMMaskSetAllBounds). */
+static FMErrorCode check_vectors(FMMask mask, const int32_t *const in[4], int a, const char *where)
+{
+  const int Sq = mask->seqlen_q, Sk = mask->seqlen_k;
   if (!vectors_bad(in, Sq, Sk)) return FM_SUCCESS;
   /* a violation: find the first, in the order of the messages */
   for (int v = 0; v < 4; v++) {
@@ -102,11 +109,6 @@ static FMErrorCode check_vectors_at(FMMask mask, const int32_t *const in[4], int
   return FM_SUCCESS;
 }
 
-static FMErrorCode check_vectors(FMMask mask, const int32_t *const in[4], int a, int *bits)
-{
-  return check_vectors_at(mask, in, a, bits, "");
-}
-
 /* Copy head's vectors into samples [s0, s1); a is the argument number of lts. */
 static FMErrorCode set_bounds(FMMask mask, int s0, int s1, int head, const int32_t *const in[4], int a)
 {
@@ -115,7 +117,8 @@ static FMErrorCode set_bounds(FMMask mask, int s0, int s1, int head, const int32
   FMCheck(mask->seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMMaskSetSizes() before FMMaskSetBounds()");
   FMCheck(head >= 0 && head < mask->mask_heads, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
           "Argument %d (head) is %d; expected 0 <= head < mask_heads = %d", a - 1, head, mask->mask_heads);
-  FMCall(check_vectors(mask, in, a, &bits));
+  FMCall(given_vectors(in, a, &bits));
+  FMCall(check_vectors(mask, in, a, ""));
   if (!mask->user_head_set) FMCall(FMCalloc(G, &mask->user_head_set));
   for (int v = 0; v < 4; v++) {
     if (!in[v]) continue;
@@ -168,8 +171,7 @@ FMErrorCode FMMaskSetAllBounds(FMMask mask, const int32_t *lts, const int32_t *l
   size_t Sk, n;
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
   FMCheck(mask->seqlen_k > 0, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMMaskSetSizes() before FMMaskSetAllBounds()");
-  FMCheck(!(lte && !lts), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument 3 (lte) is given without argument 2 (lts); give lts too");
-  FMCheck(!(uts && !ute), MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "Argument 4 (uts) is given without argument 5 (ute); give ute too");
+  FMCall(given_vectors(in, 2, &bits));
   G = (long)FM_MASK_NG(mask);
   Sk = (size_t)mask->seqlen_k;
   n = (size_t)G * Sk;
@@ -186,9 +188,8 @@ FMErrorCode FMMaskSetAllBounds(FMMask mask, const int32_t *lts, const int32_t *l
     char where[64];
     for (int v = 0; v < 4; v++) row[v] = in[v] ? in[v] + (size_t)first * Sk : NULL;
     snprintf(where, sizeof(where), "sample %ld, head %ld: ", first / mask->mask_heads, first % mask->mask_heads);
-    FMCall(check_vectors_at(mask, row, 2, &bits, where));
+    FMCall(check_vectors(mask, row, 2, where));
   }
-  for (int v = 0; v < 4; v++) bits |= in[v] ? 1 << v : 0;
   if (!mask->user_head_set) FMCall(FMCalloc((size_t)G, &mask->user_head_set));
   for (int v = 0; v < 4; v++)
     if (in[v] && !mask->user[v]) FMCall(FMMalloc(n, &mask->user[v]));

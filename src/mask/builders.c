@@ -537,11 +537,11 @@ static FMErrorCode alloc_default_bounds(FMMask m, int full)
     }
     m->bnd_cap = n;
   }
+  const int nth = FMMaskThreads_Private(m, n, 0);
+  (void)nth; /* without OpenMP */
   for (int v = 0; v < 4; v++) {
     int32_t *b = m->bnd[v];
     const int32_t x = v < 2 ? Sq : 0;
-    const int nth = FMMaskThreads_Private(m, n, 0);
-    (void)nth; /* without OpenMP */
     if (((keep | full) >> v) & 1) continue;
 #pragma omp parallel for simd num_threads(nth) schedule(static) if (nth > 1)
     for (size_t i = 0; i < n; i++) b[i] = x;

@@ -135,7 +135,7 @@ FMErrorCode FMMaskValidate_Private(FMMask m)
      mask); only the first row with a violation is scanned again, in the order of the message */
   {
     const long ng = (long)FM_MASK_NG(m);
-    const int nth = FMMaskThreads_Private(m, (size_t)ng * m->seqlen_k, (int)(ng < 64 ? ng : 64));
+    const int nth = FMMaskThreads_Private(m, (size_t)ng * m->seqlen_k, (int)ng); /* no more threads than rows */
     (void)nth; /* without OpenMP */
     long first = ng;
 #pragma omp parallel for num_threads(nth) schedule(static) reduction(min : first) if (nth > 1)
@@ -254,14 +254,14 @@ FMErrorCode FMMaskNormalize_Private(FMMask m)
   m->stats_valid = 0;
   m->nblocks_k = (int)(((int64_t)Sk + B - 1) / B);
   n = FM_MASK_NG(m) * (size_t)Sk;
+  const int nth = FMMaskThreads_Private(m, n, 0);
+  (void)nth; /* without OpenMP */
   /* per interval whose two vectors are both carried: with one at its default d, start == end
      means both equal d, which is the default form already (validation has run: lts <= lte <= Sq,
      0 <= uts <= ute) */
   for (int pr = 0; pr < 2; pr++) {
     int32_t *s = m->bnd[2 * pr], *e = m->bnd[2 * pr + 1];
     const int32_t d = pr == 0 ? Sq : 0;
-    const int nth = FMMaskThreads_Private(m, n, 0);
-    (void)nth; /* without OpenMP */
     if (!carried(m, 2 * pr) || !carried(m, 2 * pr + 1)) continue;
     /* branch-free (simd: GCC's -O2 vectorizes a loop of unknown trip count only so) */
 #pragma omp parallel for simd num_threads(nth) schedule(static) if (nth > 1)

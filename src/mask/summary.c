@@ -394,29 +394,174 @@ FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double
   return FM_SUCCESS;
 }
 
+/* The causal rows [0, c) of column j: c = j + dq (dq = seqlen_q - seqlen_k) clipped to
+   [0, seqlen_q], or 0 without the causal triangle (causal 0 or 1). In int: |dq| < 2^30. */
+static inline int causal_end(int causal, int j, int dq, int Sq)
+{
+  const int c = j + dq;
+  return (c < 0 ? 0 : c > Sq ? Sq : c) & -causal;
+}
+
+/*
+ * Masked entries of columns [j0, j1) of row h: per column, the size of the union of its causal,
+ * lower and upper intervals by inclusion and exclusion, branch-free. The terms are summed in
+ * unsigned 32-bit arithmetic (modulo 2^32, so a partial sum may wrap; each column's total is at
+ * most seqlen_q), over pieces short enough that a piece's total fits, so the loop vectorizes.
+ */
+static int64_t masked_count(const FMMask m, int h, int j0, int j1)
+{
+  const size_t o = (size_t)h * m->seqlen_k;
+  const int32_t *ls = m->bnd[0] + o, *le = m->bnd[1] + o, *us = m->bnd[2] + o, *ue = m->bnd[3] + o;
+  const int dq = m->seqlen_q - m->seqlen_k, causal = m->causal != 0, Sq = m->seqlen_q;
+  const int piece = (int)(UINT32_MAX / (uint32_t)Sq < 4096 ? UINT32_MAX / (uint32_t)Sq : 4096);
+  int64_t n = 0;
+  for (int p0 = j0; p0 < j1; p0 += piece) {
+    const int p1 = j1 - p0 > piece ? p0 + piece : j1;
+    uint32_t acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int j = p0; j < p1; j++) {
+      const int c = causal_end(causal, j, dq, Sq), a = ls[j], b = le[j], x = us[j], y = ue[j];
+      const int lc = b < c ? b : c, uc = y < c ? y : c, lu0 = a > x ? a : x, lu1 = b < y ? b : y, t1 = lu1 < c ? lu1 : c;
+      const int ab = b - a, xy = y - x, ovl_c = lc - a, ovu_c = uc - x, ovlu = lu1 - lu0, ovall = t1 - lu0;
+      acc += (uint32_t)c + (uint32_t)(ab > 0 ? ab : 0) + (uint32_t)(xy > 0 ? xy : 0) - (uint32_t)(ovl_c > 0 ? ovl_c : 0) -
+             (uint32_t)(ovu_c > 0 ? ovu_c : 0) - (uint32_t)(ovlu > 0 ? ovlu : 0) + (uint32_t)(ovall > 0 ? ovall : 0);
+    }
+    n += acc;
+  }
+  return n;
+}
+
+/*
+ * Whether rows [r0, r1) are masked in every column of [c0, c1) of row h. Per column, from r0 the
+ * masked run is followed through its intervals taken in order of their starts (the causal one
+ * starts at 0, so it comes first; the lower and upper ones in either order, hence C, L, U, L):
+ * the run reaches r1 iff the rows are masked. Branch-free in chunks of 32 columns, returning
+ * at the first chunk with a visible entry.
+ */
+static int rows_masked(const FMMask m, int h, int c0, int c1, int r0, int r1)
+{
+  const size_t o = (size_t)h * m->seqlen_k;
+  const int32_t *ls = m->bnd[0] + o, *le = m->bnd[1] + o, *us = m->bnd[2] + o, *ue = m->bnd[3] + o;
+  const int dq = m->seqlen_q - m->seqlen_k, causal = m->causal != 0, Sq = m->seqlen_q;
+  for (int j0 = c0; j0 < c1; j0 += 32) {
+    const int j1 = c1 - j0 > 32 ? j0 + 32 : c1;
+    int ok = 1;
+#pragma omp simd reduction(& : ok)
+    for (int j = j0; j < j1; j++) {
+      const int c = causal_end(causal, j, dq, Sq);
+      int p = c > r0 ? c : r0;
+      p = ls[j] <= p && le[j] > p ? le[j] : p;
+      p = us[j] <= p && ue[j] > p ? ue[j] : p;
+      p = ls[j] <= p && le[j] > p ? le[j] : p;
+      ok &= p >= r1;
+    }
+    if (!ok) return 0;
+  }
+  return 1;
+}
+
+/* Undecided row tiles of one key block beyond which skipped_tiles scans the block's columns
+   instead (scan_block): each costs at most one pass over the block's columns. */
+#define FM_DENSITY_MAX_UNDECIDED 8
+
+/*
+ * The skipped tiles of key block kb of row h, exactly, from its summaries s and, where they
+ * leave rows undecided, the bounds. With cmin and cmax the causal ends of the block's first and
+ * last columns, D = [0, cmin) U [max lts, min lte) U [max uts, min ute) is masked in every column.
+ * Rows below cmin are in D; the rows at or above cmax see no causal interval, and there a row
+ * masked in every column but not in D must lie in both intervals' ranges across the block, Z =
+ * [max(min lts, min uts), min(max lte, max ute)) (a row below every lts, for one, is masked only
+ * through the upper interval, in every column, so in D). So only tiles meeting the band
+ * [cmin, cmax) or Z above cmax, and not inside D, are tested column by column (rows_masked); a
+ * block with more of them than FM_DENSITY_MAX_UNDECIDED (random user bounds) is scanned whole.
+ */
+static int64_t skipped_tiles(const FMMask m, Scan *sc, const int32_t *s, int h, int c0, int c1)
+{
+  const int B = sc->B, Sq = sc->Sq, nqb = sc->nqb;
+  const int dq = Sq - m->seqlen_k, causal = m->causal != 0;
+  const int cmin = causal_end(causal, c0, dq, Sq), cmax = causal_end(causal, c1 - 1, dq, Sq);
+  int da[3] = {0, s[FM_SUM_LTS_MAX], s[FM_SUM_UTS_MAX]}, db[3] = {cmin, s[FM_SUM_LTE_MIN], s[FM_SUM_UTE_MIN]};
+  int tl[3], th[3], nt = 0, ua[2], ub[2], nu = 0, ntest = 0, last = -1;
+  int64_t n = 0, dummy = 0;
+  const int z0 = s[FM_SUM_LTS_MIN] > s[FM_SUM_UTS_MIN] ? s[FM_SUM_LTS_MIN] : s[FM_SUM_UTS_MIN],
+            z1 = s[FM_SUM_LTE_MAX] < s[FM_SUM_UTE_MAX] ? s[FM_SUM_LTE_MAX] : s[FM_SUM_UTE_MAX];
+  /* D as sorted disjoint intervals, then the row tiles wholly inside each */
+  for (int x = 0; x < 3; x++)
+    if (db[x] <= da[x]) da[x] = db[x] = INT_MAX;
+  cswap(da, db, 0, 1);
+  cswap(da, db, 1, 2);
+  cswap(da, db, 0, 1);
+  for (int x = 0, k = -1; x < 3 && da[x] != INT_MAX; x++)
+    if (k >= 0 && da[x] <= db[k]) {
+      if (db[x] > db[k]) db[k] = db[x];
+    } else {
+      k++;
+      da[k] = da[x];
+      db[k] = db[x];
+      nt = k + 1;
+    }
+  for (int k = 0; k < nt; k++) {
+    const int lo = (int)(((int64_t)da[k] + B - 1) / B), hi = db[k] >= Sq ? nqb - 1 : db[k] / B - 1;
+    tl[k] = lo;
+    th[k] = hi;
+    if (lo <= hi) n += hi - lo + 1;
+  }
+  /* the undecided rows: the causal band, and Z above it */
+  if (cmax > cmin) { ua[nu] = cmin; ub[nu++] = cmax; }
+  if (z1 > (z0 > cmax ? z0 : cmax)) { ua[nu] = z0 > cmax ? z0 : cmax; ub[nu++] = z1; }
+  for (int pass = 0; pass < 2; pass++) { /* pass 0 counts the tiles to test, pass 1 tests them */
+    last = -1;
+    for (int u = 0; u < nu; u++) {
+      const int t1 = (ub[u] - 1) / B;
+      for (int t = ua[u] / B > last ? ua[u] / B : last + 1; t <= t1; t++) {
+        int inside = 0;
+        for (int k = 0; k < nt; k++) inside |= t >= tl[k] && t <= th[k];
+        if (inside) continue;
+        if (pass == 0) {
+          if (++ntest > FM_DENSITY_MAX_UNDECIDED) break;
+        } else
+          n += rows_masked(m, h, c0, c1, t * B, (int)((int64_t)t * B + B < Sq ? (int64_t)t * B + B : Sq));
+      }
+      last = t1 > last ? t1 : last;
+    }
+    if (pass == 0 && ntest > FM_DENSITY_MAX_UNDECIDED) { /* many undecided rows: one scan of the columns */
+      n = 0;
+      scan_block(m, sc, h, c0, c1, &n, &dummy);
+      return n;
+    }
+    if (ntest == 0) break;
+  }
+  return n;
+}
+
 /*
  * FMMaskComputeDensity_Private - see fmimpl.h: the exact element density (fraction of (sample,
- * head, i, j) entries not masked) and block sparsity (fraction of block x block tiles, the last
- * row/column of tiles short, whose entries are all masked), one scan of the normalized bounds.
+ * head, i, j) entries not masked), one vector pass over the normalized bounds, and block sparsity
+ * (fraction of block x block tiles, the last row/column of tiles short, whose entries are all
+ * masked), from the block summaries and, for the few tiles they leave undecided, the bounds.
  */
 FMErrorCode FMMaskComputeDensity_Private(FMMask m)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k, B = m->block;
-  int H, nkb, nqb, nth, *cnt;
+  const int CH = 4096; /* columns per piece of the element count */
+  const int32_t *sum;
+  int H, nkb, nqb, ncw, nth, *cnt;
   int64_t masked = 0, skipped = 0; /* integers: the same sums on any number of threads */
   Scan sc;
   size_t room;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   if (m->stats_valid) return FM_SUCCESS;
   FMCheck(m->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "The mask's density is asked for before FMMaskSetUp");
+  FMCall(FMMaskSummary_Private(m, &sum));
   H = (int)FM_MASK_NG(m);
-  nkb = (int)(((int64_t)Sk + B - 1) / B);
+  nkb = m->nblocks_k;
   nqb = (int)(((int64_t)Sq + B - 1) / B);
-  /* room for a tile list: each intersection adds at most 2 intervals, and disjoint intervals of
-     nqb tiles are at most nqb */
+  ncw = (int)(((int64_t)Sk + CH - 1) / CH);
+  /* room for a tile list of scan_block: each intersection adds at most 2 intervals, and disjoint
+     intervals of nqb tiles are at most nqb */
   room = 2 * (2 * (size_t)B + 3 < (size_t)nqb + 1 ? 2 * (size_t)B + 3 : (size_t)nqb + 1);
-  /* the (row, key block) pairs on the context's threads, each with its own two tile lists
-     (32 heads of random eviction at 32K keys: 18 ms on one core) */
+  /* on the context's threads (32 heads of random eviction at 32K keys: 18 ms on one core when
+     every column was scanned) */
   nth = FMMaskThreads_Private(m, (size_t)H * Sk, 0);
   FMCall(FMMalloc(2 * room * (size_t)nth, &cnt));
   sc.B = B; sc.Sq = Sq; sc.nqb = nqb; sc.sh = -1;
@@ -430,11 +575,17 @@ FMErrorCode FMMaskComputeDensity_Private(FMMask m)
 #endif
     sc.run = cnt + 2 * room * (size_t)t;
     sc.next = sc.run + room;
-#pragma omp for collapse(2) schedule(static)
+#pragma omp for collapse(2) schedule(static) nowait
+    for (int h = 0; h < H; h++)
+      for (int w = 0; w < ncw; w++) {
+        const int j0 = w * CH, j1 = Sk - j0 > CH ? j0 + CH : Sk;
+        masked += masked_count(m, h, j0, j1);
+      }
+#pragma omp for collapse(2) schedule(dynamic, 64)
     for (int h = 0; h < H; h++)
       for (int kb = 0; kb < nkb; kb++) {
         const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
-        scan_block(m, &sc, h, c0, c1, &skipped, &masked);
+        skipped += skipped_tiles(m, &sc, sum + ((size_t)h * nkb + kb) * FM_SUM_N, h, c0, c1);
       }
   }
   free(cnt);

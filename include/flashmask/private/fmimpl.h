@@ -423,8 +423,9 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m);
    collective. Never call it inside a multithreaded region: it may write m. */
 FMErrorCode FMMaskSummary_Private(FMMask m, const int32_t **summary);
 /* FMMaskComputeDensity_Private - m->density and m->sparsity of a set-up mask, computed the first
-   time they are asked for after a set-up (a re-planning step that never asks pays nothing). Not
-   collective. */
+   time they are asked for after a set-up (a re-planning step that never asks pays nothing), the
+   block summaries too if they are not yet (the sparsity starts from them). Exact. Not
+   collective; never call it inside a multithreaded region (it writes m). */
 FMErrorCode FMMaskComputeDensity_Private(FMMask m);
 /* FMMaskTileKeys_Private - how many keys a query tile (tile_rows rows) sees, estimated over every
    tile of every mask row of a set-up mask: *mean, and *cv, their coefficient of variation

@@ -127,10 +127,11 @@ FMErrorCode FMCudaMaskUpload(const FMMaskDesc *m, void **dev)
 /*
  * FMCudaMaskUpdate - a new mask into a handle of FMCudaMaskUpload whose buffers are large
  *   enough, in place, ordered on stream after the work queued there (no allocation, no
- *   device-wide synchronization). Not collective. *done = 0 (nothing changed) when they are
+ *   device-wide synchronization); the host copy into pinned staging on threads host threads.
+ *   Not collective. *done = 0 (nothing changed) when they are
  *   too small: the caller then frees and uploads again.
  */
-FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *done)
+FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, int threads, void *dev, void *stream, int *done)
 {
   cudaError_t e;
   FMValidPointer(m, 1);
@@ -139,7 +140,7 @@ FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *
   if (!dev) return FM_SUCCESS;
   FMCall(check_carried(m));
   e = FMGpuMaskUpdate((FMGpuMask *)dev, m->seqlen_q, m->seqlen_k, m->mask_heads, m->mask_batch, m->causal, m->present, m->bnd,
-                      (cudaStream_t)stream, done);
+                      FMMaskCopyBounds_Private, threads > 1 ? threads : 1, (cudaStream_t)stream, done);
   FMCallCUDA(e);
   return FM_SUCCESS;
 }

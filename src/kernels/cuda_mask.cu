@@ -175,7 +175,7 @@ void FMGpuMaskStage(FMGpuMask *d)
 
 /* FMGpuMaskUpdate - see fmgpu.cuh. */
 cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, int present,
-                            const int32_t *const bnd[4], cudaStream_t st, int *done)
+                            const int32_t *const bnd[4], FMGpuHostCopy copy, int nth, cudaStream_t st, int *done)
 {
   int pl[4];
   const int np = planes(present, pl);
@@ -197,8 +197,16 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
     const int i = d->next_stage;
     int32_t *s = d->stage[i];
     if ((e = cudaEventSynchronize(d->staged[i])) != cudaSuccess) return e;
-    for (int v = 0; v < 4; v++)
-      if (pl[v] >= 0) memcpy(s + pl[v] * n, bnd[v], n * sizeof(int32_t));
+    int32_t *dst[4];
+    const int32_t *src[4];
+    for (int v = 0; v < 4; v++) {
+      dst[v] = pl[v] >= 0 ? s + pl[v] * n : NULL;
+      src[v] = pl[v] >= 0 ? bnd[v] : NULL;
+    }
+    if (copy) copy(dst, src, n, nth);
+    else
+      for (int v = 0; v < 4; v++)
+        if (src[v]) memcpy(dst[v], src[v], n * sizeof(int32_t));
     if (np && (e = cudaMemcpyAsync(d->bnd, s, np * n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess) return e;
     if ((e = cudaEventRecord(d->staged[i], st)) != cudaSuccess) {
       /* the copy may be queued with no event after it: wait for it here, so that no later

@@ -158,6 +158,9 @@ static inline void FMGpuFwdParamsDense(FMGpuFwdParams *gp, const FMGpuMask *dm, 
 cudaError_t FMGpuMaskCreate(int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, int present,
                             const int32_t *const bnd[4], FMGpuMask **out);
 void FMGpuMaskDestroy(FMGpuMask *d);
+/* A host copy of the carried bound vectors into FMGpuMaskUpdate's staging, on nth threads (the
+   library passes FMMaskCopyBounds_Private; this file is not built with OpenMP). */
+typedef void (*FMGpuHostCopy)(int32_t *const dst[4], const int32_t *const src[4], size_t n, int nth);
 /* FMGpuMaskStage - pin the staging that FMGpuMaskUpdate then copies through (two host buffers
    of the bounds' capacity, when that is at most FM_GPU_STAGE_MAX; nothing when they are already
    there; on failure nothing, and the updates copy from pageable memory). For a handle that will
@@ -171,9 +174,11 @@ void FMGpuMaskStage(FMGpuMask *d);
    allocation, no device-wide synchronization. The host bounds may be reused on return: they are
    copied into a pinned staging buffer, and one copy of it goes to the device (the buffers
    alternate; the host waits only when the copy two updates back has not yet run, i.e. when it is
-   more than one update ahead of the stream). */
+   more than one update ahead of the stream). copy(dst, src, n, nth) fills the staging buffer
+   (dst[v][0..n) = src[v][0..n) where src[v] is not NULL) on nth host threads; NULL: one memcpy
+   per vector. */
 cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, int present,
-                            const int32_t *const bnd[4], cudaStream_t st, int *done);
+                            const int32_t *const bnd[4], FMGpuHostCopy copy, int nth, cudaStream_t st, int *done);
 
 /* simt/fwd_fallback.cu: the plain SIMT forward (any head dim up to 256, any GPU). */
 cudaError_t FMGpuFallbackForward(const FMGpuFwdParams *p, cudaStream_t stream);

@@ -27,19 +27,6 @@ FMErrorCode FMMaskCheckBatch_Private(int mask_batch, int mask_heads, int seqlen_
 /* Free the bounds given with FMMaskSetBounds / FMMaskSetSampleBounds (mask.c). */
 void FMMaskFreeUserBounds_Private(FMMask m);
 
-/*
- * Threads for a set-up pass over n bound entries of m (at most cap; cap <= 0: no cap): 1 below
- * 2^17 entries, where starting the threads would cost more than they save, else the context's
- * CPU threads per rank (FMContextSetNumThreads: the rank's share of its cores). A pass over the
- * bounds is bound by memory bandwidth, which one core of a server does not saturate (32 heads
- * at 32K keys: 4 MiB per vector). mask.c.
- */
-int FMMaskThreads_Private(FMMask m, size_t n, int cap);
-
-/* dst[v][0..n) = src[v][0..n) for each v whose src is not NULL, on nth threads (contiguous
-   pieces split on 4 KiB pages). mask.c. */
-void FMMaskCopyBounds_Private(int32_t *const dst[4], const int32_t *const src[4], size_t n, int nth);
-
 /* Index of a type name, or -1 when unknown. */
 int FMMaskTypeIndex_Private(const char *name);
 

@@ -61,7 +61,10 @@ static FMErrorCode setup_local(FMPlan plan, FMPlanLocal *L, int *update)
     FMCall(FMPlanGetProblem_Private(plan, &p));
     /* the same sizes: new bounds into the same device buffers, in order on the plan's stream (the
        kernels already queued there read the old ones first); else a fresh copy */
-    if (L->gpu && !L->gpu_mixed && plan->stream == L->gpu_stream) FMCall(FMCudaMaskUpdate(&p.mask, L->gpu, plan->stream, &done));
+    if (L->gpu && !L->gpu_mixed && plan->stream == L->gpu_stream) {
+      const int nth = FMMaskThreads_Private(plan->mask, FM_MASK_NG(plan->mask) * (size_t)p.mask.seqlen_k, 0); /* the staging copy's */
+      FMCall(FMCudaMaskUpdate(&p.mask, nth, L->gpu, plan->stream, &done));
+    }
     if (!done) {
       if (L->gpu) { FMCall(FMCudaMaskFree(L->gpu)); L->gpu = NULL; }
       FMCall(FMCudaMaskUpload(&p.mask, &L->gpu));

@@ -422,6 +422,20 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m);
    are asked for after a SetUp; *summary (may be NULL) is valid until the next SetUp. Not
    collective. Never call it inside a multithreaded region: it may write m. */
 FMErrorCode FMMaskSummary_Private(FMMask m, const int32_t **summary);
+/*
+ * Threads for a set-up pass over n bound entries of m (at most cap; cap <= 0: no cap): 1 below
+ * 2^17 entries, where starting the threads would cost more than they save, else the context's
+ * CPU threads per rank (FMContextSetNumThreads: the rank's share of its cores). A pass over the
+ * bounds is bound by memory bandwidth, which one core of a server does not saturate (32 heads
+ * at 32K keys: 4 MiB per vector). src/mask/mask.c.
+ */
+int FMMaskThreads_Private(FMMask m, size_t n, int cap);
+
+/* dst[v][0..n) = src[v][0..n) for each v whose src is not NULL, on nth threads (contiguous
+   pieces split on 4 KiB pages). src/mask/mask.c; also FMCudaMaskUpdate's copy into pinned
+   staging. */
+void FMMaskCopyBounds_Private(int32_t *const dst[4], const int32_t *const src[4], size_t n, int nth);
+
 /* FMMaskComputeDensity_Private - m->density and m->sparsity of a set-up mask, computed the first
    time they are asked for after a set-up (a re-planning step that never asks pays nothing), the
    block summaries too if they are not yet (the sparsity starts from them). Exact. Not

@@ -165,8 +165,9 @@ FMErrorCode FMCudaMaskFree(void *dev);
  *   place when its buffers are large enough, ordered on stream after the work already queued
  *   there; no allocation and no device-wide synchronization (the re-planning update path).
  *   *done = 0 and nothing changed when they are too small (then free and upload again).
+ *   threads: host threads for the copy of the bounds into pinned staging (<= 1: one).
  */
-FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, void *dev, void *stream, int *done);
+FMErrorCode FMCudaMaskUpdate(const FMMaskDesc *m, int threads, void *dev, void *stream, int *done);
 /*
  * FMCudaMaskStage - let FMCudaMaskUpdate copy a handle's new bounds through pinned host
  *   staging: one asynchronous copy, with no host wait, instead of one copy from pageable memory

@@ -98,7 +98,7 @@ static FMErrorCode upload_stage(const FMDistLocalMask *lm, int mask_batch, int x
     {
       void *h = pool_next(g);
       int done = 0;
-      if (h) ierr = FMCudaMaskUpdate(&md, h, stream, &done);
+      if (h) ierr = FMCudaMaskUpdate(&md, 1, h, stream, &done); /* one thread: the bounds above are built on one */
       if (done && !ierr) *dmask = h;
       else {
         FMCudaMaskFree(h);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The three fuzz targets (tests/fuzz/) under the deterministic mutation driver: a fixed number
+# The four fuzz targets (tests/fuzz/) under the deterministic mutation driver: a fixed number
 # of mutated inputs each, seeded by tests/fuzz/seeds/ and the reproducers of tests/data/repro/.
 # A crash, a broken invariant (abort) or a leak in our code fails the test. A fault inside
 # HDF5 itself (HDF5 1.10 crashes on some corrupt files; doc/format.md) is listed and the run
@@ -40,6 +40,7 @@ run() {
   echo "fuzz_$name: the seeds and $count mutated inputs ran, $hdf5 of them skipped after a fault inside HDF5; last run: $(grep 'mutated inputs' "$dir/$name.out")"
 }
 run options 20000 "$s"/options-*.txt
+run bounds 50000 "$s"/bounds-*.bin
 if [ "${FM_HAVE_HDF5:-0}" = 1 ]; then
   run mask 4000 "$s"/mask-*.h5 "$r"/mask*.h5
   run trace 4000 "$s"/trace-*.h5 "$r"/fmtrace-*.h5 "$r"/trace-*.h5

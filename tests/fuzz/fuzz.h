@@ -1,5 +1,5 @@
 /*
- * fuzz.h - what the fuzz targets (fuzz_mask.c, fuzz_trace.c, fuzz_options.c) share with the
+ * fuzz.h - what the fuzz targets (fuzz_mask.c, fuzz_trace.c, fuzz_options.c, fuzz_bounds.c) share with the
  * deterministic mutation driver (driver.c) and with libFuzzer.
  *
  * Each target defines the two libFuzzer entry points:

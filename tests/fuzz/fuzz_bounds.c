@@ -1,0 +1,204 @@
+/*
+ * fuzz_bounds.c - fuzz target of user bounds: the input is decoded into a small mask of type
+ * "bounds" and its vectors, given by FMMaskSetAllBounds or by FMMaskSetSampleBounds per sample
+ * and head, then set up. Each result is checked against brute force over the dense mask, computed
+ * from the input alone:
+ *   - a call rejects the input exactly when brute force finds a violation: lte without lts, uts
+ *     without ute (FM_ERR_ARG_INCOMP), a bound out of [0, seqlen_q] or a start past its end
+ *     (FM_ERR_ARG_OUTOFRANGE); the rejection carries a message;
+ *   - after a set-up, every (sample, head, i, j) of the set-up bounds (normalized) is masked
+ *     exactly where the input's is, FMMaskIsMasked agrees for sample 0;
+ *   - the element density and the block sparsity are exact;
+ *   - every aligned tile's class is sound: SKIP only if all its entries are masked, FULL only
+ *     if none is.
+ * The input format, bytes in order (a missing byte reads as 0; see decode()):
+ *   seqlen_q = 1 + b % 40, seqlen_k = 1 + b % 40; flags: bit 0 two heads, bit 1 two samples,
+ *   bit 2 causal, bit 3 one FMMaskSetSampleBounds call per sample and head (else one
+ *   FMMaskSetAllBounds), bit 4 each given pair made ordered (start <= end); the block size
+ *   1 + b % 20; which vectors are given (bits 0-3: lts, lte, uts, ute); then the values of the
+ *   given vectors, vector by vector, row by row: 0xff is -1, 0xfe is seqlen_q + 1, 0xf0-0xfd
+ *   repeat the previous value (runs, as in real masks), any other byte b is b % (seqlen_q + 1);
+ *   past the input's end a vector repeats its last value. See fuzz.h.
+ */
+#include "fuzz.h"
+#include <flashmask.h>
+#include <flashmask/private/fmimpl.h>
+#include <math.h>
+#include <string.h>
+
+const char *fm_fuzz_target = "bounds";
+static FMContext ctx;
+
+static void finish(void)
+{
+  FMContextDestroy(&ctx);
+  FMFinalize();
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+  (void)argc;
+  (void)argv;
+  if (FMInitialize(NULL, NULL, NULL, NULL) || FMPushErrorHandler(FM_ERROR_HANDLER_SILENT)) return 1;
+  if (FMContextCreate(MPI_COMM_WORLD, &ctx) || FMContextSetBackend(ctx, FM_BACKEND_CPU) || FMContextSetUp(ctx)) return 1;
+  atexit(finish);
+  return 0;
+}
+
+void FMFuzzQuiesce(void) {}
+
+enum { MAXS = 40, MAXG = 4 };
+
+typedef struct {
+  int Sq, Sk, heads, batch, causal, per_head, ordered, block, given;
+  int32_t v[4][MAXG * MAXS]; /* the given vectors, [sample][head][key] */
+} Input;
+
+typedef struct {
+  const uint8_t *d;
+  size_t n, at;
+} Reader;
+
+static int next_byte(Reader *r, int *end) { return r->at < r->n ? r->d[r->at++] : (*end = 1, 0); }
+
+static void decode(const uint8_t *data, size_t size, Input *in)
+{
+  Reader r = {data, size, 0};
+  int end = 0, f;
+  in->Sq = 1 + next_byte(&r, &end) % MAXS;
+  in->Sk = 1 + next_byte(&r, &end) % MAXS;
+  f = next_byte(&r, &end);
+  in->heads = 1 + (f & 1);
+  in->batch = 1 + (f >> 1 & 1);
+  in->causal = f >> 2 & 1;
+  in->per_head = f >> 3 & 1;
+  in->ordered = f >> 4 & 1;
+  in->block = 1 + next_byte(&r, &end) % 20;
+  in->given = next_byte(&r, &end) & 15;
+  for (int v = 0; v < 4; v++) {
+    int32_t prev = v < 2 ? in->Sq : 0;
+    end = 0;
+    if (!(in->given >> v & 1)) continue;
+    for (int k = 0; k < in->batch * in->heads * in->Sk; k++) {
+      const int b = end ? 0xf0 : next_byte(&r, &end);
+      const int32_t x = end || (b >= 0xf0 && b <= 0xfd) ? prev : b == 0xff ? -1 : b == 0xfe ? in->Sq + 1 : b % (in->Sq + 1);
+      in->v[v][k] = prev = x;
+    }
+  }
+  if (in->ordered)
+    for (int v = 0; v < 4; v += 2)
+      if ((in->given >> v & 3) == 3)
+        for (int k = 0; k < in->batch * in->heads * in->Sk; k++)
+          if (in->v[v][k] > in->v[v + 1][k]) {
+            const int32_t t = in->v[v][k];
+            in->v[v][k] = in->v[v + 1][k];
+            in->v[v + 1][k] = t;
+          }
+}
+
+/* Bound v of entry k, its default where it is not given. */
+static int32_t bound(const Input *in, int v, int k) { return in->given >> v & 1 ? in->v[v][k] : v < 2 ? in->Sq : 0; }
+
+/* The error the input must give (0: none). */
+static FMErrorCode expected_error(const Input *in)
+{
+  if ((in->given & 2) && !(in->given & 1)) return FM_ERR_ARG_INCOMP;
+  if ((in->given & 4) && !(in->given & 8)) return FM_ERR_ARG_INCOMP;
+  for (int k = 0; k < in->batch * in->heads * in->Sk; k++) {
+    for (int v = 0; v < 4; v++)
+      if (bound(in, v, k) < 0 || bound(in, v, k) > in->Sq) return FM_ERR_ARG_OUTOFRANGE;
+    if (bound(in, 0, k) > bound(in, 1, k) || bound(in, 2, k) > bound(in, 3, k)) return FM_ERR_ARG_OUTOFRANGE;
+  }
+  return FM_SUCCESS;
+}
+
+/* Whether row i may not attend key j in mask row g, from bounds b (each [rows][seqlen_k]). */
+static int masked(const int32_t *const b[4], int Sq, int Sk, int causal, int g, int i, int j)
+{
+  const size_t o = (size_t)g * Sk + j;
+  return (b[0][o] <= i && i < b[1][o]) || (b[2][o] <= i && i < b[3][o]) || (causal && j > i + (Sk - Sq));
+}
+
+static FMErrorCode give(FMMask m, const Input *in)
+{
+  const int32_t *p[4];
+  FMErrorCode e = FM_SUCCESS;
+  if (!in->per_head) {
+    for (int v = 0; v < 4; v++) p[v] = in->given >> v & 1 ? in->v[v] : NULL;
+    return FMMaskSetAllBounds(m, p[0], p[1], p[2], p[3]);
+  }
+  for (int s = 0; s < in->batch && !e; s++)
+    for (int h = 0; h < in->heads && !e; h++) {
+      for (int v = 0; v < 4; v++) p[v] = in->given >> v & 1 ? in->v[v] + (size_t)(s * in->heads + h) * in->Sk : NULL;
+      e = FMMaskSetSampleBounds(m, s, h, p[0], p[1], p[2], p[3]);
+    }
+  return e;
+}
+
+static void check(FMMask m, const Input *in)
+{
+  const int Sq = in->Sq, Sk = in->Sk, B = in->block, G = in->batch * in->heads;
+  const int nqb = (Sq + B - 1) / B, nkb = (Sk + B - 1) / B;
+  int32_t ref[4][MAXG * MAXS];
+  const int32_t *rb[4] = {ref[0], ref[1], ref[2], ref[3]};
+  long nmasked = 0, nskip = 0;
+  double density, sparsity;
+  FMMaskDesc d;
+  for (int v = 0; v < 4; v++)
+    for (int k = 0; k < G * Sk; k++) ref[v][k] = bound(in, v, k);
+  if (FMMaskGetDesc_Private(m, &d)) fm_fuzz_fail("FMMaskGetDesc_Private: %s", FMGetLastErrorMessage());
+  if (d.block != B || d.nblocks_k != nkb) fm_fuzz_fail("block %d, %d key blocks; expected %d, %d", d.block, d.nblocks_k, B, nkb);
+  for (int g = 0; g < G; g++)
+    for (int i = 0; i < Sq; i++)
+      for (int j = 0; j < Sk; j++) {
+        const int x = masked(rb, Sq, Sk, in->causal, g, i, j);
+        nmasked += x;
+        if (masked(d.bnd, Sq, Sk, d.causal, g, i, j) != x)
+          fm_fuzz_fail("row %d, (%d, %d): the set-up bounds say %s, the input %s", g, i, j, x ? "visible" : "masked", x ? "masked" : "visible");
+        if (g < in->heads && (i * 7 + j) % 5 == 0) {
+          FMBool im;
+          if (FMMaskIsMasked(m, g, i, j, &im) || (int)im != x) fm_fuzz_fail("FMMaskIsMasked(%d, %d, %d) is %d, expected %d", g, i, j, (int)im, x);
+        }
+      }
+  for (int g = 0; g < G; g++)
+    for (int qb = 0; qb < nqb; qb++)
+      for (int kb = 0; kb < nkb; kb++) {
+        const int m0 = qb * B, m1 = m0 + B < Sq ? m0 + B : Sq, c0 = kb * B, c1 = c0 + B < Sk ? c0 + B : Sk;
+        long n = 0;
+        FMTileClass cls;
+        for (int i = m0; i < m1; i++)
+          for (int j = c0; j < c1; j++) n += masked(rb, Sq, Sk, in->causal, g, i, j);
+        nskip += n == (long)(m1 - m0) * (c1 - c0);
+        cls = FMMaskClassifyTile_Private(m, g, m0, m1, kb);
+        if ((cls == FM_TILE_SKIP && n != (long)(m1 - m0) * (c1 - c0)) || (cls == FM_TILE_FULL && n != 0))
+          fm_fuzz_fail("row %d tile (%d, %d): class %d with %ld of %d entries masked", g, qb, kb, (int)cls, n, (m1 - m0) * (c1 - c0));
+      }
+  if (FMMaskGetDensity(m, &density, &sparsity)) fm_fuzz_fail("FMMaskGetDensity: %s", FMGetLastErrorMessage());
+  if (fabs(density - (1.0 - (double)nmasked / ((double)G * Sq * Sk))) > 1e-12)
+    fm_fuzz_fail("element density %.15f, brute force %.15f", density, 1.0 - (double)nmasked / ((double)G * Sq * Sk));
+  if (fabs(sparsity - (double)nskip / ((double)G * nqb * nkb)) > 1e-12)
+    fm_fuzz_fail("block sparsity %.15f, brute force %.15f (%ld of %d tiles)", sparsity, (double)nskip / ((double)G * nqb * nkb), nskip,
+                 G * nqb * nkb);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+  static Input in;
+  FMMask m = NULL;
+  FMErrorCode e, want;
+  decode(data, size, &in);
+  want = expected_error(&in);
+  if (FMMaskCreate(ctx, &m) || FMMaskSetSizes(m, in.Sq, in.Sk, in.heads) || (in.batch > 1 && FMMaskSetBatch(m, in.batch)) ||
+      FMMaskSetType(m, FMMASKBOUNDS) || FMMaskSetCausal(m, in.causal ? FM_TRUE : FM_FALSE) || FMMaskSetBlockSize(m, in.block))
+    fm_fuzz_fail("setting up a %dx%d mask (%d heads, batch %d, block %d): %s", in.Sq, in.Sk, in.heads, in.batch, in.block,
+                 FMGetLastErrorMessage());
+  e = give(m, &in);
+  if (e != want) fm_fuzz_fail("giving the bounds returned %s, expected %s: %s", FMErrorString(e), FMErrorString(want), FMGetLastErrorMessage());
+  if (e && !FMGetLastErrorMessage()[0]) fm_fuzz_fail("giving the bounds returned %s without a message", FMErrorString(e));
+  if (!e) {
+    if (FMMaskSetUp(m)) fm_fuzz_fail("FMMaskSetUp of valid bounds: %s", FMGetLastErrorMessage());
+    check(m, &in);
+  }
+  FMMaskDestroy(&m);
+  return 0;
+}

@@ -10,11 +10,16 @@
  *     exactly where the input's is, FMMaskIsMasked agrees for sample 0;
  *   - the element density and the block sparsity are exact;
  *   - every aligned tile's class is sound: SKIP only if all its entries are masked, FULL only
- *     if none is.
+ *     if none is;
+ *   - where flags bit 5 asks, the CPU backend's fp32 forward (O, LSE) and backward (dQ, dK, dV)
+ *     of a plan with this mask (batch = the mask's samples, heads = its heads, head_dim 8, fresh
+ *     random inputs, outputs poisoned with NaN first) match a float64 reference to 1e-4: fully
+ *     masked rows give O = 0 and LSE = -inf, and their keys no gradient.
  * The input format, bytes in order (a missing byte reads as 0; see decode()):
  *   seqlen_q = 1 + b % 40, seqlen_k = 1 + b % 40; flags: bit 0 two heads, bit 1 two samples,
  *   bit 2 causal, bit 3 one FMMaskSetSampleBounds call per sample and head (else one
- *   FMMaskSetAllBounds), bit 4 each given pair made ordered (start <= end); the block size
+ *   FMMaskSetAllBounds), bit 4 each given pair made ordered (start <= end), bit 5 the
+ *   attention check; the block size
  *   1 + b % 20; which vectors are given (bits 0-3: lts, lte, uts, ute); then the values of the
  *   given vectors, vector by vector, row by row: 0xff is -1, 0xfe is seqlen_q + 1, 0xf0-0xfd
  *   repeat the previous value (runs, as in real masks), any other byte b is b % (seqlen_q + 1);
@@ -50,7 +55,7 @@ void FMFuzzQuiesce(void) {}
 enum { MAXS = 40, MAXG = 4 };
 
 typedef struct {
-  int Sq, Sk, heads, batch, causal, per_head, ordered, block, given;
+  int Sq, Sk, heads, batch, causal, per_head, ordered, attn, block, given;
   int32_t v[4][MAXG * MAXS]; /* the given vectors, [sample][head][key] */
 } Input;
 
@@ -73,6 +78,7 @@ static void decode(const uint8_t *data, size_t size, Input *in)
   in->causal = f >> 2 & 1;
   in->per_head = f >> 3 & 1;
   in->ordered = f >> 4 & 1;
+  in->attn = f >> 5 & 1;
   in->block = 1 + next_byte(&r, &end) % 20;
   in->given = next_byte(&r, &end) & 15;
   for (int v = 0; v < 4; v++) {
@@ -181,6 +187,107 @@ static void check(FMMask m, const Input *in)
                  G * nqb * nkb);
 }
 
+enum { HD = 8 };
+
+/* The float64 reference of one (sample, head) slice: O, LSE and the gradients, from row g of the
+   input's bounds. Tensors are [batch][seq][heads][HD]; lse [batch][heads][Sq]. */
+static void reference(const Input *in, const int32_t *const b[4], int smp, int h, double scale, const float *q, const float *k, const float *v,
+                      const float *dout, double *o, double *lse, double *dq, double *dk, double *dv)
+{
+  const int Sq = in->Sq, Sk = in->Sk, H = in->heads, g = smp * H + h;
+  double p[MAXS];
+  for (int i = 0; i < Sq; i++) {
+    const size_t qi = (((size_t)smp * Sq + i) * H + h) * HD;
+    double mx = -INFINITY, l = 0, dd = 0;
+    for (int j = 0; j < Sk; j++) {
+      const size_t kj = (((size_t)smp * Sk + j) * H + h) * HD;
+      double x = 0;
+      for (int c = 0; c < HD; c++) x += (double)q[qi + c] * k[kj + c];
+      p[j] = masked(b, Sq, Sk, in->causal, g, i, j) ? -INFINITY : scale * x;
+      if (p[j] > mx) mx = p[j];
+    }
+    lse[((size_t)smp * H + h) * Sq + i] = mx;
+    for (int c = 0; c < HD; c++) o[qi + c] = 0;
+    if (mx == -INFINITY) continue; /* fully masked: O = 0, LSE = -inf, no gradient */
+    for (int j = 0; j < Sk; j++) l += p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - mx);
+    lse[((size_t)smp * H + h) * Sq + i] = mx + log(l);
+    for (int j = 0; j < Sk; j++) {
+      const size_t kj = (((size_t)smp * Sk + j) * H + h) * HD;
+      p[j] /= l;
+      for (int c = 0; c < HD; c++) o[qi + c] += p[j] * v[kj + c];
+    }
+    for (int c = 0; c < HD; c++) dd += (double)dout[qi + c] * o[qi + c];
+    for (int j = 0; j < Sk; j++) {
+      const size_t kj = (((size_t)smp * Sk + j) * H + h) * HD;
+      double dp = 0, ds;
+      if (p[j] == 0) continue;
+      for (int c = 0; c < HD; c++) dp += (double)dout[qi + c] * v[kj + c];
+      ds = p[j] * (dp - dd);
+      for (int c = 0; c < HD; c++) {
+        dq[qi + c] += scale * ds * k[kj + c];
+        dk[kj + c] += scale * ds * q[qi + c];
+        dv[kj + c] += p[j] * dout[qi + c];
+      }
+    }
+  }
+}
+
+static void compare(const char *what, const float *got, const double *want, size_t n)
+{
+  double scale = 0;
+  for (size_t i = 0; i < n; i++)
+    if (isfinite(want[i]) && fabs(want[i]) > scale) scale = fabs(want[i]);
+  for (size_t i = 0; i < n; i++) {
+    const int same = isinf(want[i]) ? got[i] == want[i] : fabs(got[i] - want[i]) <= 1e-4 * (scale > 1 ? scale : 1);
+    if (!same) fm_fuzz_fail("%s[%zu] is %.9g, the float64 reference %.9g", what, i, (double)got[i], want[i]);
+  }
+}
+
+/* The CPU backend's forward and backward on the mask against reference(). */
+static void check_attention(FMMask m, const Input *in, const uint8_t *data, size_t size)
+{
+  const int B = in->batch, H = in->heads, Sq = in->Sq, Sk = in->Sk;
+  const size_t nq = (size_t)B * Sq * H * HD, nk = (size_t)B * Sk * H * HD, nl = (size_t)B * H * Sq;
+  static float q[MAXG * MAXS * HD], k[MAXG * MAXS * HD], v[MAXG * MAXS * HD], dout[MAXG * MAXS * HD], o[MAXG * MAXS * HD],
+    dq[MAXG * MAXS * HD], dk[MAXG * MAXS * HD], dv[MAXG * MAXS * HD], lse[MAXG * MAXS];
+  static double ro[MAXG * MAXS * HD], rdq[MAXG * MAXS * HD], rdk[MAXG * MAXS * HD], rdv[MAXG * MAXS * HD], rlse[MAXG * MAXS];
+  int32_t ref[4][MAXG * MAXS];
+  const int32_t *rb[4] = {ref[0], ref[1], ref[2], ref[3]};
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  double scale;
+  FMPlan plan = NULL;
+  for (size_t i = 0; i < size; i++) x = (x ^ data[i]) * 0x100000001b3ull; /* fresh inputs per input */
+  for (size_t i = 0; i < (nq > nk ? nq : nk); i++)
+    for (int t = 0; t < 4; t++) {
+      float *dst = t == 0 ? q : t == 1 ? k : t == 2 ? v : dout;
+      x ^= x >> 31;
+      x *= 0xbf58476d1ce4e5b9ull;
+      x ^= x >> 29;
+      if (i < (t == 1 || t == 2 ? nk : nq)) dst[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+    }
+  for (int w = 0; w < 4; w++)
+    for (int j = 0; j < B * H * Sk; j++) ref[w][j] = bound(in, w, j);
+  for (size_t i = 0; i < nq; i++) o[i] = dq[i] = NAN;
+  for (size_t i = 0; i < nk; i++) dk[i] = dv[i] = NAN;
+  for (size_t i = 0; i < nl; i++) lse[i] = NAN;
+  if (FMPlanCreate(ctx, &plan) || FMPlanSetMask(plan, m) || FMPlanSetShape(plan, B, H, H, HD, FM_DTYPE_FP32) || FMPlanSetUp(plan) ||
+      FMPlanGetScale(plan, &scale))
+    fm_fuzz_fail("a plan on valid bounds: %s", FMGetLastErrorMessage());
+  if (FMPlanForward(plan, q, k, v, o, lse) || FMPlanBackward(plan, q, k, v, o, lse, dout, dq, dk, dv))
+    fm_fuzz_fail("the CPU forward and backward: %s", FMGetLastErrorMessage());
+  FMPlanDestroy(&plan);
+  memset(rdq, 0, sizeof(double) * nq);
+  memset(rdk, 0, sizeof(double) * nk);
+  memset(rdv, 0, sizeof(double) * nk);
+  for (int smp = 0; smp < B; smp++)
+    for (int h = 0; h < H; h++) reference(in, rb, smp, h, scale, q, k, v, dout, ro, rlse, rdq, rdk, rdv);
+  compare("o", o, ro, nq);
+  compare("lse", lse, rlse, nl);
+  compare("dq", dq, rdq, nq);
+  compare("dk", dk, rdk, nk);
+  compare("dv", dv, rdv, nk);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
   static Input in;
@@ -198,6 +305,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (!e) {
     if (FMMaskSetUp(m)) fm_fuzz_fail("FMMaskSetUp of valid bounds: %s", FMGetLastErrorMessage());
     check(m, &in);
+    if (in.attn) check_attention(m, &in, data, size);
   }
   FMMaskDestroy(&m);
   return 0;

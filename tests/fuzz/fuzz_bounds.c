@@ -12,14 +12,15 @@
  *   - every aligned tile's class is sound: SKIP only if all its entries are masked, FULL only
  *     if none is;
  *   - where flags bit 5 asks, the CPU backend's fp32 forward (O, LSE) and backward (dQ, dK, dV)
- *     of a plan with this mask (batch = the mask's samples, heads = its heads, head_dim 8, fresh
+ *     of a plan with this mask (batch = the mask's samples, kv heads = its heads, twice as many
+ *     query heads where bit 6 asks (GQA 2:1), head_dim 8, fresh
  *     random inputs, outputs poisoned with NaN first) match a float64 reference to 1e-4: fully
  *     masked rows give O = 0 and LSE = -inf, and their keys no gradient.
  * The input format, bytes in order (a missing byte reads as 0; see decode()):
  *   seqlen_q = 1 + b % 40, seqlen_k = 1 + b % 40; flags: bit 0 two heads, bit 1 two samples,
  *   bit 2 causal, bit 3 one FMMaskSetSampleBounds call per sample and head (else one
  *   FMMaskSetAllBounds), bit 4 each given pair made ordered (start <= end), bit 5 the
- *   attention check; the block size
+ *   attention check, bit 6 GQA 2:1 in it; the block size
  *   1 + b % 20; which vectors are given (bits 0-3: lts, lte, uts, ute); then the values of the
  *   given vectors, vector by vector, row by row: 0xff is -1, 0xfe is seqlen_q + 1, 0xf0-0xfd
  *   repeat the previous value (runs, as in real masks), any other byte b is b % (seqlen_q + 1);
@@ -55,7 +56,7 @@ void FMFuzzQuiesce(void) {}
 enum { MAXS = 40, MAXG = 4 };
 
 typedef struct {
-  int Sq, Sk, heads, batch, causal, per_head, ordered, attn, block, given;
+  int Sq, Sk, heads, batch, causal, per_head, ordered, attn, gq, block, given;
   int32_t v[4][MAXG * MAXS]; /* the given vectors, [sample][head][key] */
 } Input;
 
@@ -79,6 +80,7 @@ static void decode(const uint8_t *data, size_t size, Input *in)
   in->per_head = f >> 3 & 1;
   in->ordered = f >> 4 & 1;
   in->attn = f >> 5 & 1;
+  in->gq = 1 + (f >> 6 & 1);
   in->block = 1 + next_byte(&r, &end) % 20;
   in->given = next_byte(&r, &end) & 15;
   for (int v = 0; v < 4; v++) {
@@ -189,15 +191,16 @@ static void check(FMMask m, const Input *in)
 
 enum { HD = 8 };
 
-/* The float64 reference of one (sample, head) slice: O, LSE and the gradients, from row g of the
-   input's bounds. Tensors are [batch][seq][heads][HD]; lse [batch][heads][Sq]. */
-static void reference(const Input *in, const int32_t *const b[4], int smp, int h, double scale, const float *q, const float *k, const float *v,
+/* The float64 reference of one (sample, query head hq) slice: O, LSE and the gradients, from the
+   input's bounds (mask row: the sample's kv head hq / gq). Tensors are [batch][seq][heads][HD]
+   (heads_q = gq heads for q, o, dout, dq; heads for k, v, dk, dv); lse [batch][heads_q][Sq]. */
+static void reference(const Input *in, const int32_t *const b[4], int smp, int hq, double scale, const float *q, const float *k, const float *v,
                       const float *dout, double *o, double *lse, double *dq, double *dk, double *dv)
 {
-  const int Sq = in->Sq, Sk = in->Sk, H = in->heads, g = smp * H + h;
+  const int Sq = in->Sq, Sk = in->Sk, H = in->heads, Hq = H * in->gq, h = hq / in->gq, g = smp * H + h;
   double p[MAXS];
   for (int i = 0; i < Sq; i++) {
-    const size_t qi = (((size_t)smp * Sq + i) * H + h) * HD;
+    const size_t qi = (((size_t)smp * Sq + i) * Hq + hq) * HD;
     double mx = -INFINITY, l = 0, dd = 0;
     for (int j = 0; j < Sk; j++) {
       const size_t kj = (((size_t)smp * Sk + j) * H + h) * HD;
@@ -206,11 +209,11 @@ static void reference(const Input *in, const int32_t *const b[4], int smp, int h
       p[j] = masked(b, Sq, Sk, in->causal, g, i, j) ? -INFINITY : scale * x;
       if (p[j] > mx) mx = p[j];
     }
-    lse[((size_t)smp * H + h) * Sq + i] = mx;
+    lse[((size_t)smp * Hq + hq) * Sq + i] = mx;
     for (int c = 0; c < HD; c++) o[qi + c] = 0;
     if (mx == -INFINITY) continue; /* fully masked: O = 0, LSE = -inf, no gradient */
     for (int j = 0; j < Sk; j++) l += p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - mx);
-    lse[((size_t)smp * H + h) * Sq + i] = mx + log(l);
+    lse[((size_t)smp * Hq + hq) * Sq + i] = mx + log(l);
     for (int j = 0; j < Sk; j++) {
       const size_t kj = (((size_t)smp * Sk + j) * H + h) * HD;
       p[j] /= l;
@@ -246,11 +249,11 @@ static void compare(const char *what, const float *got, const double *want, size
 /* The CPU backend's forward and backward on the mask against reference(). */
 static void check_attention(FMMask m, const Input *in, const uint8_t *data, size_t size)
 {
-  const int B = in->batch, H = in->heads, Sq = in->Sq, Sk = in->Sk;
-  const size_t nq = (size_t)B * Sq * H * HD, nk = (size_t)B * Sk * H * HD, nl = (size_t)B * H * Sq;
-  static float q[MAXG * MAXS * HD], k[MAXG * MAXS * HD], v[MAXG * MAXS * HD], dout[MAXG * MAXS * HD], o[MAXG * MAXS * HD],
-    dq[MAXG * MAXS * HD], dk[MAXG * MAXS * HD], dv[MAXG * MAXS * HD], lse[MAXG * MAXS];
-  static double ro[MAXG * MAXS * HD], rdq[MAXG * MAXS * HD], rdk[MAXG * MAXS * HD], rdv[MAXG * MAXS * HD], rlse[MAXG * MAXS];
+  const int B = in->batch, H = in->heads, Hq = H * in->gq, Sq = in->Sq, Sk = in->Sk;
+  const size_t nq = (size_t)B * Sq * Hq * HD, nk = (size_t)B * Sk * H * HD, nl = (size_t)B * Hq * Sq;
+  enum { NQ = 2 * MAXG * MAXS * HD }; /* GQA 2:1: twice the query heads */
+  static float q[NQ], k[NQ], v[NQ], dout[NQ], o[NQ], dq[NQ], dk[NQ], dv[NQ], lse[2 * MAXG * MAXS];
+  static double ro[NQ], rdq[NQ], rdk[NQ], rdv[NQ], rlse[2 * MAXG * MAXS];
   int32_t ref[4][MAXG * MAXS];
   const int32_t *rb[4] = {ref[0], ref[1], ref[2], ref[3]};
   uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -270,7 +273,7 @@ static void check_attention(FMMask m, const Input *in, const uint8_t *data, size
   for (size_t i = 0; i < nq; i++) o[i] = dq[i] = NAN;
   for (size_t i = 0; i < nk; i++) dk[i] = dv[i] = NAN;
   for (size_t i = 0; i < nl; i++) lse[i] = NAN;
-  if (FMPlanCreate(ctx, &plan) || FMPlanSetMask(plan, m) || FMPlanSetShape(plan, B, H, H, HD, FM_DTYPE_FP32) || FMPlanSetUp(plan) ||
+  if (FMPlanCreate(ctx, &plan) || FMPlanSetMask(plan, m) || FMPlanSetShape(plan, B, Hq, H, HD, FM_DTYPE_FP32) || FMPlanSetUp(plan) ||
       FMPlanGetScale(plan, &scale))
     fm_fuzz_fail("a plan on valid bounds: %s", FMGetLastErrorMessage());
   if (FMPlanForward(plan, q, k, v, o, lse) || FMPlanBackward(plan, q, k, v, o, lse, dout, dq, dk, dv))
@@ -280,7 +283,7 @@ static void check_attention(FMMask m, const Input *in, const uint8_t *data, size
   memset(rdk, 0, sizeof(double) * nk);
   memset(rdv, 0, sizeof(double) * nk);
   for (int smp = 0; smp < B; smp++)
-    for (int h = 0; h < H; h++) reference(in, rb, smp, h, scale, q, k, v, dout, ro, rlse, rdq, rdk, rdv);
+    for (int hq = 0; hq < Hq; hq++) reference(in, rb, smp, hq, scale, q, k, v, dout, ro, rlse, rdq, rdk, rdv);
   compare("o", o, ro, nq);
   compare("lse", lse, rlse, nl);
   compare("dq", dq, rdq, nq);

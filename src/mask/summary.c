@@ -435,14 +435,22 @@ static int64_t masked_count(const FMMask m, int h, int j0, int j1)
  * Whether rows [r0, r1) are masked in every column of [c0, c1) of row h. Per column, from r0 the
  * masked run is followed through its intervals taken in order of their starts (the causal one
  * starts at 0, so it comes first; the lower and upper ones in either order, hence C, L, U, L):
- * the run reaches r1 iff the rows are masked. Branch-free in chunks of 32 columns, returning
- * at the first chunk with a visible entry.
+ * the run reaches r1 iff the rows are masked. The first column alone, then branch-free in
+ * chunks of 32 columns, returning at the first chunk with a visible entry.
  */
 static int rows_masked(const FMMask m, int h, int c0, int c1, int r0, int r1)
 {
   const size_t o = (size_t)h * m->seqlen_k;
   const int32_t *ls = m->bnd[0] + o, *le = m->bnd[1] + o, *us = m->bnd[2] + o, *ue = m->bnd[3] + o;
   const int dq = m->seqlen_q - m->seqlen_k, causal = m->causal != 0, Sq = m->seqlen_q;
+  { /* the first column alone first: a tile on the causal diagonal usually has a visible entry there */
+    const int c = causal_end(causal, c0, dq, Sq);
+    int p = c > r0 ? c : r0;
+    p = ls[c0] <= p && le[c0] > p ? le[c0] : p;
+    p = us[c0] <= p && ue[c0] > p ? ue[c0] : p;
+    p = ls[c0] <= p && le[c0] > p ? le[c0] : p;
+    if (p < r1) return 0;
+  }
   for (int j0 = c0; j0 < c1; j0 += 32) {
     const int j1 = c1 - j0 > 32 ? j0 + 32 : c1;
     int ok = 1;

@@ -431,6 +431,16 @@ static int64_t masked_count(const FMMask m, int h, int j0, int j1)
   return n;
 }
 
+/* The end of the masked run of rows from r0 in a column with causal end c, lower interval [a, b)
+   and upper interval [x, y) (r0 itself if r0 is visible); see rows_masked. */
+static inline int run_end(int c, int r0, int a, int b, int x, int y)
+{
+  int p = c > r0 ? c : r0;
+  p = a <= p && b > p ? b : p;
+  p = x <= p && y > p ? y : p;
+  return a <= p && b > p ? b : p;
+}
+
 /*
  * Whether rows [r0, r1) are masked in every column of [c0, c1) of row h. Per column, from r0 the
  * masked run is followed through its intervals taken in order of their starts (the causal one
@@ -443,26 +453,13 @@ static int rows_masked(const FMMask m, int h, int c0, int c1, int r0, int r1)
   const size_t o = (size_t)h * m->seqlen_k;
   const int32_t *ls = m->bnd[0] + o, *le = m->bnd[1] + o, *us = m->bnd[2] + o, *ue = m->bnd[3] + o;
   const int dq = m->seqlen_q - m->seqlen_k, causal = m->causal != 0, Sq = m->seqlen_q;
-  { /* the first column alone first: a tile on the causal diagonal usually has a visible entry there */
-    const int c = causal_end(causal, c0, dq, Sq);
-    int p = c > r0 ? c : r0;
-    p = ls[c0] <= p && le[c0] > p ? le[c0] : p;
-    p = us[c0] <= p && ue[c0] > p ? ue[c0] : p;
-    p = ls[c0] <= p && le[c0] > p ? le[c0] : p;
-    if (p < r1) return 0;
-  }
+  /* the first column alone first: a tile on the causal diagonal usually has a visible entry there */
+  if (run_end(causal_end(causal, c0, dq, Sq), r0, ls[c0], le[c0], us[c0], ue[c0]) < r1) return 0;
   for (int j0 = c0; j0 < c1; j0 += 32) {
     const int j1 = c1 - j0 > 32 ? j0 + 32 : c1;
     int ok = 1;
 #pragma omp simd reduction(& : ok)
-    for (int j = j0; j < j1; j++) {
-      const int c = causal_end(causal, j, dq, Sq);
-      int p = c > r0 ? c : r0;
-      p = ls[j] <= p && le[j] > p ? le[j] : p;
-      p = us[j] <= p && ue[j] > p ? ue[j] : p;
-      p = ls[j] <= p && le[j] > p ? le[j] : p;
-      ok &= p >= r1;
-    }
+    for (int j = j0; j < j1; j++) ok &= run_end(causal_end(causal, j, dq, Sq), r0, ls[j], le[j], us[j], ue[j]) >= r1;
     if (!ok) return 0;
   }
   return 1;

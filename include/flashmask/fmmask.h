@@ -281,7 +281,10 @@ FMErrorCode FMMaskGetSampleBounds(FMMask mask, int sample, int head, const int32
 FMErrorCode FMMaskIsMasked(FMMask mask, int head, int i, int j, FMBool *masked);
 
 /*
- * FMMaskGetDensity - the density of mask, after SetUp. Not collective.
+ * FMMaskGetDensity - the density of mask, after SetUp. Not collective. Both numbers are exact;
+ *   they are computed by the first call after a SetUp (with the mask's block summaries, if no
+ *   plan has computed them yet), which writes the mask: do not call it on one mask from several
+ *   threads at once.
  *   element_density  out (may be NULL): fraction of (i, j, head) entries NOT masked
  *   block_sparsity   out (may be NULL): fraction of block x block tiles fully masked
  */

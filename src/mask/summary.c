@@ -519,9 +519,12 @@ static int64_t skipped_tiles(const FMMask m, Scan *sc, const int32_t *s, int h, 
     for (int u = 0; u < nu; u++) {
       const int t1 = (ub[u] - 1) / B;
       for (int t = ua[u] / B > last ? ua[u] / B : last + 1; t <= t1; t++) {
-        int inside = 0;
-        for (int k = 0; k < nt; k++) inside |= t >= tl[k] && t <= th[k];
-        if (inside) continue;
+        int inside = -1; /* the end of the D tile range holding t: jump past it */
+        for (int k = 0; k < nt; k++) inside = t >= tl[k] && t <= th[k] ? th[k] : inside;
+        if (inside >= 0) {
+          t = inside;
+          continue;
+        }
         if (pass == 0) {
           if (++ntest > FM_DENSITY_MAX_UNDECIDED) break;
         } else

@@ -12,15 +12,16 @@
  *   - every aligned tile's class is sound: SKIP only if all its entries are masked, FULL only
  *     if none is;
  *   - where flags bit 5 asks, the CPU backend's fp32 forward (O, LSE) and backward (dQ, dK, dV)
- *     of a plan with this mask (batch = the mask's samples, kv heads = its heads, twice as many
- *     query heads where bit 6 asks (GQA 2:1), head_dim 8, fresh
+ *     of a plan with this mask (batch = the mask's samples, kv heads = its heads, or two heads
+ *     sharing its one head where bit 7 asks, twice as many query heads where bit 6 asks (GQA
+ *     2:1), head_dim 8, fresh
  *     random inputs, outputs poisoned with NaN first) match a float64 reference to 1e-4: fully
  *     masked rows give O = 0 and LSE = -inf, and their keys no gradient.
  * The input format, bytes in order (a missing byte reads as 0; see decode()):
  *   seqlen_q = 1 + b % 40, seqlen_k = 1 + b % 40; flags: bit 0 two heads, bit 1 two samples,
  *   bit 2 causal, bit 3 one FMMaskSetSampleBounds call per sample and head (else one
  *   FMMaskSetAllBounds), bit 4 each given pair made ordered (start <= end), bit 5 the
- *   attention check, bit 6 GQA 2:1 in it; the block size
+ *   attention check, bit 6 GQA 2:1 in it, bit 7 one mask head for two kv heads in it; the block size
  *   1 + b % 20; which vectors are given (bits 0-3: lts, lte, uts, ute); then the values of the
  *   given vectors, vector by vector, row by row: 0xff is -1, 0xfe is seqlen_q + 1, 0xf0-0xfd
  *   repeat the previous value (runs, as in real masks), any other byte b is b % (seqlen_q + 1);
@@ -56,7 +57,7 @@ void FMFuzzQuiesce(void) {}
 enum { MAXS = 40, MAXG = 4 };
 
 typedef struct {
-  int Sq, Sk, heads, batch, causal, per_head, ordered, attn, gq, block, given;
+  int Sq, Sk, heads, batch, causal, per_head, ordered, attn, gq, hkv, block, given;
   int32_t v[4][MAXG * MAXS]; /* the given vectors, [sample][head][key] */
 } Input;
 
@@ -81,6 +82,7 @@ static void decode(const uint8_t *data, size_t size, Input *in)
   in->ordered = f >> 4 & 1;
   in->attn = f >> 5 & 1;
   in->gq = 1 + (f >> 6 & 1);
+  in->hkv = in->heads == 1 && (f >> 7 & 1) ? 2 : in->heads; /* kv heads: one mask head may serve two */
   in->block = 1 + next_byte(&r, &end) % 20;
   in->given = next_byte(&r, &end) & 15;
   for (int v = 0; v < 4; v++) {
@@ -192,12 +194,13 @@ static void check(FMMask m, const Input *in)
 enum { HD = 8 };
 
 /* The float64 reference of one (sample, query head hq) slice: O, LSE and the gradients, from the
-   input's bounds (mask row: the sample's kv head hq / gq). Tensors are [batch][seq][heads][HD]
-   (heads_q = gq heads for q, o, dout, dq; heads for k, v, dk, dv); lse [batch][heads_q][Sq]. */
+   input's bounds (kv head hq / gq; mask row: that kv head's, or the sample's one head). Tensors
+   are [batch][seq][heads][HD] (heads_q = hkv * gq heads for q, o, dout, dq; hkv for k, v, dk,
+   dv); lse [batch][heads_q][Sq]. */
 static void reference(const Input *in, const int32_t *const b[4], int smp, int hq, double scale, const float *q, const float *k, const float *v,
                       const float *dout, double *o, double *lse, double *dq, double *dk, double *dv)
 {
-  const int Sq = in->Sq, Sk = in->Sk, H = in->heads, Hq = H * in->gq, h = hq / in->gq, g = smp * H + h;
+  const int Sq = in->Sq, Sk = in->Sk, H = in->hkv, Hq = H * in->gq, h = hq / in->gq, g = smp * in->heads + (in->heads > 1 ? h : 0);
   double p[MAXS];
   for (int i = 0; i < Sq; i++) {
     const size_t qi = (((size_t)smp * Sq + i) * Hq + hq) * HD;
@@ -249,7 +252,7 @@ static void compare(const char *what, const float *got, const double *want, size
 /* The CPU backend's forward and backward on the mask against reference(). */
 static void check_attention(FMMask m, const Input *in, const uint8_t *data, size_t size)
 {
-  const int B = in->batch, H = in->heads, Hq = H * in->gq, Sq = in->Sq, Sk = in->Sk;
+  const int B = in->batch, H = in->hkv, Hq = H * in->gq, Sq = in->Sq, Sk = in->Sk;
   const size_t nq = (size_t)B * Sq * Hq * HD, nk = (size_t)B * Sk * H * HD, nl = (size_t)B * Hq * Sq;
   enum { NQ = 2 * MAXG * MAXS * HD }; /* GQA 2:1: twice the query heads */
   static float q[NQ], k[NQ], v[NQ], dout[NQ], o[NQ], dq[NQ], dk[NQ], dv[NQ], lse[2 * MAXG * MAXS];
@@ -269,7 +272,7 @@ static void check_attention(FMMask m, const Input *in, const uint8_t *data, size
       if (i < (t == 1 || t == 2 ? nk : nq)) dst[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 4.0 - 2.0);
     }
   for (int w = 0; w < 4; w++)
-    for (int j = 0; j < B * H * Sk; j++) ref[w][j] = bound(in, w, j);
+    for (int j = 0; j < B * in->heads * Sk; j++) ref[w][j] = bound(in, w, j);
   for (size_t i = 0; i < nq; i++) o[i] = dq[i] = NAN;
   for (size_t i = 0; i < nk; i++) dk[i] = dv[i] = NAN;
   for (size_t i = 0; i < nl; i++) lse[i] = NAN;

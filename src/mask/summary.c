@@ -192,29 +192,28 @@ typedef struct {
 } Scan;
 
 /*
- * The skipped tiles and the masked entries of key block [c0, c1) of row h. Per column, the masked
- * rows are <= 3 disjoint intervals, and the query tiles wholly inside one of them are <= 3
+ * The skipped tiles of key block [c0, c1) of row h, from every column's bounds (the fallback of
+ * skipped_tiles). Per column, the masked rows are <= 3 disjoint intervals, and the query tiles wholly inside one of them are <= 3
  * intervals of tiles. A tile is skipped iff every column of the block covers it: intersect the
  * columns' tile intervals one column after the other (a short running list in practice; a column
  * with the same tile intervals as the previous one changes nothing), so the work grows with
  * seqlen_k, not with the number of tiles.
  */
-static void scan_block(const FMMask m, Scan *sc, int h, int c0, int c1, int64_t *skipped, int64_t *masked)
+static int64_t scan_block(const FMMask m, Scan *sc, int h, int c0, int c1)
 {
   const int B = sc->B, Sq = sc->Sq, nqb = sc->nqb, sh = sc->sh;
   int *run = sc->run, *next = sc->next, nrun = -1; /* -1: before the block's first column */
   int ptl[3] = {0, 0, 0}, pth[3] = {0, 0, 0}, pnt = -1; /* the previous column's tile intervals */
-  int64_t bmasked = 0;                                  /* at most block x seqlen_q */
   for (int j = c0; j < c1; j++) {
     int a[3], b[3], n = column_masked(m, h, j, a, b), tl[3] = {0, 0, 0}, th[3] = {0, 0, 0}, nt = 0, no = 0, x = 0, y = 0;
     for (int k = 0; k < n; k++) {
       /* the tiles wholly inside [a, b): a shift where the block is a power of two */
       int lo = sh >= 0 ? (int)(((int64_t)a[k] + B - 1) >> sh) : (int)(((int64_t)a[k] + B - 1) / B);
       int hi = b[k] >= Sq ? nqb - 1 : (sh >= 0 ? b[k] >> sh : b[k] / B) - 1;
-      bmasked += b[k] - a[k];
       if (lo <= hi) { tl[nt] = lo; th[nt++] = hi; }
     }
-    if (nrun == 0 || (nt == pnt && !memcmp(tl, ptl, sizeof(tl)) && !memcmp(th, pth, sizeof(th)))) continue;
+    if (nrun == 0) break; /* no tile left to skip */
+    if (nt == pnt && !memcmp(tl, ptl, sizeof(tl)) && !memcmp(th, pth, sizeof(th))) continue;
     pnt = nt;
     memcpy(ptl, tl, sizeof(tl));
     memcpy(pth, th, sizeof(th));
@@ -232,8 +231,9 @@ static void scan_block(const FMMask m, Scan *sc, int h, int c0, int c1, int64_t 
     { int *t = run; run = next; next = t; }
     nrun = no;
   }
-  for (int k = 0; k < nrun; k++) *skipped += run[2 * k + 1] - run[2 * k] + 1;
-  *masked += bmasked;
+  int64_t skipped = 0;
+  for (int k = 0; k < nrun; k++) skipped += run[2 * k + 1] - run[2 * k] + 1;
+  return skipped;
 }
 
 /*
@@ -470,7 +470,7 @@ static int rows_masked(const FMMask m, int h, int c0, int c1, int r0, int r1)
 #define FM_DENSITY_MAX_UNDECIDED 8
 
 /*
- * The skipped tiles of key block kb of row h, exactly, from its summaries s and, where they
+ * The skipped tiles of key block [c0, c1) of row h, exactly, from its summaries s and, where they
  * leave rows undecided, the bounds. With cmin and cmax the causal ends of the block's first and
  * last columns, D = [0, cmin) U [max lts, min lte) U [max uts, min ute) is masked in every column.
  * Rows below cmin are in D; the rows at or above cmax see no causal interval, and there a row
@@ -487,7 +487,7 @@ static int64_t skipped_tiles(const FMMask m, Scan *sc, const int32_t *s, int h, 
   const int cmin = causal_end(causal, c0, dq, Sq), cmax = causal_end(causal, c1 - 1, dq, Sq);
   int da[3] = {0, s[FM_SUM_LTS_MAX], s[FM_SUM_UTS_MAX]}, db[3] = {cmin, s[FM_SUM_LTE_MIN], s[FM_SUM_UTE_MIN]};
   int tl[3], th[3], nt = 0, ua[2], ub[2], nu = 0, ntest = 0, last = -1;
-  int64_t n = 0, dummy = 0;
+  int64_t n = 0;
   const int z0 = s[FM_SUM_LTS_MIN] > s[FM_SUM_UTS_MIN] ? s[FM_SUM_LTS_MIN] : s[FM_SUM_UTS_MIN],
             z1 = s[FM_SUM_LTE_MAX] < s[FM_SUM_UTE_MAX] ? s[FM_SUM_LTE_MAX] : s[FM_SUM_UTE_MAX];
   /* D as sorted disjoint intervals, then the row tiles wholly inside each */
@@ -533,9 +533,7 @@ static int64_t skipped_tiles(const FMMask m, Scan *sc, const int32_t *s, int h, 
       last = t1 > last ? t1 : last;
     }
     if (pass == 0 && ntest > FM_DENSITY_MAX_UNDECIDED) { /* many undecided rows: one scan of the columns */
-      n = 0;
-      scan_block(m, sc, h, c0, c1, &n, &dummy);
-      return n;
+      return scan_block(m, sc, h, c0, c1);
     }
     if (ntest == 0) break;
   }

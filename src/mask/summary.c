@@ -402,34 +402,50 @@ static inline int causal_end(int causal, int j, int dq, int Sq)
   return (c < 0 ? 0 : c > Sq ? Sq : c) & -causal;
 }
 
+/* The size of the union of a column's causal rows [0, c), lower interval [a, b) and upper
+   interval [x, y), by inclusion and exclusion, branch-free (in a vector loop), modulo 2^32. */
+static inline uint32_t column_count(int c, int a, int b, int x, int y)
+{
+  const int lc = b < c ? b : c, uc = y < c ? y : c, lu0 = a > x ? a : x, lu1 = b < y ? b : y, t1 = lu1 < c ? lu1 : c;
+  const int ab = b - a, xy = y - x, ovl_c = lc - a, ovu_c = uc - x, ovlu = lu1 - lu0, ovall = t1 - lu0;
+  return (uint32_t)c + (uint32_t)(ab > 0 ? ab : 0) + (uint32_t)(xy > 0 ? xy : 0) - (uint32_t)(ovl_c > 0 ? ovl_c : 0) -
+         (uint32_t)(ovu_c > 0 ? ovu_c : 0) - (uint32_t)(ovlu > 0 ? ovlu : 0) + (uint32_t)(ovall > 0 ? ovall : 0);
+}
+
+/* One vector loop of masked_count for the set k of carried vectors (FM_BOUND_* bits, a constant):
+   a vector at its defaults is the constant, never read. */
+#define FM_COUNT_CASE(k)                                                                                                     \
+  case k:                                                                                                                    \
+    _Pragma("omp simd reduction(+ : acc)") for (int j = p0; j < p1; j++) acc +=                                            \
+      column_count(causal_end(causal, j, dq, Sq), (k) & 1 ? ls[j] : Sq, (k) & 2 ? le[j] : Sq, (k) & 4 ? us[j] : 0, (k) & 8 ? ue[j] : 0); \
+    break;
+
 /*
- * Masked entries of columns [j0, j1) of row h: per column, the size of the union of its causal,
- * lower and upper intervals by inclusion and exclusion, branch-free. The terms are summed in
- * unsigned 32-bit arithmetic (modulo 2^32, so a partial sum may wrap; each column's total is at
- * most seqlen_q), over pieces short enough that a piece's total fits, so the loop vectorizes.
+ * Masked entries of columns [j0, j1) of row h (column_count per column), reading only the
+ * vectors the mask carries (random eviction: lts alone). The terms are summed in unsigned
+ * 32-bit arithmetic (modulo 2^32, so a partial sum may wrap; each column's total is at most
+ * seqlen_q), over pieces short enough that a piece's total fits, so the loop vectorizes.
  */
 static int64_t masked_count(const FMMask m, int h, int j0, int j1)
 {
   const size_t o = (size_t)h * m->seqlen_k;
   const int32_t *ls = m->bnd[0] + o, *le = m->bnd[1] + o, *us = m->bnd[2] + o, *ue = m->bnd[3] + o;
-  const int dq = m->seqlen_q - m->seqlen_k, causal = m->causal != 0, Sq = m->seqlen_q;
+  const int dq = m->seqlen_q - m->seqlen_k, causal = m->causal != 0, Sq = m->seqlen_q, bits = ~m->bnd_default & 15;
   const int piece = (int)(UINT32_MAX / (uint32_t)Sq < 4096 ? UINT32_MAX / (uint32_t)Sq : 4096);
   int64_t n = 0;
   for (int p0 = j0; p0 < j1; p0 += piece) {
     const int p1 = j1 - p0 > piece ? p0 + piece : j1;
     uint32_t acc = 0;
-#pragma omp simd reduction(+ : acc)
-    for (int j = p0; j < p1; j++) {
-      const int c = causal_end(causal, j, dq, Sq), a = ls[j], b = le[j], x = us[j], y = ue[j];
-      const int lc = b < c ? b : c, uc = y < c ? y : c, lu0 = a > x ? a : x, lu1 = b < y ? b : y, t1 = lu1 < c ? lu1 : c;
-      const int ab = b - a, xy = y - x, ovl_c = lc - a, ovu_c = uc - x, ovlu = lu1 - lu0, ovall = t1 - lu0;
-      acc += (uint32_t)c + (uint32_t)(ab > 0 ? ab : 0) + (uint32_t)(xy > 0 ? xy : 0) - (uint32_t)(ovl_c > 0 ? ovl_c : 0) -
-             (uint32_t)(ovu_c > 0 ? ovu_c : 0) - (uint32_t)(ovlu > 0 ? ovlu : 0) + (uint32_t)(ovall > 0 ? ovall : 0);
+    switch (bits) {
+      FM_COUNT_CASE(0) FM_COUNT_CASE(1) FM_COUNT_CASE(2) FM_COUNT_CASE(3) FM_COUNT_CASE(4) FM_COUNT_CASE(5) FM_COUNT_CASE(6)
+      FM_COUNT_CASE(7) FM_COUNT_CASE(8) FM_COUNT_CASE(9) FM_COUNT_CASE(10) FM_COUNT_CASE(11) FM_COUNT_CASE(12) FM_COUNT_CASE(13)
+      FM_COUNT_CASE(14) FM_COUNT_CASE(15)
     }
     n += acc;
   }
   return n;
 }
+#undef FM_COUNT_CASE
 
 /* The end of the masked run of rows from r0 in a column with causal end c, lower interval [a, b)
    and upper interval [x, y) (r0 itself if r0 is visible); see rows_masked. */

@@ -4,6 +4,7 @@
 # A crash, a broken invariant (abort) or a leak in our code fails the test. A fault inside
 # HDF5 itself (HDF5 1.10 crashes on some corrupt files; doc/format.md) is listed and the run
 # resumes after that input; more than 40 (times FM_FUZZ_N) of them fail the test. FM_FUZZ_N multiplies the counts.
+# fuzz_bounds also runs on 2 and 3 ranks, where its attention check runs a distributed "cp" plan.
 # Under -fsanitize=address run with ASAN_OPTIONS=allocator_may_return_null=1 (HDF5 asks for
 # absurd sizes on corrupt files and handles the NULL) and Open MPI's leaks suppressed.
 . "$srcdir/tests/common.sh"
@@ -14,11 +15,12 @@ mult=${FM_FUZZ_N:-1}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/fm_fuzz.XXXXXX") || exit 99
 trap 'rm -rf "$dir"' EXIT
 export TMPDIR="$dir"
+np=1 # ranks of the next run (fuzz_bounds also runs on 2 and 3: its plans are then distributed)
 run() {
   name=$1; count=$(($2 * mult)); shift 2
   start=0; hdf5=0
   while :; do
-    fm_run 1 ./tests/fuzz/fuzz_$name -n $count -seed 20261201 -start $start "$@" > "$dir/$name.out" 2>&1
+    fm_run $np ./tests/fuzz/fuzz_$name -n $count -seed 20261201 -start $start "$@" > "$dir/$name.out" 2>&1
     rc=$?
     [ $rc -eq 0 ] && break
     k=$(sed -n 's/^FM_FUZZ_HDF5_CRASH \([0-9][0-9]*\)$/\1/p' "$dir/$name.out" | tail -1)
@@ -37,10 +39,13 @@ run() {
     [ $hdf5 -le $((40 * mult)) ] || { echo "FAIL: fuzz_$name: more than $((40 * mult)) faults inside HDF5"; exit 1; }
     start=$((k + 1))
   done
-  echo "fuzz_$name: the seeds and $count mutated inputs ran, $hdf5 of them skipped after a fault inside HDF5; last run: $(grep 'mutated inputs' "$dir/$name.out")"
+  echo "fuzz_$name ($np rank$([ $np -gt 1 ] && echo s)): the seeds and $count mutated inputs ran, $hdf5 of them skipped after a fault inside HDF5; last run: $(grep 'mutated inputs' "$dir/$name.out" | head -1)"
 }
 run options 20000 "$s"/options-*.txt
 run bounds 50000 "$s"/bounds-*.bin
+np=2; run bounds 20000 "$s"/bounds-*.bin
+np=3; run bounds 10000 "$s"/bounds-*.bin
+np=1
 if [ "${FM_HAVE_HDF5:-0}" = 1 ]; then
   run mask 4000 "$s"/mask-*.h5 "$r"/mask*.h5
   run trace 4000 "$s"/trace-*.h5 "$r"/fmtrace-*.h5 "$r"/trace-*.h5

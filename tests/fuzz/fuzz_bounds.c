@@ -14,7 +14,9 @@
  *   - where flags bit 5 asks, the CPU backend's fp32 forward (O, LSE) and backward (dQ, dK, dV)
  *     of a plan with this mask (batch = the mask's samples, kv heads = its heads, or two heads
  *     sharing its one head where bit 7 asks, twice as many query heads where bit 6 asks (GQA
- *     2:1), head_dim 8, fresh
+ *     2:1), head_dim 8, plan type "cp" where the block byte's bit 7 asks or on several ranks
+ *     (mpiexec: every rank runs the same inputs; each checks that the plan's rows and keys are a
+ *     partition, and its own rows and keys in the plan's order), fresh
  *     random inputs, outputs poisoned with NaN first) match a float64 reference to 1e-4: fully
  *     masked rows give O = 0 and LSE = -inf, and their keys no gradient.
  * The input format, bytes in order (a missing byte reads as 0; see decode()):
@@ -22,7 +24,7 @@
  *   bit 2 causal, bit 3 one FMMaskSetSampleBounds call per sample and head (else one
  *   FMMaskSetAllBounds), bit 4 each given pair made ordered (start <= end), bit 5 the
  *   attention check, bit 6 GQA 2:1 in it, bit 7 one mask head for two kv heads in it; the block size
- *   1 + b % 20; which vectors are given (bits 0-3: lts, lte, uts, ute); then the values of the
+ *   1 + (b & 127) % 20 (bit 7: plan type "cp" in the attention check); which vectors are given (bits 0-3: lts, lte, uts, ute); then the values of the
  *   given vectors, vector by vector, row by row: 0xff is -1, 0xfe is seqlen_q + 1, 0xf0-0xfd
  *   repeat the previous value (runs, as in real masks), any other byte b is b % (seqlen_q + 1);
  *   past the input's end a vector repeats its last value. See fuzz.h.
@@ -31,6 +33,7 @@
 #include <flashmask.h>
 #include <flashmask/private/fmimpl.h>
 #include <math.h>
+#include <mpi.h>
 #include <string.h>
 
 const char *fm_fuzz_target = "bounds";
@@ -57,7 +60,7 @@ void FMFuzzQuiesce(void) {}
 enum { MAXS = 40, MAXG = 4 };
 
 typedef struct {
-  int Sq, Sk, heads, batch, causal, per_head, ordered, attn, gq, hkv, block, given;
+  int Sq, Sk, heads, batch, causal, per_head, ordered, attn, gq, hkv, cp, block, given;
   int32_t v[4][MAXG * MAXS]; /* the given vectors, [sample][head][key] */
 } Input;
 
@@ -83,7 +86,9 @@ static void decode(const uint8_t *data, size_t size, Input *in)
   in->attn = f >> 5 & 1;
   in->gq = 1 + (f >> 6 & 1);
   in->hkv = in->heads == 1 && (f >> 7 & 1) ? 2 : in->heads; /* kv heads: one mask head may serve two */
-  in->block = 1 + next_byte(&r, &end) % 20;
+  f = next_byte(&r, &end);
+  in->block = 1 + (f & 127) % 20;
+  in->cp = f >> 7 & 1;
   in->given = next_byte(&r, &end) & 15;
   for (int v = 0; v < 4; v++) {
     int32_t prev = v < 2 ? in->Sq : 0;
@@ -249,20 +254,48 @@ static void compare(const char *what, const float *got, const double *want, size
   }
 }
 
-/* The CPU backend's forward and backward on the mask against reference(). */
+/* dst[b][r] = src[b][idx[r]] for rows of w values, over batch entries of n local and ng global
+   rows (T: float or double). */
+#define FM_GATHER_ROWS(T, dst, src, batch, n, ng, idx, w)                                                \
+  for (int b_ = 0; b_ < (batch); b_++)                                                                  \
+    for (int r_ = 0; r_ < (n); r_++)                                                                    \
+      memcpy((dst) + ((size_t)b_ * (n) + r_) * (w), (src) + ((size_t)b_ * (ng) + (idx)[r_]) * (w), sizeof(T) * (w))
+
+/* A plan's rows or keys over the ranks (this rank's n of them, idx): each of 0..ng-1 exactly once. */
+static void check_partition(const char *what, int n, const int *idx, int ng)
+{
+  int cnt[MAXS];
+  memset(cnt, 0, sizeof(cnt));
+  for (int i = 0; i < n; i++) {
+    if (idx[i] < 0 || idx[i] >= ng) fm_fuzz_fail("the plan's %s list has %d at %d (of %d)", what, idx[i], i, ng);
+    cnt[idx[i]]++;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, cnt, ng, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  for (int i = 0; i < ng; i++)
+    if (cnt[i] != 1) fm_fuzz_fail("%s %d is held by %d ranks", what, i, cnt[i]);
+}
+
+/*
+ * The CPU backend's forward and backward on the mask against reference(), on this rank's rows and
+ * keys: a "local" plan holds them all; a "cp" plan (always on several ranks) holds a partition,
+ * in its order, and the tensors are gathered into that order first.
+ */
 static void check_attention(FMMask m, const Input *in, const uint8_t *data, size_t size)
 {
   const int B = in->batch, H = in->hkv, Hq = H * in->gq, Sq = in->Sq, Sk = in->Sk;
-  const size_t nq = (size_t)B * Sq * Hq * HD, nk = (size_t)B * Sk * H * HD, nl = (size_t)B * Hq * Sq;
-  enum { NQ = 2 * MAXG * MAXS * HD }; /* GQA 2:1: twice the query heads */
-  static float q[NQ], k[NQ], v[NQ], dout[NQ], o[NQ], dq[NQ], dk[NQ], dv[NQ], lse[2 * MAXG * MAXS];
-  static double ro[NQ], rdq[NQ], rdk[NQ], rdv[NQ], rlse[2 * MAXG * MAXS];
+  const size_t nq = (size_t)B * Sq * Hq * HD, nk = (size_t)B * Sk * H * HD, wq = (size_t)Hq * HD, wk = (size_t)H * HD;
+  enum { NQ = 2 * MAXG * MAXS * HD, NL = 2 * MAXG * MAXS }; /* GQA 2:1: twice the query heads */
+  static float q[NQ], k[NQ], v[NQ], dout[NQ], lq[NQ], lk[NQ], lv[NQ], ld[NQ], o[NQ], dq[NQ], dk[NQ], dv[NQ], lse[NL];
+  static double ro[NQ], rdq[NQ], rdk[NQ], rdv[NQ], rlse[NL], lro[NQ], lrdq[NQ], lrdk[NQ], lrdv[NQ], lrlse[NL];
   int32_t ref[4][MAXG * MAXS];
   const int32_t *rb[4] = {ref[0], ref[1], ref[2], ref[3]};
+  const int *rows, *keys;
+  int nr, nkk, size_w = 1;
   uint64_t x = 0x9e3779b97f4a7c15ull;
   double scale;
   FMPlan plan = NULL;
-  for (size_t i = 0; i < size; i++) x = (x ^ data[i]) * 0x100000001b3ull; /* fresh inputs per input */
+  MPI_Comm_size(MPI_COMM_WORLD, &size_w);
+  for (size_t i = 0; i < size; i++) x = (x ^ data[i]) * 0x100000001b3ull; /* fresh inputs per input, the same on every rank */
   for (size_t i = 0; i < (nq > nk ? nq : nk); i++)
     for (int t = 0; t < 4; t++) {
       float *dst = t == 0 ? q : t == 1 ? k : t == 2 ? v : dout;
@@ -273,25 +306,40 @@ static void check_attention(FMMask m, const Input *in, const uint8_t *data, size
     }
   for (int w = 0; w < 4; w++)
     for (int j = 0; j < B * in->heads * Sk; j++) ref[w][j] = bound(in, w, j);
-  for (size_t i = 0; i < nq; i++) o[i] = dq[i] = NAN;
-  for (size_t i = 0; i < nk; i++) dk[i] = dv[i] = NAN;
-  for (size_t i = 0; i < nl; i++) lse[i] = NAN;
-  if (FMPlanCreate(ctx, &plan) || FMPlanSetMask(plan, m) || FMPlanSetShape(plan, B, Hq, H, HD, FM_DTYPE_FP32) || FMPlanSetUp(plan) ||
-      FMPlanGetScale(plan, &scale))
+  if (FMPlanCreate(ctx, &plan) || FMPlanSetType(plan, in->cp || size_w > 1 ? FMPLANCP : FMPLANLOCAL) || FMPlanSetMask(plan, m) ||
+      FMPlanSetShape(plan, B, Hq, H, HD, FM_DTYPE_FP32) || FMPlanSetUp(plan) || FMPlanGetScale(plan, &scale) ||
+      FMPlanGetLocalRows(plan, &nr, &rows) || FMPlanGetLocalKeys(plan, &nkk, &keys))
     fm_fuzz_fail("a plan on valid bounds: %s", FMGetLastErrorMessage());
-  if (FMPlanForward(plan, q, k, v, o, lse) || FMPlanBackward(plan, q, k, v, o, lse, dout, dq, dk, dv))
+  check_partition("row", nr, rows, Sq);
+  check_partition("key", nkk, keys, Sk);
+  FM_GATHER_ROWS(float, lq, q, B, nr, Sq, rows, wq);
+  FM_GATHER_ROWS(float, ld, dout, B, nr, Sq, rows, wq);
+  FM_GATHER_ROWS(float, lk, k, B, nkk, Sk, keys, wk);
+  FM_GATHER_ROWS(float, lv, v, B, nkk, Sk, keys, wk);
+  for (size_t i = 0; i < (size_t)B * nr * wq; i++) o[i] = dq[i] = NAN;
+  for (size_t i = 0; i < (size_t)B * nkk * wk; i++) dk[i] = dv[i] = NAN;
+  for (size_t i = 0; i < (size_t)B * Hq * nr; i++) lse[i] = NAN;
+  if (FMPlanForward(plan, nr ? lq : NULL, nkk ? lk : NULL, nkk ? lv : NULL, nr ? o : NULL, nr ? lse : NULL) ||
+      FMPlanBackward(plan, nr ? lq : NULL, nkk ? lk : NULL, nkk ? lv : NULL, nr ? o : NULL, nr ? lse : NULL, nr ? ld : NULL, nr ? dq : NULL,
+                     nkk ? dk : NULL, nkk ? dv : NULL))
     fm_fuzz_fail("the CPU forward and backward: %s", FMGetLastErrorMessage());
-  FMPlanDestroy(&plan);
   memset(rdq, 0, sizeof(double) * nq);
   memset(rdk, 0, sizeof(double) * nk);
   memset(rdv, 0, sizeof(double) * nk);
   for (int smp = 0; smp < B; smp++)
     for (int hq = 0; hq < Hq; hq++) reference(in, rb, smp, hq, scale, q, k, v, dout, ro, rlse, rdq, rdk, rdv);
-  compare("o", o, ro, nq);
-  compare("lse", lse, rlse, nl);
-  compare("dq", dq, rdq, nq);
-  compare("dk", dk, rdk, nk);
-  compare("dv", dv, rdv, nk);
+  /* the reference in this rank's order */
+  FM_GATHER_ROWS(double, lro, ro, B, nr, Sq, rows, wq);
+  FM_GATHER_ROWS(double, lrdq, rdq, B, nr, Sq, rows, wq);
+  FM_GATHER_ROWS(double, lrdk, rdk, B, nkk, Sk, keys, wk);
+  FM_GATHER_ROWS(double, lrdv, rdv, B, nkk, Sk, keys, wk);
+  FM_GATHER_ROWS(double, lrlse, rlse, B * Hq, nr, Sq, rows, 1); /* [batch][heads_q][rows] */
+  compare("o", o, lro, (size_t)B * nr * wq);
+  compare("lse", lse, lrlse, (size_t)B * Hq * nr);
+  compare("dq", dq, lrdq, (size_t)B * nr * wq);
+  compare("dk", dk, lrdk, (size_t)B * nkk * wk);
+  compare("dv", dv, lrdv, (size_t)B * nkk * wk);
+  FMPlanDestroy(&plan); /* rows and keys are the plan's */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

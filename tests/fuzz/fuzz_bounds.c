@@ -24,7 +24,11 @@
  *   bit 2 causal, bit 3 one FMMaskSetSampleBounds call per sample and head (else one
  *   FMMaskSetAllBounds), bit 4 each given pair made ordered (start <= end), bit 5 the
  *   attention check, bit 6 GQA 2:1 in it, bit 7 one mask head for two kv heads in it; the block size
- *   1 + (b & 127) % 20 (bit 7: plan type "cp" in the attention check); which vectors are given (bits 0-3: lts, lte, uts, ute); then the values of the
+ *   1 + (b & 127) % 20 (bit 7: plan type "cp" in the attention check); which vectors are given
+ *   (bits 0-3: lts, lte, uts, ute); the cp plan's settings (bits 0-1: partition, 0 its default,
+ *   else contiguous, dual_chunk, balanced; bit 2 the hierarchical route over two virtual nodes;
+ *   bit 3 the ring schedule; bit 4 prune off; bit 5 overlap off; bit 6 deterministic; bit 7
+ *   chunks of 1 + (seqlen_q + seqlen_k) % 11 rows); then the values of the
  *   given vectors, vector by vector, row by row: 0xff is -1, 0xfe is seqlen_q + 1, 0xf0-0xfd
  *   repeat the previous value (runs, as in real masks), any other byte b is b % (seqlen_q + 1);
  *   past the input's end a vector repeats its last value. See fuzz.h.
@@ -60,7 +64,7 @@ void FMFuzzQuiesce(void) {}
 enum { MAXS = 40, MAXG = 4 };
 
 typedef struct {
-  int Sq, Sk, heads, batch, causal, per_head, ordered, attn, gq, hkv, cp, block, given;
+  int Sq, Sk, heads, batch, causal, per_head, ordered, attn, gq, hkv, cp, block, given, popt;
   int32_t v[4][MAXG * MAXS]; /* the given vectors, [sample][head][key] */
 } Input;
 
@@ -90,6 +94,7 @@ static void decode(const uint8_t *data, size_t size, Input *in)
   in->block = 1 + (f & 127) % 20;
   in->cp = f >> 7 & 1;
   in->given = next_byte(&r, &end) & 15;
+  in->popt = next_byte(&r, &end);
   for (int v = 0; v < 4; v++) {
     int32_t prev = v < 2 ? in->Sq : 0;
     end = 0;
@@ -307,9 +312,20 @@ static void check_attention(FMMask m, const Input *in, const uint8_t *data, size
   for (int w = 0; w < 4; w++)
     for (int j = 0; j < B * in->heads * Sk; j++) ref[w][j] = bound(in, w, j);
   if (FMPlanCreate(ctx, &plan) || FMPlanSetType(plan, in->cp || size_w > 1 ? FMPLANCP : FMPLANLOCAL) || FMPlanSetMask(plan, m) ||
-      FMPlanSetShape(plan, B, Hq, H, HD, FM_DTYPE_FP32) || FMPlanSetUp(plan) || FMPlanGetScale(plan, &scale) ||
-      FMPlanGetLocalRows(plan, &nr, &rows) || FMPlanGetLocalKeys(plan, &nkk, &keys))
-    fm_fuzz_fail("a plan on valid bounds: %s", FMGetLastErrorMessage());
+      FMPlanSetShape(plan, B, Hq, H, HD, FM_DTYPE_FP32))
+    fm_fuzz_fail("a plan: %s", FMGetLastErrorMessage());
+  if (in->cp || size_w > 1) { /* the cp plan's settings from the input */
+    static const char *const part[3] = {"contiguous", "dual_chunk", "balanced"};
+    const int o = in->popt;
+    if (((o & 3) && FMPlanSetPartition(plan, part[(o & 3) - 1])) ||
+        ((o & 4) && (FMPlanSetRoute(plan, "hierarchical") || FMPlanSetVirtualNodes(plan, size_w > 1 ? 2 : 1))) ||
+        ((o & 8) && FMPlanSetSchedule(plan, "ring")) || ((o & 16) && FMPlanSetPrune(plan, FM_FALSE)) ||
+        ((o & 32) && FMPlanSetOverlap(plan, FM_FALSE)) || ((o & 64) && FMPlanSetDeterministic(plan, FM_TRUE)) ||
+        ((o & 128) && FMPlanSetChunk(plan, 1 + (Sq + Sk) % 11)))
+      fm_fuzz_fail("the cp settings %#x: %s", o, FMGetLastErrorMessage());
+  }
+  if (FMPlanSetUp(plan) || FMPlanGetScale(plan, &scale) || FMPlanGetLocalRows(plan, &nr, &rows) || FMPlanGetLocalKeys(plan, &nkk, &keys))
+    fm_fuzz_fail("a plan on valid bounds (cp settings %#x): %s", in->popt, FMGetLastErrorMessage());
   check_partition("row", nr, rows, Sq);
   check_partition("key", nkk, keys, Sk);
   FM_GATHER_ROWS(float, lq, q, B, nr, Sq, rows, wq);

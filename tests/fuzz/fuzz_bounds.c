@@ -27,7 +27,8 @@
  *   1 + (b & 127) % 20 (bit 7: plan type "cp" in the attention check); which vectors are given
  *   (bits 0-3: lts, lte, uts, ute); the cp plan's settings (bits 0-1: partition, 0 its default,
  *   else contiguous, dual_chunk, balanced; bit 2 the hierarchical route over two virtual nodes;
- *   bit 3 the ring schedule; bit 4 prune off; bit 5 overlap off; bit 6 deterministic; bit 7
+ *   bit 3 the ring schedule; bit 4 prune off; bit 5 overlap off; bit 6 deterministic, any plan
+ *   (a second run must give the same bits); bit 7
  *   chunks of 1 + (seqlen_q + seqlen_k) % 11 rows); then the values of the
  *   given vectors, vector by vector, row by row: 0xff is -1, 0xfe is seqlen_q + 1, 0xf0-0xfd
  *   repeat the previous value (runs, as in real masks), any other byte b is b % (seqlen_q + 1);
@@ -320,10 +321,10 @@ static void check_attention(FMMask m, const Input *in, const uint8_t *data, size
     if (((o & 3) && FMPlanSetPartition(plan, part[(o & 3) - 1])) ||
         ((o & 4) && (FMPlanSetRoute(plan, "hierarchical") || FMPlanSetVirtualNodes(plan, size_w > 1 ? 2 : 1))) ||
         ((o & 8) && FMPlanSetSchedule(plan, "ring")) || ((o & 16) && FMPlanSetPrune(plan, FM_FALSE)) ||
-        ((o & 32) && FMPlanSetOverlap(plan, FM_FALSE)) || ((o & 64) && FMPlanSetDeterministic(plan, FM_TRUE)) ||
-        ((o & 128) && FMPlanSetChunk(plan, 1 + (Sq + Sk) % 11)))
+        ((o & 32) && FMPlanSetOverlap(plan, FM_FALSE)) || ((o & 128) && FMPlanSetChunk(plan, 1 + (Sq + Sk) % 11)))
       fm_fuzz_fail("the cp settings %#x: %s", o, FMGetLastErrorMessage());
   }
+  if ((in->popt & 64) && FMPlanSetDeterministic(plan, FM_TRUE)) fm_fuzz_fail("FMPlanSetDeterministic: %s", FMGetLastErrorMessage());
   if (FMPlanSetUp(plan) || FMPlanGetScale(plan, &scale) || FMPlanGetLocalRows(plan, &nr, &rows) || FMPlanGetLocalKeys(plan, &nkk, &keys))
     fm_fuzz_fail("a plan on valid bounds (cp settings %#x): %s", in->popt, FMGetLastErrorMessage());
   check_partition("row", nr, rows, Sq);
@@ -339,6 +340,17 @@ static void check_attention(FMMask m, const Input *in, const uint8_t *data, size
       FMPlanBackward(plan, nr ? lq : NULL, nkk ? lk : NULL, nkk ? lv : NULL, nr ? o : NULL, nr ? lse : NULL, nr ? ld : NULL, nr ? dq : NULL,
                      nkk ? dk : NULL, nkk ? dv : NULL))
     fm_fuzz_fail("the CPU forward and backward: %s", FMGetLastErrorMessage());
+  if (in->popt & 64) { /* deterministic: a second forward and backward give the same bits */
+    static float o2[NQ], dq2[NQ], dk2[NQ], dv2[NQ], lse2[NL];
+    const size_t a = (size_t)B * nr * wq, b = (size_t)B * nkk * wk;
+    if (FMPlanForward(plan, nr ? lq : NULL, nkk ? lk : NULL, nkk ? lv : NULL, nr ? o2 : NULL, nr ? lse2 : NULL) ||
+        FMPlanBackward(plan, nr ? lq : NULL, nkk ? lk : NULL, nkk ? lv : NULL, nr ? o : NULL, nr ? lse : NULL, nr ? ld : NULL, nr ? dq2 : NULL,
+                       nkk ? dk2 : NULL, nkk ? dv2 : NULL))
+      fm_fuzz_fail("the second deterministic forward and backward: %s", FMGetLastErrorMessage());
+    if (memcmp(o, o2, sizeof(float) * a) || memcmp(lse, lse2, sizeof(float) * (size_t)B * Hq * nr) || memcmp(dq, dq2, sizeof(float) * a) ||
+        memcmp(dk, dk2, sizeof(float) * b) || memcmp(dv, dv2, sizeof(float) * b))
+      fm_fuzz_fail("a deterministic plan gave other bits on its second run");
+  }
   memset(rdq, 0, sizeof(double) * nq);
   memset(rdk, 0, sizeof(double) * nk);
   memset(rdv, 0, sizeof(double) * nk);

@@ -1,13 +1,13 @@
 /*
  * test_deterministic.c - FMPlanSetDeterministic (-fm_deterministic) on the CPU backend: the
- * backward gives bitwise identical dQ, dK, dV from run to run. Random inputs (fp32 and bf16),
+ * forward gives bitwise identical O and LSE, and the backward dQ, dK, dV, from run to run. Random inputs (fp32 and bf16),
  * GQA 2:1, an odd sequence length, a causal_document mask of uneven documents, small chunks:
  *   - "cp" plans (every rank count; two virtual nodes at 4 ranks, so chunks are relayed and
  *     their dK/dV partials reduced over two levels), the gather and the ring schedule, overlap
  *     on: one backward without the setting, then the setting turned on after FMPlanSetUp and
- *     five backwards, each rank first sleeping a random time (so the chunks arrive in another
- *     order each time) and the outputs poisoned with NaN: each rank's dq, dk, dv equal the
- *     first run's byte for byte; the gathered result is within the float64 reference's
+ *     five forwards and backwards, each rank first sleeping a random time (so the chunks arrive
+ *     in another order each time) and the outputs poisoned with NaN: each rank's o, lse, dq,
+ *     dk, dv equal the first run's byte for byte; the gathered result is within the float64 reference's
  *     tolerance and within the same tolerance of the run without the setting;
  *   - on one rank, the "local" plan: the same five runs, and also 1, 2 and 3 threads give the
  *     same bytes (the CPU kernels' partition and sums do not depend on the thread count);
@@ -164,7 +164,7 @@ static void test_plan(FMContext ctx, FMMask mask, const Inputs *in, const char *
   const size_t es = FMDTypeSize(in->dt), nn[3] = {NQ, NK, NK};
   const double *ref[3] = {in->rdq, in->rdk, in->rdv};
   const char *name[3] = {"dQ", "dK", "dV"};
-  void *nd[3], *det[3], *saved[3];
+  void *nd[3], *det[3], *saved[3], *saved_o, *saved_l;
   char what[160];
   FMBool on = FM_FALSE;
   Run r;
@@ -173,6 +173,7 @@ static void test_plan(FMContext ctx, FMMask mask, const Inputs *in, const char *
   for (int t = 0; t < 3; t++) { nd[t] = malloc(nn[t] * es); det[t] = malloc(nn[t] * es); }
   run_create(&r, ctx, mask, in, type, schedule);
   saved[0] = malloc(r.bq + 1); saved[1] = malloc(r.bk + 1); saved[2] = malloc(r.bk + 1);
+  saved_o = malloc(r.bq + 1); saved_l = malloc(sizeof(float) * ((size_t)B * HQ * r.nl + 1));
   FMT_CALL(FMPlanGetDeterministic(r.plan, &on));
   FMT_CHECK(on == FM_FALSE, "%s: FMPlanGetDeterministic gives %d on a fresh plan; expected FM_FALSE", what, (int)on);
   FMT_CALL(run_backward(&r));
@@ -181,11 +182,22 @@ static void test_plan(FMContext ctx, FMMask mask, const Inputs *in, const char *
   FMT_CALL(FMPlanGetDeterministic(r.plan, &on));
   FMT_CHECK(on == FM_TRUE, "%s: FMPlanGetDeterministic gives %d after FMPlanSetDeterministic(FM_TRUE)", what, (int)on);
   for (int rep = 0; rep < REPS; rep++) {
+    const size_t bl = sizeof(float) * B * HQ * r.nl;
     usleep((useconds_t)(fmt_next(seed) % 4 * 8000)); /* 0, 8, 16 or 24 ms, another per rank and run */
+    /* the forward too, into poisoned outputs: a training step's backward takes this step's O */
+    memset(r.o, 0xff, r.bq);
+    memset(r.lse, 0xff, bl);
+    FMT_CALL(FMPlanForward(r.plan, r.q, r.k, r.v, r.o, r.lse));
+    usleep((useconds_t)(fmt_next(seed) % 4 * 8000));
     FMT_CALL(run_backward(&r));
     if (rep == 0) {
       memcpy(saved[0], r.dq, r.bq); memcpy(saved[1], r.dk, r.bk); memcpy(saved[2], r.dv, r.bk);
-    } else check_same(what, rep, &r, saved);
+      memcpy(saved_o, r.o, r.bq); memcpy(saved_l, r.lse, bl);
+    } else {
+      FMT_CHECK(!memcmp(saved_o, r.o, r.bq) && !memcmp(saved_l, r.lse, bl), "%s, run %d (rank %d): the forward's O or LSE differs from the first run's",
+                what, rep + 1, rank);
+      check_same(what, rep, &r, saved);
+    }
   }
   run_gather(&r, det);
   if (!rank)
@@ -209,6 +221,8 @@ static void test_plan(FMContext ctx, FMMask mask, const Inputs *in, const char *
   }
   run_free(&r);
   for (int t = 0; t < 3; t++) { free(nd[t]); free(det[t]); free(saved[t]); }
+  free(saved_o);
+  free(saved_l);
 }
 
 /* The setter's checks, the option, the view, and ranks that disagree. */
@@ -231,7 +245,7 @@ static void test_api(FMContext ctx, FMMask mask, const Inputs *in)
     FMT_CALL(FMPlanSetUp(r.plan)); /* the type's options may have changed the set-up state */
     FMT_CALL(FMPlanView(r.plan, mem));
     fclose(mem);
-    if (!rank) FMT_CHECK(buf && strstr(buf, "deterministic backward: on"), "FMPlanView does not say \"deterministic backward: on\":\n%s", buf);
+    if (!rank) FMT_CHECK(buf && strstr(buf, "deterministic forward and backward: on"), "FMPlanView does not say \"deterministic forward and backward: on\":\n%s", buf);
     free(buf);
   }
   FMT_CALL(FMOptionsSetValue("-fm_deterministic", "0"));

@@ -20,7 +20,9 @@ run() {
   name=$1; count=$(($2 * mult)); shift 2
   start=0; hdf5=0
   while :; do
-    fm_run $np ./tests/fuzz/fuzz_$name -n $count -seed 20261201 -start $start "$@" > "$dir/$name.out" 2>&1
+    # several ranks on few cores: one thread each (tiny problems; more threads only contend)
+    if [ $np -gt 1 ]; then OMP_NUM_THREADS=1 fm_run $np ./tests/fuzz/fuzz_$name -n $count -seed 20261201 -start $start "$@" > "$dir/$name.out" 2>&1
+    else fm_run $np ./tests/fuzz/fuzz_$name -n $count -seed 20261201 -start $start "$@" > "$dir/$name.out" 2>&1; fi
     rc=$?
     [ $rc -eq 0 ] && break
     k=$(sed -n 's/^FM_FUZZ_HDF5_CRASH \([0-9][0-9]*\)$/\1/p' "$dir/$name.out" | tail -1)

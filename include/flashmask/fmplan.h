@@ -100,21 +100,26 @@ FMErrorCode FMPlanSetCheckFinite(FMPlan plan, FMBool check);
 FMErrorCode FMPlanGetCheckFinite(FMPlan plan, FMBool *check);
 
 /*
- * FMPlanSetDeterministic - whether FMPlanBackward gives bitwise identical dQ, dK and dV from run
- *   to run on the same inputs, the same ranks and the same options (off by default). Not
- *   collective (give every rank the same setting: Forward and Backward check that they agree).
- *   May be changed at any time, also after FMPlanSetUp; it takes effect at the next
- *   FMPlanBackward. With it on, the CUDA backward adds dQ's partial sums in a fixed order
- *   instead of as they come (on an H200, d = 128: 1.10-1.14x the default time on full, causal
- *   and random masks, 1.16-1.19x on prefix-LM and GQA causal ones), and a "cp" plan with -fm_plan_overlap 1 adds the
- *   key chunks' dQ in a fixed order rather than in the order they arrive: its own chunks, then
+ * FMPlanSetDeterministic - whether FMPlanForward gives bitwise identical O and LSE, and
+ *   FMPlanBackward bitwise identical dQ, dK and dV, from run to run on the same inputs, the same
+ *   ranks and the same options (off by default). Not collective (give every rank the same
+ *   setting: Forward and Backward check that they agree). May be changed at any time, also
+ *   after FMPlanSetUp; it takes effect at the next call. With it on, the forward of a "cp" plan
+ *   on the CPU backend with -fm_plan_overlap 1 merges the key chunks' partial O and LSE in a
+ *   fixed order (its own chunks, then the incoming ones in route order, each as soon as it is
+ *   there) rather than as they arrive; every other forward merges in a fixed order already (the
+ *   CUDA stages run in step order on the plan's stream). The CUDA backward adds dQ's partial
+ *   sums in a fixed order instead of as they come (on an H200, d = 128: 1.10-1.14x the default
+ *   time on full, causal and random masks, 1.16-1.19x on prefix-LM and GQA causal ones), and a
+ *   "cp" plan with -fm_plan_overlap 1 adds the key chunks' dQ in a fixed order rather than in
+ *   the order they arrive: its own chunks, then
  *   the incoming ones in the order of its routes (while the next one is missing, one that
  *   arrived early is computed into a spare fp32 accumulator the size of this rank's dQ and
  *   added at its turn; others wait; the messages still overlap the compute). The CPU kernels,
  *   the ring schedule and the dK/dV reduction sum in a fixed order either way, so on the CPU
  *   backend only the overlapped gather changes (and the CPU result is the same for any thread
  *   count). Results need not agree bitwise across rank counts, -fm_plan_overlap settings,
- *   vector widths or machines, only from run to run. The setting concerns FMPlanBackward only.
+ *   vector widths or machines, only from run to run.
  *   plan  the plan
  *   flag  FM_TRUE or FM_FALSE (else FM_ERR_ARG_OUTOFRANGE)
  *   Option: -fm_deterministic

@@ -255,8 +255,8 @@ static FMErrorCode setfromoptions(void *obj)
   }
   {
     FMBool det = plan->deterministic ? FM_TRUE : FM_FALSE;
-    FMCall(FMOptionsGetBool("-fm_deterministic", "the backward gives bitwise identical dQ, dK, dV from run to run, whatever the thread "
-                            "or message timing (FMPlanSetDeterministic)", &det, NULL));
+    FMCall(FMOptionsGetBool("-fm_deterministic", "the forward gives bitwise identical O, LSE and the backward dQ, dK, dV from run to run, "
+                            "whatever the thread or message timing (FMPlanSetDeterministic)", &det, NULL));
     FMCall(FMPlanSetDeterministic(plan, det));
   }
   FMCall(FMOptionsGetEnum_Private("-fm_plan_type", "plan type: local (one rank) or cp (context parallel); default local on one rank, "
@@ -535,7 +535,7 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
     FMCall(FMPlanGetSetUpCounts_Private(plan, &full, &update));
     FMCall(FMPrintf(plan->hdr.comm, fp, "  set-ups: %d full, %d update%s (a re-SetUp with the same shape and options updates); check finite inputs: %s\n",
                     full, update, update == 1 ? "" : "s", plan->check_finite ? "on" : "off"));
-    FMCall(FMPrintf(plan->hdr.comm, fp, "  deterministic backward: %s\n", plan->deterministic ? "on" : "off"));
+    FMCall(FMPrintf(plan->hdr.comm, fp, "  deterministic forward and backward: %s\n", plan->deterministic ? "on" : "off"));
   }
   if (plan->backend == FM_BACKEND_CUDA) {
 #if FM_HAVE_CUDA

@@ -132,12 +132,34 @@ static FMErrorCode gather_next(FMDistExec *e, int *c)
 }
 
 /* The gather forward's message phase (after the agreement): never leaves early; returns e->err. */
+static int chunk_here(const FMDistExec *e, int c);
+static int order_at(const FMDistExec *e, int own_first, int pos);
+
 static FMErrorCode gather_forward(FMDistExec *e, float *oacc, float *lacc, float *opart, float *lpart, int *first)
 {
   FMDist *d = e->d;
   int me = e->plan->ctx->rank, c;
   (void)FMDistExecKeep_Private(e, gather_post(e));
-  if (d->opt.overlap) {
+  if (d->opt.overlap && e->p.opts.deterministic) {
+    /* -fm_deterministic: the chunks merged in one order, so that O and LSE are the same bits
+       from run to run: own chunks first, then the incoming ones in route order, each as soon as
+       it is here (waiting for a missing one takes, and relays, every other arrival meanwhile) */
+    int pos = 0, got;
+    while ((c = order_at(e, 1, pos)) != -1) {
+      if (chunk_here(e, c)) {
+        (void)FMDistExecKeep_Private(e, FMDistExecForwardChunk_Private(e, c, oacc, lacc, opart, lpart, first));
+        pos++;
+        continue;
+      }
+      (void)FMDistExecKeep_Private(e, gather_next(e, &got));
+      if (got < 0) { /* every receive completed: after a failure (drained) nothing is left to merge */
+        if (!e->err)
+          (void)FMDistExecKeep_Private(e, FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB,
+                                                          "The forward's gather: every receive completed but chunk %d never arrived", c));
+        break;
+      }
+    }
+  } else if (d->opt.overlap) {
     /* local K/V first, then each chunk as it arrives while the rest are in flight */
     for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
       (void)FMDistExecKeep_Private(e, FMDistExecForwardChunk_Private(e, d->part.rchunks[b], oacc, lacc, opart, lpart, first));

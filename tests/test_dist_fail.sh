@@ -44,6 +44,7 @@ skipped=0
   case_ $np cp_gather_wait $last -fm_plan_overlap 0
   case_ $np cp_backward_chunk 0 -fm_plan_overlap 0
   case_ $np cp_gather_wait $last -fm_deterministic
+  case_ $np cp_forward_chunk $last -fm_deterministic
   case_ $np cp_backward_chunk 0 -fm_deterministic
   # the ring schedule
   for site in cp_forward_chunk cp_backward_chunk cp_ring_wait cp_ring_reduce; do

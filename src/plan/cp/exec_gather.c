@@ -135,6 +135,20 @@ static FMErrorCode gather_next(FMDistExec *e, int *c)
 static int chunk_here(const FMDistExec *e, int c);
 static int order_at(const FMDistExec *e, int own_first, int pos);
 
+/* One more arrival (taken, and relayed) while chunk c is missing in the fixed order of pass
+   ("forward" or "backward"): 0 when every receive has completed, and then, unless an earlier
+   failure drained them, an error: c never came. */
+static int await_more(FMDistExec *e, int c, const char *pass)
+{
+  int got;
+  (void)FMDistExecKeep_Private(e, gather_next(e, &got));
+  if (got >= 0) return 1;
+  if (!e->err)
+    (void)FMDistExecKeep_Private(e, FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB,
+                                                    "The %s's gather: every receive completed but chunk %d never arrived", pass, c));
+  return 0;
+}
+
 static FMErrorCode gather_forward(FMDistExec *e, float *oacc, float *lacc, float *opart, float *lpart, int *first)
 {
   FMDist *d = e->d;
@@ -144,21 +158,12 @@ static FMErrorCode gather_forward(FMDistExec *e, float *oacc, float *lacc, float
     /* -fm_deterministic: the chunks merged in one order, so that O and LSE are the same bits
        from run to run: own chunks first, then the incoming ones in route order, each as soon as
        it is here (waiting for a missing one takes, and relays, every other arrival meanwhile) */
-    int pos = 0, got;
-    while ((c = order_at(e, 1, pos)) != -1) {
+    for (int pos = 0; (c = order_at(e, 1, pos)) != -1;)
       if (chunk_here(e, c)) {
         (void)FMDistExecKeep_Private(e, FMDistExecForwardChunk_Private(e, c, oacc, lacc, opart, lpart, first));
         pos++;
-        continue;
-      }
-      (void)FMDistExecKeep_Private(e, gather_next(e, &got));
-      if (got < 0) { /* every receive completed: after a failure (drained) nothing is left to merge */
-        if (!e->err)
-          (void)FMDistExecKeep_Private(e, FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB,
-                                                          "The forward's gather: every receive completed but chunk %d never arrived", c));
+      } else if (!await_more(e, c, "forward"))
         break;
-      }
-    }
   } else if (d->opt.overlap) {
     /* local K/V first, then each chunk as it arrives while the rest are in flight */
     for (int b = d->part.rstart[me]; b < d->part.rstart[me + 1]; b++)
@@ -295,7 +300,7 @@ static FMErrorCode backward_ordered(FMDistExec *e, FMDistReduce *R, const void *
   const size_t nqe = (size_t)plan->batch * plan->nlocal * plan->heads_q * plan->head_dim;
   const int own_first = d->opt.overlap;
   float *spare = d->opt.overlap && nqe ? (float *)malloc(sizeof(float) * nqe) : NULL;
-  int pos = 0, spare_c = -1, got, c;
+  int pos = 0, spare_c = -1, c;
   while ((c = order_at(e, own_first, pos)) != -1) {
     if (c == -2) pos++;
     else if (spare_c == c) {
@@ -313,15 +318,8 @@ static FMErrorCode backward_ordered(FMDistExec *e, FMDistReduce *R, const void *
         memset(spare, 0, sizeof(float) * nqe);
         (void)FMDistExecKeep_Private(e, chunk_backward(e, R, later, q, o, lse, dout, spare));
         spare_c = later;
-      } else {
-        (void)FMDistExecKeep_Private(e, gather_next(e, &got));
-        if (got < 0) { /* every receive completed: after a failure (drained) nothing is left to compute */
-          if (!e->err)
-            (void)FMDistExecKeep_Private(e, FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_LIB,
-                                                            "The backward's gather: every receive completed but chunk %d never arrived", c));
-          break;
-        }
-      }
+      } else if (!await_more(e, c, "backward"))
+        break;
     }
   }
   free(spare);

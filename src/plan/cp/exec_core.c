@@ -158,6 +158,7 @@ FMErrorCode FMDistExecForwardChunk_Private(FMDistExec *e, int c, float *oacc, fl
 
 void FMDistToDType_Private(void *dst, FMDType t, const float *src, size_t n)
 {
+  if (!n) return; /* a rank without rows may pass dst = NULL (memcpy's arguments must not be) */
   if (t == FM_DTYPE_FP32) { memcpy(dst, src, n * sizeof(float)); return; }
   for (size_t i = 0; i < n; i++) FMFromFloat(dst, i, t, src[i]);
 }

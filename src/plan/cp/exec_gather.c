@@ -17,7 +17,7 @@ static FMErrorCode pack_own(FMDistExec *e, int c, const void *k, const void *v)
   char *b;
   FMCall(FMMalloc(2 * B * sz + 1, &e->buf[c]));
   b = e->buf[c];
-  for (size_t bb = 0; bb < B; bb++) {
+  for (size_t bb = 0; sz && bb < B; bb++) { /* an empty chunk: k, v may be NULL (no keys here) */
     memcpy(b + bb * sz, (const char *)k + (bb * nk + (size_t)e->d->kofs[c]) * e->row_kv, sz);
     memcpy(b + (B + bb) * sz, (const char *)v + (bb * nk + (size_t)e->d->kofs[c]) * e->row_kv, sz);
   }

@@ -44,7 +44,7 @@ static void ring_pack(FMDistExec *e, char *blk, const void *k, const void *v)
     int c = d->part.rchunks[b];
     size_t sz = FMDistChunkLen_Private(d, c) * e->row_kv;
     char *o = blk + (size_t)d->boff[c];
-    for (size_t bb = 0; bb < B; bb++) {
+    for (size_t bb = 0; sz && bb < B; bb++) { /* an empty chunk: k, v may be NULL (no keys here) */
       memcpy(o + bb * sz, (const char *)k + (bb * nk + (size_t)d->kofs[c]) * e->row_kv, sz);
       memcpy(o + (B + bb) * sz, (const char *)v + (bb * nk + (size_t)d->kofs[c]) * e->row_kv, sz);
     }

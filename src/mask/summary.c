@@ -502,7 +502,7 @@ static int64_t skipped_tiles(const FMMask m, Scan *sc, const int32_t *s, int h, 
   const int dq = Sq - m->seqlen_k, causal = m->causal != 0;
   const int cmin = causal_end(causal, c0, dq, Sq), cmax = causal_end(causal, c1 - 1, dq, Sq);
   int da[3] = {0, s[FM_SUM_LTS_MAX], s[FM_SUM_UTS_MAX]}, db[3] = {cmin, s[FM_SUM_LTE_MIN], s[FM_SUM_UTE_MIN]};
-  int tl[3], th[3], nt = 0, ua[2], ub[2], nu = 0, ntest = 0, last = -1;
+  int tl[3], th[3], nt = 0, ua[2], ub[2], nu = 0, tt[FM_DENSITY_MAX_UNDECIDED], ntest = 0, last = -1;
   int64_t n = 0;
   const int z0 = s[FM_SUM_LTS_MIN] > s[FM_SUM_UTS_MIN] ? s[FM_SUM_LTS_MIN] : s[FM_SUM_UTS_MIN],
             z1 = s[FM_SUM_LTE_MAX] < s[FM_SUM_UTE_MAX] ? s[FM_SUM_LTE_MAX] : s[FM_SUM_UTE_MAX];
@@ -530,29 +530,20 @@ static int64_t skipped_tiles(const FMMask m, Scan *sc, const int32_t *s, int h, 
   /* the undecided rows: the causal band, and Z above it */
   if (cmax > cmin) { ua[nu] = cmin; ub[nu++] = cmax; }
   if (z1 > (z0 > cmax ? z0 : cmax)) { ua[nu] = z0 > cmax ? z0 : cmax; ub[nu++] = z1; }
-  for (int pass = 0; pass < 2; pass++) { /* pass 0 counts the tiles to test, pass 1 tests them */
-    last = -1;
-    for (int u = 0; u < nu; u++) {
-      const int t1 = (ub[u] - 1) / B;
-      for (int t = ua[u] / B > last ? ua[u] / B : last + 1; t <= t1; t++) {
-        int inside = -1; /* the end of the D tile range holding t: jump past it */
-        for (int k = 0; k < nt; k++) inside = t >= tl[k] && t <= th[k] ? th[k] : inside;
-        if (inside >= 0) {
-          t = inside;
-          continue;
-        }
-        if (pass == 0) {
-          if (++ntest > FM_DENSITY_MAX_UNDECIDED) break;
-        } else
-          n += rows_masked(m, h, c0, c1, t * B, (int)((int64_t)t * B + B < Sq ? (int64_t)t * B + B : Sq));
-      }
-      last = t1 > last ? t1 : last;
+  /* the tiles to test: those meeting the undecided rows and not inside D (each once) */
+  for (int u = 0; u < nu; u++) {
+    const int t1 = (ub[u] - 1) / B;
+    for (int t = ua[u] / B > last ? ua[u] / B : last + 1; t <= t1; t++) {
+      int inside = -1; /* the end of the D tile range holding t: jump past it */
+      for (int k = 0; k < nt; k++) inside = t >= tl[k] && t <= th[k] ? th[k] : inside;
+      if (inside >= 0) t = inside;
+      else if (ntest == FM_DENSITY_MAX_UNDECIDED) return scan_block(m, sc, h, c0, c1); /* many: one scan of the columns */
+      else tt[ntest++] = t;
     }
-    if (pass == 0 && ntest > FM_DENSITY_MAX_UNDECIDED) { /* many undecided rows: one scan of the columns */
-      return scan_block(m, sc, h, c0, c1);
-    }
-    if (ntest == 0) break;
+    last = t1 > last ? t1 : last;
   }
+  for (int i = 0; i < ntest; i++)
+    n += rows_masked(m, h, c0, c1, tt[i] * B, (int)((int64_t)tt[i] * B + B < Sq ? (int64_t)tt[i] * B + B : Sq));
   return n;
 }
 

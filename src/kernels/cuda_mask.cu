@@ -203,10 +203,7 @@ cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_h
       dst[v] = pl[v] >= 0 ? s + pl[v] * n : NULL;
       src[v] = pl[v] >= 0 ? bnd[v] : NULL;
     }
-    if (copy) copy(dst, src, n, nth);
-    else
-      for (int v = 0; v < 4; v++)
-        if (src[v]) memcpy(dst[v], src[v], n * sizeof(int32_t));
+    copy(dst, src, n, nth);
     if (np && (e = cudaMemcpyAsync(d->bnd, s, np * n * sizeof(int32_t), cudaMemcpyHostToDevice, st)) != cudaSuccess) return e;
     if ((e = cudaEventRecord(d->staged[i], st)) != cudaSuccess) {
       /* the copy may be queued with no event after it: wait for it here, so that no later

@@ -175,8 +175,7 @@ void FMGpuMaskStage(FMGpuMask *d);
    copied into a pinned staging buffer, and one copy of it goes to the device (the buffers
    alternate; the host waits only when the copy two updates back has not yet run, i.e. when it is
    more than one update ahead of the stream). copy(dst, src, n, nth) fills the staging buffer
-   (dst[v][0..n) = src[v][0..n) where src[v] is not NULL) on nth host threads; NULL: one memcpy
-   per vector. */
+   (dst[v][0..n) = src[v][0..n) where src[v] is not NULL) on nth host threads. */
 cudaError_t FMGpuMaskUpdate(FMGpuMask *d, int seqlen_q, int seqlen_k, int mask_heads, int mask_batch, int causal, int present,
                             const int32_t *const bnd[4], FMGpuHostCopy copy, int nth, cudaStream_t st, int *done);
 

@@ -131,7 +131,6 @@ static FMErrorCode gather_next(FMDistExec *e, int *c)
   return ierr ? ierr : e->err;
 }
 
-/* The gather forward's message phase (after the agreement): never leaves early; returns e->err. */
 static int chunk_here(const FMDistExec *e, int c);
 static int order_at(const FMDistExec *e, int own_first, int pos);
 
@@ -149,6 +148,7 @@ static int await_more(FMDistExec *e, int c, const char *pass)
   return 0;
 }
 
+/* The gather forward's message phase (after the agreement): never leaves early; returns e->err. */
 static FMErrorCode gather_forward(FMDistExec *e, float *oacc, float *lacc, float *opart, float *lpart, int *first)
 {
   FMDist *d = e->d;

@@ -67,19 +67,20 @@ static void row_f64(double *x, FMDType t, int b, int row, int n, uint64_t seed)
 
 /* ------------------------------------------------------------------ the float64 reference */
 typedef struct {
-  int B, Sq, Sk, Hq, Hkv, D, mh;
+  int B, Sq, Sk, Hq, Hkv, D, mh, mb;
   double scale;
   FMDType t;
   FMBool causal;
-  const int32_t *(*bnd)[4];  /* [mh][4]: LTS, LTE, UTS, UTE of each mask head */
+  const int32_t *(*bnd)[4];  /* [mb][mh][4]: LTS, LTE, UTS, UTE of each sample's mask heads */
   double *K, *V;             /* global [B][Sk][Hkv][D] */
   double *lse, *delta;       /* [B][Hq][Sq] per row: LSE and D = dO . O (NAN until computed) */
 } Ref;
 
-/* Whether row i sees key j under query head h (doc/format.md). */
-static int sees(const Ref *R, int h, int i, int j)
+/* Whether row i of sample s sees key j under query head h (doc/format.md): query head h reads
+   mask head h / (Hq / mh), and sample s its own bounds when the mask has a batch (mb > 1). */
+static int sees(const Ref *R, int s, int h, int i, int j)
 {
-  const int32_t *const *b = R->bnd[R->mh == 1 ? 0 : h / (R->Hq / R->Hkv)];
+  const int32_t *const *b = R->bnd[(size_t)(R->mb > 1 ? s : 0) * R->mh + h / (R->Hq / R->mh)];
   if (b[0][j] <= i && i < b[1][j]) return 0;
   if (b[2][j] <= i && i < b[3][j]) return 0;
   if (R->causal && j > i + R->Sk - R->Sq) return 0;
@@ -104,12 +105,12 @@ static void ref_row(Ref *R, int b, int h, int i, const double *q, const double *
   double m = -INFINITY, l = 0, dl = 0;
   for (int e = 0; e < D; e++) { o[e] = 0; if (dq) dq[e] = 0; }
   for (int j = 0; j < R->Sk; j++)
-    if (sees(R, h, i, j)) m = fmax(m, R->scale * dot(q, R->K + (((size_t)b * R->Sk + j) * R->Hkv + g) * D, D));
+    if (sees(R, b, h, i, j)) m = fmax(m, R->scale * dot(q, R->K + (((size_t)b * R->Sk + j) * R->Hkv + g) * D, D));
   if (m == -INFINITY) { R->lse[at] = -INFINITY; R->delta[at] = 0; return; } /* a row that sees nothing: O = 0 */
   for (int j = 0; j < R->Sk; j++) {
     const double *k = R->K + (((size_t)b * R->Sk + j) * R->Hkv + g) * D, *v = R->V + (((size_t)b * R->Sk + j) * R->Hkv + g) * D;
     double p;
-    if (!sees(R, h, i, j)) continue;
+    if (!sees(R, b, h, i, j)) continue;
     p = exp(R->scale * dot(q, k, D) - m);
     l += p;
     for (int e = 0; e < D; e++) o[e] += p * v[e];
@@ -120,7 +121,7 @@ static void ref_row(Ref *R, int b, int h, int i, const double *q, const double *
   for (int j = 0; dq && j < R->Sk; j++) {
     const double *k = R->K + (((size_t)b * R->Sk + j) * R->Hkv + g) * D, *v = R->V + (((size_t)b * R->Sk + j) * R->Hkv + g) * D;
     double p, ds;
-    if (!sees(R, h, i, j)) continue;
+    if (!sees(R, b, h, i, j)) continue;
     p = exp(R->scale * dot(q, k, D) - R->lse[at]);
     ds = p * (dot(dout, v, D) - dl);
     for (int e = 0; e < D; e++) dq[e] += R->scale * ds * k[e];
@@ -184,7 +185,7 @@ static void check_keys(Ref *R, int nkey, int nkeys, const int *keys, const void 
         for (int e = 0; e < D; e++) rdk[e] = rdv[e] = 0;
         for (int i = 0; i < R->Sq; i++) {
           int any = 0;
-          for (int h = g * G; h < (g + 1) * G; h++) any |= sees(R, h, i, j);
+          for (int h = g * G; h < (g + 1) * G; h++) any |= sees(R, b, h, i, j);
           if (!any) continue;
           row_f64(qq, R->t, b, i, Hq * D, 1);
           row_f64(dd, R->t, b, i, Hq * D, 4);
@@ -192,7 +193,7 @@ static void check_keys(Ref *R, int nkey, int nkeys, const int *keys, const void 
             const size_t at = ((size_t)b * Hq + h) * R->Sq + i;
             const double *q = qq + (size_t)h * D, *dout = dd + (size_t)h * D;
             double p, ds;
-            if (!sees(R, h, i, j)) continue;
+            if (!sees(R, b, h, i, j)) continue;
             if (isnan(R->lse[at])) ref_row(R, b, h, i, q, dout, ro, NULL);
             p = exp(R->scale * dot(q, k, D) - R->lse[at]);
             ds = p * (dot(dout, v, D) - R->delta[at]);
@@ -286,8 +287,13 @@ static FMErrorCode check(FMPlan plan, FMMask mask, const Data *x, int nrow, int 
   FMCall(FMMaskGetSizes(mask, &R.Sq, &R.Sk, &R.mh));
   FMCall(FMPlanGetLocalRows(plan, &nlocal, &rows));
   FMCall(FMPlanGetLocalKeys(plan, &nkeys, &keys));
-  R.bnd = malloc(sizeof(*R.bnd) * R.mh);
-  for (int h = 0; h < R.mh; h++) FMCall(FMMaskGetBounds(mask, h, &R.bnd[h][0], &R.bnd[h][1], &R.bnd[h][2], &R.bnd[h][3], NULL, &R.causal));
+  FMCall(FMMaskGetBatch(mask, &R.mb));
+  R.bnd = malloc(sizeof(*R.bnd) * R.mb * R.mh);
+  for (int s = 0; s < R.mb; s++)
+    for (int h = 0; h < R.mh; h++) {
+      const int32_t *(*v)[4] = &R.bnd[s * R.mh + h];
+      FMCall(FMMaskGetSampleBounds(mask, s, h, &(*v)[0], &(*v)[1], &(*v)[2], &(*v)[3], NULL, &R.causal));
+    }
   R.K = malloc(sizeof(double) * R.B * R.Sk * R.Hkv * R.D);
   R.V = malloc(sizeof(double) * R.B * R.Sk * R.Hkv * R.D);
   R.lse = malloc(sizeof(double) * R.B * R.Hq * R.Sq);
@@ -341,17 +347,22 @@ int main(int argc, char **argv)
   FMCall(FMOptionsGetInt("-iters", "timed repetitions of the forward pass (and, on the CUDA backend, of the backward)", &iters, NULL));
   FMCall(FMOptionsGetInt("-check_rows", "query rows per rank checked against the float64 reference", &nrow, NULL));
   FMCall(FMOptionsGetInt("-check_keys", "key columns per rank whose dK, dV are checked", &nkey, NULL));
-  if (seqlen < 1 || iters < 1 || nrow < 0 || nkey < 0) { /* every rank reads the same options: all stop here */
-    int r0;
+  {
+    /* The ranks may have been given different options (an MPMD command line): they agree on
+       whether to stop, so that none waits alone in a collective call; each bad rank says why. */
+    int bad = seqlen < 1 || iters < 1 || nrow < 0 || nkey < 0, anybad = 0, r0;
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Comm_rank(MPI_COMM_WORLD, &r0);
-    if (r0 == 0) {
-      if (seqlen < 1) fprintf(stderr, "ex1: -seqlen is %d; expected >= 1\n", seqlen);
-      else if (iters < 1) fprintf(stderr, "ex1: -iters is %d; expected >= 1\n", iters);
-      else fprintf(stderr, "ex1: -check_rows is %d, -check_keys %d; expected >= 0\n", nrow, nkey);
+    if (bad) {
+      if (seqlen < 1) fprintf(stderr, "ex1 [rank %d]: -seqlen is %d; expected >= 1\n", r0, seqlen);
+      else if (iters < 1) fprintf(stderr, "ex1 [rank %d]: -iters is %d; expected >= 1\n", r0, iters);
+      else fprintf(stderr, "ex1 [rank %d]: -check_rows is %d, -check_keys %d; expected >= 0\n", r0, nrow, nkey);
+    } else if (anybad && r0 == 0) fprintf(stderr, "ex1: stopping: another rank was given a bad option\n");
+    if (anybad) {
+      FMCall(FMOptionsSetValue("-options_left", "0")); /* the other options were never read: no warning about them */
+      FMCall(FMFinalize());
+      return 1;
     }
-    FMCall(FMOptionsSetValue("-options_left", "0")); /* the other options were never read: no warning about them */
-    FMCall(FMFinalize());
-    return 1;
   }
 
   /* 1. Context: communicator, topology, backend (GPU if present). */
@@ -472,7 +483,15 @@ int main(int argc, char **argv)
     nsize: 2
     args: -seqlen -100 -fm_backend cpu
     returncode: 1
-    output: ex1: -seqlen is -100; expected >= 1
+    output: ex1 [rank 0]: -seqlen is -100; expected >= 1
+
+  # per-sample masks: two samples, each with its own document lengths (drawn from the seed), each
+  # checked against its own bounds
+  test:
+    suffix: cpu_mask_batch
+    nsize: 2
+    args: -seqlen 600 -fm_plan_heads 2 -fm_plan_kv_heads 1 -fm_plan_head_dim 32 -fm_plan_batch 2 -fm_mask_batch 2 -fm_backend cpu
+    output: ex1: OK
 
   # another mask and S_q != S_k: the header names them, and the reference agrees
   test:

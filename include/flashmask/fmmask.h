@@ -121,8 +121,13 @@ FMErrorCode FMMaskSetDocuments(FMMask mask, int ndocs, const int lengths[]);
 /*
  * FMMaskSetWindow - sliding-window sizes in tokens. Not collective.
  *   mask         the mask
- *   left, right  tokens before and after the diagonal (>= 0)
- *   Options: -fm_mask_window_left, -fm_mask_window_right (default seqlen/16)
+ *   left, right  window sizes (>= 0); what they mean depends on the type:
+ *                global_sliding_window: a query sees the left keys before it, its own key and
+ *                the right keys after it;
+ *                sliding_window (causal): a query sees left keys counting its own (its key and
+ *                the left - 1 before it; left = 0 masks everything); right is not used.
+ *   Options: -fm_mask_window (both), -fm_mask_window_left, -fm_mask_window_right (default
+ *   seqlen_k/16)
  */
 FMErrorCode FMMaskSetWindow(FMMask mask, int left, int right);
 

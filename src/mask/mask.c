@@ -343,11 +343,11 @@ static FMErrorCode setfromoptions(void *obj)
   if (set) FMCall(FMMaskSetCausal(mask, b));
 
   w = -1;
-  FMCall(FMOptionsGetInt("-fm_mask_window", "sliding window, left and right, -1 = seqlen_k/16 (FMMaskSetWindow)", &w, &set));
+  FMCall(FMOptionsGetInt("-fm_mask_window", "window, left and right, -1 = seqlen_k/16 (FMMaskSetWindow)", &w, &set));
   wl = set ? w : mask->window_left;
   wr = set ? w : mask->window_right;
-  FMCall(FMOptionsGetInt("-fm_mask_window_left", "left window, -1 = seqlen_k/16 (FMMaskSetWindow)", &wl, &set1));
-  FMCall(FMOptionsGetInt("-fm_mask_window_right", "right window, -1 = seqlen_k/16 (FMMaskSetWindow)", &wr, &set2));
+  FMCall(FMOptionsGetInt("-fm_mask_window_left", "left window (sliding_window: keys seen counting the diagonal), -1 = seqlen_k/16 (FMMaskSetWindow)", &wl, &set1));
+  FMCall(FMOptionsGetInt("-fm_mask_window_right", "right window (global_sliding_window only), -1 = seqlen_k/16 (FMMaskSetWindow)", &wr, &set2));
   if (set || set1 || set2) {
     FMCheck(wl >= -1 && wr >= -1, MPI_COMM_SELF, FM_ERR_OPT, "Options -fm_mask_window_left = %d, -fm_mask_window_right = %d; expected >= 0 (-1 = default)", wl, wr);
     mask->window_left = wl;

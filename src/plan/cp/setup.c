@@ -391,16 +391,16 @@ FMErrorCode FMPlanView_CP(FMPlan plan, FILE *fp)
     }
     for (int c = 0; c < C; c++) nn += need[(size_t)r * C + c];
     FMCallGoto(FMPrintf(comm, fp, "  %4d %4d %5d %6d %12.1f %3d/%-3d %9.3f\n", r, d->topo.node[r], nrows, d->part.rstart[r + 1] - d->part.rstart[r],
-                        (double)d->part.work[r] / block, nn, C, recv[r] / 1048576.0));
+                        (double)d->part.work[r] / block, nn, C, recv[r] / 1e6));
   }
   FMCallGoto(FMPrintf(comm, fp, "  K/V bytes: needed %.3f MB vs unpruned all-gather %.3f MB (%.1f%%); route moves %.3f MB inside nodes, %.3f MB across nodes\n",
-                      full.needed_bytes / 1048576.0, full.allgather_bytes / 1048576.0,
-                      full.allgather_bytes > 0 ? 100.0 * full.needed_bytes / full.allgather_bytes : 100.0, full.bytes[0] / 1048576.0,
-                      full.bytes[1] / 1048576.0));
+                      full.needed_bytes / 1e6, full.allgather_bytes / 1e6,
+                      full.allgather_bytes > 0 ? 100.0 * full.needed_bytes / full.allgather_bytes : 100.0, full.bytes[0] / 1e6,
+                      full.bytes[1] / 1e6));
   {
     double rb[2];
     FMDistRingBytes(&d->topo, d->rbytes, rb);
-    FMCallGoto(FMPrintf(comm, fp, "  ring schedule would move %.3f MB inside nodes, %.3f MB across nodes%s\n", rb[0] / 1048576.0, rb[1] / 1048576.0,
+    FMCallGoto(FMPrintf(comm, fp, "  ring schedule would move %.3f MB inside nodes, %.3f MB across nodes%s\n", rb[0] / 1e6, rb[1] / 1e6,
                         d->opt.schedule == FM_DIST_SCHED_RING ? " (the schedule in use)" : ""));
   }
 #if FM_HAVE_CUDA

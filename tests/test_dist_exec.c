@@ -148,10 +148,14 @@ static void run_case_moved(FMContext ctx, const Case *c, int *ndoc_strict, doubl
   FMT_CALL(FMDistGetStats(plan, &st));
   check_forward_bytes(c, &st, nk, ring, ndoc_strict, moved);
   FMT_CALL(FMPlanBackward(plan, lq, lk, lv, lo, llse, ldo, ldq, ldk, ldv));
+  FMT_CALL(FMDistGetStats(plan, &st));
   if (!ring) { /* every chunk that came in over a route edge goes back up it as an fp32 dK/dV partial */
-    FMT_CALL(FMDistGetStats(plan, &st));
     FMT_CHECK(st.reduce_bytes == st.recv_bytes * 4.0 / (double)es, "%s rank %d: sent %.0f bytes of dK/dV partials, expected %.0f (received %.0f K/V bytes)",
               c->type, rank, st.reduce_bytes, st.recv_bytes * 4.0 / (double)es, st.recv_bytes);
+  } else { /* each block's running fp32 sum passes every rank once; one rank sends nothing (not even to itself) */
+    const double all = 2.0 * c->B * c->Hkv * c->D * c->Sk * 4.0;
+    FMT_CHECK(st.reduce_bytes == (size > 1 ? all : 0.0), "%s ring rank %d: sent %.0f bytes of dK/dV sums, expected %.0f", c->type, rank,
+              st.reduce_bytes, size > 1 ? all : 0.0);
   }
 
   /* gather to rank 0 and compare with one single-rank CPU call */

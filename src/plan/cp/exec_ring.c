@@ -234,13 +234,16 @@ FMErrorCode FMDistRingBackward_Private(FMDistExec *e, const void *k, const void 
       FMDistExecRecord_Private(e, FM_TRACE_REDUCE, gpost, t1, d->rbytes[gsr] / e->es * 4.0, 0, R.next, ring_first_chunk(d, gsr));
     }
     ft = gsend; gsend = gpart; gpart = ft;
-    FMDistExecKeepMPI(e, FMMPIIsend_Private(gsend, (size_t)nr, MPI_FLOAT, R.next, R.tag_g, comm, &gsq), &gsq);
-    d->stats.reduce_bytes += (double)nr * sizeof(float);
-    gpost = FMTime(); gsr = r;
+    if (R.P > 1) { /* one rank holds its own block throughout: its sum is final here */
+      FMDistExecKeepMPI(e, FMMPIIsend_Private(gsend, (size_t)nr, MPI_FLOAT, R.next, R.tag_g, comm, &gsq), &gsq);
+      d->stats.reduce_bytes += (double)nr * sizeof(float);
+      gpost = FMTime(); gsr = r;
+    }
     t = cur; cur = nxt; nxt = t;
   }
-  /* our own block's final sum, from its last holder me-1 */
-  {
+  if (R.P == 1) {
+    if (!e->err) ring_bwd_own(e, gsend, dk, dv);
+  } else { /* our own block's final sum, from its last holder me-1 */
     size_t nme = (size_t)(d->rbytes[R.me] / e->es);
     MPI_Status st;
     double t1;

@@ -45,17 +45,24 @@ int main(int argc, char **argv)
     for (int t = 0; t < ntypes && n < 16; t++)
       if (strcmp(types[t], FMMASKBOUNDS)) names[n++] = types[t];
   } else {
-    for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
-      if (n == 16) { /* say so rather than build fewer masks than asked */
-        if (rank == 0) fprintf(stderr, "ex2: -masks names more than 16 types (the 17th is %s); give at most 16\n", t);
-        FMCall(FMContextDestroy(&ctx));
-        FMCall(FMFinalize());
-        return 1;
-      }
-      names[n++] = t;
+    char why[256] = "";
+    int bad, anybad;
+    FMCall(FMMaskTypeList(&ntypes, &types));
+    for (char *t = strtok(list, ","); t && !why[0]; t = strtok(NULL, ",")) {
+      int known = 0, twice = 0;
+      for (int k = 0; k < ntypes; k++) known |= !strcmp(t, types[k]);
+      for (int k = 0; k < n; k++) twice |= !strcmp(t, names[k]);
+      if (!known) snprintf(why, sizeof(why), "names \"%s\", which is not a mask type (ex2 -help lists them under -fm_mask_type)", t);
+      else if (twice) snprintf(why, sizeof(why), "names %s twice (the file holds one mask of each name)", t);
+      else if (n == 16) snprintf(why, sizeof(why), "names more than 16 types (the 17th is %s); give at most 16", t);
+      else names[n++] = t;
     }
-    if (n == 0) { /* an empty list is a mistake, not a request for nothing */
-      if (rank == 0) fprintf(stderr, "ex2: -masks names no mask type; give all or a comma-separated list such as causal,document\n");
+    if (!why[0] && n == 0) snprintf(why, sizeof(why), "names no mask type; give all or a comma-separated list such as causal,document");
+    /* every rank stops if any was given a bad list (an MPMD command line may differ between them) */
+    bad = why[0] != 0;
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (anybad) {
+      if (bad) fprintf(stderr, "ex2 [rank %d]: -masks %s\n", rank, why);
       FMCall(FMContextDestroy(&ctx));
       FMCall(FMFinalize());
       return 1;
@@ -109,7 +116,21 @@ int main(int argc, char **argv)
     suffix: no_masks
     args: -masks , -o ex2.h5
     returncode: 1
-    output: ex2: -masks names no mask type
+    output: -masks names no mask type
+
+  # so are an unknown type and one named twice, on every rank
+  test:
+    suffix: bad_masks
+    nsize: 2
+    args: -masks causal,bogus -o ex2.h5
+    returncode: 1
+    output: -masks names "bogus", which is not a mask type
+
+  test:
+    suffix: twice
+    args: -masks causal,document,causal -o ex2.h5
+    returncode: 1
+    output: -masks names causal twice
 
   test:
     suffix: file

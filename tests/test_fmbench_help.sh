@@ -2,7 +2,9 @@
 # fmbench -help prints fmbench's own options and the library's, then exits 0, without a GPU
 # (it must not stop at the device check). Its -pass list is checked without a GPU too (-dryrun):
 # a bad pass is refused by name, and the known ones (fwd, bwd, fwdbwd, -bwd, -fwdbwd) are
-# accepted and announced. Skips (77) when fmbench is not built (no CUDA).
+# accepted and announced. Every other bad value (lengths, heads, head_dim, dtype, counts, numbers
+# with trailing text) is refused by name with an error exit, not a signal; -cp's argument errors
+# list no unused options. Skips (77) when fmbench is not built (no CUDA).
 . "$srcdir/tests/common.sh"
 FMBENCH="${top_builddir}/fmbench"
 [ -x "$FMBENCH" ] || { echo "SKIP: fmbench not built (no CUDA in this build)"; exit 77; }
@@ -46,5 +48,49 @@ for args in "-pass fwd,bwd,fwdbwd|fwd bwd fwdbwd" "-bwd|bwd" "-fwdbwd -bwd|bwd f
   [ $rc = 0 ] || { echo "FAIL: fmbench -dryrun $a exited $rc"; cat "$out"; exit 1; }
   grep -q "^fmbench: passes $want (" "$out" || { echo "FAIL: fmbench -dryrun $a does not announce passes '$want'"; cat "$out"; exit 1; }
 done
+# bad values: refused before anything runs, with a message naming the option and an exit status
+# of 1..127 (an error, not a signal: -seqlen 0 and -seqlen 4096,abc used to divide by zero)
+refuse() { # WANT ARGS...: fmbench ARGS fails and prints WANT
+  want=$1; shift
+  fm_run 1 "$FMBENCH" "$@" > "$out" 2>&1
+  rc=$?
+  { [ $rc != 0 ] && [ $rc -lt 128 ]; } || { echo "FAIL: fmbench $* exited $rc; expected an error status 1..127"; cat "$out"; exit 1; }
+  grep -q -- "$want" "$out" || { echo "FAIL: fmbench $* does not say '$want'"; cat "$out"; exit 1; }
+}
+D="-dryrun -masks causal -o $h5"
+refuse '-seqlen: "0" is not a positive length' $D -seqlen 0
+refuse 'Option -seqlen has value "abc"' -dryrun -o "$h5" -seqlen 4096,abc
+refuse '-seqlen: "-256" is not a positive length' $D -seqlen 256,-256
+refuse '-dtype is "xyz"; expected bf16 or fp16' $D -seqlen 256 -dtype xyz
+refuse '-dtype is "fp32"; expected bf16 or fp16' $D -seqlen 256 -dtype fp32
+refuse '-heads 7 -heads_kv 2; expected heads a multiple of heads_kv' $D -seqlen 256 -heads 7 -heads_kv 2
+refuse '-heads_kv 0; expected >= 1' $D -seqlen 256 -heads_kv 0
+refuse '-heads 0; expected >= 1' $D -seqlen 256 -heads 0
+refuse '-head_dim 7; expected a multiple of 8' $D -seqlen 256 -head_dim 7
+refuse '-head_dim 264; expected a multiple of 8' $D -seqlen 256 -head_dim 264
+refuse '-warmup -1; expected >= 0' $D -seqlen 256 -warmup -1
+refuse '-mask_batch 0; expected >= 1' $D -seqlen 256 -mask_batch 0
+refuse '-reps 0; expected >= 1' $D -seqlen 256 -reps 0
+refuse '-tokens 0; expected >= 1' $D -seqlen 256 -tokens 0
+refuse 'Option -heads has value "12abc"' $D -seqlen 256 -heads 12abc
+refuse 'Option -reps has value "3x"' $D -seqlen 256 -reps 3x
+refuse '-seed is "4x"' $D -seqlen 256 -seed 4x
+refuse "-masks: unknown mask 'nomask'" -dryrun -masks causal,nomask -o "$h5" -seqlen 256
+# on two ranks: every rank stops with the error, none hangs
+fm_run 2 "$FMBENCH" $D -seqlen 256 -heads 7 -heads_kv 2 > "$out" 2>&1
+rc=$?
+{ [ $rc != 0 ] && [ $rc -lt 128 ]; } || { echo "FAIL: fmbench on 2 ranks with -heads 7 -heads_kv 2 exited $rc"; cat "$out"; exit 1; }
+[ "$(grep -c -- '-heads 7 -heads_kv 2; expected' "$out")" = 2 ] || { echo "FAIL: not every rank names the bad -heads"; cat "$out"; exit 1; }
+# a valid shape: accepted and announced (the element type by its name, lengths with the k suffix)
+rm -f "$h5"
+fm_run 1 "$FMBENCH" $D -seqlen 256,1k -heads 8 -heads_kv 2 -head_dim 64 -dtype fp16 -mask_batch 2 -warmup 0 -reps 1 > "$out" 2>&1
+rc=$?
+[ $rc = 0 ] || { echo "FAIL: fmbench -dryrun with a valid shape exited $rc"; cat "$out"; exit 1; }
+grep -q "; fp16, d = 64, H = 8 (kv 2)," "$out" && grep -q "^causal  *1024   2 " "$out" ||
+  { echo "FAIL: fmbench -dryrun does not announce the shape it was given"; cat "$out"; exit 1; }
+# -cp: an argument error names the option and lists no option as unused (-fm_backend cpu was read)
+refuse '-heads 7 -heads_kv 2; expected heads a multiple of heads_kv' -cp -fm_backend cpu -masks causal -seqlen 256 -heads 7 -heads_kv 2 \
+  -trace_dir none
+if grep -q "never used" "$out"; then echo "FAIL: fmbench -cp's argument error lists unused options"; cat "$out"; exit 1; fi
 rm -f "$out" "$h5"
-echo "PASS: fmbench -help lists its options and the library's and exits 0; -pass is parsed and checked"
+echo "PASS: fmbench -help lists its options and the library's and exits 0; -pass and every other value are parsed and checked"

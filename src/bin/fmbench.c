@@ -34,6 +34,12 @@
  *             every sample differently (sample b from seed + b)
  *   -dryrun   build, measure and save the masks only (no GPU needed; for checking a build)
  *   -help     these options and the library's, exit 0 (no GPU needed)
+ * They are read from the options database, as the library's (so FM_OPTIONS and -options_file
+ * give them too, and numbers are read whole: 12abc is refused, 128k is 131072), and checked
+ * against what a CUDA plan takes before anything runs: positive lengths, -tokens, -heads and
+ * -mask_batch, -heads a multiple of -heads_kv, -head_dim a multiple of 8 from 8 to 256, -dtype
+ * bf16 or fp16, -warmup >= 0, -reps >= 1; a bad value is an error naming the option, on every
+ * rank, and exit status 1.
  * The masks are the library's builders (FMMaskSetType, -seed); the kernel options of the
  * context apply (-fm_cuda_fallback times nothing: passes on a fallback path are reported, not
  * timed).
@@ -319,7 +325,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
 
 /* The command line (fmbench's own options; the library reads the -fm_* ones). */
 typedef struct {
-  char masks[1024], seq[256], out[512], csv[512], dts[16], pass[64];
+  char masks[1024], out[512], csv[512], pass[64];
   int D, H, Hkv, warm, reps, seqs[16], nseq, dry;
   double warm_s;            /* -warmup_s: seconds of back-to-back runs before the timed ones */
   int mask_batch;           /* -mask_batch: 0 = one mask shared by the batch */
@@ -332,53 +338,82 @@ typedef struct {
   int use[32];              /* [nnames] masks to time */
 } Args;
 
-/* Fill a from argv; 0 on success, else 1 after a message (an unknown mask). */
-static int parse_args(int argc, char **argv, Args *a)
+/*
+ * parse_args - fill a from the options database (the command line, FM_OPTIONS and -options_file),
+ *   so that every number is read by the library's own parser, whole ("12abc" is refused), as the
+ *   -fm_* options are; then check each value against what the CUDA plan takes (FMPlanSetShape,
+ *   the CUDA kernels): lengths, heads, tokens and -mask_batch >= 1, heads a multiple of heads_kv,
+ *   head_dim a multiple of 8 up to 256, dtype bf16 or fp16, -warmup >= 0, -reps >= 1. Not
+ *   collective: every rank reads the same options (main agrees on the outcome). An error names
+ *   the option and its value.
+ */
+static FMErrorCode parse_args(Args *a)
 {
-  int n = 0;
+  char dts[16] = "bf16", warm_s[64] = "0", seed[32] = "42";
+  int n = 0, tokens = 131072, mask_batch = 0, nseq = (int)(sizeof(a->seqs) / sizeof(a->seqs[0]));
+  FMBool set, hkv_set, mb_set;
   memset(a, 0, sizeof(*a));
   snprintf(a->masks, sizeof a->masks, "all");
-  snprintf(a->seq, sizeof a->seq, "8192,32768");
-  snprintf(a->dts, sizeof a->dts, "bf16");
-  a->D = 128; a->H = 32; a->Hkv = -1; a->warm = 3; a->reps = 10; a->tokens = 131072; a->seed = 42;
-  FC(FMMaskTypeList(&n, &a->names));
+  a->D = 128; a->H = 32; a->Hkv = -1; a->warm = 3; a->reps = 10; a->seed = 42;
+  a->seqs[0] = 8192; a->seqs[1] = 32768;
+  FMCall(FMMaskTypeList(&n, &a->names));
   for (int i = 0; i < n && a->nnames < (int)(sizeof(a->use) / sizeof(a->use[0])); i++)
     if (strcmp(a->names[i], FMMASKBOUNDS)) a->nnames = i + 1; /* "bounds" comes last: not a builder */
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "-dryrun")) a->dry = 1;
-    if (!strcmp(argv[i], "-bwd")) a->passes |= 1 << PASS_BWD;
-    if (!strcmp(argv[i], "-fwdbwd")) a->passes |= 1 << PASS_FWDBWD;
+  FMCall(FMOptionsHasName("-dryrun", &set));
+  a->dry = set == FM_TRUE;
+  FMCall(FMOptionsHasName("-bwd", &set));
+  if (set) a->passes |= 1 << PASS_BWD;
+  FMCall(FMOptionsHasName("-fwdbwd", &set));
+  if (set) a->passes |= 1 << PASS_FWDBWD;
+  FMCall(FMOptionsGetString("-masks", "masks to time", a->masks, sizeof a->masks, NULL));
+  FMCall(FMOptionsGetIntArray("-seqlen", "sequence lengths", a->seqs, &nseq, &set));
+  a->nseq = set ? nseq : 2;
+  FMCall(FMOptionsGetInt("-head_dim", "head dimension", &a->D, NULL));
+  FMCall(FMOptionsGetInt("-heads", "query heads", &a->H, NULL));
+  FMCall(FMOptionsGetInt("-heads_kv", "key/value heads (default: -heads)", &a->Hkv, &hkv_set));
+  FMCall(FMOptionsGetInt("-tokens", "tokens per batch", &tokens, NULL));
+  FMCall(FMOptionsGetString("-dtype", "element type, bf16 or fp16", dts, sizeof dts, NULL));
+  FMCall(FMOptionsGetInt("-warmup", "warm-up runs", &a->warm, NULL));
+  FMCall(FMOptionsGetString("-warmup_s", "seconds of back-to-back runs before the timed ones", warm_s, sizeof warm_s, &set));
+  if (set) {
+    char *end = NULL;
+    a->warm_s = strtod(warm_s, &end);
+    FMCheck(end != warm_s && !*end && a->warm_s >= 0 && a->warm_s <= 600, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+            "-warmup_s is '%s'; expected seconds from 0 to 600", warm_s);
   }
-  for (int i = 1; i + 1 < argc; i++) {
-    const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "-masks")) snprintf(a->masks, sizeof a->masks, "%s", v);
-    else if (!strcmp(k, "-seqlen")) snprintf(a->seq, sizeof a->seq, "%s", v);
-    else if (!strcmp(k, "-head_dim")) a->D = atoi(v);
-    else if (!strcmp(k, "-heads")) a->H = atoi(v);
-    else if (!strcmp(k, "-heads_kv")) a->Hkv = atoi(v);
-    else if (!strcmp(k, "-tokens")) a->tokens = atol(v);
-    else if (!strcmp(k, "-dtype")) snprintf(a->dts, sizeof a->dts, "%s", v);
-    else if (!strcmp(k, "-warmup")) a->warm = atoi(v);
-    else if (!strcmp(k, "-warmup_s")) {
-      char *end = NULL;
-      a->warm_s = strtod(v, &end);
-      if (end == v || *end || !(a->warm_s >= 0 && a->warm_s <= 600)) {
-        fprintf(stderr, "fmbench: -warmup_s is '%s'; expected seconds from 0 to 600\n", v);
-        return 1;
-      }
-    }
-    else if (!strcmp(k, "-reps")) a->reps = atoi(v);
-    else if (!strcmp(k, "-seed")) a->seed = strtoul(v, NULL, 10);
-    else if (!strcmp(k, "-o")) snprintf(a->out, sizeof a->out, "%s", v);
-    else if (!strcmp(k, "-csv")) snprintf(a->csv, sizeof a->csv, "%s", v);
-    else if (!strcmp(k, "-mask_batch")) a->mask_batch = atoi(v);
-    else if (!strcmp(k, "-pass")) snprintf(a->pass, sizeof a->pass, "%s", v);
-    else continue;
-    i++;
+  FMCall(FMOptionsGetInt("-reps", "timed runs", &a->reps, NULL));
+  FMCall(FMOptionsGetString("-seed", "seed of the masks and tensors", seed, sizeof seed, &set));
+  if (set) {
+    char *end = NULL;
+    a->seed = strtoul(seed, &end, 10);
+    FMCheck(end != seed && !*end && seed[0] != '-', MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-seed is \"%s\"; expected a non-negative integer", seed);
   }
-  if (a->Hkv <= 0) a->Hkv = a->H;
-  a->dt = !strcmp(a->dts, "fp16") ? FM_DTYPE_FP16 : FM_DTYPE_BF16;
-  if (a->reps < 1) a->reps = 1;
+  FMCall(FMOptionsGetString("-o", "HDF5 file of the bounds", a->out, sizeof a->out, NULL));
+  FMCall(FMOptionsGetString("-csv", "CSV file of the results", a->csv, sizeof a->csv, NULL));
+  FMCall(FMOptionsGetInt("-mask_batch", "per-sample masks: batch B", &mask_batch, &mb_set));
+  FMCall(FMOptionsGetString("-pass", "passes to time", a->pass, sizeof a->pass, NULL));
+
+  /* the values, against what a CUDA plan takes (FMPlanSetShape and the kernels) */
+  FMCheck(a->nseq >= 1, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-seqlen is empty; expected lengths S,S,...");
+  for (int i = 0; i < a->nseq; i++)
+    FMCheck(a->seqs[i] > 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-seqlen: \"%d\" is not a positive length", a->seqs[i]);
+  FMCheck(a->H >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-heads %d; expected >= 1", a->H);
+  FMCheck(!hkv_set || a->Hkv >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-heads_kv %d; expected >= 1", a->Hkv);
+  if (!hkv_set) a->Hkv = a->H;
+  FMCheck(a->H % a->Hkv == 0, MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "-heads %d -heads_kv %d; expected heads a multiple of heads_kv", a->H,
+          a->Hkv);
+  FMCheck(a->D >= 8 && a->D <= 256 && a->D % 8 == 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "-head_dim %d; expected a multiple of 8 from 8 to 256 (the CUDA kernels' head dimensions)", a->D);
+  FMCheck(tokens >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-tokens %d; expected >= 1", tokens);
+  a->tokens = tokens;
+  FMCheck(!strcmp(dts, "bf16") || !strcmp(dts, "fp16"), MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-dtype is \"%s\"; expected bf16 or fp16", dts);
+  a->dt = !strcmp(dts, "fp16") ? FM_DTYPE_FP16 : FM_DTYPE_BF16;
+  FMCheck(a->warm >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-warmup %d; expected >= 0 runs", a->warm);
+  FMCheck(a->reps >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-reps %d; expected >= 1 timed run", a->reps);
+  /* -mask_batch B is the batch too, so that the plan's rule (mask_batch 1 or the batch) holds */
+  FMCheck(!mb_set || mask_batch >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-mask_batch %d; expected >= 1 (the batch, each sample its own mask)",
+          mask_batch);
+  a->mask_batch = mb_set ? mask_batch : 0;
   if (!a->out[0]) snprintf(a->out, sizeof a->out, "fmbench_masks.h5");
   if (!strcmp(a->masks, "all")) {
     for (int i = 0; i < a->nnames; i++) a->use[i] = 1;
@@ -388,30 +423,21 @@ static int parse_args(int argc, char **argv, Args *a)
       int found = 0;
       for (int i = 0; i < a->nnames; i++)
         if (!strcmp(tok, a->names[i])) a->use[i] = found = 1;
-      if (!found) {
-        fprintf(stderr, "fmbench: unknown mask '%s'\n", tok);
-        return 1;
-      }
+      FMCheck(found, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-masks: unknown mask '%s'; expected all or names among %s, %s, ...", tok,
+              a->names[0], a->names[1]);
     }
-  }
-  {
-    char *tok, *save = NULL;
-    for (tok = strtok_r(a->seq, ",", &save); tok && a->nseq < 16; tok = strtok_r(NULL, ",", &save)) a->seqs[a->nseq++] = atoi(tok);
   }
   {
     char *tok, *save = NULL;
     for (tok = strtok_r(a->pass, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
       int t = 0;
       while (t < NPASS && strcmp(tok, pass_name[t])) t++;
-      if (t == NPASS) {
-        fprintf(stderr, "fmbench: unknown pass '%s' in -pass; expected fwd, bwd or fwdbwd\n", tok);
-        return 1;
-      }
+      FMCheck(t < NPASS, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-pass: unknown pass '%s'; expected fwd, bwd or fwdbwd", tok);
       a->passes |= 1 << t;
     }
   }
   if (!a->passes) a->passes = 1 << PASS_FWD;
-  return 0;
+  return FM_SUCCESS;
 }
 
 /* The device tensors of batch B at length S: Q, K, V (and dO) random, the rest outputs. */
@@ -493,10 +519,11 @@ static int print_help(void)
     printf("fmbench options:\n"
            "  -masks all|name,name,...  masks to time (the library's builders; default all)\n"
            "  -seqlen S,S,...           sequence lengths\n"
-           "  -head_dim d  -heads H  -heads_kv Hkv   head dimension, query and key/value heads\n"
+           "  -head_dim d  -heads H  -heads_kv Hkv   head dimension (a multiple of 8 up to 256), query and key/value\n"
+           "                            heads (heads a multiple of heads_kv; default heads_kv = heads)\n"
            "  -tokens N                 tokens per batch (batch = N / S)\n"
            "  -dtype bf16|fp16          element type\n"
-           "  -warmup n  -reps n        warm-up and timed runs (the median is reported)\n"
+           "  -warmup n  -reps n        warm-up (>= 0) and timed runs (>= 1; the median is reported)\n"
            "  -warmup_s T               then T seconds of back-to-back runs before the timed ones (default 0):\n"
            "                            the GPU's steady state under its power cap, as in a training run (not with -cp)\n"
            "  -seed s                   seed of the random masks and tensors\n"
@@ -522,6 +549,20 @@ static int print_help(void)
   return 0;
 }
 
+/*
+ * finish - FMFinalize and the exit status rc. A run that stopped early (rc != 0: a bad argument,
+ *   no GPU, an error) left options unread that are no mistake of the user's (-fm_backend cpu
+ *   after a bad -heads), so its FMFinalize lists no unused options unless -options_left asks.
+ *   Collective on MPI_COMM_WORLD.
+ */
+static int finish(int rc)
+{
+  FMBool set = FM_TRUE;
+  if (rc && FMOptionsHasName("-options_left", &set) == FM_SUCCESS && !set) (void)FMOptionsSetValue("-options_left", "0");
+  FMFinalize();
+  return rc;
+}
+
 int main(int argc, char **argv)
 {
   Args a;
@@ -534,23 +575,16 @@ int main(int argc, char **argv)
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "-help")) return print_help();
   for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "-cp")) {
-      int rc = FMBenchCP(argc, argv);
-      FMFinalize();
-      return rc;
-    }
-  if (parse_args(argc, argv, &a)) {
-    FMFinalize();
-    return 1;
-  }
+    if (!strcmp(argv[i], "-cp")) return finish(FMBenchCP(argc, argv));
+  /* every rank reads the same options; the agreement makes any rank's error every rank's */
+  if (FMAgreeCode(MPI_COMM_WORLD, parse_args(&a)) != FM_SUCCESS) return finish(1);
   snprintf(devname, sizeof devname, "none (dry run)");
   if (!a.dry) {
     int ndev = 0;
     FC(FMCudaDeviceCount(&ndev));
     if (!ndev) {
       fprintf(stderr, "fmbench: no CUDA device (-dryrun builds and saves the masks without one; -help lists the options)\n");
-      FMFinalize();
-      return 77;
+      return finish(77);
     }
     CK(cudaGetDevice(&dev));
     FC(FMCudaDeviceInfo(dev, devname, sizeof devname, NULL, 0, &sm));
@@ -564,7 +598,7 @@ int main(int argc, char **argv)
     if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch,pass,setup_ms,setup_bounds_ms\n");
   }
   printf("fmbench: %s (sm %d), path %s; %s, d = %d, H = %d (kv %d), %ld tokens per batch\n", devname, sm,
-         FMCudaForwardPathName(sm), a.dts, a.D, a.H, a.Hkv, a.tokens);
+         FMCudaForwardPathName(sm), FMDTypeName(a.dt), a.D, a.H, a.Hkv, a.tokens);
   printf("fmbench: passes");
   for (int t = 0; t < NPASS; t++)
     if (a.passes & 1 << t) printf(" %s", pass_name[t]);

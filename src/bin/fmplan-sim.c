@@ -20,6 +20,15 @@
  * chunk, topology) and the host part the CUDA backend adds to an update (localizing the rank's rows).
  * The table also prints the plan's memory on its largest rank (with the needs' sparse transpose,
  * and with the all-gathered needed matrix it replaced).
+ *
+ * The options are checked before anything runs, with the rules FMPlanSetShape and FMPlanSetUp
+ * apply to a real plan: lengths, -batch, -heads_kv and -mask_batch >= 1, -mask_heads 1 or
+ * -heads_kv, -mask_batch 1 or -batch, -heads_q a multiple of -heads_kv, -head_dim a positive
+ * multiple of 8, -dtype bf16, fp16 or fp32, -chunk >= 0 (0: the default); a bad value is an
+ * error naming the option. The -fm_mask_* options apply to the mask after the ones above, and
+ * what is printed and simulated is the mask they give (its type, lengths, heads and batch,
+ * checked again by the same rules). The first mask's seed is -seed when given, else
+ * -fm_mask_seed when given, else 42; step s adds s.
  */
 #include <flashmask/private/fmdist.h>
 #include <stdio.h>
@@ -42,26 +51,44 @@ static const char help[] =
   "                 always shows it as the comm_aware row, scored on the hierarchical route; with -steps N, the\n"
   "                 distribution over the steps of its bytes across nodes and predicted step against the work-only one\n"
   "  -steps N  re-plan N times with a fresh mask (seed S + step) and report the median per step\n"
-  "  -seed S -rank R (the rank whose set-up work is timed) -table 0|1 (the every-rank table)\n"
+  "  -seed S   the first mask's seed (default: -fm_mask_seed if given, else 42)\n"
+  "  -rank R (the rank whose set-up work is timed) -table 0|1 (the every-rank table)\n"
   "  -ref 1    also time the reference paths (the planner before the fast paths) -csv FILE (append one row)\n";
 
 typedef struct {
   int nodes, gpn, S, Sk, mh, mb, batch, hq, hkv, d, chunk, block, P, steps, rank;
   double bw[2], tflops;
-  int seed;
-  char mtype[64], dts[16], csv[512];
+  unsigned long seed; /* the first mask's: -seed, else the mask's own after -fm_mask_seed (make_mask) */
+  FMBool seed_set;    /* -seed was given */
+  char mtype[64], csv[512];
+  FMDType dt;
   FMBool prune, view, table, ref, comm;
   size_t es;
   double pcost, rcost;
 } Sim;
 
+/*
+ * check_mask - the rules FMPlanSetUp applies to the mask's heads and batch against the shape
+ *   (check_mask_heads in src/plan/plan.c), for the options (sim_options) and again for the mask
+ *   the -fm_mask_* options made (run). Not collective.
+ */
+static FMErrorCode check_mask(const Sim *o)
+{
+  FMCheck(o->mh == 1 || o->mh == o->hkv, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+          "-mask_heads %d (or -fm_mask_heads) with -heads_kv %d; expected 1 or heads_kv mask heads, as FMPlanSetUp requires", o->mh, o->hkv);
+  FMCheck(o->mb == 1 || o->mb == o->batch, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
+          "-mask_batch %d (or -fm_mask_batch) with -batch %d; expected 1 or the batch", o->mb, o->batch);
+  return FM_SUCCESS;
+}
+
 static FMErrorCode sim_options(Sim *o)
 {
   FMBool set;
+  int dt = FM_DTYPE_BF16, seed = 42;
   memset(o, 0, sizeof(*o));
-  o->nodes = 1; o->gpn = 8; o->S = 131072; o->mh = 1; o->mb = 1; o->batch = 1; o->hkv = 8; o->d = 128; o->block = 128; o->seed = 42;
+  o->nodes = 1; o->gpn = 8; o->S = 131072; o->mh = 1; o->mb = 1; o->batch = 1; o->hkv = 8; o->d = 128; o->block = 128;
   o->pcost = 1.0; o->prune = FM_TRUE; o->table = FM_TRUE; o->hq = 32; o->bw[0] = 450; o->bw[1] = 50; o->tflops = 500;
-  strcpy(o->mtype, "causal_document"); strcpy(o->dts, "bf16");
+  strcpy(o->mtype, "causal_document");
   FMCall(FMOptionsGetInt("-nodes", "virtual nodes", &o->nodes, NULL));
   FMCall(FMOptionsGetInt("-gpus_per_node", "ranks (GPUs) per node", &o->gpn, NULL));
   FMCall(FMOptionsGetString("-mask", "mask type (full, causal, causal_document, document, ...)", o->mtype, sizeof(o->mtype), NULL));
@@ -77,7 +104,7 @@ static FMErrorCode sim_options(Sim *o)
   FMCall(FMOptionsGetReal("-bw_inter", "GB/s a rank receives across nodes (default 50: 400 Gb/s InfiniBand)", &o->bw[1], NULL));
   FMCall(FMOptionsGetReal("-tflops", "attention TFLOP/s of one GPU (default 500, an H200 forward in bf16)", &o->tflops, NULL));
   FMCall(FMOptionsGetInt("-head_dim", "head dimension", &o->d, NULL));
-  FMCall(FMOptionsGetString("-dtype", "element type of K and V", o->dts, sizeof(o->dts), NULL));
+  FMCall(FMOptionsGetEnum_Private("-dtype", "element type of K and V", FMDTypeNames, &dt, NULL)); /* the library's names */
   FMCall(FMOptionsGetInt("-chunk", "query rows per chunk (0: default, about seqlen/(4P))", &o->chunk, NULL));
   FMCall(FMOptionsGetInt("-block", "block size of the mask summaries", &o->block, NULL));
   FMCall(FMOptionsGetReal("-row_cost", "fixed cost of each query tile, in full tiles (as -fm_plan_row_cost)", &o->rcost, NULL));
@@ -86,38 +113,55 @@ static FMErrorCode sim_options(Sim *o)
   FMCall(FMOptionsGetBool("-prune", "prune K/V chunks no local query sees", &o->prune, NULL));
   FMCall(FMOptionsGetBool("-view_ranks", "print every rank's work and bytes", &o->view, NULL));
   FMCall(FMOptionsGetInt("-steps", "re-plan this many times with a fresh mask each (0: once)", &o->steps, NULL));
-  FMCall(FMOptionsGetInt("-seed", "seed of the first mask (step s uses seed + s)", &o->seed, NULL));
+  FMCall(FMOptionsGetInt("-seed", "seed of the first mask (step s uses seed + s; default -fm_mask_seed, else 42)", &seed, &o->seed_set));
   FMCall(FMOptionsGetInt("-rank", "the rank whose set-up work is timed", &o->rank, NULL));
   o->table = o->steps > 0 ? FM_FALSE : FM_TRUE;
   FMCall(FMOptionsGetBool("-table", "print the every-rank simulation table", &o->table, NULL));
   FMCall(FMOptionsGetBool("-ref", "also time the reference (pre-fast-path) planner", &o->ref, NULL));
   FMCall(FMOptionsGetString("-csv", "append one summary row to this CSV file", o->csv, sizeof(o->csv), NULL));
-  if (!set || o->Sk <= 0) o->Sk = o->S;
+  FMCheck(o->S >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-seqlen %d; expected a length >= 1", o->S);
+  FMCheck(!set || o->Sk >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-seqlen_k %d; expected a length >= 1 (default: -seqlen)", o->Sk);
+  if (!set) o->Sk = o->S;
+  FMCheck(o->batch >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-batch %d; expected >= 1", o->batch);
+  FMCheck(o->mb >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-mask_batch %d; expected >= 1 (1: shared by every sample)", o->mb);
+  FMCheck(o->hkv >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-heads_kv %d; expected >= 1", o->hkv);
+  FMCheck(o->mh >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-mask_heads %d; expected 1 or heads_kv", o->mh);
+  FMCheck(o->d >= 8 && o->d % 8 == 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-head_dim %d; expected a positive multiple of 8", o->d);
+  FMCheck(o->chunk >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-chunk %d; expected query rows >= 1, or 0 for the default", o->chunk);
   FMCheck(o->pcost > 0 && o->pcost <= 64, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-partial_cost %g; expected a cost in (0, 64] full tiles", o->pcost);
   FMCheck(o->rcost >= 0 && o->rcost <= 1e6, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-row_cost %g; expected a cost in [0, 1e6] full tiles", o->rcost);
   FMCheck(o->nodes >= 1 && o->gpn >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-nodes %d -gpus_per_node %d; expected both >= 1", o->nodes, o->gpn);
   FMCheck(o->bw[0] > 0 && o->bw[1] > 0 && o->tflops > 0 && o->hq >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
           "-bw_intra %g -bw_inter %g -tflops %g -heads_q %d; expected all > 0", o->bw[0], o->bw[1], o->tflops, o->hq);
-  FMCheck(o->mb == 1 || o->mb == o->batch, MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "-mask_batch %d with -batch %d; expected 1 or the batch",
-          o->mb, o->batch);
+  FMCheck(o->hq % o->hkv == 0, MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "-heads_q %d -heads_kv %d; expected heads_q a multiple of heads_kv", o->hq,
+          o->hkv);
+  FMCall(check_mask(o));
   FMCheck(o->steps >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-steps %d; expected >= 0", o->steps);
-  FMCheck(o->seed >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-seed %d; expected >= 0", o->seed);
-  o->es = !strcmp(o->dts, "fp32") ? 4 : 2;
+  FMCheck(seed >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-seed %d; expected >= 0", seed);
+  o->seed = (unsigned long)seed;
+  o->dt = (FMDType)dt;
+  o->es = FMDTypeSize(o->dt);
   o->P = o->nodes * o->gpn;
   FMCheck(o->rank >= 0 && o->rank < o->P, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-rank %d; expected 0..%d", o->rank, o->P - 1);
   return FM_SUCCESS;
 }
 
-/* A set-up mask of the configured type with the given seed; *t the time of FMMaskSetUp. */
-static FMErrorCode make_mask(const Sim *o, FMContext ctx, int seed, FMMask *mask, double *t)
+/*
+ * A set-up mask of the configured type (the -fm_mask_* options apply after the program's own) for
+ * step `step`: seed o->seed + step; *t the time of FMMaskSetUp. Without -seed the first mask's
+ * seed is the one the options left it (-fm_mask_seed, else the default o->seed), kept in o->seed.
+ */
+static FMErrorCode make_mask(Sim *o, FMContext ctx, int step, FMMask *mask, double *t)
 {
   FMCall(FMMaskCreate(ctx, mask));
   FMCall(FMMaskSetSizes(*mask, o->S, o->Sk, o->mh));
   FMCall(FMMaskSetBatch(*mask, o->mb)); /* sample s draws its packing from the seed + s */
   FMCall(FMMaskSetType(*mask, o->mtype));
   FMCall(FMMaskSetBlockSize(*mask, o->block));
+  FMCall(FMMaskSetSeed(*mask, o->seed));
   FMCall(FMMaskSetFromOptions(*mask));
-  FMCall(FMMaskSetSeed(*mask, (unsigned long)seed));
+  if (step == 0 && !o->seed_set) o->seed = (*mask)->seed; /* -fm_mask_seed, when given */
+  FMCall(FMMaskSetSeed(*mask, o->seed + (unsigned long)step));
   *t = FMTime();
   FMCall(FMMaskSetUp(*mask));
   /* on one process the summaries wait for their first reader; the ranks of a real plan compute
@@ -370,17 +414,17 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
         printf("  %-10s %12.1f %12.1f %9.4f %12.4f %12.4f %6.1f%%  %-12s %11.4f %11.4f %13.2f\n", pname, (double)mx / m->block,
                mean / m->block, imb, route.needed_bytes / 1e9, route.allgather_bytes / 1e9,
                route.allgather_bytes > 0 ? 100.0 * route.needed_bytes / route.allgather_bytes : 100.0, FMDistRouteNames[rt],
-               route.bytes[0] / 1e9, route.bytes[1] / 1e9, mrecv / 1048576.0);
+               route.bytes[0] / 1e9, route.bytes[1] / 1e9, mrecv / 1e6);
       else
         printf("  %-10s %12s %12s %9s %12s %12s %7s  %-12s %11.4f %11.4f %13.2f\n", "", "", "", "", "", "", "", FMDistRouteNames[rt],
-               route.bytes[0] / 1e9, route.bytes[1] / 1e9, mrecv / 1048576.0);
+               route.bytes[0] / 1e9, route.bytes[1] / 1e9, mrecv / 1e6);
       if (o->view && rt == 1) {
         printf("    rank node chunks   work(tiles)  needed  recv MB (hierarchical)\n");
         for (int r = 0; r < P; r++) {
           int nn = 0;
           for (int c = 0; c < ch.nchunks; c++) nn += need[(size_t)r * ch.nchunks + c];
           printf("    %4d %4d %6d %13.1f %7d %8.2f\n", r, topo->node[r], part.rstart[r + 1] - part.rstart[r], (double)part.work[r] / m->block, nn,
-                 recv[r] / 1048576.0);
+                 recv[r] / 1e6);
         }
       }
       free(recv);
@@ -395,7 +439,7 @@ static FMErrorCode sim_table(const Sim *o, const FMMaskDesc *m, const FMDistTopo
       for (int r = 0; r < P; r++) total += rb[r];
       for (int r = 0; r < P; r++) if (P > 1 && total - rb[r] > mrecv) mrecv = total - rb[r];
       printf("  %-10s %12s %12s %9s %12s %12s %7s  %-12s %11.4f %11.4f %13.2f\n", "", "", "", "", "", "", "", "ring", rl[0] / 1e9, rl[1] / 1e9,
-             mrecv / 1048576.0);
+             mrecv / 1e6);
       free(rb);
     }
     printf("  %-10s predicted (%.0f TFLOP/s, %g / %g GB/s in / across nodes): compute %.3f ms; exchange %.3f ms flat, %.3f ms hierarchical;"
@@ -512,60 +556,80 @@ static FMErrorCode report_comm(const FMDistCommInfo *ci, int n)
   return FM_SUCCESS;
 }
 
+/* The whole run (see the file comment); what it made is freed on every return. */
 static FMErrorCode run(void)
 {
   Sim o;
-  FMContext ctx;
+  FMContext ctx = NULL;
+  FMMask mask = NULL;
   FMDistTopo topo;
   FMDistChunks ch;
   double simt = -1, *vn = NULL, *vr = NULL, *vx = NULL;
   FMDistCommInfo *cis = NULL;
   int n;
+  FMErrorCode ierr = FM_SUCCESS;
+  memset(&topo, 0, sizeof(topo));
   FMCall(sim_options(&o));
   n = o.steps > 0 ? o.steps : 1;
-  FMCall(FMContextCreate(MPI_COMM_SELF, &ctx));
-  FMCall(FMContextSetBackend(ctx, FM_BACKEND_CPU));
-  FMCall(FMContextSetUp(ctx));
-  FMCall(FMDistTopoVirtual(o.P, o.nodes, &topo));
-  FMCall(FMCalloc((size_t)n * (NPH + 1), &vn));
-  FMCall(FMCalloc((size_t)n * (NPH + 1), &vr));
-  FMCall(FMCalloc((size_t)n * 2, &vx));
-  FMCall(FMCalloc((size_t)n, &cis));
+  FMCallGoto(FMContextCreate(MPI_COMM_SELF, &ctx));
+  FMCallGoto(FMContextSetBackend(ctx, FM_BACKEND_CPU));
+  FMCallGoto(FMContextSetUp(ctx));
+  FMCallGoto(FMDistTopoVirtual(o.P, o.nodes, &topo));
+  FMCallGoto(FMCalloc((size_t)n * (NPH + 1), &vn));
+  FMCallGoto(FMCalloc((size_t)n * (NPH + 1), &vr));
+  FMCallGoto(FMCalloc((size_t)n * 2, &vx));
+  FMCallGoto(FMCalloc((size_t)n, &cis));
   for (int s = 0; s < n; s++) {
-    FMMask mask;
     FMMaskDesc m;
     double tmask = 0;
-    FMCall(make_mask(&o, ctx, o.seed + s, &mask, &tmask));
-    FMCall(FMMaskGetDesc_Private(mask, &m));
-    FMCall(FMDistChunksInit(m.seqlen_q, m.seqlen_k, o.chunk, o.P, m.block, &ch));
+    FMCallGoto(make_mask(&o, ctx, s, &mask, &tmask));
+    FMCallGoto(FMMaskGetDesc_Private(mask, &m));
     if (s == 0) {
-      FMCall(FMMaskComputeDensity_Private(mask));
+      FMMaskType type;
+      /* what is simulated, printed and written to the CSV is the mask the -fm_mask_* options gave */
+      FMCallGoto(FMMaskGetType(mask, &type));
+      FMCheckGoto(strlen(type) < sizeof(o.mtype), MPI_COMM_SELF, FM_ERR_LIB, "Mask type \"%s\" is longer than %zu characters", type,
+                  sizeof(o.mtype) - 1);
+      strcpy(o.mtype, type);
+      o.S = m.seqlen_q; o.Sk = m.seqlen_k; o.mh = m.mask_heads; o.mb = m.mask_batch; o.block = m.block;
+      FMCallGoto(check_mask(&o));
+    }
+    FMCallGoto(FMDistChunksInit(m.seqlen_q, m.seqlen_k, o.chunk, o.P, m.block, &ch));
+    if (s == 0) {
+      FMCallGoto(FMMaskComputeDensity_Private(mask));
       printf("fmplan-sim: %d ranks = %d node%s x %d; mask %s, %d x %d, %d mask head%s, mask batch %d, block %d, block sparsity %.4f\n", o.P,
              o.nodes, o.nodes > 1 ? "s" : "", o.gpn, o.mtype, m.seqlen_q, m.seqlen_k, m.mask_heads, m.mask_heads > 1 ? "s" : "", o.mb, m.block,
              mask->sparsity);
       printf("  K/V: batch %d, %d KV heads, head_dim %d, %s; %d chunks of %d rows (key chunks of %d); pruning %s\n", o.batch, o.hkv, o.d,
-             o.dts, ch.nchunks, ch.chunk, ch.kchunk, o.prune ? "on" : "off");
-      if (o.table) FMCall(sim_table(&o, &m, &topo, &simt));
+             FMDTypeName(o.dt), ch.nchunks, ch.chunk, ch.kchunk, o.prune ? "on" : "off");
+      if (o.table) FMCallGoto(sim_table(&o, &m, &topo, &simt));
     }
-    FMCall(rank_work(&o, &m, &topo, 0, vn + (size_t)s * (NPH + 1), vx + 2 * (size_t)s, cis + s));
+    FMCallGoto(rank_work(&o, &m, &topo, 0, vn + (size_t)s * (NPH + 1), vx + 2 * (size_t)s, cis + s));
     vn[(size_t)s * (NPH + 1) + NPH] = tmask;
     if (o.ref) {
-      FMCall(rank_work(&o, &m, &topo, 1, vr + (size_t)s * (NPH + 1), NULL, NULL));
+      FMCallGoto(rank_work(&o, &m, &topo, 1, vr + (size_t)s * (NPH + 1), NULL, NULL));
       vr[(size_t)s * (NPH + 1) + NPH] = tmask;
     }
     if (o.steps > 0 && (o.P >= 256 || n >= 50))
-      fprintf(stderr, "fmplan-sim: step %d/%d (seed %d): rank %d set-up %.3f ms%s\n", s + 1, n, o.seed + s, o.rank,
+      fprintf(stderr, "fmplan-sim: step %d/%d (seed %lu): rank %d set-up %.3f ms%s\n", s + 1, n, o.seed + (unsigned long)s, o.rank,
               1e3 * vn[(size_t)s * (NPH + 1) + NPH - 1], o.ref ? " (and the reference)" : "");
-    FMCall(FMMaskDestroy(&mask));
+    FMCallGoto(FMMaskDestroy(&mask));
   }
   printf("\n");
-  FMCall(report(&o, &ch, o.comm ? "comm" : "fast", vn, n, simt, o.steps > 0 ? vx : NULL)); /* comm: -balance_comm 1, the comm-aware balancer */
-  if (o.ref) FMCall(report(&o, &ch, "reference", vr, n, simt, NULL));
-  if (o.comm) FMCall(report_comm(cis, n));
+  FMCallGoto(report(&o, &ch, o.comm ? "comm" : "fast", vn, n, simt, o.steps > 0 ? vx : NULL)); /* comm: -balance_comm 1, the comm-aware balancer */
+  if (o.ref) FMCallGoto(report(&o, &ch, "reference", vr, n, simt, NULL));
+  if (o.comm) FMCallGoto(report_comm(cis, n));
+cleanup:
   free(vn); free(vr); free(vx); free(cis);
-  FMCall(FMDistTopoDestroy(&topo));
-  FMCall(FMContextDestroy(&ctx));
-  return FM_SUCCESS;
+  {
+    FMErrorCode e2 = FMMaskDestroy(&mask);
+    if (!ierr) ierr = e2;
+    e2 = FMDistTopoDestroy(&topo);
+    if (!ierr) ierr = e2;
+    e2 = FMContextDestroy(&ctx);
+    if (!ierr) ierr = e2;
+  }
+  return ierr;
 }
 
 int main(int argc, char **argv)

@@ -92,5 +92,8 @@ grep -q "; fp16, d = 64, H = 8 (kv 2)," "$out" && grep -q "^causal  *1024   2 " 
 refuse '-heads 7 -heads_kv 2; expected heads a multiple of heads_kv' -cp -fm_backend cpu -masks causal -seqlen 256 -heads 7 -heads_kv 2 \
   -trace_dir none
 if grep -q "never used" "$out"; then echo "FAIL: fmbench -cp's argument error lists unused options"; cat "$out"; exit 1; fi
+# -cp reads the shared options the same way: whole numbers, the same checks
+refuse 'Option -heads has value "12abc"' -cp -fm_backend cpu -masks causal -seqlen 256 -heads 12abc -trace_dir none
+refuse '-reps 0; expected >= 1 timed run' -cp -fm_backend cpu -masks causal -seqlen 256 -reps 0 -trace_dir none
 rm -f "$out" "$h5"
 echo "PASS: fmbench -help lists its options and the library's and exits 0; -pass and every other value are parsed and checked"

@@ -339,23 +339,65 @@ typedef struct {
 } Args;
 
 /*
- * parse_args - fill a from the options database (the command line, FM_OPTIONS and -options_file),
- *   so that every number is read by the library's own parser, whole ("12abc" is refused), as the
- *   -fm_* options are; then check each value against what the CUDA plan takes (FMPlanSetShape,
- *   the CUDA kernels): lengths, heads, tokens and -mask_batch >= 1, heads a multiple of heads_kv,
- *   head_dim a multiple of 8 up to 256, dtype bf16 or fp16, -warmup >= 0, -reps >= 1. Not
- *   collective: every rank reads the same options (main agrees on the outcome). An error names
- *   the option and its value.
+ * FMBenchReadShape_Private - the options fmbench and fmbench -cp share (see fmbench_cp.h), from
+ *   the options database (the command line, FM_OPTIONS and -options_file), so that every number
+ *   is read by the library's own parser, whole ("12abc" is refused), as the -fm_* options are;
+ *   then each value checked against what a CUDA plan takes (FMPlanSetShape, the CUDA kernels):
+ *   positive lengths and heads, heads a multiple of heads_kv, head_dim a multiple of 8 up to
+ *   256, dtype bf16 or fp16, -warmup >= 0, -reps >= 1. Not collective. An error names the option
+ *   and its value.
+ *   s   in: the defaults (Hkv <= 0: -heads); out: the values
+ */
+FMErrorCode FMBenchReadShape_Private(FMBenchShape *s)
+{
+  char dts[16], seed[32] = "";
+  int nseq = (int)(sizeof(s->seqs) / sizeof(s->seqs[0]));
+  FMBool set, hkv_set;
+  snprintf(dts, sizeof dts, "%s", s->dt == FM_DTYPE_FP16 ? "fp16" : "bf16");
+  FMCall(FMOptionsGetIntArray("-seqlen", "sequence lengths", s->seqs, &nseq, &set));
+  if (set) s->nseq = nseq;
+  FMCall(FMOptionsGetInt("-head_dim", "head dimension", &s->D, NULL));
+  FMCall(FMOptionsGetInt("-heads", "query heads", &s->H, NULL));
+  FMCall(FMOptionsGetInt("-heads_kv", "key/value heads (default: -heads)", &s->Hkv, &hkv_set));
+  FMCall(FMOptionsGetString("-dtype", "element type, bf16 or fp16", dts, sizeof dts, NULL));
+  FMCall(FMOptionsGetInt("-warmup", "warm-up runs", &s->warm, NULL));
+  FMCall(FMOptionsGetInt("-reps", "timed runs", &s->reps, NULL));
+  FMCall(FMOptionsGetString("-seed", "seed of the masks and tensors", seed, sizeof seed, &set));
+  if (set) {
+    char *end = NULL;
+    s->seed = strtoul(seed, &end, 10);
+    FMCheck(end != seed && !*end && seed[0] != '-', MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-seed is \"%s\"; expected a non-negative integer", seed);
+  }
+  FMCheck(s->nseq >= 1, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-seqlen is empty; expected lengths S,S,...");
+  for (int i = 0; i < s->nseq; i++)
+    FMCheck(s->seqs[i] > 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-seqlen: \"%d\" is not a positive length", s->seqs[i]);
+  FMCheck(s->H >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-heads %d; expected >= 1", s->H);
+  FMCheck(!hkv_set || s->Hkv >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-heads_kv %d; expected >= 1", s->Hkv);
+  if (!hkv_set && s->Hkv <= 0) s->Hkv = s->H;
+  FMCheck(s->H % s->Hkv == 0, MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "-heads %d -heads_kv %d; expected heads a multiple of heads_kv", s->H, s->Hkv);
+  FMCheck(s->D >= 8 && s->D <= 256 && s->D % 8 == 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "-head_dim %d; expected a multiple of 8 from 8 to 256 (the CUDA kernels' head dimensions)", s->D);
+  FMCheck(!strcmp(dts, "bf16") || !strcmp(dts, "fp16"), MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-dtype is \"%s\"; expected bf16 or fp16", dts);
+  s->dt = !strcmp(dts, "fp16") ? FM_DTYPE_FP16 : FM_DTYPE_BF16;
+  FMCheck(s->warm >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-warmup %d; expected >= 0 runs", s->warm);
+  FMCheck(s->reps >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-reps %d; expected >= 1 timed run", s->reps);
+  return FM_SUCCESS;
+}
+
+/*
+ * parse_args - fill a: the shared options (FMBenchReadShape_Private), then fmbench's own, from
+ *   the options database, each checked: -tokens and -mask_batch >= 1, -warmup_s seconds from 0
+ *   to 600, known -masks and -pass names. Not collective: every rank reads the same options
+ *   (main agrees on the outcome). An error names the option and its value.
  */
 static FMErrorCode parse_args(Args *a)
 {
-  char dts[16] = "bf16", warm_s[64] = "0", seed[32] = "42";
-  int n = 0, tokens = 131072, mask_batch = 0, nseq = (int)(sizeof(a->seqs) / sizeof(a->seqs[0]));
-  FMBool set, hkv_set, mb_set;
+  FMBenchShape sh = {{8192, 32768}, 2, 32, -1, 128, 3, 10, FM_DTYPE_BF16, 42};
+  char warm_s[64] = "0";
+  int n = 0, tokens = 131072, mask_batch = 0;
+  FMBool set, mb_set;
   memset(a, 0, sizeof(*a));
   snprintf(a->masks, sizeof a->masks, "all");
-  a->D = 128; a->H = 32; a->Hkv = -1; a->warm = 3; a->reps = 10; a->seed = 42;
-  a->seqs[0] = 8192; a->seqs[1] = 32768;
   FMCall(FMMaskTypeList(&n, &a->names));
   for (int i = 0; i < n && a->nnames < (int)(sizeof(a->use) / sizeof(a->use[0])); i++)
     if (strcmp(a->names[i], FMMASKBOUNDS)) a->nnames = i + 1; /* "bounds" comes last: not a builder */
@@ -366,14 +408,10 @@ static FMErrorCode parse_args(Args *a)
   FMCall(FMOptionsHasName("-fwdbwd", &set));
   if (set) a->passes |= 1 << PASS_FWDBWD;
   FMCall(FMOptionsGetString("-masks", "masks to time", a->masks, sizeof a->masks, NULL));
-  FMCall(FMOptionsGetIntArray("-seqlen", "sequence lengths", a->seqs, &nseq, &set));
-  a->nseq = set ? nseq : 2;
-  FMCall(FMOptionsGetInt("-head_dim", "head dimension", &a->D, NULL));
-  FMCall(FMOptionsGetInt("-heads", "query heads", &a->H, NULL));
-  FMCall(FMOptionsGetInt("-heads_kv", "key/value heads (default: -heads)", &a->Hkv, &hkv_set));
+  FMCall(FMBenchReadShape_Private(&sh));
+  memcpy(a->seqs, sh.seqs, sizeof(a->seqs));
+  a->nseq = sh.nseq; a->H = sh.H; a->Hkv = sh.Hkv; a->D = sh.D; a->warm = sh.warm; a->reps = sh.reps; a->dt = sh.dt; a->seed = sh.seed;
   FMCall(FMOptionsGetInt("-tokens", "tokens per batch", &tokens, NULL));
-  FMCall(FMOptionsGetString("-dtype", "element type, bf16 or fp16", dts, sizeof dts, NULL));
-  FMCall(FMOptionsGetInt("-warmup", "warm-up runs", &a->warm, NULL));
   FMCall(FMOptionsGetString("-warmup_s", "seconds of back-to-back runs before the timed ones", warm_s, sizeof warm_s, &set));
   if (set) {
     char *end = NULL;
@@ -381,35 +419,12 @@ static FMErrorCode parse_args(Args *a)
     FMCheck(end != warm_s && !*end && a->warm_s >= 0 && a->warm_s <= 600, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
             "-warmup_s is '%s'; expected seconds from 0 to 600", warm_s);
   }
-  FMCall(FMOptionsGetInt("-reps", "timed runs", &a->reps, NULL));
-  FMCall(FMOptionsGetString("-seed", "seed of the masks and tensors", seed, sizeof seed, &set));
-  if (set) {
-    char *end = NULL;
-    a->seed = strtoul(seed, &end, 10);
-    FMCheck(end != seed && !*end && seed[0] != '-', MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-seed is \"%s\"; expected a non-negative integer", seed);
-  }
   FMCall(FMOptionsGetString("-o", "HDF5 file of the bounds", a->out, sizeof a->out, NULL));
   FMCall(FMOptionsGetString("-csv", "CSV file of the results", a->csv, sizeof a->csv, NULL));
   FMCall(FMOptionsGetInt("-mask_batch", "per-sample masks: batch B", &mask_batch, &mb_set));
   FMCall(FMOptionsGetString("-pass", "passes to time", a->pass, sizeof a->pass, NULL));
-
-  /* the values, against what a CUDA plan takes (FMPlanSetShape and the kernels) */
-  FMCheck(a->nseq >= 1, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-seqlen is empty; expected lengths S,S,...");
-  for (int i = 0; i < a->nseq; i++)
-    FMCheck(a->seqs[i] > 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-seqlen: \"%d\" is not a positive length", a->seqs[i]);
-  FMCheck(a->H >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-heads %d; expected >= 1", a->H);
-  FMCheck(!hkv_set || a->Hkv >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-heads_kv %d; expected >= 1", a->Hkv);
-  if (!hkv_set) a->Hkv = a->H;
-  FMCheck(a->H % a->Hkv == 0, MPI_COMM_SELF, FM_ERR_ARG_INCOMP, "-heads %d -heads_kv %d; expected heads a multiple of heads_kv", a->H,
-          a->Hkv);
-  FMCheck(a->D >= 8 && a->D <= 256 && a->D % 8 == 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
-          "-head_dim %d; expected a multiple of 8 from 8 to 256 (the CUDA kernels' head dimensions)", a->D);
   FMCheck(tokens >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-tokens %d; expected >= 1", tokens);
   a->tokens = tokens;
-  FMCheck(!strcmp(dts, "bf16") || !strcmp(dts, "fp16"), MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-dtype is \"%s\"; expected bf16 or fp16", dts);
-  a->dt = !strcmp(dts, "fp16") ? FM_DTYPE_FP16 : FM_DTYPE_BF16;
-  FMCheck(a->warm >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-warmup %d; expected >= 0 runs", a->warm);
-  FMCheck(a->reps >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-reps %d; expected >= 1 timed run", a->reps);
   /* -mask_batch B is the batch too, so that the plan's rule (mask_batch 1 or the batch) holds */
   FMCheck(!mb_set || mask_batch >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-mask_batch %d; expected >= 1 (the batch, each sample its own mask)",
           mask_batch);
@@ -575,7 +590,7 @@ int main(int argc, char **argv)
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "-help")) return print_help();
   for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "-cp")) return finish(FMBenchCP(argc, argv));
+    if (!strcmp(argv[i], "-cp")) return finish(FMBenchCP());
   /* every rank reads the same options; the agreement makes any rank's error every rank's */
   if (FMAgreeCode(MPI_COMM_WORLD, parse_args(&a)) != FM_SUCCESS) return finish(1);
   snprintf(devname, sizeof devname, "none (dry run)");

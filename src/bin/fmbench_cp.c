@@ -35,7 +35,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int FMBenchCP(int argc, char **argv);
 FMErrorCode FMBenchCPSteps_Private(FMContext ctx, const char *type, int S, int mh, int H, int Hkv, int D, FMDType dt, unsigned long seed,
                                    int steps, int dev); /* fmbench_steps.c */
 
@@ -67,16 +66,20 @@ static FMErrorCode cp_list(const char *what, const char *list, const char *const
 }
 
 /*
- * cp_parse - read the -cp command line (the fmbench options that apply, plus -trace_dir,
- *   -single, -configs, -label and -fm_backend cpu). Not collective; every rank parses the same
- *   argv. Unknown mask, pass or configuration names are FM_ERR_ARG_WRONG.
+ * cp_parse - read the -cp options from the options database (the command line, FM_OPTIONS and
+ *   -options_file): those fmbench shares (FMBenchReadShape_Private) and -masks, -pass, -bwd,
+ *   -fwdbwd, -csv, plus -trace_dir, -single, -steps, -configs, -label and -fm_backend cpu. Not
+ *   collective; every rank reads the same options. Unknown mask, pass or configuration names are
+ *   FM_ERR_ARG_WRONG; bad numbers are named.
  */
-static FMErrorCode cp_parse(int argc, char **argv, CPArgs *a)
+static FMErrorCode cp_parse(CPArgs *a)
 {
-  char masks[1024] = "causal,causal_document,document,share_question", seqs[256] = "65536,131072", dts[16] = "bf16", pass[64] = "";
+  FMBenchShape sh = {{65536, 131072}, 2, 32, -1, 128, 2, 5, FM_DTYPE_BF16, 42};
+  char masks[1024] = "causal,causal_document,document,share_question", pass[64] = "", backend[16] = "";
   char confs[64] = "plan,allgather,ring";
   const char *cnames[CP_NCONF] = {cp_conf[0].name, cp_conf[1].name, cp_conf[2].name};
   int cbits = 0;
+  FMBool set;
   char *tok, *save = NULL;
   memset(a, 0, sizeof(*a));
   FMCall(FMMaskTypeList(&cp_nmasks, &cp_masks));
@@ -84,53 +87,32 @@ static FMErrorCode cp_parse(int argc, char **argv, CPArgs *a)
   FMCheck(cp_nmasks <= (int)(sizeof(a->use) / sizeof(a->use[0])), MPI_COMM_SELF, FM_ERR_LIB, "%d mask builders; fmbench -cp knows room for %d",
           cp_nmasks, (int)(sizeof(a->use) / sizeof(a->use[0])));
   a->dev = -1;
-  a->H = 32;
-  a->Hkv = -1;
-  a->D = 128;
-  a->warm = 2;
-  a->reps = 5;
   a->single = 1;
-  a->seed = 42;
   snprintf(a->trace_dir, sizeof(a->trace_dir), "fmbench_cp_traces");
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "-bwd")) a->passes |= 1 << CP_BWD;
-    if (!strcmp(argv[i], "-fwdbwd")) a->passes |= 1 << CP_FWDBWD;
-  }
-  for (int i = 1; i + 1 < argc; i++) {
-    const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "-masks")) snprintf(masks, sizeof(masks), "%s", v);
-    else if (!strcmp(k, "-seqlen")) snprintf(seqs, sizeof(seqs), "%s", v);
-    else if (!strcmp(k, "-head_dim")) a->D = atoi(v);
-    else if (!strcmp(k, "-heads")) a->H = atoi(v);
-    else if (!strcmp(k, "-heads_kv")) a->Hkv = atoi(v);
-    else if (!strcmp(k, "-dtype")) snprintf(dts, sizeof(dts), "%s", v);
-    else if (!strcmp(k, "-warmup")) a->warm = atoi(v);
-    else if (!strcmp(k, "-reps")) a->reps = atoi(v);
-    else if (!strcmp(k, "-seed")) a->seed = strtoul(v, NULL, 10);
-    else if (!strcmp(k, "-csv")) snprintf(a->csv, sizeof(a->csv), "%s", v);
-    else if (!strcmp(k, "-trace_dir")) snprintf(a->trace_dir, sizeof(a->trace_dir), "%s", v);
-    else if (!strcmp(k, "-single")) a->single = atoi(v);
-    else if (!strcmp(k, "-steps")) a->steps = atoi(v);
-    else if (!strcmp(k, "-pass")) snprintf(pass, sizeof(pass), "%s", v);
-    else if (!strcmp(k, "-configs")) snprintf(confs, sizeof(confs), "%s", v);
-    else if (!strcmp(k, "-label")) snprintf(a->label, sizeof(a->label), "%s", v);
-    else if (!strcmp(k, "-fm_backend")) a->cpu = !strcmp(v, "cpu");
-    else continue;
-    i++;
-  }
+  FMCall(FMOptionsHasName("-bwd", &set));
+  if (set) a->passes |= 1 << CP_BWD;
+  FMCall(FMOptionsHasName("-fwdbwd", &set));
+  if (set) a->passes |= 1 << CP_FWDBWD;
+  FMCall(FMBenchReadShape_Private(&sh));
+  memcpy(a->seqlen, sh.seqs, sizeof(a->seqlen));
+  a->nseq = sh.nseq; a->H = sh.H; a->Hkv = sh.Hkv; a->D = sh.D; a->warm = sh.warm; a->reps = sh.reps; a->dt = sh.dt; a->seed = sh.seed;
+  FMCall(FMOptionsGetString("-masks", "masks to time", masks, sizeof(masks), NULL));
+  FMCall(FMOptionsGetString("-csv", "CSV file of the results", a->csv, sizeof(a->csv), NULL));
+  FMCall(FMOptionsGetString("-trace_dir", "directory of the traces (none: no traces)", a->trace_dir, sizeof(a->trace_dir), NULL));
+  FMCall(FMOptionsGetInt("-single", "also time rank 0 alone on the whole problem (0: no)", &a->single, NULL));
+  FMCall(FMOptionsGetInt("-steps", "time re-planning with a fresh mask every step, N steps", &a->steps, NULL));
+  FMCall(FMOptionsGetString("-pass", "passes to time", pass, sizeof(pass), NULL));
+  FMCall(FMOptionsGetString("-configs", "configurations to time", confs, sizeof(confs), NULL));
+  FMCall(FMOptionsGetString("-label", "a label for the CSV rows", a->label, sizeof(a->label), NULL));
+  FMCall(FMOptionsGetString("-fm_backend", "the context's backend (cpu: host buffers, checks without a GPU)", backend, sizeof(backend), NULL));
+  a->cpu = !strcmp(backend, "cpu");
   if (pass[0]) FMCall(cp_list("-pass", pass, cp_pass_name, CP_NPASS, &a->passes));
   if (!a->passes) a->passes = 1 << CP_FWD;
   FMCall(cp_list("-configs", confs, cnames, CP_NCONF, &cbits));
   for (int c = 0; c < CP_NCONF; c++) a->conf_use[c] = cbits >> c & 1;
   FMCheck(!strchr(a->label, ','), MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-label \"%s\": a CSV field, expected no comma", a->label);
+  FMCheck(a->steps >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "-steps %d; expected >= 0", a->steps);
   FMCheck(!a->cpu || a->steps <= 0, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-steps %d with -fm_backend cpu: the re-planning benchmark runs on the GPU only", a->steps);
-  if (a->Hkv <= 0) a->Hkv = a->H;
-  if (a->reps < 1) a->reps = 1;
-  if (a->warm < 0) a->warm = 0;
-  FMCheck(!strcmp(dts, "bf16") || !strcmp(dts, "fp16"), MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-dtype is \"%s\"; expected bf16 or fp16", dts);
-  a->dt = !strcmp(dts, "fp16") ? FM_DTYPE_FP16 : FM_DTYPE_BF16;
-  FMCheck(a->H > 0 && a->H % a->Hkv == 0, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-heads %d -heads_kv %d; expected heads a multiple of heads_kv",
-          a->H, a->Hkv);
   if (!strcmp(masks, "all")) {
     for (int t = 0; t < cp_nmasks; t++) a->use[t] = 1;
   } else {
@@ -140,12 +122,6 @@ static FMErrorCode cp_parse(int argc, char **argv, CPArgs *a)
         if (!strcmp(tok, cp_masks[t])) a->use[t] = found = 1;
       FMCheck(found, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-masks: unknown mask \"%s\"; expected all or names among full, causal, ...", tok);
     }
-  }
-  save = NULL;
-  for (tok = strtok_r(seqs, ",", &save); tok && a->nseq < 16; tok = strtok_r(NULL, ",", &save)) {
-    a->seqlen[a->nseq] = atoi(tok);
-    FMCheck(a->seqlen[a->nseq] > 0, MPI_COMM_SELF, FM_ERR_ARG_WRONG, "-seqlen: \"%s\" is not a positive length", tok);
-    a->nseq++;
   }
   return FM_SUCCESS;
 }
@@ -327,7 +303,7 @@ cleanup:
  * cp_main - the benchmark proper (see the file comment). Collective on MPI_COMM_WORLD.
  *   *rc out: the program's exit status (77 when some rank has no GPU).
  */
-static FMErrorCode cp_main(int argc, char **argv, int *rc)
+static FMErrorCode cp_main(int *rc)
 {
   CPArgs a;
   FMContext ctx = NULL, self = NULL;
@@ -339,7 +315,7 @@ static FMErrorCode cp_main(int argc, char **argv, int *rc)
 
   *rc = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  FMAgree(MPI_COMM_WORLD, cp_parse(argc, argv, &a));
+  FMAgree(MPI_COMM_WORLD, cp_parse(&a));
   if (!a.cpu) FMCall(cp_devices(&ok, gpu, sizeof(gpu)));
   if (!ok) {
     *rc = 77;
@@ -384,9 +360,9 @@ cleanup:
  *   Collective on MPI_COMM_WORLD. Returns the exit status: 0 on success, 77 when some rank has
  *   no GPU (with a message; not with -fm_backend cpu), 1 on an error (the library printed it).
  */
-int FMBenchCP(int argc, char **argv)
+int FMBenchCP(void)
 {
   int rc = 1;
-  if (cp_main(argc, argv, &rc) != FM_SUCCESS) rc = 1;
+  if (cp_main(&rc) != FM_SUCCESS) rc = 1;
   return rc;
 }

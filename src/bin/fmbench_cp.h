@@ -53,8 +53,19 @@ typedef struct {
   CPRow row[CP_NCONF + 1][CP_NPASS];
 } CPGroup;
 
+/* The options fmbench and fmbench -cp share: -seqlen, -heads, -heads_kv, -head_dim, -dtype,
+   -warmup, -reps, -seed. FMBenchReadShape_Private (fmbench.c) reads and checks them; s holds
+   the defaults on entry (Hkv <= 0: the -heads value). */
+typedef struct {
+  int seqs[16], nseq;
+  int H, Hkv, D, warm, reps;
+  FMDType dt;
+  unsigned long seed;
+} FMBenchShape;
+FMErrorCode FMBenchReadShape_Private(FMBenchShape *s);
+
 /* FMBenchCP - fmbench -cp (fmbench_cp.c): the whole program's run when -cp is given. */
-int FMBenchCP(int argc, char **argv);
+int FMBenchCP(void);
 /* FMBenchMedian_Private - the median of t[0..n) (n >= 1; the mean of the middle two for even n);
    sorts t in place. fmbench_cp_run.c. */
 double FMBenchMedian_Private(double *t, int n);

@@ -157,7 +157,8 @@ int main(int argc, char **argv)
   if (fd < 0) return 99;
   MPI_Init(&argc, &argv); /* ours: FMFinalize leaves it, options_files initializes again */
   fp = fdopen(fd, "w");
-  fprintf(fp, "# an options file\n-fm_test_file 11   # trailing comment\n-fm_test_override 1\n");
+  fprintf(fp, "# an options file\n-fm_test_file 11   # trailing comment\n-fm_test_override 1\n"
+              "-fm_test_quoted \"a b  c\" -fm_test_squoted 'x \"y\"' -fm_test_after 4\n");
   fclose(fp);
   FMT_CALL(FMInitialize(&argc, &argv, path, "test_sys: options and errors"));
   unlink(path);
@@ -172,6 +173,18 @@ int main(int argc, char **argv)
   iv = 0;
   FMT_CALL(FMOptionsGetInt("-fm_test_env", "from FM_OPTIONS", &iv, &set));
   FMT_CHECK(set && iv == 7, "-fm_test_env is %d, expected 7", iv);
+
+  /* Quotes keep blanks in a value and are removed; the other kind inside is kept. */
+  {
+    char qv[32] = "";
+    FMT_CALL(FMOptionsGetString("-fm_test_quoted", "a double-quoted value", qv, sizeof(qv), &set));
+    FMT_CHECK(set && !strcmp(qv, "a b  c"), "-fm_test_quoted is \"%s\", expected \"a b  c\"", qv);
+    FMT_CALL(FMOptionsGetString("-fm_test_squoted", "a single-quoted value", qv, sizeof(qv), &set));
+    FMT_CHECK(set && !strcmp(qv, "x \"y\""), "-fm_test_squoted is \"%s\", expected \"x \\\"y\\\"\"", qv);
+    iv = 0;
+    FMT_CALL(FMOptionsGetInt("-fm_test_after", "an option after quoted ones", &iv, &set));
+    FMT_CHECK(set && iv == 4, "-fm_test_after is %d, expected 4", iv);
+  }
 
   /* Types. */
   FMT_CALL(FMOptionsSetValue("-fm_t_real", "-2.5e-1"));

@@ -75,24 +75,50 @@ static FMErrorCode insert_tokens(int n, char **tok)
   return FM_SUCCESS;
 }
 
+/*
+ * Insert the options of a string (FM_OPTIONS, a line of an options file): tokens separated by
+ * whitespace; a token may hold whitespace inside single or double quotes, which are removed
+ * (-fm_trace "run 1.h5", -fm_mask_docs '100,200'); '#' at the start of a token ends the string.
+ * An unmatched quote is FM_ERR_OPT.
+ */
 static FMErrorCode insert_string(const char *s)
 {
-  char *buf, *save = NULL, **tok = NULL;
+  char *buf, *w, **tok = NULL;
+  const char *r;
   int n = 0, cap = 0;
-  FMErrorCode ierr;
+  FMErrorCode ierr = FM_SUCCESS;
   if (!s) return FM_SUCCESS;
   FMCall(FMStrdup(s, &buf));
-  for (char *t = strtok_r(buf, " \t\r\n", &save); t; t = strtok_r(NULL, " \t\r\n", &save)) {
-    if (t[0] == '#') { /* comment to end of line: skip tokens until newline is not tracked; files strip comments first */
-      break;
-    }
+  w = buf;
+  r = s;
+  for (;;) {
+    char q = 0;
+    while (*r == ' ' || *r == '\t' || *r == '\r' || *r == '\n') r++;
+    if (!*r || *r == '#') break;
     if (n == cap) {
+      char **nt;
       cap = cap ? 2 * cap : 16;
-      char **nt = (char **)realloc(tok, (size_t)cap * sizeof(*nt));
-      if (!nt) { free(tok); free(buf); FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Out of memory parsing options"); }
+      nt = (char **)realloc(tok, (size_t)cap * sizeof(*nt));
+      if (!nt) { ierr = FM_ERR_MEM; break; }
       tok = nt;
     }
-    tok[n++] = t;
+    tok[n++] = w;
+    for (; *r && (q || !(*r == ' ' || *r == '\t' || *r == '\r' || *r == '\n')); r++) {
+      if (!q && (*r == '\'' || *r == '"')) q = *r;
+      else if (q && *r == q) q = 0;
+      else *w++ = *r;
+    }
+    *w++ = 0;
+    if (q) {
+      free(tok);
+      free(buf);
+      FMRaise(MPI_COMM_SELF, FM_ERR_OPT, "Options string \"%s\" has an unmatched %c quote", s, q);
+    }
+  }
+  if (ierr) {
+    free(tok);
+    free(buf);
+    FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Out of memory parsing options");
   }
   ierr = insert_tokens(n, tok);
   free(tok);

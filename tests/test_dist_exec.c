@@ -380,8 +380,9 @@ static void expect_all(FMErrorCode e, FMErrorCode code, int who, const char *msg
 
 /*
  * The entry agreement of the plan's collective calls (size > 1): ranks with other scalars, a
- * bad argument on one rank, or ranks in different calls end in an error on every rank, naming
- * the field; then the plan still works. L = the last rank.
+ * bad argument on one rank, or ranks in different calls (a mask's and a plan's, a view and a
+ * gather, too) end in an error on every rank, naming the field or the calls; then the plan
+ * still works. L = the last rank.
  */
 static void test_agreement(FMContext ctx)
 {
@@ -431,6 +432,16 @@ static void test_agreement(FMContext ctx)
   expect_all(e, FM_ERR_MISMATCH, -1, "FMPlanScatter() on rank 0 and FMPlanGather() on rank 1", "FMPlanScatter on rank 0, Gather elsewhere");
   e = rank == 0 ? FMPlanForward(plan, q, k, v, o, lse) : FMPlanBackward(plan, q, k, v, o, lse, o, q, k, v);
   expect_all(e, FM_ERR_MISMATCH, -1, "FMPlanForward() on rank 0 and FMPlanBackward() on rank 1", "FMPlanForward on rank 0, Backward elsewhere");
+  /* a mask's or a view's collective against a plan's: the objects of one context share its
+     communicator, and every collective that communicates opens with the same agreement */
+  e = rank == 0 ? FMMaskSetUp(mask) : FMPlanForward(plan, q, k, v, o, lse);
+  expect_all(e, FM_ERR_MISMATCH, -1, "FMMaskSetUp() on rank 0 and FMPlanForward() on rank 1", "FMMaskSetUp on rank 0, Forward elsewhere");
+  {
+    FILE *null = fopen("/dev/null", "w");
+    e = rank == 0 ? FMPlanView(plan, null) : FMPlanGather(plan, FM_PLAN_TENSOR_Q, 0, q, gl);
+    if (null) fclose(null);
+  }
+  expect_all(e, FM_ERR_MISMATCH, -1, "FMPlanView() on rank 0 and FMPlanGather() on rank 1", "FMPlanView on rank 0, Gather elsewhere");
   if (rank == L) FMT_CALL(FMPlanSetScale(plan, 0.5)); /* the default is 1/sqrt(16) */
   e = FMPlanForward(plan, q, k, v, o, lse);
   snprintf(m, sizeof(m), "FMPlanForward(): scale is 0.25 on rank 0 and 0.5 on rank %d", L);

@@ -37,7 +37,8 @@ typedef const char *FMMaskType;
 #define FM_BOUND_UTE 8
 
 /*
- * FMMaskCreate - create an empty mask on the context's communicator. Collective.
+ * FMMaskCreate - create an empty mask on the context's communicator. Collective: every rank
+ *   creates its mask (it sends no message, so a rank alone does not wait).
  *   ctx   the context; mask out: the new mask (type "full" until set)
  */
 FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask);
@@ -297,7 +298,8 @@ FMErrorCode FMMaskGetDensity(FMMask mask, double *element_density, double *block
 
 /*
  * FMMaskView - print the type, sizes, parameters, density and a coarse picture of mask to fp.
- *   Collective; rank 0 prints. fp NULL means stdout. Option: -fm_mask_view
+ *   Collective: every rank calls it (it sends no message; rank 0 prints what it holds, which
+ *   after FMMaskSetUp is the same on every rank). fp NULL means stdout. Option: -fm_mask_view
  */
 FMErrorCode FMMaskView(FMMask mask, FILE *fp);
 

@@ -235,8 +235,10 @@ FMErrorCode FMPlanSetTrace(FMPlan plan, const char *path, FMBool view);
  *   FMMaskSetUp). Before any other message the ranks agree on the shape, the scale, the
  *   mask's sizes and hash and the backend: a difference is FM_ERR_MISMATCH on every rank,
  *   naming the field and its values ("batch is 1 on rank 0 and 2 on rank 3"). Every
- *   collective call of a plan (SetUp, Forward, Backward, Scatter, Gather) starts with such an
- *   agreement, so ranks in different calls also get FM_ERR_MISMATCH instead of a hang.
+ *   collective call of a plan (SetUp, Forward, Backward, Scatter, Gather, View) starts with such
+ *   an agreement, and so do the mask's and the context's that communicate (FMMaskSetUp,
+ *   FMMaskSave, FMMaskLoad, the SetFromOptions, FMContextSetUp), so ranks in different calls on
+ *   the objects of one context also get FM_ERR_MISMATCH instead of a hang.
  *   Calling it again after the mask changed (FMMaskSetBounds, a builder setter or a new seed,
  *   then FMMaskSetUp) is an update when the shape, the mask's sizes, heads, batch and block, the
  *   backend, the type's settings and the communicator are those of the last successful set-up
@@ -374,8 +376,9 @@ FMErrorCode FMPlanGather(FMPlan plan, FMPlanTensor kind, int root, const void *l
  *   block x block tiles fully masked), after SetUp. Not collective. */
 FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops);
 
-/* FMPlanView - print the plan (its type first) to fp (NULL means stdout). Collective; rank 0
- *   prints. Option: -fm_plan_view */
+/* FMPlanView - print the plan (its type first) to fp (NULL means stdout). Collective (it
+ *   gathers each rank's rows and keys; entry agreement as FMPlanSetUp's); rank 0 prints.
+ *   Option: -fm_plan_view */
 FMErrorCode FMPlanView(FMPlan plan, FILE *fp);
 
 /*
@@ -383,8 +386,9 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp);
  *   rank of the plan's communicator destroys it at the same point of the program. A rank that
  *   destroys its plan early, or exits, while the others still call FMPlanForward, Backward,
  *   Scatter or Gather, leaves them waiting in MPI (or NCCL) for messages that never come: MPI
- *   has no portable way to detect a peer that left, so this is the one misuse the library
- *   cannot turn into an error. (A rank that is killed makes the MPI launcher end the job.)
+ *   has no portable way to detect a peer that left, so this misuse (and, alike, a collective
+ *   call on some ranks while the others call no collective call at all) the library cannot turn
+ *   into an error. (A rank that is killed makes the MPI launcher end the job.)
  *   plan  the plan (NULL or *plan NULL: nothing happens)
  */
 FMErrorCode FMPlanDestroy(FMPlan *plan);

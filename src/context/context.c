@@ -291,6 +291,7 @@ FMErrorCode FMContextSetUp(FMContext ctx)
   FMBool view = FM_FALSE;
   FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
   if (ctx->hdr.setupcalled) return FM_SUCCESS;
+  FMCall(FMAgreeCall_Private(ctx->comm, FM_CALL_CONTEXT_SETUP, FM_SUCCESS, 0, NULL));
   if (ctx->nodecomm == MPI_COMM_NULL) {
     FMCallMPI(MPI_Comm_split_type(ctx->comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &ctx->nodecomm));
     MPI_Comm_rank(ctx->nodecomm, &ctx->node_rank);

@@ -460,6 +460,7 @@ static FMErrorCode setup_mask(void *obj)
   FMBool view = FM_FALSE;
   int redo = 0, size = 1;
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCall(FMAgreeCall_Private(mask->hdr.comm, FM_CALL_MASK_SETUP, FM_SUCCESS, 0, NULL)); /* ranks in another call: an error, not a hang */
   FMCall(FMAgreeAny(mask->hdr.comm, !mask->hdr.setupcalled, &redo));
   if (!redo) return FM_SUCCESS;
   MPI_Comm_size(mask->hdr.comm, &size);

@@ -356,6 +356,17 @@ static FMErrorCode check_name(const char *name)
 
 #endif /* FM_HAVE_HDF5 */
 
+#if FM_HAVE_HDF5
+/* FMMaskSave's local checks, agreed at its entry. */
+static FMErrorCode save_checks(FMMask mask, const char *path, const char *name)
+{
+  FMCheck(mask->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMMaskSetUp() before FMMaskSave()");
+  FMCall(check_name(name));
+  FMCheck(path[0] != '\0', MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Argument 2 (path) is empty; expected a file name");
+  return FM_SUCCESS;
+}
+#endif
+
 /*
  * FMMaskSave - write a set-up mask to an HDF5 file as the group /masks/<name>.
  *   Collective on the mask's communicator: rank 0 writes (serial HDF5), the other ranks wait
@@ -377,9 +388,11 @@ FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name)
 #else
   {
     FMErrorCode ierr = FM_SUCCESS;
-    FMCheckSetUp(mask, "FMMask");
-    FMCall(check_name(name));
-    FMCheck(path[0] != '\0', MPI_COMM_SELF, FM_ERR_ARG_WRONG, "Argument 2 (path) is empty; expected a file name");
+    const FMAgreeField f[2] = {{"the file name (argument 2)", FM_AGREE_FIELD_HASH, (long long)FMHash_Private(FM_HASH_INIT, path, strlen(path)), 0},
+                               {"the mask's name (argument 3)", FM_AGREE_FIELD_HASH, (long long)FMHash_Private(FM_HASH_INIT, name, strlen(name)), 0}};
+    /* the entry agreement: the local checks, the same file and name everywhere (rank 0 writes
+       what the others were told), and ranks in another call an error, not a hang */
+    FMCall(FMAgreeCall_Private(mask->hdr.comm, FM_CALL_MASK_SAVE, save_checks(mask, path, name), 2, f));
     if (mask->ctx->rank == 0) ierr = save_local(mask, path, name, mask->ctx->size);
     FMCallGoto(FMAgreeRootOutcome(mask->hdr.comm, 0, ierr));
   cleanup:
@@ -416,7 +429,9 @@ FMErrorCode FMMaskLoad(FMContext ctx, const char *path, const char *name, FMMask
   {
     FMMask m = NULL;
     FMErrorCode ierr = FM_SUCCESS;
-    FMCall(check_name(name));
+    const FMAgreeField f[2] = {{"the file name (argument 2)", FM_AGREE_FIELD_HASH, (long long)FMHash_Private(FM_HASH_INIT, path, strlen(path)), 0},
+                               {"the mask's name (argument 3)", FM_AGREE_FIELD_HASH, (long long)FMHash_Private(FM_HASH_INIT, name, strlen(name)), 0}};
+    FMCall(FMAgreeCall_Private(ctx->comm, FM_CALL_MASK_LOAD, check_name(name), 2, f)); /* as FMMaskSave's */
     FMCall(FMMaskCreate(ctx, &m));
     ierr = load_local(m, path, name);
     FMAgreeGoto(m->hdr.comm);

@@ -110,15 +110,15 @@ static FMErrorCode move(FMPlan plan, FMPlanTensor kind, int root, int scatter, c
   {
     /* the local checks and the scalars of the call in one agreement, the first message */
     const int ok = plan->hdr.setupcalled && plan->mask;
-    const FMPlanField f[] = {{"kind (FMPlanTensor, argument 2)", FM_PLAN_FIELD_INT, (long long)kind, 0},
-                             {"root (argument 3)", FM_PLAN_FIELD_INT, root, 0},
-                             {"batch", FM_PLAN_FIELD_INT, plan->batch, 0},
-                             {"heads_q", FM_PLAN_FIELD_INT, plan->heads_q, 0},
-                             {"heads_kv", FM_PLAN_FIELD_INT, plan->heads_kv, 0},
-                             {"head_dim", FM_PLAN_FIELD_INT, plan->head_dim, 0},
-                             {"dtype (FMDType)", FM_PLAN_FIELD_INT, (long long)plan->dtype, 0},
-                             {"seqlen_q (of the mask)", FM_PLAN_FIELD_INT, ok ? plan->mask->seqlen_q : -1, 0},
-                             {"seqlen_k (of the mask)", FM_PLAN_FIELD_INT, ok ? plan->mask->seqlen_k : -1, 0}};
+    const FMAgreeField f[] = {{"kind (FMPlanTensor, argument 2)", FM_AGREE_FIELD_INT, (long long)kind, 0},
+                             {"root (argument 3)", FM_AGREE_FIELD_INT, root, 0},
+                             {"batch", FM_AGREE_FIELD_INT, plan->batch, 0},
+                             {"heads_q", FM_AGREE_FIELD_INT, plan->heads_q, 0},
+                             {"heads_kv", FM_AGREE_FIELD_INT, plan->heads_kv, 0},
+                             {"head_dim", FM_AGREE_FIELD_INT, plan->head_dim, 0},
+                             {"dtype (FMDType)", FM_AGREE_FIELD_INT, (long long)plan->dtype, 0},
+                             {"seqlen_q (of the mask)", FM_AGREE_FIELD_INT, ok ? plan->mask->seqlen_q : -1, 0},
+                             {"seqlen_k (of the mask)", FM_AGREE_FIELD_INT, ok ? plan->mask->seqlen_k : -1, 0}};
     ierr = check_current(plan, scatter ? "FMPlanScatter" : "FMPlanGather");
     if (!ierr && !(root >= 0 && root < P))
       ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (root) is %d; expected 0..%d", root,
@@ -129,7 +129,7 @@ static FMErrorCode move(FMPlan plan, FMPlanTensor kind, int root, int scatter, c
     if (!ierr)
       ierr = check_move(plan, kind, root, scatter, scatter ? global_in : (const void *)global_out, scatter ? (const void *)local_out : local_in,
                         &n, &outer, &unit, &total);
-    FMCall(FMPlanAgree_Private(plan, scatter ? FM_PLAN_CALL_SCATTER : FM_PLAN_CALL_GATHER, ierr, (int)(sizeof(f) / sizeof(f[0])), f));
+    FMCall(FMPlanAgree_Private(plan, scatter ? FM_CALL_PLAN_SCATTER : FM_CALL_PLAN_GATHER, ierr, (int)(sizeof(f) / sizeof(f[0])), f));
   }
   if (!ierr && me == root) ierr = FMMalloc(P, &cnt);
   if (!ierr && me == root) ierr = FMMalloc(P, &dsp);

@@ -292,26 +292,26 @@ static FMErrorCode check_setup(FMPlan plan)
 }
 
 /* The scalars every rank must share in FMPlanSetUp, Forward and Backward; *n fields out (f: room for 14). */
-static void shape_fields(FMPlan plan, double scale, FMPlanField *f, int *n)
+static void shape_fields(FMPlan plan, double scale, FMAgreeField *f, int *n)
 {
   const FMMask m = plan->mask;
   const int ok = m && m->hdr.setupcalled;
   int size = 1;
   MPI_Comm_size(plan->hdr.comm, &size); /* one rank: the fields are compared with nobody (FMPlanAgree_Private) */
-  const FMPlanField x[] = {{"batch", FM_PLAN_FIELD_INT, plan->batch, 0},
-                           {"heads_q", FM_PLAN_FIELD_INT, plan->heads_q, 0},
-                           {"heads_kv", FM_PLAN_FIELD_INT, plan->heads_kv, 0},
-                           {"head_dim", FM_PLAN_FIELD_INT, plan->head_dim, 0},
-                           {"dtype (FMDType)", FM_PLAN_FIELD_INT, (long long)plan->dtype, 0},
-                           {"scale", FM_PLAN_FIELD_REAL, 0, scale},
-                           {"seqlen_q (of the mask)", FM_PLAN_FIELD_INT, ok ? m->seqlen_q : -1, 0},
-                           {"seqlen_k (of the mask)", FM_PLAN_FIELD_INT, ok ? m->seqlen_k : -1, 0},
-                           {"mask_heads (of the mask)", FM_PLAN_FIELD_INT, ok ? m->mask_heads : -1, 0},
-                           {"mask_batch (of the mask)", FM_PLAN_FIELD_INT, ok ? m->mask_batch : -1, 0},
-                           {"the mask's hash (its bounds)", FM_PLAN_FIELD_HASH, ok && size > 1 ? (long long)FMMaskHash_Private(m) : 0, 0},
-                           {"the backend (FMBackend)", FM_PLAN_FIELD_INT, (long long)plan->ctx->backend, 0},
-                           {"check_finite (FMPlanSetCheckFinite, -fm_check_finite)", FM_PLAN_FIELD_INT, plan->check_finite, 0},
-                           {"deterministic (FMPlanSetDeterministic, -fm_deterministic)", FM_PLAN_FIELD_INT, plan->deterministic, 0}};
+  const FMAgreeField x[] = {{"batch", FM_AGREE_FIELD_INT, plan->batch, 0},
+                           {"heads_q", FM_AGREE_FIELD_INT, plan->heads_q, 0},
+                           {"heads_kv", FM_AGREE_FIELD_INT, plan->heads_kv, 0},
+                           {"head_dim", FM_AGREE_FIELD_INT, plan->head_dim, 0},
+                           {"dtype (FMDType)", FM_AGREE_FIELD_INT, (long long)plan->dtype, 0},
+                           {"scale", FM_AGREE_FIELD_REAL, 0, scale},
+                           {"seqlen_q (of the mask)", FM_AGREE_FIELD_INT, ok ? m->seqlen_q : -1, 0},
+                           {"seqlen_k (of the mask)", FM_AGREE_FIELD_INT, ok ? m->seqlen_k : -1, 0},
+                           {"mask_heads (of the mask)", FM_AGREE_FIELD_INT, ok ? m->mask_heads : -1, 0},
+                           {"mask_batch (of the mask)", FM_AGREE_FIELD_INT, ok ? m->mask_batch : -1, 0},
+                           {"the mask's hash (its bounds)", FM_AGREE_FIELD_HASH, ok && size > 1 ? (long long)FMMaskHash_Private(m) : 0, 0},
+                           {"the backend (FMBackend)", FM_AGREE_FIELD_INT, (long long)plan->ctx->backend, 0},
+                           {"check_finite (FMPlanSetCheckFinite, -fm_check_finite)", FM_AGREE_FIELD_INT, plan->check_finite, 0},
+                           {"deterministic (FMPlanSetDeterministic, -fm_deterministic)", FM_AGREE_FIELD_INT, plan->deterministic, 0}};
   *n = (int)(sizeof(x) / sizeof(x[0]));
   memcpy(f, x, sizeof(x));
 }
@@ -329,7 +329,7 @@ static FMErrorCode setup_plan(void *obj)
 {
   FMPlan plan = (FMPlan)obj;
   FMBool view = FM_FALSE;
-  FMPlanField f[FM_PLAN_MAX_FIELDS];
+  FMAgreeField f[FM_AGREE_MAX_FIELDS];
   FMSm90Choice sched;
   FMErrorCode ierr;
   int n = 0;
@@ -341,7 +341,7 @@ static FMErrorCode setup_plan(void *obj)
   if (!ierr)
     ierr = FMSm90ChooseSchedule_Private(plan->mask, plan->ctx->backend, plan->head_dim, plan->ctx->gpu_sm, &plan->ctx->kopts, &sched);
   shape_fields(plan, plan->scale_set ? plan->scale : 1.0 / sqrt((double)plan->head_dim), f, &n);
-  FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_SETUP, ierr, n, f)); /* the first message: names what differs */
+  FMCall(FMPlanAgree_Private(plan, FM_CALL_PLAN_SETUP, ierr, n, f)); /* the first message: names what differs */
   FMAgree(plan->hdr.comm, FMPlanSetDefaultType_Private(plan));
   FMCall(FMAgreeSame(plan->hdr.comm, FMHash_Private(FM_HASH_INIT, plan->hdr.type_name, strlen(plan->hdr.type_name)), "the plan type"));
   if (!plan->scale_set) plan->scale = 1.0 / sqrt((double)plan->head_dim);
@@ -462,13 +462,13 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
 {
   double flops = 0, bytes = 0;
   FMErrorCode ierr;
-  FMPlanField f[FM_PLAN_MAX_FIELDS];
+  FMAgreeField f[FM_AGREE_MAX_FIELDS];
   int n = 0;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   ierr = check_run(plan, "FMPlanForward", 5, (const void *[]){q, k, v, o, lse}, (const char *[]){"q", "k", "v", "o", "lse"},
                    (const int[]){0, 1, 1, 0, -1});
   shape_fields(plan, plan->scale, f, &n);
-  FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_FORWARD, ierr, n, f));
+  FMCall(FMPlanAgree_Private(plan, FM_CALL_PLAN_FORWARD, ierr, n, f));
   if (plan->check_finite) /* agreed above */
     FMCall(FMAgreeFirstError(plan->hdr.comm, check_finite(plan, "FMPlanForward", 3, (const void *[]){q, k, v}, (const char *[]){"q", "k", "v"},
                                            (const int[]){2, 3, 4}, (const int[]){0, 1, 1})));
@@ -486,13 +486,13 @@ FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void
 {
   double flops = 0, bytes = 0;
   FMErrorCode ierr;
-  FMPlanField f[FM_PLAN_MAX_FIELDS];
+  FMAgreeField f[FM_AGREE_MAX_FIELDS];
   int n = 0;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   ierr = check_run(plan, "FMPlanBackward", 9, (const void *[]){q, k, v, o, lse, dout, dq, dk, dv},
                    (const char *[]){"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"}, (const int[]){0, 1, 1, 0, 0, 0, 0, 1, 1});
   shape_fields(plan, plan->scale, f, &n);
-  FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_BACKWARD, ierr, n, f));
+  FMCall(FMPlanAgree_Private(plan, FM_CALL_PLAN_BACKWARD, ierr, n, f));
   if (plan->check_finite)
     FMCall(FMAgreeFirstError(plan->hdr.comm, check_finite(plan, "FMPlanBackward", 4, (const void *[]){q, k, v, dout},
                                            (const char *[]){"q", "k", "v", "dout"}, (const int[]){2, 3, 4, 7}, (const int[]){0, 1, 1, 0})));
@@ -516,11 +516,18 @@ static const char *auto_spread_note(const FMSm90Choice *c)
 }
 #endif
 
+/* FMPlanView's local check, agreed at its entry. */
+static FMErrorCode view_checks(FMPlan plan)
+{
+  FMCheck(plan->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMPlanSetUp() before FMPlanView()");
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
 {
   double flops;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCheckSetUp(plan, "FMPlan");
+  FMCall(FMPlanAgree_Private(plan, FM_CALL_PLAN_VIEW, view_checks(plan), 0, NULL)); /* ranks in another call: an error, not a hang */
   if (!fp) fp = stdout;
   FMCall(FMPlanGetFlops(plan, &flops));
   FMCall(FMPrintf(plan->hdr.comm, fp, "FMPlan: type %s, batch %d, heads %d (kv %d), head_dim %d, %s, scale %g, backend %s\n",

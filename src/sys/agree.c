@@ -2,9 +2,11 @@
  * agree.c - agreement across the ranks of a communicator, owned by src/sys so that the
  * objects above make no MPI call of their own to agree: one code from all (FMAgree_Private,
  * in error.c), one value on all (FMAgreeSame_Private), root's outcome to all
- * (FMAgreeRootOutcome_Private); the one hash used for the values (FNV-1a, over words in four lanes for long inputs); the MPI error text.
+ * (FMAgreeRootOutcome_Private), the entry agreement of every collective call that
+ * communicates (FMAgreeCall_Private: the call, the local checks and the call's scalars); the one hash used for the values (FNV-1a, over words in four lanes for long inputs); the MPI error text.
  */
 #include <flashmask/private/fmimpl.h>
+#include <stdio.h>
 #include <string.h>
 
 #define FM_FNV_PRIME 0x100000001b3ULL
@@ -127,6 +129,79 @@ FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *fi
   return FM_SUCCESS;
 }
 
+/* FMCallName_Private - see fmimpl.h. */
+const char *FMCallName_Private(long long c)
+{
+  static const char *const names[FM_CALL_COUNT] = {"(none)", "FMPlanSetUp", "FMPlanForward", "FMPlanBackward", "FMPlanScatter", "FMPlanGather",
+                                                   "FMPlanView", "FMPlanSetFromOptions", "FMMaskSetUp", "FMMaskSave", "FMMaskLoad",
+                                                   "FMMaskSetFromOptions", "FMContextSetUp", "FMContextSetFromOptions"};
+  return c >= 1 && c < FM_CALL_COUNT ? names[c] : "another call";
+}
+
+/* The comparison key of a field: its integer, or the bits of its real. */
+static long long field_key(const FMAgreeField *f)
+{
+  long long k = f->i;
+  if (f->kind == FM_AGREE_FIELD_REAL) memcpy(&k, &f->r, sizeof(k));
+  return k;
+}
+
+static void field_text(const FMAgreeField *f, long long key, char *s, size_t n)
+{
+  if (f->kind == FM_AGREE_FIELD_REAL) {
+    double r;
+    memcpy(&r, &key, sizeof(r));
+    snprintf(s, n, "%.17g", r);
+  } else if (f->kind == FM_AGREE_FIELD_HASH) snprintf(s, n, "%#llx", (unsigned long long)key);
+  else snprintf(s, n, "%lld", key);
+}
+
+/* FMAgreeCall_Private - see fmimpl.h. Slot 0: the call; 1: the failure (code, lowest rank); then the fields. */
+FMErrorCode FMAgreeCall_Private(MPI_Comm comm, FMCallId call, FMErrorCode local_ierr, int n, const FMAgreeField *f)
+{
+  enum { NS = FM_AGREE_MAX_FIELDS + 2 };
+  long long key[2 * NS], mx[2 * NS], mn[NS];
+  int size = 1, rank = 0, first = -1, mine[2], who[2];
+  char a[64], b[64];
+  FMCheck(n >= 0 && n <= FM_AGREE_MAX_FIELDS, MPI_COMM_SELF, FM_ERR_LIB, "%d fields to agree on; at most %d", n, FM_AGREE_MAX_FIELDS);
+  FMCallMPI(MPI_Comm_size(comm, &size));
+  FMCallMPI(MPI_Comm_rank(comm, &rank));
+  if (size == 1) return local_ierr;
+  memset(key, 0, sizeof(key));
+  key[0] = (long long)call;
+  key[1] = local_ierr ? ((long long)local_ierr << 32) | (long long)(size - 1 - rank) : 0;
+  for (int i = 0; i < n; i++) key[2 + i] = field_key(&f[i]);
+  for (int i = 0; i < NS; i++) key[NS + i] = ~key[i]; /* the maximum of ~x is ~(the minimum of x) */
+  FMCallMPI(MPI_Allreduce(key, mx, 2 * NS, MPI_LONG_LONG, MPI_MAX, comm));
+  for (int i = 0; i < NS; i++) mn[i] = ~mx[NS + i];
+  if (mn[0] == mx[0]) {
+    if (mx[1]) {
+      int code = (int)(mx[1] >> 32), who_failed = size - 1 - (int)(mx[1] & 0xffffffffLL);
+      if (local_ierr) return FMErrorTraceback(__FILE__, __func__, __LINE__, local_ierr);
+      FMRaise(comm, FM_ERR_COLLECTIVE, "Rank %d of this communicator failed the checks of %s() with %s; this rank stops too", who_failed,
+              FMCallName_Private(call), FMErrorString((FMErrorCode)code));
+    }
+    for (int i = 2; i < 2 + n && first < 0; i++)
+      if (mn[i] != mx[i]) first = i;
+    if (first < 0) return FM_SUCCESS;
+  } else first = 0;
+  /* the lowest ranks holding the minimum and the maximum of the first field that differs */
+  mine[0] = key[first] == mn[first] ? rank : size;
+  mine[1] = key[first] == mx[first] ? rank : size;
+  FMCallMPI(MPI_Allreduce(mine, who, 2, MPI_INT, MPI_MIN, comm));
+  if (who[1] < who[0]) { /* name the lower rank first */
+    int t = who[0]; long long tv = mn[first];
+    who[0] = who[1]; who[1] = t; mn[first] = mx[first]; mx[first] = tv;
+  }
+  if (first == 0)
+    FMRaise(comm, FM_ERR_MISMATCH, "Ranks are in different calls on one communicator: %s() on rank %d and %s() on rank %d; every rank must make the "
+            "same collective calls, on its objects of one context, in the same order", FMCallName_Private(mn[0]), who[0], FMCallName_Private(mx[0]), who[1]);
+  field_text(&f[first - 2], mn[first], a, sizeof(a));
+  field_text(&f[first - 2], mx[first], b, sizeof(b));
+  FMRaise(comm, FM_ERR_MISMATCH, "%s(): %s is %s on rank %d and %s on rank %d; it must be the same on every rank", FMCallName_Private(call),
+          f[first - 2].name, a, who[0], b, who[1]);
+}
+
 void FMHeaderCreate(void *obj, FMClassId classid, const char *class_name, MPI_Comm comm)
 {
   FMObjectHeader *h = (FMObjectHeader *)obj;
@@ -178,6 +253,11 @@ FMErrorCode FMHeaderSetFromOptions(void *obj, FMClassId cid, FMErrorCode (*body)
 {
   FMErrorCode ierr;
   FMValidHeader(obj, cid, 1);
+  FMCall(FMAgreeCall_Private(((FMObjectHeader *)obj)->comm,
+                             cid == FM_CLASSID_PLAN   ? FM_CALL_PLAN_SETFROMOPTIONS
+                             : cid == FM_CLASSID_MASK ? FM_CALL_MASK_SETFROMOPTIONS
+                                                      : FM_CALL_CONTEXT_SETFROMOPTIONS,
+                             FM_SUCCESS, 0, NULL));
   FMCall(FMOptionsPushPrefix_Private(((FMObjectHeader *)obj)->prefix));
   ierr = (*body)(obj);
   FMCall(FMOptionsPopPrefix_Private());

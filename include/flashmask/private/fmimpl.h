@@ -146,6 +146,39 @@ FMErrorCode FMAgreeFirstError_Private(MPI_Comm comm, FMErrorCode ierr, const cha
 FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *file, const char *func, int line);
 #define FMAgreeAny(comm, flag, any) FMAgreeAny_Private((comm), (flag), (any), __FILE__, __func__, __LINE__)
 /*
+ * The entry agreement of a collective call (agree.c), its first message on the object's
+ * communicator:
+ *   FMAgreeField f[] = {{"seqlen_q", FM_AGREE_FIELD_INT, plan->mask->seqlen_q, 0}, ...};
+ *   FMCall(FMAgreeCall_Private(comm, FM_CALL_PLAN_SETUP, local_ierr, n, f));
+ * One allreduce of a fixed size whatever the call, so ranks in different calls on objects of one
+ * communicator (a mask and a plan of one context share it) meet in it too, instead of pairing
+ * unlike messages and failing in MPI or hanging. Every rank returns, in this order of
+ * precedence: FM_ERR_MISMATCH when the ranks are in different calls ("FMMaskSetUp() on rank 0
+ * and FMPlanSetUp() on rank 1"); local_ierr where it is an error (raised by the caller),
+ * FM_ERR_COLLECTIVE naming the lowest failing rank on the others; FM_ERR_MISMATCH naming the
+ * first field that differs, with its values on the lowest ranks holding its minimum and maximum
+ * ("FMPlanSetUp(): seqlen_q is 4096 on rank 0 and 2048 on rank 1"). At most
+ * FM_AGREE_MAX_FIELDS fields. One rank: returns local_ierr, no message.
+ * Every collective call that communicates opens with it (FMCallName_Private lists them); one
+ * that does not (FMMaskView, FMMaskCreate) does not, so that it never waits for the others.
+ */
+typedef enum {
+  FM_CALL_PLAN_SETUP = 1, FM_CALL_PLAN_FORWARD, FM_CALL_PLAN_BACKWARD, FM_CALL_PLAN_SCATTER, FM_CALL_PLAN_GATHER, FM_CALL_PLAN_VIEW,
+  FM_CALL_PLAN_SETFROMOPTIONS, FM_CALL_MASK_SETUP, FM_CALL_MASK_SAVE, FM_CALL_MASK_LOAD, FM_CALL_MASK_SETFROMOPTIONS,
+  FM_CALL_CONTEXT_SETUP, FM_CALL_CONTEXT_SETFROMOPTIONS, FM_CALL_COUNT
+} FMCallId;
+typedef enum { FM_AGREE_FIELD_INT = 0, FM_AGREE_FIELD_REAL, FM_AGREE_FIELD_HASH } FMAgreeFieldKind;
+typedef struct {
+  const char *name;
+  FMAgreeFieldKind kind;
+  long long i; /* INT and HASH (a uint64_t cast) */
+  double r;    /* REAL: compared bit for bit */
+} FMAgreeField;
+#define FM_AGREE_MAX_FIELDS 16
+FMErrorCode FMAgreeCall_Private(MPI_Comm comm, FMCallId call, FMErrorCode local_ierr, int n, const FMAgreeField *f);
+/* FMCallName_Private - "FMPlanSetUp" and so on for an FMCallId; "another call" otherwise. */
+const char *FMCallName_Private(long long call);
+/*
  * Fault sites (src/sys/faults.c), a testing aid: -fm_debug_fail site[:rank[:count]] (read by
  * FMInitialize) arms one site for one rank of MPI_COMM_WORLD (default 0), failing its first
  * count hits (default 1; 0: every hit). FMFaultAt(site) is FM_SUCCESS, at the cost of one

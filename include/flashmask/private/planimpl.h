@@ -70,28 +70,9 @@ struct _p_FMPlan {
   FMLogEvent ev_fwd, ev_bwd;
 };
 
-/*
- * The agreement at the entry of every collective call of a plan (agree.c), its first message:
- *   FMPlanField f[] = {{"seqlen_q", FM_PLAN_FIELD_INT, plan->mask->seqlen_q, 0}, ...};
- *   FMCall(FMPlanAgree_Private(plan, FM_PLAN_CALL_SETUP, local_ierr, n, f));
- * One allreduce of a fixed size, whatever the call, so ranks in different plan calls meet in it
- * too. Every rank returns, in this order of precedence: FM_ERR_MISMATCH when the ranks are in
- * different calls ("FMPlanForward on rank 0 and FMPlanScatter on rank 1"); local_ierr where it
- * is an error (raised by the caller), FM_ERR_COLLECTIVE naming the lowest failing rank on the
- * others; FM_ERR_MISMATCH naming the first field that differs, with its values on the lowest
- * ranks holding its minimum and maximum ("FMPlanSetUp(): seqlen_q is 4096 on rank 0 and 2048 on
- * rank 1"). At most FM_PLAN_MAX_FIELDS fields.
- */
-typedef enum { FM_PLAN_CALL_SETUP = 1, FM_PLAN_CALL_FORWARD, FM_PLAN_CALL_BACKWARD, FM_PLAN_CALL_SCATTER, FM_PLAN_CALL_GATHER } FMPlanCall;
-typedef enum { FM_PLAN_FIELD_INT = 0, FM_PLAN_FIELD_REAL, FM_PLAN_FIELD_HASH } FMPlanFieldKind;
-typedef struct {
-  const char *name;
-  FMPlanFieldKind kind;
-  long long i;            /* INT and HASH (a uint64_t cast) */
-  double r;               /* REAL: compared bit for bit */
-} FMPlanField;
-#define FM_PLAN_MAX_FIELDS 16
-FMErrorCode FMPlanAgree_Private(FMPlan plan, FMPlanCall call, FMErrorCode local_ierr, int n, const FMPlanField *f);
+/* The agreement at the entry of every collective call of a plan: FMAgreeCall_Private (fmimpl.h)
+   on the plan's communicator. */
+#define FMPlanAgree_Private(plan, call, local_ierr, n, f) FMAgreeCall_Private((plan)->hdr.comm, (call), (local_ierr), (n), (f))
 
 /* The type constructors: set plan->ops and allocate plan->data with the type's defaults. */
 FMErrorCode FMPlanCreate_Local(FMPlan plan);   /* src/plan/local.c */

@@ -304,12 +304,15 @@ void FMH5Timestamp(char buf[64])
 FMErrorCode FMH5WriteRootAttrs_Private(hid_t file, int mpi_size, const char *created)
 {
   char when[64];
+  htri_t had = H5Aexists(file, "created");
+  H5Eclear2(H5E_DEFAULT);
+  FMCall(FMH5AttrWriteStr(file, "format", "flashmask"));
+  FMCall(FMH5AttrWriteInt(file, "format_version", FMH5_FORMAT_VERSION));
+  if (had > 0) return FM_SUCCESS; /* the file's creation is described already: a later save keeps it */
   if (!created) {
     FMH5Timestamp(when);
     created = when;
   }
-  FMCall(FMH5AttrWriteStr(file, "format", "flashmask"));
-  FMCall(FMH5AttrWriteInt(file, "format_version", FMH5_FORMAT_VERSION));
   FMCall(FMH5AttrWriteStr(file, "library_version", FMGetVersion()));
   FMCall(FMH5AttrWriteStr(file, "created", created));
   FMCall(FMH5AttrWriteInt(file, "mpi_size", mpi_size));

@@ -277,6 +277,9 @@ FMErrorCode FMTraceLoad_Private(const char *path, const char *run, FMTraceData *
       td->version[0] = '\0';
     FMCallGoto(open_run(f, path, run, td, &g));
     snprintf(where, sizeof(where), "/traces/%s", td->run);
+    /* the run's own time where it has one (files before 2026-12-05 have only the file's) */
+    if (H5Aexists(g, "created") > 0 && FMH5AttrReadStr(g, where, "created", FM_FALSE, td->created, sizeof(td->created))) td->created[0] = '\0';
+    H5Eclear2(H5E_DEFAULT);
     td->bytes_needed = opt_double(g, where, "bytes_needed");
     td->bytes_allgather = opt_double(g, where, "bytes_allgather");
     {

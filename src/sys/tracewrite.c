@@ -74,6 +74,7 @@ static FMErrorCode write_run(hid_t file, const WriteJob *job)
   for (int k = 0; k < FM_TRACE_NKINDS; k++) snprintf(names[k], sizeof(names[k]), "%s", FMTraceKindNames[k]);
   FMCallGoto(FMH5AttrWriteStr(grp, "time_unit", "s"));
   FMCallGoto(FMH5AttrWriteInt(grp, "nranks", job->mpi_size));
+  FMCallGoto(FMH5AttrWriteStr(grp, "created", job->created)); /* this run's (the root's is the file's creation) */
   FMCallGoto(FMH5AttrWriteDouble(grp, "nevents", (double)job->ev_total));
   FMCallGoto(FMH5AttrWriteStrs(grp, "kind_names", FM_TRACE_NKINDS, sizeof(names[0]), names[0]));
   FMCallGoto(FMH5AttrWriteStr(grp, "clock", "FMTime (CLOCK_MONOTONIC); origin: FMTraceCreateFromContext_Private, per node after a barrier"));

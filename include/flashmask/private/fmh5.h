@@ -139,9 +139,11 @@ FMErrorCode FMH5AttrReadStr(hid_t obj, const char *where, const char *name, FMBo
 void FMH5Timestamp(char buf[64]);
 
 /*
- * FMH5WriteRootAttrs_Private - write (or refresh) the root attributes every flashmask HDF5
- *   file carries: format = "flashmask", format_version = FMH5_FORMAT_VERSION (int32),
- *   library_version (FMGetVersion()), created (ISO 8601 local time), mpi_size (int32).
+ * FMH5WriteRootAttrs_Private - write the root attributes every flashmask HDF5 file carries:
+ *   format = "flashmask", format_version = FMH5_FORMAT_VERSION (int32), and, where the file
+ *   has no created attribute yet (a new file), library_version (FMGetVersion()), created (ISO
+ *   8601 local time) and mpi_size (int32): those describe the file's creation and a later save
+ *   into it keeps them (a trace run stores its own created and nranks).
  *   Not collective with serial HDF5; collective (same arguments) with an MPI-IO file.
  *   file      an open HDF5 file
  *   mpi_size  size of the communicator that wrote the file

@@ -92,8 +92,11 @@ FMErrorCode FMMaskSetType(FMMask mask, FMMaskType type);
 FMErrorCode FMMaskGetType(FMMask mask, FMMaskType *type);
 
 /*
- * FMMaskTypeList - the names FMMaskSetType accepts, in the order of the FMMASK* macros above:
- *   the 12 builders ("full", "causal", ..., "random_eviction") and then "bounds" (user bounds).
+ * FMMaskTypeList - the names FMMaskSetType accepts (the FMMASK* macros of flashmask/fmmask.h),
+ *   in this order: the 12 builders "full", "causal", "sliding_window", "causal_document",
+ *   "document", "share_question", "global_sliding_window", "causal_blockwise",
+ *   "prefix_lm_document", "prefix_lm_causal", "qk_sparse", "random_eviction", then "bounds"
+ *   (user bounds).
  *   Not collective; no FMInitialize needed.
  *   n      out: the number of names (13)
  *   names  out: a borrowed array of n static strings, followed by a NULL entry

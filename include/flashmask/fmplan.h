@@ -347,7 +347,10 @@ typedef enum {
  * FMPlanScatter - distribute a tensor held whole on one rank into the plan's local layout
  *   (local rows from FMPlanGetLocalRows, local keys from FMPlanGetLocalKeys).
  *   Collective on the plan, after FMPlanSetUp.
- *   kind    FM_PLAN_TENSOR_Q, _KV or _LSE (the layouts above)
+ *   kind    the layout (FMPlanTensor): FM_PLAN_TENSOR_Q for q, o, dout, dq
+ *           ([batch][seqlen_q][heads_q][head_dim], the plan's dtype); FM_PLAN_TENSOR_KV for k,
+ *           v, dk, dv ([batch][seqlen_k][heads_kv][head_dim]); FM_PLAN_TENSOR_LSE for lse
+ *           (float [batch][heads_q][seqlen_q])
  *   root    the rank holding the global tensor
  *   global  the global tensor (significant on root only; may be NULL elsewhere)
  *   local   out: this rank's part, in the plan's local order (may be NULL where this rank's

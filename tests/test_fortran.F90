@@ -33,7 +33,7 @@ program test_fortran
   integer(int64) :: seed, state
   integer(c_int), allocatable :: docs(:)
   integer, allocatable :: docid(:), rows(:), keys(:)
-  integer(c_int32_t), allocatable :: lts(:), ute(:), lts2(:,:)
+  integer(c_int32_t), allocatable :: lts(:), ute(:), lts2(:,:), got(:), got2(:)
   real(c_double) :: dens, spars, expect, scale, err, nrm
   type(fm_context) :: ctx
   type(fm_mask) :: mask, mask2, mask3, loaded
@@ -75,6 +75,10 @@ program test_fortran
   call check(ierr == 0 .and. err == 4.5d0, 'fm_context_get_nccl_timeout does not give back 4.5')
   call fm_context_set_up(ctx, ierr)
   if (ierr /= 0) call hard('fm_context_set_up', ierr)
+  ! the context's communicator: a duplicate of the one given (congruent, not identical)
+  call fm_context_get_comm(ctx, i, ierr)
+  call MPI_Comm_compare(i, MPI_COMM_WORLD, j, h)
+  call check(ierr == 0 .and. j == MPI_CONGRUENT, 'fm_context_get_comm is not a duplicate of MPI_COMM_WORLD')
 #if FM_HAVE_MPI_F08
   call f08_context()
 #endif
@@ -172,6 +176,13 @@ program test_fortran
       call check(ierr == 0 .and. (masked .eqv. want), 'fm_mask_set_all_bounds: head 1 disagrees with lts2(:, 2)')
     end do
   end do
+  ! the set-up vectors read back: head 1's lts as given, lte in its default form (seqlen_q)
+  allocate (got(S2), got2(S2))
+  got = -7; got2 = -7
+  call fm_mask_get_sample_bounds(mask3, 0, 1, lts=got, lte=got2, vectors=i, causal=want, ierr=ierr)
+  call check(ierr == 0 .and. all(got == lts2(:, 2)) .and. all(got2 == S2) .and. i == FM_BOUND_LTS .and. .not. want, &
+             'fm_mask_get_sample_bounds does not give back head 1 as set')
+  deallocate (got, got2)
   lts2(3, 2) = -1
   call fm_push_error_handler(FM_ERROR_HANDLER_SILENT, ierr)
   call fm_mask_set_all_bounds(mask3, lts=lts2, ierr=ierr)
@@ -181,6 +192,39 @@ program test_fortran
              'fm_mask_set_all_bounds: a bad entry is not named by sample, head and column')
   call fm_mask_destroy(mask3, ierr)
   deallocate (lts2)
+  ! qk_sparse with one given span [4, 9) of 16: a key inside is hidden from the queries inside
+  ! the span at or after it, visible from the span's end on; a key outside is not hidden
+  call fm_mask_create(ctx, mask3, ierr)
+  call fm_mask_set_sizes(mask3, 16, 16, 1, ierr)
+  call fm_mask_set_type(mask3, FMMASKQKSPARSE, ierr)
+  call fm_mask_set_qk_sparse_spans(mask3, 1, [4_c_int], [5_c_int], ierr)
+  if (ierr /= 0) call hard('fm_mask_set_qk_sparse_spans', ierr)
+  call fm_mask_set_up(mask3, ierr)
+  if (ierr /= 0) call hard('fm_mask_set_up (qk_sparse)', ierr)
+  call fm_mask_is_masked(mask3, 0, 6, 5, masked, ierr)
+  call check(ierr == 0 .and. masked, 'qk_sparse span [4, 9): key 5 is not hidden from row 6')
+  call fm_mask_is_masked(mask3, 0, 9, 5, masked, ierr)
+  call check(ierr == 0 .and. .not. masked, 'qk_sparse span [4, 9): key 5 is hidden from row 9')
+  call fm_mask_is_masked(mask3, 0, 6, 2, masked, ierr)
+  call check(ierr == 0 .and. .not. masked, 'qk_sparse span [4, 9): key 2 is hidden from row 6')
+  call fm_mask_destroy(mask3, ierr)
+  ! share_question: one document of 16, a question of 4 and answers of 5 and 7: the question's
+  ! keys are seen by the whole document, the first answer's not by the second answer
+  call fm_mask_create(ctx, mask3, ierr)
+  call fm_mask_set_sizes(mask3, 16, 16, 1, ierr)
+  call fm_mask_set_type(mask3, FMMASKSHAREQUESTION, ierr)
+  call fm_mask_set_documents(mask3, 1, [16_c_int], ierr)
+  call fm_mask_set_share_question(mask3, 1, [3_c_int], [4_c_int, 5_c_int, 7_c_int], ierr)
+  if (ierr /= 0) call hard('fm_mask_set_share_question', ierr)
+  call fm_mask_set_up(mask3, ierr)
+  if (ierr /= 0) call hard('fm_mask_set_up (share_question)', ierr)
+  call fm_mask_is_masked(mask3, 0, 12, 2, masked, ierr)
+  call check(ierr == 0 .and. .not. masked, 'share_question: the question key 2 is hidden from row 12')
+  call fm_mask_is_masked(mask3, 0, 12, 6, masked, ierr)
+  call check(ierr == 0 .and. masked, 'share_question: the first answer''s key 6 is seen by row 12 of the second')
+  call fm_mask_is_masked(mask3, 0, 8, 6, masked, ierr)
+  call check(ierr == 0 .and. .not. masked, 'share_question: key 6 is hidden from row 8 of its own answer')
+  call fm_mask_destroy(mask3, ierr)
 
   ! ------------------------------------------------------------ forward and backward, FP32
   call fm_plan_create(ctx, plan, ierr)
@@ -189,6 +233,9 @@ program test_fortran
   if (ierr /= 0) call hard('fm_plan_set_mask', ierr)
   call fm_plan_set_shape(plan, B, HQ, HKV, D, FM_DTYPE_FP32, ierr)
   if (ierr /= 0) call hard('fm_plan_set_shape', ierr)
+  call fm_plan_get_shape(plan, i, j, h, bb, il, ierr)
+  call check(ierr == 0 .and. i == B .and. j == HQ .and. h == HKV .and. bb == D .and. il == FM_DTYPE_FP32, &
+             'fm_plan_get_shape does not give back the shape set')
   scale = 0.3d0
   call fm_plan_set_scale(plan, scale, ierr)
   if (ierr /= 0) call hard('fm_plan_set_scale', ierr)

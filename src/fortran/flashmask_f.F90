@@ -66,6 +66,8 @@ module flashmask
     fm_mask_set_seed, fm_mask_set_bounds, fm_mask_set_block_size, fm_mask_set_from_options, fm_mask_set_up, &
     fm_mask_get_sizes, fm_mask_get_density, fm_mask_is_masked, fm_mask_view, fm_mask_save, fm_mask_load, &
     fm_mask_destroy, fm_mask_set_batch, fm_mask_get_batch, fm_mask_set_sample_bounds, fm_mask_set_all_bounds, &
+    fm_mask_set_share_question, fm_mask_set_qk_sparse_spans, fm_mask_get_sample_bounds, fm_plan_get_shape, &
+    fm_context_get_comm, &
     fm_plan_create, fm_plan_set_mask, fm_plan_set_shape, fm_plan_set_scale, fm_plan_get_scale, &
     fm_plan_set_check_finite, fm_plan_get_check_finite, fm_plan_set_deterministic, fm_plan_get_deterministic, &
     fm_plan_set_from_options, &

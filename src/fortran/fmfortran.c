@@ -21,6 +21,19 @@ FMErrorCode FMFortranContextCreate_Private(const MPI_Fint *fcomm, FMContext *ctx
 }
 
 /*
+ * FMFortranContextGetComm_Private - the context's communicator as a Fortran handle
+ *   (MPI_Comm_c2f: an integer for `use mpi`, the MPI_VAL of a type(MPI_Comm) for mpi_f08).
+ *   Not collective.
+ */
+FMErrorCode FMFortranContextGetComm_Private(FMContext ctx, MPI_Fint *fcomm)
+{
+  MPI_Comm c = MPI_COMM_NULL;
+  FMErrorCode ierr = FMContextGetComm(ctx, &c);
+  if (!ierr) *fcomm = MPI_Comm_c2f(c);
+  return ierr;
+}
+
+/*
  * FMFortranContextView_Private / MaskView / PlanView - the object's View on stdout,
  *   then fflush(stdout). Collective, as the Views are.
  */

@@ -13,6 +13,9 @@
  *   fwd_vs_gather FMPlanForward on rank 0, FMPlanGather elsewhere
  *   mask_changed  rank 1 changes its mask's type after set-up; then FMMaskSetUp on every rank
  *   mask_stale    rank 1 changes its mask after set-up; then FMPlanForward on every rank
+ *   mask_vs_plan  rank 0 changes its mask and calls FMMaskSetUp, the others FMPlanSetUp (the
+ *                 mask and the plan share the context's communicator)
+ *   view_vs_fwd   FMPlanView on rank 0, FMPlanForward elsewhere
  *   sfo_context   -fm_backend bogus on rank 1 only: FMContextSetFromOptions
  *   sfo_mask      -fm_mask_type bogus on rank 1 only: FMMaskSetFromOptions
  *   sfo_plan      -fm_plan_partition bogus on rank 1 only: FMPlanSetFromOptions
@@ -108,6 +111,13 @@ static FMErrorCode run(const char *s, Objs *x, int *known)
     if (rank == 1) FMT_CALL(FMMaskSetType(x->mask, FMMASKFULL));
     if (!strcmp(s, "mask_changed")) e = FMMaskSetUp(x->mask);
     else e = FMPlanForward(x->plan, x->local, x->local, x->local, x->o, x->lse);
+  } else if (!strcmp(s, "mask_vs_plan")) {
+    if (rank == 0) FMT_CALL(FMMaskSetType(x->mask, FMMASKFULL));
+    e = rank == 0 ? FMMaskSetUp(x->mask) : FMPlanSetUp(x->plan);
+  } else if (!strcmp(s, "view_vs_fwd")) {
+    FILE *null = fopen("/dev/null", "w");
+    e = rank == 0 ? FMPlanView(x->plan, null) : FMPlanForward(x->plan, x->local, x->local, x->local, x->o, x->lse);
+    if (null) fclose(null);
   } else *known = 0;
   return e;
 }

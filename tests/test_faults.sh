@@ -6,7 +6,7 @@
 # FM_FAULT_SCENARIOS="a b" runs only those.
 . "$srcdir/tests/common.sh"
 FM_TEST_TIMEOUT=${FM_FAULT_TIMEOUT:-60}
-scenarios=${FM_FAULT_SCENARIOS:-"bad_root diff_root diff_kind diff_call fwd_vs_gather mask_changed mask_stale sfo_context sfo_mask sfo_plan errhandler"}
+scenarios=${FM_FAULT_SCENARIOS:-"bad_root diff_root diff_kind diff_call fwd_vs_gather mask_changed mask_stale mask_vs_plan view_vs_fwd sfo_context sfo_mask sfo_plan errhandler"}
 failed=""
 for np in 2 3 4; do
   for s in $scenarios; do

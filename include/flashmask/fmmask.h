@@ -309,13 +309,16 @@ FMErrorCode FMMaskView(FMMask mask, FILE *fp);
 /*
  * FMMaskSave - write the mask to the HDF5 file path as /masks/<name> (created or appended).
  *   Collective; rank 0 writes. When rank 0 fails, it returns its code and the other ranks
- *   FM_ERR_COLLECTIVE with rank 0's message. Needs HDF5 (FM_ERR_SUP otherwise).
+ *   FM_ERR_COLLECTIVE with rank 0's message. path and name must be the same on every rank
+ *   (else FM_ERR_MISMATCH on every rank). Needs HDF5 (FM_ERR_SUP otherwise).
  */
 FMErrorCode FMMaskSave(FMMask mask, const char *path, const char *name);
 
 /*
  * FMMaskLoad - read /masks/<name> from the HDF5 file path into a new, set-up mask of type
- *   "bounds" on the context ctx. Collective on ctx; every rank reads. A missing dataset, a wrong
+ *   "bounds" on the context ctx. Collective on ctx; every rank reads (name must be the same on
+ *   every rank; path may differ, e.g. node-local copies, and the masks read must then agree,
+ *   as FMMaskSetUp checks). A missing dataset, a wrong
  *   shape or type, or bounds out of range is an FM_ERR_HDF5 / FM_ERR_ARG_OUTOFRANGE error.
  *   Sizes beyond the FM_MASK_MAX_* limits, and datasets that disagree with the attributes or
  *   store fewer bytes than their shape needs, are FM_ERR_HDF5 before anything is allocated.

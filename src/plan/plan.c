@@ -516,18 +516,13 @@ static const char *auto_spread_note(const FMSm90Choice *c)
 }
 #endif
 
-/* FMPlanView's local check, agreed at its entry. */
-static FMErrorCode view_checks(FMPlan plan)
-{
-  FMCheck(plan->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMPlanSetUp() before FMPlanView()");
-  return FM_SUCCESS;
-}
-
 FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
 {
   double flops;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
-  FMCall(FMPlanAgree_Private(plan, FM_CALL_PLAN_VIEW, view_checks(plan), 0, NULL)); /* ranks in another call: an error, not a hang */
+  /* the local checks as Forward's (a rank whose mask changed since FMPlanSetUp would fail alone
+     further on), agreed; ranks in another call: an error, not a hang */
+  FMCall(FMPlanAgree_Private(plan, FM_CALL_PLAN_VIEW, check_current(plan, MPI_COMM_SELF, "FMPlanView"), 0, NULL));
   if (!fp) fp = stdout;
   FMCall(FMPlanGetFlops(plan, &flops));
   FMCall(FMPrintf(plan->hdr.comm, fp, "FMPlan: type %s, batch %d, heads %d (kv %d), head_dim %d, %s, scale %g, backend %s\n",

@@ -40,7 +40,7 @@ echo "$out" | grep -q "Cannot open options file" || bad "a missing -options_file
 rm -f "$of"
 # an unmatched quote in FM_OPTIONS is a named error, not a silent misreading
 out=$(FM_OPTIONS='-fm_test_env 7 -fm_trace "unclosed.h5' fm_run 1 ./tests/test_sys -fm_test_override 3 2>&1) && bad "an unmatched quote in FM_OPTIONS was accepted: $out"
-echo "$out" | grep -q 'has an unmatched " quote' || bad "an unmatched quote in FM_OPTIONS gave no named error: $out"
+echo "$out" | grep -q 'has no closing " quote' || bad "an unmatched quote in FM_OPTIONS gave no named error: $out"
 # The other tests' logs (those already written by this make check) carry no such warning.
 # FM_OPTIONS_LOG_SKIP names logs not to scan (none by default).
 skip=${FM_OPTIONS_LOG_SKIP-}

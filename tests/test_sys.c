@@ -158,7 +158,8 @@ int main(int argc, char **argv)
   MPI_Init(&argc, &argv); /* ours: FMFinalize leaves it, options_files initializes again */
   fp = fdopen(fd, "w");
   fprintf(fp, "# an options file\n-fm_test_file 11   # trailing comment\n-fm_test_override 1\n"
-              "-fm_test_quoted \"a b  c\" -fm_test_squoted 'x \"y\"' -fm_test_after 4\n");
+              "-fm_test_quoted \"a b  c\" -fm_test_squoted 'x \"y\"' -fm_test_after 4\n"
+              "-fm_test_hash \"run #1\" -fm_test_apos it's # a comment\n");
   fclose(fp);
   FMT_CALL(FMInitialize(&argc, &argv, path, "test_sys: options and errors"));
   unlink(path);
@@ -184,6 +185,11 @@ int main(int argc, char **argv)
     iv = 0;
     FMT_CALL(FMOptionsGetInt("-fm_test_after", "an option after quoted ones", &iv, &set));
     FMT_CHECK(set && iv == 4, "-fm_test_after is %d, expected 4", iv);
+    /* a '#' inside quotes is no comment; a quote inside a token is an ordinary character */
+    FMT_CALL(FMOptionsGetString("-fm_test_hash", "a quoted value holding #", qv, sizeof(qv), &set));
+    FMT_CHECK(set && !strcmp(qv, "run #1"), "-fm_test_hash is \"%s\", expected \"run #1\"", qv);
+    FMT_CALL(FMOptionsGetString("-fm_test_apos", "a value holding an apostrophe", qv, sizeof(qv), &set));
+    FMT_CHECK(set && !strcmp(qv, "it's"), "-fm_test_apos is \"%s\", expected \"it's\"", qv);
   }
 
   /* Types. */

@@ -104,8 +104,10 @@ typedef enum { FM_FALSE = 0, FM_TRUE = 1 } FMBool;
  *               holding NUL or other control bytes) is FM_ERR_FILE naming it
  *   help        text printed by -help before the option list, or NULL
  *   The environment variable FM_OPTIONS is also read (for codes that do not pass argv). In it
- *   and in options files a value may hold blanks inside single or double quotes, which are
- *   removed (FM_OPTIONS='-fm_trace "run 1.h5"'); an unmatched quote is FM_ERR_OPT.
+ *   and in options files a value that starts with a single or double quote runs to the
+ *   matching quote, blanks and '#' included, and the quotes are removed
+ *   (FM_OPTIONS='-fm_trace "run 1.h5"'); a quote inside a value is an ordinary character; an
+ *   opening quote without its closing one is FM_ERR_OPT.
  *   Options read here: -help, -fm_error_abort, -fm_error_silent, -fm_log_view, -fm_trace_serial,
  *   -options_left, -options_file FILE (a further options file: the command line and FM_OPTIONS
  *   override it).

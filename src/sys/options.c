@@ -75,11 +75,14 @@ static FMErrorCode insert_tokens(int n, char **tok)
   return FM_SUCCESS;
 }
 
+static int blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
 /*
  * Insert the options of a string (FM_OPTIONS, a line of an options file): tokens separated by
- * whitespace; a token may hold whitespace inside single or double quotes, which are removed
- * (-fm_trace "run 1.h5", -fm_mask_docs '100,200'); '#' at the start of a token ends the string.
- * An unmatched quote is FM_ERR_OPT.
+ * whitespace. A token that starts with a single or double quote runs to the matching quote,
+ * blanks included, and loses the two quotes (-fm_trace "run 1.h5", -fm_mask_docs '100,200');
+ * a quote inside a token is an ordinary character (/data/it's). '#' at the start of a token
+ * ends the string. An unmatched opening quote is FM_ERR_OPT.
  */
 static FMErrorCode insert_string(const char *s)
 {
@@ -92,8 +95,7 @@ static FMErrorCode insert_string(const char *s)
   w = buf;
   r = s;
   for (;;) {
-    char q = 0;
-    while (*r == ' ' || *r == '\t' || *r == '\r' || *r == '\n') r++;
+    while (blank(*r)) r++;
     if (!*r || *r == '#') break;
     if (n == cap) {
       char **nt;
@@ -103,17 +105,20 @@ static FMErrorCode insert_string(const char *s)
       tok = nt;
     }
     tok[n++] = w;
-    for (; *r && (q || !(*r == ' ' || *r == '\t' || *r == '\r' || *r == '\n')); r++) {
-      if (!q && (*r == '\'' || *r == '"')) q = *r;
-      else if (q && *r == q) q = 0;
-      else *w++ = *r;
+    if (*r == '\'' || *r == '"') {
+      const char q = *r, *start = r++;
+      while (*r && *r != q) *w++ = *r++;
+      if (!*r) {
+        int len = 0;
+        while (start[len] && start[len] != '\n' && start[len] != '\r') len++;
+        free(tok);
+        free(buf);
+        FMRaise(MPI_COMM_SELF, FM_ERR_OPT, "Options: the value %.*s has no closing %c quote", len, start, q);
+      }
+      r++; /* the closing quote */
     }
+    while (*r && !blank(*r)) *w++ = *r++;
     *w++ = 0;
-    if (q) {
-      free(tok);
-      free(buf);
-      FMRaise(MPI_COMM_SELF, FM_ERR_OPT, "Options string \"%s\" has an unmatched %c quote", s, q);
-    }
   }
   if (ierr) {
     free(tok);
@@ -125,6 +130,27 @@ static FMErrorCode insert_string(const char *s)
   free(buf);
   FMCall(ierr);
   return FM_SUCCESS;
+}
+
+/* A line of an options file without its comment: from the first '#' that is not inside a quoted
+   token (as insert_string reads them) to the end. */
+static void strip_comment(char *line)
+{
+  char *r = line;
+  for (;;) {
+    while (blank(*r)) r++;
+    if (!*r) return;
+    if (*r == '\'' || *r == '"') {
+      char *close = strchr(r + 1, *r);
+      if (!close) return; /* insert_string names the unmatched quote */
+      r = close + 1;
+    }
+    for (; *r && !blank(*r); r++)
+      if (*r == '#') {
+        *r = 0;
+        return;
+      }
+  }
 }
 
 /* Whether byte c may appear in an options file: printable, whitespace, or UTF-8 (>= 0x80). */
@@ -162,14 +188,12 @@ static FMErrorCode insert_file(const char *file)
   if (S_ISREG(st.st_mode)) rewind(fp);
   lineno = 0;
   while ((len = getline(&line, &cap, fp)) >= 0) {
-    char *hash;
     lineno++;
     for (ssize_t k = 0; k < len; k++)
       FMCheckGoto(text_byte((unsigned char)line[k]), MPI_COMM_SELF, FM_ERR_FILE,
                   "Options file \"%s\" is not a text file (byte 0x%02x on line %zu); expected a text file of options", file,
                   (unsigned char)line[k], lineno);
-    hash = strchr(line, '#');
-    if (hash) *hash = 0;
+    strip_comment(line);
     FMCallGoto(insert_string(line));
   }
   FMCheckGoto(!ferror(fp), MPI_COMM_SELF, FM_ERR_FILE, "Cannot read options file \"%s\": %s", file, strerror(errno));

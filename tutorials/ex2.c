@@ -39,14 +39,13 @@ int main(int argc, char **argv)
   FMCall(FMContextSetUp(ctx));
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
+  char why[256] = "";
   if (!strcmp(list, "all")) {
     /* every builder: all the types but "bounds" (which needs bounds from the user) */
     FMCall(FMMaskTypeList(&ntypes, &types));
     for (int t = 0; t < ntypes && n < 16; t++)
       if (strcmp(types[t], FMMASKBOUNDS)) names[n++] = types[t];
   } else {
-    char why[256] = "";
-    int bad, anybad;
     FMCall(FMMaskTypeList(&ntypes, &types));
     for (char *t = strtok(list, ","); t && !why[0]; t = strtok(NULL, ",")) {
       int known = 0, twice = 0;
@@ -58,11 +57,16 @@ int main(int argc, char **argv)
       else names[n++] = t;
     }
     if (!why[0] && n == 0) snprintf(why, sizeof(why), "names no mask type; give all or a comma-separated list such as causal,document");
-    /* every rank stops if any was given a bad list (an MPMD command line may differ between them) */
-    bad = why[0] != 0;
-    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (anybad) {
-      if (bad) fprintf(stderr, "ex2 [rank %d]: -masks %s\n", rank, why);
+  }
+  {
+    /* every rank stops if any was given a bad list, or the ranks lists of other lengths (an MPMD
+       command line may differ between them): else some would wait in a mask's set-up alone */
+    int in[2] = {why[0] != 0, n}, mx[2], mn;
+    MPI_Allreduce(in, mx, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&n, &mn, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (mx[0] || mn != mx[1]) {
+      if (why[0]) fprintf(stderr, "ex2 [rank %d]: -masks %s\n", rank, why);
+      else if (mn != mx[1] && rank == 0) fprintf(stderr, "ex2: the ranks were given -masks lists of different lengths (%d to %d types)\n", mn, mx[1]);
       FMCall(FMContextDestroy(&ctx));
       FMCall(FMFinalize());
       return 1;

@@ -278,7 +278,10 @@ FMErrorCode FMTraceLoad_Private(const char *path, const char *run, FMTraceData *
     FMCallGoto(open_run(f, path, run, td, &g));
     snprintf(where, sizeof(where), "/traces/%s", td->run);
     /* the run's own time where it has one (files before 2026-12-05 have only the file's) */
-    if (H5Aexists(g, "created") > 0 && FMH5AttrReadStr(g, where, "created", FM_FALSE, td->created, sizeof(td->created))) td->created[0] = '\0';
+    if (H5Aexists(g, "created") > 0) {
+      char c[sizeof(td->created)];
+      if (!FMH5AttrReadStr(g, where, "created", FM_FALSE, c, sizeof(c))) memcpy(td->created, c, sizeof(c)); /* unreadable: the root's stays */
+    }
     H5Eclear2(H5E_DEFAULT);
     td->bytes_needed = opt_double(g, where, "bytes_needed");
     td->bytes_allgather = opt_double(g, where, "bytes_allgather");

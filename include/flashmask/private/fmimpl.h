@@ -155,7 +155,8 @@ FMErrorCode FMAgreeAny_Private(MPI_Comm comm, int flag, int *any, const char *fi
  * unlike messages and failing in MPI or hanging. Every rank returns, in this order of
  * precedence: FM_ERR_MISMATCH when the ranks are in different calls ("FMMaskSetUp() on rank 0
  * and FMPlanSetUp() on rank 1"); local_ierr where it is an error (raised by the caller),
- * FM_ERR_COLLECTIVE naming the lowest failing rank on the others; FM_ERR_MISMATCH naming the
+ * FM_ERR_COLLECTIVE on the others, naming the failing rank with the highest error code (the
+ * lowest such rank) and that code; FM_ERR_MISMATCH naming the
  * first field that differs, with its values on the lowest ranks holding its minimum and maximum
  * ("FMPlanSetUp(): seqlen_q is 4096 on rank 0 and 2048 on rank 1"). At most
  * FM_AGREE_MAX_FIELDS fields. One rank: returns local_ierr, no message.

@@ -6,7 +6,8 @@
 # softmax written out here and its version against the .pc's; Fortran checks a causal mask's
 # density against (S+1)/(2S). Also: the programs find the installed library through the rpath
 # that Libs gives (no LD_LIBRARY_PATH), the CUDA
-# include path is in Cflags when built with CUDA, every man page of man/pages.list and every
+# include path is in Cflags and the installed tutorials (which allocate device memory themselves)
+# link with Cflags and Libs alone when built with CUDA, every man page of man/pages.list and every
 # document of doc/ landed, and man(1) finds a page and follows a .so page. Without a Fortran
 # build only the C half runs (said below); SKIP (77) without pkg-config.
 . "$srcdir/tests/common.sh"
@@ -106,6 +107,14 @@ if [ "${FM_HAVE_CUDA:-0}" = 1 ]; then
   for f in ${FM_CUDA_CFLAGS:-}; do
     case " $cflags " in *" $f "*) ;; *) [ "$f" = -I/usr/include ] && continue  # pkg-config drops system dirs
       bad "built with CUDA, but flashmask.pc's Cflags lacks $f (configure's CUDA_CFLAGS): $cflags" ;; esac
+  done
+  # a program that allocates its device tensors itself (the installed tutorials do) links with
+  # pkg-config's flags alone: Libs carries the CUDA runtime
+  for ex in ex1 ex2; do
+    src=$(find "$root" -path "*/tutorials/$ex.c" | head -n 1)
+    [ -n "$src" ] || { bad "the installed tree has no tutorials/$ex.c"; continue; }
+    $CC $cflags -o "$tmp/$ex" "$src" $libs -lm > "$tmp/$ex.log" 2>&1 ||
+      { cat "$tmp/$ex.log"; bad "the installed $ex.c does not build with pkg-config's Cflags and Libs alone"; }
   done
 fi
 

@@ -78,30 +78,31 @@ static FMErrorCode insert_tokens(int n, char **tok)
 static int blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 /*
- * Insert the options of a string (FM_OPTIONS, a line of an options file): tokens separated by
- * whitespace. A token that starts with a single or double quote runs to the matching quote,
- * blanks included, and loses the two quotes (-fm_trace "run 1.h5", -fm_mask_docs '100,200');
- * a quote inside a token is an ordinary character (/data/it's). '#' at the start of a token
- * ends the string. An unmatched opening quote is FM_ERR_OPT.
+ * Insert the options of a string: tokens separated by whitespace. A token that starts with a
+ * single or double quote runs to the matching quote, blanks and '#' included, and loses the two
+ * quotes (-fm_trace "run 1.h5", -fm_mask_docs '100,200'); a quote inside a token is an ordinary
+ * character (/data/it's). '#' at the start of a token ends the string; in a line of an options
+ * file (file_line) any '#' outside quotes does (-x 5#note is -x 5). An unmatched opening quote is
+ * FM_ERR_OPT.
  */
-static FMErrorCode insert_string(const char *s)
+static FMErrorCode insert_string(const char *s, int file_line)
 {
   char *buf, *w, **tok = NULL;
   const char *r;
-  int n = 0, cap = 0;
-  FMErrorCode ierr = FM_SUCCESS;
+  int n = 0, cap = 0, end = 0;
+  FMErrorCode ierr;
   if (!s) return FM_SUCCESS;
   FMCall(FMStrdup(s, &buf));
   w = buf;
   r = s;
-  for (;;) {
+  while (!end) {
     while (blank(*r)) r++;
     if (!*r || *r == '#') break;
     if (n == cap) {
       char **nt;
       cap = cap ? 2 * cap : 16;
       nt = (char **)realloc(tok, (size_t)cap * sizeof(*nt));
-      if (!nt) { ierr = FM_ERR_MEM; break; }
+      if (!nt) { free(tok); free(buf); FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Out of memory parsing options"); }
       tok = nt;
     }
     tok[n++] = w;
@@ -117,40 +118,20 @@ static FMErrorCode insert_string(const char *s)
       }
       r++; /* the closing quote */
     }
-    while (*r && !blank(*r)) *w++ = *r++;
+    for (; *r && !blank(*r); r++) {
+      if (file_line && *r == '#') { /* a comment to the end of the line */
+        end = 1;
+        break;
+      }
+      *w++ = *r;
+    }
     *w++ = 0;
-  }
-  if (ierr) {
-    free(tok);
-    free(buf);
-    FMRaise(MPI_COMM_SELF, FM_ERR_MEM, "Out of memory parsing options");
   }
   ierr = insert_tokens(n, tok);
   free(tok);
   free(buf);
   FMCall(ierr);
   return FM_SUCCESS;
-}
-
-/* A line of an options file without its comment: from the first '#' that is not inside a quoted
-   token (as insert_string reads them) to the end. */
-static void strip_comment(char *line)
-{
-  char *r = line;
-  for (;;) {
-    while (blank(*r)) r++;
-    if (!*r) return;
-    if (*r == '\'' || *r == '"') {
-      char *close = strchr(r + 1, *r);
-      if (!close) return; /* insert_string names the unmatched quote */
-      r = close + 1;
-    }
-    for (; *r && !blank(*r); r++)
-      if (*r == '#') {
-        *r = 0;
-        return;
-      }
-  }
 }
 
 /* Whether byte c may appear in an options file: printable, whitespace, or UTF-8 (>= 0x80). */
@@ -193,8 +174,7 @@ static FMErrorCode insert_file(const char *file)
       FMCheckGoto(text_byte((unsigned char)line[k]), MPI_COMM_SELF, FM_ERR_FILE,
                   "Options file \"%s\" is not a text file (byte 0x%02x on line %zu); expected a text file of options", file,
                   (unsigned char)line[k], lineno);
-    strip_comment(line);
-    FMCallGoto(insert_string(line));
+    FMCallGoto(insert_string(line, 1));
   }
   FMCheckGoto(!ferror(fp), MPI_COMM_SELF, FM_ERR_FILE, "Cannot read options file \"%s\": %s", file, strerror(errno));
 cleanup:
@@ -208,7 +188,7 @@ FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file)
   char extra[PATH_MAX];
   FMBool set = FM_FALSE;
   if (file) FMCall(insert_file(file));
-  FMCall(insert_string(getenv("FM_OPTIONS")));
+  FMCall(insert_string(getenv("FM_OPTIONS"), 0));
   if (argc > 1 && argv) FMCall(insert_tokens(argc - 1, argv + 1));
   if (fm_help < 0) fm_help = find("-help") != NULL;
   /* -options_file F (command line or FM_OPTIONS): F's options, under those of the command line.
@@ -224,7 +204,7 @@ FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file)
   }
   if (set && extra[0]) {
     FMCall(insert_file(extra));
-    FMCall(insert_string(getenv("FM_OPTIONS")));
+    FMCall(insert_string(getenv("FM_OPTIONS"), 0));
     if (argc > 1 && argv) FMCall(insert_tokens(argc - 1, argv + 1));
   }
   return FM_SUCCESS;

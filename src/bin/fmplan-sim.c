@@ -149,7 +149,8 @@ static FMErrorCode sim_options(Sim *o)
 /*
  * A set-up mask of the configured type (the -fm_mask_* options apply after the program's own) for
  * step `step`: seed o->seed + step; *t the time of FMMaskSetUp. Without -seed the first mask's
- * seed is the one the options left it (-fm_mask_seed, else the default o->seed), kept in o->seed.
+ * seed is the mask's after the options (-fm_mask_seed, else the library's default, 42), kept in
+ * o->seed.
  */
 static FMErrorCode make_mask(Sim *o, FMContext ctx, int step, FMMask *mask, double *t)
 {
@@ -158,7 +159,6 @@ static FMErrorCode make_mask(Sim *o, FMContext ctx, int step, FMMask *mask, doub
   FMCall(FMMaskSetBatch(*mask, o->mb)); /* sample s draws its packing from the seed + s */
   FMCall(FMMaskSetType(*mask, o->mtype));
   FMCall(FMMaskSetBlockSize(*mask, o->block));
-  FMCall(FMMaskSetSeed(*mask, o->seed));
   FMCall(FMMaskSetFromOptions(*mask));
   if (step == 0 && !o->seed_set) o->seed = (*mask)->seed; /* -fm_mask_seed, when given */
   FMCall(FMMaskSetSeed(*mask, o->seed + (unsigned long)step));

@@ -7,20 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The plan is set up and its mask has not changed since. */
-static FMErrorCode check_current(FMPlan plan, const char *fn)
-{
-  FMCheck(plan->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMPlanSetUp() before %s()", fn);
-  FMCheck(plan->mask->hdr.setupcalled && plan->mask_state == plan->mask->state, MPI_COMM_SELF, FM_ERR_ORDER,
-          "The mask changed after FMPlanSetUp(); call FMMaskSetUp() and FMPlanSetUp() again before %s()", fn);
-  return FM_SUCCESS;
-}
-
 FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows)
 {
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   FMValidPointer(nlocal, 2);
-  FMCall(check_current(plan, "FMPlanGetLocalRows"));
+  FMCall(FMPlanCheckCurrent_Private(plan, "FMPlanGetLocalRows"));
   *nlocal = plan->nlocal;
   if (global_rows) *global_rows = plan->rows;
   return FM_SUCCESS;
@@ -30,7 +21,7 @@ FMErrorCode FMPlanGetLocalKeys(FMPlan plan, int *nkeys, const int **global_keys)
 {
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   FMValidPointer(nkeys, 2);
-  FMCall(check_current(plan, "FMPlanGetLocalKeys"));
+  FMCall(FMPlanCheckCurrent_Private(plan, "FMPlanGetLocalKeys"));
   FMCall((*plan->ops->getlocalkeys)(plan, nkeys, global_keys));
   return FM_SUCCESS;
 }
@@ -111,15 +102,15 @@ static FMErrorCode move(FMPlan plan, FMPlanTensor kind, int root, int scatter, c
     /* the local checks and the scalars of the call in one agreement, the first message */
     const int ok = plan->hdr.setupcalled && plan->mask;
     const FMAgreeField f[] = {{"kind (FMPlanTensor, argument 2)", FM_AGREE_FIELD_INT, (long long)kind, 0},
-                             {"root (argument 3)", FM_AGREE_FIELD_INT, root, 0},
-                             {"batch", FM_AGREE_FIELD_INT, plan->batch, 0},
-                             {"heads_q", FM_AGREE_FIELD_INT, plan->heads_q, 0},
-                             {"heads_kv", FM_AGREE_FIELD_INT, plan->heads_kv, 0},
-                             {"head_dim", FM_AGREE_FIELD_INT, plan->head_dim, 0},
-                             {"dtype (FMDType)", FM_AGREE_FIELD_INT, (long long)plan->dtype, 0},
-                             {"seqlen_q (of the mask)", FM_AGREE_FIELD_INT, ok ? plan->mask->seqlen_q : -1, 0},
-                             {"seqlen_k (of the mask)", FM_AGREE_FIELD_INT, ok ? plan->mask->seqlen_k : -1, 0}};
-    ierr = check_current(plan, scatter ? "FMPlanScatter" : "FMPlanGather");
+                              {"root (argument 3)", FM_AGREE_FIELD_INT, root, 0},
+                              {"batch", FM_AGREE_FIELD_INT, plan->batch, 0},
+                              {"heads_q", FM_AGREE_FIELD_INT, plan->heads_q, 0},
+                              {"heads_kv", FM_AGREE_FIELD_INT, plan->heads_kv, 0},
+                              {"head_dim", FM_AGREE_FIELD_INT, plan->head_dim, 0},
+                              {"dtype (FMDType)", FM_AGREE_FIELD_INT, (long long)plan->dtype, 0},
+                              {"seqlen_q (of the mask)", FM_AGREE_FIELD_INT, ok ? plan->mask->seqlen_q : -1, 0},
+                              {"seqlen_k (of the mask)", FM_AGREE_FIELD_INT, ok ? plan->mask->seqlen_k : -1, 0}};
+    ierr = FMPlanCheckCurrent_Private(plan, scatter ? "FMPlanScatter" : "FMPlanGather");
     if (!ierr && !(root >= 0 && root < P))
       ierr = FMError_Private(MPI_COMM_SELF, __FILE__, __func__, __LINE__, FM_ERR_ARG_OUTOFRANGE, "Argument 3 (root) is %d; expected 0..%d", root,
                              P - 1);

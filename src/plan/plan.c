@@ -299,19 +299,19 @@ static void shape_fields(FMPlan plan, double scale, FMAgreeField *f, int *n)
   int size = 1;
   MPI_Comm_size(plan->hdr.comm, &size); /* one rank: the fields are compared with nobody (FMPlanAgree_Private) */
   const FMAgreeField x[] = {{"batch", FM_AGREE_FIELD_INT, plan->batch, 0},
-                           {"heads_q", FM_AGREE_FIELD_INT, plan->heads_q, 0},
-                           {"heads_kv", FM_AGREE_FIELD_INT, plan->heads_kv, 0},
-                           {"head_dim", FM_AGREE_FIELD_INT, plan->head_dim, 0},
-                           {"dtype (FMDType)", FM_AGREE_FIELD_INT, (long long)plan->dtype, 0},
-                           {"scale", FM_AGREE_FIELD_REAL, 0, scale},
-                           {"seqlen_q (of the mask)", FM_AGREE_FIELD_INT, ok ? m->seqlen_q : -1, 0},
-                           {"seqlen_k (of the mask)", FM_AGREE_FIELD_INT, ok ? m->seqlen_k : -1, 0},
-                           {"mask_heads (of the mask)", FM_AGREE_FIELD_INT, ok ? m->mask_heads : -1, 0},
-                           {"mask_batch (of the mask)", FM_AGREE_FIELD_INT, ok ? m->mask_batch : -1, 0},
-                           {"the mask's hash (its bounds)", FM_AGREE_FIELD_HASH, ok && size > 1 ? (long long)FMMaskHash_Private(m) : 0, 0},
-                           {"the backend (FMBackend)", FM_AGREE_FIELD_INT, (long long)plan->ctx->backend, 0},
-                           {"check_finite (FMPlanSetCheckFinite, -fm_check_finite)", FM_AGREE_FIELD_INT, plan->check_finite, 0},
-                           {"deterministic (FMPlanSetDeterministic, -fm_deterministic)", FM_AGREE_FIELD_INT, plan->deterministic, 0}};
+                            {"heads_q", FM_AGREE_FIELD_INT, plan->heads_q, 0},
+                            {"heads_kv", FM_AGREE_FIELD_INT, plan->heads_kv, 0},
+                            {"head_dim", FM_AGREE_FIELD_INT, plan->head_dim, 0},
+                            {"dtype (FMDType)", FM_AGREE_FIELD_INT, (long long)plan->dtype, 0},
+                            {"scale", FM_AGREE_FIELD_REAL, 0, scale},
+                            {"seqlen_q (of the mask)", FM_AGREE_FIELD_INT, ok ? m->seqlen_q : -1, 0},
+                            {"seqlen_k (of the mask)", FM_AGREE_FIELD_INT, ok ? m->seqlen_k : -1, 0},
+                            {"mask_heads (of the mask)", FM_AGREE_FIELD_INT, ok ? m->mask_heads : -1, 0},
+                            {"mask_batch (of the mask)", FM_AGREE_FIELD_INT, ok ? m->mask_batch : -1, 0},
+                            {"the mask's hash (its bounds)", FM_AGREE_FIELD_HASH, ok && size > 1 ? (long long)FMMaskHash_Private(m) : 0, 0},
+                            {"the backend (FMBackend)", FM_AGREE_FIELD_INT, (long long)plan->ctx->backend, 0},
+                            {"check_finite (FMPlanSetCheckFinite, -fm_check_finite)", FM_AGREE_FIELD_INT, plan->check_finite, 0},
+                            {"deterministic (FMPlanSetDeterministic, -fm_deterministic)", FM_AGREE_FIELD_INT, plan->deterministic, 0}};
   *n = (int)(sizeof(x) / sizeof(x[0]));
   memcpy(f, x, sizeof(x));
 }
@@ -362,10 +362,11 @@ static FMErrorCode setup_plan(void *obj)
 }
 
 /* The plan is set up and its mask has not changed since. */
-static FMErrorCode check_current(FMPlan plan, MPI_Comm comm, const char *fn)
+/* FMPlanCheckCurrent_Private - see planimpl.h. */
+FMErrorCode FMPlanCheckCurrent_Private(FMPlan plan, const char *fn)
 {
-  FMCheck(plan->hdr.setupcalled, comm, FM_ERR_ORDER, "Must call FMPlanSetUp() before %s()", fn);
-  FMCheck(plan->mask->hdr.setupcalled && plan->mask_state == plan->mask->state, comm, FM_ERR_ORDER,
+  FMCheck(plan->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMPlanSetUp() before %s()", fn);
+  FMCheck(plan->mask->hdr.setupcalled && plan->mask_state == plan->mask->state, MPI_COMM_SELF, FM_ERR_ORDER,
           "The mask changed after FMPlanSetUp(); call FMMaskSetUp() and FMPlanSetUp() again before %s()", fn);
   return FM_SUCCESS;
 }
@@ -391,7 +392,7 @@ static FMErrorCode check_run(FMPlan plan, const char *fn, int n, const void *con
                              const int *iskey)
 {
   int nkeys;
-  FMCall(check_current(plan, MPI_COMM_SELF, fn));
+  FMCall(FMPlanCheckCurrent_Private(plan, fn));
   FMCall((*plan->ops->getlocalkeys)(plan, &nkeys, NULL));
   for (int i = 0; i < n; i++)
     FMCheck(ptr[i] || iskey[i] < 0 || (iskey[i] ? nkeys == 0 : plan->nlocal == 0), MPI_COMM_SELF, FM_ERR_ARG_NULL,
@@ -522,7 +523,7 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   /* the local checks as Forward's (a rank whose mask changed since FMPlanSetUp would fail alone
      further on), agreed; ranks in another call: an error, not a hang */
-  FMCall(FMPlanAgree_Private(plan, FM_CALL_PLAN_VIEW, check_current(plan, MPI_COMM_SELF, "FMPlanView"), 0, NULL));
+  FMCall(FMPlanAgree_Private(plan, FM_CALL_PLAN_VIEW, FMPlanCheckCurrent_Private(plan, "FMPlanView"), 0, NULL));
   if (!fp) fp = stdout;
   FMCall(FMPlanGetFlops(plan, &flops));
   FMCall(FMPrintf(plan->hdr.comm, fp, "FMPlan: type %s, batch %d, heads %d (kv %d), head_dim %d, %s, scale %g, backend %s\n",

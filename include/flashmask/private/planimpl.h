@@ -73,6 +73,9 @@ struct _p_FMPlan {
 /* The agreement at the entry of every collective call of a plan: FMAgreeCall_Private (fmimpl.h)
    on the plan's communicator. */
 #define FMPlanAgree_Private(plan, call, local_ierr, n, f) FMAgreeCall_Private((plan)->hdr.comm, (call), (local_ierr), (n), (f))
+/* FMPlanCheckCurrent_Private - FM_ERR_ORDER (on this rank only: the caller agrees on it) unless
+   plan is set up and its mask unchanged since; fn names the caller in the message (plan.c). */
+FMErrorCode FMPlanCheckCurrent_Private(FMPlan plan, const char *fn);
 
 /* The type constructors: set plan->ops and allocate plan->data with the type's defaults. */
 FMErrorCode FMPlanCreate_Local(FMPlan plan);   /* src/plan/local.c */

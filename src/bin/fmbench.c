@@ -325,14 +325,13 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
 
 /* The command line (fmbench's own options; the library reads the -fm_* ones). */
 typedef struct {
+  FMBenchShape sh;          /* the options fmbench -cp shares: lengths, heads, head_dim, dtype, runs, seed */
   char masks[1024], out[512], csv[512], pass[64];
-  int D, H, Hkv, warm, reps, seqs[16], nseq, dry;
+  int dry;
   double warm_s;            /* -warmup_s: seconds of back-to-back runs before the timed ones */
   int mask_batch;           /* -mask_batch: 0 = one mask shared by the batch */
   int passes;               /* bits 1 << PASS_*: -pass, -bwd, -fwdbwd (none given: the forward) */
   long tokens;
-  unsigned long seed;
-  FMDType dt;
   int nnames;               /* the builders: FMMaskTypeList less "bounds" */
   const char *const *names;
   int use[32];              /* [nnames] masks to time */
@@ -392,11 +391,12 @@ FMErrorCode FMBenchReadShape_Private(FMBenchShape *s)
  */
 static FMErrorCode parse_args(Args *a)
 {
-  FMBenchShape sh = {{8192, 32768}, 2, 32, -1, 128, 3, 10, FM_DTYPE_BF16, 42};
   char warm_s[64] = "0";
   int n = 0, tokens = 131072, mask_batch = 0;
   FMBool set, mb_set;
+  const FMBenchShape defaults = {{8192, 32768}, 2, 32, -1, 128, 3, 10, FM_DTYPE_BF16, 42};
   memset(a, 0, sizeof(*a));
+  a->sh = defaults;
   snprintf(a->masks, sizeof a->masks, "all");
   FMCall(FMMaskTypeList(&n, &a->names));
   for (int i = 0; i < n && a->nnames < (int)(sizeof(a->use) / sizeof(a->use[0])); i++)
@@ -408,9 +408,7 @@ static FMErrorCode parse_args(Args *a)
   FMCall(FMOptionsHasName("-fwdbwd", &set));
   if (set) a->passes |= 1 << PASS_FWDBWD;
   FMCall(FMOptionsGetString("-masks", "masks to time", a->masks, sizeof a->masks, NULL));
-  FMCall(FMBenchReadShape_Private(&sh));
-  memcpy(a->seqs, sh.seqs, sizeof(a->seqs));
-  a->nseq = sh.nseq; a->H = sh.H; a->Hkv = sh.Hkv; a->D = sh.D; a->warm = sh.warm; a->reps = sh.reps; a->dt = sh.dt; a->seed = sh.seed;
+  FMCall(FMBenchReadShape_Private(&a->sh));
   FMCall(FMOptionsGetInt("-tokens", "tokens per batch", &tokens, NULL));
   FMCall(FMOptionsGetString("-warmup_s", "seconds of back-to-back runs before the timed ones", warm_s, sizeof warm_s, &set));
   if (set) {
@@ -458,23 +456,23 @@ static FMErrorCode parse_args(Args *a)
 /* The device tensors of batch B at length S: Q, K, V (and dO) random, the rest outputs. */
 static void alloc_bufs(const Args *a, int S, int B, Bufs *b)
 {
-  const size_t nq = (size_t)B * S * a->H * a->D, nk = (size_t)B * S * a->Hkv * a->D;
+  const size_t nq = (size_t)B * S * a->sh.H * a->sh.D, nk = (size_t)B * S * a->sh.Hkv * a->sh.D;
   const int bwd = (a->passes & ~(1 << PASS_FWD)) != 0;
   memset(b, 0, sizeof(*b));
   FC(FMCudaMalloc(nq * 2, &b->q));
   FC(FMCudaMalloc(nk * 2, &b->k));
   FC(FMCudaMalloc(nk * 2, &b->v));
   FC(FMCudaMalloc(nq * 2, &b->o));
-  FC(FMCudaMalloc((size_t)B * a->H * S * sizeof(float), (void **)&b->lse));
-  FC(FMCudaFillRandom_Private(b->q, nq, a->dt, a->seed * 3 + 1, 1.5f, NULL));
-  FC(FMCudaFillRandom_Private(b->k, nk, a->dt, a->seed * 3 + 2, 1.5f, NULL));
-  FC(FMCudaFillRandom_Private(b->v, nk, a->dt, a->seed * 3 + 3, 1.0f, NULL));
+  FC(FMCudaMalloc((size_t)B * a->sh.H * S * sizeof(float), (void **)&b->lse));
+  FC(FMCudaFillRandom_Private(b->q, nq, a->sh.dt, a->sh.seed * 3 + 1, 1.5f, NULL));
+  FC(FMCudaFillRandom_Private(b->k, nk, a->sh.dt, a->sh.seed * 3 + 2, 1.5f, NULL));
+  FC(FMCudaFillRandom_Private(b->v, nk, a->sh.dt, a->sh.seed * 3 + 3, 1.0f, NULL));
   if (bwd) {
     FC(FMCudaMalloc(nq * 2, &b->dout));
     FC(FMCudaMalloc(nq * 2, &b->dq));
     FC(FMCudaMalloc(nk * 2, &b->dk));
     FC(FMCudaMalloc(nk * 2, &b->dv));
-    FC(FMCudaFillRandom_Private(b->dout, nq, a->dt, a->seed * 3 + 4, 1.0f, NULL));
+    FC(FMCudaFillRandom_Private(b->dout, nq, a->sh.dt, a->sh.seed * 3 + 4, 1.0f, NULL));
   }
   FC(FMCudaEventCreate(&b->e0));
   FC(FMCudaEventCreate(&b->e1));
@@ -498,7 +496,7 @@ static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
   if (!a->dry) alloc_bufs(a, S, B, &b);
   for (int t = 0; t < a->nnames; t++) {
     const char *name = a->names[t];
-    const int mh = !strcmp(name, FMMASKRANDOMEVICTION) ? a->Hkv : 1; /* random eviction differs per head */
+    const int mh = !strcmp(name, FMMASKRANDOMEVICTION) ? a->sh.Hkv : 1; /* random eviction differs per head */
     FMMask m;
     double dens = 0, rho = 0;
     char mname[128];
@@ -508,7 +506,7 @@ static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
     FC(FMMaskSetSizes(m, S, S, mh));
     if (a->mask_batch > 0) FC(FMMaskSetBatch(m, a->mask_batch));
     FC(FMMaskSetType(m, name));
-    FC(FMMaskSetSeed(m, a->seed));
+    FC(FMMaskSetSeed(m, a->sh.seed));
     FC(FMMaskSetUp(m));
     FC(FMMaskGetDensity(m, &dens, &rho));
 #if FM_HAVE_HDF5
@@ -517,7 +515,7 @@ static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
     if (a->dry)
       printf("%-22s %6d %3d %-6s %9s %9s %7.4f %8.4f dry run (mask saved)\n", name, S, B, "-", "-", "-", rho, dens);
     else
-      time_mask(ctx, name, m, rho, dens, S, B, a->H, a->Hkv, a->D, a->dt, a->passes, &b, a->warm, a->warm_s, a->reps, a->seed, fcsv);
+      time_mask(ctx, name, m, rho, dens, S, B, a->sh.H, a->sh.Hkv, a->sh.D, a->sh.dt, a->passes, &b, a->sh.warm, a->warm_s, a->sh.reps, a->sh.seed, fcsv);
     FC(FMMaskDestroy(&m));
   }
   if (!a->dry) free_bufs(&b);
@@ -613,17 +611,17 @@ int main(int argc, char **argv)
     if (fcsv) fprintf(fcsv, "mask,seqlen,batch,heads,head_dim,ms,tflops,block_sparsity,density,path,mask_batch,pass,setup_ms,setup_bounds_ms\n");
   }
   printf("fmbench: %s (sm %d), path %s; %s, d = %d, H = %d (kv %d), %ld tokens per batch\n", devname, sm,
-         FMCudaForwardPathName(sm), FMDTypeName(a.dt), a.D, a.H, a.Hkv, a.tokens);
+         FMCudaForwardPathName(sm), FMDTypeName(a.sh.dt), a.sh.D, a.sh.H, a.sh.Hkv, a.tokens);
   printf("fmbench: passes");
   for (int t = 0; t < NPASS; t++)
     if (a.passes & 1 << t) printf(" %s", pass_name[t]);
   printf(" (TFLOP/s: FlashMask convention, backward = 2.5 x forward, fwdbwd = 3.5 x forward); %d warm-up run%s%s, median of %d\n",
-         a.warm, a.warm == 1 ? "" : "s", a.warm_s > 0 ? " and the steady state (-warmup_s)" : "", a.reps);
+         a.sh.warm, a.sh.warm == 1 ? "" : "s", a.warm_s > 0 ? " and the steady state (-warmup_s)" : "", a.sh.reps);
   if (a.mask_batch > 0)
     printf("fmbench: -mask_batch %d: batch %d, every sample with its own bounds (sample b drawn from seed + b)\n", a.mask_batch,
            a.mask_batch);
   printf("%-22s %6s %3s %-6s %9s %9s %7s %8s %s\n", "mask", "seqlen", "B", "pass", "ms", "TFLOP/s", "rho", "density", "path");
-  for (int si = 0; si < a.nseq; si++) bench_seqlen(ctx, &a, a.seqs[si], fcsv);
+  for (int si = 0; si < a.sh.nseq; si++) bench_seqlen(ctx, &a, a.sh.seqs[si], fcsv);
   if (fcsv) fclose(fcsv);
   FC(FMContextDestroy(&ctx));
   FMFinalize();

@@ -74,7 +74,7 @@ static FMErrorCode cp_list(const char *what, const char *list, const char *const
  */
 static FMErrorCode cp_parse(CPArgs *a)
 {
-  FMBenchShape sh = {{65536, 131072}, 2, 32, -1, 128, 2, 5, FM_DTYPE_BF16, 42};
+  const FMBenchShape defaults = {{65536, 131072}, 2, 32, -1, 128, 2, 5, FM_DTYPE_BF16, 42};
   char masks[1024] = "causal,causal_document,document,share_question", pass[64] = "", backend[16] = "";
   char confs[64] = "plan,allgather,ring";
   const char *cnames[CP_NCONF] = {cp_conf[0].name, cp_conf[1].name, cp_conf[2].name};
@@ -82,6 +82,7 @@ static FMErrorCode cp_parse(CPArgs *a)
   FMBool set;
   char *tok, *save = NULL;
   memset(a, 0, sizeof(*a));
+  a->sh = defaults;
   FMCall(FMMaskTypeList(&cp_nmasks, &cp_masks));
   if (cp_nmasks > 0 && !strcmp(cp_masks[cp_nmasks - 1], FMMASKBOUNDS)) cp_nmasks--;
   FMCheck(cp_nmasks <= (int)(sizeof(a->use) / sizeof(a->use[0])), MPI_COMM_SELF, FM_ERR_LIB, "%d mask builders; fmbench -cp knows room for %d",
@@ -93,9 +94,7 @@ static FMErrorCode cp_parse(CPArgs *a)
   if (set) a->passes |= 1 << CP_BWD;
   FMCall(FMOptionsHasName("-fwdbwd", &set));
   if (set) a->passes |= 1 << CP_FWDBWD;
-  FMCall(FMBenchReadShape_Private(&sh));
-  memcpy(a->seqlen, sh.seqs, sizeof(a->seqlen));
-  a->nseq = sh.nseq; a->H = sh.H; a->Hkv = sh.Hkv; a->D = sh.D; a->warm = sh.warm; a->reps = sh.reps; a->dt = sh.dt; a->seed = sh.seed;
+  FMCall(FMBenchReadShape_Private(&a->sh));
   FMCall(FMOptionsGetString("-masks", "masks to time", masks, sizeof(masks), NULL));
   FMCall(FMOptionsGetString("-csv", "CSV file of the results", a->csv, sizeof(a->csv), NULL));
   FMCall(FMOptionsGetString("-trace_dir", "directory of the traces (none: no traces)", a->trace_dir, sizeof(a->trace_dir), NULL));
@@ -220,8 +219,8 @@ static FMErrorCode cp_banner(const CPArgs *a, const char *gpu)
   if (rank == 0) {
     printf("fmbench -cp: %d rank(s) on %s; devices by rank:", size, a->cpu ? "the CPU backend" : gpu);
     for (int r = 0; r < size; r++) printf(" %d", devs[r]);
-    printf("; %s, batch 1, H = %d (kv %d), d = %d; %d warm-up + %d timed runs, median of the max over ranks\n", FMDTypeName(a->dt), a->H,
-           a->Hkv, a->D, a->warm, a->reps);
+    printf("; %s, batch 1, H = %d (kv %d), d = %d; %d warm-up + %d timed runs, median of the max over ranks\n", FMDTypeName(a->sh.dt), a->sh.H,
+           a->sh.Hkv, a->sh.D, a->sh.warm, a->sh.reps);
     printf("passes:");
     for (int p = 0; p < CP_NPASS; p++)
       if (a->passes & 1 << p) printf(" %s", cp_pass_name[p]);
@@ -245,7 +244,7 @@ static FMErrorCode cp_banner(const CPArgs *a, const char *gpu)
  */
 static FMErrorCode cp_group(FMContext ctx, FMContext self, const CPArgs *a, int t, int S, CPGroup *g, FILE *fcsv, const char *route)
 {
-  const int mh = !strcmp(cp_masks[t], FMMASKRANDOMEVICTION) ? a->Hkv : 1; /* random eviction differs per head */
+  const int mh = !strcmp(cp_masks[t], FMMASKRANDOMEVICTION) ? a->sh.Hkv : 1; /* random eviction differs per head */
   int rank, size;
   FMMask mask = NULL;
   FMErrorCode ierr = FM_SUCCESS;
@@ -253,7 +252,7 @@ static FMErrorCode cp_group(FMContext ctx, FMContext self, const CPArgs *a, int 
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   g->mask = cp_masks[t];
   g->S = S;
-  FMCall(FMBenchCPMakeMask_Private(ctx, cp_masks[t], S, mh, a->seed, &mask));
+  FMCall(FMBenchCPMakeMask_Private(ctx, cp_masks[t], S, mh, a->sh.seed, &mask));
   for (int c = 0; c < CP_NCONF; c++) {
     if (!a->conf_use[c]) continue;
     FMCallGoto(FMBenchCPRunConfig_Private(ctx, mask, a, cp_masks[t], S, c, g->row[c]));
@@ -330,13 +329,13 @@ static FMErrorCode cp_main(int *rc)
     if (!fcsv) fprintf(stderr, "fmbench -cp: cannot write %s; no CSV\n", a.csv);
     FMBenchCPCSVHeader_Private(fcsv);
   }
-  FMCallGoto(FMCalloc((size_t)a.nseq * cp_nmasks + 1, &groups));
-  for (int si = 0; si < a.nseq; si++)
+  FMCallGoto(FMCalloc((size_t)a.sh.nseq * cp_nmasks + 1, &groups));
+  for (int si = 0; si < a.sh.nseq; si++)
     for (int t = 0; t < cp_nmasks; t++) {
-      const int S = a.seqlen[si], mh = !strcmp(cp_masks[t], FMMASKRANDOMEVICTION) ? a.Hkv : 1;
+      const int S = a.sh.seqs[si], mh = !strcmp(cp_masks[t], FMMASKRANDOMEVICTION) ? a.sh.Hkv : 1;
       if (!a.use[t]) continue;
       if (a.steps > 0) /* -steps: the update path's cost instead of the configurations */
-        FMCallGoto(FMBenchCPSteps_Private(ctx, cp_masks[t], S, mh, a.H, a.Hkv, a.D, a.dt, a.seed, a.steps, a.dev));
+        FMCallGoto(FMBenchCPSteps_Private(ctx, cp_masks[t], S, mh, a.sh.H, a.sh.Hkv, a.sh.D, a.sh.dt, a.sh.seed, a.steps, a.dev));
       else FMCallGoto(cp_group(ctx, self, &a, t, S, &groups[ngroups++], fcsv, route));
     }
   if (rank == 0 && a.steps <= 0) FMBenchCPSummary_Private(groups, ngroups, a.passes);

@@ -8,6 +8,17 @@
 #define FMBENCH_CP_H
 #include <flashmask/private/fmdist.h>
 
+/* The options fmbench and fmbench -cp share: -seqlen, -heads, -heads_kv, -head_dim, -dtype,
+   -warmup, -reps, -seed. FMBenchReadShape_Private (fmbench.c) reads and checks them; s holds
+   the defaults on entry (Hkv <= 0: the -heads value). */
+typedef struct {
+  int seqs[16], nseq;
+  int H, Hkv, D, warm, reps;
+  FMDType dt;
+  unsigned long seed;
+} FMBenchShape;
+FMErrorCode FMBenchReadShape_Private(FMBenchShape *s);
+
 /* The passes (-pass), as bits of CPArgs.passes and indices of cp_pass_name: the names and the
    FLOP convention of fmbench's single-GPU passes (forward 1, backward 2.5, both 3.5 forwards). */
 enum { CP_FWD = 0, CP_BWD = 1, CP_FWDBWD = 2, CP_NPASS = 3 };
@@ -23,14 +34,13 @@ typedef struct {
 extern const CPConfig cp_conf[CP_NCONF];
 
 typedef struct {
-  int use[32], seqlen[16], nseq; /* use: [cp_nmasks] */
-  int H, Hkv, D, warm, reps, single;
+  FMBenchShape sh;     /* the options fmbench shares: lengths, heads, head_dim, dtype, runs, seed */
+  int use[32];         /* [cp_nmasks] */
+  int single;
   int steps;           /* -steps N: time re-planning with a fresh mask every step instead (fmbench_steps.c) */
   int passes;          /* bits 1 << CP_*: -pass, -bwd, -fwdbwd (none given: the forward) */
   int conf_use[CP_NCONF]; /* -configs: the configurations timed */
   int cpu;             /* -fm_backend cpu: host buffers on the CPU backend (checks without a GPU) */
-  FMDType dt;
-  unsigned long seed;
   char csv[512], trace_dir[512], label[64];
   int dev; /* this rank's device (of the world context), used by every plan; -1 on the CPU */
 } CPArgs;
@@ -53,16 +63,6 @@ typedef struct {
   CPRow row[CP_NCONF + 1][CP_NPASS];
 } CPGroup;
 
-/* The options fmbench and fmbench -cp share: -seqlen, -heads, -heads_kv, -head_dim, -dtype,
-   -warmup, -reps, -seed. FMBenchReadShape_Private (fmbench.c) reads and checks them; s holds
-   the defaults on entry (Hkv <= 0: the -heads value). */
-typedef struct {
-  int seqs[16], nseq;
-  int H, Hkv, D, warm, reps;
-  FMDType dt;
-  unsigned long seed;
-} FMBenchShape;
-FMErrorCode FMBenchReadShape_Private(FMBenchShape *s);
 
 /* FMBenchCP - fmbench -cp (fmbench_cp.c): the whole program's run when -cp is given. */
 int FMBenchCP(void);

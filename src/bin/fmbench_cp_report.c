@@ -94,7 +94,7 @@ void FMBenchCPCSVGroup_Private(FILE *fp, const CPGroup *g, const CPArgs *a, int 
       const CPRow *r = &g->row[c][p];
       if (!r->done) continue;
       fprintf(fp, "%s,%d,%s,%s,%d,1,%d,%d,%d,%s,%.4f,%.2f,", g->mask, g->S, c < CP_NCONF ? cp_conf[c].name : "1gpu", cp_pass_name[p],
-              c < CP_NCONF ? P : 1, a->H, a->Hkv, a->D, FMDTypeName(a->dt), r->ms, r->tflops);
+              c < CP_NCONF ? P : 1, a->sh.H, a->sh.Hkv, a->sh.D, FMDTypeName(a->sh.dt), r->ms, r->tflops);
       if (r->traced)
         fprintf(fp, "%.4f,%.4f,%.4f,%.4f,%.4f,", r->overlap, r->exposed_max * 1e3, r->exposed_mean * 1e3, r->imbalance, r->overlap_fwd);
       else fprintf(fp, ",,,,,");

@@ -93,7 +93,7 @@ static int cp_alloc_one(int host, void **p, size_t n)
  */
 static FMErrorCode cp_buf_alloc(const CPArgs *a, int nl, int nk, int grad, unsigned long long seed, CPBuf *b)
 {
-  const size_t es = FMDTypeSize(a->dt), nq = (size_t)nl * a->H * a->D, nkv = (size_t)nk * a->Hkv * a->D;
+  const size_t es = FMDTypeSize(a->sh.dt), nq = (size_t)nl * a->sh.H * a->sh.D, nkv = (size_t)nk * a->sh.Hkv * a->sh.D;
   const size_t n[8] = {nq, nkv, nkv, nq, nq, nq, nkv, nkv};
   const float amp[8] = {1.5f, 1.5f, 1.0f, 0, 1.0f, 0, 0, 0};
   int ok = 1;
@@ -101,17 +101,17 @@ static FMErrorCode cp_buf_alloc(const CPArgs *a, int nl, int nk, int grad, unsig
   memset(b, 0, sizeof(*b));
   b->host = a->cpu;
   for (int i = 0; ok && i < (grad ? 8 : 4); i++) ok = cp_alloc_one(b->host, &b->t[i], n[i] * es);
-  if (ok) ok = cp_alloc_one(b->host, (void **)&b->lse, (size_t)nl * a->H * sizeof(float));
+  if (ok) ok = cp_alloc_one(b->host, (void **)&b->lse, (size_t)nl * a->sh.H * sizeof(float));
   if (!ok) {
     cp_buf_free(b);
     if (!a->cpu) (void)cudaGetLastError();
     FMRaise(MPI_COMM_SELF, a->cpu ? FM_ERR_MEM : FM_ERR_CUDA, "Allocating the local tensors (%d rows, %d keys, %.1f MB%s) failed", nl, nk,
-            ((grad ? 4.0 : 2.0) * (nq + nkv) * es + (double)nl * a->H * 4) / 1e6, a->cpu ? ", host" : ", device");
+            ((grad ? 4.0 : 2.0) * (nq + nkv) * es + (double)nl * a->sh.H * 4) / 1e6, a->cpu ? ", host" : ", device");
   }
   for (int i = 0; !ierr && i < (grad ? 8 : 4); i++) {
     if (amp[i] == 0 || !n[i]) continue;
-    if (b->host) cp_fill_host(b->t[i], n[i], a->dt, seed * 8 + i, amp[i]);
-    else ierr = FMCudaFillRandom_Private(b->t[i], n[i], a->dt, seed * 8 + i, amp[i], NULL);
+    if (b->host) cp_fill_host(b->t[i], n[i], a->sh.dt, seed * 8 + i, amp[i]);
+    else ierr = FMCudaFillRandom_Private(b->t[i], n[i], a->sh.dt, seed * 8 + i, amp[i], NULL);
   }
   if (!ierr && !b->host && cudaDeviceSynchronize() != cudaSuccess) {
     (void)cudaGetLastError();
@@ -208,7 +208,7 @@ static FMErrorCode cp_plan_settings(FMPlan plan, const CPArgs *a, int c)
   FMCall(FMPlanSetTrace(plan, NULL, FM_FALSE));
   FMCall(FMPlanSetOptionsPrefix(plan, c >= 0 ? cp_conf[c].prefix : "one_"));
   FMCall(FMPlanSetFromOptions(plan));
-  FMCall(FMPlanSetShape(plan, 1, a->H, a->Hkv, a->D, a->dt));
+  FMCall(FMPlanSetShape(plan, 1, a->sh.H, a->sh.Hkv, a->sh.D, a->sh.dt));
   return FM_SUCCESS;
 }
 
@@ -310,7 +310,7 @@ static FMErrorCode cp_bench_plan(FMContext ctx, FMMask mask, const CPArgs *a, in
     if (!(a->passes & 1 << p)) continue;
     memset(&by, 0, sizeof(by));
     if (p == CP_BWD) FMCallGoto(cp_run_pass(plan, CP_FWD, &b, NULL)); /* the O and LSE the backward alone runs on */
-    FMCallGoto(cp_time(plan, comm, &b, p, a->warm, a->reps, &ms, size > 1 ? &by : NULL));
+    FMCallGoto(cp_time(plan, comm, &b, p, a->sh.warm, a->sh.reps, &ms, size > 1 ? &by : NULL));
     row[p].done = 1;
     row[p].ms = ms;
     row[p].tflops = cp_pass_flops(flops, p) / (ms * 1e-3) / 1e12;
@@ -346,7 +346,7 @@ FMErrorCode FMBenchCPRunConfig_Private(FMContext ctx, FMMask mask, const CPArgs 
     if (rank == 0) remove(path);
     MPI_Barrier(MPI_COMM_WORLD);
   }
-  FMCall(cp_bench_plan(ctx, mask, a, c, size > 1 && a->trace_dir[0] ? path : NULL, a->seed, row));
+  FMCall(cp_bench_plan(ctx, mask, a, c, size > 1 && a->trace_dir[0] ? path : NULL, a->sh.seed, row));
   return FM_SUCCESS;
 }
 
@@ -361,8 +361,8 @@ FMErrorCode FMBenchCPRunSingle_Private(FMContext self, const CPArgs *a, const ch
   FMMask mask = NULL;
   FMErrorCode ierr;
   memset(row, 0, sizeof(CPRow) * CP_NPASS);
-  ierr = FMBenchCPMakeMask_Private(self, mname, S, mh, a->seed, &mask);
-  if (!ierr) ierr = cp_bench_plan(self, mask, a, -1, NULL, a->seed + 1, row);
+  ierr = FMBenchCPMakeMask_Private(self, mname, S, mh, a->sh.seed, &mask);
+  if (!ierr) ierr = cp_bench_plan(self, mask, a, -1, NULL, a->sh.seed + 1, row);
   if (mask) {
     FMErrorCode e2 = FMMaskDestroy(&mask);
     if (!ierr) ierr = e2;

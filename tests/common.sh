@@ -21,10 +21,14 @@ if [ -z "${OMPI_MCA_orte_tmpdir_base:-}" ]; then
   trap 'rmdir "$fm_ompi_tmp" 2>/dev/null || :' EXIT
 fi
 
+# Unbound ranks (Open MPI binds one or two ranks to a core each): every rank sees the machine's
+# hardware threads, so OMP_NUM_THREADS=2 above runs 2 threads on one rank, as the library caps
+# OMP_NUM_THREADS at the threads of a rank's binding (FM_TEST_BIND="" keeps mpiexec's binding).
+fm_bind=${FM_TEST_BIND---bind-to none}
 # fm_run NP PROG ARGS...: run PROG on NP ranks (a timeout guards against hangs).
 fm_run() {
   np=$1; shift
-  timeout ${FM_TEST_TIMEOUT:-600} $MPIEXEC -n "$np" --oversubscribe "$@"
+  timeout ${FM_TEST_TIMEOUT:-600} $MPIEXEC -n "$np" --oversubscribe $fm_bind "$@"
   fm_rc=$?
   if [ -n "${fm_ompi_tmp:-}" ]; then rmdir "$fm_ompi_tmp" 2>/dev/null || :; fi
   return $fm_rc

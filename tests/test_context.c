@@ -129,6 +129,21 @@ int main(int argc, char **argv)
     MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD);
     MPI_Allgather(&ctx->cpuset_hash, 1, MPI_UINT64_T, hs, 1, MPI_UINT64_T, MPI_COMM_WORLD);
     FMT_CHECK(ctx->threads >= 1, "rank %d: %d CPU threads", rank, ctx->threads);
+    if (getenv("OMP_NUM_THREADS") && ctx->nthreads == 0 && atoi(getenv("OMP_NUM_THREADS")) > 0) {
+      /* OMP_NUM_THREADS up to the binding's hardware threads shared by the ranks bound to them
+         (8 asked of a rank bound to one core run 1), and threads_env (the view's line) says so */
+      const int want = atoi(getenv("OMP_NUM_THREADS"));
+      int same = 0, share;
+      for (int r = 0; r < size; r++) same += hs[r] == ctx->cpuset_hash;
+      share = ctx->self.npus / same > 1 ? ctx->self.npus / same : 1;
+      FMT_CHECK(ctx->threads == (want < share ? want : share),
+                "rank %d: OMP_NUM_THREADS=%d, %d ranks bound to %d hardware threads: %d threads in use, expected %d", rank, want, same,
+                ctx->self.npus, ctx->threads, want < share ? want : share);
+      FMT_CHECK(ctx->threads_env == (want > share ? want : 0), "rank %d: threads_env %d, OMP_NUM_THREADS %d, share %d", rank,
+                ctx->threads_env, want, share);
+      if (rank == 0) printf("OMP_NUM_THREADS=%d: %d CPU threads per rank (%d ranks share %d hardware threads)\n", want, ctx->threads, same,
+                            ctx->self.npus);
+    }
     if (!getenv("OMP_NUM_THREADS")) {
       int sum = 0, same = 0;
       for (int r = 0; r < size; r++)
@@ -154,6 +169,7 @@ int main(int argc, char **argv)
     if (rank == 0) {
       char key[64];
       FMT_CHECK(strstr(buf, "FMContext:") != NULL, "view header missing:\n%s", buf);
+      FMT_CHECK(!ctx->threads_env == !strstr(buf, "OMP_NUM_THREADS asks for"), "view and threads_env %d disagree:\n%s", ctx->threads_env, buf);
       for (int r = 0; r < size; r++) {
         snprintf(key, sizeof(key), "\n  %4d ", r);
         FMT_CHECK(strstr(buf, key) != NULL, "view does not list rank %d:\n%s", r, buf);

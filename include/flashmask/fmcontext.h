@@ -35,13 +35,15 @@ FMErrorCode FMContextSetBackend(FMContext ctx, FMBackend backend);
 /*
  * FMContextSetNumThreads - CPU backend threads per rank. Not collective. Option: -fm_num_threads
  *   ctx       the context
- *   nthreads  >= 0. 0 (the default) is resolved at FMContextSetUp: OpenMP's default when the
- *             environment sets OMP_NUM_THREADS, else the cores of the rank's binding (its hwloc
- *             cpuset) divided among the node's ranks bound to the same cores, at least 1. So
- *             unbound ranks share the machine (3 ranks on 2 cores run 1 thread each, not 2 each),
- *             and a rank bound to one core runs one thread (give the launcher a wider binding,
- *             e.g. `mpiexec --bind-to none` or `--bind-to socket`, for more). FMContextView
- *             prints the count in use. A count > 0 set after FMContextSetUp applies at once.
+ *   nthreads  >= 0. 0 (the default) is resolved at FMContextSetUp: the cores of the rank's
+ *             binding (its hwloc cpuset) divided among the node's ranks bound to the same cores,
+ *             at least 1. So unbound ranks share the machine (3 ranks on 2 cores run 1 thread
+ *             each, not 2 each), and a rank bound to one core runs one thread (give the launcher
+ *             a wider binding, e.g. `mpiexec --bind-to none` or `--bind-to socket`, for more).
+ *             When the environment sets OMP_NUM_THREADS, its count, but at most the binding's
+ *             hardware threads divided the same way: more threads could only take turns on them
+ *             (FMContextView then says what was asked and what is used). A count > 0 given here
+ *             is used as given, and one set after FMContextSetUp applies at once.
  */
 FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads);
 

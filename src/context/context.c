@@ -126,7 +126,7 @@ static FMErrorCode setfromoptions(void *obj)
   b = (int)ctx->backend_req;
   FMCall(FMOptionsGetEnum_Private("-fm_backend", "compute backend (FMContextSetBackend)", FMBackendNames, &b, NULL));
   FMCall(FMContextSetBackend(ctx, (FMBackend)b));
-  FMCall(FMOptionsGetInt("-fm_num_threads", "CPU threads per rank, 0 = the default: the cores of the rank's binding shared by the ranks bound to them (FMContextSetNumThreads)", &ctx->nthreads, NULL));
+  FMCall(FMOptionsGetInt("-fm_num_threads", "CPU threads per rank, 0 = the default: the cores of the rank's binding shared by the ranks bound to them, or OMP_NUM_THREADS up to the binding's hardware threads (FMContextSetNumThreads)", &ctx->nthreads, NULL));
   FMCall(FMContextSetNumThreads(ctx, ctx->nthreads));
   {
     double t = ctx->nccl_timeout;
@@ -159,7 +159,8 @@ static FMErrorCode detect_topology(FMContext ctx)
   if (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) != 0 || hwloc_bitmap_iszero(set))
     hwloc_bitmap_copy(set, hwloc_topology_get_topology_cpuset(topo));
   ctx->self.ncores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, HWLOC_OBJ_CORE);
-  if (ctx->self.ncores < 1) ctx->self.ncores = hwloc_bitmap_weight(set) > 0 ? hwloc_bitmap_weight(set) : 1;
+  ctx->self.npus = hwloc_bitmap_weight(set) > 0 ? hwloc_bitmap_weight(set) : 1;
+  if (ctx->self.ncores < 1) ctx->self.ncores = ctx->self.npus;
   {
     char *str = NULL;
     int len = hwloc_bitmap_asprintf(&str, set);
@@ -184,6 +185,8 @@ static FMErrorCode detect_topology(FMContext ctx)
   ctx->self.package = 0;
   ctx->self.numa = 0;
   ctx->self.ncores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (ctx->self.ncores < 1) ctx->self.ncores = 1;
+  ctx->self.npus = ctx->self.ncores;
 #endif
   return FM_SUCCESS;
 }
@@ -256,10 +259,12 @@ static FMErrorCode setup_local(FMContext ctx)
 }
 
 /*
- * The CPU backend's threads per rank: the set count, else OpenMP's default when OMP_NUM_THREADS
- * is set, else the cores of the rank's binding shared evenly by the node's ranks bound to the
- * same cores (unbound ranks all have the whole machine: 3 ranks on 2 cores get 1 thread each,
- * not 2, which oversubscribed the cores 3-fold). Collective on the node's ranks.
+ * The CPU backend's threads per rank: the set count, else the cores of the rank's binding shared
+ * evenly by the node's ranks bound to the same cores (unbound ranks all have the whole machine:
+ * 3 ranks on 2 cores get 1 thread each, not 2, which oversubscribed the cores 3-fold). When
+ * OMP_NUM_THREADS is set, its count, but at most the binding's hardware threads shared the same
+ * way: more can only take turns on them (16 threads of a rank that mpiexec bound to one core made
+ * a new mask's set-up 2-4 times slower than one thread). Collective on the node's ranks.
  */
 static FMErrorCode resolve_threads(FMContext ctx)
 {
@@ -275,9 +280,18 @@ static FMErrorCode resolve_threads(FMContext ctx)
   FMCallMPIGoto(MPI_Allgather(&ctx->cpuset_hash, 1, MPI_UINT64_T, h, 1, MPI_UINT64_T, ctx->nodecomm));
   for (int r = 0; r < ctx->node_size; r++) same += h[r] == ctx->cpuset_hash;
   if (same < 1) same = 1;
+  ctx->binding_ranks = same;
 #ifdef _OPENMP
+  ctx->threads_env = 0;
   if (ctx->nthreads > 0) ctx->threads = ctx->nthreads;
   else if (!getenv("OMP_NUM_THREADS")) ctx->threads = ctx->self.ncores / same > 1 ? ctx->self.ncores / same : 1;
+  else {
+    const int share = ctx->self.npus / same > 1 ? ctx->self.npus / same : 1;
+    if (ctx->threads > share) {
+      ctx->threads_env = ctx->threads;
+      ctx->threads = share;
+    }
+  }
 #endif
 cleanup:
   free(h);
@@ -335,6 +349,12 @@ FMErrorCode FMContextView(FMContext ctx, FILE *fp)
   FMCall(FMPrintf(ctx->comm, fp, "FMContext: %d rank%s on %d node%s, backend %s (requested %s), %d CPU thread%s per rank\n",
                   ctx->size, ctx->size > 1 ? "s" : "", ctx->nnodes, ctx->nnodes > 1 ? "s" : "", FMBackendName(ctx->backend),
                   FMBackendName(ctx->backend_req), nthreads, nthreads > 1 ? "s" : ""));
+  if (ctx->threads_env)
+    FMCall(FMPrintf(ctx->comm, fp,
+                    "  OMP_NUM_THREADS asks for %d threads per rank, but rank 0's binding has %d hardware thread%s for %d rank%s: %d used "
+                    "(-fm_num_threads sets the count)\n",
+                    ctx->threads_env, ctx->self.npus, ctx->self.npus > 1 ? "s" : "", ctx->binding_ranks, ctx->binding_ranks > 1 ? "s" : "",
+                    nthreads));
   FMCall(FMPrintf(ctx->comm, fp, "  build: cuda %d, nccl %d, hwloc %d, hdf5 %d (parallel %d)\n", FM_HAVE_CUDA, FM_HAVE_NCCL,
                   FM_HAVE_HWLOC, FM_HAVE_HDF5, FM_HAVE_HDF5_PARALLEL));
   if (FM_HAVE_NCCL && ctx->nccl_timeout > 0)

@@ -320,6 +320,7 @@ FMErrorCode FMSynchronizedPrintf(MPI_Comm comm, FILE *fp, const char *fmt, ...) 
 /* ---------------- context ---------------- */
 typedef struct {
   int rank, node, node_rank, node_size, package, numa, ncores;
+  int npus;               /* hardware threads (hwloc PUs) of the binding, >= 1 */
   int gpu;                /* CUDA device ordinal, -1 if none */
   char gpu_busid[32];     /* "0000:19:00.0" or "" */
   char gpu_name[64];
@@ -336,6 +337,8 @@ struct _p_FMContext {
   FMBackend backend_req, backend;
   int nthreads;           /* as set (FMContextSetNumThreads, -fm_num_threads); 0: the default */
   int threads;            /* CPU threads per rank in use, resolved at SetUp (see FMContextSetNumThreads) */
+  int threads_env;        /* OMP_NUM_THREADS's count when SetUp capped it at the binding's share, else 0 */
+  int binding_ranks;      /* the node's ranks bound to this rank's hardware threads (itself included) */
   uint64_t cpuset_hash;   /* FMHash_Private of this rank's binding (hwloc cpuset), 0 without hwloc */
   int device;             /* chosen CUDA device, -1 if none */
   int ngpus;              /* visible GPUs on this node */

@@ -279,7 +279,7 @@ static void test_mismatch(FMContext ctx)
     e = FMPlanSetUp(plan);
     FMPopErrorHandler();
     {
-      char want[96] = "differs"; /* variant 0: the cp plan's own agreement on its settings */
+      char want[96] = "Ranks disagree on the plan's hash"; /* variant 0: the cp plan's own agreement on its settings */
       if (variant == 1) snprintf(want, sizeof(want), "FMPlanSetUp(): scale is 0.25 on rank 0 and 0.5 on rank %d", size - 1);
       ok = e == FM_ERR_MISMATCH && fmt_msg_has(want);
     }

@@ -282,7 +282,7 @@ static void check_mismatch(FMContext ctx, const Case *c, uint64_t *seed)
   FMT_CALL(FMPlanSetUp(plan));
   check_counts("before the mismatch", plan, 1, 1);
   FMT_CALL(FMPlanSetChunk(plan, last ? 32 : 16));
-  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_MISMATCH, "differs from rank 0's");
+  FMT_EXPECT_ERR(FMPlanSetUp(plan), FM_ERR_MISMATCH, "Ranks disagree on the plan's hash");
   FMT_CALL(FMPlanSetChunk(plan, 16));
   FMT_CALL(FMPlanSetUp(plan));
   check_counts("after a refused cp setting", plan, 2, 1);

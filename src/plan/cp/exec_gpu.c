@@ -166,7 +166,7 @@ static FMErrorCode recover(FMPlan plan, FMDistGPU *g, int nposted)
 {
   int mine = nposted < g->nsteps, any = 0;
   FMErrorCode ae;
-  if (MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, plan->hdr.comm) != MPI_SUCCESS) any = 1;
+  if (FMAgreeAny(plan->hdr.comm, mine, &any) != FM_SUCCESS) any = 1; /* no answer: abort as if one had failed */
   if (!any) return FM_SUCCESS;
   ae = FMContextAbortNCCL_Private(plan->ctx);
   g->nccl = NULL;

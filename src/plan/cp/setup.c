@@ -253,43 +253,28 @@ static FMErrorCode check_supported(FMPlan plan)
 }
 
 /*
- * The set-up proper. Every rank gathers (plan hash, whether its kept state matches the new
- * shape hash): the first must be equal everywhere, and the update path is taken when the
- * second is 1 on every rank; otherwise everything is rebuilt. Errors agreed.
+ * The set-up proper. The plan hash must be equal everywhere (FMAgreeSame names two ranks that
+ * differ), and the update path is taken when every rank's kept state matches the new shape
+ * hash; otherwise everything is rebuilt. Errors agreed.
  */
 static FMErrorCode setup_cp(FMPlan plan, FMDist *d, int kept, int *update)
 {
   MPI_Comm comm = plan->hdr.comm;
-  int P = plan->ctx->size, flag = 0, *tagub = NULL;
+  int flag = 0, *tagub = NULL;
   FMMaskDesc m;
-  uint64_t sh, mine[2], *all;
-  FMErrorCode ierr;
+  uint64_t sh, ph;
+  int stale = 0;
 
   *update = 0;
   FMAgree(comm, check_supported(plan));
   FMCall(FMMaskGetDesc_Private(plan->mask, &m));
   sh = shape_hash(plan, &m, d);
-  mine[0] = plan_hash(plan, &m, sh);
-  mine[1] = kept && d->shape_hash == sh;
+  ph = plan_hash(plan, &m, sh);
 
-  /* consistency: mask, shape and options must be the same everywhere (hash, gathered) */
-  FMAgree(comm, FMMalloc(2 * (size_t)P, &all)); /* on failure all is NULL here: nothing to free */
-  ierr = (FMErrorCode)MPI_Allgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, comm);
-  if (ierr) { free(all); FMCallMPI((int)ierr); }
-  *update = 1;
-  for (int r = 0; r < P; r++) {
-    if (all[2 * r] != all[0]) {
-      unsigned long long hr = (unsigned long long)all[2 * r], h0 = (unsigned long long)all[0];
-      free(all);
-      *update = 0;
-      FMRaise(MPI_COMM_SELF, FM_ERR_MISMATCH,
-              "Rank %d's plan (mask bounds, sizes, shape, scale or -fm_plan_* options) differs from rank 0's (hash %016llx vs %016llx); "
-              "every rank must set up the same mask and plan",
-              r, hr, h0);
-    }
-    if (!all[2 * r + 1]) *update = 0;
-  }
-  free(all);
+  /* consistency: mask, shape and options must be the same everywhere */
+  FMCall(FMAgreeSame(comm, ph, "the plan's hash (its mask bounds, sizes, shape, scale and -fm_plan_* options; every rank must set up the same mask and plan)"));
+  FMCall(FMAgreeAny(comm, !(kept && d->shape_hash == sh), &stale));
+  *update = !stale;
 
   if (*update) FMCall(dist_clear_bounds(d)); /* keep ch, topo, cbytes, tag_ub and the GPU's kept state */
   else {

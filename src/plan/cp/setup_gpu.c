@@ -511,7 +511,7 @@ static FMErrorCode nccl_update(FMPlan plan, FMDist *d, FMDistGPU *g)
     for (int i = 0; i < g->st[s].nsend && !miss; i++) miss = !(g->linked[g->st[s].send[i].peer] & 1);
     for (int i = 0; i < g->st[s].nrecv && !miss; i++) miss = !(g->linked[g->st[s].recv[i].peer] & 2);
   }
-  FMCallMPI(MPI_Allreduce(&miss, &any, 1, MPI_INT, MPI_MAX, plan->hdr.comm));
+  FMCall(FMAgreeAny(plan->hdr.comm, miss, &any));
   if (!any) return FM_SUCCESS;
   FMCall(FMDistNCCLConnect_Private(plan, d, g)); /* collective, agreed inside */
   FMDistGPUMarkLinked_Private(plan, g, g->linked_gen != g->gen);
@@ -548,7 +548,8 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d, int update)
   FMCall(FMDistDestroyGPU_Private(d));
   FMAgree(plan->hdr.comm, resolve_transport(plan, d));
   FMAgree(plan->hdr.comm, resolve_gpu_aware(plan, d, &direct, &why));
-  FMCallMPI(MPI_Allreduce(&direct, &all, 1, MPI_INT, MPI_MIN, plan->hdr.comm));
+  FMCall(FMAgreeAny(plan->hdr.comm, !direct, &all));
+  all = !all; /* every rank can pass device pointers to MPI */
   if (direct && !all) why = "auto: MPIX_Query_cuda_support() = 0 on some rank";
   if (d->transport == FM_DIST_TRANSPORT_NCCL) {
     void *world = NULL;

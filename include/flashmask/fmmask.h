@@ -46,8 +46,8 @@ FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask);
 /*
  * Limits of one mask, checked by FMMaskSetSizes, FMMaskSetBlockSize and FMMaskLoad (before
  * anything is allocated): seqlen_q, seqlen_k and the block size at most FM_MASK_MAX_SEQLEN
- * (2^30), and mask_heads * seqlen_k at most FM_MASK_MAX_ENTRIES (2^28 columns: each takes
- * 16 bytes of bounds, and as much again for bounds given with FMMaskSetBounds).
+ * (2^30), and mask_batch * mask_heads * seqlen_k at most FM_MASK_MAX_ENTRIES (2^28 columns:
+ * each takes 16 bytes of bounds, and as much again for bounds given with FMMaskSetBounds).
  */
 #define FM_MASK_MAX_SEQLEN (1 << 30)
 #define FM_MASK_MAX_ENTRIES (1 << 28)
@@ -56,7 +56,8 @@ FMErrorCode FMMaskCreate(FMContext ctx, FMMask *mask);
  * FMMaskSetSizes - set the score-matrix size and the number of mask heads. Not collective.
  *   seqlen_q, seqlen_k  > 0 and <= FM_MASK_MAX_SEQLEN
  *   mask_heads          1 (shared by all heads) or the number of KV heads;
- *                       mask_heads * seqlen_k <= FM_MASK_MAX_ENTRIES
+ *                       mask_batch * mask_heads * seqlen_k <= FM_MASK_MAX_ENTRIES
+ *                       (FMMaskSetBatch; mask_batch is 1 by default)
  *   Sizes out of these ranges are FM_ERR_ARG_SIZ (nothing is allocated).
  *   Options: -fm_mask_seqlen_q, -fm_mask_seqlen_k, -fm_mask_heads
  */

@@ -22,8 +22,9 @@ if [ -z "${OMPI_MCA_orte_tmpdir_base:-}" ]; then
 fi
 
 # Unbound ranks (Open MPI binds one or two ranks to a core each): every rank sees the machine's
-# hardware threads, so OMP_NUM_THREADS=2 above runs 2 threads on one rank, as the library caps
-# OMP_NUM_THREADS at the threads of a rank's binding (FM_TEST_BIND="" keeps mpiexec's binding).
+# hardware threads, so on a machine with two or more, OMP_NUM_THREADS=2 above runs 2 threads on
+# one rank, as the library caps OMP_NUM_THREADS at the threads of a rank's binding
+# (FM_TEST_BIND="" keeps mpiexec's binding).
 fm_bind=${FM_TEST_BIND---bind-to none}
 # fm_run NP PROG ARGS...: run PROG on NP ranks (a timeout guards against hangs).
 fm_run() {

@@ -129,6 +129,9 @@ int main(int argc, char **argv)
     MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD);
     MPI_Allgather(&ctx->cpuset_hash, 1, MPI_UINT64_T, hs, 1, MPI_UINT64_T, MPI_COMM_WORLD);
     FMT_CHECK(ctx->threads >= 1, "rank %d: %d CPU threads", rank, ctx->threads);
+#ifndef _OPENMP
+    if (rank == 0) printf("built without OpenMP: 1 CPU thread per rank\n");
+#else
     if (getenv("OMP_NUM_THREADS") && ctx->nthreads == 0 && atoi(getenv("OMP_NUM_THREADS")) > 0) {
       /* OMP_NUM_THREADS up to the binding's hardware threads shared by the ranks bound to them
          (8 asked of a rank bound to one core run 1), and threads_env (the view's line) says so */
@@ -144,6 +147,7 @@ int main(int argc, char **argv)
       if (rank == 0) printf("OMP_NUM_THREADS=%d: %d CPU threads per rank (%d ranks share %d hardware threads)\n", want, ctx->threads, same,
                             ctx->self.npus);
     }
+#endif
     if (!getenv("OMP_NUM_THREADS")) {
       int sum = 0, same = 0;
       for (int r = 0; r < size; r++)
@@ -154,9 +158,16 @@ int main(int argc, char **argv)
     }
     free(all);
     free(hs);
-    FMT_CALL(FMContextSetNumThreads(ctx, 3));
-    FMT_CHECK(ctx->threads == 3, "FMContextSetNumThreads(3) after set-up: %d threads in use", ctx->threads);
-    FMT_CALL(FMContextSetNumThreads(ctx, mine[0]));
+    {
+      const int n0 = ctx->nthreads, env = ctx->threads_env;
+      FMT_CALL(FMContextSetNumThreads(ctx, 3));
+      FMT_CHECK(ctx->threads == 3, "FMContextSetNumThreads(3) after set-up: %d threads in use", ctx->threads);
+      FMT_CHECK(ctx->threads_env == 0, "FMContextSetNumThreads(3) after set-up left the cap of OMP_NUM_THREADS=%d for the view",
+                ctx->threads_env);
+      ctx->nthreads = n0; /* the set-up's resolution back, for the view below */
+      ctx->threads = mine[0];
+      ctx->threads_env = env;
+    }
   }
 
   /* The view lists every rank (rank 0 prints). */

@@ -453,12 +453,14 @@ static void random_eviction_threads(FMContext ctx)
   const int32_t *x, *y;
   /* the builder runs on the context's threads (not OpenMP's default): 1, then 3 (more than
      this machine may have, and odd) */
-  const int nt = ctx->threads;
+  const int nt = ctx->threads, n0 = ctx->nthreads, env = ctx->threads_env;
   FMT_CALL(FMContextSetNumThreads(ctx, 1));
   a = make_mask(ctx, T_RE, 2048, 2048, 64, NULL, 7);
   FMT_CALL(FMContextSetNumThreads(ctx, 3));
   b = make_mask(ctx, T_RE, 2048, 2048, 64, NULL, 7);
-  FMT_CALL(FMContextSetNumThreads(ctx, nt));
+  ctx->nthreads = n0; /* back to the context's own state (n0 = 0: the default, not a set count) */
+  ctx->threads = nt;
+  ctx->threads_env = env;
   FMT_CHECK(same_bounds(a, b), "random_eviction 64 x 2048: the threaded build differs from the one-thread build");
   one = make_mask(ctx, T_RE, 2048, 2048, 1, NULL, 7);
   FMT_CALL(FMMaskGetBounds(b, 0, &x, NULL, NULL, NULL, NULL, NULL));

@@ -2,6 +2,9 @@
  * context.c - FMContext: a duplicated communicator, the node split, the hwloc topology
  * of each rank, the choice of a nearby GPU and of the compute backend.
  */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT: the binding when the build has no hwloc */
+#endif
 #include <flashmask/private/fmimpl.h>
 #include <flashmask/private/fmkernels.h>
 #include <stdlib.h>
@@ -12,6 +15,8 @@
 #endif
 #if FM_HAVE_HWLOC
 #include <hwloc.h>
+#elif defined(__linux__)
+#include <sched.h>
 #endif
 
 FMErrorCode FMContextCreate(MPI_Comm comm, FMContext *ctx)
@@ -59,7 +64,10 @@ FMErrorCode FMContextSetNumThreads(FMContext ctx, int nthreads)
   FMValidHeader(ctx, FM_CLASSID_CONTEXT, 1);
   FMCheck(nthreads >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (nthreads) is %d; expected >= 0 (0 = the default)", nthreads);
   ctx->nthreads = nthreads;
-  if (nthreads > 0) ctx->threads = nthreads; /* after SetUp too; 0 takes effect at the next SetUp */
+  if (nthreads > 0) { /* after SetUp too; 0 takes effect at the next SetUp */
+    ctx->threads = nthreads;
+    ctx->threads_env = 0; /* no OpenMP count capped any more */
+  }
   return FM_SUCCESS;
 }
 
@@ -185,6 +193,12 @@ static FMErrorCode detect_topology(FMContext ctx)
   ctx->self.package = 0;
   ctx->self.numa = 0;
   ctx->self.ncores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+#if defined(__linux__) && defined(CPU_COUNT)
+  { /* the binding's CPUs (hardware threads, counted as cores here) */
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) ctx->self.ncores = CPU_COUNT(&set);
+  }
+#endif
   if (ctx->self.ncores < 1) ctx->self.ncores = 1;
   ctx->self.npus = ctx->self.ncores;
 #endif

@@ -166,7 +166,9 @@ static FMErrorCode recover(FMPlan plan, FMDistGPU *g, int nposted)
 {
   int mine = nposted < g->nsteps, any = 0;
   FMErrorCode ae;
+  FMPushErrorHandler(FM_ERROR_HANDLER_SILENT); /* on an error path already: no second traceback */
   if (FMAgreeAny(plan->hdr.comm, mine, &any) != FM_SUCCESS) any = 1; /* no answer: abort as if one had failed */
+  FMPopErrorHandler();
   if (!any) return FM_SUCCESS;
   ae = FMContextAbortNCCL_Private(plan->ctx);
   g->nccl = NULL;

@@ -535,7 +535,7 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d, int update)
 {
   FMDistGPU *g;
   FMErrorCode ierr;
-  int direct = 0, all = 0;
+  int direct = 0, nodirect = 0;
   const char *why = "staged";
   if (update && d->gpu) { /* update is the same on every rank, and so is d->gpu after the last set-up */
     ierr = update_gpu(plan, d, (FMDistGPU *)d->gpu);
@@ -548,9 +548,8 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d, int update)
   FMCall(FMDistDestroyGPU_Private(d));
   FMAgree(plan->hdr.comm, resolve_transport(plan, d));
   FMAgree(plan->hdr.comm, resolve_gpu_aware(plan, d, &direct, &why));
-  FMCall(FMAgreeAny(plan->hdr.comm, !direct, &all));
-  all = !all; /* every rank can pass device pointers to MPI */
-  if (direct && !all) why = "auto: MPIX_Query_cuda_support() = 0 on some rank";
+  FMCall(FMAgreeAny(plan->hdr.comm, !direct, &nodirect)); /* some rank cannot pass device pointers to MPI */
+  if (direct && nodirect) why = "auto: MPIX_Query_cuda_support() = 0 on some rank";
   if (d->transport == FM_DIST_TRANSPORT_NCCL) {
     void *world = NULL;
     FMCall(FMContextGetNCCL_Private(plan->ctx, &world, NULL, NULL)); /* collective, agreed inside */
@@ -561,7 +560,7 @@ FMErrorCode FMDistSetUpGPU_Private(FMPlan plan, FMDist *d, int update)
     FMAgree(plan->hdr.comm, FMCalloc(1, &g));
   }
   g->transport = d->transport;
-  g->direct = all;
+  g->direct = !nodirect;
   g->direct_why = why;
   d->gpu = g;
   ierr = FMCalloc(plan->ctx->size, &g->linked);

@@ -36,14 +36,15 @@ __device__ __forceinline__ float warp_sum(float x)
 
 /* One warp per (padded) query row: dsum = rowsum(dO o O), lse2 = lse log2(e), +inf where the row
    has nothing visible (lse = -inf) or is padding, and the row of dQ's accumulator zeroed (one
-   pass over the rows instead of a separate memset of the accumulator). A NaN lse (a non-finite
+   pass over the rows instead of a separate memset of the accumulator), or, with first stores
+   (flags given), the first row of each 64-row block clears the block's flags instead. A NaN lse (a non-finite
    forward) stays NaN, so P = dS = NaN on the row's visible keys; its dsum is 0 there, so that the
    keys the mask hides from the row (P = 0) get dS = 0, not 0 x NaN. E > 0: each lane reads E
    consecutive elements of O and dO with one vector load (D = 32 E, rows 2E-byte aligned); E = 0:
    element by element. */
 template <typename T, int E>
 __global__ void __launch_bounds__(256) bwd_pre(const T *o, FMGpuStrides so, const T *dout, FMGpuStrides sdo, const float *lse,
-                                               float *lse2, float *dsum, float *dqacc, int Sq, int Hq, int D, int Sqp)
+                                               float *lse2, float *dsum, float *dqacc, int *flags, int nqb, int Sq, int Hq, int D, int Sqp)
 {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int i = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
@@ -66,8 +67,11 @@ __global__ void __launch_bounds__(256) bwd_pre(const T *o, FMGpuStrides so, cons
   }
   acc = warp_sum(acc);
   const int dp64 = (D + 63) / 64;
-  for (int ch = 0; ch < dp64; ch++)
-    *(float2 *)(dqacc + ((((size_t)b * Hq + h) * dp64 + ch) * Sqp + i) * 64 + 2 * lane) = make_float2(0.f, 0.f);
+  if (flags) {
+    if ((i & 63) == 0 && lane < 4 && (i >> 6) < nqb) flags[(((size_t)b * Hq + h) * nqb + (i >> 6)) * 4 + lane] = 0;
+  } else
+    for (int ch = 0; ch < dp64; ch++)
+      *(float2 *)(dqacc + ((((size_t)b * Hq + h) * dp64 + ch) * Sqp + i) * 64 + 2 * lane) = make_float2(0.f, 0.f);
   if (lane == 0) {
     const size_t r = ((size_t)b * Hq + h) * Sqp + i;
     const float l = i < Sq ? lse[((size_t)b * Hq + h) * Sq + i] : -INFINITY;
@@ -87,7 +91,11 @@ template <typename T> static void launch_pre(const FMGpuBwdParams *p, const FMBw
     return !((uintptr_t)ptr % (2 * E)) && s.sb % E == 0 && s.ss % E == 0 && s.sh % E == 0;
   };
   const int vec = p->head_dim % 32 == 0 && (E == 2 || E == 4 || E == 8) && rows_ok(o, p->so) && rows_ok(dout, p->sdo) ? E : 0;
-#define FMBWD_PRE(e) bwd_pre<T, e><<<grid, 256, 0, st>>>(o, p->so, dout, p->sdo, p->lse, w.lse2, w.dsum, w.dqacc, p->seqlen_q, p->heads_q, p->head_dim, w.sqp)
+  int *flags = w.first_store ? w.turn : NULL;
+  const int nqb = (p->seqlen_q + FMBWD_BM - 1) / FMBWD_BM;
+#define FMBWD_PRE(e) \
+  bwd_pre<T, e><<<grid, 256, 0, st>>>(o, p->so, dout, p->sdo, p->lse, w.lse2, w.dsum, w.dqacc, flags, nqb, p->seqlen_q, p->heads_q, \
+                                      p->head_dim, w.sqp)
   if (vec == 2) FMBWD_PRE(2);
   else if (vec == 4) FMBWD_PRE(4);
   else if (vec == 8) FMBWD_PRE(8);
@@ -95,10 +103,11 @@ template <typename T> static void launch_pre(const FMGpuBwdParams *p, const FMBw
 #undef FMBWD_PRE
 }
 
-/* dq = dqacc * scale, 8 columns per thread, from the plane-ordered swizzled accumulator (bwd_sm90.cuh). */
+/* dq = dqacc * scale, 8 columns per thread, from the plane-ordered swizzled accumulator (bwd_sm90.cuh);
+   with first stores (flags given), 0 where no key block visited the row's 64-row block. */
 template <typename T>
-__global__ void __launch_bounds__(256) bwd_post(const float *dqacc, T *dq, FMGpuStrides sdq, int B, int Sq, int Hq, int D,
-                                                int Sqp, float scale, int vec)
+__global__ void __launch_bounds__(256) bwd_post(const float *dqacc, const int *flags, int nqb, T *dq, FMGpuStrides sdq, int B,
+                                                int Sq, int Hq, int D, int Sqp, float scale, int vec)
 {
   const size_t n = (size_t)B * Sq * Hq * (D / 8), dp64 = (D + 63) / 64;
   for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
@@ -109,7 +118,11 @@ __global__ void __launch_bounds__(256) bwd_post(const float *dqacc, T *dq, FMGpu
     const int i = (int)(rest % Sq), b = (int)(rest / Sq);
     const int c = d8 * 8, ch = c / 64, cc = c % 64;
     const float *src = dqacc + ((((size_t)b * Hq + h) * dp64 + ch) * Sqp + i) * 64 + fmbwd_swz(cc, i);
-    const float4 x = *(const float4 *)src, y = *(const float4 *)(src + 4);
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f), y = x;
+    if (!flags || flags[(((size_t)b * Hq + h) * nqb + i / 64) * 4 + ch]) {
+      x = *(const float4 *)src;
+      y = *(const float4 *)(src + 4);
+    }
     T out[8] = {cvt<T>(x.x * scale), cvt<T>(x.y * scale), cvt<T>(x.z * scale), cvt<T>(x.w * scale),
                 cvt<T>(y.x * scale), cvt<T>(y.y * scale), cvt<T>(y.z * scale), cvt<T>(y.w * scale)};
     T *dst = dq + at(sdq, b, i, h) + c;
@@ -336,52 +349,76 @@ extern "C" int FMGpuBackwardPath(const FMGpuBwdParams *p)
   return !p->force_fallback && FMBwdSm90Supported(p) ? 1 : 0;
 }
 
+/* The three passes on a laid-out workspace (w.first_store as FMGpuBackward decided). */
+static cudaError_t run_begin(const FMGpuBwdParams *p, const FMBwdWork &w, cudaStream_t st)
+{
+  if (p->fp16) launch_pre<__half>(p, w, st);
+  else launch_pre<__nv_bfloat16>(p, w, st);
+  return cudaGetLastError();
+}
+
+static cudaError_t run_piece(const FMGpuBwdParams *p, const FMBwdWork &w, int path, cudaStream_t st)
+{
+  cudaError_t e;
+  if (path == 0) return p->fp16 ? fallback<__half>(p, &w, st) : fallback<__nv_bfloat16>(p, &w, st);
+  if ((e = cudaMemsetAsync(w.counter, 0, sizeof(int), st)) != cudaSuccess) return e;
+  return FMBwdSm90Launch(p, &w, st);
+}
+
+static cudaError_t run_end(const FMGpuBwdParams *p, const FMBwdWork &w, cudaStream_t st)
+{
+  const int vec = !((uintptr_t)p->dq & 15) && p->sdq.sb % 8 == 0 && p->sdq.ss % 8 == 0 && p->sdq.sh % 8 == 0;
+  const int *flags = w.first_store ? w.turn : NULL, nqb = (p->seqlen_q + FMBWD_BM - 1) / FMBWD_BM;
+  if (p->fp16)
+    bwd_post<__half><<<2048, 256, 0, st>>>(w.dqacc, flags, nqb, (__half *)p->dq, p->sdq, p->batch, p->seqlen_q, p->heads_q,
+                                           p->head_dim, w.sqp, p->scale, vec);
+  else
+    bwd_post<__nv_bfloat16><<<2048, 256, 0, st>>>(w.dqacc, flags, nqb, (__nv_bfloat16 *)p->dq, p->sdq, p->batch, p->seqlen_q,
+                                                  p->heads_q, p->head_dim, w.sqp, p->scale, vec);
+  return cudaGetLastError();
+}
+
+static int workspace_ok(const FMGpuBwdParams *p) { return p->workspace && !((uintptr_t)p->workspace & 255); }
+
 /* Begin: the rows' log2 LSE and D (reads o, dout, lse), dQ's accumulator zeroed (one kernel). */
 extern "C" cudaError_t FMGpuBackwardBegin(const FMGpuBwdParams *p, cudaStream_t st)
 {
   FMBwdWork w;
-  if (FMGpuBackwardPath(p) < 0 || !p->o || !p->dout || !p->lse || !p->workspace || ((uintptr_t)p->workspace & 255))
-    return cudaErrorInvalidValue;
+  if (FMGpuBackwardPath(p) < 0 || !p->o || !p->dout || !p->lse || !workspace_ok(p)) return cudaErrorInvalidValue;
   fmbwd_layout(p, &w);
-  if (p->fp16) launch_pre<__half>(p, w, st);
-  else launch_pre<__nv_bfloat16>(p, w, st);
-  return cudaGetLastError();
+  return run_begin(p, w, st);
 }
 
 /* Piece: the main kernel over p's keys (the Hopper kernel, or the SIMT fallback's two passes). */
 extern "C" cudaError_t FMGpuBackwardPiece(const FMGpuBwdParams *p, cudaStream_t st)
 {
   FMBwdWork w;
-  cudaError_t e;
   const int path = FMGpuBackwardPath(p);
   if (path < 0 || !piece_pointers_ok(p)) return cudaErrorInvalidValue;
   fmbwd_layout(p, &w);
-  if (path == 0) return p->fp16 ? fallback<__half>(p, &w, st) : fallback<__nv_bfloat16>(p, &w, st);
-  if ((e = cudaMemsetAsync(w.counter, 0, sizeof(int), st)) != cudaSuccess) return e;
-  return FMBwdSm90Launch(p, &w, st);
+  return run_piece(p, w, path, st);
 }
 
 /* End: dq = the accumulator times the scale, in dtype. */
 extern "C" cudaError_t FMGpuBackwardEnd(const FMGpuBwdParams *p, cudaStream_t st)
 {
   FMBwdWork w;
-  if (FMGpuBackwardPath(p) < 0 || !p->dq || !p->workspace || ((uintptr_t)p->workspace & 255)) return cudaErrorInvalidValue;
+  if (FMGpuBackwardPath(p) < 0 || !p->dq || !workspace_ok(p)) return cudaErrorInvalidValue;
   fmbwd_layout(p, &w);
-  const int vec = !((uintptr_t)p->dq & 15) && p->sdq.sb % 8 == 0 && p->sdq.ss % 8 == 0 && p->sdq.sh % 8 == 0;
-  if (p->fp16)
-    bwd_post<__half><<<2048, 256, 0, st>>>(w.dqacc, (__half *)p->dq, p->sdq, p->batch, p->seqlen_q, p->heads_q, p->head_dim,
-                                           w.sqp, p->scale, vec);
-  else
-    bwd_post<__nv_bfloat16><<<2048, 256, 0, st>>>(w.dqacc, (__nv_bfloat16 *)p->dq, p->sdq, p->batch, p->seqlen_q, p->heads_q,
-                                                  p->head_dim, w.sqp, p->scale, vec);
-  return cudaGetLastError();
+  return run_end(p, w, st);
 }
 
+/* One piece: with first stores where fmbwd_first_store allows (the pieces of FMGpuBackwardPiece may
+   differ in step rows and mode, so they keep the zeroed accumulator). */
 extern "C" cudaError_t FMGpuBackward(const FMGpuBwdParams *p, cudaStream_t st)
 {
+  FMBwdWork w;
   cudaError_t e;
-  if (FMGpuBackwardPath(p) < 0 || !piece_pointers_ok(p) || !p->o || !p->lse || !p->dq) return cudaErrorInvalidValue;
-  if ((e = FMGpuBackwardBegin(p, st)) != cudaSuccess) return e;
-  if ((e = FMGpuBackwardPiece(p, st)) != cudaSuccess) return e;
-  return FMGpuBackwardEnd(p, st);
+  const int path = FMGpuBackwardPath(p);
+  if (path < 0 || !piece_pointers_ok(p) || !p->o || !p->dout || !p->lse || !p->dq) return cudaErrorInvalidValue;
+  fmbwd_layout(p, &w);
+  w.first_store = path == 1 && fmbwd_first_store(p);
+  if ((e = run_begin(p, w, st)) != cudaSuccess) return e;
+  if ((e = run_piece(p, w, path, st)) != cudaSuccess) return e;
+  return run_end(p, w, st);
 }

@@ -55,6 +55,8 @@ typedef struct {
   int force_fallback; /* 1: the SIMT kernels even where the Hopper kernel applies (tests) */
   int dkv_f32;        /* 1: dk, dv are float (pieces the caller reduces), with strides sdk, sdv in floats */
   int deterministic;  /* 1: dQ's partials are added in a fixed order (bitwise reproducible) */
+  int no_first_store; /* 1: FMGpuBackward zeroes dQ's accumulator before the Hopper kernel instead of
+                         letting each block's first writer store (A/B; see FMGpuBackward) */
   int mask_dense;     /* 1: the mask carries no bound vectors (full, or causal by its flag); 0: it may */
   int step_rows;      /* the Hopper kernel's query rows per step: 0 = its choice (80 for d = 128 on a
                          dense mask, else 64), 64, or 80 (d = 128 only; elsewhere 64); each piece may
@@ -81,7 +83,10 @@ size_t FMGpuBackwardWorkspace(const FMGpuBwdParams *p);
 /*
  * FMGpuBackward - dq, dk, dv of the problem, asynchronously on stream s (no synchronization):
  *   a preprocess (D = rowsum(dO o O), the log2 LSE, dQ's fp32 accumulator zeroed), the main
- *   kernel, a postprocess (dQ to dtype). The Hopper kernel runs on sm_90 for head_dim 64 and 128;
+ *   kernel, a postprocess (dQ to dtype). Where the Hopper kernel runs 64-row steps in the default
+ *   (not deterministic) mode, the accumulator is not zeroed: the first writer of each dQ block
+ *   stores its partial, the others add theirs once it is in place, and the postprocess writes 0
+ *   for blocks no key block visited (the zeroing pass wrote 4 x B x Hq x Sq x D bytes). The Hopper kernel runs on sm_90 for head_dim 64 and 128;
  *   other head dims (multiples of 8 up to 256) and other GPUs take the SIMT fallback.
  *   Returns cudaErrorInvalidValue for sizes it cannot take (head_dim, heads not multiples,
  *   strides or pointers misaligned), else the first CUDA error of the launches.

@@ -16,8 +16,12 @@
  *   ./bwd_bench rho       host only: each harness mask's rho (FlashMask FLOPs) and element density
  *   ./bwd_bench prof S k  mask k at length S, the default backward only (BWD_DET=1: the deterministic
  *                         one too): for ncu, or with FM_BENCH_WARM_S for a steady-state time
+ * ab with env BWD_AB_SPARSE=1 adds share question at 8K and sliding window, causal document and
+ * share question at 32K.
  * Env BWD_BM=64|80: the Hopper kernel's query rows per step (FMGpuBwdParams.step_rows; 80 applies
- * to d = 128 only), default its own choice.
+ * to d = 128 only), default its own choice. BWD_NO_FIRST_STORE=1: dQ's accumulator zeroed before the
+ * kernel instead of first stores (FMGpuBwdParams.no_first_store; check then skips its first-store
+ * comparison).
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -84,6 +88,7 @@ static DevMask upload_mask(const HostMask &m)
 }
 
 static int g_bm = 0; /* env BWD_BM: FMGpuBwdParams.step_rows of every run (0: the kernel's choice) */
+static int g_nofs = 0; /* env BWD_NO_FIRST_STORE=1: FMGpuBwdParams.no_first_store of every run (A/B) */
 
 /* 1 if the mask's bound vectors hide nothing (both intervals of every column empty: full, or
    causal by its flag): FMGpuBwdParams.mask_dense. The harness's empty intervals are [Sq, Sq). */
@@ -236,23 +241,31 @@ static int run_case(const Case &c, double tol)
   const DevIO io = dev_io(q, k, v, o, dout, lse);
   uint16_t *dq_ = io.dq, *dk_ = io.dk, *dv_ = io.dv;
   void *ws;
-  CK(cudaMemset(dq_, 0xFF, nq * 2)); /* NaN poison */
-  CK(cudaMemset(dk_, 0xFF, nk * 2));
-  CK(cudaMemset(dv_, 0xFF, nk * 2));
   FMGpuBwdParams p = dense_params(B, Sq, Sk, Hq, Hkv, D, c.f16, c.scale, &io);
   p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = MH, p.causal = m.causal, p.nblk = dm.nblk;
   p.mask_dense = host_dense(m);
   p.force_fallback = c.fallback;
   p.step_rows = g_bm;
-  CK(cudaMalloc(&ws, FMGpuBackwardWorkspace(&p)));
+  const size_t wsb = FMGpuBackwardWorkspace(&p);
+  CK(cudaMalloc(&ws, wsb));
   p.workspace = ws;
   const int path = FMGpuBackwardPath(&p);
-  CK(FMGpuBackward(&p, 0));
-  CK(cudaDeviceSynchronize());
+  /* one call with the outputs and the workspace poisoned (NaN; the turn words -1), so that an
+     accumulator block nobody zeroed or stored shows */
+  auto run_once = [&](std::vector<uint16_t> &aq, std::vector<uint16_t> &ak, std::vector<uint16_t> &av) {
+    CK(cudaMemset(dq_, 0xFF, nq * 2));
+    CK(cudaMemset(dk_, 0xFF, nk * 2));
+    CK(cudaMemset(dv_, 0xFF, nk * 2));
+    CK(cudaMemset(ws, 0xFF, wsb));
+    CK(FMGpuBackward(&p, 0));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(aq.data(), dq_, nq * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ak.data(), dk_, nk * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(av.data(), dv_, nk * 2, cudaMemcpyDeviceToHost));
+  };
   std::vector<uint16_t> gq(nq), gk(nk), gv(nk);
-  CK(cudaMemcpy(gq.data(), dq_, nq * 2, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(gk.data(), dk_, nk * 2, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(gv.data(), dv_, nk * 2, cudaMemcpyDeviceToHost));
+  p.no_first_store = g_nofs;
+  run_once(gq, gk, gv);
   auto rel = [&](const std::vector<uint16_t> &g, const std::vector<double> &r) {
     double e = 0, n = 0;
     for (size_t x = 0; x < r.size(); x++) {
@@ -263,8 +276,43 @@ static int run_case(const Case &c, double tol)
     }
     return sqrt(e / (n > 0 ? n : 1));
   };
-  const double eq = rel(gq, dqr), ek = rel(gk, dkr), ev = rel(gv, dvr);
-  int ok = eq <= tol && ek <= tol && ev <= tol;
+  double eq = rel(gq, dqr), ek = rel(gk, dkr), ev = rel(gv, dvr);
+  /* First stores (FMGpuBackward on 64-row steps in the default mode): against a call with the
+     accumulator zeroed, per 64-row block of dq (a lost partial or an unwritten block changes one
+     block by far more than the order of the fp32 adds can), over four calls. fsb: the worst
+     block's difference relative to the block, or -1 where first stores do not apply. */
+  double fsb = -1;
+  if (path == 1 && !g_nofs && FMGpuBwdStepRows(&p) == 64) {
+    std::vector<uint16_t> zq(nq), zk(nk), zv(nk);
+    p.no_first_store = 1;
+    run_once(zq, zk, zv);
+    p.no_first_store = 0;
+    auto blocks = [&](const std::vector<uint16_t> &a) {
+      double worst = 0;
+      for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hq; h++)
+          for (int i0 = 0; i0 < Sq; i0 += 64) {
+            double e = 0, n = 0;
+            for (int i = i0; i < std::min(Sq, i0 + 64); i++)
+              for (int d = 0; d < D; d++) {
+                const size_t x = (((size_t)b * Sq + i) * Hq + h) * D + d;
+                const double u = h2f(a[x], c.f16), z = h2f(zq[x], c.f16);
+                if (!std::isfinite(u) || !std::isfinite(z)) return INFINITY * 1.0;
+                e += (u - z) * (u - z);
+                n += z * z;
+              }
+            worst = std::max(worst, n > 0 ? sqrt(e / n) : e > 0 ? INFINITY : 0.0);
+          }
+      return worst;
+    };
+    fsb = blocks(gq);
+    for (int r = 0; r < 3; r++) {
+      run_once(gq, gk, gv);
+      eq = std::max(eq, rel(gq, dqr)), ek = std::max(ek, rel(gk, dkr)), ev = std::max(ev, rel(gv, dvr));
+      fsb = std::max(fsb, blocks(gq));
+    }
+  }
+  int ok = eq <= tol && ek <= tol && ev <= tol && fsb <= 1e-2;
   /* the deterministic mode: twice, poisoned in between; bitwise equal, and as close to float64 */
   int same = 1;
   double deq = 0;
@@ -285,8 +333,11 @@ static int run_case(const Case &c, double tol)
     deq = std::max(rel(gq, dqr), std::max(rel(gk, dkr), rel(gv, dvr)));
     ok = ok && same && deq <= tol;
   }
-  printf("%-34s %-16s path %d bm %d  dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n", c.name, mask_name[c.kind], path,
-         path == 1 ? FMGpuBwdStepRows(&p) : 0, eq, ek, ev, same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
+  char fss[32] = "   -    ";
+  if (fsb >= 0) snprintf(fss, sizeof fss, "%.2e", fsb);
+  printf("%-34s %-16s path %d bm %d  dq %.2e dk %.2e dv %.2e  det %s %.2e  first-store blocks %s  %s\n", c.name,
+         mask_name[c.kind], path, path == 1 ? FMGpuBwdStepRows(&p) : 0, eq, ek, ev, same ? "same" : "DIFFER", deq, fss,
+         ok ? "PASS" : "FAIL");
   fflush(stdout);
   free_dev_io(io);
   cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
@@ -499,6 +550,7 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
     p.packed = dm.packed, p.sum = dm.sum, p.mask_heads = 1, p.causal = m.causal, p.nblk = dm.nblk;
     p.mask_dense = host_dense(m);
     p.step_rows = g_bm;
+    p.no_first_store = g_nofs;
     void *ws;
     CK(cudaMalloc(&ws, FMGpuBackwardWorkspace(&p)));
     p.workspace = ws;
@@ -553,6 +605,7 @@ int main(int argc, char **argv)
 {
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (getenv("BWD_BM")) g_bm = atoi(getenv("BWD_BM"));
+  if (getenv("BWD_NO_FIRST_STORE")) g_nofs = atoi(getenv("BWD_NO_FIRST_STORE"));
   if (mode == "probe") {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 2;
@@ -669,6 +722,12 @@ int main(int argc, char **argv)
     bench(8192, reps);
     g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
     bench(32768, reps);
+    if (getenv("BWD_AB_SPARSE") && atoi(getenv("BWD_AB_SPARSE"))) { /* and share question at 8K, the three sparse masks at 32K */
+      g_kinds = 1u << M_SQ;
+      bench(8192, reps);
+      g_kinds = 1u << M_SWA | 1u << M_DOC | 1u << M_SQ;
+      bench(32768, reps);
+    }
     return 0;
   }
   if (mode == "ab64") { /* the ab table at d = 64, H = 64 (the "own" dQ split): full, causal, sliding window, causal document at 8K */
@@ -709,6 +768,10 @@ int main(int argc, char **argv)
   cs.push_back({"bf16 d64 2000x700 causal", 1, 2000, 700, 2, 1, 64, 0, 0, 0, M_CAUSAL, s64});
   cs.push_back({"bf16 d64 1000x1000 B2 swa", 2, 1000, 1000, 2, 1, 64, 0, 0, 0, M_SWA, s64});
   cs.push_back({"fp16 d128 1000x4099 doc", 1, 1000, 4099, 2, 1, 128, 1, 0, 0, M_DOC, s128});
+  /* first stores: blocks nobody visits in the middle of visited ones (the window), two samples */
+  cs.push_back({"bf16 d128 2000x700 B2 swa", 2, 2000, 700, 2, 1, 128, 0, 0, 0, M_SWA, s128});
+  /* first stores: 128 writers per block racing for its flag */
+  cs.push_back({"bf16 d64 128x16384 full", 1, 128, 16384, 2, 1, 64, 0, 0, 0, M_FULL, s64});
   cs.push_back({"bf16 d256 fallback 600x700", 1, 600, 700, 2, 1, 256, 0, 1, 0, M_RANDOM, 0.0625f});
   cs.push_back({"fp16 d128 forced fallback 700x600", 1, 700, 600, 4, 2, 128, 1, 1, 1, M_PREFIX, s128});
   int fails = 0;

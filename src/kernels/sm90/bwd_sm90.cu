@@ -602,6 +602,8 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
   p.dkv_f32 = a->dkv_f32;
   p.dkv_vec = !a->dkv_f32 && !(((uintptr_t)a->dk | (uintptr_t)a->dv) & 15) && strides_ok(&a->sdk) && strides_ok(&a->sdv);
   p.deterministic = a->deterministic != 0;
+  p.first_store = w->first_store;
+  if (p.first_store && (BM != 64 || p.deterministic)) return cudaErrorInvalidValue; /* fmbwd_first_store */
   p.turn = w->turn;
   p.G = a->heads_q / a->heads_kv;
   p.hpm = a->heads_q / a->mask_heads;

@@ -38,6 +38,8 @@ typedef struct {
   int *counter; /* the main kernel's work-item counter */
   int *turn;    /* deterministic mode: the turn words (bwd_sm90.cu) */
   int sqp;      /* the padded rows */
+  int first_store; /* set by the caller: the accumulator is not zeroed, turn holds the blocks' flags
+                      (cleared by the preprocess; fmbwd_first_store) */
 } FMBwdWork;
 
 static inline size_t fmbwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -90,6 +92,7 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
     w->counter = (int *)(base + 2 * a + acc);
     w->turn = (int *)(base + 2 * a + acc + 256);
     w->sqp = sqp;
+    w->first_store = 0;
   }
   return total;
 }
@@ -184,6 +187,15 @@ __host__ __device__ inline void fmbwd_visitors(const int32_t *sum_head, int nblk
 __host__ __device__ __forceinline__ bool fmbwd_masked(int4 b, int i, int j, int causal, int off)
 {
   return (i >= b.x && i < b.y) || (i >= b.z && i < b.w) || (causal && j > i + off);
+}
+
+/* Whether a one-piece backward on the Hopper path takes first stores instead of zeroing dQ's
+   accumulator (FMGpuBackward): 64-row steps in the default mode. The flags are the turn words
+   ((batch, query head, 64-row block) x 4 + column half; d = 64 uses half 0 only), which only the
+   deterministic mode uses otherwise. */
+static inline int fmbwd_first_store(const FMGpuBwdParams *p)
+{
+  return !p->no_first_store && !p->deterministic && FMGpuBwdStepRows(p) == 64;
 }
 
 /* Hopper main kernel (bwd_sm90.cu): whether it covers p; launch it (after the preprocess). */

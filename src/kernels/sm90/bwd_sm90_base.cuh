@@ -82,7 +82,9 @@ struct Params {
   int dkv_vec;  /* dk, dv in dtype, 16-byte aligned rows: 16-byte stores (store_dkdv) */
   int deterministic; /* dQ's partials added in decreasing key-block order (turn words below) */
   int ilv;      /* deterministic mode: (batch, kv head) rows whose items are interleaved (decode_item, fmbwd_ilv) */
-  int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the first visiting key block */
+  int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the first visiting key block;
+                   with first_store the flags of the blocks' halves (words 0, 1) */
+  int first_store; /* dQ's accumulator was not zeroed: each block's first writer stores (dq_writer) */
   float scale, c; /* c = scale * log2(e) */
 };
 
@@ -139,6 +141,12 @@ __device__ __forceinline__ void bulk_reduce_add(float *gdst, const void *ssrc, u
 {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"((uint64_t)gdst),
                "r"(smem_u32(ssrc)), "r"(bytes)
+               : "memory");
+}
+/* 1-D bulk copy shared -> global (plain store), in the thread's bulk group. */
+__device__ __forceinline__ void bulk_store(float *gdst, const void *ssrc, uint32_t bytes)
+{
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"((uint64_t)gdst), "r"(smem_u32(ssrc)), "r"(bytes)
                : "memory");
 }
 __device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }

@@ -81,6 +81,12 @@ __device__ __forceinline__ int ld_acquire(const int *p)
 }
 __device__ __forceinline__ void st_release(int *p, int v) { asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+__device__ __forceinline__ int atom_cas_acquire(int *p, int cmp, int v)
+{
+  int old;
+  asm volatile("atom.acquire.gpu.global.cas.b32 %0, [%1], %2, %3;\n" : "=r"(old) : "l"(p), "r"(cmp), "r"(v) : "memory");
+  return old;
+}
 
 /* The first key block below kb that visits query block qb (mask row mh), down to lo; INT_MAX if
    none. One warp, 32 key blocks per round; the test is fmbwd_walk_visits', written out for the
@@ -132,7 +138,32 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
     const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
     const size_t off = (size_t)arow * 64;
-    if (lane == 0) {
+    if (lane == 0 && p.first_store) {
+      /* first stores: the block's flag (the turn word, cleared by the preprocess) is taken by
+         the first writer of the piece, which stores its partial where the others add theirs */
+      int *flag = p.turn + tix;
+      if (atom_cas_acquire(flag, 0, 1) == 0) {
+        bulk_store(p.dqacc + off, stg, L::DQB);
+        bulk_commit();
+        bulk_wait_read0();
+        mbar_arrive(&sy.dq_empty[cw]);
+        bulk_wait0(); /* the store is complete in global memory */
+        fence_proxy_async_global();
+        st_release(flag, 2);
+      } else {
+#ifdef FM_SM90_HANG_CHECK
+        for (long long spins = 0; ld_acquire(flag) != 2; spins++)
+          if (spins > (1ll << 26)) __trap();
+#else
+        while (ld_acquire(flag) != 2) __nanosleep(32);
+#endif
+        fence_proxy_async_global();
+        bulk_reduce_add(p.dqacc + off, stg, L::DQB);
+        bulk_commit();
+        bulk_wait_read0();
+        mbar_arrive(&sy.dq_empty[cw]);
+      }
+    } else if (lane == 0) {
       if (p.deterministic) {
 #ifdef FM_SM90_HANG_CHECK
         for (long long spins = 0; ld_acquire(p.turn + tix) != mine; spins++)

@@ -190,12 +190,16 @@ __host__ __device__ __forceinline__ bool fmbwd_masked(int4 b, int i, int j, int 
 }
 
 /* Whether a one-piece backward on the Hopper path takes first stores instead of zeroing dQ's
-   accumulator (FMGpuBackward): 64-row steps in the default mode. The flags are the turn words
-   ((batch, query head, 64-row block) x 4 + column half; d = 64 uses half 0 only), which only the
-   deterministic mode uses otherwise. */
+   accumulator (FMGpuBackward): d = 128 on 64-row steps in the default mode. The flags are the
+   turn words ((batch, query head, 64-row block) x 4 + column half), which only the deterministic
+   mode uses otherwise. Measured on an H100 (2026-12-05, bwd_bench ab, BWD_NO_FIRST_STORE beside
+   it): d = 128 sliding window, causal document and share question +5..+10% at 8K and 32K, full
+   and causal within 0.5%; d = 64 (H = 64) sliding window +6%, causal document +3%, but full and
+   causal -9% and -6%: there every key block of a row reaches a query block at the same step,
+   and the short d = 64 steps wait for the winner's store to complete. d = 64 keeps the zeroing. */
 static inline int fmbwd_first_store(const FMGpuBwdParams *p)
 {
-  return !p->no_first_store && !p->deterministic && FMGpuBwdStepRows(p) == 64;
+  return !p->no_first_store && !p->deterministic && p->head_dim == 128 && FMGpuBwdStepRows(p) == 64;
 }
 
 /* Hopper main kernel (bwd_sm90.cu): whether it covers p; launch it (after the preprocess). */

@@ -140,9 +140,11 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     const size_t off = (size_t)arow * 64;
     if (lane == 0 && p.first_store) {
       /* first stores: the block's flag (the turn word, cleared by the preprocess) is taken by
-         the first writer of the piece, which stores its partial where the others add theirs */
-      int *flag = p.turn + tix;
-      if (atom_cas_acquire(flag, 0, 1) == 0) {
+         the first writer of the piece, which stores its partial where the others add theirs.
+         Read first: once the block is stored (every visit but the first) one load, not a CAS and
+         a load, stands between the handed-over block and its add. */
+      int *flag = p.turn + tix, f = ld_acquire(flag);
+      if (f != 2 && atom_cas_acquire(flag, 0, 1) == 0) {
         bulk_store(p.dqacc + off, stg, L::DQB);
         bulk_commit();
         bulk_wait_read0();
@@ -152,10 +154,10 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
         st_release(flag, 2);
       } else {
 #ifdef FM_SM90_HANG_CHECK
-        for (long long spins = 0; ld_acquire(flag) != 2; spins++)
+        for (long long spins = 0; f != 2; spins++, f = ld_acquire(flag))
           if (spins > (1ll << 26)) __trap();
 #else
-        while (ld_acquire(flag) != 2) __nanosleep(32);
+        for (; f != 2; f = ld_acquire(flag)) __nanosleep(32);
 #endif
         fence_proxy_async_global();
         bulk_reduce_add(p.dqacc + off, stg, L::DQB);

@@ -408,7 +408,7 @@ extern "C" cudaError_t FMGpuBackwardEnd(const FMGpuBwdParams *p, cudaStream_t st
   return run_end(p, w, st);
 }
 
-/* One piece: with first stores where fmbwd_first_store allows (the pieces of FMGpuBackwardPiece may
+/* One piece: with first stores where FMGpuBwdFirstStore allows (the pieces of FMGpuBackwardPiece may
    differ in step rows and mode, so they keep the zeroed accumulator). */
 extern "C" cudaError_t FMGpuBackward(const FMGpuBwdParams *p, cudaStream_t st)
 {
@@ -417,7 +417,7 @@ extern "C" cudaError_t FMGpuBackward(const FMGpuBwdParams *p, cudaStream_t st)
   const int path = FMGpuBackwardPath(p);
   if (path < 0 || !piece_pointers_ok(p) || !p->o || !p->dout || !p->lse || !p->dq) return cudaErrorInvalidValue;
   fmbwd_layout(p, &w);
-  w.first_store = path == 1 && fmbwd_first_store(p);
+  w.first_store = path == 1 && FMGpuBwdFirstStore(p);
   if ((e = run_begin(p, w, st)) != cudaSuccess) return e;
   if ((e = run_piece(p, w, path, st)) != cudaSuccess) return e;
   return run_end(p, w, st);

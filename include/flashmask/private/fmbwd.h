@@ -56,7 +56,7 @@ typedef struct {
   int dkv_f32;        /* 1: dk, dv are float (pieces the caller reduces), with strides sdk, sdv in floats */
   int deterministic;  /* 1: dQ's partials are added in a fixed order (bitwise reproducible) */
   int no_first_store; /* 1: FMGpuBackward zeroes dQ's accumulator before the Hopper kernel instead of
-                         letting each block's first writer store (A/B; see FMGpuBackward) */
+                         letting each block's first writer store (A/B; FMGpuBwdFirstStore) */
   int mask_dense;     /* 1: the mask carries no bound vectors (full, or causal by its flag); 0: it may */
   int step_rows;      /* the Hopper kernel's query rows per step: 0 = its choice (80 for d = 128 on a
                          dense mask, else 64), 64, or 80 (d = 128 only; elsewhere 64); each piece may
@@ -75,6 +75,24 @@ static inline int FMGpuBwdStepRows(const FMGpuBwdParams *a)
 {
   if (a->head_dim != 128 || a->step_rows == 64) return 64;
   return a->step_rows == 80 || (a->step_rows == 0 && a->mask_dense) ? 80 : 64;
+}
+
+/*
+ * FMGpuBwdFirstStore - whether FMGpuBackward (one piece) on the Hopper path lets the first writer
+ *   of each dQ accumulator block store its partial instead of zeroing the accumulator first: d = 128
+ *   on 64-row steps in the default (not deterministic) mode, unless no_first_store. The flags are
+ *   the workspace's turn words ((batch, query head, 64-row block) x 4 + column half), which only
+ *   the deterministic mode uses otherwise. Measured on an H100 (2026-12-05, bwd_bench ab with and
+ *   without BWD_NO_FIRST_STORE): d = 128 sliding window, causal document and share question
+ *   +5..+13% at 8K and 32K, full and causal within 1%; d = 64 (H = 64) sliding window +6%, causal
+ *   document +2..3%, but full and causal -6..-10%: there every key block of a row reaches a query
+ *   block at the same step, and the short d = 64 steps wait for the winner's store to complete.
+ *   So d = 64 keeps the zeroing. The one rule for the kernel, the library's path name and the
+ *   harness.
+ */
+static inline int FMGpuBwdFirstStore(const FMGpuBwdParams *a)
+{
+  return !a->no_first_store && !a->deterministic && a->head_dim == 128 && FMGpuBwdStepRows(a) == 64;
 }
 
 /* FMGpuBackwardWorkspace - device scratch bytes FMGpuBackward needs for these sizes. */

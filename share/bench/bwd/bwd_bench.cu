@@ -277,12 +277,12 @@ static int run_case(const Case &c, double tol)
     return sqrt(e / (n > 0 ? n : 1));
   };
   double eq = rel(gq, dqr), ek = rel(gk, dkr), ev = rel(gv, dvr);
-  /* First stores (FMGpuBackward where fmbwd_first_store says so): against a call with the
+  /* First stores (FMGpuBackward where FMGpuBwdFirstStore says so): against a call with the
      accumulator zeroed, per 64-row block of dq (a lost partial or an unwritten block changes one
      block by far more than the order of the fp32 adds can), over four calls. fsb: the worst
      block's difference relative to the block, or -1 where first stores do not apply. */
   double fsb = -1;
-  if (path == 1 && !g_nofs && fmbwd_first_store(&p)) {
+  if (path == 1 && !g_nofs && FMGpuBwdFirstStore(&p)) {
     std::vector<uint16_t> zq(nq), zk(nk), zv(nk);
     p.no_first_store = 1;
     run_once(zq, zk, zv);

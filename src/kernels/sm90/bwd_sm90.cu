@@ -15,8 +15,9 @@
  *     then streams, per visited (query head of the group, BM-row query block), Q, dO (TMA) and
  *     the block's log2 LSE and D rows (1-D bulk copies) into a ST-stage mbarrier ring; warps 1
  *     and 2 are the dQ writers of consumers 1 and 2 (dq_writer): each takes its consumer's
- *     staged fp32 dQ block, adds it into the accumulator with one bulk reduce-add, and gives the
- *     staging buffer back once it has been read. In the deterministic mode the writer first
+ *     staged fp32 dQ block, adds it into the accumulator with one bulk reduce-add (or, with first
+ *     stores, the block's first writer stores it), and gives the staging buffer back once it has
+ *     been read. In the deterministic mode the writer first
  *     waits for the block's turn (key blocks in decreasing order) and passes it on after the add.
  *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
  *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued; ptxas places a few of S's
@@ -603,7 +604,7 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
   p.dkv_vec = !a->dkv_f32 && !(((uintptr_t)a->dk | (uintptr_t)a->dv) & 15) && strides_ok(&a->sdk) && strides_ok(&a->sdv);
   p.deterministic = a->deterministic != 0;
   p.first_store = w->first_store;
-  if (p.first_store && (BM != 64 || p.deterministic)) return cudaErrorInvalidValue; /* fmbwd_first_store */
+  if (p.first_store && (BM != 64 || p.deterministic)) return cudaErrorInvalidValue; /* FMGpuBwdFirstStore */
   p.turn = w->turn;
   p.G = a->heads_q / a->heads_kv;
   p.hpm = a->heads_q / a->mask_heads;

@@ -39,7 +39,7 @@ typedef struct {
   int *turn;    /* deterministic mode: the turn words (bwd_sm90.cu) */
   int sqp;      /* the padded rows */
   int first_store; /* set by the caller: the accumulator is not zeroed, turn holds the blocks' flags
-                      (cleared by the preprocess; fmbwd_first_store) */
+                      (cleared by the preprocess; FMGpuBwdFirstStore, fmbwd.h) */
 } FMBwdWork;
 
 static inline size_t fmbwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -187,19 +187,6 @@ __host__ __device__ inline void fmbwd_visitors(const int32_t *sum_head, int nblk
 __host__ __device__ __forceinline__ bool fmbwd_masked(int4 b, int i, int j, int causal, int off)
 {
   return (i >= b.x && i < b.y) || (i >= b.z && i < b.w) || (causal && j > i + off);
-}
-
-/* Whether a one-piece backward on the Hopper path takes first stores instead of zeroing dQ's
-   accumulator (FMGpuBackward): d = 128 on 64-row steps in the default mode. The flags are the
-   turn words ((batch, query head, 64-row block) x 4 + column half), which only the deterministic
-   mode uses otherwise. Measured on an H100 (2026-12-05, bwd_bench ab, BWD_NO_FIRST_STORE beside
-   it): d = 128 sliding window, causal document and share question +5..+10% at 8K and 32K, full
-   and causal within 0.5%; d = 64 (H = 64) sliding window +6%, causal document +3%, but full and
-   causal -9% and -6%: there every key block of a row reaches a query block at the same step,
-   and the short d = 64 steps wait for the winner's store to complete. d = 64 keeps the zeroing. */
-static inline int fmbwd_first_store(const FMGpuBwdParams *p)
-{
-  return !p->no_first_store && !p->deterministic && p->head_dim == 128 && FMGpuBwdStepRows(p) == 64;
 }
 
 /* Hopper main kernel (bwd_sm90.cu): whether it covers p; launch it (after the preprocess). */

@@ -112,7 +112,10 @@ template <int BM> __device__ __forceinline__ int next_visitor(const Params &p, i
 /*
  * dQ writer (warp 1 + cw of the producer warpgroup, for consumer cw): per step, once the
  * consumer handed over its staged block, one bulk reduce-add of it into the accumulator, and
- * the staging buffer back to the consumer as soon as it has been read. In the deterministic
+ * the staging buffer back to the consumer as soon as it has been read. With first stores
+ * (p.first_store: the accumulator was not zeroed) the block's flag decides: the writer that
+ * takes it from 0 stores the block instead (a plain bulk copy), waits for the copy to complete
+ * and sets the flag to 2; every other writer adds once it reads 2. In the deterministic
  * mode the add first waits for its turn: the turn word of (row block, column half) holds the key
  * block whose add comes next (key blocks in decreasing order; for d = 64 both consumers of a key
  * block, 2 kb + cw, consumer 0 first); after the add has completed, the writer passes the turn to

@@ -548,12 +548,13 @@ static int64_t skipped_tiles(const FMMask m, Scan *sc, const int32_t *s, int h, 
 }
 
 /*
- * FMMaskComputeDensity_Private - see fmimpl.h: the exact element density (fraction of (sample,
- * head, i, j) entries not masked), one vector pass over the normalized bounds, and block sparsity
- * (fraction of block x block tiles, the last row/column of tiles short, whose entries are all
- * masked), from the block summaries and, for the few tiles they leave undecided, the bounds.
+ * The mask's statistics, the parts in want (FM_STATS_* bits of m->stats_valid) not yet valid: the
+ * exact element density (fraction of (sample, head, i, j) entries not masked), one vector pass
+ * over the normalized bounds, and block sparsity (fraction of block x block tiles, the last
+ * row/column of tiles short, whose entries are all masked), from the block summaries and, for the
+ * few tiles they leave undecided, the bounds.
  */
-FMErrorCode FMMaskComputeDensity_Private(FMMask m)
+static FMErrorCode compute_stats(FMMask m, int want)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k, B = m->block;
   const int CH = 4096; /* columns per piece of the element count */
@@ -562,8 +563,10 @@ FMErrorCode FMMaskComputeDensity_Private(FMMask m)
   int64_t masked = 0, skipped = 0; /* integers: the same sums on any number of threads */
   Scan sc;
   size_t room;
+  int need;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
-  if (m->stats_valid) return FM_SUCCESS;
+  need = want & ~m->stats_valid;
+  if (!need) return FM_SUCCESS;
   FMCheck(m->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "The mask's density is asked for before FMMaskSetUp");
   FMCall(FMMaskSummary_Private(m, &sum));
   H = (int)FM_MASK_NG(m);
@@ -588,22 +591,32 @@ FMErrorCode FMMaskComputeDensity_Private(FMMask m)
 #endif
     sc.run = cnt + 2 * room * (size_t)t;
     sc.next = sc.run + room;
+    if (need & FM_STATS_DENSITY) {
 #pragma omp for collapse(2) schedule(static) nowait
-    for (int h = 0; h < H; h++)
-      for (int w = 0; w < ncw; w++) {
-        const int j0 = w * CH, j1 = Sk - j0 > CH ? j0 + CH : Sk;
-        masked += masked_count(m, h, j0, j1);
-      }
+      for (int h = 0; h < H; h++)
+        for (int w = 0; w < ncw; w++) {
+          const int j0 = w * CH, j1 = Sk - j0 > CH ? j0 + CH : Sk;
+          masked += masked_count(m, h, j0, j1);
+        }
+    }
+    if (need & FM_STATS_SPARSITY) {
 #pragma omp for collapse(2) schedule(dynamic, 64)
-    for (int h = 0; h < H; h++)
-      for (int kb = 0; kb < nkb; kb++) {
-        const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
-        skipped += skipped_tiles(m, &sc, sum + ((size_t)h * nkb + kb) * FM_SUM_N, h, c0, c1);
-      }
+      for (int h = 0; h < H; h++)
+        for (int kb = 0; kb < nkb; kb++) {
+          const int c0 = (int)((int64_t)kb * B), c1 = (int)((int64_t)c0 + B < Sk ? (int64_t)c0 + B : Sk);
+          skipped += skipped_tiles(m, &sc, sum + ((size_t)h * nkb + kb) * FM_SUM_N, h, c0, c1);
+        }
+    }
   }
   free(cnt);
-  m->density = 1.0 - (double)masked / ((double)H * Sq * Sk);
-  m->sparsity = (double)skipped / ((double)H * nqb * nkb);
-  m->stats_valid = 1;
+  if (need & FM_STATS_DENSITY) m->density = 1.0 - (double)masked / ((double)H * Sq * Sk);
+  if (need & FM_STATS_SPARSITY) m->sparsity = (double)skipped / ((double)H * nqb * nkb);
+  m->stats_valid |= need;
   return FM_SUCCESS;
 }
+
+/* FMMaskComputeDensity_Private - see fmimpl.h. */
+FMErrorCode FMMaskComputeDensity_Private(FMMask m) { return compute_stats(m, FM_STATS_DENSITY | FM_STATS_SPARSITY); }
+
+/* FMMaskComputeSparsity_Private - see fmimpl.h. */
+FMErrorCode FMMaskComputeSparsity_Private(FMMask m) { return compute_stats(m, FM_STATS_SPARSITY); }

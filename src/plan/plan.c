@@ -376,7 +376,7 @@ FMErrorCode FMPlanGetFlops(FMPlan plan, double *fwd_flops)
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
   FMValidPointer(fwd_flops, 2);
   FMCheckSetUp(plan, "FMPlan");
-  FMCall(FMMaskComputeDensity_Private(plan->mask));
+  FMCall(FMMaskComputeSparsity_Private(plan->mask));
   *fwd_flops = 4.0 * plan->batch * plan->heads_q * (double)plan->mask->seqlen_q * (double)plan->mask->seqlen_k * plan->head_dim *
                (1.0 - plan->mask->sparsity);
   return FM_SUCCESS;
@@ -526,6 +526,7 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
   FMCall(FMPlanAgree_Private(plan, FM_CALL_PLAN_VIEW, FMPlanCheckCurrent_Private(plan, "FMPlanView"), 0, NULL));
   if (!fp) fp = stdout;
   FMCall(FMPlanGetFlops(plan, &flops));
+  FMCall(FMMaskComputeDensity_Private(plan->mask)); /* the element density printed below */
   FMCall(FMPrintf(plan->hdr.comm, fp, "FMPlan: type %s, batch %d, heads %d (kv %d), head_dim %d, %s, scale %g, backend %s\n",
                   plan->hdr.type_name, plan->batch, plan->heads_q, plan->heads_kv, plan->head_dim, FMDTypeName(plan->dtype), plan->scale,
                   FMBackendName(plan->backend)));

@@ -264,6 +264,34 @@ static void check_tile_keys(FMContext ctx, uint64_t *rs)
               c.tile_keys);
     FMT_CALL(FMMaskDestroy(&m));
   }
+  {
+    /* 64 mask rows (4096 samples, enough for threads): the estimate on 1 thread, on 3 (more than
+       this machine may have, and odd: the split falls inside mask rows) and on 2 must be the same
+       bits (every rank must choose the same schedule, whatever its thread count), and near the
+       brute force */
+    const int nt = ctx->threads, n0 = ctx->nthreads, env = ctx->threads_env;
+    double e[3], v[3], ex, excv;
+    FMMask m;
+    FMT_CALL(FMMaskCreate(ctx, &m));
+    FMT_CALL(FMMaskSetSizes(m, 1500, 1024, 64));
+    FMT_CALL(FMMaskSetType(m, FMMASKRANDOMEVICTION));
+    FMT_CALL(FMMaskSetSeed(m, 11));
+    FMT_CALL(FMMaskSetUp(m));
+    for (int k = 0; k < 3; k++) {
+      FMT_CALL(FMContextSetNumThreads(ctx, k == 0 ? 1 : k == 1 ? 3 : 2));
+      FMT_CALL(FMMaskTileKeys_Private(m, 128, &e[k], &v[k]));
+    }
+    ctx->nthreads = n0; /* back to the context's own state (n0 = 0: the default, not a set count) */
+    ctx->threads = nt;
+    ctx->threads_env = env;
+    brute_tile_keys(m, 128, &ex, &excv);
+    FMT_CHECK(e[0] == e[1] && e[0] == e[2] && v[0] == v[1] && v[0] == v[2],
+              "random_eviction 64 x 1500 x 1024: tile keys %.17g / %.17g / %.17g, spread %.17g / %.17g / %.17g on 1 / 3 / 2 threads",
+              e[0], e[1], e[2], v[0], v[1], v[2]);
+    FMT_CHECK(fabs(e[0] - ex) <= 0.03 * 1024 && fabs(v[0] - excv) <= 0.15, "random_eviction 64 x 1500 x 1024: tile keys %.2f spread %.3f; brute force %.2f spread %.3f",
+              e[0], v[0], ex, excv);
+    FMT_CALL(FMMaskDestroy(&m));
+  }
 }
 
 /* Brute-force block summaries of m's bounds as they are now (row g, block kb), in a new array. */

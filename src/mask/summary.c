@@ -328,6 +328,33 @@ FMErrorCode FMMaskSummary_Private(FMMask m, const int32_t **summary)
   return FM_SUCCESS;
 }
 
+/* The key column of TileKeys' sample i (of n over cols columns): every column when n == cols,
+   else one in each of n equal strata, at the offset frac(i phi) within it (no fixed stride for a
+   periodic mask, documents of one length, to alias with). frac(i phi) in 64-bit fixed point,
+   i x FM_PHI64 modulo 2^64, which a thread may start anywhere and step by adding FM_PHI64 with
+   the same bits: any split of the samples over threads (and every rank) reads the same columns.
+   Increasing in i. */
+#define FM_PHI64 0x9E3779B97F4A7C15ull /* frac(golden ratio) x 2^64 */
+static inline int64_t key_sample(int64_t i, uint64_t x, int64_t n, int64_t cols, double step)
+{
+  return n == cols ? i : (int64_t)(((double)i + (double)(int64_t)(x >> 11) * 0x1p-53) * step); /* the top 53 bits: a signed conversion */
+}
+
+/* The first sample at or after i0 whose column lies in a later mask row than sample i0 - 1's
+   (i0 itself when i0 is 0 or n), by bisection over the increasing columns. */
+static int64_t key_sample_row_start(int64_t i0, int64_t n, int64_t cols, double step, int Sk)
+{
+  int64_t lo = i0, hi = n, h;
+  if (i0 <= 0 || i0 >= n) return i0;
+  h = key_sample(i0 - 1, (uint64_t)(i0 - 1) * FM_PHI64, n, cols, step) / Sk;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (key_sample(mid, (uint64_t)mid * FM_PHI64, n, cols, step) / Sk > h) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
 /* FMMaskTileKeys_Private - see fmimpl.h. */
 FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double *cv)
 {
@@ -335,9 +362,8 @@ FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double
   const int nqt = (int)(((int64_t)Sq + tile_rows - 1) / tile_rows);
   const int64_t cols = (int64_t)NG * Sk;
   int64_t want = (int64_t)64 * NG, n;
-  double x = 0, step, sk = 0, sk2 = 0, snoise = 0;
-  int64_t row0 = 0; /* the first column of mask row h */
-  int h = 0, *diff, *ns;
+  double step, sk = 0, sk2 = 0, snoise = 0;
+  int *diff, *ns, nth;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   FMValidPointer(mean, 3);
   FMValidPointer(cv, 4);
@@ -349,28 +375,42 @@ FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double
   step = (double)cols / (double)n;
   FMCall(FMCalloc((size_t)NG * (nqt + 1) + NG, &diff));
   ns = diff + (size_t)NG * (nqt + 1);
-  for (int64_t i = 0; i < n; i++) {
-    /* every column when they are few; else one column in each of n equal strata, at the offset
-       frac(i * phi) within it (in order, so the reads stream; and no fixed stride for a periodic
-       mask, documents of one length, to alias with) */
-    const int64_t c = n == cols ? i : (int64_t)(((double)i + x) * step);
-    int a[3], b[3], k, pos = 0, last = -1, *d; /* last: the last tile counted for this column */
-    while (c >= row0 + Sk) { row0 += Sk; h++; } /* c increases: no 64-bit division per column */
-    k = column_masked(m, h, (int)(c - row0), a, b);
-    d = diff + (size_t)h * (nqt + 1);
-    ns[h]++;
-    /* the tiles that see this column: those holding a row of one of its visible gaps (sorted;
-       a tile holding two gaps counts once) */
-    for (int t = 0; t <= k; t++) {
-      const int lo = pos, hi = t < k ? a[t] : Sq;
-      if (hi > lo) {
-        const int t0 = lo / tile_rows > last ? lo / tile_rows : last + 1, t1 = (hi - 1) / tile_rows;
-        if (t0 <= t1) { d[t0]++; d[t1 + 1]--; last = t1; }
-      }
-      if (t < k && b[t] > pos) pos = b[t];
+  /* a sample costs some 10-20 ns: threads from about 2048 of them (32 mask rows), each taking
+     whole mask rows (it alone writes their counts), so the counts, integers, are the same on any
+     number of threads */
+  nth = FMMaskThreads_Private(m, (size_t)n * 64, NG);
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    int64_t i0 = 0, i1 = n, row0;
+    int h;
+#ifdef _OPENMP
+    {
+      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+      i0 = key_sample_row_start(n * t / T, n, cols, step, Sk);
+      i1 = key_sample_row_start(n * (t + 1) / T, n, cols, step, Sk);
     }
-    x += 0.6180339887498949;
-    if (x >= 1) x -= 1;
+#endif
+    uint64_t x = (uint64_t)i0 * FM_PHI64; /* frac(i phi) x 2^64 of sample i, stepped below */
+    h = i0 < i1 ? (int)(key_sample(i0, x, n, cols, step) / Sk) : 0;
+    row0 = (int64_t)h * Sk; /* the first column of mask row h */
+    for (int64_t i = i0; i < i1; i++, x += FM_PHI64) {
+      const int64_t c = key_sample(i, x, n, cols, step);
+      int a[3], b[3], k, pos = 0, last = -1, *d; /* last: the last tile counted for this column */
+      while (c >= row0 + Sk) { row0 += Sk; h++; } /* c increases: no 64-bit division per column */
+      k = column_masked(m, h, (int)(c - row0), a, b);
+      d = diff + (size_t)h * (nqt + 1);
+      ns[h]++;
+      /* the tiles that see this column: those holding a row of one of its visible gaps (sorted;
+         a tile holding two gaps counts once) */
+      for (int t = 0; t <= k; t++) {
+        const int lo = pos, hi = t < k ? a[t] : Sq;
+        if (hi > lo) {
+          const int t0 = lo / tile_rows > last ? lo / tile_rows : last + 1, t1 = (hi - 1) / tile_rows;
+          if (t0 <= t1) { d[t0]++; d[t1 + 1]--; last = t1; }
+        }
+        if (t < k && b[t] > pos) pos = b[t];
+      }
+    }
   }
   for (int g = 0; g < NG; g++) {
     const int *d = diff + (size_t)g * (nqt + 1);

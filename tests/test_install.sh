@@ -8,7 +8,8 @@
 # that Libs gives (no LD_LIBRARY_PATH), the CUDA
 # include path is in Cflags and the installed tutorials (which allocate device memory themselves)
 # link with Cflags and Libs alone when built with CUDA, every man page of man/pages.list and every
-# document of doc/ landed, and man(1) finds a page and follows a .so page. Without a Fortran
+# document of doc/ landed, and man(1) finds a page and follows a .so page, and compare.sh landed
+# in share/flashmask/bench beside the Python files it runs. Without a Fortran
 # build only the C half runs (said below); SKIP (77) without pkg-config.
 . "$srcdir/tests/common.sh"
 : "${CC:=mpicc}" "${MAKE:=make}"
@@ -200,5 +201,15 @@ for f in doc/*.md doc/*.svg README.md HACKING.md tutorials/ex1.c tutorials/ex2.c
     [ -f "$docdir/$r" ] || bad "$r was not installed in share/doc/flashmask"
   done
 done
+# the peers' comparison: compare.sh (executable) with the two Python files it runs from its own directory
+cmp=$(find "$root" -path '*/flashmask/bench/compare.sh' | head -n 1)
+if [ -z "$cmp" ]; then bad "compare.sh was not installed in share/flashmask/bench"
+else
+  [ -x "$cmp" ] || bad "$cmp is not executable"
+  for p in $(sed -n 's/.*"\$here\/\([a-z_]*\.py\)".*/\1/p' "$cmp"); do
+    [ -f "$(dirname "$cmp")/$p" ] || bad "compare.sh runs $p, which was not installed beside it"
+  done
+  sh -n "$cmp" || bad "$cmp does not parse"
+fi
 echo "$n man pages in $man3, $(find "$docdir" -type f | wc -l) documents in $docdir"
 exit $fail

@@ -188,11 +188,13 @@ static void brute_tile_keys(FMMask m, int R, double *mean, double *cv)
 static void check_tile_keys(FMContext ctx, uint64_t *rs)
 {
   FMKernelOptions oauto = {0}, ostatic = {0}, o300 = {0};
-  struct { int Sq, Sk, H, mb; } sh[] = {{1000, 1000, 1, 1}, {500, 512, 2, 1}, {300, 200, 1, 3}, {3000, 4096, 1, 1}};
+  /* with FM_MASK_KEY_SAMPLES = 256: the last two are counted whole (256 columns, and 3 x 80) */
+  struct { int Sq, Sk, H, mb; } sh[] = {{1000, 1000, 1, 1}, {500, 512, 2, 1}, {300, 200, 1, 3}, {3000, 4096, 1, 1}, {200, 256, 1, 1}, {100, 80, 1, 3}};
   oauto.sm90_schedule = o300.sm90_schedule = FM_GPU_SCHED_AUTO;
   ostatic.sm90_schedule = FM_GPU_SCHED_STATIC;
   o300.sm90_auto_keys = 300;
-  for (int s = 0; s < 4; s++)
+  int whole = 0;
+  for (int s = 0; s < 6; s++)
     for (int t = 0; types[t]; t++) {
       const unsigned long seed = (unsigned long)(fmt_next(rs) & 0xFFFF);
       const int sampled = (long)sh[s].H * sh[s].mb * sh[s].Sk > FM_MASK_KEY_SAMPLES;
@@ -210,6 +212,7 @@ static void check_tile_keys(FMContext ctx, uint64_t *rs)
       } else m = build(ctx, types[t], sh[s].Sq, sh[s].Sk, sh[s].H, 128, seed, rs);
       FMT_CALL(FMMaskTileKeys_Private(m, 128, &est, &cv));
       brute_tile_keys(m, 128, &ex, &excv);
+      whole += !sampled;
       FMT_CHECK(sampled ? fabs(est - ex) <= 0.03 * sh[s].Sk && fabs(cv - excv) <= 0.15 : fabs(est - ex) <= 1e-9 * sh[s].Sk && fabs(cv - excv) <= 1e-9,
                 "%s %dx%d (%d heads, batch %d): tile keys %.2f spread %.3f; brute force %.2f spread %.3f (%s)", types[t], sh[s].Sq,
                 sh[s].Sk, sh[s].H, sh[s].mb, est, cv, ex, excv, sampled ? "sampled" : "every column");
@@ -264,6 +267,7 @@ static void check_tile_keys(FMContext ctx, uint64_t *rs)
               c.tile_keys);
     FMT_CALL(FMMaskDestroy(&m));
   }
+  FMT_CHECK(whole >= 20, "only %d of the shapes were counted whole (the exact branch of the estimate)", whole);
   {
     /* 64 mask rows (4096 samples, enough for threads): the estimate on 1 thread, on 3 (more than
        this machine may have, and odd: the split falls inside mask rows) and on 2 must be the same
@@ -290,6 +294,21 @@ static void check_tile_keys(FMContext ctx, uint64_t *rs)
               e[0], e[1], e[2], v[0], v[1], v[2]);
     FMT_CHECK(fabs(e[0] - ex) <= 0.03 * 1024 && fabs(v[0] - excv) <= 0.15, "random_eviction 64 x 1500 x 1024: tile keys %.2f spread %.3f; brute force %.2f spread %.3f",
               e[0], v[0], ex, excv);
+    /* the split itself (equal bits alone would not show two threads sharing a mask row's counts):
+       for T threads the ranges cover the samples in order, and each starts a mask row */
+    for (int T = 1; T <= 9; T++) {
+      int64_t n = 0, prev = 0, i0, i1;
+      for (int t = 0; t < T; t++) {
+        FMMaskTileKeysSplit_Private(m, t, T, &n, &i0, &i1);
+        FMT_CHECK(i0 == prev && i1 >= i0 && i1 <= n, "tile keys on %d threads: thread %d takes [%lld, %lld) after %lld of %lld", T, t,
+                  (long long)i0, (long long)i1, (long long)prev, (long long)n);
+        FMT_CHECK(i0 == 0 || i0 == n || FMMaskTileKeysColumn_Private(m, i0 - 1) / 1024 < FMMaskTileKeysColumn_Private(m, i0) / 1024,
+                  "tile keys on %d threads: thread %d starts at sample %lld inside mask row %lld", T, t, (long long)i0,
+                  (long long)(FMMaskTileKeysColumn_Private(m, i0) / 1024));
+        prev = i1;
+      }
+      FMT_CHECK(prev == n, "tile keys on %d threads: the ranges end at %lld of %lld samples", T, (long long)prev, (long long)n);
+    }
     FMT_CALL(FMMaskDestroy(&m));
   }
 }

@@ -355,13 +355,42 @@ static int64_t key_sample_row_start(int64_t i0, int64_t n, int64_t cols, double 
   return lo;
 }
 
+/* How many key columns TileKeys samples (n) out of all mask rows' (cols), and the stratum width. */
+static void key_samples(const FMMask m, int64_t *n, int64_t *cols, double *step)
+{
+  int64_t want = (int64_t)64 * (int64_t)FM_MASK_NG(m);
+  *cols = (int64_t)FM_MASK_NG(m) * m->seqlen_k;
+  if (want < FM_MASK_KEY_SAMPLES) want = FM_MASK_KEY_SAMPLES;
+  if (want > 16 * FM_MASK_KEY_SAMPLES) want = 16 * FM_MASK_KEY_SAMPLES;
+  *n = *cols < want ? *cols : want;
+  *step = (double)*cols / (double)*n;
+}
+
+/* FMMaskTileKeysSplit_Private - see fmimpl.h. */
+void FMMaskTileKeysSplit_Private(const FMMask m, int t, int T, int64_t *n, int64_t *i0, int64_t *i1)
+{
+  int64_t cols;
+  double step;
+  key_samples(m, n, &cols, &step);
+  *i0 = key_sample_row_start(*n * t / T, *n, cols, step, m->seqlen_k);
+  *i1 = key_sample_row_start(*n * (t + 1) / T, *n, cols, step, m->seqlen_k);
+}
+
+/* FMMaskTileKeysColumn_Private - see fmimpl.h. */
+int64_t FMMaskTileKeysColumn_Private(const FMMask m, int64_t i)
+{
+  int64_t n, cols;
+  double step;
+  key_samples(m, &n, &cols, &step);
+  return key_sample(i, (uint64_t)i * FM_PHI64, n, cols, step);
+}
+
 /* FMMaskTileKeys_Private - see fmimpl.h. */
 FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double *cv)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k, NG = (int)FM_MASK_NG(m);
   const int nqt = (int)(((int64_t)Sq + tile_rows - 1) / tile_rows);
-  const int64_t cols = (int64_t)NG * Sk;
-  int64_t want = (int64_t)64 * NG, n;
+  int64_t cols, n;
   double step, sk = 0, sk2 = 0, snoise = 0;
   int *diff, *ns, nth;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
@@ -369,10 +398,7 @@ FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double
   FMValidPointer(cv, 4);
   FMCheck(m->hdr.setupcalled, MPI_COMM_SELF, FM_ERR_ORDER, "The mask's tile keys are asked for before FMMaskSetUp");
   FMCheck(tile_rows >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (tile_rows) is %d; expected >= 1", tile_rows);
-  if (want < FM_MASK_KEY_SAMPLES) want = FM_MASK_KEY_SAMPLES;
-  if (want > 16 * FM_MASK_KEY_SAMPLES) want = 16 * FM_MASK_KEY_SAMPLES;
-  n = cols < want ? cols : want;
-  step = (double)cols / (double)n;
+  key_samples(m, &n, &cols, &step);
   FMCall(FMCalloc((size_t)NG * (nqt + 1) + NG, &diff));
   ns = diff + (size_t)NG * (nqt + 1);
   /* a sample costs some 10-20 ns: threads from about 2048 of them (32 mask rows), each taking

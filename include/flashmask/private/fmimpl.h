@@ -501,6 +501,13 @@ FMErrorCode FMMaskComputeSparsity_Private(FMMask m);
 #define FM_MASK_KEY_SAMPLES 256
 #endif
 FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double *cv);
+/* What FMMaskTileKeys_Private samples, for tests. Not collective.
+   FMMaskTileKeysSplit_Private - *n samples in all; thread t of T takes samples [*i0, *i1) (whole
+   mask rows: the last sample before *i0 lies in an earlier mask row than sample *i0).
+   FMMaskTileKeysColumn_Private - the key column of sample i (0 <= i < n) over all mask rows, row
+   g's columns at g x seqlen_k. */
+void FMMaskTileKeysSplit_Private(const FMMask m, int t, int T, int64_t *n, int64_t *i0, int64_t *i1);
+int64_t FMMaskTileKeysColumn_Private(const FMMask m, int64_t i);
 /* Validate m->bnd (0 <= start <= Sq, start <= end). */
 FMErrorCode FMMaskValidate_Private(FMMask m);
 /* Fill the kernels' view of a set-up mask (borrowed pointers into m), its summaries computed if

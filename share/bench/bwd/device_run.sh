@@ -14,9 +14,11 @@ if ! ./bwd_bench probe >/dev/null 2>&1; then
     -Xcompiler -fopenmp share/bench/bwd/bwd_bench.cu src/kernels/cuda_bwd.cu src/kernels/sm90/bwd_sm90.cu -o bwd_bench || exit 1
 fi
 rc=0
-timeout 60 ./bwd_bench small 2>&1 | tee $OUT/small.log
+timeout 60 ./bwd_bench small > $OUT/small.log 2>&1 || rc=1
+cat $OUT/small.log
 if [ "$mode" != bench ]; then
-  timeout 200 ./bwd_bench check 2>&1 | tee $OUT/check.log || rc=1
+  timeout 200 ./bwd_bench check > $OUT/check.log 2>&1 || rc=1 # not through tee: sh has no pipefail
+  cat $OUT/check.log
   timeout 120 compute-sanitizer --tool memcheck --leak-check no ./bwd_bench small > $OUT/memcheck.log 2>&1
   echo "memcheck rc $?: $(grep -c 'ERROR SUMMARY: 0 errors' $OUT/memcheck.log) clean summaries"; tail -3 $OUT/memcheck.log
 fi

@@ -37,7 +37,11 @@ flags="-g -O1 -fno-omit-frame-pointer $san"
 # (fast_unwind_on_malloc=0: Open MPI's libraries have no frame pointers, and the suppressions need
 #  whole allocation stacks; verify_asan_link_order=0: test_install's programs are not instrumented)
 ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:verify_asan_link_order=0:fast_unwind_on_malloc=0"
-LSAN_OPTIONS="suppressions=$top/share/ci/lsan.supp:print_suppressions=0"
+# (use_tls=0: LeakSanitizer's tracer, scanning the threads' thread-local storage at exit, crashed
+#  with signal 11 in 5 of 9 runs of three multi-rank tests with unbound ranks, and now and then
+#  with bound ones (GCC 12's libsanitizer, Open MPI 4.1); without that scan 27 runs of nine such
+#  tests passed, unbound. It takes roots away, so it can add leak reports, never hide one)
+LSAN_OPTIONS="suppressions=$top/share/ci/lsan.supp:print_suppressions=0:use_tls=0"
 UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$top/share/ci/ubsan.supp"
 # keep Open MPI's components loaded so the leak reports and suppressions can name them
 OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
@@ -49,9 +53,9 @@ echo "sanitize.sh: configure --without-cuda CFLAGS='$flags' (log: $dir/src/confi
 echo "sanitize.sh: make -j$jobs check"
 make -j"$jobs" check "$@"
 st=$?
-# LeakSanitizer stops every thread at exit to scan for leaks; now and then its tracer itself
-# crashes ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error") after the
-# test passed: that is no report about our code. Such tests (and only those without any
+# LeakSanitizer stops every thread at exit to scan for leaks; should its tracer itself still crash
+# ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error") after the test
+# passed (use_tls=0 above took away the cause found so far), that is no report about our code. Such tests (and only those without any
 # sanitizer report in their log) run once more; a second failure counts.
 if [ $st -ne 0 ]; then
   retry=

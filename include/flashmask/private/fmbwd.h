@@ -84,7 +84,7 @@ static inline int FMGpuBwdStepRows(const FMGpuBwdParams *a)
  *   the workspace's turn words ((batch, query head, 64-row block) x 4 + column half), which only
  *   the deterministic mode uses otherwise. Measured on an H100 (2026-12-05, bwd_bench ab with and
  *   without BWD_NO_FIRST_STORE): d = 128 sliding window, causal document and share question
- *   +5..+13% at 8K and 32K, full and causal within 1%; d = 64 (H = 64) sliding window +6%, causal
+ *   +3..+13% at 8K and 32K, full and causal within 1%; d = 64 (H = 64) sliding window +6%, causal
  *   document +2..3%, but full and causal -6..-10%: there every key block of a row reaches a query
  *   block at the same step, and the short d = 64 steps wait for the winner's store to complete.
  *   So d = 64 keeps the zeroing. The one rule for the kernel, the library's path name and the

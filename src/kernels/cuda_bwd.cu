@@ -92,9 +92,8 @@ template <typename T> static void launch_pre(const FMGpuBwdParams *p, const FMBw
   };
   const int vec = p->head_dim % 32 == 0 && (E == 2 || E == 4 || E == 8) && rows_ok(o, p->so) && rows_ok(dout, p->sdo) ? E : 0;
   int *flags = w.first_store ? w.turn : NULL;
-  const int nqb = (p->seqlen_q + FMBWD_BM - 1) / FMBWD_BM;
 #define FMBWD_PRE(e) \
-  bwd_pre<T, e><<<grid, 256, 0, st>>>(o, p->so, dout, p->sdo, p->lse, w.lse2, w.dsum, w.dqacc, flags, nqb, p->seqlen_q, p->heads_q, \
+  bwd_pre<T, e><<<grid, 256, 0, st>>>(o, p->so, dout, p->sdo, p->lse, w.lse2, w.dsum, w.dqacc, flags, w.nqb, p->seqlen_q, p->heads_q, \
                                       p->head_dim, w.sqp)
   if (vec == 2) FMBWD_PRE(2);
   else if (vec == 4) FMBWD_PRE(4);
@@ -368,7 +367,7 @@ static cudaError_t run_piece(const FMGpuBwdParams *p, const FMBwdWork &w, int pa
 static cudaError_t run_end(const FMGpuBwdParams *p, const FMBwdWork &w, cudaStream_t st)
 {
   const int vec = !((uintptr_t)p->dq & 15) && p->sdq.sb % 8 == 0 && p->sdq.ss % 8 == 0 && p->sdq.sh % 8 == 0;
-  const int *flags = w.first_store ? w.turn : NULL, nqb = (p->seqlen_q + FMBWD_BM - 1) / FMBWD_BM;
+  const int *flags = w.first_store ? w.turn : NULL, nqb = w.nqb;
   if (p->fp16)
     bwd_post<__half><<<2048, 256, 0, st>>>(w.dqacc, flags, nqb, (__half *)p->dq, p->sdq, p->batch, p->seqlen_q, p->heads_q,
                                            p->head_dim, w.sqp, p->scale, vec);

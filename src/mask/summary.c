@@ -366,14 +366,20 @@ static void key_samples(const FMMask m, int64_t *n, int64_t *cols, double *step)
   *step = (double)*cols / (double)*n;
 }
 
+/* The samples [*i0, *i1) thread t of T takes: whole mask rows. */
+static void key_sample_split(int t, int T, int64_t n, int64_t cols, double step, int Sk, int64_t *i0, int64_t *i1)
+{
+  *i0 = key_sample_row_start(n * t / T, n, cols, step, Sk);
+  *i1 = key_sample_row_start(n * (t + 1) / T, n, cols, step, Sk);
+}
+
 /* FMMaskTileKeysSplit_Private - see fmimpl.h. */
 void FMMaskTileKeysSplit_Private(const FMMask m, int t, int T, int64_t *n, int64_t *i0, int64_t *i1)
 {
   int64_t cols;
   double step;
   key_samples(m, n, &cols, &step);
-  *i0 = key_sample_row_start(*n * t / T, *n, cols, step, m->seqlen_k);
-  *i1 = key_sample_row_start(*n * (t + 1) / T, *n, cols, step, m->seqlen_k);
+  key_sample_split(t, T, *n, cols, step, m->seqlen_k, i0, i1);
 }
 
 /* FMMaskTileKeysColumn_Private - see fmimpl.h. */
@@ -410,11 +416,7 @@ FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double
     int64_t i0 = 0, i1 = n, row0;
     int h;
 #ifdef _OPENMP
-    {
-      const int t = omp_get_thread_num(), T = omp_get_num_threads();
-      i0 = key_sample_row_start(n * t / T, n, cols, step, Sk);
-      i1 = key_sample_row_start(n * (t + 1) / T, n, cols, step, Sk);
-    }
+    key_sample_split(omp_get_thread_num(), omp_get_num_threads(), n, cols, step, Sk, &i0, &i1);
 #endif
     uint64_t x = (uint64_t)i0 * FM_PHI64; /* frac(i phi) x 2^64 of sample i, stepped below */
     h = i0 < i1 ? (int)(key_sample(i0, x, n, cols, step) / Sk) : 0;

@@ -38,6 +38,7 @@ typedef struct {
   int *counter; /* the main kernel's work-item counter */
   int *turn;    /* deterministic mode: the turn words (bwd_sm90.cu) */
   int sqp;      /* the padded rows */
+  int nqb;      /* 64-row query blocks (the turn words' and the first-store flags' rows) */
   int first_store; /* set by the caller: the accumulator is not zeroed, turn holds the blocks' flags
                       (cleared by the preprocess; FMGpuBwdFirstStore, fmbwd.h) */
 } FMBwdWork;
@@ -92,6 +93,7 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
     w->counter = (int *)(base + 2 * a + acc);
     w->turn = (int *)(base + 2 * a + acc + 256);
     w->sqp = sqp;
+    w->nqb = nqb;
     w->first_store = 0;
   }
   return total;

@@ -81,6 +81,18 @@ __device__ __forceinline__ int ld_acquire(const int *p)
 }
 __device__ __forceinline__ void st_release(int *p, int v) { asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+/* Until the word at p (last read as seen) holds want, then the async proxy's later bulk operations
+   ordered after the acquiring read that saw it. */
+__device__ __forceinline__ void wait_word(const int *p, int want, int seen)
+{
+#ifdef FM_SM90_HANG_CHECK
+  for (long long spins = 0; seen != want; spins++, seen = ld_acquire(p))
+    if (spins > (1ll << 26)) __trap();
+#else
+  for (; seen != want; seen = ld_acquire(p)) __nanosleep(32);
+#endif
+  fence_proxy_async_global();
+}
 __device__ __forceinline__ int atom_cas_acquire(int *p, int cmp, int v)
 {
   int old;
@@ -141,47 +153,31 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
     const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
     const size_t off = (size_t)arow * 64;
-    if (lane == 0 && p.first_store) {
-      /* first stores: the block's flag (the turn word, cleared by the preprocess) is taken by
-         the first writer of the piece, which stores its partial where the others add theirs.
-         Read first: once the block is stored (every visit but the first) one load, not a CAS and
-         a load, stands between the handed-over block and its add. */
-      int *flag = p.turn + tix, f = ld_acquire(flag);
-      if (f != 2 && atom_cas_acquire(flag, 0, 1) == 0) {
-        bulk_store(p.dqacc + off, stg, L::DQB);
-        bulk_commit();
-        bulk_wait_read0();
-        mbar_arrive(&sy.dq_empty[cw]);
-        bulk_wait0(); /* the store is complete in global memory */
-        fence_proxy_async_global();
-        st_release(flag, 2);
-      } else {
-#ifdef FM_SM90_HANG_CHECK
-        for (long long spins = 0; f != 2; spins++, f = ld_acquire(flag))
-          if (spins > (1ll << 26)) __trap();
-#else
-        for (; f != 2; f = ld_acquire(flag)) __nanosleep(32);
-#endif
-        fence_proxy_async_global();
+    if (lane == 0) {
+      /* first stores: the block's flag (the turn word, cleared by the preprocess) is taken by the
+         first writer of the piece, which stores its partial where the others add theirs. Read
+         first: once the block is stored (every visit but the first) one load, not a CAS and a
+         load, stands between the handed-over block and its add. Deterministic: the block's turn. */
+      int *word = p.turn + tix, stored = 0;
+      if (p.first_store) {
+        const int f = ld_acquire(word);
+        if (f != 2 && atom_cas_acquire(word, 0, 1) == 0) {
+          bulk_store(p.dqacc + off, stg, L::DQB);
+          bulk_commit();
+          bulk_wait_read0();
+          mbar_arrive(&sy.dq_empty[cw]);
+          bulk_wait0(); /* the store is complete in global memory */
+          fence_proxy_async_global();
+          st_release(word, 2);
+          stored = 1;
+        } else wait_word(word, 2, f);
+      } else if (p.deterministic) wait_word(word, mine, ld_acquire(word));
+      if (!stored) {
         bulk_reduce_add(p.dqacc + off, stg, L::DQB);
         bulk_commit();
         bulk_wait_read0();
-        mbar_arrive(&sy.dq_empty[cw]);
+        mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
       }
-    } else if (lane == 0) {
-      if (p.deterministic) {
-#ifdef FM_SM90_HANG_CHECK
-        for (long long spins = 0; ld_acquire(p.turn + tix) != mine; spins++)
-          if (spins > (1ll << 26)) __trap();
-#else
-        while (ld_acquire(p.turn + tix) != mine) __nanosleep(32);
-#endif
-        fence_proxy_async_global();
-      }
-      bulk_reduce_add(p.dqacc + off, stg, L::DQB);
-      bulk_commit();
-      bulk_wait_read0();
-      mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
     }
     if (p.deterministic) {
       int next = mine + 1;

@@ -33,7 +33,9 @@ enum { FM_SUM_LTS_MIN = 0, FM_SUM_LTS_MAX, FM_SUM_LTE_MIN, FM_SUM_LTE_MAX,
 #define FM_GPU_SCHED_AUTO_KEYS 2048 /* auto: persistent at most this many keys per query tile on average */
 #define FM_GPU_SCHED_AUTO_CV 0.5    /* auto: static at most this spread of the tiles' keys, else dynamic */
 #define FM_GPU_SCHED_STATIC_KEYS 512 /* auto: static at most this many keys per query tile, else dynamic */
-#define FM_GPU_TILE_M 128           /* the Hopper forward's query tile (rows) */
+#define FM_GPU_TILE_M 128           /* the Hopper forward's query tile (rows) at d = 128 and 256; d = 64 runs
+                                       192-row tiles (Cfg, src/kernels/sm90/layout.cuh), for which the
+                                       schedule's estimate keeps 128 rows */
 
 /* Tile classes. */
 typedef enum { FM_TILE_SKIP = 0, FM_TILE_FULL = 1, FM_TILE_PARTIAL = 2 } FMTileClass;

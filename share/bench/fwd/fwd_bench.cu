@@ -16,6 +16,8 @@
  *   ./fwd_bench bench [reps] bf16, 128K tokens per batch: d = 128 H = 32 every mask at 8K and 32K,
  *                            d = 256 H = 16 and d = 64 H = 64 at 8K (full, causal), GQA 4:1 (kv 8) at 8K
  *   ./fwd_bench ab [reps]    short A/B table: full, causal, sliding window, causal document at 8K; full, causal at 32K
+ *   ./fwd_bench ab64 [reps]  d = 64 (H = 64) A/B table: full, causal, sliding window, causal document, share question,
+ *                            random eviction at 8K and 32K
  *   ./fwd_bench wsweep [reps] sliding windows of 150 to 3000 keys at 8K (d = 128, H = 32): the three
  *                            schedules side by side, where auto's static-or-dynamic rule is decided
  *   ./fwd_bench prof S kind [d]  one warm-up and one call (ncu -k regex:fwd_kernel -s 1 -c 1); kind: name or index
@@ -373,7 +375,7 @@ int main(int argc, char **argv)
       }
     return 0;
   }
-  if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "ab256" && mode != "bench" &&
+  if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "ab64" && mode != "ab256" && mode != "bench" &&
       mode != "sched" && mode != "wsweep") {
     fprintf(stderr,
             "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], ab256 [reps], sched [reps], wsweep [reps], prof S kind [d], rho, "
@@ -409,6 +411,11 @@ int main(int argc, char **argv)
   if (mode == "ab") {
     for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA, M_DOC}) bench_case(8192, k, 128, 32, reps);
     for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(32768, k, 128, 32, reps);
+    return 0;
+  }
+  if (mode == "ab64") { /* d = 64 (H = 64): the A/B table of its tile (Cfg<64>, layout.cuh) */
+    for (int S : {8192, 32768})
+      for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA, M_DOC, M_SQ, M_RANDOM}) bench_case(S, k, 64, 64, reps);
     return 0;
   }
   if (mode == "ab256") { /* d = 256 (H = 16): the A/B table of its build options */

@@ -13,11 +13,11 @@ namespace fmsm90 {
  * first). Entry bits 0..26 become the tile index 2 kb + h. Returns the new length; the
  * caller's group_sync follows.
  */
-template <int TN, int NT, int BAR>
+template <int TN, int BM, int NT, int BAR>
 __device__ __forceinline__ int list_halves(const FMGpuFwdCore &p, int entry, int m0, int *wcnt, int *list, int n, int warp,
                                            int lane)
 {
-  const int m1 = m0 + kBM < p.seqlen_q ? m0 + kBM : p.seqlen_q, off = p.seqlen_k - p.seqlen_q;
+  const int m1 = m0 + BM < p.seqlen_q ? m0 + BM : p.seqlen_q, off = p.seqlen_k - p.seqlen_q;
   const int kb = entry >= 0 ? entry & kBlockBits : 0, c0 = (2 * kb + 1) * TN; /* the upper half's first column */
   /* the upper half: not past seqlen_k, not wholly above the diagonal of rows [m0, m1) */
   const bool hi = entry >= 0 && c0 < p.seqlen_k && !(p.causal && c0 > m1 - 1 + off);
@@ -29,7 +29,7 @@ __device__ __forceinline__ int list_halves(const FMGpuFwdCore &p, int entry, int
     if (w < warp) before += wcnt[w];
     n += wcnt[w];
   }
-  const unsigned lt = (1u << lane) - 1;
+  const unsigned lt = lanemask_lt();
   before += __popc(bhi & lt) + __popc(blo & lt);
   if (entry >= 0) {
     const int fl = entry & ~kBlockBits;
@@ -42,7 +42,7 @@ __device__ __forceinline__ int list_halves(const FMGpuFwdCore &p, int entry, int
 }
 
 /*
- * The CTA's key-block list, last block first, built by all 384 threads (one block each per
+ * The CTA's key-block list, last block first, built by all its threads (one block each per
  * round). The class is FMClassifyTileInline's; partial entries also record which element
  * tests they need (lower / upper interval, causal); the block that runs past seqlen_k needs
  * the lower test (its padding columns carry [0, INT_MAX)).
@@ -51,12 +51,12 @@ __device__ __forceinline__ int list_halves(const FMGpuFwdCore &p, int entry, int
  * element tests are exact); a half wholly at or past seqlen_k, or wholly above the causal
  * diagonal of the CTA's rows, is left out.
  * Returns the list length n; list[0..n) is in shared memory (L::OFF_LIST), read by the
- * producer and both consumers, so their iteration counts always agree.
+ * producer and every consumer, so their iteration counts always agree.
  * The persistent kernel builds its lists with its NT = 96 builder threads (src gives the tile,
- * with thread indices counted from the first builder) and named barrier BAR; NT = 384, BAR = 0
- * is every thread of the one-tile kernel with __syncthreads.
+ * with thread indices counted from the first builder) and named barrier BAR; NT = Cfg<D>::THREADS,
+ * BAR = 0 is every thread of the one-tile kernel with __syncthreads.
  */
-template <int D, int ST, int NQ = 1, int NT = kThreads, int BAR = 0, class Src = GridTile>
+template <int D, int ST, int NQ = 1, int NT = Cfg<D>::THREADS, int BAR = 0, class Src = GridTile<D>>
 __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned char *smem, int *list, const Src &src = Src())
 {
   using L = Layout<D, ST, NQ>;
@@ -65,14 +65,15 @@ __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned 
   int n = 0;
   {
     const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FM_SUM_N;
-    const int m1 = m0 + kBM < p.seqlen_q ? m0 + kBM : p.seqlen_q, off = p.seqlen_k - p.seqlen_q;
+    constexpr int BM = Cfg<D>::BM;
+    const int m1 = m0 + BM < p.seqlen_q ? m0 + BM : p.seqlen_q, off = p.seqlen_k - p.seqlen_q;
     const bool ragged = (p.seqlen_k % kBN) != 0;
     int *wcnt = (int *)(smem + L::OFF_CNT);
     for (int base = p.nblk - 1; base >= 0; base -= NT) {
       const int kb = base - tid;
       int entry = -1;
       if (kb >= 0) {
-        const int cls = FMClassifyTileInline(sumh, p.causal, p.seqlen_q, p.seqlen_k, kBN, m0, m0 + kBM, kb);
+        const int cls = FMClassifyTileInline(sumh, p.causal, p.seqlen_q, p.seqlen_k, kBN, m0, m0 + BM, kb);
         if (cls != FM_TILE_SKIP) {
           const int32_t *sm = sumh + (size_t)kb * FM_SUM_N;
           const int c1 = (kb + 1) * kBN < p.seqlen_k ? (kb + 1) * kBN : p.seqlen_k;
@@ -93,9 +94,9 @@ __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned 
           if (w < warp) before += wcnt[w];
           n += wcnt[w];
         }
-        if (entry >= 0) list[before + __popc(ball & ((1u << lane) - 1))] = entry;
+        if (entry >= 0) list[before + __popc(ball & lanemask_lt())] = entry;
       } else {
-        n = list_halves<L::TN, NT, BAR>(p, entry, m0, wcnt, list, n, warp, lane);
+        n = list_halves<L::TN, Cfg<D>::BM, NT, BAR>(p, entry, m0, wcnt, list, n, warp, lane);
       }
       group_sync<NT, BAR>();
     }

@@ -34,7 +34,7 @@ __device__ __forceinline__ void merge_weights(float la, float *lse, float *wa, f
  *   thread, which waits until the store has read the staging before it returns (the caller
  *   then frees the Q buffer); the other threads do not wait for it.
  */
-template <int D, bool F16, class Src = GridTile, bool TMA_O = false>
+template <int D, bool F16, class Src = GridTile<D>, bool TMA_O = false>
 __device__ __forceinline__ void epilogue_store(const FMGpuFwdCore &p, unsigned char *qtile, const float *o, const float *mrow,
                                                const float *lrow, const Src &src = Src(), const CUtensorMap *tmO = nullptr)
 {
@@ -98,28 +98,28 @@ __device__ __forceinline__ void epilogue_store(const FMGpuFwdCore &p, unsigned c
 #pragma unroll
     for (int k = 0; k < D / 8; k++) {
       const int ch = k >> 3, u = k & 7;
-      *(uint32_t *)(stage + ch * kChunkBytes + r0 * 128 + ((u ^ (r0 & 7)) << 4) + q4 * 4) =
+      *(uint32_t *)(stage + ch * Cfg<D>::QCH + r0 * 128 + ((u ^ (r0 & 7)) << 4) + q4 * 4) =
         pack2<F16>(o[4 * k] * inv0, o[4 * k + 1] * inv0);
-      *(uint32_t *)(stage + ch * kChunkBytes + r1 * 128 + ((u ^ (r1 & 7)) << 4) + q4 * 4) =
+      *(uint32_t *)(stage + ch * Cfg<D>::QCH + r1 * 128 + ((u ^ (r1 & 7)) << 4) + q4 * 4) =
         pack2<F16>(o[4 * k + 2] * inv1, o[4 * k + 3] * inv1);
     }
     const int rowbase = m0 + cw * 64;
     if constexpr (TMA_O) {
       fence_proxy_async(); /* the staging stores before the TMA reads them */
-      named_sync(3 + cw, 128);
+      named_sync(kBarEpi + cw, 128);
       if (wt == 0) {
 #pragma unroll
-        for (int c = 0; c < D / 64; c++) tma_store_4d(tmO, stage + c * kChunkBytes, c * 64, hq, rowbase, b);
+        for (int c = 0; c < D / 64; c++) tma_store_4d(tmO, stage + c * Cfg<D>::QCH, c * 64, hq, rowbase, b);
         bulk_commit();
       }
     } else {
-      named_sync(3 + cw, 128);
+      named_sync(kBarEpi + cw, 128);
       const size_t ostride = (size_t)p.heads_q * D;
 #pragma unroll
       for (int it = 0; it < 64 * (D / 8) / 128; it++) {
         const int idx = it * 128 + wt, r = idx / (D / 8), k = idx % (D / 8);
         const int ch = k >> 3, u = k & 7;
-        const uint4 val = *(const uint4 *)(stage + ch * kChunkBytes + r * 128 + ((u ^ (r & 7)) << 4));
+        const uint4 val = *(const uint4 *)(stage + ch * Cfg<D>::QCH + r * 128 + ((u ^ (r & 7)) << 4));
         if (rowbase + r < p.seqlen_q)
           *(uint4 *)((char *)p.o + (((size_t)b * p.seqlen_q + rowbase + r) * ostride + (size_t)hq * D + k * 8) * 2) = val;
       }

@@ -2,20 +2,22 @@
  * fwd_sm90.cu - FlashMask forward for Hopper (sm_90a): TMA + wgmma + warp specialization with
  * column-bound tile skipping.
  *
- * One CTA = one 128-row query tile of one (batch, query head); 384 threads:
+ * One CTA = one query tile of one (batch, query head): 128 rows and 384 threads at d = 128 and
+ * 256, 192 rows and 512 threads at d = 64 (Cfg, layout.cuh):
  *   warpgroup 0: producer. setmaxnreg.dec 24; one thread issues every TMA: Q once (before the
  *     block list is built), then per visited key tile K (and, for partial blocks, the block's
  *     per-column mask data in the same transaction), then V of the previous block, into a
  *     ST-stage ring of mbarriers.
- *   warpgroups 1, 2: consumers, 64 query rows each (the M of wgmma). setmaxnreg.inc 240.
+ *   warpgroups 1.. NC: consumers, 64 query rows each (the M of wgmma). setmaxnreg.inc 240
+ *     (160 with three consumers).
  *     Step j: S_j = Q K_j^T (SS wgmma) and O += P_{j-1} V_{j-1} (RS wgmma, P from registers)
  *     are issued back to back (O is rescaled to the new row max between the two issues); the
  *     softmax of S_j runs while the P.V product is in flight.
- *     The two consumers alternate their wgmma issue through named barriers 1 and 2
- *     (ping-pong), so one warpgroup's softmax overlaps the other one's GEMMs.
+ *     The consumers take turns at wgmma issue through named barriers (round robin; ping-pong
+ *     with two), so one warpgroup's softmax overlaps the others' GEMMs.
  * The list of key blocks to visit (skip / unmasked / partial, doc/format.md section 2,
- * FMClassifyTileInline) is built once per CTA by all 384 threads before the roles split and is
- * read by the producer and both consumers, so their iteration counts always agree. Unmasked
+ * FMClassifyTileInline) is built once per CTA by all its threads before the roles split and is
+ * read by the producer and every consumer, so their iteration counts always agree. Unmasked
  * blocks take the dense path; partial blocks (this includes the causal diagonal and the key
  * block that runs past seqlen_k) apply only the element tests their flags ask for: the causal
  * diagonal alone, one [x, y) visible interval per column (from the GPU prepass), or both
@@ -47,14 +49,14 @@
 namespace fmsm90 {
 
 template <int D, int ST, bool F16>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
              const __grid_constant__ CUtensorMap tmV, const FMGpuFwdCore p)
 {
   using L = Layout<D, ST>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
-  const CtaCoords cc = cta_coords(p);
+  const CtaCoords cc = cta_coords<D>(p);
   const int hq = cc.hq, b = cc.b, m0 = cc.m0, tid = cc.tid;
 
   uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
@@ -66,22 +68,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < ST; s++) {
       mbar_init(&bar.k_full[s], 1);
       mbar_init(&bar.v_full[s], 1);
-      mbar_init(&bar.k_empty[s], kKEmptyCount); /* release_k */
-      mbar_init(&bar.v_empty[s], 8);
+      mbar_init(&bar.k_empty[s], kKEmptyCount<D>); /* release_k */
+      mbar_init(&bar.v_empty[s], 4 * Cfg<D>::NC);
     }
     fence_barrier_init();
     /* Q first: its load overlaps the block-list build (the consumers always wait for it) */
     mbar_expect_tx(bar.q_full, L::QB);
 #pragma unroll
-    for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_Q + c * kChunkBytes, &tmQ, bar.q_full, c * 64, hq, m0, b);
+    for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_Q + c * Cfg<D>::QCH, &tmQ, bar.q_full, c * 64, hq, m0, b);
   }
   const int n = build_block_list<D, ST>(p, smem, list);
 
   if (cc.wg == 0) {
-    setmaxnreg_dec<24>();
+    setmaxnreg_dec<Cfg<D>::REG_P>();
     producer_load<D, ST>(&tmK, &tmV, p, smem, list, n, bar);
   } else {
-    setmaxnreg_inc<240>();
+    setmaxnreg_inc<Cfg<D>::REG_C>();
     float o[D / 2];
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
     consumer_mainloop<D, ST, F16>(p, smem, list, n, bar, o, mrow, lrow, smem + L::OFF_Q);
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 /*
  * The persistent forward (d = 64 and 128; FM_GPU_SCHED_STATIC / _DYNAMIC): one CTA per SM runs
  * tile after tile, so that a tile's start (its block list, Q's load, the first K/V) and its
- * epilogue overlap the neighbouring tiles' work instead of standing alone. Same 384 threads,
+ * epilogue overlap the neighbouring tiles' work instead of standing alone. Same threads,
  * the roles split once:
  *   warp 0 (lane 0): the producer: per tile, waits for its block list, loads its Q into the
  *     tile's Q buffer (two, alternating), then K/V over the one ring that runs on across tiles.
@@ -100,14 +102,14 @@ __global__ void __launch_bounds__(kThreads, 1)
  *     blockIdx.x + t * gridDim.x), build its block list with 96 threads into the list buffer of
  *     its parity and publish {tile, n, r0} in that list's header (r0: the ring position of
  *     the tile's first block, the sum of the CTA's earlier n); tile index -1 ends the CTA.
- *   warpgroups 1, 2: the consumers, as in fwd_kernel, per tile; after the epilogue (which
+ *   warpgroups 1.. NC: the consumers, as in fwd_kernel, per tile; after the epilogue (which
  *     stages O through the tile's own Q buffer) they free the list and the Q buffer. What a
  *     consumer needs of its tile it reads from the header (twice: before the mainloop and
  *     before the epilogue), so that no tile state stays live across the mainloop's registers.
  * Tile t's order (tile_coords): query blocks fastest, heaviest first, then heads, then samples.
  */
 template <int D, int ST, bool F16>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   fwd_kernel_persistent(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                         const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmO, const FMGpuFwdCore p)
 {
@@ -119,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t *q_full = bars, *ring = bars + 2;
   const PBarriers pb = {ring + 4 * ST, ring + 4 * ST + 2};
   /* shared words: {tile, n, r0, -} per list buffer at hdr + 16 buf; nm, ntiles at hdr + 32, 36;
-     the builders' broadcast of the tile they took at hdr + 40 */
+     the builders' broadcast of the tile they took at hdr + 40; the next tile's r0 at hdr + 44 */
   const uint32_t hdr = smem_u32(smem + L::OFF_HDR);
   int *lists = (int *)(smem + L::OFF_LIST);
   const int llen = (int)L::list_len(p.nblk);
@@ -129,26 +131,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto ntiles_of = [hdr]() { return ld_s32(hdr + 36); };
 
   if (tid == 0) {
-    const int nm = (p.seqlen_q + kBM - 1) / kBM;
+    const int nm = (p.seqlen_q + Cfg<D>::BM - 1) / Cfg<D>::BM;
     st_u32(hdr + 32, nm);
     st_u32(hdr + 36, nm * p.heads_q * p.batch);
     for (int b = 0; b < 2; b++) {
       mbar_init(&q_full[b], 1);
       mbar_init(&pb.l_full[b], 1);  /* the first builder thread */
-      mbar_init(&pb.l_empty[b], 9); /* each consumer warp after its epilogue, and the producer */
+      mbar_init(&pb.l_empty[b], 4 * Cfg<D>::NC + 1); /* each consumer warp after its epilogue, and the producer */
     }
     for (int s = 0; s < ST; s++) {
       mbar_init(&ring[s], 1);
-      mbar_init(&ring[ST + s], kKEmptyCount);
+      mbar_init(&ring[ST + s], kKEmptyCount<D>);
       mbar_init(&ring[2 * ST + s], 1);
-      mbar_init(&ring[3 * ST + s], 8);
+      mbar_init(&ring[3 * ST + s], 4 * Cfg<D>::NC);
     }
     fence_barrier_init();
   }
   __syncthreads();
 
   if (wg == 0) {
-    setmaxnreg_dec<40>(); /* the list builders need more than 24 (ptxas spills them at 24) */
+    setmaxnreg_dec<Cfg<D>::REG_PP>(); /* the list builders need more than 24 (ptxas spills them at 24) */
     if (tid < 32) {
       /* the producer */
       if (tid == 0) {
@@ -159,13 +161,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_wait(&pb.l_full[buf], ph);
           const int tile = ld_s32(hdr + 16 * buf), n = ld_s32(hdr + 16 * buf + 4), r0 = ld_s32(hdr + 16 * buf + 8);
           if (tile < 0) break;
-          const GivenTile src = {tile_coords(p, tile, nm_of(), 0, 0)};
+          const GivenTile src = {tile_coords<D>(p, tile, nm_of(), 0, 0)};
           /* Q buffer buf is free: l_full of this tile came after l_empty of tile t - 2, which every
              consumer warp arrives on only after that tile's epilogue (its TMA store read) */
           mbar_expect_tx(&q_full[buf], L::QB);
 #pragma unroll
           for (int c = 0; c < D / 64; c++)
-            tma_load_4d(smem + L::OFF_Q + buf * L::QB + c * kChunkBytes, &tmQ, &q_full[buf], c * 64, src.c.hq, src.c.m0, src.c.b);
+            tma_load_4d(smem + L::OFF_Q + buf * L::QB + c * Cfg<D>::QCH, &tmQ, &q_full[buf], c * 64, src.c.hq, src.c.m0, src.c.b);
           producer_load<D, ST, 2>(&tmK, &tmV, p, smem, lists + buf * llen, n, bar, r0, src);
           mbar_arrive(&pb.l_empty[buf]);
         }
@@ -173,13 +175,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       /* the scheduler and list builders (96 threads, named barrier 5) */
       const int btid = tid - 32;
-      int r0 = 0;
       for (int t = 0;; t++) {
         const int buf = t & 1;
         const uint32_t ph = (t >> 1) & 1;
         mbar_wait(&pb.l_empty[buf], ph ^ 1);
-        if (btid == 0) st_u32(hdr + 40, p.sched ? atomicAdd(p.sched, 1) : blockIdx.x + t * gridDim.x);
-        named_sync(5, 96);
+        if (btid == 0) st_u32(hdr + 40, p.sched ? atomicAdd(p.sched, 1) : blockIdx.x + t * nctaid_x());
+        named_sync(kBarBuild, 96);
         /* every builder reads the word before the list build's first barrier, and the next
            write comes after it; the end mark goes to the header, which builders never read */
         const int tile = ld_s32(hdr + 40);
@@ -190,19 +191,22 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           break;
         }
-        const GivenTile src = {tile_coords(p, tile, nm_of(), btid, 0)};
-        const int n = build_block_list<D, ST, 2, 96, 5>(p, smem, lists + buf * llen, src);
+        const GivenTile src = {tile_coords<D>(p, tile, nm_of(), btid, 0)};
+        const int n = build_block_list<D, ST, 2, 96, kBarBuild>(p, smem, lists + buf * llen, src);
         if (btid == 0) {
           st_u32(hdr + 16 * buf, tile);
           st_u32(hdr + 16 * buf + 4, n);
+          /* r0, the ring position of the tile's first block, runs on in hdr + 44 (first builder
+             only; in a register it was spilled with 32 registers a thread at d = 64) */
+          const int r0 = t ? ld_s32(hdr + 44) : 0;
           st_u32(hdr + 16 * buf + 8, r0);
+          st_u32(hdr + 44, r0 + n);
           mbar_arrive(&pb.l_full[buf]);
         }
-        r0 += n;
       }
     }
   } else {
-    setmaxnreg_inc<232>(); /* 232 x 256 + 40 x 128 = 64 K registers */
+    setmaxnreg_inc<Cfg<D>::REG_CP>();
     for (int t = 0;; t++) {
       const int buf = t & 1;
       const uint32_t ph = (t >> 1) & 1;
@@ -213,11 +217,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
       {
         const Barriers bar = {&q_full[buf], ring, ring + ST, ring + 2 * ST, ring + 3 * ST};
-        const GivenTile src = {tile_coords(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)};
+        const GivenTile src = {tile_coords<D>(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)};
         consumer_mainloop<D, ST, F16, 2>(p, smem, lists + buf * llen, ld_s32(hdr + 16 * buf + 4), bar, o, mrow, lrow, qtile,
                                          ph, ld_s32(hdr + 16 * buf + 8), src);
       }
-      epilogue_store<D, F16, GivenTile, true>(p, qtile, o, mrow, lrow, GivenTile{tile_coords(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)},
+      epilogue_store<D, F16, GivenTile, true>(p, qtile, o, mrow, lrow, GivenTile{tile_coords<D>(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)},
                                               &tmO);
       /* the staging's stores were fenced for the TMA store, which has read them (the o32 path
          writes no shared memory): the list, and with it the Q buffer, may be used again */
@@ -287,7 +291,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
   CUtensorMap tq, tk, tv;
   cudaError_t e;
   if ((e = make_map(&tq, a->q, a->batch, a->c.seqlen_q, a->c.heads_q, D, F16, a->q_batch_stride, a->q_row_stride,
-                    a->q_head_stride, kBM)) != cudaSuccess)
+                    a->q_head_stride, Cfg<D>::BM)) != cudaSuccess)
     return e;
   if ((e = make_map(&tk, a->k, a->batch, a->c.seqlen_k, a->c.heads_kv, D, F16, a->k_batch_stride, a->k_row_stride,
                     a->k_head_stride, L::TN)) != cudaSuccess)
@@ -312,7 +316,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
       int nsm = 0;
       if ((e = set_smem((const void *)fwd_kernel_persistent<D, ST, F16>, smem, attr_p)) != cudaSuccess) return e;
       if ((e = cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev_of())) != cudaSuccess) return e;
-      const long long ntiles = (long long)((a->c.seqlen_q + kBM - 1) / kBM) * a->c.heads_q * a->batch;
+      const long long ntiles = (long long)((a->c.seqlen_q + Cfg<D>::BM - 1) / Cfg<D>::BM) * a->c.heads_q * a->batch;
       const int cap = a->ctas > 0 && a->ctas < nsm ? a->ctas : nsm;
       const int grid = (int)(ntiles < cap ? ntiles : cap);
       /* O in dtype by TMA stores from the staging (64 rows per consumer); unused with o32 */
@@ -330,7 +334,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
           return e;
         }
       }
-      fwd_kernel_persistent<D, ST, F16><<<grid, kThreads, smem, stream>>>(tq, tk, tv, to, p);
+      fwd_kernel_persistent<D, ST, F16><<<grid, Cfg<D>::THREADS, smem, stream>>>(tq, tk, tv, to, p);
       e = cudaGetLastError();
       if (p.sched) {
         const cudaError_t f = cudaFreeAsync(p.sched, stream);
@@ -342,8 +346,8 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
   static size_t attr_set[64];
   const size_t smem = L::bytes(a->c.nblk);
   if ((e = set_smem((const void *)fwd_kernel<D, ST, F16>, smem, attr_set)) != cudaSuccess) return e;
-  dim3 grid((a->c.seqlen_q + kBM - 1) / kBM, a->c.heads_q, a->batch);
-  fwd_kernel<D, ST, F16><<<grid, kThreads, smem, stream>>>(tq, tk, tv, p);
+  dim3 grid((a->c.seqlen_q + Cfg<D>::BM - 1) / Cfg<D>::BM, a->c.heads_q, a->batch);
+  fwd_kernel<D, ST, F16><<<grid, Cfg<D>::THREADS, smem, stream>>>(tq, tk, tv, p);
   return cudaGetLastError();
 }
 

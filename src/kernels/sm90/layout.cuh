@@ -11,10 +11,35 @@
 
 namespace fmsm90 {
 
-constexpr int kBM = FM_GPU_TILE_M;  /* query rows per CTA (fmtile.h: the plan's schedule choice counts keys per such tile) */
 constexpr int kBN = FM_GPU_BLOCK_N; /* key columns per block */
-constexpr int kThreads = 384;
-constexpr int kChunkBytes = 128 * 128; /* 128 rows x 64 x 2-byte elements */
+
+/*
+ * Consumer warpgroups per CTA (64 query rows each): three at d = 64, two otherwise. At d = 64 a
+ * step's two GEMMs are half as long as at d = 128 while its softmax is as long, so two consumers'
+ * GEMMs no longer hide each other's softmax; a third consumer (192-row tiles) gives the tensor
+ * cores two other warpgroups' GEMMs to run meanwhile (FlashAttention-3 and -4 take 192-row tiles at
+ * d = 64 too). -DFM_SM90_NC64=2 keeps 128-row tiles at d = 64 (A/B).
+ */
+#ifndef FM_SM90_NC64
+#define FM_SM90_NC64 3
+#endif
+/* Named barriers: the consumers' wgmma turns (kBarPing + cw), each consumer's epilogue (kBarEpi +
+   cw), the persistent kernel's list builders (kBarBuild); 0 is __syncthreads. */
+constexpr int kBarPing = 1, kBarEpi = 4, kBarBuild = 7;
+
+template <int D> struct Cfg {
+  static constexpr int NC = D == 64 ? FM_SM90_NC64 : 2; /* consumer warpgroups */
+  static constexpr int BM = 64 * NC;                     /* query rows per CTA */
+  static constexpr int THREADS = 128 * (NC + 1);         /* the producer warpgroup and the consumers */
+  static constexpr int QCH = BM * 128;                   /* one 64-column chunk of the Q tile (BM rows x 128 bytes) */
+  /* registers per thread after setmaxnreg: producer warpgroup, consumers (one tile per CTA; the
+     persistent kernel's list builders need more than 24). 65536 in all. */
+  static constexpr int REG_P = 24, REG_C = NC == 3 ? 160 : 240;
+  static constexpr int REG_PP = NC == 3 ? 32 : 40, REG_CP = NC == 3 ? 160 : 232;
+  static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");
+  static_assert(NC == 3 || BM == FM_GPU_TILE_M, "fmtile.h's tile rows (the schedule's estimate) are the two-consumer tile's");
+  static_assert(128 * (REG_P + NC * REG_C) <= 65536 && 128 * (REG_PP + NC * REG_CP) <= 65536, "register file");
+};
 
 /*
  * Key columns per tile: the mask's 128-key block, except for d = 256, where O (64 x 256 fp32
@@ -32,7 +57,7 @@ template <int D, int ST, int NQ = 1> struct Layout {
   static constexpr int TN = tile_n<D>();      /* key columns per tile */
   static constexpr int TPB = kBN / TN;        /* tiles per mask block (1 or 2) */
   static constexpr int KCH = TN * 128;        /* one 64-column chunk of a K or V tile */
-  static constexpr int QB = kBM * D * 2;
+  static constexpr int QB = Cfg<D>::BM * D * 2;
   static constexpr int KB = TN * D * 2;
   static constexpr int BB = TN * 16;
   static constexpr int OFF_Q = 0;
@@ -43,8 +68,8 @@ template <int D, int ST, int NQ = 1> struct Layout {
   /* NQ = 1: q_full, then the ring (k_full, k_empty, v_full, v_empty: ST each). NQ = 2: q_full[2],
      the ring, l_full[2], l_empty[2] (PBarriers) */
   static constexpr int NBAR = NQ + 4 * ST + (NQ == 2 ? 4 : 0);
-  static constexpr int OFF_CNT = OFF_BAR + NBAR * 8;          /* per-warp counts, 12 ints */
-  static constexpr int OFF_HDR = OFF_CNT + 48;                /* NQ = 2: {tile, n, r0, -} per list, nm, ntiles, a broadcast word */
+  static constexpr int OFF_CNT = OFF_BAR + NBAR * 8;          /* per-warp counts, one int per warp */
+  static constexpr int OFF_HDR = OFF_CNT + Cfg<D>::THREADS / 8; /* NQ = 2: {tile, n, r0, -} per list, nm, ntiles, a broadcast word */
   static constexpr int OFF_LIST = (OFF_HDR + (NQ == 2 ? 48 : 0) + 15) & ~15;
   __host__ __device__ static size_t list_len(int nblk) { return (size_t)nblk * TPB; }
   static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + NQ * list_len(nblk) * 4; }
@@ -62,7 +87,7 @@ struct CtaCoords {
   int m0;        /* first query row of the tile: heaviest (causal) tiles first */
   int tid, warp, lane, wg;
 };
-__device__ __forceinline__ CtaCoords cta_coords(const FMGpuFwdCore &p)
+template <int D> __device__ __forceinline__ CtaCoords cta_coords(const FMGpuFwdCore &p)
 {
   CtaCoords c;
   const int mblk = gridDim.x - 1 - blockIdx.x;
@@ -70,7 +95,7 @@ __device__ __forceinline__ CtaCoords cta_coords(const FMGpuFwdCore &p)
   c.b = blockIdx.z;
   c.hkv = c.hq / (p.heads_q / p.heads_kv);
   c.mh = FM_GPU_MASK_ROW(p, c.b, c.hq); /* the mask row: (sample,) mask head */
-  c.m0 = mblk * kBM;
+  c.m0 = mblk * Cfg<D>::BM;
   c.tid = threadIdx.x;
   c.warp = c.tid >> 5;
   c.lane = c.tid & 31;
@@ -79,8 +104,8 @@ __device__ __forceinline__ CtaCoords cta_coords(const FMGpuFwdCore &p)
 }
 
 /* Where a part takes its tile from: the built-in registers (one tile per CTA) ... */
-struct GridTile {
-  __device__ __forceinline__ CtaCoords operator()(const FMGpuFwdCore &p) const { return cta_coords(p); }
+template <int D> struct GridTile {
+  __device__ __forceinline__ CtaCoords operator()(const FMGpuFwdCore &p) const { return cta_coords<D>(p); }
 };
 /* ... or coordinates the persistent kernel decoded from its scheduler's tile index. */
 struct GivenTile {
@@ -95,11 +120,11 @@ struct GivenTile {
  * builders count from their first thread); wg its warpgroup (warp-uniform, from the caller: a
  * shuffle here would need the whole warp, and the producer is one thread).
  */
-__device__ __forceinline__ CtaCoords tile_coords(const FMGpuFwdCore &p, int t, int nm, int tid, int wg)
+template <int D> __device__ __forceinline__ CtaCoords tile_coords(const FMGpuFwdCore &p, int t, int nm, int tid, int wg)
 {
   CtaCoords c;
   const int r = t / nm;
-  c.m0 = (nm - 1 - (t - r * nm)) * kBM;
+  c.m0 = (nm - 1 - (t - r * nm)) * Cfg<D>::BM;
   c.b = r / p.heads_q;
   c.hq = r - c.b * p.heads_q;
   c.hkv = c.hq / (p.heads_q / p.heads_kv);
@@ -150,10 +175,10 @@ __device__ __forceinline__ void release(uint64_t *bar, int lane)
  * reads just as well under the PTX memory model but which racecheck reports as a hazard.
  */
 #ifdef FM_SM90_LANE_RELEASE
-constexpr int kKEmptyCount = 256;
+template <int D> constexpr int kKEmptyCount = 128 * Cfg<D>::NC;
 __device__ __forceinline__ void release_k(uint64_t *bar, int) { mbar_arrive(bar); }
 #else
-constexpr int kKEmptyCount = 8;
+template <int D> constexpr int kKEmptyCount = 4 * Cfg<D>::NC;
 __device__ __forceinline__ void release_k(uint64_t *bar, int lane) { release(bar, lane); }
 #endif
 

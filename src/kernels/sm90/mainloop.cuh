@@ -12,15 +12,15 @@
 
 namespace fmsm90 {
 
-/* S = Q K^T over d = 16 k-steps of 16; Q chunks hold 128 rows, K chunks TN rows (kch bytes). */
-template <int TN, bool F16> __device__ __forceinline__ void gemm_qk(float *s, uint32_t qaddr, uint32_t kaddr, int D)
+/* S = Q K^T over d = 16 k-steps of 16; Q chunks hold BM rows (qch bytes), K chunks TN rows (kch bytes). */
+template <int TN, int QCH, bool F16> __device__ __forceinline__ void gemm_qk(float *s, uint32_t qaddr, uint32_t kaddr, int D)
 {
   constexpr uint32_t kch = TN * 128;
   const uint32_t la = desc_lo(qaddr, 16), lb = desc_lo(kaddr, 16);
 #pragma unroll
   for (int kk = 0; kk < 16; kk++) {
     if (kk < D / 16) {
-      const uint64_t da = desc_join(la + ((kk / 4) * kChunkBytes + (kk % 4) * 32) / 16, desc_hi(1024));
+      const uint64_t da = desc_join(la + ((kk / 4) * QCH + (kk % 4) * 32) / 16, desc_hi(1024));
       const uint64_t db = desc_join(lb + ((kk / 4) * kch + (kk % 4) * 32) / 16, desc_hi(1024));
       wgmma_ss<TN, F16>(s, da, db, kk > 0);
     }
@@ -193,7 +193,7 @@ template <int D> __device__ __forceinline__ void rescale_o(float *o, const float
  *   V of the previous block, waiting on each stage's empty barrier. r0: the ring position of
  *   list[0] (the persistent kernel's ring runs on across its tiles; 0 for one tile per CTA).
  */
-template <int D, int ST, int NQ = 1, class Src = GridTile>
+template <int D, int ST, int NQ = 1, class Src = GridTile<D>>
 __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUtensorMap *tmV, const FMGpuFwdCore &p,
                                               unsigned char *smem, const int *list, int n, const Barriers &bar, int r0 = 0,
                                               const Src &src = Src())
@@ -241,13 +241,14 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
  * consumer_mainloop - one consumer warpgroup (cw = 0, 1: 64 query rows each) after
  *   setmaxnreg.inc: zeroes o, waits for Q, then runs the block list: step j issues S_j = Q K_j^T
  *   and O += P_{j-1} V_{j-1} back to back, masks and softmaxes S_j while P.V is in flight, and
- *   alternates its wgmma issue with the other consumer through named barriers 1 and 2. On
+ *   takes its turn of wgmma issue with the other consumers through named barriers 1.. NC (round
+ *   robin: consumer cw waits on barrier kBarPing + cw, then lets the next one go). On
  *   return o holds the unnormalized O of the thread's fragments, mrow/lrow their row max and
  *   partial row sums (per thread; the epilogue reduces l over the quad).
  *   qtile: the Q buffer, complete when bar.q_full's phase of parity qph is; r0: the ring
  *   position of list[0] (as producer_load's).
  */
-template <int D, int ST, bool F16, int NQ = 1, class Src = GridTile>
+template <int D, int ST, bool F16, int NQ = 1, class Src = GridTile<D>>
 __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigned char *smem, const int *list, int n,
                                                   const Barriers &bar, float *o, float *mrow, float *lrow,
                                                   const unsigned char *qtile, uint32_t qph = 0, int r0 = 0, const Src &src = Src())
@@ -271,14 +272,15 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
   mbar_wait(q_full, qph);
 
   if (n > 0) {
-    const int mine = 1 + cw, other = 2 - cw;
+    constexpr int NC = Cfg<D>::NC;
+    const int mine = kBarPing + cw, other = kBarPing + (cw + 1 == NC ? 0 : cw + 1);
     const uint32_t qaddr = smem_u32(qtile) + cw * 64 * 128;
     const uint32_t kbase = smem_u32(smem + L::OFF_K), vbase = smem_u32(smem + L::OFF_V);
     const int4 *bbase = (const int4 *)(smem + L::OFF_B);
-    /* The two consumers' ping-pong (named barriers 1 and 2) at every d. FlashAttention-3 and -4
+    /* The consumers' turns (ping-pong with two) at every d. FlashAttention-3 and -4
        drop theirs above d = 128; without ours at d = 256 the forward ran 1-2% slower on full and
        causal, 8K and 32K (H200, 2026-12-05, fwd_bench ab256): kept. */
-    if (cw == 1) named_arrive(1, 256); /* consumer 0 issues first */
+    if (cw == NC - 1) named_arrive(kBarPing, 256); /* consumer 0 issues first */
 
     /* block 0: S only */
     {
@@ -287,7 +289,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       mbar_wait(&k_full[st], (r0 / ST) & 1);
       named_sync(mine, 256);
       wgmma_fence();
-      gemm_qk<TN, F16>(s, qaddr, kbase + st * L::KB, D);
+      gemm_qk<TN, Cfg<D>::QCH, F16>(s, qaddr, kbase + st * L::KB, D);
       wgmma_commit();
       named_arrive(other, 256);
       wgmma_wait<0>();
@@ -307,7 +309,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       mbar_wait(&k_full[st], ph);
       named_sync(mine, 256);
       wgmma_fence();
-      gemm_qk<TN, F16>(s, qaddr, kbase + st * L::KB, D);
+      gemm_qk<TN, Cfg<D>::QCH, F16>(s, qaddr, kbase + st * L::KB, D);
       wgmma_commit();
       /* O (basis m_{i-2}) to basis m_{i-1} while S_i is computed: off the critical path. (After
          P.V's wait instead, as FlashAttention-3/4 place it at d <= 128: +1.3% full 8K, -2.3%
@@ -349,7 +351,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       wgmma_fence();
       gemm_pv<D, TN, F16>(o, pr, vbase + st * L::KB, p.vdesc_hi);
       wgmma_commit();
-      if (cw == 0) named_arrive(other, 256); /* consumer 1 has no later sync to match */
+      if (cw != NC - 1) named_arrive(other, 256); /* consumer 0's syncs are matched without the last one's */
       wgmma_wait<0>();
 #pragma unroll
       for (int t = 0; t < D / 2; t++) reg_fence(o[t]);

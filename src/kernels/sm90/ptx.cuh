@@ -107,6 +107,21 @@ __device__ __forceinline__ float2 ld_f2(uint32_t a)
   return v;
 }
 
+/* gridDim.x and the mask of the lanes below this one, read where used (volatile: not hoisted into
+   a register held across a loop, which ptxas would spill under a tight setmaxnreg budget) */
+__device__ __forceinline__ int nctaid_x()
+{
+  int v;
+  asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ unsigned lanemask_lt()
+{
+  unsigned v;
+  asm volatile("mov.u32 %0, %%lanemask_lt;\n" : "=r"(v));
+  return v;
+}
+
 __device__ __forceinline__ int ld_s32(uint32_t a)
 {
   int v;

@@ -4,7 +4,8 @@
  * dq, dk, dv poisoned with NaN before each call. Covers the 12 builder masks (FMMaskSetType),
  * random per-head user bounds (type "bounds", mask_heads = heads_kv) with fully masked rows and
  * columns, GQA 4:1, S_q != S_k both ways (bottom-right causal), odd lengths (1000, 4099), head
- * dims 64/128/256, bf16 and fp16, several softmax scales.
+ * dims 64/128/256 (d = 64 on dense masks on 128-row steps, also with S_q != S_k, a single row and
+ * a last step of 2 rows), bf16 and fp16, several softmax scales.
  * Pass: ||g - ref|| / ||ref|| <= 2e-2 (bf16) / 5e-3 (fp16) for g = dq, dk, dv; no NaN anywhere.
  * Non-finite inputs (a NaN in Q) give the CPU backend's non-finite elements and leave the others
  * as the CPU computes them; -fm_check_finite's scan kernel names the element (run_nonfinite).
@@ -196,14 +197,15 @@ static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
   FMT_CALL(FMPlanSetScale(plan, scale));
   FMT_CALL(FMPlanSetUp(plan));
   {
-    /* the Hopper backward's step: 80 rows for d = 128 on a mask with no bound vectors, else 64 */
+    /* the Hopper backward's step on a mask with no bound vectors: 80 rows for d = 128, 128 for
+       d = 64; else 64 */
     FMAttnProblem pr;
     const char *bp;
     FMT_CALL(FMPlanGetProblem_Private(plan, &pr));
     bp = FMCudaBackwardPathName(&pr);
     if (!strncmp(bp, "sm90", 4))
-      FMT_CHECK(strstr(bp, D == 128 && pr.mask.present == 0 ? "80-row" : "64-row") != NULL, "case %d (%s, d = %d): backward path \"%s\"",
-                idx, c->type, D, bp);
+      FMT_CHECK(strstr(bp, pr.mask.present ? "64-row" : D == 128 ? "80-row" : D == 64 ? "128-row" : "64-row") != NULL,
+                "case %d (%s, d = %d): backward path \"%s\"", idx, c->type, D, bp);
   }
 
   /* inputs: rounded to dtype; the reference reads the rounded values */
@@ -450,6 +452,12 @@ int main(int argc, char **argv)
   { Case c = {FMMASKCAUSALDOCUMENT, 1, 600, 600, 2, 1, 1, 256, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {FMMASKCAUSAL, 1, 1, 1, 1, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {FMMASKFULL, 3, 130, 70, 2, 1, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+  /* d = 64 on dense masks takes 128-row steps (FMGpuBwdStepRows): S_q != S_k both ways, GQA, a
+     single row, a last step of 2 rows */
+  { Case c = {FMMASKCAUSAL, 1, 1000, 4099, 4, 2, 1, 64, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+  { Case c = {FMMASKCAUSAL, 1, 4099, 1000, 2, 1, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {FMMASKCAUSAL, 1, 1, 1, 1, 1, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {FMMASKFULL, 3, 130, 70, 2, 1, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   /* the deterministic leg: 4099 x 4099 (odd), GQA 2:1, d = 128 bf16 and d = 64 fp16 */
   for (int t = 0; t < 6; t++) {
     static const char *const dtypes[3] = {FMMASKFULL, FMMASKCAUSAL, FMMASKCAUSALDOCUMENT};

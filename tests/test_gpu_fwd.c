@@ -4,7 +4,8 @@
  * each run. Covers the 12 benchmark masks (the library's builders, per-head ones for
  * random_eviction), random per-head user bounds (type "bounds") with fully masked rows, GQA 4:1
  * and 2:1, S_q != S_k (bottom-right causal), odd lengths (1000, 4099), head dims 64/128/256
- * (on sm 90 the Hopper kernel must run them: path checked),
+ * (on sm 90 the Hopper kernel must run them: path checked; d = 64's 192-row tiles also on the 12
+ * masks at 577 rows, and on tiles of 1, 40 and 130 rows),
  * bf16 and fp16, and the SIMT fallback forced through -fm_cuda_fallback on shapes the Hopper
  * kernel covers. The persistent Hopper forward (-fm_sm90_schedule static / dynamic) runs the
  * masks and shapes again (S = 1, 130, 4099, B*H = 1, rows with no visible key, GQA, fp32 O and
@@ -416,7 +417,7 @@ static int run_nonfinite(FMContext ctx, FMContext fctx, int D, FMDType dt, int f
 int main(int argc, char **argv)
 {
   int ncase = 0, only = -1, quick = 0;
-  Case cs[128];
+  Case cs[160];
   uint64_t seed = (uint64_t)time(NULL);
   FMContext ctx, fctx;
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_fwd: CUDA forward against a float64 reference"));
@@ -498,6 +499,18 @@ int main(int argc, char **argv)
   { Case c = {M_CAUSAL, 1, 1, 1, 1, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {M_FULL, 3, 130, 70, 2, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {M_SHARE_QUESTION, 1, 256, 256, 2, 2, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+  /* d = 64 runs 192-row tiles with three consumers: the 12 masks at 577 rows (three tiles and one
+     of a single row), edge sizes, a tile shorter than one consumer's 64 rows, S_q != S_k both ways */
+  for (int t = 0; t < 12; t++) {
+    Case c = {t, 1, 577, 577, 4, 2, 1, 64, t % 2 ? FM_DTYPE_FP16 : FM_DTYPE_BF16, 0};
+    if (t == M_RANDOM_EVICTION) c.mh = c.Hkv;
+    cs[ncase++] = c;
+  }
+  { Case c = {M_CAUSAL, 1, 1, 1, 1, 1, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {M_FULL, 3, 130, 70, 2, 1, 1, 64, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
+  { Case c = {M_SLIDING_WINDOW, 2, 40, 300, 2, 2, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL, 1, 700, 1500, 4, 4, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  { Case c = {M_CAUSAL, 1, 1500, 700, 4, 1, 1, 64, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
   /* the fallback on shapes the Hopper kernel also covers */
   { Case c = {M_CAUSAL_DOCUMENT, 1, 1000, 1000, 4, 1, 1, 128, FM_DTYPE_BF16, 1}; cs[ncase++] = c; }
   { Case c = {M_USER_RANDOM, 1, 1000, 1000, 4, 2, 2, 64, FM_DTYPE_FP16, 1}; cs[ncase++] = c; }
@@ -530,6 +543,7 @@ int main(int argc, char **argv)
   { Case c = {M_SLIDING_WINDOW, 1, 4099, 4099, 2, 1, 1, 128, FM_DTYPE_BF16, 0, 1, 0}; cs[ncase++] = c; }
   { Case c = {M_CAUSAL, 1, 4099, 4099, 4, 1, 1, 256, FM_DTYPE_BF16, 0, 2, 0}; cs[ncase++] = c; }
 
+  FMT_CHECK(ncase <= (int)(sizeof cs / sizeof cs[0]), "%d cases overran the table", ncase);
   int fails = 0, run = 0;
   for (int i = 0; i < ncase; i++) {
     if (only >= 0 && i != only) continue;

@@ -422,6 +422,7 @@ const char *FMCudaBackwardPathName(const FMAttnProblem *p)
   switch (FMGpuBackwardPath(&a)) {
   case 1:
     if (FMGpuBwdStepRows(&a) == 80) return "sm90 wgmma/tma, 80-row steps";
+    if (FMGpuBwdStepRows(&a) == 128) return "sm90 wgmma/tma, 128-row steps";
     return FMGpuBwdFirstStore(&a) ? "sm90 wgmma/tma, 64-row steps, dQ first stores" : "sm90 wgmma/tma, 64-row steps";
   case 0: return "fallback simt";
   default: return "not supported";

@@ -58,21 +58,24 @@ typedef struct {
   int no_first_store; /* 1: FMGpuBackward zeroes dQ's accumulator before the Hopper kernel instead of
                          letting each block's first writer store (A/B; FMGpuBwdFirstStore) */
   int mask_dense;     /* 1: the mask carries no bound vectors (full, or causal by its flag); 0: it may */
-  int step_rows;      /* the Hopper kernel's query rows per step: 0 = its choice (80 for d = 128 on a
-                         dense mask, else 64), 64, or 80 (d = 128 only; elsewhere 64); each piece may
+  int step_rows;      /* the Hopper kernel's query rows per step: 0 = its choice (FMGpuBwdStepRows),
+                         64, 80 (d = 128 only) or 128 (d = 64 only; elsewhere 64); each piece may
                          take its own (tests, A/B) */
 } FMGpuBwdParams;
 
 /*
- * FMGpuBwdStepRows - the query rows per step the Hopper backward takes for a (d = 128 Hopper)
- *   launch: step_rows when given (80 for d = 128 only), else 80 for d = 128 on a dense mask. On
- *   the H200 at 8K and 32K (2026-12-02) 80 rows ran 1.5-3.1% faster than 64 on full and causal,
- *   8.5% slower on a sliding window and 4.7% on causal documents, where coarser blocks leave
- *   more masked rows inside the visited ones and more steps are partial. The one rule for the
- *   kernel and its harness.
+ * FMGpuBwdStepRows - the query rows per step the Hopper backward takes for a launch: step_rows
+ *   when given (80 for d = 128 only, 128 for d = 64 only), else 80 for d = 128 and 128 for d = 64
+ *   on a dense mask, else 64. On the H200 at 8K and 32K (2026-12-02) 80 rows at d = 128 ran
+ *   1.5-3.1% faster than 64 on full and causal, 8.5% slower on a sliding window and 4.7% on
+ *   causal documents, where coarser blocks leave more masked rows inside the visited ones and
+ *   more steps are partial. At d = 64 a 64-row step is short against its fixed work (barriers,
+ *   row statistics, the dQ hand-over); 128-row steps split dQ between the consumers by rows.
+ *   The one rule for the kernel and its harness.
  */
 static inline int FMGpuBwdStepRows(const FMGpuBwdParams *a)
 {
+  if (a->head_dim == 64) return a->step_rows == 128 || (a->step_rows == 0 && a->mask_dense) ? 128 : 64;
   if (a->head_dim != 128 || a->step_rows == 64) return 64;
   return a->step_rows == 80 || (a->step_rows == 0 && a->mask_dense) ? 80 : 64;
 }

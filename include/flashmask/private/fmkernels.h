@@ -232,8 +232,9 @@ FMErrorCode FMCudaBackwardBegin(const FMAttnProblem *p, void *ws, const void *o,
 FMErrorCode FMCudaBackwardPiece(const FMAttnProblem *p, const void *dmask, void *ws, const void *q, const void *k,
                                 const void *v, const void *dout, float *dk32, float *dv32, void *stream);
 FMErrorCode FMCudaBackwardEnd(const FMAttnProblem *p, void *ws, void *dq, void *stream);
-/* Which backward path runs these sizes on the current device ("sm90 wgmma/tma, 80-row steps" or
-   "..., 64-row steps" (FMGpuBwdStepRows), "fallback simt"). */
+/* Which backward path runs these sizes on the current device ("sm90 wgmma/tma, 80-row steps",
+   "..., 128-row steps" or "..., 64-row steps" (FMGpuBwdStepRows; "..., 64-row steps, dQ first
+   stores" where FMGpuBwdFirstStore), "fallback simt"). */
 const char *FMCudaBackwardPathName(const FMAttnProblem *p);
 /* FMCudaConvertOut - dst = src (n fp32 device elements) rounded to t (bf16/fp16); async on stream. */
 FMErrorCode FMCudaConvertOut(const float *src, void *dst, FMDType t, size_t n, void *stream);

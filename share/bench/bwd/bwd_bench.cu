@@ -18,8 +18,8 @@
  *                         one too): for ncu, or with FM_BENCH_WARM_S for a steady-state time
  * ab with env BWD_AB_SPARSE=1 adds share question at 8K and sliding window, causal document and
  * share question at 32K.
- * Env BWD_BM=64|80: the Hopper kernel's query rows per step (FMGpuBwdParams.step_rows; 80 applies
- * to d = 128 only), default its own choice. BWD_NO_FIRST_STORE=1: dQ's accumulator zeroed before the
+ * Env BWD_BM=64|80|128: the Hopper kernel's query rows per step (FMGpuBwdParams.step_rows; 80 applies
+ * to d = 128 only, 128 to d = 64 only), default its own choice. BWD_NO_FIRST_STORE=1: dQ's accumulator zeroed before the
  * kernel instead of first stores (FMGpuBwdParams.no_first_store; check then skips its first-store
  * comparison).
  */
@@ -568,7 +568,8 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
       dmed = time_calls(dms);
       p.deterministic = 0;
     }
-    const double steps = (FMGpuBwdStepRows(&p) == 80 ? steps_per_block<80>(m) : steps_per_block<64>(m)) * dm.nblk * H * B;
+    const int bmr = FMGpuBwdStepRows(&p);
+  const double steps = (bmr == 80 ? steps_per_block<80>(m) : bmr == 128 ? steps_per_block<128>(m) : steps_per_block<64>(m)) * dm.nblk * H * B;
     if (g_prof_kind >= 0) { /* prof: one more call, its three phases timed apart */
       cudaEvent_t ev[4];
       for (auto &e : ev) CK(cudaEventCreate(&e));
@@ -646,7 +647,7 @@ int main(int argc, char **argv)
     int vbad = 0, vn = 0;
     for (int kind = 0; kind < M_NKIND; kind++)
       for (int sz = 0; sz < 4; sz++)
-        for (int bm : {64, 80}) {
+        for (int bm : {64, 80, 128}) {
           static const int shape[4][2] = {{1000, 1000}, {4099, 4099}, {700, 1300}, {1300, 700}};
           const HostMask m = build_mask((MaskKind)kind, shape[sz][0], shape[sz][1], 2);
           std::vector<int4> pk;
@@ -658,15 +659,20 @@ int main(int argc, char **argv)
             for (int kb = 0; kb < nblk; kb++) {
               FMBwdWalk w;
               int part;
-              auto nx = [&](int q) { return bm == 64 ? fmbwd_walk_next<64>(&w, q, &part) : fmbwd_walk_next<80>(&w, q, &part); };
+              auto nx = [&](int q) {
+                return bm == 64 ? fmbwd_walk_next<64>(&w, q, &part)
+                                : bm == 80 ? fmbwd_walk_next<80>(&w, q, &part) : fmbwd_walk_next<128>(&w, q, &part);
+              };
               if (bm == 64) fmbwd_walk_init<64>(&w, sh, kb, m.Sq, m.Sk, m.causal);
-              else fmbwd_walk_init<80>(&w, sh, kb, m.Sq, m.Sk, m.causal);
+              else if (bm == 80) fmbwd_walk_init<80>(&w, sh, kb, m.Sq, m.Sk, m.causal);
+              else fmbwd_walk_init<128>(&w, sh, kb, m.Sq, m.Sk, m.causal);
               for (int qb = nx(0); qb < nqb; qb = nx(qb + 1)) cnt[qb]++, lo[qb] = std::min(lo[qb], kb), hi[qb] = std::max(hi[qb], kb);
             }
             for (int qb = 0; qb < nqb; qb++) {
               int f, l, n;
               if (bm == 64) fmbwd_visitors<64>(sh, nblk, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
-              else fmbwd_visitors<80>(sh, nblk, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
+              else if (bm == 80) fmbwd_visitors<80>(sh, nblk, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
+              else fmbwd_visitors<128>(sh, nblk, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
               const int wrong = n != cnt[qb] || f != lo[qb] || l != hi[qb];
               if (wrong && vbad < 5)
                 printf("visitors: %s %dx%d, %d rows, head %d, query block %d: %d (%d..%d), the walks give %d (%d..%d)\n",
@@ -730,12 +736,14 @@ int main(int argc, char **argv)
     }
     return 0;
   }
-  if (mode == "ab64") { /* the ab table at d = 64, H = 64 (the "own" dQ split): full, causal, sliding window, causal document at 8K */
+  if (mode == "ab64") { /* the ab table at d = 64, H = 64: full, causal, sliding window, causal document at 8K; full, causal at 32K */
     const int reps = argc > 2 ? atoi(argv[2]) : 5;
     g_nodet = 1;
     g_d = 64;
     g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_SWA | 1u << M_DOC;
     bench(8192, reps);
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
+    bench(32768, reps);
     return 0;
   }
   if (mode == "det") { /* the deterministic mode beside the default: the masks where it costs most */
@@ -767,6 +775,9 @@ int main(int argc, char **argv)
      must be 0, and their turns never handed over) */
   cs.push_back({"bf16 d64 2000x700 causal", 1, 2000, 700, 2, 1, 64, 0, 0, 0, M_CAUSAL, s64});
   cs.push_back({"bf16 d64 1000x1000 B2 swa", 2, 1000, 1000, 2, 1, 64, 0, 0, 0, M_SWA, s64});
+  /* d = 64 on 128-row steps (dense masks): GQA, S_q != S_k, a last step of 2 rows */
+  cs.push_back({"fp16 d64 GQA2 777x1333 causal", 1, 777, 1333, 4, 2, 64, 1, 0, 0, M_CAUSAL, s64});
+  cs.push_back({"bf16 d64 B2 130x300 full", 2, 130, 300, 2, 1, 64, 0, 0, 0, M_FULL, s64});
   cs.push_back({"fp16 d128 1000x4099 doc", 1, 1000, 4099, 2, 1, 128, 1, 0, 0, M_DOC, s128});
   /* first stores: blocks nobody visits in the middle of visited ones (the window), two samples */
   cs.push_back({"bf16 d128 2000x700 B2 swa", 2, 2000, 700, 2, 1, 128, 0, 0, 0, M_SWA, s128});

@@ -27,8 +27,9 @@
  *     dS^T = P^T (dP^T - D); dV += P^T dO issued (RS wgmma, P from registers); dS^T to shared
  *     memory (swizzled); dQ = dS K (SS wgmma, both operands MN-major) issued, then
  *     dK += dS^T Q (RS) behind it: for d = 128 each consumer computes 64 of the 128 dQ columns
- *     over all 128 keys (a named barrier over both consumers publishes dS), for d = 64 each
- *     computes all columns over its own keys. Once dV and dQ retire, dQ (fp32) is staged in
+ *     over all 128 keys (a named barrier over both consumers publishes dS), for d = 64 on 64-row
+ *     steps each computes all columns over its own keys (on 128-row steps its 64 query rows over
+ *     all 128 keys, with the barrier). Once dV and dQ retire, dQ (fp32) is staged in
  *     shared memory and handed to the consumer's writer warp while dK still runs.
  *   dK, dV stay in registers over every query head of the group (GQA) and are written once.
  * The block walk (bwd_sm90.cuh, fmbwd_walk_next) runs in the producer only: it writes each
@@ -49,6 +50,11 @@
  * transposing stmatrix, and each consumer computes dQ^T = K^T dS^T for its 64 columns (m64n80,
  * A MN-major, B K-major), staged with 32-bit stores into the same accumulator layout, so that the
  * workspace does not depend on BM. 226 KB of shared memory.
+ * Query rows per step 128 for d = 64 (FlashAttention-3 and -4 take 128 there too): S^T and dP^T
+ * are m64n128 (64 accumulators each), dV and dK take 8 k16 slices, the partial tiles' row masks
+ * are two 64-bit words, dS^T is two chunks of 64 query columns, and each consumer computes dQ for
+ * its 64 query rows over all 128 keys (a barrier over both consumers publishes dS, as at d = 128).
+ * 196 KB of shared memory (ST = 2).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -113,8 +119,10 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
        read. Walks started at a block that depends on the key block (wrapping round) measured
        level on full and causal and 1-4% slower on the sparse masks and at d = 64 (H100,
        2026-12-05, seventeenth session): not kept. */
+    volatile int *pfirst = sy.item + 10; /* BM = 128: the next step is its head's first (kStepHead) */
     for (int g = 0; g < p.G; g++) {
       int part;
+      if constexpr (BM == 128) *pfirst = kStepHead;
       for (int qb = next(g, 0, &part); qb < p.nqb; qb = next(g, qb + 1, &part)) {
         const int i = *pi, st = i % ST;
         *pi = i + 1;
@@ -123,7 +131,10 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
         const size_t lrow = ((size_t)b * p.Hq + hq) * p.Sqp + (size_t)qb * BM;
         mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
         st_u32(smem_u32(smem + L::OFF_STEP + 8 * st), (uint32_t)qb);
-        st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1));
+        if constexpr (BM == 128) {
+          st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1 | *pfirst));
+          *pfirst = 0;
+        } else st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1));
         mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * BM * 4);
 #pragma unroll
         for (int c = 0; c < D / 64; c++) {
@@ -145,25 +156,27 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
 }
 
 /*
- * The 80-row step's partial tiles, masked after the packing: beside S and dP in flight (208
- * registers with dK and dV) masking S spilled 92 bytes; P and dS packed take 40. A masked
- * element's P and dS halves are zeroed: the values masking P before dS gives, except that such a
- * dS is +0 where 0 x (dP - D) may be -0 (the same sums). Per key column h (kr0, kr0 + 8) and per
- * 32-bit word of its row mask from row m0 + 2 t4 (bit 8k + e of word k / 4 is query column
- * 8k + 2 t4 + e); the bounds from global memory (L1 after a head's first step: they do not fit in
- * shared memory beside 80-row stages).
+ * The 80- and 128-row steps' partial tiles, masked after the packing: beside S and dP in flight
+ * (208 registers with dK and dV at 80 rows, 256 at 128) masking S spilled (92 bytes at 80); P and
+ * dS packed take BM / 2. A masked element's P and dS halves are zeroed: the values masking P
+ * before dS gives, except that such a dS is +0 where 0 x (dP - D) may be -0 (the same sums). Per
+ * key column h (kr0, kr0 + 8) and per 32-bit word of its row mask from row m0 + 2 t4 (bit 8k + e
+ * of word k / 4 is query column 8k + 2 t4 + e). The bounds: at 80 rows from global memory (L1
+ * after a head's first step: they do not fit in shared memory beside 80-row stages), at 128 the
+ * ones staged in shared memory.
  */
-__device__ __forceinline__ void mask_packed80(uint32_t *pp, uint32_t *ps, const int4 *bnd, int m0, int j0, const Me &me, const Params &p)
+template <int BM>
+__device__ __forceinline__ void mask_packed(uint32_t *pp, uint32_t *ps, const int4 *bnd, int m0, int j0, const Me &me, const Params &p)
 {
   const int off = p.Sk - p.Sq, m = m0 + 2 * me.t4;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    const int4 bb = __ldg(bnd + me.kr0 + 8 * h);
+    const int4 bb = BM == 80 ? __ldg(bnd + me.kr0 + 8 * h) : bnd[me.kr0 + 8 * h];
 #pragma unroll
-    for (int wi = 0; wi < 3; wi++) {
+    for (int wi = 0; wi < (BM + 31) / 32; wi++) {
       const uint32_t wd = tile_rows_masked<uint32_t>(bb, m + 32 * wi, j0 + 8 * h, p.causal, off);
 #pragma unroll
-      for (int k = 4 * wi; k < 4 * wi + 4 && k < 10; k++) {
+      for (int k = 4 * wi; k < 4 * wi + 4 && k < BM / 8; k++) {
         const uint32_t keep = ((wd >> (8 * (k & 3))) & 1u ? 0u : 0xffffu) | ((wd >> (8 * (k & 3) + 1)) & 1u ? 0u : 0xffff0000u);
         pp[2 * k + h] &= keep;
         ps[2 * k + h] &= keep;
@@ -176,7 +189,7 @@ __device__ __forceinline__ void mask_packed80(uint32_t *pp, uint32_t *ps, const 
  * S^T and dP^T of one step (SS wgmma), then P^T = exp2(S^T c - lse2) (zero where the partial
  * tile's row masks say so) and dS^T = P^T (dP^T - D), packed for the RS products.
  * s[4k + e] (k < BM / 8) is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
- * bnd: the column bounds, staged in shared memory (BM = 64) or the head's in global (BM = 80).
+ * bnd: the column bounds, staged in shared memory (BM = 64, 128) or the head's in global (BM = 80).
  * The rows' LSE and D are read after the waits. (Read while the products run instead, the same
  * instructions in another order: 1.1-2.3% slower on every mask, H200 2026-12-01, seventh
  * session.) ptxas computes most exponentials after the dP wait; forcing all of them before it
@@ -235,12 +248,12 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   }
 #pragma unroll
   for (int t = 0; t < BM / 4; t++) ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
-  if (BM == 80 && part) mask_packed80(pp, ps, bnd, m0, j0, me, p);
+  if (BM != 64 && part) mask_packed<BM>(pp, ps, bnd, m0, j0, me, p);
 }
 
 /* dS^T (packed, this thread's rows kr0 and kr0 + 8) to shared memory: row = key, 16-byte unit
-   k ^ (row & 7). */
-__device__ __forceinline__ void store_ds(const uint32_t *ps, uint32_t dsaddr, const Me &me)
+   k ^ (row & 7); BM = 128: query columns 64 c.. in chunk c of 128 keys x 128 bytes (16 KB). */
+template <int BM> __device__ __forceinline__ void store_ds(const uint32_t *ps, uint32_t dsaddr, const Me &me)
 {
   /* dsaddr is 1024-byte aligned and row kr0 + 8 has kr0's swizzle, so unit k of row kr0 is
      a ^ (k << 4) with a = dsaddr + kr0 * 128 + t4 * 4 + ((kr0 & 7) << 4) (bits 4..6 of the rest
@@ -249,8 +262,8 @@ __device__ __forceinline__ void store_ds(const uint32_t *ps, uint32_t dsaddr, co
   reg_fence(a);
   a += dsaddr;
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
-    const uint32_t ak = a ^ (uint32_t)(k << 4);
+  for (int k = 0; k < BM / 8; k++) {
+    const uint32_t ak = (a ^ (uint32_t)((k & 7) << 4)) + (k >> 3) * 16384;
     st_u32(ak, ps[2 * k]);
     st_u32(ak + 1024, ps[2 * k + 1]);
   }
@@ -275,15 +288,17 @@ __device__ __forceinline__ void store_ds_t(const uint32_t *ps, uint32_t dsaddr, 
 }
 
 /* dq = dS K (SS, both MN-major) over the keys this consumer multiplies (see the file's comment);
-   BM = 80: dq = dQ^T = K^T dS^T over all 128 keys (d = 128 only). */
+   BM = 80: dq = dQ^T = K^T dS^T over all 128 keys (d = 128 only); d = 64 on 128-row steps: the
+   consumer's 64 query rows (dS^T chunk cw) over all 128 keys. */
 template <int D, int BM, bool F16> __device__ __forceinline__ void issue_dq(float *dq, uint32_t ka, uint32_t dsaddr, const Me &me)
 {
 #pragma unroll
-  for (int t = 0; t < BM / 2; t++) dq[t] = 0.f;
+  for (int t = 0; t < Layout<D, 2, BM>::DQN; t++) dq[t] = 0.f;
   wgmma_fence();
   reg_fence(dsaddr);
   if constexpr (BM == 80) gemm_dqt<8, F16>(dq, dsaddr, ka + me.cw * 16384);
-  else if constexpr (!DqSplit<D>::own) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
+  else if constexpr (DqSplit<D, BM>::rows) gemm_dq<8, F16>(dq, dsaddr + me.cw * 16384, ka);
+  else if constexpr (!DqSplit<D, BM>::own) gemm_dq<8, F16>(dq, dsaddr, ka + me.cw * 16384);
   else gemm_dq<4, F16>(dq, dsaddr + me.cw * 8192, ka + me.cw * 8192);
   wgmma_commit();
 }
@@ -313,16 +328,16 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   gemm_rs<D, BM, F16>(dv, pp, da);
   wgmma_commit();
   if constexpr (BM == 80) store_ds_t(ps, dsaddr, me);
-  else store_ds(ps, dsaddr, me);
+  else store_ds<BM>(ps, dsaddr, me);
   fence_proxy_async();
-  if constexpr (!DqSplit<D>::own) named_sync(1, 256);
+  if constexpr (!DqSplit<D, BM>::own) named_sync(1, 256);
   else named_sync(2 + me.cw, 128);
   issue_dq<D, BM, F16>(dq, ka, dsaddr, me); /* its wgmma fence also orders ps for dK */
   gemm_rs<D, BM, F16>(dk, ps, qa);
   wgmma_commit();
   wgmma_wait<1>(); /* dV and dQ retired; dK runs */
 #pragma unroll
-  for (int t = 0; t < BM / 2; t++) reg_fence(dq[t]);
+  for (int t = 0; t < Layout<D, ST, BM>::DQN; t++) reg_fence(dq[t]);
 #pragma unroll
   for (int t = 0; t < D / 2; t++) reg_fence(dv[t]);
 #pragma unroll
@@ -361,13 +376,13 @@ __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int
     }
     return;
   }
-  if (BM == 64 && p.dkv_vec) {
+  if (BM != 80 && p.dkv_vec) {
     /* 16-byte stores: the quad's four lanes hold the four 32-bit words of each 8-column unit of a
        row (lane t4: columns 8k + 2 t4, + 1); a 4 x 4 transpose over the quad (two shuffle stages,
        on bit 1 and bit 0 of the lane and of the word) gives lane t4 the whole unit 4a + t4. The
        4-byte stores they replace (64 per thread) filled the store queue: about 10% of the
        consumers' stall samples on items of a few steps (ncu, share question, 2026-12-04).
-       64-row steps only: the 80-row step runs on dense masks, whose items are hundreds of steps
+       Not at 80 rows: the 80-row step runs on dense masks, whose items are hundreds of steps
        long, and there this path changed ptxas's schedule of the step (2.2-2.5% slower at 32K);
        without it the 80-row kernel's consumer code is the same as before. */
 #pragma unroll
@@ -440,9 +455,9 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
   me.t4 = lane & 3;
   me.kr0 = me.cw * 64 + me.w * 16 + (lane >> 2);
   const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
-  int4 *bnd_s = (int4 *)(smem + L::OFF_BND); /* BM = 64 */
+  int4 *bnd_s = (int4 *)(smem + L::OFF_BND); /* BM = 64, 128 */
   const int4 *bnd = bnd_s;                   /* the head's bounds: bnd_s, or in global (BM = 80) */
-  float dk[D / 2], dv[D / 2], s[BM / 2], dp[BM / 2], dq[BM / 2];
+  float dk[D / 2], dv[D / 2], s[BM / 2], dp[BM / 2], dq[L::DQN];
   uint32_t pp[BM / 4], ps[BM / 4];
   int i = 0, j = 0; /* i: the stage ring's position (end stages too); j: the steps (dQ blocks handed over) */
   for (int n = 0;; n++) {
@@ -450,7 +465,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
     if (sy.item[4 * (n & 1)] >= p.nitems) break;
     const int kb = sy.item[4 * (n & 1) + 1], hkv = sy.item[4 * (n & 1) + 2], b = sy.item[4 * (n & 1) + 3];
     /* the first head's bounds of the thread's two key columns, loaded before the wait for K and V
-       (BM = 64: staged at the item's first step of head 0) */
+       (BM = 64, 128: staged at the item's first step of head 0) */
     int4 pre0 = make_int4(0, 0, 0, 0), pre1 = pre0;
     if constexpr (L::BND_SMEM) {
       if (me.t4 == 0) {
@@ -475,8 +490,9 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
         if (lane == 0) mbar_arrive(&sy.empty[st]);
         break;
       }
-      const int part = fl & 1, g = fl >> 1;
-      if (g != gcur) {
+      const int part = fl & 1, g = BM == 128 ? (fl & ~kStepHead) >> 1 : fl >> 1;
+      /* a new head: at 128 rows marked by the producer (gcur held across the step was spilled) */
+      if (BM == 128 ? (fl & kStepHead) != 0 : g != gcur) {
         /* this head's bounds of the thread's two key columns, staged per warp */
         const int hq = hkv * p.G + g, mh = b * p.mstride + hq / p.hpm;
         const int4 *pk = p.packed + ((size_t)mh * p.nblk + kb) * kBN;
@@ -502,9 +518,10 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
                               kb * kBN + me.kr0, me, p);
       {
         DqStep d;
-        d.tix = (bh * p.nqb + qb) * 4 + (DqSplit<D>::own ? 0 : me.cw);
-        d.arow = (bh * (D / 64) + (DqSplit<D>::own ? 0 : me.cw)) * p.Sqp + qb * BM;
-        d.turn = DqSplit<D>::own ? 2 * kb + me.cw : kb;
+        d.tix = (bh * p.nqb + qb) * 4 + (DqSplit<D, BM>::own ? 0 : me.cw);
+        d.arow = DqSplit<D, BM>::rows ? bh * p.Sqp + qb * BM + me.cw * 64
+                                      : (bh * (D / 64) + (DqSplit<D, BM>::own ? 0 : me.cw)) * p.Sqp + qb * BM;
+        d.turn = DqSplit<D, BM>::own ? 2 * kb + me.cw : kb;
         d.ph = (j & 1) ^ 1;
         step_grads<D, ST, BM, F16>(dk, dv, dq, pp, ps, ka, qa, da, smem_u32(smem + L::OFF_DS + (L::NDS > 1 ? (j & 1) : 0) * L::DSB),
                                    (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, &sy.empty[st], me, sy);
@@ -639,6 +656,7 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
 
 #define FMBWD_ST128 2
 #define FMBWD_ST64 3
+#define FMBWD_ST64_128 2 /* d = 64 on 128-row steps */
 
 
 int FMBwdSm90Supported(const FMGpuBwdParams *a)
@@ -647,7 +665,8 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
   size_t need;
   if (a->head_dim == 128)
     need = FMGpuBwdStepRows(a) == 80 ? fmbwd::Layout<128, FMBWD_ST128, 80>::BYTES : fmbwd::Layout<128, FMBWD_ST128, 64>::BYTES;
-  else if (a->head_dim == 64) need = fmbwd::Layout<64, FMBWD_ST64, 64>::BYTES;
+  else if (a->head_dim == 64)
+    need = FMGpuBwdStepRows(a) == 128 ? fmbwd::Layout<64, FMBWD_ST64_128, 128>::BYTES : fmbwd::Layout<64, FMBWD_ST64, 64>::BYTES;
   else return 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -676,5 +695,7 @@ cudaError_t FMBwdSm90Launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStr
     return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, 80, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, 80, false>(a, w, s);
   if (a->head_dim == 128)
     return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, 64, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, 64, false>(a, w, s);
+  if (FMGpuBwdStepRows(a) == 128)
+    return a->fp16 ? fmbwd::launch<64, FMBWD_ST64_128, 128, true>(a, w, s) : fmbwd::launch<64, FMBWD_ST64_128, 128, false>(a, w, s);
   return a->fp16 ? fmbwd::launch<64, FMBWD_ST64, 64, true>(a, w, s) : fmbwd::launch<64, FMBWD_ST64, 64, false>(a, w, s);
 }

@@ -11,9 +11,9 @@
 #include <flashmask/private/fmbwd.h>
 
 /* Query rows per step of the main kernel's default path (the walk's default block and the
-   fallback's); the kernel may take FMBWD_BM_MAX rows instead (bwd_sm90.cu), per piece. */
+   fallback's); the kernel may take 80 (d = 128) or 128 (d = 64) rows instead (FMGpuBwdStepRows,
+   fmbwd.h), per piece. */
 #define FMBWD_BM 64
-#define FMBWD_BM_MAX 80
 
 /* Summary numbers per key block, in the order of FM_SUM_* (fmimpl.h) */
 enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
@@ -22,8 +22,8 @@ enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
 /*
  * Workspace, independent of the kernel's step rows (so that Begin and End need not know them,
  * and pieces of one backward may each take their own): rows are padded to Sqp = the larger of
- * seqlen_q rounded up to 64 and to 80 (a multiple of 16), so that every step's block lies
- * inside. lse2 = lse * log2(e) (+inf for rows with nothing visible and for padding rows, so that
+ * seqlen_q rounded up to 80 and to 128 (a multiple of 16 and of 64), so that every step's block
+ * lies inside. lse2 = lse * log2(e) (+inf for rows with nothing visible and for padding rows, so that
  * exp2(s - lse2) = 0 there), dsum = rowsum(dO o O), both float [B][Hq][Sqp]; dqacc = dQ's fp32
  * accumulator in planes of 64 columns, [B][Hq][Dp / 64][Sqp][64] with Dp = head_dim rounded up
  * to 64 (a step's block of any row count is one contiguous range of its plane), column c of
@@ -48,7 +48,7 @@ static inline size_t fmbwd_align256(size_t x) { return (x + 255) & ~(size_t)255;
 /* The padded rows of the workspace (see above). */
 __host__ __device__ static inline int fmbwd_sqp(int Sq)
 {
-  const int a = (Sq + 63) / 64 * 64, b = (Sq + FMBWD_BM_MAX - 1) / FMBWD_BM_MAX * FMBWD_BM_MAX;
+  const int a = (Sq + 127) / 128 * 128, b = (Sq + 79) / 80 * 80;
   return a > b ? a : b;
 }
 

@@ -16,37 +16,42 @@ using namespace fmsm90;
 
 constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
 /* The query rows per step, BM, are a template argument of the layout and of every role and
-   helper (64, or 80 for d = 128: FMBwdSm90Launch picks). */
+   helper (64, 80 for d = 128, or 128 for d = 64: FMBwdSm90Launch picks). */
 constexpr int kThreads = 384;
 
 /*
- * How dQ = dS K is split between the two consumers. d = 64 ("own"): each multiplies its own 64
- * keys' dS by its own K rows and its writer adds the whole 64 x 64 block; no barrier between the
- * consumers. d = 128: each computes 64 of the columns over all 128 keys (both halves of dS,
- * published by a barrier over both consumers every step) and adds that half. (Own for d = 128,
- * m64n128 products and 32 KB blocks, measured 2-8% slower on the H200, 2026-12-01: the doubled
- * bulk adds into L2 cost more than the barrier; see doc/performance.md.) Either way a consumer
- * stages 64 dQ columns.
+ * How dQ = dS K is split between the two consumers. d = 64 on 64-row steps ("own"): each
+ * multiplies its own 64 keys' dS by its own K rows and its writer adds the whole 64 x 64 block;
+ * no barrier between the consumers. d = 128: each computes 64 of the columns over all 128 keys
+ * (both halves of dS, published by a barrier over both consumers every step) and adds that half.
+ * (Own for d = 128, m64n128 products and 32 KB blocks, measured 2-8% slower on the H200,
+ * 2026-12-01: the doubled bulk adds into L2 cost more than the barrier; see doc/performance.md.)
+ * d = 64 on 128-row steps ("rows"): each computes 64 of the rows (query half cw) over all 128 keys,
+ * as FlashAttention-3 and -4 do there. Either way a consumer stages 64 dQ columns of 64 rows (80
+ * at BM = 80), and the two halves (columns, or rows) are the turn words' two halves.
  */
-template <int D> struct DqSplit {
-  static constexpr bool own = D == 64;
+template <int D, int BM> struct DqSplit {
+  static constexpr bool own = D == 64 && BM == 64;
+  static constexpr bool rows = D == 64 && BM == 128;
 };
 
 /*
- * BM = 64, or 80 (d = 128 only). At 80 the per-item column bounds (2 KB) do not fit: with them
- * the layout would exceed the 227 KB a CTA may have, and without them 536 bytes are left. So the
- * consumers read their two columns' bounds from global memory (L1) on partial steps instead of
- * staging them.
+ * BM = 64, 80 (d = 128 only) or 128 (d = 64 only). At 80 the per-item column bounds (2 KB) do not
+ * fit: with them the layout would exceed the 227 KB a CTA may have, and without them 536 bytes are
+ * left. So the consumers read their two columns' bounds from global memory (L1) on partial steps
+ * instead of staging them. At 128 dS^T is two chunks of 64 query columns (each 128 keys x 128 B).
  */
 template <int D, int ST, int BM> struct Layout {
-  static_assert(BM == 64 || (BM == 80 && D == 128), "step rows: 64, or 80 for d = 128");
-  static constexpr bool BND_SMEM = BM == 64; /* the column bounds staged in shared memory */
+  static_assert(BM == 64 || (BM == 80 && D == 128) || (BM == 128 && D == 64), "step rows: 64, 80 for d = 128, 128 for d = 64");
+  static constexpr bool BND_SMEM = BM != 80; /* the column bounds staged in shared memory */
   static constexpr int KB = kBN * D * 2;  /* K or V tile; chunks of 128 x 64 (16 KB) */
   static constexpr int QB = BM * D * 2;   /* Q or dO tile; chunks of BM x 64 (BM x 128 B, 8 KB for 64) */
   static constexpr int QC = BM * 128;     /* one such chunk */
   static constexpr int DSB = kBN * BM * 2;
-  static constexpr int NDS = DqSplit<D>::own ? 1 : 2; /* dS buffers: shared halves need two (the other consumer may still read) */
-  static constexpr int DQB = BM * 64 * 4;
+  static constexpr int NDS = DqSplit<D, BM>::own ? 1 : 2; /* dS buffers: shared halves need two (the other consumer may still read) */
+  static constexpr int DQR = BM == 80 ? 80 : 64; /* rows of a consumer's dQ block */
+  static constexpr int DQN = DQR / 2;            /* its accumulator registers a thread */
+  static constexpr int DQB = DQR * 64 * 4;
   static constexpr int OFF_K = 0;
   static constexpr int OFF_V = OFF_K + KB;
   static constexpr int OFF_Q = OFF_V + KB;
@@ -55,7 +60,7 @@ template <int D, int ST, int BM> struct Layout {
   static constexpr int OFF_DQ = OFF_DS + NDS * DSB;
   static constexpr int OFF_L = OFF_DQ + 2 * DQB;
   static constexpr int OFF_DD = OFF_L + ST * BM * 4;
-  static constexpr int OFF_BND = OFF_DD + ST * BM * 4; /* the item's column bounds, 128 x int4 (BM = 64) */
+  static constexpr int OFF_BND = OFF_DD + ST * BM * 4; /* the item's column bounds, 128 x int4 (BND_SMEM) */
   /* 2 item slots {t, kb, hkv, b}, the producer's step and item counts; at +64 the dQ writers' slots */
   static constexpr int OFF_ITEM = OFF_BND + (BND_SMEM ? kBN * 16 : 0);
   static constexpr int OFF_STEP = OFF_ITEM + 128; /* per stage the step slot: {query block, flags} (kStepEnd below) */
@@ -129,7 +134,8 @@ template <class W> __device__ __forceinline__ W upto(int n)
   return n >= bits ? ~(W)0 : (((W)1 << n) - (W)1);
 }
 /* Masked rows of the tile starting at row m0 for key column j with bounds b (bit r = row m0 + r),
-   64 rows (W = uint64_t) or 32 (uint32_t: the 80-row step's words). */
+   64 rows (W = uint64_t: a 64-row step, or one half of a 128-row step) or 32 (uint32_t: the 80-row
+   step's words). */
 template <class W> __device__ __forceinline__ W tile_rows_masked(int4 b, int m0, int j, int causal, int off)
 {
   W m = (upto<W>(b.y - m0) & ~upto<W>(b.x - m0)) | (upto<W>(b.w - m0) & ~upto<W>(b.z - m0));
@@ -215,10 +221,11 @@ template <int D, int ST, int BM> struct Sync {
 /*
  * A stage's step slot, written by the producer before the stage's loads (the full barrier's arrival
  * publishes it): the query block and, in flags, bit 0 the per-element test (partial), bits
- * 1..30 the query head of the group, bit 31 the end of the item (a stage with no loads). The
- * consumers read their steps from here and do not walk the summaries themselves.
+ * 1..29 the query head of the group, bit 30 (BM = 128 only) the first step of that head in the
+ * item, bit 31 the end of the item (a stage with no loads). The consumers read their steps from
+ * here and do not walk the summaries themselves.
  */
-constexpr int kStepEnd = (int)0x80000000;
+constexpr int kStepEnd = (int)0x80000000, kStepHead = 1 << 30;
 
 /* What a consumer thread is: its warpgroup, lane and key rows. */
 struct Me {
@@ -226,9 +233,9 @@ struct Me {
 };
 
 /* The dQ block of a step, as its writer warp needs it (see dq_writer): the block's turn word
-   ((batch, query head, query block) x 4 + column half), this block's turn (the key block kb for
-   d = 128, 2 kb + consumer for d = 64) and its first accumulator row in units of 64 floats,
-   ((batch, query head) x D / 64 + column half) x Sqp + the block's first row (a multiply here,
+   ((batch, query head, query block) x 4 + column or row half), this block's turn (the key block
+   kb, or 2 kb + consumer for d = 64 on 64-row steps) and its first accumulator row in units of 64
+   floats, ((batch, query head) x D / 64 + column half) x Sqp + the block's first row (a multiply here,
    after the consumer's register peak, so that the 24-register writer does no division). */
 struct DqStep {
   int tix, turn, arow;

@@ -129,8 +129,8 @@ template <int BM> __device__ __forceinline__ int next_visitor(const Params &p, i
  * takes it from 0 stores the block instead (a plain bulk copy), waits for the copy to complete
  * and sets the flag to 2; every other writer adds once it reads 2. In the deterministic
  * mode the add first waits for its turn: the turn word of (row block, column half) holds the key
- * block whose add comes next (key blocks in decreasing order; for d = 64 both consumers of a key
- * block, 2 kb + cw, consumer 0 first); after the add has completed, the writer passes the turn to
+ * block whose add comes next (key blocks in decreasing order; for d = 64 on 64-row steps both
+ * consumers of a key block, 2 kb + cw, consumer 0 first); after the add has completed, the writer passes the turn to
  * the next lower key block that visits the row block. Items are then handed out in decreasing
  * key-block order within each row (decode_item, bwd_sm90_base.cuh; checked on the host by
  * `bwd_bench order`), so a turn is only ever awaited from a key block taken earlier: no deadlock.
@@ -181,11 +181,11 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     }
     if (p.deterministic) {
       int next = mine + 1;
-      if (!DqSplit<D>::own || cw == 1) {
+      if (!DqSplit<D, BM>::own || cw == 1) {
         const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
-        const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D>::own ? mine >> 1 : mine;
+        const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
         next = next_visitor<BM>(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
-        if (DqSplit<D>::own && next != 0x7fffffff) next *= 2;
+        if (DqSplit<D, BM>::own && next != 0x7fffffff) next *= 2;
       }
       if (lane == 0) {
         bulk_wait0(); /* the add is complete in global memory */
@@ -199,8 +199,8 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
 }
 
 /* Deterministic mode: per (query block, query head, batch) the last and first key blocks that
-   visit it; the turns of both column halves start at the last (2 x last for d = 64: its consumer
-   0), and the writers' scans stop at the first. */
+   visit it; the turns of both halves start at the last (2 x last for d = 64 on 64-row steps: its
+   consumer 0), and the writers' scans stop at the first. */
 template <int D, int BM>
 __global__ void __launch_bounds__(256) turn_init(const Params p)
 {
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(256) turn_init(const Params p)
   fmbwd_visitors<BM>(sumh, p.nblk, qb, p.Sq, p.Sk, p.causal, &first, &last, NULL);
   int *t = p.turn + (((size_t)b * p.Hq + hq) * p.nqb + qb) * 4;
   if (last < 0) last = 0x7fffffff; /* nobody visits */
-  t[0] = DqSplit<D>::own && last != 0x7fffffff ? 2 * last : last;
+  t[0] = DqSplit<D, BM>::own && last != 0x7fffffff ? 2 * last : last;
   t[1] = last;
   t[2] = first;
   t[3] = 0;

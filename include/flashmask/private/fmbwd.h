@@ -90,8 +90,9 @@ static inline int FMGpuBwdStepRows(const FMGpuBwdParams *a)
  *   +3..+13% at 8K and 32K, full and causal within 1%; d = 64 (H = 64) sliding window +6%, causal
  *   document +2..3%, but full and causal -6..-10%: there every key block of a row reaches a query
  *   block at the same step, and the short d = 64 steps wait for the winner's store to complete.
- *   So d = 64 keeps the zeroing. The one rule for the kernel, the library's path name and the
- *   harness.
+ *   So d = 64 keeps the zeroing (measured on 64-row steps, before full and causal at d = 64 moved
+ *   to 128-row steps; not tried there). The one rule for the kernel, the library's path name and
+ *   the harness.
  */
 static inline int FMGpuBwdFirstStore(const FMGpuBwdParams *a)
 {

@@ -43,7 +43,7 @@
  * Register budget: 24 (producer) + 2 x 240; the consumers hold dK, dV (d/2 each), S, dP (BM/2
  * each) and pack P, dS; ptxas spills nothing (the reg_fence copies keep it from hoisting
  * loop-invariant shared-memory addresses, which it would otherwise spill).
- * Query rows per step BM (a template argument): 64, or 80 for d = 128 (FMGpuBwdStepRows, fmbwd.h). At 80,
+ * Query rows per step BM (a template argument): 64, 80 for d = 128 or 128 for d = 64 (FMGpuBwdStepRows, fmbwd.h). At 80,
  * S^T and dP^T are m64n80 (40 accumulators each), dV and dK take 5 k16 slices, the partial tiles'
  * masks are applied to the packed P and dS (96-bit row masks, bounds read from global memory:
  * they do not fit in shared memory beside 80-row stages), dS is stored as [query][key] by
@@ -51,8 +51,9 @@
  * A MN-major, B K-major), staged with 32-bit stores into the same accumulator layout, so that the
  * workspace does not depend on BM. 226 KB of shared memory.
  * Query rows per step 128 for d = 64 (FlashAttention-3 and -4 take 128 there too): S^T and dP^T
- * are m64n128 (64 accumulators each), dV and dK take 8 k16 slices, the partial tiles' row masks
- * are two 64-bit words, dS^T is two chunks of 64 query columns, and each consumer computes dQ for
+ * are m64n128 (64 accumulators each), dV and dK take 8 k16 slices, the partial tiles' masks are
+ * applied to the packed P and dS (four 32-bit row words per key column, bounds staged in shared
+ * memory), dS^T is two chunks of 64 query columns, and each consumer computes dQ for
  * its 64 query rows over all 128 keys (a barrier over both consumers publishes dS, as at d = 128).
  * 196 KB of shared memory (ST = 2).
  */
@@ -157,7 +158,8 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
 
 /*
  * The 80- and 128-row steps' partial tiles, masked after the packing: beside S and dP in flight
- * (208 registers with dK and dV at 80 rows, 256 at 128) masking S spilled (92 bytes at 80); P and
+ * (208 registers with dK and dV at 80 rows, 192 at 128 with d = 64) masking S spilled (92 bytes
+ * at 80, 8 at 128); P and
  * dS packed take BM / 2. A masked element's P and dS halves are zeroed: the values masking P
  * before dS gives, except that such a dS is +0 where 0 x (dP - D) may be -0 (the same sums). Per
  * key column h (kr0, kr0 + 8) and per 32-bit word of its row mask from row m0 + 2 t4 (bit 8k + e

@@ -22,14 +22,15 @@ enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
 /*
  * Workspace, independent of the kernel's step rows (so that Begin and End need not know them,
  * and pieces of one backward may each take their own): rows are padded to Sqp = the larger of
- * seqlen_q rounded up to 80 and to 128 (a multiple of 16 and of 64), so that every step's block
- * lies inside. lse2 = lse * log2(e) (+inf for rows with nothing visible and for padding rows, so that
+ * seqlen_q rounded up to 80 and to 128 (a multiple of 16), so that every step's block of 64, 80
+ * or 128 rows lies inside. lse2 = lse * log2(e) (+inf for rows with nothing visible and for padding rows, so that
  * exp2(s - lse2) = 0 there), dsum = rowsum(dO o O), both float [B][Hq][Sqp]; dqacc = dQ's fp32
  * accumulator in planes of 64 columns, [B][Hq][Dp / 64][Sqp][64] with Dp = head_dim rounded up
  * to 64 (a step's block of any row count is one contiguous range of its plane), column c of
  * global row r stored at fmbwd_swz(c, r); then the main kernel's work-item counter (zeroed
  * before each piece) and, for the deterministic mode, per (batch, query head, query block) four
- * words: the turns of the two 64-column halves and the first key block that visits the query
+ * words: the turns of the block's two halves (64-column halves, or at 128 rows 64-row halves) and
+ * the first key block that visits the query
  * block ([B][Hq][nqb][4] ints with nqb counted in 64-row blocks, the most of any step size; set
  * before each piece). The size does not depend on seqlen_k.
  */

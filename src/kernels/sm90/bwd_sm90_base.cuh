@@ -87,7 +87,7 @@ struct Params {
   int dkv_vec;  /* dk, dv in dtype, 16-byte aligned rows: 16-byte stores (store_dkdv) */
   int deterministic; /* dQ's partials added in decreasing key-block order (turn words below) */
   int ilv;      /* deterministic mode: (batch, kv head) rows whose items are interleaved (decode_item, fmbwd_ilv) */
-  int *turn;    /* [B][Hq][nqb][4]: the turns of the two 64-column halves, the first visiting key block;
+  int *turn;    /* [B][Hq][nqb][4]: the turns of the two halves (64 columns, or 64 rows at BM = 128), the first visiting key block;
                    with first_store the flags of the blocks' halves (words 0, 1) */
   int first_store; /* dQ's accumulator was not zeroed: each block's first writer stores (dq_writer) */
   float scale, c; /* c = scale * log2(e) */
@@ -134,8 +134,8 @@ template <class W> __device__ __forceinline__ W upto(int n)
   return n >= bits ? ~(W)0 : (((W)1 << n) - (W)1);
 }
 /* Masked rows of the tile starting at row m0 for key column j with bounds b (bit r = row m0 + r),
-   64 rows (W = uint64_t: a 64-row step, or one half of a 128-row step) or 32 (uint32_t: the 80-row
-   step's words). */
+   64 rows (W = uint64_t: the 64-row step) or 32 (uint32_t: the words of the 80- and 128-row
+   steps, mask_packed). */
 template <class W> __device__ __forceinline__ W tile_rows_masked(int4 b, int m0, int j, int causal, int off)
 {
   W m = (upto<W>(b.y - m0) & ~upto<W>(b.x - m0)) | (upto<W>(b.w - m0) & ~upto<W>(b.z - m0));

@@ -128,7 +128,8 @@ template <int BM> __device__ __forceinline__ int next_visitor(const Params &p, i
  * (p.first_store: the accumulator was not zeroed) the block's flag decides: the writer that
  * takes it from 0 stores the block instead (a plain bulk copy), waits for the copy to complete
  * and sets the flag to 2; every other writer adds once it reads 2. In the deterministic
- * mode the add first waits for its turn: the turn word of (row block, column half) holds the key
+ * mode the add first waits for its turn: the turn word of (row block, half: 64 columns, or 64 rows
+ * at BM = 128) holds the key
  * block whose add comes next (key blocks in decreasing order; for d = 64 on 64-row steps both
  * consumers of a key block, 2 kb + cw, consumer 0 first); after the add has completed, the writer passes the turn to
  * the next lower key block that visits the row block. Items are then handed out in decreasing

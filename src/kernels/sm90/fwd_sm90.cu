@@ -27,7 +27,7 @@
  * (O takes 128 registers a thread there): each listed 128-key block is then two 64-key tiles,
  * S_j = Q K_j^T is m64n64k16 (16 k-steps) and O += P V m64n256k16 (4 k-steps).
  * Shared memory: [Q: D/64 chunks][K: ST x D/64 chunks][V: ST x D/64 chunks][mask data: ST x TN x
- * 16 B][barriers][block list]; each chunk is 64 elements wide (128 rows for Q, TN for K and V)
+ * 16 B][barriers][block list]; each chunk is 64 elements wide (Cfg<D>::BM rows for Q, TN for K and V)
  * with the TMA 128-byte swizzle.
  * The kernel is its parts in order: build_block_list (blocklist.cuh), then producer_load or
  * consumer_mainloop (mainloop.cuh) by warpgroup, then epilogue_store (epilogue.cuh); sizes and
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
         }
       }
     } else {
-      /* the scheduler and list builders (96 threads, named barrier 5) */
+      /* the scheduler and list builders (96 threads, named barrier kBarBuild) */
       const int btid = tid - 32;
       for (int t = 0;; t++) {
         const int buf = t & 1;
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
 
 /*
  * 4-D map over a [B][S][H][D] tensor with element strides bs, ss, hs (D contiguous): dims
- * {D, H, S, B}; box {64, 1, rows, 1} (rows: 128 for Q, the key tile TN for K and V); 128-byte
+ * {D, H, S, B}; box {64, 1, rows, 1} (rows: Cfg<D>::BM for Q, the key tile TN for K and V); 128-byte
  * swizzle.
  */
 static cudaError_t make_map(CUtensorMap *map, const void *base, int B, int S, int H, int D, int f16, int64_t bs, int64_t ss,

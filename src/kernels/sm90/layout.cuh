@@ -141,7 +141,7 @@ struct Barriers {
   uint64_t *q_full, *k_full, *k_empty, *v_full, *v_empty;
 };
 /* The persistent kernel's own, per list buffer (and the Q buffer of the same parity): list built;
-   list read and the tile done by the producer and both consumers (their epilogue too, so the
+   list read and the tile done by the producer and every consumer (their epilogue too, so the
    tile's Q buffer is free again: no barrier of its own). */
 struct PBarriers {
   uint64_t *l_full, *l_empty;
@@ -170,8 +170,8 @@ __device__ __forceinline__ void release(uint64_t *bar, int lane)
 
 /*
  * The K stage's empty barrier: its bounds were read by every consumer thread (LDS in mask_tile),
- * so under FM_SM90_LANE_RELEASE every thread arrives (256 arrivals), the form compute-sanitizer's
- * racecheck follows; otherwise one arrival per warp after __syncwarp (8), which orders the lanes'
+ * so under FM_SM90_LANE_RELEASE every thread arrives (128 per consumer), the form compute-sanitizer's
+ * racecheck follows; otherwise one arrival per warp after __syncwarp (4 per consumer), which orders the lanes'
  * reads just as well under the PTX memory model but which racecheck reports as a hazard.
  */
 #ifdef FM_SM90_LANE_RELEASE

@@ -238,7 +238,7 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
 }
 
 /*
- * consumer_mainloop - one consumer warpgroup (cw = 0, 1: 64 query rows each) after
+ * consumer_mainloop - one consumer warpgroup (cw = 0 .. NC - 1: 64 query rows each) after
  *   setmaxnreg.inc: zeroes o, waits for Q, then runs the block list: step j issues S_j = Q K_j^T
  *   and O += P_{j-1} V_{j-1} back to back, masks and softmaxes S_j while P.V is in flight, and
  *   takes its turn of wgmma issue with the other consumers through named barriers 1.. NC (round

@@ -11,7 +11,10 @@
  *   ./bwd_bench small     one small case (for compute-sanitizer)
  *   ./bwd_bench order     host only: the kernel's work-item order checked over a sweep of shapes, and
  *                         each query block's visiting key blocks (the turns) against the walks
- *   ./bwd_bench det [r]   the deterministic mode beside the default on the masks where it costs most
+ *   ./bwd_bench det [r]   the deterministic mode beside the default on the masks where it costs most,
+ *                         and at d = 64 on full and causal (128-row steps)
+ *   ./bwd_bench ab64 [r]  d = 64, H = 64: full, causal, sliding window, causal document at 8K; full,
+ *                         causal at 32K (BWD_BM=64 or 128 for the step rows' A/B)
  *   ./bwd_bench bench     8K and 32K, bf16, d = 128, H = 32, 128K tokens per batch
  *   ./bwd_bench rho       host only: each harness mask's rho (FlashMask FLOPs) and element density
  *   ./bwd_bench prof S k  mask k at length S, the default backward only (BWD_DET=1: the deterministic
@@ -754,6 +757,8 @@ int main(int argc, char **argv)
     bench(32768, reps);
     g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
     bench(8192, reps, 0, 8); /* GQA 4:1 */
+    g_d = 64; /* d = 64 (H = 64): 128-row steps on these dense masks */
+    bench(8192, reps);
     return 0;
   }
   if (mode == "bench") {

@@ -4,7 +4,7 @@
 # configured nvcc (they copy no library code, but they fill the kernels' parameter blocks
 # themselves), and each one's probe mode exits 0 with a GPU, 2 without one; the backward's item
 # order passes its host check (bwd_bench order); the forward kernel also compiles with its A/B
-# build variants. Skips without CUDA.
+# build variants; ptxas reports no spill and no warning for any Hopper kernel. Skips without CUDA.
 . "${srcdir:-.}/tests/common.sh"
 fm_skip_unless_cuda
 [ -n "$FM_NVCC" ] || { echo "SKIP: no nvcc recorded by configure"; exit 77; }
@@ -36,6 +36,27 @@ if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE
 else
   cat "$t/variants.log"; echo "FAIL: the forward's build variants do not compile"; fail=1
 fi
+if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_NC64=2 -cubin \
+    "$src/src/kernels/sm90/fwd_sm90.cu" -o "$t/variants2.cubin" > "$t/variants2.log" 2>&1; then
+  echo "ok   fwd_sm90.cu compiles with -DFM_SM90_NC64=2 (128-row tiles at d = 64)"
+else
+  cat "$t/variants2.log"; echo "FAIL: the forward's -DFM_SM90_NC64=2 variant does not compile"; fail=1
+fi
+# ptxas's report on the Hopper kernels as the library builds them: no instantiation spills (a
+# local-memory round trip in the main loop costs more than the registers it frees) and ptxas
+# warns about nothing (e.g. C7510: wgmma serialized, its registers touched while in flight)
+for k in fwd_sm90 bwd_sm90; do
+  if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -Xptxas -v -cubin "$src/src/kernels/sm90/$k.cu" -o "$t/$k.cubin" > "$t/$k.ptxas" 2>&1; then
+    nfun=$(grep -c "bytes spill stores" "$t/$k.ptxas")
+    spill=$(grep "bytes spill" "$t/$k.ptxas" | grep -v " 0 bytes spill stores, 0 bytes spill loads")
+    warn=$(grep -i "warning" "$t/$k.ptxas")
+    if [ "$nfun" -eq 0 ] || [ -n "$spill" ] || [ -n "$warn" ]; then
+      cat "$t/$k.ptxas"; echo "FAIL: $k.cu: $nfun functions reported, spills or warnings above"; fail=1
+    else echo "ok   $k.cu: $nfun functions, no spills, no ptxas warnings"; fi
+  else
+    cat "$t/$k.ptxas"; echo "FAIL: $k.cu does not compile with -Xptxas -v"; fail=1
+  fi
+done
 if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_HANG_CHECK -cubin \
     "$src/src/kernels/sm90/bwd_sm90.cu" -o "$t/bvariants.cubin" > "$t/bvariants.log" 2>&1; then
   echo "ok   bwd_sm90.cu compiles with -DFM_SM90_HANG_CHECK"

@@ -420,10 +420,11 @@ const char *FMCudaBackwardPathName(const FMAttnProblem *p)
   m.present = p->mask.present; /* as the upload records it: the step rows follow */
   fill_bwd(&a, p, &m);
   switch (FMGpuBackwardPath(&a)) {
-  case 1:
-    if (FMGpuBwdStepRows(&a) == 80) return "sm90 wgmma/tma, 80-row steps";
-    if (FMGpuBwdStepRows(&a) == 128) return "sm90 wgmma/tma, 128-row steps";
+  case 1: {
+    const int bm = FMGpuBwdStepRows(&a);
+    if (bm != 64) return bm == 80 ? "sm90 wgmma/tma, 80-row steps" : "sm90 wgmma/tma, 128-row steps";
     return FMGpuBwdFirstStore(&a) ? "sm90 wgmma/tma, 64-row steps, dQ first stores" : "sm90 wgmma/tma, 64-row steps";
+  }
   case 0: return "fallback simt";
   default: return "not supported";
   }

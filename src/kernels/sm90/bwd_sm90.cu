@@ -132,10 +132,8 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
         const size_t lrow = ((size_t)b * p.Hq + hq) * p.Sqp + (size_t)qb * BM;
         mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
         st_u32(smem_u32(smem + L::OFF_STEP + 8 * st), (uint32_t)qb);
-        if constexpr (BM == 128) {
-          st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1 | *pfirst));
-          *pfirst = 0;
-        } else st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1));
+        st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1 | (BM == 128 ? *pfirst : 0)));
+        if constexpr (BM == 128) *pfirst = 0;
         mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * BM * 4);
 #pragma unroll
         for (int c = 0; c < D / 64; c++) {
@@ -159,11 +157,10 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
 /*
  * The 80- and 128-row steps' partial tiles, masked after the packing: beside S and dP in flight
  * (208 registers with dK and dV at 80 rows, 192 at 128 with d = 64) masking S spilled (92 bytes
- * at 80, 8 at 128); P and
- * dS packed take BM / 2. A masked element's P and dS halves are zeroed: the values masking P
- * before dS gives, except that such a dS is +0 where 0 x (dP - D) may be -0 (the same sums). Per
- * key column h (kr0, kr0 + 8) and per 32-bit word of its row mask from row m0 + 2 t4 (bit 8k + e
- * of word k / 4 is query column 8k + 2 t4 + e). The bounds: at 80 rows from global memory (L1
+ * at 80, 8 at 128); P and dS packed take BM / 2. A masked element's P and dS halves are zeroed:
+ * the values masking P before dS gives, except that such a dS is +0 where 0 x (dP - D) may be -0
+ * (the same sums). Per key column h (kr0, kr0 + 8) and per 32-bit word of its row mask from row
+ * m0 + 2 t4 (bit 8k + e of word k / 4 is query column 8k + 2 t4 + e). The bounds: at 80 rows from global memory (L1
  * after a head's first step: they do not fit in shared memory beside 80-row stages), at 128 the
  * ones staged in shared memory.
  */
@@ -493,7 +490,8 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
         break;
       }
       const int part = fl & 1, g = BM == 128 ? (fl & ~kStepHead) >> 1 : fl >> 1;
-      /* a new head: at 128 rows marked by the producer (gcur held across the step was spilled) */
+      /* a new head: at 128 rows marked by the producer (gcur held across the step was spilled);
+         the 64- and 80-row kernels keep the comparison their timings were measured with */
       if (BM == 128 ? (fl & kStepHead) != 0 : g != gcur) {
         /* this head's bounds of the thread's two key columns, staged per warp */
         const int hq = hkv * p.G + g, mh = b * p.mstride + hq / p.hpm;

@@ -5,7 +5,8 @@
  * random_eviction), random per-head user bounds (type "bounds") with fully masked rows, GQA 4:1
  * and 2:1, S_q != S_k (bottom-right causal), odd lengths (1000, 4099), head dims 64/128/256
  * (on sm 90 the Hopper kernel must run them: path checked; d = 64's 192-row tiles also on the 12
- * masks at 577 rows, and on tiles of 1, 40 and 130 rows),
+ * masks at 577 rows, and on tiles of 1, 40 and 130 rows; d = 256 full and causal on the wide
+ * kernel's 80-key tiles, the other masks on 64-key tiles),
  * bf16 and fp16, and the SIMT fallback forced through -fm_cuda_fallback on shapes the Hopper
  * kernel covers. The persistent Hopper forward (-fm_sm90_schedule static / dynamic) runs the
  * masks and shapes again (S = 1, 130, 4099, B*H = 1, rows with no visible key, GQA, fp32 O and
@@ -56,9 +57,14 @@ typedef struct {
 
 static const char *const sched_name[3] = {"grid", "static", "dynamic"};
 
-/* The path FMCudaLastPath_Private must report on sm 90 (1: one CTA per tile, 2: persistent). */
-static int sm90_path(int sched, int D) { return sched && D != 256 ? 2 : 1; }
-static const char *path_name(int path) { return path == 2 ? "sm90p" : path == 1 ? "sm90" : "fallback"; }
+/* The path FMCudaLastPath_Private must report on sm 90 (1: one CTA per tile, 2: persistent, 3: the
+   wide d = 256 kernel, which full and causal masks take: the builders give them no bound vectors). */
+static int sm90_path(int sched, int D, int mask)
+{
+  if (D == 256) return mask == M_FULL || mask == M_CAUSAL ? 3 : 1;
+  return sched ? 2 : 1;
+}
+static const char *path_name(int path) { return path == 3 ? "sm90w" : path == 2 ? "sm90p" : path == 1 ? "sm90" : "fallback"; }
 
 static double uni(uint64_t *s) { return ((double)(fmt_next(s) >> 11) / 9007199254740992.0) * 2.0 - 1.0; }
 static int uint_in(uint64_t *s, int lo, int hi) { return lo + (int)(fmt_next(s) % (uint64_t)(hi - lo + 1)); } /* [lo, hi] */
@@ -255,7 +261,7 @@ static int run_case(FMContext ctx, FMContext fctx, const Case *c, uint64_t seed,
     /* and a forced fallback must have run the fallback, an unforced case on sm 90 the Hopper kernel */
     const int want_sm90 = dev_sm == 90 && !c->force_fallback && (D == 64 || D == 128 || D == 256);
     const int ok = nan_o == 0 && nan_l == 0 && bad_masked == 0 && rel <= tol && lse_err <= 1.0 && !isnan(rel) &&
-                   !(c->force_fallback && path != 0) && !(want_sm90 && path != sm90_path(c->sched, D)) && !not_grid;
+                   !(c->force_fallback && path != 0) && !(want_sm90 && path != sm90_path(c->sched, D, c->mask)) && !not_grid;
     if (!ok || verbose)
       printf("%-4s %-22s B=%d Sq=%-5d Sk=%-5d Hq=%d Hkv=%d mh=%d D=%-3d %s %s/%d path=%-8s rel=%.2e lse/tol=%.2f nanO=%d "
              "nanL=%d badmasked=%d rows=%d%s\n",
@@ -399,7 +405,7 @@ static int run_nonfinite(FMContext ctx, FMContext fctx, int D, FMDType dt, int f
   }
   {
     const double rel = den > 0 ? sqrt(num / den) : INFINITY, tol = dt == FM_DTYPE_BF16 ? 2e-2 : 5e-3;
-    const int want = dev_sm == 90 && !fb ? sm90_path(sched, D) : -1;
+    const int want = dev_sm == 90 && !fb ? sm90_path(sched, D, M_CAUSAL) : -1;
     const int ok = bad == 0 && bad_merge == 0 && rel <= tol && nonfinite_rows > 0 && !(fb && path != 0) && !(want > 0 && path != want);
     printf("%-4s non-finite inputs D=%-3d %s %s/%d path=%-8s rows bad %d, non-finite rows %d, merge bad %d, rel=%.2e\n",
            ok ? "ok" : "FAIL", D, FMDTypeName(dt), sched_name[sched], ctas, path_name(path), bad, nonfinite_rows, bad_merge, rel);
@@ -485,8 +491,9 @@ int main(int argc, char **argv)
   { Case c = {M_CAUSAL, 1, 700, 1500, 4, 4, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {M_CAUSAL, 1, 1500, 700, 4, 1, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
   { Case c = {M_CAUSAL_DOCUMENT, 2, 513, 1000, 4, 2, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
-  /* d = 256 (Hopper kernel with 64-key tiles): odd 4099 (the last mask block's upper half lies
-     past S_k), 1000 and 3000 (a ragged upper half), GQA 4:1, S_q != S_k both ways, user bounds */
+  /* d = 256 (Hopper kernel with 64-key tiles; causal on the wide kernel's 80-key tiles): odd
+     4099 (the last mask block's upper half lies past S_k), 1000 and 3000 (a ragged upper half or
+     last tile), GQA 4:1, S_q != S_k both ways, user bounds */
   { Case c = {M_CAUSAL_DOCUMENT, 1, 1000, 1000, 2, 1, 1, 256, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {M_DOCUMENT, 1, 1000, 1000, 2, 2, 1, 256, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
   { Case c = {M_CAUSAL, 1, 4099, 4099, 4, 1, 1, 256, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
@@ -495,6 +502,8 @@ int main(int argc, char **argv)
   { Case c = {M_CAUSAL, 1, 1000, 3000, 4, 4, 1, 256, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {M_CAUSAL, 1, 3000, 1000, 4, 1, 1, 256, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
   { Case c = {M_USER_RANDOM, 1, 777, 1333, 8, 2, 2, 256, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
+  /* d = 256 full (the wide kernel, 80-key tiles): ragged last tile, GQA 2:1 */
+  { Case c = {M_FULL, 2, 777, 1333, 4, 2, 1, 256, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
   /* tiny and edge sizes */
   { Case c = {M_CAUSAL, 1, 1, 1, 1, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {M_FULL, 3, 130, 70, 2, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }

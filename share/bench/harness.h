@@ -40,6 +40,16 @@ struct HostMask {
   int rows() const { return heads * batch; }
 };
 
+/* 1 if the mask's bound vectors hide nothing (both intervals of every column empty: full, or
+   causal by its flag): a device mask without bound vectors (FMGpuMask.present 0), the kernels'
+   mask_dense. The harness's empty intervals are [Sq, Sq). */
+static int host_dense(const HostMask &m)
+{
+  for (size_t i = 0; i < m.lts.size(); i++)
+    if (m.lts[i] < m.lte[i] || m.uts[i] < m.ute[i]) return 0;
+  return 1;
+}
+
 static unsigned long long rng_state = 0x1234567ull;
 static int g_window = 300; /* sliding window size of M_SWA (diagonal included); 0: every key masked (the backward's sweep) */
 static double urand()

@@ -77,11 +77,12 @@ FMErrorCode FMCudaSetDevice(int dev)
 /*
  * FMCudaForwardPathName - which forward path runs on a device of compute capability sm
  *   (major * 10 + minor) for the shapes it covers ("sm90 wgmma/tma" on Hopper for head dims
- *   64, 128 and 256; "fallback simt" otherwise).
+ *   64, 128 and 256, d = 256 on 80-key tiles where the mask has no bound vectors; "fallback
+ *   simt" otherwise).
  */
 const char *FMCudaForwardPathName(int sm)
 {
-  if (sm == 90) return "sm90 wgmma/tma (d = 64, 128, 256; fallback simt for other head dims)";
+  if (sm == 90) return "sm90 wgmma/tma (d = 64, 128, 256; 80-key tiles at d = 256 without bound vectors; fallback simt for other head dims)";
   return "fallback simt";
 }
 
@@ -166,7 +167,8 @@ FMErrorCode FMCudaMaskFree(void *dev)
 /* ------------------------------------------------------------------ dispatch */
 
 /* Which path the last FMCudaForward call took (for tests and fmbench): 1 sm90 (one CTA per
-   tile), 2 sm90 persistent (-fm_sm90_schedule static or dynamic), 0 fallback. */
+   tile), 2 sm90 persistent (-fm_sm90_schedule static or dynamic), 3 sm90 wide (d = 256 on a
+   mask without bound vectors), 0 fallback (FM_SM90_FWD_*, fwd_sm90.cuh). */
 extern "C" { int FMCudaLastPath_Private = -1; }
 
 /*
@@ -212,9 +214,9 @@ static FMErrorCode forward_impl(const FMAttnProblem *p, const void *dmask, const
   FMCallCUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   FMCallCUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   if (major == 9 && minor == 0 && !p->opts.cuda_fallback && FMSm90ForwardSupported(&gp)) {
-    int persistent = 0;
-    FMCallCUDA(FMSm90Forward(&gp, st, &persistent));
-    FMCudaLastPath_Private = persistent ? 2 : 1;
+    int path = 0;
+    FMCallCUDA(FMSm90Forward(&gp, st, &path));
+    FMCudaLastPath_Private = path;
     return FM_SUCCESS;
   }
   FMCallCUDA(FMGpuFallbackForward(&gp, st));

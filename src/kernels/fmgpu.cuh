@@ -99,6 +99,7 @@ typedef struct {
   int vdesc_swap;         /* sm90 diagnostic: swap the V descriptor's LBO and SBO (-fm_sm90_vdesc_swap) */
   int schedule;           /* sm90, d = 64 and 128: FM_GPU_SCHED_GRID, _STATIC or _DYNAMIC (-fm_sm90_schedule) */
   int ctas;               /* persistent schedules: at most this many CTAs (0: one per SM; -fm_sm90_ctas) */
+  int mask_dense;         /* the mask carries no bound vector (full, or causal by its flag): sm90's wide d = 256 kernel */
 } FMGpuFwdParams;
 
 /* The tile schedules FM_GPU_SCHED_* are in fmtile.h (the plan resolves AUTO). */
@@ -132,6 +133,7 @@ static inline void FMGpuFwdParamsDense(FMGpuFwdParams *gp, const FMGpuMask *dm, 
   gp->c.mask_batch = dm->mask_batch;
   gp->c.causal = dm->causal;
   gp->c.nblk = dm->nblk;
+  gp->mask_dense = dm->present == 0;
   gp->c.scale = scale;
   gp->c.scale_log2 = scale * 1.4426950408889634f;
   gp->q = q;

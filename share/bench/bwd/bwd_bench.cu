@@ -93,15 +93,6 @@ static DevMask upload_mask(const HostMask &m)
 static int g_bm = 0; /* env BWD_BM: FMGpuBwdParams.step_rows of every run (0: the kernel's choice) */
 static int g_nofs = 0; /* env BWD_NO_FIRST_STORE=1: FMGpuBwdParams.no_first_store of every run (A/B) */
 
-/* 1 if the mask's bound vectors hide nothing (both intervals of every column empty: full, or
-   causal by its flag): FMGpuBwdParams.mask_dense. The harness's empty intervals are [Sq, Sq). */
-static int host_dense(const HostMask &m)
-{
-  for (size_t i = 0; i < m.lts.size(); i++)
-    if (m.lts[i] < m.lte[i] || m.uts[i] < m.ute[i]) return 0;
-  return 1;
-}
-
 /* The device copies of one case's inputs (bf16/fp16 bits; lse float) and room for its gradients. */
 struct DevIO {
   uint16_t *q, *k, *v, *o, *dout, *dq, *dk, *dv;

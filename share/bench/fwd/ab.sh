@@ -9,7 +9,8 @@
 # (an untracked directory travels with the working tree). Without share/bench/fwd in BASE this
 # tree's harness is used. Usage: sh share/bench/fwd/ab.sh BASE [reps]; logs in $OUT.
 # AB_MODE picks the table (default ab; ab256 for d = 256), AB_NEW_FLAGS adds nvcc flags to the new
-# build only (a build option against the default: BASE may then be an archive of this tree), and
+# build only and AB_BASE_FLAGS to the base build only (a build option against the default: BASE
+# may then be an archive of this tree, e.g. AB_BASE_FLAGS=-DFM_SM90_WIDE256=0), and
 # AB_CHECK=WORD runs `fwd_bench check WORD` on the new build first (a failure stops the A/B).
 base=${1:?usage: ab.sh BASE [reps]}
 reps=${2:-10}
@@ -24,7 +25,7 @@ build() {
     -o fwd_bench) > "$2" 2>&1
 }
 build . "$OUT/ab_build_new.log" "${AB_NEW_FLAGS:-}" & p1=$!
-build "$base" "$OUT/ab_build_base.log" "" & p2=$!
+build "$base" "$OUT/ab_build_base.log" "${AB_BASE_FLAGS:-}" & p2=$!
 wait $p1 || { tail -20 "$OUT/ab_build_new.log"; echo "ab.sh: the new build failed"; exit 1; }
 wait $p2 || { tail -20 "$OUT/ab_build_base.log"; echo "ab.sh: the base build failed"; exit 1; }
 if [ -n "${AB_CHECK:-}" ]; then

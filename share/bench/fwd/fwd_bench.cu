@@ -40,13 +40,21 @@ static int g_sm90 = 0; /* the current device is sm_90 (the library's condition f
 static int g_sched = FM_GPU_SCHED_GRID, g_ctas = 0;
 static const char *const kSchedName[3] = {"grid", "static", "dynamic"};
 
-/* The device copy of a host mask, through the library's prepass. */
+/* The device copy of a host mask, through the library's prepass: all four vectors, or none where
+   they hide nothing (full, causal), as the library uploads its full and causal masks. */
 static FMGpuMask *upload(const HostMask &m)
 {
   const int32_t *bnd[4] = {m.lts.data(), m.lte.data(), m.uts.data(), m.ute.data()};
   FMGpuMask *d = NULL;
-  CK(FMGpuMaskCreate(m.Sq, m.Sk, m.heads, m.batch, m.causal, 15, bnd, &d)); /* all four vectors */
+  CK(FMGpuMaskCreate(m.Sq, m.Sk, m.heads, m.batch, m.causal, host_dense(m) ? 0 : 15, bnd, &d));
   return d;
+}
+
+/* forward()'s path (FM_SM90_FWD_*, 0 the fallback) by name; -2: the persistent kernel's result differed from the grid's,
+   -3: the two calls of a merged case took different kernels */
+static const char *path_name(int path)
+{
+  return path == -3 ? "mixed" : path == -2 ? "sm90p!=grid" : path == FM_SM90_FWD_WIDE ? "sm90w" : path == FM_SM90_FWD_PERSISTENT ? "sm90p" : path ? "sm90" : "fallback";
 }
 
 /* FMGpuFwdParams as cuda.cu's fill_params fills them (dense layouts; keys of a row stride kS). */
@@ -59,13 +67,13 @@ static void fill(FMGpuFwdParams *gp, const FMGpuMask *dm, int B, int Hq, int Hkv
   gp->ctas = g_ctas;
 }
 
-/* cuda.cu's dispatch: 1 = the Hopper kernel ran (2: its persistent form), 0 = the fallback. */
+/* cuda.cu's dispatch: the Hopper kernel that ran (FM_SM90_FWD_*: 1 grid, 2 persistent, 3 wide), 0 = the fallback. */
 static int forward(const FMGpuFwdParams *gp, int force_fallback)
 {
   if (g_sm90 && !force_fallback && FMSm90ForwardSupported(gp)) {
-    int persistent = 0;
-    CK(FMSm90Forward(gp, 0, &persistent));
-    return persistent ? 2 : 1;
+    int path = 0;
+    CK(FMSm90Forward(gp, 0, &path));
+    return path;
   }
   CK(FMGpuFallbackForward(gp, 0));
   return 0;
@@ -186,7 +194,7 @@ static int run_case(const Case &c)
     fill(&gp, d0, B, Hq, Hkv, D, c.f16, c.scale, Sk, q_, k_, v_, NULL, (float *)o_, 0, lse_);
     path = forward(&gp, c.fallback);
     fill(&gp, d1, B, Hq, Hkv, D, c.f16, c.scale, Sk, q_, (char *)k_ + ko, (char *)v_ + ko, NULL, (float *)o_, 1, lse_);
-    path &= forward(&gp, c.fallback);
+    if (forward(&gp, c.fallback) != path) path = -3; /* both halves must take the same kernel */
     CK(cudaDeviceSynchronize());
     FMGpuMaskDestroy(d0), FMGpuMaskDestroy(d1);
   } else {
@@ -247,10 +255,13 @@ static int run_case(const Case &c)
   }
   const double eo = sqrt(e2 / (n2 > 0 ? n2 : 1));
   const int sm90 = g_sm90 && !c.fallback && (D == 64 || D == 128 || D == 256);
-  const int want = sm90 ? (g_sched != FM_GPU_SCHED_GRID && D != 256 ? 2 : 1) : 0; /* FWD_SCHED: persistent for d 64, 128 */
+  /* FWD_SCHED: persistent for d 64, 128; d = 256 without bound vectors: wide */
+  const int want = !sm90 ? 0
+                   : D == 256 ? (FM_SM90_WIDE256 && host_dense(m) ? FM_SM90_FWD_WIDE : FM_SM90_FWD_GRID)
+                              : (g_sched != FM_GPU_SCHED_GRID ? FM_SM90_FWD_PERSISTENT : FM_SM90_FWD_GRID);
   const int ok = eo <= tol && el <= tol && nan == 0 && deadbad == 0 && path == want;
   printf("%-38s %-15s %-8s%s O %.2e LSE %.2e rows %zu/%d masked %ld bad %ld nan %zu  %s\n", c.name, mask_name[c.kind],
-         path == -2 ? "sm90p!=grid" : path == 2 ? "sm90p" : path ? "sm90" : "fallback", path == want ? "" : "(unexpected)", eo, el, nr,
+         path_name(path), path == want ? "" : "(unexpected)", eo, el, nr,
          Sq, dead, deadbad, nan,
          ok ? "PASS" : "FAIL");
   fflush(stdout);
@@ -305,7 +316,7 @@ static float bench_case(int S, MaskKind kind, int D, int H, int reps, int Hkv = 
   const float med = time_median(reps, ms, [&] { path = std::min(path, forward(&gp, 0)); });
   printf("bench S=%-6d B=%-3d H=%-3d kv=%-3d d=%-3d %-16s %9.3f ms %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f %s\n", S, B,
          H, Hkv, D, mask_name[kind], med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho,
-         path == 2 ? "sm90p" : path ? "sm90" : "fallback");
+         path_name(path));
   fflush(stdout);
   FMGpuMaskDestroy(dm);
   return med;
@@ -328,6 +339,13 @@ static std::vector<Case> check_cases()
   cs.push_back({"fp16 d128 1000x4099 doc", 1, 1000, 4099, 2, 1, 128, 1, 0, 0, 0, 0, M_DOC, s128});
   cs.push_back({"bf16 d128 B3 1000x1000 per-sample", 3, 1000, 1000, 4, 2, 128, 0, 1, 1, 0, 0, M_RANDOM, s128});
   cs.push_back({"bf16 d256 4099x4099 causal", 1, 4099, 4099, 2, 1, 256, 0, 0, 0, 0, 0, M_CAUSAL, s256});
+  /* the wide kernel (d = 256, no bound vectors): ragged last tiles, S_q != S_k both ways (rows
+     with no visible key), GQA, one row, o32 merged over two key ranges */
+  cs.push_back({"fp16 d256 GQA2 777x1333 full", 2, 777, 1333, 4, 2, 256, 1, 0, 0, 0, 0, M_FULL, s256});
+  cs.push_back({"bf16 d256 700x1500 causal", 1, 700, 1500, 2, 2, 256, 0, 0, 0, 0, 0, M_CAUSAL, s256});
+  cs.push_back({"bf16 d256 1500x700 causal (dead rows)", 1, 1500, 700, 4, 1, 256, 0, 0, 0, 0, 0, M_CAUSAL, s256});
+  cs.push_back({"fp16 d256 1x81 full", 3, 1, 81, 2, 1, 256, 1, 0, 0, 0, 0, M_FULL, s256});
+  cs.push_back({"bf16 d256 300x1000 o32 merged full", 1, 300, 1000, 2, 1, 256, 0, 0, 0, 0, 2, M_FULL, s256});
   cs.push_back({"bf16 d256 GQA2 1000x1000 per-head", 1, 1000, 1000, 4, 2, 256, 0, 1, 0, 0, 0, M_RANDOM, s256});
   cs.push_back({"fp16 d256 1000x4099 doc", 1, 1000, 4099, 2, 2, 256, 1, 0, 0, 0, 0, M_DOC, s256});
   cs.push_back({"bf16 d128 1000x1000 o32", 1, 1000, 1000, 4, 1, 128, 0, 1, 0, 0, 1, M_RANDOM, s128});

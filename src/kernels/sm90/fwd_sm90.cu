@@ -25,7 +25,9 @@
  * Epilogue: O goes through the consumer's own rows of the Q buffer, then 16-byte stores.
  * Key tiles are TN = 128 columns (the mask's block) for d = 64 and 128 and TN = 64 for d = 256
  * (O takes 128 registers a thread there): each listed 128-key block is then two 64-key tiles,
- * S_j = Q K_j^T is m64n64k16 (16 k-steps) and O += P V m64n256k16 (4 k-steps).
+ * S_j = Q K_j^T is m64n64k16 (16 k-steps) and O += P V m64n256k16 (4 k-steps). At d = 256 a
+ * mask without bound vectors (full, or causal by its flag) takes fwd_kernel_wide instead: 80-key
+ * tiles (m64n80k16 and 5 k-steps of P V), counted rather than listed, no mask data.
  * Shared memory: [Q: D/64 chunks][K: ST x D/64 chunks][V: ST x D/64 chunks][mask data: ST x TN x
  * 16 B][barriers][block list]; each chunk is 64 elements wide (Cfg<D>::BM rows for Q, TN for K and V)
  * with the TMA 128-byte swizzle.
@@ -87,6 +89,56 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
     float o[D / 2];
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
     consumer_mainloop<D, ST, F16>(p, smem, list, n, bar, o, mrow, lrow, smem + L::OFF_Q);
+    epilogue_store<D, F16>(p, smem + L::OFF_Q, o, mrow, lrow);
+  }
+}
+
+/*
+ * The wide forward (d = 256 on masks without bound vectors: full, or causal by its flag): as
+ * fwd_kernel, with kWideTN = 80-key tiles (FlashAttention-3's and -4's at d = 256) instead of
+ * 64: a fifth fewer softmax passes, barriers and waits per key. Such a mask needs no block list
+ * and no per-column data (which would not fit beside 224 KB of Q, K and V): the tiles are
+ * counted (WideTiles), and the one element test is the causal diagonal with seqlen_k
+ * (mask_limit).
+ */
+template <int D, int ST, bool F16>
+__global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
+  fwd_kernel_wide(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                  const __grid_constant__ CUtensorMap tmV, const FMGpuFwdCore p)
+{
+  using L = Layout<D, ST, 1, true>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
+  const CtaCoords cc = cta_coords<D>(p);
+  const int hq = cc.hq, b = cc.b, m0 = cc.m0, tid = cc.tid;
+
+  uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
+  const Barriers bar = {bars, bars + 1, bars + 1 + ST, bars + 1 + 2 * ST, bars + 1 + 3 * ST};
+
+  if (tid == 0) {
+    mbar_init(bar.q_full, 1);
+    for (int s = 0; s < ST; s++) {
+      mbar_init(&bar.k_full[s], 1);
+      mbar_init(&bar.v_full[s], 1);
+      mbar_init(&bar.k_empty[s], kKEmptyCount<D>);
+      mbar_init(&bar.v_empty[s], 4 * Cfg<D>::NC);
+    }
+    fence_barrier_init();
+    mbar_expect_tx(bar.q_full, L::QB);
+#pragma unroll
+    for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_Q + c * Cfg<D>::QCH, &tmQ, bar.q_full, c * 64, hq, m0, b);
+  }
+  __syncthreads(); /* the barriers initialized before anyone waits on them */
+  const WideTiles<L::TN> tiles = wide_tiles<D, L::TN>(p, m0);
+
+  if (cc.wg == 0) {
+    setmaxnreg_dec<Cfg<D>::REG_P>();
+    producer_load<D, ST, 1, GridTile<D>, L>(&tmK, &tmV, p, smem, tiles, tiles.n, bar);
+  } else {
+    setmaxnreg_inc<Cfg<D>::REG_C>();
+    float o[D / 2];
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    consumer_mainloop<D, ST, F16, 1, GridTile<D>, L>(p, smem, tiles, tiles.n, bar, o, mrow, lrow, smem + L::OFF_Q);
     epilogue_store<D, F16>(p, smem + L::OFF_Q, o, mrow, lrow);
   }
 }
@@ -285,9 +337,9 @@ template <int D, int ST> static bool persistent_fits(int nblk)
   return Layout<D, ST, 2>::bytes(nblk) <= (size_t)maxsm;
 }
 
-template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParams *a, cudaStream_t stream, int *persistent)
+template <int D, int ST, bool F16, bool WIDE = false> static cudaError_t launch(const FMGpuFwdParams *a, cudaStream_t stream, int *path)
 {
-  using L = Layout<D, ST>;
+  using L = Layout<D, ST, 1, WIDE>;
   CUtensorMap tq, tk, tv;
   cudaError_t e;
   if ((e = make_map(&tq, a->q, a->batch, a->c.seqlen_q, a->c.heads_q, D, F16, a->q_batch_stride, a->q_row_stride,
@@ -307,9 +359,18 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
     const uint64_t lbo = a->vdesc_swap ? 1024 : L::KCH, sbo = a->vdesc_swap ? L::KCH : 1024;
     p.vdesc_hi = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | ((uint64_t)1 << 62);
   }
+  if constexpr (WIDE) {
+    static size_t attr_w[64];
+    const size_t smem = L::bytes(a->c.nblk);
+    *path = FM_SM90_FWD_WIDE;
+    if ((e = set_smem((const void *)fwd_kernel_wide<D, ST, F16>, smem, attr_w)) != cudaSuccess) return e;
+    dim3 grid((a->c.seqlen_q + Cfg<D>::BM - 1) / Cfg<D>::BM, a->c.heads_q, a->batch);
+    fwd_kernel_wide<D, ST, F16><<<grid, Cfg<D>::THREADS, smem, stream>>>(tq, tk, tv, p);
+    return cudaGetLastError();
+  }
   if constexpr (D != 256) {
     if (a->schedule != FM_GPU_SCHED_GRID && persistent_fits<D, ST>(a->c.nblk)) {
-      *persistent = 1;
+      *path = FM_SM90_FWD_PERSISTENT;
       using LP = Layout<D, ST, 2>;
       static size_t attr_p[64];
       const size_t smem = LP::bytes(a->c.nblk);
@@ -345,6 +406,7 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
   }
   static size_t attr_set[64];
   const size_t smem = L::bytes(a->c.nblk);
+  *path = FM_SM90_FWD_GRID;
   if ((e = set_smem((const void *)fwd_kernel<D, ST, F16>, smem, attr_set)) != cudaSuccess) return e;
   dim3 grid((a->c.seqlen_q + Cfg<D>::BM - 1) / Cfg<D>::BM, a->c.heads_q, a->batch);
   fwd_kernel<D, ST, F16><<<grid, Cfg<D>::THREADS, smem, stream>>>(tq, tk, tv, p);
@@ -355,16 +417,21 @@ template <int D, int ST, bool F16> static cudaError_t launch(const FMGpuFwdParam
 
 /* Stages per head dim (shared memory: Q + ST x (K + V) + bounds must fit in 227 KB). d = 256
    uses 64-key tiles: Q 64 KB + 2 x (32 + 32) KB + 2 x 1 KB mask data, about 193 KB before the
-   block list (2 entries per mask block). */
+   block list (2 entries per mask block); its wide kernel (masks without bound vectors) 80-key
+   tiles: Q 64 KB + 2 x (40 + 40) KB, 225 KB with the barriers and the alignment slack. */
 #define FM_SM90_ST256 2
 #define FM_SM90_ST128 2
 #define FM_SM90_ST64 4
+
+/* Whether the wide kernel runs these parameters: d = 256 on a mask without bound vectors. */
+static int wide(const FMGpuFwdParams *a) { return FM_SM90_WIDE256 && a->head_dim == 256 && a->mask_dense; }
 
 int FMSm90ForwardSupported(const FMGpuFwdParams *a)
 {
   size_t need;
   int dev, maxsm = 0;
-  if (a->head_dim == 256) need = fmsm90::Layout<256, FM_SM90_ST256>::bytes(a->c.nblk);
+  if (wide(a)) need = fmsm90::Layout<256, FM_SM90_ST256, 1, true>::bytes(a->c.nblk);
+  else if (a->head_dim == 256) need = fmsm90::Layout<256, FM_SM90_ST256>::bytes(a->c.nblk);
   else if (a->head_dim == 128) need = fmsm90::Layout<128, FM_SM90_ST128>::bytes(a->c.nblk);
   else if (a->head_dim == 64) need = fmsm90::Layout<64, FM_SM90_ST64>::bytes(a->c.nblk);
   else return 0;
@@ -386,11 +453,14 @@ int FMSm90ForwardSupported(const FMGpuFwdParams *a)
   return 1;
 }
 
-cudaError_t FMSm90Forward(const FMGpuFwdParams *a, cudaStream_t stream, int *persistent)
+cudaError_t FMSm90Forward(const FMGpuFwdParams *a, cudaStream_t stream, int *path)
 {
-  int pers = 0, *pp = persistent ? persistent : &pers;
+  int pth = 0, *pp = path ? path : &pth;
   *pp = 0;
   if (!FMSm90ForwardSupported(a)) return cudaErrorNotSupported;
+  if (wide(a))
+    return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true, true>(a, stream, pp)
+                   : fmsm90::launch<256, FM_SM90_ST256, false, true>(a, stream, pp);
   if (a->head_dim == 256)
     return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true>(a, stream, pp) : fmsm90::launch<256, FM_SM90_ST256, false>(a, stream, pp);
   if (a->head_dim == 128)

@@ -49,17 +49,27 @@ template <int D> struct Cfg {
 template <int D> constexpr int tile_n() { return D == 256 ? 64 : kBN; }
 
 /*
+ * Key columns per tile of the wide kernel (fwd_sm90.cu, fwd_kernel_wide): d = 256 on masks
+ * without bound vectors (full, or causal by its flag), which need no block list and no per-column
+ * mask data. Its 80-key tiles are FlashAttention-3's and -4's at d = 256: S and P take 40 and 20
+ * registers a thread beside O's 128, and Q (64 KB) + 2 stages of K and V (4 x 40 KB) fill 224 KB.
+ */
+constexpr int kWideTN = 80;
+
+/*
  * NQ = 1: the one-tile-per-CTA kernel. NQ = 2: the persistent kernel (fwd_sm90.cu), with two Q
  * buffers (the next tile's Q loads while this tile's O is staged through its own), its extra
- * barriers and two block lists with a header each (tile, length).
+ * barriers and two block lists with a header each (tile, length). WIDE: the wide kernel's
+ * layout (TN = kWideTN, no mask data, no block list: its tiles are counted, not listed).
  */
-template <int D, int ST, int NQ = 1> struct Layout {
-  static constexpr int TN = tile_n<D>();      /* key columns per tile */
-  static constexpr int TPB = kBN / TN;        /* tiles per mask block (1 or 2) */
-  static constexpr int KCH = TN * 128;        /* one 64-column chunk of a K or V tile */
+template <int D, int ST, int NQ = 1, bool WIDE = false> struct Layout {
+  static constexpr bool kWide = WIDE;
+  static constexpr int TN = WIDE ? kWideTN : tile_n<D>(); /* key columns per tile */
+  static constexpr int TPB = WIDE ? 1 : kBN / TN;          /* tiles per mask block (1 or 2; the wide kernel lists none) */
+  static constexpr int KCH = TN * 128;                     /* one 64-column chunk of a K or V tile */
   static constexpr int QB = Cfg<D>::BM * D * 2;
   static constexpr int KB = TN * D * 2;
-  static constexpr int BB = TN * 16;
+  static constexpr int BB = WIDE ? 0 : TN * 16;
   static constexpr int OFF_Q = 0;
   static constexpr int OFF_K = OFF_Q + NQ * QB;
   static constexpr int OFF_V = OFF_K + ST * KB;
@@ -71,7 +81,8 @@ template <int D, int ST, int NQ = 1> struct Layout {
   static constexpr int OFF_CNT = OFF_BAR + NBAR * 8;          /* per-warp counts, one int per warp */
   static constexpr int OFF_HDR = OFF_CNT + Cfg<D>::THREADS / 8; /* NQ = 2: {tile, n, r0, -} per list, nm, ntiles, a broadcast word */
   static constexpr int OFF_LIST = (OFF_HDR + (NQ == 2 ? 48 : 0) + 15) & ~15;
-  __host__ __device__ static size_t list_len(int nblk) { return (size_t)nblk * TPB; }
+  __host__ __device__ static size_t list_len(int nblk) { return WIDE ? 0 : (size_t)nblk * TPB; }
+  static_assert(!WIDE || (NQ == 1 && KCH % 1024 == 0), "the wide kernel: one tile per CTA, 1024-byte aligned chunks (TMA swizzle)");
   static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + NQ * list_len(nblk) * 4; }
 };
 

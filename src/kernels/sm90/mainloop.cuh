@@ -96,6 +96,25 @@ template <int TN> __device__ __forceinline__ void mask_simple(float *s, const in
   }
 }
 
+/*
+ * The wide kernel's one test (fwd_kernel_wide: full, or causal by its flag): column c of the tile
+ * is visible to row i iff c <= i + off - colbase (causal; off = 2^29 without) and c < sk -
+ * colbase (TMA fills the columns past seqlen_k with zeros).
+ */
+template <int TN> __device__ __forceinline__ void mask_limit(float *s, int row0, int colbase, int lane, int off, int sk)
+{
+  const int t0 = min(row0 + off, sk - 1) - colbase, t1 = min(row0 + 8 + off, sk - 1) - colbase;
+#pragma unroll
+  for (int k = 0; k < TN / 8; k++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int c = 8 * k + 2 * (lane & 3) + e;
+      if (c > t0) s[4 * k + e] = -INFINITY;
+      if (c > t1) s[4 * k + 2 + e] = -INFINITY;
+    }
+  }
+}
+
 /* Extra tests are harmless (each is exact), so three variants cover the eight flag sets (more
    variants made ptxas spill). */
 template <int TN>
@@ -106,6 +125,18 @@ __device__ __forceinline__ void apply_mask(float *s, int e, const int4 *bnd, int
   if (e & kSimple) mask_simple<TN>(s, (const int2 *)bnd, row0, lane);
   else if (f == 4) mask_tile<TN, false, false, true>(s, bnd, row0, colbase, lane, off);
   else mask_tile<TN, true, true, true>(s, bnd, row0, colbase, lane, off);
+}
+
+/* The tile's tests by layout: the entry's flags (apply_mask), or in the wide kernel the limit
+   test where its entry carries kCausal (WideTiles, blocklist.cuh). */
+template <class L>
+__device__ __forceinline__ void mask_entry(float *s, int e, const int4 *bnd, int row0, int colbase, int lane, int off, int sk)
+{
+  if constexpr (L::kWide) {
+    if (e & kCausal) mask_limit<L::TN>(s, row0, colbase, lane, off, sk);
+  } else {
+    apply_mask<L::TN>(s, e, bnd, row0, colbase, lane, off);
+  }
 }
 
 /*
@@ -192,13 +223,14 @@ template <int D> __device__ __forceinline__ void rescale_o(float *o, const float
  *   (and, for partial blocks, the block's per-column mask data in the same transaction), then
  *   V of the previous block, waiting on each stage's empty barrier. r0: the ring position of
  *   list[0] (the persistent kernel's ring runs on across its tiles; 0 for one tile per CTA).
+ *   L: the layout; List: the block list in shared memory (const int *), or the wide kernel's
+ *   counted tiles (WideTiles), indexed alike.
  */
-template <int D, int ST, int NQ = 1, class Src = GridTile<D>>
+template <int D, int ST, int NQ = 1, class Src = GridTile<D>, class L = Layout<D, ST, NQ>, class List = const int *>
 __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUtensorMap *tmV, const FMGpuFwdCore &p,
-                                              unsigned char *smem, const int *list, int n, const Barriers &bar, int r0 = 0,
+                                              unsigned char *smem, const List list, int n, const Barriers &bar, int r0 = 0,
                                               const Src &src = Src())
 {
-  using L = Layout<D, ST, NQ>;
   const CtaCoords cc = src(p);
   const int mh = cc.mh, hkv = cc.hkv, b = cc.b, tid = cc.tid;
   __builtin_assume(r0 >= 0);
@@ -210,7 +242,7 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
     for (int i = 0; i <= n; i++) {
       if (i < n) {
         const int e = list[i], kb = e & kBlockBits;
-        const bool bnd = (e & (kLower | kUpper)) != 0, simple = (e & kSimple) != 0;
+        const bool bnd = !L::kWide && (e & (kLower | kUpper)) != 0, simple = !L::kWide && (e & kSimple) != 0;
         const int g = r0 + i;
         const int st = g % ST;
         const uint32_t ph = (g / ST) & 1;
@@ -246,14 +278,13 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
  *   return o holds the unnormalized O of the thread's fragments, mrow/lrow their row max and
  *   partial row sums (per thread; the epilogue reduces l over the quad).
  *   qtile: the Q buffer, complete when bar.q_full's phase of parity qph is; r0: the ring
- *   position of list[0] (as producer_load's).
+ *   position of list[0]; L, List: as producer_load's.
  */
-template <int D, int ST, bool F16, int NQ = 1, class Src = GridTile<D>>
-__device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigned char *smem, const int *list, int n,
+template <int D, int ST, bool F16, int NQ = 1, class Src = GridTile<D>, class L = Layout<D, ST, NQ>, class List = const int *>
+__device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigned char *smem, const List list, int n,
                                                   const Barriers &bar, float *o, float *mrow, float *lrow,
                                                   const unsigned char *qtile, uint32_t qph = 0, int r0 = 0, const Src &src = Src())
 {
-  using L = Layout<D, ST, NQ>;
   constexpr int TN = L::TN;
   const CtaCoords cc = src(p);
   __builtin_assume(r0 >= 0); /* the stage and phase of ring position g: g % ST and g / ST without sign fix-ups */
@@ -295,7 +326,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < TN / 2; i++) reg_fence(s[i]);
-      apply_mask<TN>(s, e, bbase + st * TN, row0, kb * TN, lane, off);
+      mask_entry<L>(s, e, bbase + st * TN, row0, kb * TN, lane, off, p.seqlen_k);
       release_k(&k_empty[st], lane);
       keep = softmax_step<TN, kRescaleSkipOn<D>>(s, mrow, lrow, c, corr);
 #pragma unroll
@@ -323,7 +354,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       wgmma_wait<1>();
 #pragma unroll
       for (int t = 0; t < TN / 2; t++) reg_fence(s[t]);
-      apply_mask<TN>(s, e, bbase + st * TN, row0, kb * TN, lane, off);
+      mask_entry<L>(s, e, bbase + st * TN, row0, kb * TN, lane, off, p.seqlen_k);
       release_k(&k_empty[st], lane);
       keep = softmax_step<TN, kRescaleSkipOn<D>>(s, mrow, lrow, c, corr);
       /* In the PTX the exponentials come before this wait, but ptxas schedules the wait (it reads

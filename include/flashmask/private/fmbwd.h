@@ -69,8 +69,12 @@ typedef struct {
  *   on a dense mask, else 64. On the H200 at 8K and 32K (2026-12-02) 80 rows at d = 128 ran
  *   1.5-3.1% faster than 64 on full and causal, 8.5% slower on a sliding window and 4.7% on
  *   causal documents, where coarser blocks leave more masked rows inside the visited ones and
- *   more steps are partial. At d = 64 a 64-row step is short against its fixed work (barriers,
- *   row statistics, the dQ hand-over); 128-row steps split dQ between the consumers by rows.
+ *   more steps are partial. Causal on 64 rows with first stores (FlashAttention-3's and -4's
+ *   choice; H100, 2026-12-05, two calls): +2..3% at 8K but -2..-7% at 32K, where a row's 256 key
+ *   blocks reach each query block together and wait for its first store, and the deterministic
+ *   mode's causal went from 1.29x to 1.38x of the default: not kept. At d = 64 a 64-row step is
+ *   short against its fixed work (barriers, row statistics, the dQ hand-over); 128-row steps
+ *   split dQ between the consumers by rows.
  *   The one rule for the kernel and its harness.
  */
 static inline int FMGpuBwdStepRows(const FMGpuBwdParams *a)

@@ -2,7 +2,7 @@
  * test_gpu_sched - the Hopper forward's schedule as a plan chooses it (-fm_sm90_schedule auto,
  * the default): on sm 90 a sliding window of 256 over 4096 keys (a query tile sees about 384,
  * as many in every tile) must run the persistent kernel under the static round robin (path 2)
- * and a full mask the one-CTA-per-tile grid (path 1);
+ * and a full mask the one-CTA-per-tile grid, which at d = 128 is the wide kernel (path 3);
  * FMPlanView names the choice and its reason; and each plan's O and LSE on fresh random inputs
  * (outputs poisoned with NaN first) must equal bit for bit the grid kernel's on the same inputs
  * (FMCudaForward with the schedule forced to the grid), which test_gpu_fwd checks against a
@@ -115,7 +115,8 @@ int main(int argc, char **argv)
   ctx = fmt_cuda_context();
   sm = ctx->gpu_sm;
   run(ctx, FMMASKSLIDINGWINDOW, 2, sm, &seed, "persistent, static round robin");
-  run(ctx, FMMASKFULL, 1, sm, &seed, "one CTA per query tile (grid; auto: a query tile sees 4096 keys on average, more than 2048, spread 0.00)");
+  /* the full mask under the grid takes the wide kernel (path 3: one CTA per tile, 176-key tiles) */
+  run(ctx, FMMASKFULL, 3, sm, &seed, "one CTA per query tile (grid; auto: a query tile sees 4096 keys on average, more than 2048, spread 0.00)");
   FMT_CALL(FMContextDestroy(&ctx));
   /* the option overrides auto */
   FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "grid"));

@@ -294,7 +294,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
   FC(FMPlanForward(plan, b->q, b->k, b->v, b->o, b->lse));
   FC(FMCudaStreamSynchronize(NULL));
   bpath = FMCudaBackwardPathName(&p);
-  hopper[PASS_FWD] = FMCudaLastPath_Private >= 1; /* 1: one CTA per tile, 2: persistent, 3: wide (d = 256, no bound vectors) */
+  hopper[PASS_FWD] = FMCudaLastPath_Private >= 1; /* 1: one CTA per tile, 2: persistent, 3: wide (no bound vectors) */
   hopper[PASS_BWD] = !strncmp(bpath, "sm90", 4);
   hopper[PASS_FWDBWD] = hopper[PASS_FWD] && hopper[PASS_BWD];
   for (int t = 0; t < NPASS; t++) {

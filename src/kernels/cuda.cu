@@ -77,12 +77,12 @@ FMErrorCode FMCudaSetDevice(int dev)
 /*
  * FMCudaForwardPathName - which forward path runs on a device of compute capability sm
  *   (major * 10 + minor) for the shapes it covers ("sm90 wgmma/tma" on Hopper for head dims
- *   64, 128 and 256, d = 256 on 80-key tiles where the mask has no bound vectors; "fallback
- *   simt" otherwise).
+ *   64, 128 and 256, on wider tiles where the mask has no bound vectors; "fallback simt"
+ *   otherwise).
  */
 const char *FMCudaForwardPathName(int sm)
 {
-  if (sm == 90) return "sm90 wgmma/tma (d = 64, 128, 256; 80-key tiles at d = 256 without bound vectors; fallback simt for other head dims)";
+  if (sm == 90) return "sm90 wgmma/tma (d = 64, 128, 256; without bound vectors 80-key tiles at d = 256, 176 at d = 128 full; fallback simt for other head dims)";
   return "fallback simt";
 }
 
@@ -167,8 +167,8 @@ FMErrorCode FMCudaMaskFree(void *dev)
 /* ------------------------------------------------------------------ dispatch */
 
 /* Which path the last FMCudaForward call took (for tests and fmbench): 1 sm90 (one CTA per
-   tile), 2 sm90 persistent (-fm_sm90_schedule static or dynamic), 3 sm90 wide (d = 256 on a
-   mask without bound vectors), 0 fallback (FM_SM90_FWD_*, fwd_sm90.cuh). */
+   tile), 2 sm90 persistent (-fm_sm90_schedule static or dynamic), 3 sm90 wide (a mask without
+   bound vectors: d = 256, d = 128 full), 0 fallback (FM_SM90_FWD_*, fwd_sm90.cuh). */
 extern "C" { int FMCudaLastPath_Private = -1; }
 
 /*

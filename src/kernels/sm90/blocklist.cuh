@@ -106,8 +106,8 @@ __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned 
 }
 
 /*
- * WideTiles - the wide kernel's tiles (fwd_kernel_wide: d = 256, kWideTN-key tiles, masks
- * without bound vectors), counted instead of listed: a query tile of rows [m0, m1) visits key
+ * WideTiles - the wide kernel's tiles (fwd_kernel_wide: wide_tn<D>()-key tiles, masks without
+ * bound vectors), counted instead of listed: a query tile of rows [m0, m1) visits key
  * tiles 0 .. n - 1, all of them without the causal flag, else those up to its last row's
  * diagonal (m1 - 1 + seqlen_k - seqlen_q). Indexed like a block list, last tile first:
  * entry i is tile n - 1 - i, with kCausal where one of the tile's columns is masked for some row

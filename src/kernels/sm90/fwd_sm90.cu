@@ -25,9 +25,10 @@
  * Epilogue: O goes through the consumer's own rows of the Q buffer, then 16-byte stores.
  * Key tiles are TN = 128 columns (the mask's block) for d = 64 and 128 and TN = 64 for d = 256
  * (O takes 128 registers a thread there): each listed 128-key block is then two 64-key tiles,
- * S_j = Q K_j^T is m64n64k16 (16 k-steps) and O += P V m64n256k16 (4 k-steps). At d = 256 a
- * mask without bound vectors (full, or causal by its flag) takes fwd_kernel_wide instead: 80-key
- * tiles (m64n80k16 and 5 k-steps of P V), counted rather than listed, no mask data.
+ * S_j = Q K_j^T is m64n64k16 (16 k-steps) and O += P V m64n256k16 (4 k-steps). Masks without
+ * bound vectors take fwd_kernel_wide instead, on tiles counted rather than listed, without mask
+ * data: at d = 256 (full, or causal by its flag) 80-key tiles (m64n80k16 and 5 k-steps of P V),
+ * at d = 128 on the full mask under the grid schedule 176-key tiles (m64n176k16, 11 k-steps).
  * Shared memory: [Q: D/64 chunks][K: ST x D/64 chunks][V: ST x D/64 chunks][mask data: ST x TN x
  * 16 B][barriers][block list]; each chunk is 64 elements wide (Cfg<D>::BM rows for Q, TN for K and V)
  * with the TMA 128-byte swizzle.
@@ -94,12 +95,12 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
 }
 
 /*
- * The wide forward (d = 256 on masks without bound vectors: full, or causal by its flag): as
- * fwd_kernel, with kWideTN = 80-key tiles (FlashAttention-3's and -4's at d = 256) instead of
- * 64: a fifth fewer softmax passes, barriers and waits per key. Such a mask needs no block list
- * and no per-column data (which would not fit beside 224 KB of Q, K and V): the tiles are
- * counted (WideTiles), and the one element test is the causal diagonal with seqlen_k
- * (mask_limit).
+ * The wide forward (masks without bound vectors): as fwd_kernel, on wide_tn<D>()-key tiles: at
+ * d = 256 (full, or causal by its flag) 80 keys (FlashAttention-3's and -4's there) instead of
+ * 64, a fifth fewer softmax passes, barriers and waits per key; at d = 128 (full) 176 instead of
+ * 128 (FlashAttention-3's non-causal tile). Such a mask needs no block list and no per-column
+ * data (which would not fit beside 224 KB of Q, K and V at d = 256): the tiles are counted
+ * (WideTiles), and the one element test is the causal diagonal with seqlen_k (mask_limit).
  */
 template <int D, int ST, bool F16>
 __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
@@ -418,19 +419,27 @@ template <int D, int ST, bool F16, bool WIDE = false> static cudaError_t launch(
 /* Stages per head dim (shared memory: Q + ST x (K + V) + bounds must fit in 227 KB). d = 256
    uses 64-key tiles: Q 64 KB + 2 x (32 + 32) KB + 2 x 1 KB mask data, about 193 KB before the
    block list (2 entries per mask block); its wide kernel (masks without bound vectors) 80-key
-   tiles: Q 64 KB + 2 x (40 + 40) KB, 225 KB with the barriers and the alignment slack. */
+   tiles: Q 64 KB + 2 x (40 + 40) KB, 225 KB with the barriers and the alignment slack; at d =
+   128 176-key tiles: Q 32 KB + 2 x (44 + 44) KB, 209 KB. */
 #define FM_SM90_ST256 2
 #define FM_SM90_ST128 2
 #define FM_SM90_ST64 4
 
-/* Whether the wide kernel runs these parameters: d = 256 on a mask without bound vectors. */
-static int wide(const FMGpuFwdParams *a) { return FM_SM90_WIDE256 && a->head_dim == 256 && a->mask_dense; }
+/* Whether the wide kernel runs these parameters: d = 256 on a mask without bound vectors, d = 128
+   on the full mask under the grid schedule (a persistent schedule asked for keeps its kernel). */
+static int wide(const FMGpuFwdParams *a)
+{
+  if (!a->mask_dense) return 0;
+  if (a->head_dim == 256) return FM_SM90_WIDE256;
+  return FM_SM90_WIDE128 && a->head_dim == 128 && !a->c.causal && a->schedule == FM_GPU_SCHED_GRID;
+}
 
 int FMSm90ForwardSupported(const FMGpuFwdParams *a)
 {
   size_t need;
   int dev, maxsm = 0;
-  if (wide(a)) need = fmsm90::Layout<256, FM_SM90_ST256, 1, true>::bytes(a->c.nblk);
+  if (wide(a) && a->head_dim == 256) need = fmsm90::Layout<256, FM_SM90_ST256, 1, true>::bytes(a->c.nblk);
+  else if (wide(a)) need = fmsm90::Layout<128, FM_SM90_ST128, 1, true>::bytes(a->c.nblk);
   else if (a->head_dim == 256) need = fmsm90::Layout<256, FM_SM90_ST256>::bytes(a->c.nblk);
   else if (a->head_dim == 128) need = fmsm90::Layout<128, FM_SM90_ST128>::bytes(a->c.nblk);
   else if (a->head_dim == 64) need = fmsm90::Layout<64, FM_SM90_ST64>::bytes(a->c.nblk);
@@ -458,9 +467,12 @@ cudaError_t FMSm90Forward(const FMGpuFwdParams *a, cudaStream_t stream, int *pat
   int pth = 0, *pp = path ? path : &pth;
   *pp = 0;
   if (!FMSm90ForwardSupported(a)) return cudaErrorNotSupported;
-  if (wide(a))
+  if (wide(a) && a->head_dim == 256)
     return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true, true>(a, stream, pp)
                    : fmsm90::launch<256, FM_SM90_ST256, false, true>(a, stream, pp);
+  if (wide(a))
+    return a->fp16 ? fmsm90::launch<128, FM_SM90_ST128, true, true>(a, stream, pp)
+                   : fmsm90::launch<128, FM_SM90_ST128, false, true>(a, stream, pp);
   if (a->head_dim == 256)
     return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true>(a, stream, pp) : fmsm90::launch<256, FM_SM90_ST256, false>(a, stream, pp);
   if (a->head_dim == 128)

@@ -49,22 +49,24 @@ template <int D> struct Cfg {
 template <int D> constexpr int tile_n() { return D == 256 ? 64 : kBN; }
 
 /*
- * Key columns per tile of the wide kernel (fwd_sm90.cu, fwd_kernel_wide): d = 256 on masks
- * without bound vectors (full, or causal by its flag), which need no block list and no per-column
- * mask data. Its 80-key tiles are FlashAttention-3's and -4's at d = 256: S and P take 40 and 20
- * registers a thread beside O's 128, and Q (64 KB) + 2 stages of K and V (4 x 40 KB) fill 224 KB.
+ * Key columns per tile of the wide kernel (fwd_sm90.cu, fwd_kernel_wide), which runs masks
+ * without bound vectors (no block list, no per-column mask data): 80 at d = 256 (full, or causal
+ * by its flag), FlashAttention-3's and -4's tile there: S and P take 40 and 20 registers a thread
+ * beside O's 128, and Q (64 KB) + 2 stages of K and V (4 x 40 KB) fill 224 KB; 176 at d = 128
+ * (full only, FlashAttention-3's non-causal tile): S 88, P 44, O 64 registers, Q (32 KB) + 2
+ * stages of K and V (4 x 44 KB) 208 KB.
  */
-constexpr int kWideTN = 80;
+template <int D> constexpr int wide_tn() { return D == 256 ? 80 : 176; }
 
 /*
  * NQ = 1: the one-tile-per-CTA kernel. NQ = 2: the persistent kernel (fwd_sm90.cu), with two Q
  * buffers (the next tile's Q loads while this tile's O is staged through its own), its extra
  * barriers and two block lists with a header each (tile, length). WIDE: the wide kernel's
- * layout (TN = kWideTN, no mask data, no block list: its tiles are counted, not listed).
+ * layout (TN = wide_tn<D>(), no mask data, no block list: its tiles are counted, not listed).
  */
 template <int D, int ST, int NQ = 1, bool WIDE = false> struct Layout {
   static constexpr bool kWide = WIDE;
-  static constexpr int TN = WIDE ? kWideTN : tile_n<D>(); /* key columns per tile */
+  static constexpr int TN = WIDE ? wide_tn<D>() : tile_n<D>(); /* key columns per tile */
   static constexpr int TPB = WIDE ? 1 : kBN / TN;          /* tiles per mask block (1 or 2; the wide kernel lists none) */
   static constexpr int KCH = TN * 128;                     /* one 64-column chunk of a K or V tile */
   static constexpr int QB = Cfg<D>::BM * D * 2;

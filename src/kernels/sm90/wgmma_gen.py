@@ -8,7 +8,8 @@ are generated).
 Wrappers, for each type in (bf16, f16):
   wgmma_ss_m64n<N>k16_<t>(d, da, db, accum)      d[N/2] = (accum ? d : 0) + A * B^T, A and B
                                                  K-major in shared memory (descriptors da, db),
-                                                 N = 128 (forward), 64 and 80 (backward)
+                                                 N = 128 and 176 (forward), 64 and 80 (backward;
+                                                 80 also the forward's wide d = 256 tile)
   wgmma_ss_m64n<N>k16_<t>_t<a><b>(...)           the same with A (a = 1) and/or B (b = 1)
                                                  transposed (MN-major): N = 64 t11, N = 80 t10
   wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
@@ -105,9 +106,11 @@ def main():
     text += "".join(ss(t, 80) + ss(t, 80, 1, 0) for t in ("bf16", "f16"))
     text += "\n/* ---- the forward's d = 256 shape (P V with 64-key tiles) ---- */\n"
     text += "".join(rs(t, 256) for t in ("bf16", "f16"))
+    text += "\n/* ---- the forward's wide tile at d = 128 (S = Q K^T over 176 keys) ---- */\n"
+    text += "".join(ss(t, 176) for t in ("bf16", "f16"))
     text += "\n/* ---- one template per family, over the shapes above ---- */\n"
     ssp, ssa = "float *d, uint64_t da, uint64_t db, int accum", "d, da, db, accum"
-    text += dispatch("wgmma_ss", (64, 80, 128), ssp, ssa)
+    text += dispatch("wgmma_ss", (64, 80, 128, 176), ssp, ssa)
     text += dispatch("wgmma_ss_t10", (80,), ssp, ssa)
     text += dispatch("wgmma_ss_t11", (64,), ssp, ssa)
     text += dispatch("wgmma_rs", (64, 128, 256), "float *d, const uint32_t *a, uint64_t db", "d, a, db")

@@ -5,8 +5,8 @@
  * random_eviction), random per-head user bounds (type "bounds") with fully masked rows, GQA 4:1
  * and 2:1, S_q != S_k (bottom-right causal), odd lengths (1000, 4099), head dims 64/128/256
  * (on sm 90 the Hopper kernel must run them: path checked; d = 64's 192-row tiles also on the 12
- * masks at 577 rows, and on tiles of 1, 40 and 130 rows; d = 256 full and causal on the wide
- * kernel's 80-key tiles, the other masks on 64-key tiles),
+ * masks at 577 rows, and on tiles of 1, 40 and 130 rows; full and causal on the wide kernel's
+ * 80-key tiles at d = 256 and 176-key tiles at d = 128, the other masks on the block tiles),
  * bf16 and fp16, and the SIMT fallback forced through -fm_cuda_fallback on shapes the Hopper
  * kernel covers. The persistent Hopper forward (-fm_sm90_schedule static / dynamic) runs the
  * masks and shapes again (S = 1, 130, 4099, B*H = 1, rows with no visible key, GQA, fp32 O and
@@ -58,13 +58,14 @@ typedef struct {
 static const char *const sched_name[3] = {"grid", "static", "dynamic"};
 
 /* The path FMCudaLastPath_Private must report on sm 90 (1: one CTA per tile, 2: persistent, 3: the
-   wide kernel, which d = 256 full and causal masks take (the builders give them no bound vectors),
-   and d = 128 full under the grid schedule). */
+   wide kernel, which full and causal masks take at d = 256, and at d = 128 under the grid
+   schedule: the builders give them no bound vectors). */
 static int sm90_path(int sched, int D, int mask)
 {
-  if (D == 256) return mask == M_FULL || mask == M_CAUSAL ? 3 : 1;
+  const int dense = mask == M_FULL || mask == M_CAUSAL;
+  if (D == 256) return dense ? 3 : 1;
   if (sched) return 2;
-  return D == 128 && mask == M_FULL ? 3 : 1;
+  return D == 128 && dense ? 3 : 1;
 }
 static const char *path_name(int path) { return path == 3 ? "sm90w" : path == 2 ? "sm90p" : path == 1 ? "sm90" : "fallback"; }
 
@@ -191,8 +192,8 @@ static int run_case(FMContext ctx, FMContext fctx, const Case *c, uint64_t seed,
     FMT_CALL(FMCudaForward(&p, dmask, dq, dk, dv, dout, dl, NULL));
     FMT_CALL(FMCudaMemcpyD2H(go, dout, nq * es, NULL));
     FMT_CALL(FMCudaMemcpyD2H(gl, dl, nl * sizeof(float), NULL));
-    /* against the same tiles only: the grid's d = 128 full mask runs the wide kernel (176-key
-       tiles, another order of the sums), checked against the reference like every case */
+    /* against the same tiles only: the grid's d = 128 full and causal masks run the wide kernel
+       (176-key tiles, another order of the sums), checked against the reference like every case */
     if (FMCudaLastPath_Private == 1) not_grid = memcmp(go, ho, nq * es) != 0 || memcmp(gl, hl, nl * sizeof(float)) != 0;
     free(go);
     free(gl);
@@ -512,7 +513,8 @@ int main(int argc, char **argv)
   { Case c = {M_CAUSAL, 1, 1, 1, 1, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {M_FULL, 3, 130, 70, 2, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {M_SHARE_QUESTION, 1, 256, 256, 2, 2, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
-  /* d = 128 full on the wide kernel's 176-key tiles: a ragged last tile (1333 = 7 x 176 + 101), GQA 4:1 */
+  /* d = 128 full on the wide kernel's 176-key tiles (the causal cases above run them too): a
+     ragged last tile (1333 = 7 x 176 + 101), GQA 4:1 */
   { Case c = {M_FULL, 2, 1000, 1333, 4, 1, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
   /* d = 64 runs 192-row tiles with three consumers: the 12 masks at 577 rows (three tiles and one
      of a single row), a tile shorter than one consumer's 64 rows, and the d = 128 causal and full
@@ -537,7 +539,8 @@ int main(int argc, char **argv)
 
   /* the persistent forward: every case above but the forced fallback and d = 256 with the
      dynamic scheduler, one CTA per SM or 3 CTAs, each compared bit for bit with the grid kernel
-     too; then odd shapes, rows with no visible key (S_q > S_k
+     too where the grid runs the same tiles (not d = 128 full and causal: the wide kernel); then
+     odd shapes, rows with no visible key (S_q > S_k
      causal), many tiles per CTA (2 or 3 CTAs), both schedules, and d = 256, which must stay on
      the one-CTA-per-tile kernel */
   {

@@ -115,7 +115,7 @@ int main(int argc, char **argv)
   ctx = fmt_cuda_context();
   sm = ctx->gpu_sm;
   run(ctx, FMMASKSLIDINGWINDOW, 2, sm, &seed, "persistent, static round robin");
-  /* the full mask under the grid takes the wide kernel (path 3: one CTA per tile, 176-key tiles) */
+  /* the full mask under the grid takes the wide kernel (path 3: one CTA per tile, 176-key tiles at d = 128) */
   run(ctx, FMMASKFULL, 3, sm, &seed, "one CTA per query tile (grid; auto: a query tile sees 4096 keys on average, more than 2048, spread 0.00)");
   FMT_CALL(FMContextDestroy(&ctx));
   /* the option overrides auto */

@@ -27,8 +27,8 @@
  * (O takes 128 registers a thread there): each listed 128-key block is then two 64-key tiles,
  * S_j = Q K_j^T is m64n64k16 (16 k-steps) and O += P V m64n256k16 (4 k-steps). Masks without
  * bound vectors take fwd_kernel_wide instead, on tiles counted rather than listed, without mask
- * data: at d = 256 (full, or causal by its flag) 80-key tiles (m64n80k16 and 5 k-steps of P V),
- * at d = 128 on the full mask under the grid schedule 176-key tiles (m64n176k16, 11 k-steps).
+ * data (full, or causal by its flag): at d = 256 80-key tiles (m64n80k16 and 5 k-steps of P V),
+ * at d = 128 under the grid schedule 176-key tiles (m64n176k16, 11 k-steps).
  * Shared memory: [Q: D/64 chunks][K: ST x D/64 chunks][V: ST x D/64 chunks][mask data: ST x TN x
  * 16 B][barriers][block list]; each chunk is 64 elements wide (Cfg<D>::BM rows for Q, TN for K and V)
  * with the TMA 128-byte swizzle.
@@ -95,10 +95,10 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
 }
 
 /*
- * The wide forward (masks without bound vectors): as fwd_kernel, on wide_tn<D>()-key tiles: at
- * d = 256 (full, or causal by its flag) 80 keys (FlashAttention-3's and -4's there) instead of
- * 64, a fifth fewer softmax passes, barriers and waits per key; at d = 128 (full) 176 instead of
- * 128 (FlashAttention-3's non-causal tile). Such a mask needs no block list and no per-column
+ * The wide forward (masks without bound vectors: full, or causal by its flag): as fwd_kernel, on
+ * wide_tn<D>()-key tiles: at d = 256 80 keys (FlashAttention-3's and -4's there) instead of 64, a
+ * fifth fewer softmax passes, barriers and waits per key; at d = 128 176 instead of 128
+ * (FlashAttention-3's non-causal tile; it measured faster on causal too). Such a mask needs no block list and no per-column
  * data (which would not fit beside 224 KB of Q, K and V at d = 256): the tiles are counted
  * (WideTiles), and the one element test is the causal diagonal with seqlen_k (mask_limit).
  */
@@ -425,13 +425,13 @@ template <int D, int ST, bool F16, bool WIDE = false> static cudaError_t launch(
 #define FM_SM90_ST128 2
 #define FM_SM90_ST64 4
 
-/* Whether the wide kernel runs these parameters: d = 256 on a mask without bound vectors, d = 128
-   on the full mask under the grid schedule (a persistent schedule asked for keeps its kernel). */
+/* Whether the wide kernel runs these parameters: a mask without bound vectors at d = 256, and at
+   d = 128 under the grid schedule (a persistent schedule asked for keeps its kernel). */
 static int wide(const FMGpuFwdParams *a)
 {
   if (!a->mask_dense) return 0;
   if (a->head_dim == 256) return FM_SM90_WIDE256;
-  return FM_SM90_WIDE128 && a->head_dim == 128 && !a->c.causal && a->schedule == FM_GPU_SCHED_GRID;
+  return FM_SM90_WIDE128 && a->head_dim == 128 && a->schedule == FM_GPU_SCHED_GRID;
 }
 
 int FMSm90ForwardSupported(const FMGpuFwdParams *a)

@@ -10,12 +10,13 @@
  *   strides, alignment, shared-memory need); FMSm90Forward - launch it on stream; *path (NULL
  *   allowed) says which kernel ran: FM_SM90_FWD_GRID (one CTA per query tile), _PERSISTENT
  *   (p->schedule asks for it, d = 64 or 128, and its shared memory fits) or _WIDE (a mask without
- *   bound vectors: d = 256 on 80-key tiles, d = 128 full on 176-key tiles under the grid
- *   schedule; no block list). Returns a cudaError_t
+ *   bound vectors: d = 256 on 80-key tiles, d = 128 on 176-key tiles under the grid schedule;
+ *   no block list). Returns a cudaError_t
  *   (cudaErrorNotSupported when not covered; nothing is launched then, *path is 0).
  */
-/* -DFM_SM90_WIDE256=0: d = 256 takes the 64-key kernel on every mask; -DFM_SM90_WIDE128=1: d = 128
-   on the full mask takes the wide kernel's 176-key tiles (A/B; the harness reads both too) */
+/* -DFM_SM90_WIDE256=0: d = 256 takes the 64-key kernel on every mask; -DFM_SM90_WIDE128=0: d = 128
+   takes the 128-key kernel on every mask, not the wide kernel's 176-key tiles where the mask has
+   no bound vectors (A/B; the harness reads both too) */
 #ifndef FM_SM90_WIDE256
 #define FM_SM90_WIDE256 1
 #endif

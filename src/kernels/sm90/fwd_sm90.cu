@@ -51,6 +51,32 @@
 
 namespace fmsm90 {
 
+/*
+ * tile_start - the one-tile kernels' start: the CTA's mbarriers (at L::OFF_BAR) initialized by
+ * thread 0, which then issues the tile's Q load (the consumers always wait for it). Returns the
+ * barriers for every thread; the caller syncs the CTA before anyone waits on them.
+ */
+template <int D, int ST, class L>
+__device__ __forceinline__ Barriers tile_start(unsigned char *smem, const CUtensorMap *tmQ, const CtaCoords &cc)
+{
+  uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
+  const Barriers bar = {bars, bars + 1, bars + 1 + ST, bars + 1 + 2 * ST, bars + 1 + 3 * ST};
+  if (cc.tid == 0) {
+    mbar_init(bar.q_full, 1);
+    for (int s = 0; s < ST; s++) {
+      mbar_init(&bar.k_full[s], 1);
+      mbar_init(&bar.v_full[s], 1);
+      mbar_init(&bar.k_empty[s], kKEmptyCount<D>); /* release_k */
+      mbar_init(&bar.v_empty[s], 4 * Cfg<D>::NC);
+    }
+    fence_barrier_init();
+    mbar_expect_tx(bar.q_full, L::QB);
+#pragma unroll
+    for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_Q + c * Cfg<D>::QCH, tmQ, bar.q_full, c * 64, cc.hq, cc.m0, cc.b);
+  }
+  return bar;
+}
+
 template <int D, int ST, bool F16>
 __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
@@ -60,26 +86,8 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   const CtaCoords cc = cta_coords<D>(p);
-  const int hq = cc.hq, b = cc.b, m0 = cc.m0, tid = cc.tid;
-
-  uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
-  const Barriers bar = {bars, bars + 1, bars + 1 + ST, bars + 1 + 2 * ST, bars + 1 + 3 * ST};
+  const Barriers bar = tile_start<D, ST, L>(smem, &tmQ, cc); /* Q's load overlaps the block-list build */
   int *list = (int *)(smem + L::OFF_LIST);
-
-  if (tid == 0) {
-    mbar_init(bar.q_full, 1);
-    for (int s = 0; s < ST; s++) {
-      mbar_init(&bar.k_full[s], 1);
-      mbar_init(&bar.v_full[s], 1);
-      mbar_init(&bar.k_empty[s], kKEmptyCount<D>); /* release_k */
-      mbar_init(&bar.v_empty[s], 4 * Cfg<D>::NC);
-    }
-    fence_barrier_init();
-    /* Q first: its load overlaps the block-list build (the consumers always wait for it) */
-    mbar_expect_tx(bar.q_full, L::QB);
-#pragma unroll
-    for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_Q + c * Cfg<D>::QCH, &tmQ, bar.q_full, c * 64, hq, m0, b);
-  }
   const int n = build_block_list<D, ST>(p, smem, list);
 
   if (cc.wg == 0) {
@@ -111,26 +119,9 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   const CtaCoords cc = cta_coords<D>(p);
-  const int hq = cc.hq, b = cc.b, m0 = cc.m0, tid = cc.tid;
-
-  uint64_t *bars = (uint64_t *)(smem + L::OFF_BAR);
-  const Barriers bar = {bars, bars + 1, bars + 1 + ST, bars + 1 + 2 * ST, bars + 1 + 3 * ST};
-
-  if (tid == 0) {
-    mbar_init(bar.q_full, 1);
-    for (int s = 0; s < ST; s++) {
-      mbar_init(&bar.k_full[s], 1);
-      mbar_init(&bar.v_full[s], 1);
-      mbar_init(&bar.k_empty[s], kKEmptyCount<D>);
-      mbar_init(&bar.v_empty[s], 4 * Cfg<D>::NC);
-    }
-    fence_barrier_init();
-    mbar_expect_tx(bar.q_full, L::QB);
-#pragma unroll
-    for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_Q + c * Cfg<D>::QCH, &tmQ, bar.q_full, c * 64, hq, m0, b);
-  }
+  const Barriers bar = tile_start<D, ST, L>(smem, &tmQ, cc);
   __syncthreads(); /* the barriers initialized before anyone waits on them */
-  const WideTiles<L::TN> tiles = wide_tiles<D, L::TN>(p, m0);
+  const WideTiles<L::TN> tiles = wide_tiles<D, L::TN>(p, cc.m0);
 
   if (cc.wg == 0) {
     setmaxnreg_dec<Cfg<D>::REG_P>();

@@ -82,7 +82,7 @@ FMErrorCode FMCudaSetDevice(int dev)
  */
 const char *FMCudaForwardPathName(int sm)
 {
-  if (sm == 90) return "sm90 wgmma/tma (d = 64, 128, 256; without bound vectors 80-key tiles at d = 256, 176 at d = 128; fallback simt for other head dims)";
+  if (sm == 90) return "sm90 wgmma/tma (d = 64, 128, 256; without bound vectors 80-key tiles at d = 256, 176 at d = 128 on the grid; fallback simt for other head dims)";
   return "fallback simt";
 }
 
@@ -168,7 +168,7 @@ FMErrorCode FMCudaMaskFree(void *dev)
 
 /* Which path the last FMCudaForward call took (for tests and fmbench): 1 sm90 (one CTA per
    tile), 2 sm90 persistent (-fm_sm90_schedule static or dynamic), 3 sm90 wide (a mask without
-   bound vectors at d = 256 and 128), 0 fallback (FM_SM90_FWD_*, fwd_sm90.cuh). */
+   bound vectors: d = 256, and d = 128 on the grid), 0 fallback (FM_SM90_FWD_*, fwd_sm90.cuh). */
 extern "C" { int FMCudaLastPath_Private = -1; }
 
 /*

@@ -99,7 +99,7 @@ typedef struct {
   int vdesc_swap;         /* sm90 diagnostic: swap the V descriptor's LBO and SBO (-fm_sm90_vdesc_swap) */
   int schedule;           /* sm90, d = 64 and 128: FM_GPU_SCHED_GRID, _STATIC or _DYNAMIC (-fm_sm90_schedule) */
   int ctas;               /* persistent schedules: at most this many CTAs (0: one per SM; -fm_sm90_ctas) */
-  int mask_dense;         /* the mask carries no bound vector (full, or causal by its flag): sm90's wide d = 256 kernel */
+  int mask_dense;         /* the mask carries no bound vector (full, or causal by its flag): sm90's wide kernel */
 } FMGpuFwdParams;
 
 /* The tile schedules FM_GPU_SCHED_* are in fmtile.h (the plan resolves AUTO). */

@@ -51,7 +51,7 @@ static FMGpuMask *upload(const HostMask &m)
 }
 
 /* forward()'s path (FM_SM90_FWD_*, 0 the fallback) by name; -2: the persistent kernel's result differed from the grid's,
-   -3: the two calls of a merged case took different kernels */
+   -3: a call of a merged case took another kernel than its half of the mask asks for */
 static const char *path_name(int path)
 {
   return path == -3 ? "mixed" : path == -2 ? "sm90p!=grid" : path == FM_SM90_FWD_WIDE ? "sm90w" : path == FM_SM90_FWD_PERSISTENT ? "sm90p" : path ? "sm90" : "fallback";
@@ -89,6 +89,17 @@ struct Case {
   MaskKind kind;
   float scale;
 };
+
+/* The kernel forward() must take for a case's mask m (FM_SM90_FWD_*, 0 the fallback): under
+   FWD_SCHED persistent for d 64, 128; wide without bound vectors at d = 256, and at d = 128 on the grid. */
+static int want_path(const Case &c, const HostMask &m)
+{
+  const int D = c.D;
+  if (!g_sm90 || c.fallback || (D != 64 && D != 128 && D != 256)) return 0;
+  if (D == 256) return FM_SM90_WIDE256 && host_dense(m) ? FM_SM90_FWD_WIDE : FM_SM90_FWD_GRID;
+  if (g_sched != FM_GPU_SCHED_GRID) return FM_SM90_FWD_PERSISTENT;
+  return D == 128 && FM_SM90_WIDE128 && host_dense(m) ? FM_SM90_FWD_WIDE : FM_SM90_FWD_GRID;
+}
 
 /* The rows checked: all of them up to 1100, else ~200 spread ones, both ends and the fully masked rows. */
 static std::vector<int> check_rows(const HostMask &m)
@@ -194,7 +205,9 @@ static int run_case(const Case &c)
     fill(&gp, d0, B, Hq, Hkv, D, c.f16, c.scale, Sk, q_, k_, v_, NULL, (float *)o_, 0, lse_);
     path = forward(&gp, c.fallback);
     fill(&gp, d1, B, Hq, Hkv, D, c.f16, c.scale, Sk, q_, (char *)k_ + ko, (char *)v_ + ko, NULL, (float *)o_, 1, lse_);
-    if (forward(&gp, c.fallback) != path) path = -3; /* both halves must take the same kernel */
+    /* each half must take its own mask's kernel; the case reports the whole mask's */
+    const int p1 = forward(&gp, c.fallback);
+    path = path == want_path(c, m0) && p1 == want_path(c, m1) ? want_path(c, m) : -3;
     CK(cudaDeviceSynchronize());
     FMGpuMaskDestroy(d0), FMGpuMaskDestroy(d1);
   } else {
@@ -254,12 +267,7 @@ static int run_case(const Case &c)
     }
   }
   const double eo = sqrt(e2 / (n2 > 0 ? n2 : 1));
-  const int sm90 = g_sm90 && !c.fallback && (D == 64 || D == 128 || D == 256);
-  /* FWD_SCHED: persistent for d 64, 128; wide: no bound vectors at d = 256, and at d = 128 on the grid */
-  const int want = !sm90 ? 0
-                   : D == 256 ? (FM_SM90_WIDE256 && host_dense(m) ? FM_SM90_FWD_WIDE : FM_SM90_FWD_GRID)
-                   : g_sched != FM_GPU_SCHED_GRID ? FM_SM90_FWD_PERSISTENT
-                   : D == 128 && FM_SM90_WIDE128 && host_dense(m) ? FM_SM90_FWD_WIDE : FM_SM90_FWD_GRID;
+  const int want = want_path(c, m);
   const int ok = eo <= tol && el <= tol && nan == 0 && deadbad == 0 && path == want;
   printf("%-38s %-15s %-8s%s O %.2e LSE %.2e rows %zu/%d masked %ld bad %ld nan %zu  %s\n", c.name, mask_name[c.kind],
          path_name(path), path == want ? "" : "(unexpected)", eo, el, nr,

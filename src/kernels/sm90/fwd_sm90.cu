@@ -16,7 +16,8 @@
  *     The consumers take turns at wgmma issue through named barriers (round robin; ping-pong
  *     with two), so one warpgroup's softmax overlaps the others' GEMMs.
  * The list of key blocks to visit (skip / unmasked / partial, doc/format.md section 2,
- * FMClassifyTileInline) is built once per CTA by all its threads before the roles split and is
+ * FMClassifyTileInline; the wide kernel below counts its tiles instead) is built once per CTA by
+ * all its threads before the roles split and is
  * read by the producer and every consumer, so their iteration counts always agree. Unmasked
  * blocks take the dense path; partial blocks (this includes the causal diagonal and the key
  * block that runs past seqlen_k) apply only the element tests their flags ask for: the causal
@@ -30,7 +31,7 @@
  * data (full, or causal by its flag): at d = 256 80-key tiles (m64n80k16 and 5 k-steps of P V),
  * at d = 128 under the grid schedule 176-key tiles (m64n176k16, 11 k-steps).
  * Shared memory: [Q: D/64 chunks][K: ST x D/64 chunks][V: ST x D/64 chunks][mask data: ST x TN x
- * 16 B][barriers][block list]; each chunk is 64 elements wide (Cfg<D>::BM rows for Q, TN for K and V)
+ * 16 B][barriers][block list] (the wide kernel: no mask data, no list); each chunk is 64 elements wide (Cfg<D>::BM rows for Q, TN for K and V)
  * with the TMA 128-byte swizzle.
  * The kernel is its parts in order: build_block_list (blocklist.cuh), then producer_load or
  * consumer_mainloop (mainloop.cuh) by warpgroup, then epilogue_store (epilogue.cuh); sizes and

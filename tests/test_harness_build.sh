@@ -30,9 +30,9 @@ if [ -x "$t/bwd_bench" ]; then
 fi
 build fwd_bench "$src/share/bench/fwd/fwd_bench.cu" "$src/src/kernels/cuda_mask.cu" "$src/src/kernels/sm90/fwd_sm90.cu" "$src/src/kernels/simt/fwd_fallback.cu"
 # the forward's A/B build variants (HACKING.md) compile too: the kernel alone, to a cubin
-if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE_RELEASE -DFM_SM90_HANG_CHECK -cubin \
+if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE_RELEASE -DFM_SM90_HANG_CHECK -DFM_SM90_WIDE128_LIST=1 -cubin \
     "$src/src/kernels/sm90/fwd_sm90.cu" -o "$t/variants.cubin" > "$t/variants.log" 2>&1; then
-  echo "ok   fwd_sm90.cu compiles with -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE_RELEASE -DFM_SM90_HANG_CHECK"
+  echo "ok   fwd_sm90.cu compiles with -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE_RELEASE -DFM_SM90_HANG_CHECK -DFM_SM90_WIDE128_LIST=1"
 else
   cat "$t/variants.log"; echo "FAIL: the forward's build variants do not compile"; fail=1
 fi

@@ -98,6 +98,7 @@ static int want_path(const Case &c, const HostMask &m)
   if (!g_sm90 || c.fallback || (D != 64 && D != 128 && D != 256)) return 0;
   if (D == 256) return FM_SM90_WIDE256 && host_dense(m) ? FM_SM90_FWD_WIDE : FM_SM90_FWD_GRID;
   if (g_sched != FM_GPU_SCHED_GRID) return FM_SM90_FWD_PERSISTENT;
+  if (D == 128 && FM_SM90_WIDE128_LIST && !host_dense(m) && (m.Sk + 127) / 128 <= 2048) return FM_SM90_FWD_WIDE; /* the A/B build */
   return D == 128 && FM_SM90_WIDE128 && host_dense(m) ? FM_SM90_FWD_WIDE : FM_SM90_FWD_GRID;
 }
 

@@ -78,27 +78,29 @@ __device__ __forceinline__ Barriers tile_start(unsigned char *smem, const CUtens
   return bar;
 }
 
-template <int D, int ST, bool F16>
+/* WIDE: kTilesBlock, or kTilesListed (-DFM_SM90_WIDE128_LIST: d = 128 masks with bounds on
+   wide_tn<D>()-key tiles, listed with their mask data; not yet timed) */
+template <int D, int ST, bool F16, int WIDE = kTilesBlock>
 __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
              const __grid_constant__ CUtensorMap tmV, const FMGpuFwdCore p)
 {
-  using L = Layout<D, ST>;
+  using L = Layout<D, ST, 1, WIDE>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   const CtaCoords cc = cta_coords<D>(p);
   const Barriers bar = tile_start<D, ST, L>(smem, &tmQ, cc); /* Q's load overlaps the block-list build */
   int *list = (int *)(smem + L::OFF_LIST);
-  const int n = build_block_list<D, ST>(p, smem, list);
+  const int n = build_block_list<D, ST, 1, Cfg<D>::THREADS, 0, GridTile<D>, WIDE>(p, smem, list);
 
   if (cc.wg == 0) {
     setmaxnreg_dec<Cfg<D>::REG_P>();
-    producer_load<D, ST>(&tmK, &tmV, p, smem, list, n, bar);
+    producer_load<D, ST, 1, GridTile<D>, L>(&tmK, &tmV, p, smem, list, n, bar);
   } else {
     setmaxnreg_inc<Cfg<D>::REG_C>();
     float o[D / 2];
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-    consumer_mainloop<D, ST, F16>(p, smem, list, n, bar, o, mrow, lrow, smem + L::OFF_Q);
+    consumer_mainloop<D, ST, F16, 1, GridTile<D>, L>(p, smem, list, n, bar, o, mrow, lrow, smem + L::OFF_Q);
     epilogue_store<D, F16>(p, smem + L::OFF_Q, o, mrow, lrow);
   }
 }
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   fwd_kernel_wide(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                   const __grid_constant__ CUtensorMap tmV, const FMGpuFwdCore p)
 {
-  using L = Layout<D, ST, 1, true>;
+  using L = Layout<D, ST, 1, kTilesCounted>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   const CtaCoords cc = cta_coords<D>(p);
@@ -330,7 +332,7 @@ template <int D, int ST> static bool persistent_fits(int nblk)
   return Layout<D, ST, 2>::bytes(nblk) <= (size_t)maxsm;
 }
 
-template <int D, int ST, bool F16, bool WIDE = false> static cudaError_t launch(const FMGpuFwdParams *a, cudaStream_t stream, int *path)
+template <int D, int ST, bool F16, int WIDE = kTilesBlock> static cudaError_t launch(const FMGpuFwdParams *a, cudaStream_t stream, int *path)
 {
   using L = Layout<D, ST, 1, WIDE>;
   CUtensorMap tq, tk, tv;
@@ -352,16 +354,7 @@ template <int D, int ST, bool F16, bool WIDE = false> static cudaError_t launch(
     const uint64_t lbo = a->vdesc_swap ? 1024 : L::KCH, sbo = a->vdesc_swap ? L::KCH : 1024;
     p.vdesc_hi = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | ((uint64_t)1 << 62);
   }
-  if constexpr (WIDE) {
-    static size_t attr_w[64];
-    const size_t smem = L::bytes(a->c.nblk);
-    *path = FM_SM90_FWD_WIDE;
-    if ((e = set_smem((const void *)fwd_kernel_wide<D, ST, F16>, smem, attr_w)) != cudaSuccess) return e;
-    dim3 grid((a->c.seqlen_q + Cfg<D>::BM - 1) / Cfg<D>::BM, a->c.heads_q, a->batch);
-    fwd_kernel_wide<D, ST, F16><<<grid, Cfg<D>::THREADS, smem, stream>>>(tq, tk, tv, p);
-    return cudaGetLastError();
-  }
-  if constexpr (D != 256) {
+  if constexpr (D != 256 && WIDE == kTilesBlock) {
     if (a->schedule != FM_GPU_SCHED_GRID && persistent_fits<D, ST>(a->c.nblk)) {
       *path = FM_SM90_FWD_PERSISTENT;
       using LP = Layout<D, ST, 2>;
@@ -397,12 +390,17 @@ template <int D, int ST, bool F16, bool WIDE = false> static cudaError_t launch(
       return e;
     }
   }
+  /* one CTA per query tile: the wide kernel (counted tiles), or fwd_kernel on its block list */
+  const auto kern = [] {
+    if constexpr (WIDE == kTilesCounted) return fwd_kernel_wide<D, ST, F16>;
+    else return fwd_kernel<D, ST, F16, WIDE>;
+  }();
   static size_t attr_set[64];
   const size_t smem = L::bytes(a->c.nblk);
-  *path = FM_SM90_FWD_GRID;
-  if ((e = set_smem((const void *)fwd_kernel<D, ST, F16>, smem, attr_set)) != cudaSuccess) return e;
+  *path = WIDE ? FM_SM90_FWD_WIDE : FM_SM90_FWD_GRID;
+  if ((e = set_smem((const void *)kern, smem, attr_set)) != cudaSuccess) return e;
   dim3 grid((a->c.seqlen_q + Cfg<D>::BM - 1) / Cfg<D>::BM, a->c.heads_q, a->batch);
-  fwd_kernel<D, ST, F16><<<grid, Cfg<D>::THREADS, smem, stream>>>(tq, tk, tv, p);
+  kern<<<grid, Cfg<D>::THREADS, smem, stream>>>(tq, tk, tv, p);
   return cudaGetLastError();
 }
 
@@ -426,12 +424,22 @@ static int wide(const FMGpuFwdParams *a)
   return FM_SM90_WIDE128 && a->head_dim == 128 && a->schedule == FM_GPU_SCHED_GRID;
 }
 
+/* Whether d = 128 masks with bounds run wide tiles from a block list (-DFM_SM90_WIDE128_LIST=1,
+   off by default: written, not yet timed): under the grid schedule, which auto gives masks whose
+   query tiles see many keys, up to 2048 mask blocks (256K keys: the list then fits beside 219 KB
+   of tiles and mask data; longer keys keep the block kernel). */
+static int wide_listed(const FMGpuFwdParams *a)
+{
+  return FM_SM90_WIDE128_LIST && a->head_dim == 128 && !a->mask_dense && a->schedule == FM_GPU_SCHED_GRID && a->c.nblk <= 2048;
+}
+
 int FMSm90ForwardSupported(const FMGpuFwdParams *a)
 {
   size_t need;
   int dev, maxsm = 0;
-  if (wide(a) && a->head_dim == 256) need = fmsm90::Layout<256, FM_SM90_ST256, 1, true>::bytes(a->c.nblk);
-  else if (wide(a)) need = fmsm90::Layout<128, FM_SM90_ST128, 1, true>::bytes(a->c.nblk);
+  if (wide(a) && a->head_dim == 256) need = fmsm90::Layout<256, FM_SM90_ST256, 1, fmsm90::kTilesCounted>::bytes(a->c.nblk);
+  else if (wide(a)) need = fmsm90::Layout<128, FM_SM90_ST128, 1, fmsm90::kTilesCounted>::bytes(a->c.nblk);
+  else if (wide_listed(a)) need = fmsm90::Layout<128, FM_SM90_ST128, 1, fmsm90::kTilesListed>::bytes(a->c.nblk);
   else if (a->head_dim == 256) need = fmsm90::Layout<256, FM_SM90_ST256>::bytes(a->c.nblk);
   else if (a->head_dim == 128) need = fmsm90::Layout<128, FM_SM90_ST128>::bytes(a->c.nblk);
   else if (a->head_dim == 64) need = fmsm90::Layout<64, FM_SM90_ST64>::bytes(a->c.nblk);
@@ -460,11 +468,16 @@ cudaError_t FMSm90Forward(const FMGpuFwdParams *a, cudaStream_t stream, int *pat
   *pp = 0;
   if (!FMSm90ForwardSupported(a)) return cudaErrorNotSupported;
   if (wide(a) && a->head_dim == 256)
-    return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true, true>(a, stream, pp)
-                   : fmsm90::launch<256, FM_SM90_ST256, false, true>(a, stream, pp);
+    return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true, fmsm90::kTilesCounted>(a, stream, pp)
+                   : fmsm90::launch<256, FM_SM90_ST256, false, fmsm90::kTilesCounted>(a, stream, pp);
   if (wide(a))
-    return a->fp16 ? fmsm90::launch<128, FM_SM90_ST128, true, true>(a, stream, pp)
-                   : fmsm90::launch<128, FM_SM90_ST128, false, true>(a, stream, pp);
+    return a->fp16 ? fmsm90::launch<128, FM_SM90_ST128, true, fmsm90::kTilesCounted>(a, stream, pp)
+                   : fmsm90::launch<128, FM_SM90_ST128, false, fmsm90::kTilesCounted>(a, stream, pp);
+#if FM_SM90_WIDE128_LIST
+  if (wide_listed(a))
+    return a->fp16 ? fmsm90::launch<128, FM_SM90_ST128, true, fmsm90::kTilesListed>(a, stream, pp)
+                   : fmsm90::launch<128, FM_SM90_ST128, false, fmsm90::kTilesListed>(a, stream, pp);
+#endif
   if (a->head_dim == 256)
     return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true>(a, stream, pp) : fmsm90::launch<256, FM_SM90_ST256, false>(a, stream, pp);
   if (a->head_dim == 128)

@@ -61,17 +61,21 @@ template <int D> constexpr int wide_tn() { return D == 256 ? 80 : 176; }
 /*
  * NQ = 1: the one-tile-per-CTA kernel. NQ = 2: the persistent kernel (fwd_sm90.cu), with two Q
  * buffers (the next tile's Q loads while this tile's O is staged through its own), its extra
- * barriers and two block lists with a header each (tile, length). WIDE: the wide kernel's
- * layout (TN = wide_tn<D>(), no mask data, no block list: its tiles are counted, not listed).
+ * barriers and two block lists with a header each (tile, length). WIDE: kTilesBlock (the mask's
+ * blocks, or their halves at d = 256), kTilesCounted (the wide kernel: TN = wide_tn<D>(), no mask
+ * data, no block list: its tiles are counted, not listed) or kTilesListed (wide_tn<D>()-key tiles
+ * listed with their mask data, for masks with bounds: -DFM_SM90_WIDE128_LIST, d = 128).
  */
-template <int D, int ST, int NQ = 1, bool WIDE = false> struct Layout {
-  static constexpr bool kWide = WIDE;
+enum { kTilesBlock = 0, kTilesCounted = 1, kTilesListed = 2 };
+template <int D, int ST, int NQ = 1, int WIDE = kTilesBlock> struct Layout {
+  static constexpr bool kWide = WIDE == kTilesCounted;  /* counted tiles: no list, no mask data */
+  static constexpr bool kListed = WIDE == kTilesListed; /* wide tiles in a block list, with mask data */
   static constexpr int TN = WIDE ? wide_tn<D>() : tile_n<D>(); /* key columns per tile */
-  static constexpr int TPB = WIDE ? 1 : kBN / TN;          /* tiles per mask block (1 or 2; the wide kernel lists none) */
+  static constexpr int TPB = WIDE ? 1 : kBN / TN;          /* tiles per mask block (1 or 2; wide tiles do not follow the blocks) */
   static constexpr int KCH = TN * 128;                     /* one 64-column chunk of a K or V tile */
   static constexpr int QB = Cfg<D>::BM * D * 2;
   static constexpr int KB = TN * D * 2;
-  static constexpr int BB = WIDE ? 0 : TN * 16;
+  static constexpr int BB = kWide ? 0 : TN * 16;
   static constexpr int OFF_Q = 0;
   static constexpr int OFF_K = OFF_Q + NQ * QB;
   static constexpr int OFF_V = OFF_K + ST * KB;
@@ -83,8 +87,12 @@ template <int D, int ST, int NQ = 1, bool WIDE = false> struct Layout {
   static constexpr int OFF_CNT = OFF_BAR + NBAR * 8;          /* per-warp counts, one int per warp */
   static constexpr int OFF_HDR = OFF_CNT + Cfg<D>::THREADS / 8; /* NQ = 2: {tile, n, r0, -} per list, nm, ntiles, a broadcast word */
   static constexpr int OFF_LIST = (OFF_HDR + (NQ == 2 ? 48 : 0) + 15) & ~15;
-  __host__ __device__ static size_t list_len(int nblk) { return WIDE ? 0 : (size_t)nblk * TPB; }
-  static_assert(!WIDE || (NQ == 1 && KCH % 1024 == 0), "the wide kernel: one tile per CTA, 1024-byte aligned chunks (TMA swizzle)");
+  /* list entries for nblk mask blocks: one per tile (wide tiles: enough to cover the blocks) */
+  __host__ __device__ static size_t list_len(int nblk)
+  {
+    return kWide ? 0 : kListed ? ((size_t)nblk * kBN + TN - 1) / TN : (size_t)nblk * TPB;
+  }
+  static_assert(!WIDE || (NQ == 1 && KCH % 1024 == 0), "the wide kernels: one tile per CTA, 1024-byte aligned chunks (TMA swizzle)");
   static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + NQ * list_len(nblk) * 4; }
 };
 

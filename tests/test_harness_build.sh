@@ -3,7 +3,8 @@
 # share/bench/fwd/fwd_bench.cu) still compile against today's kernel headers and sources with the
 # configured nvcc (they copy no library code, but they fill the kernels' parameter blocks
 # themselves), and each one's probe mode exits 0 with a GPU, 2 without one; the backward's item
-# order passes its host check (bwd_bench order); the forward kernel also compiles with its A/B
+# order passes its host check (bwd_bench order), and the wide forward kernel's tiles theirs
+# (fwd_bench tiles); the forward kernel also compiles with its A/B
 # build variants; ptxas reports no spill and no warning for any Hopper kernel. Skips without CUDA.
 . "${srcdir:-.}/tests/common.sh"
 fm_skip_unless_cuda
@@ -29,6 +30,12 @@ if [ -x "$t/bwd_bench" ]; then
   else cat "$t/order.log"; echo "FAIL: bwd_bench order"; fail=1; fi
 fi
 build fwd_bench "$src/share/bench/fwd/fwd_bench.cu" "$src/src/kernels/cuda_mask.cu" "$src/src/kernels/sm90/fwd_sm90.cu" "$src/src/kernels/simt/fwd_fallback.cu"
+# host only: the wide forward kernel's counted tiles and its one element test against the mask
+# (full and causal, 80- and 176-key tiles, S_q x S_k both ways)
+if [ -x "$t/fwd_bench" ]; then
+  if "$t/fwd_bench" tiles > "$t/tiles.log" 2>&1; then tail -1 "$t/tiles.log" | sed "s/^/ok   /"
+  else cat "$t/tiles.log"; echo "FAIL: fwd_bench tiles"; fail=1; fi
+fi
 # the forward's A/B build variants (HACKING.md) compile too: the kernel alone, to a cubin
 if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE_RELEASE -DFM_SM90_HANG_CHECK -DFM_SM90_WIDE128_LIST=1 -cubin \
     "$src/src/kernels/sm90/fwd_sm90.cu" -o "$t/variants.cubin" > "$t/variants.log" 2>&1; then

@@ -13,6 +13,7 @@
  *   ./fwd_bench check [word] correctness cases (one PASS/FAIL line each, then "check: N of M cases failed");
  *                            with word, only the cases whose name or mask contains it (e.g. d256, fp16, merged)
  *   ./fwd_bench small        one small case (for compute-sanitizer)
+ *   ./fwd_bench tiles        host only: the wide kernel's counted tiles and element test against the mask
  *   ./fwd_bench bench [reps] bf16, 128K tokens per batch: d = 128 H = 32 every mask at 8K and 32K,
  *                            d = 256 H = 16 and d = 64 H = 64 at 8K (full, causal), GQA 4:1 (kv 8) at 8K
  *   ./fwd_bench ab [reps]    short A/B table: full, causal, sliding window, causal document at 8K; full, causal at 32K
@@ -32,6 +33,8 @@
 #include <omp.h>
 #include "../../../src/kernels/fmgpu.cuh"
 #include "../../../src/kernels/sm90/fwd_sm90.cuh"
+#include "../../../src/kernels/sm90/blocklist.cuh" /* WideTiles, for the host-only tiles mode */
+#include "../../../src/kernels/sm90/mainloop.cuh"  /* mask_limit, likewise */
 #include "../harness.h"
 
 static int g_sm90 = 0; /* the current device is sm_90 (the library's condition for the Hopper kernel) */
@@ -372,6 +375,56 @@ static std::vector<Case> check_cases()
   return cs;
 }
 
+/*
+ * tiles (host only): the wide kernel's counted tiles (WideTiles) and its one element test
+ * (mask_limit, through the accumulator fragment's layout: s[4k + e] is row row0 (e < 2) or
+ * row0 + 8, column 8k + 2 (lane % 4) + (e & 1)) against the mask itself, for TN = 80 (d = 256)
+ * and 176 (d = 128), full and causal, over query tiles of many S_q x S_k shapes both ways: every
+ * element a query tile's rows can see must lie in a listed tile and be left visible there, every
+ * other column of a listed tile (past the diagonal, past seqlen_k) masked. Returns the failures.
+ */
+template <int D> static long check_wide_tiles(int Sq, int Sk, int causal)
+{
+  using namespace fmsm90;
+  constexpr int TN = wide_tn<D>(), BM = Cfg<D>::BM;
+  FMGpuFwdCore p{};
+  p.seqlen_q = Sq, p.seqlen_k = Sk, p.causal = causal;
+  const int off = causal ? Sk - Sq : (1 << 29), diag = Sk - Sq;
+  long bad = 0;
+  for (int m0 = 0; m0 < Sq; m0 += BM) {
+    const WideTiles<TN> w = wide_tiles<D, TN>(p, m0);
+    std::vector<char> listed((Sk + TN - 1) / TN + 1, 0);
+    for (int i = 0; i < w.n; i++) {
+      const int e = w[i], kb = e & kBlockBits;
+      if (kb != w.n - 1 - i || kb * TN >= Sk) { bad++; continue; } /* last tile first, none past seqlen_k */
+      listed[kb] = 1;
+      /* each warp's fragment rows: row0 = m0 + 16 v + lane / 4 (v: the 64-row consumer and its warp) */
+      for (int v = 0; v < BM / 16; v++)
+        for (int lane = 0; lane < 32; lane++) {
+          float s[TN / 2];
+          for (int t = 0; t < TN / 2; t++) s[t] = 1.f;
+          const int row0 = m0 + 16 * v + (lane >> 2);
+          if (e & kCausal) mask_limit<TN>(s, row0, kb * TN, lane, off, Sk);
+          for (int k = 0; k < TN / 8; k++)
+            for (int e2 = 0; e2 < 4; e2++) {
+              const int r = row0 + (e2 >= 2 ? 8 : 0), j = kb * TN + 8 * k + 2 * (lane & 3) + (e2 & 1);
+              if (r >= Sq || r >= m0 + BM) continue;
+              const bool vis = j < Sk && (!causal || j <= r + diag), kept = s[4 * k + e2] != -INFINITY;
+              bad += vis != kept;
+            }
+        }
+    }
+    /* no visible element of these rows outside the listed tiles */
+    const int m1 = std::min(Sq, m0 + BM);
+    for (int kb = 0; kb * TN < Sk; kb++)
+      if (!listed[kb]) {
+        const int j = kb * TN; /* the tile's first column is the one the last row sees first */
+        bad += !causal || j <= m1 - 1 + diag;
+      }
+  }
+  return bad;
+}
+
 static int kind_arg(const char *s)
 {
   for (int k = 0; k < M_NKIND; k++)
@@ -394,6 +447,18 @@ int main(int argc, char **argv)
     }
   }
   if (const char *e = getenv("FWD_CTAS")) g_ctas = std::max(0, atoi(e));
+  if (mode == "tiles") { /* host only: the wide kernel's tiles and element test against the mask */
+    long bad = 0, shapes = 0;
+    const int sizes[] = {1, 2, 79, 80, 81, 127, 128, 129, 175, 176, 177, 255, 300, 351, 352, 353, 700, 1000};
+    for (int Sq : sizes)
+      for (int Sk : sizes)
+        for (int causal = 0; causal < 2; causal++) {
+          bad += check_wide_tiles<256>(Sq, Sk, causal) + check_wide_tiles<128>(Sq, Sk, causal);
+          shapes += 2;
+        }
+    printf("tiles: %ld wrong elements or tiles over %ld shapes (TN = 80 at d = 256, 176 at d = 128; full and causal)\n", bad, shapes);
+    return bad ? 1 : 0;
+  }
   if (mode == "rho") { /* host only: rho (FlashMask FLOPs) and element density of the bench masks */
     for (int S : {8192, 32768})
       for (int kind = 0; kind < M_NKIND; kind++) {

@@ -144,16 +144,17 @@ __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned 
  * diagonal (m1 - 1 + seqlen_k - seqlen_q). Indexed like a block list, last tile first:
  * entry i is tile n - 1 - i, with kCausal where one of the tile's columns is masked for some row
  * of the query tile (past the diagonal of row m0, or past seqlen_k: mask_limit tests both).
+ * Host and device: fwd_bench tiles checks it against the mask.
  */
 template <int TN> struct WideTiles {
   int n, m0, off, sk, causal;
-  __device__ __forceinline__ int operator[](int i) const
+  __host__ __device__ __forceinline__ int operator[](int i) const
   {
     const int kb = n - 1 - i, c1 = (kb + 1) * TN;
     return kb | (c1 > sk || (causal && (c1 < sk ? c1 : sk) - 1 > m0 + off) ? kCausal : 0);
   }
 };
-template <int D, int TN> __device__ __forceinline__ WideTiles<TN> wide_tiles(const FMGpuFwdCore &p, int m0)
+template <int D, int TN> __host__ __device__ __forceinline__ WideTiles<TN> wide_tiles(const FMGpuFwdCore &p, int m0)
 {
   WideTiles<TN> w;
   const int m1 = m0 + Cfg<D>::BM < p.seqlen_q ? m0 + Cfg<D>::BM : p.seqlen_q, last = m1 - 1 + p.seqlen_k - p.seqlen_q;

@@ -101,9 +101,10 @@ template <int TN> __device__ __forceinline__ void mask_simple(float *s, const in
  * is visible to row i iff c <= i + off - colbase (causal; off = 2^29 without) and c < sk -
  * colbase (TMA fills the columns past seqlen_k with zeros).
  */
-template <int TN> __device__ __forceinline__ void mask_limit(float *s, int row0, int colbase, int lane, int off, int sk)
+template <int TN> __host__ __device__ __forceinline__ void mask_limit(float *s, int row0, int colbase, int lane, int off, int sk)
 {
-  const int t0 = min(row0 + off, sk - 1) - colbase, t1 = min(row0 + 8 + off, sk - 1) - colbase;
+  /* (host too: fwd_bench tiles checks it against the mask) */
+  const int t0 = (row0 + off < sk - 1 ? row0 + off : sk - 1) - colbase, t1 = (row0 + 8 + off < sk - 1 ? row0 + 8 + off : sk - 1) - colbase;
 #pragma unroll
   for (int k = 0; k < TN / 8; k++) {
 #pragma unroll

@@ -433,17 +433,35 @@ static int wide_listed(const FMGpuFwdParams *a)
   return FM_SM90_WIDE128_LIST && a->head_dim == 128 && !a->mask_dense && a->schedule == FM_GPU_SCHED_GRID && a->c.nblk <= 2048;
 }
 
+namespace {
+/* A kernel family: head dim, stages, tile kind (the template arguments of Layout and launch). */
+template <int D_, int ST_, int WIDE_ = fmsm90::kTilesBlock> struct Family {
+  static constexpr int D = D_, ST = ST_, WIDE = WIDE_;
+  using L = fmsm90::Layout<D, ST, 1, WIDE>;
+};
+
+/* The one dispatch of FMSm90ForwardSupported and FMSm90Forward: f(Family<...>{}) for the family
+   that runs these parameters, or none for a head dim the Hopper kernels do not take. */
+template <class F, class R> static R with_family(const FMGpuFwdParams *a, F &&f, R none)
+{
+  if (wide(a)) {
+    if (a->head_dim == 256) return f(Family<256, FM_SM90_ST256, fmsm90::kTilesCounted>{});
+    return f(Family<128, FM_SM90_ST128, fmsm90::kTilesCounted>{});
+  }
+  if constexpr (FM_SM90_WIDE128_LIST)
+    if (wide_listed(a)) return f(Family<128, FM_SM90_ST128, fmsm90::kTilesListed>{});
+  if (a->head_dim == 256) return f(Family<256, FM_SM90_ST256>{});
+  if (a->head_dim == 128) return f(Family<128, FM_SM90_ST128>{});
+  if (a->head_dim == 64) return f(Family<64, FM_SM90_ST64>{});
+  return none;
+}
+} /* namespace */
+
 int FMSm90ForwardSupported(const FMGpuFwdParams *a)
 {
-  size_t need;
   int dev, maxsm = 0;
-  if (wide(a) && a->head_dim == 256) need = fmsm90::Layout<256, FM_SM90_ST256, 1, fmsm90::kTilesCounted>::bytes(a->c.nblk);
-  else if (wide(a)) need = fmsm90::Layout<128, FM_SM90_ST128, 1, fmsm90::kTilesCounted>::bytes(a->c.nblk);
-  else if (wide_listed(a)) need = fmsm90::Layout<128, FM_SM90_ST128, 1, fmsm90::kTilesListed>::bytes(a->c.nblk);
-  else if (a->head_dim == 256) need = fmsm90::Layout<256, FM_SM90_ST256>::bytes(a->c.nblk);
-  else if (a->head_dim == 128) need = fmsm90::Layout<128, FM_SM90_ST128>::bytes(a->c.nblk);
-  else if (a->head_dim == 64) need = fmsm90::Layout<64, FM_SM90_ST64>::bytes(a->c.nblk);
-  else return 0;
+  const size_t need = with_family(a, [&](auto f) { return decltype(f)::L::bytes(a->c.nblk); }, (size_t)0);
+  if (need == 0) return 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   if (cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
   if (need > (size_t)maxsm) return 0;
@@ -467,20 +485,11 @@ cudaError_t FMSm90Forward(const FMGpuFwdParams *a, cudaStream_t stream, int *pat
   int pth = 0, *pp = path ? path : &pth;
   *pp = 0;
   if (!FMSm90ForwardSupported(a)) return cudaErrorNotSupported;
-  if (wide(a) && a->head_dim == 256)
-    return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true, fmsm90::kTilesCounted>(a, stream, pp)
-                   : fmsm90::launch<256, FM_SM90_ST256, false, fmsm90::kTilesCounted>(a, stream, pp);
-  if (wide(a))
-    return a->fp16 ? fmsm90::launch<128, FM_SM90_ST128, true, fmsm90::kTilesCounted>(a, stream, pp)
-                   : fmsm90::launch<128, FM_SM90_ST128, false, fmsm90::kTilesCounted>(a, stream, pp);
-#if FM_SM90_WIDE128_LIST
-  if (wide_listed(a))
-    return a->fp16 ? fmsm90::launch<128, FM_SM90_ST128, true, fmsm90::kTilesListed>(a, stream, pp)
-                   : fmsm90::launch<128, FM_SM90_ST128, false, fmsm90::kTilesListed>(a, stream, pp);
-#endif
-  if (a->head_dim == 256)
-    return a->fp16 ? fmsm90::launch<256, FM_SM90_ST256, true>(a, stream, pp) : fmsm90::launch<256, FM_SM90_ST256, false>(a, stream, pp);
-  if (a->head_dim == 128)
-    return a->fp16 ? fmsm90::launch<128, FM_SM90_ST128, true>(a, stream, pp) : fmsm90::launch<128, FM_SM90_ST128, false>(a, stream, pp);
-  return a->fp16 ? fmsm90::launch<64, FM_SM90_ST64, true>(a, stream, pp) : fmsm90::launch<64, FM_SM90_ST64, false>(a, stream, pp);
+  return with_family(
+    a,
+    [&](auto f) {
+      using F = decltype(f);
+      return a->fp16 ? fmsm90::launch<F::D, F::ST, true, F::WIDE>(a, stream, pp) : fmsm90::launch<F::D, F::ST, false, F::WIDE>(a, stream, pp);
+    },
+    cudaErrorNotSupported);
 }

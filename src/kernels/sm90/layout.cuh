@@ -68,14 +68,14 @@ template <int D> constexpr int wide_tn() { return D == 256 ? 80 : 176; }
  */
 enum { kTilesBlock = 0, kTilesCounted = 1, kTilesListed = 2 };
 template <int D, int ST, int NQ = 1, int WIDE = kTilesBlock> struct Layout {
-  static constexpr bool kWide = WIDE == kTilesCounted;  /* counted tiles: no list, no mask data */
+  static constexpr bool kCounted = WIDE == kTilesCounted;  /* counted tiles: no list, no mask data */
   static constexpr bool kListed = WIDE == kTilesListed; /* wide tiles in a block list, with mask data */
   static constexpr int TN = WIDE ? wide_tn<D>() : tile_n<D>(); /* key columns per tile */
   static constexpr int TPB = WIDE ? 1 : kBN / TN;          /* tiles per mask block (1 or 2; wide tiles do not follow the blocks) */
   static constexpr int KCH = TN * 128;                     /* one 64-column chunk of a K or V tile */
   static constexpr int QB = Cfg<D>::BM * D * 2;
   static constexpr int KB = TN * D * 2;
-  static constexpr int BB = kWide ? 0 : TN * 16;
+  static constexpr int BB = kCounted ? 0 : TN * 16;
   static constexpr int OFF_Q = 0;
   static constexpr int OFF_K = OFF_Q + NQ * QB;
   static constexpr int OFF_V = OFF_K + ST * KB;
@@ -90,7 +90,7 @@ template <int D, int ST, int NQ = 1, int WIDE = kTilesBlock> struct Layout {
   /* list entries for nblk mask blocks: one per tile (wide tiles: enough to cover the blocks) */
   __host__ __device__ static size_t list_len(int nblk)
   {
-    return kWide ? 0 : kListed ? ((size_t)nblk * kBN + TN - 1) / TN : (size_t)nblk * TPB;
+    return kCounted ? 0 : kListed ? ((size_t)nblk * kBN + TN - 1) / TN : (size_t)nblk * TPB;
   }
   static_assert(!WIDE || (NQ == 1 && KCH % 1024 == 0), "the wide kernels: one tile per CTA, 1024-byte aligned chunks (TMA swizzle)");
   static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + NQ * list_len(nblk) * 4; }

@@ -134,7 +134,7 @@ __device__ __forceinline__ void apply_mask(float *s, int e, const int4 *bnd, int
 template <class L>
 __device__ __forceinline__ void mask_entry(float *s, int e, const int4 *bnd, int row0, int colbase, int lane, int off, int sk)
 {
-  if constexpr (L::kWide) {
+  if constexpr (L::kCounted) {
     if (e & kCausal) mask_limit<L::TN>(s, row0, colbase, lane, off, sk);
   } else {
     apply_mask<L::TN>(s, e, bnd, row0, colbase, lane, off);
@@ -246,7 +246,7 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
     for (int i = 0; i <= n; i++) {
       if (i < n) {
         const int e = list[i], kb = e & kBlockBits;
-        const bool bnd = !L::kWide && (e & (kLower | kUpper)) != 0, simple = !L::kWide && (e & kSimple) != 0;
+        const bool bnd = !L::kCounted && (e & (kLower | kUpper)) != 0, simple = !L::kCounted && (e & kSimple) != 0;
         const int g = r0 + i;
         const int st = g % ST;
         const uint32_t ph = (g / ST) & 1;

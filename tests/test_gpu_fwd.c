@@ -430,11 +430,16 @@ static int run_nonfinite(FMContext ctx, FMContext fctx, int D, FMDType dt, int f
     FMT_CALL(FMCudaMemcpyD2H(ml, dl, nl * 4, NULL));
     for (size_t r = 0; r < nl; r++) {
       const float a = l32[r], b = ml[r];
-      bad_merge += !(a == b || (isnan(a) && isnan(b)) || fabsf(a - b) <= 1e-6f * (1 + fabsf(a))); /* fast-math exp/log of 0 and 1 */
-      bad_merge += !isfinite(cl[r]) && isfinite(b) && cl[r] != -INFINITY; /* a NaN row stays NaN */
+      const int e = !(a == b || (isnan(a) && isnan(b)) || fabsf(a - b) <= 1e-6f * (1 + fabsf(a))) /* fast-math exp/log of 0 and 1 */
+                    + (!isfinite(cl[r]) && isfinite(b) && cl[r] != -INFINITY); /* a NaN row stays NaN */
+      if (e && bad_merge < 3) printf("     merge: head %zu row %zu LSE %g, merged with nothing %g (reference %g)\n", r / Sq, r % Sq, a, b, cl[r]);
+      bad_merge += e;
     }
-    for (size_t i = 0; i < nq; i++)
-      bad_merge += !(o32[i] == m32[i] || (isnan(o32[i]) && isnan(m32[i])) || fabsf(o32[i] - m32[i]) <= 1e-6f * (1 + fabsf(o32[i])));
+    for (size_t i = 0; i < nq; i++) {
+      const int e = !(o32[i] == m32[i] || (isnan(o32[i]) && isnan(m32[i])) || fabsf(o32[i] - m32[i]) <= 1e-6f * (1 + fabsf(o32[i])));
+      if (e && bad_merge < 3) printf("     merge: O element %zu (row %zu) %g, merged with nothing %g\n", i, i / ((size_t)Hq * D), o32[i], m32[i]);
+      bad_merge += e;
+    }
     free(m32);
     free(ml);
   }

@@ -474,7 +474,7 @@ int main(int argc, char **argv)
       }
     return 0;
   }
-  if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "ab64" && mode != "ab256" && mode != "bench" &&
+  if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "abmask" && mode != "ab64" && mode != "ab256" && mode != "bench" &&
       mode != "sched" && mode != "wsweep") {
     fprintf(stderr,
             "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], ab256 [reps], sched [reps], wsweep [reps], prof S kind [d], rho, "
@@ -510,6 +510,11 @@ int main(int argc, char **argv)
   if (mode == "ab") {
     for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA, M_DOC}) bench_case(8192, k, 128, 32, reps);
     for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(32768, k, 128, 32, reps);
+    return 0;
+  }
+  if (mode == "abmask") { /* d = 128: the masks with bound vectors, at 8K and 32K */
+    for (int S : {8192, 32768})
+      for (MaskKind k : {M_SWA, M_DOC, M_PREFIX, M_RANDOM, M_SQ}) bench_case(S, k, 128, 32, reps);
     return 0;
   }
   if (mode == "ab64") { /* d = 64 (H = 64): the A/B table of its tile (Cfg<64>, layout.cuh) */

@@ -89,14 +89,16 @@ template <typename T, int DPL> __global__ void __launch_bounds__(128, 4) fm_fwd_
   /* l = 0: nothing visible (O = 0, LSE = -inf); l = NaN (a NaN or +inf score): O, LSE NaN */
   float inv = l != 0.f ? 1.f / l : 0.f, wa = 0.f, lse = l != 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
   if (p.c.o32 && p.c.merge) { /* exact merge with the accumulated (O, LSE) through the LSE */
-    const float la = p.c.lse[lo], mm = fmaxf(la, lse);
+    const float la = p.c.lse[lo];
     __syncwarp();
-    if (mm == -INFINITY) { /* both -inf or NaN (fmaxf drops NaN): keep a NaN of either side */
-      inv = lse != lse ? NAN : 0.f; /* a NaN new part stays NaN even where its accumulator is finite */
-      wa = la != la ? 1.f : 0.f;
-      lse = la + lse;
-    } else {
-      const float ea = expf(la - mm), eb = expf(lse - mm), s = ea + eb;
+    /* a part whose LSE is -inf saw nothing and leaves the other as it is, +inf and NaN included
+       (FMCPUMergePartial's rule); the new part first, so that both -inf keeps O = 0 */
+    if (lse == -INFINITY) {
+      inv = 0.f;
+      wa = 1.f;
+      lse = la;
+    } else if (la != -INFINITY) { /* a NaN on either side gives NaN */
+      const float mm = fmaxf(la, lse), ea = expf(la - mm), eb = expf(lse - mm), s = ea + eb;
       wa = ea / s;
       inv *= eb / s;
       lse = mm + logf(s);

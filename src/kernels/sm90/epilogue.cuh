@@ -12,14 +12,16 @@ namespace fmsm90 {
 /*
  * Weights of an exact merge through the LSE: the accumulated part (LSE la) and a new part
  * (*lse, its O scaled by *wb = 1/l so far) become O = wa O_acc + wb O_new, LSE = log(e^la + e^lse).
- * Both -inf: nothing is visible yet (wa = wb = 0, LSE -inf). fmaxf drops NaN, so m = -inf
- * also when a side is NaN and the other -inf or NaN: then the NaN is kept (O and LSE).
+ * A part whose LSE is -inf saw nothing and leaves the other as it is, +inf and NaN included
+ * (FMCPUMergePartial's rule: e^(la - m) with la = m = +inf would be NaN); the new part first,
+ * so that both -inf keeps the accumulated O = 0. Otherwise a NaN on either side gives NaN.
  */
 __device__ __forceinline__ void merge_weights(float la, float *lse, float *wa, float *wb)
 {
-  const float lb = *lse, m = fmaxf(la, lb);
-  if (m == -INFINITY) { *wa = la != la ? 1.f : 0.f; *wb = lb != lb ? NAN : 0.f; *lse = la + lb; return; }
-  const float ea = __expf(la - m), eb = __expf(lb - m), inv = 1.f / (ea + eb);
+  const float lb = *lse;
+  if (lb == -INFINITY) { *wa = 1.f; *wb = 0.f; *lse = la; return; }
+  if (la == -INFINITY) { *wa = 0.f; return; }
+  const float m = fmaxf(la, lb), ea = __expf(la - m), eb = __expf(lb - m), inv = 1.f / (ea + eb);
   *wa = ea * inv;
   *wb *= eb * inv;
   *lse = m + __logf(ea + eb);

@@ -425,6 +425,7 @@ const char *FMCudaBackwardPathName(const FMAttnProblem *p)
   case 1: {
     const int bm = FMGpuBwdStepRows(&a);
     if (bm != 64) return bm == 80 ? "sm90 wgmma/tma, 80-row steps" : "sm90 wgmma/tma, 128-row steps";
+    if (a.head_dim == 256) return "sm90 wgmma/tma, 64-row steps, 64-key items";
     return FMGpuBwdFirstStore(&a) ? "sm90 wgmma/tma, 64-row steps, dQ first stores" : "sm90 wgmma/tma, 64-row steps";
   }
   case 0: return "fallback simt";

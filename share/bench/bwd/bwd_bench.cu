@@ -7,12 +7,16 @@
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude \
  *     -Xcompiler -fopenmp share/bench/bwd/bwd_bench.cu src/kernels/cuda_bwd.cu src/kernels/sm90/bwd_sm90.cu -o bwd_bench
  *   ./bwd_bench check     the correctness cases (table: case, path, step rows, rel. errors, PASS/FAIL),
- *                         the last two pieces of one backward at 64 and 80 rows
+ *                         the two pieces of one backward at 64 and 80 rows (d = 128), and at d = 256
  *   ./bwd_bench small     one small case (for compute-sanitizer)
  *   ./bwd_bench order     host only: the kernel's work-item order checked over a sweep of shapes, and
  *                         each query block's visiting key blocks (the turns) against the walks
  *   ./bwd_bench det [r]   the deterministic mode beside the default on the masks where it costs most,
  *                         and at d = 64 on full and causal (128-row steps)
+ *   ./bwd_bench ab256 [r] d = 256, H = 16: full, causal, sliding window, causal document at 8K; full,
+ *                         causal at 32K (the deterministic mode is not timed: SIMT at d = 256)
+ *   ./bwd_bench fb256     d = 256, H = 16, one causal sequence of 4096: the Hopper kernel, then the SIMT
+ *                         fallback
  *   ./bwd_bench ab64 [r]  d = 64, H = 64: full, causal, sliding window, causal document at 8K; full,
  *                         causal at 32K (BWD_BM=64 or 128 for the step rows' A/B)
  *   ./bwd_bench bench     8K and 32K, bf16, d = 128, H = 32, 128K tokens per batch
@@ -344,10 +348,10 @@ static int run_case(const Case &c, double tol)
  * mask forced to 80 rows, both adding into one dQ accumulator; against float64 over the union of
  * the keys (the only test that the workspace layout is the same for both step sizes).
  */
-static int run_mixed(double tol)
+static int run_mixed(double tol, int D = 128)
 {
-  const int Sq = 1000, Sk1 = 512, Sk2 = 600, Sk = Sk1 + Sk2, Hq = 4, Hkv = 2, D = 128, G = Hq / Hkv;
-  const double scale = 0.08838834764831845;
+  const int Sq = 1000, Sk1 = 512, Sk2 = 600, Sk = Sk1 + Sk2, Hq = 4, Hkv = 2, G = Hq / Hkv;
+  const double scale = 1.0 / sqrt((double)D);
   HostMask ma = build_mask(M_CAUSAL, Sq, Sk1, 1), mb = build_mask(M_RANDOM, Sq, Sk2, 1);
   auto vis = [&](int i, int j) { return j < Sk1 ? !masked(ma, 0, i, j) : !masked(mb, 0, i, j - Sk1); };
   const size_t nq = (size_t)Sq * Hq * D, nk = (size_t)Sk * Hkv * D;
@@ -463,8 +467,9 @@ static int run_mixed(double tol)
   const int same = aq == gq && ak == gk && av == gv;
   const double deq = std::max(rel(gq, dqr), std::max(rel(gk, dkr), rel(gv, dvr)));
   const int ok = eq <= tol && ek <= tol && ev <= tol && same && deq <= tol;
-  printf("%-34s %-16s path %d bm 64+80  dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n", "bf16 d128 GQA2 pieces 1000x(512+600)",
-         "causal+random", FMGpuBackwardPath(&pb), eq, ek, ev, same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
+  printf("%-34s %-16s path %d bm 64+%-2d dq %.2e dk %.2e dv %.2e  det %s %.2e  %s\n",
+         D == 256 ? "bf16 d256 GQA2 pieces 1000x(512+600)" : "bf16 d128 GQA2 pieces 1000x(512+600)", "causal+random",
+         FMGpuBackwardPath(&pb), FMGpuBwdStepRows(&pb), eq, ek, ev, same ? "same" : "DIFFER", deq, ok ? "PASS" : "FAIL");
   fflush(stdout);
   free_dev_io(io);
   cudaFree(ws), cudaFree(da.packed), cudaFree(da.sum), cudaFree(db.packed), cudaFree(db.sum);
@@ -516,10 +521,12 @@ template <int BM> static double steps_per_block(const HostMask &m)
 static int g_prof_kind = -1; /* prof mode: the one mask kind to run */
 static unsigned g_kinds = ~0u; /* ab mode: the mask kinds to run (bits) */
 static int g_nodet = 0;       /* ab mode: no deterministic run */
-static int g_d = 128; /* head dim of bench and ab (ab64: 64, with H = 64) */
+static int g_d = 128; /* head dim of bench and ab (ab64: 64, with H = 64; ab256: 256, with H = 16) */
+static int g_tokens = 131072; /* tokens per batch (B = g_tokens / S, at least 1) */
+static int g_fb = 0;          /* the SIMT fallback (fb256) */
 static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
 {
-  const int B = 131072 / S, H = g_d == 64 ? 64 : 32, D = g_d;
+  const int B = g_tokens / S > 1 ? g_tokens / S : 1, H = 4096 / g_d, D = g_d;
   if (Hkv <= 0) Hkv = H;
   const size_t n = (size_t)B * S * H * D, nkv = (size_t)B * S * Hkv * D;
   uint16_t *buf[8];
@@ -545,6 +552,7 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
     p.mask_dense = host_dense(m);
     p.step_rows = g_bm;
     p.no_first_store = g_nofs;
+    p.force_fallback = g_fb;
     void *ws;
     CK(cudaMalloc(&ws, FMGpuBackwardWorkspace(&p)));
     p.workspace = ws;
@@ -616,7 +624,7 @@ int main(int argc, char **argv)
               int wrong = ilv != (causal ? 1 : std::max(1, std::min(rows, sms / nblk)));
               std::vector<int> seen((size_t)nitems, -1); /* the item that took (row, kb) */
               fmbwd::Params p{}; /* what decode_item reads; rows = B Hkv with Hkv = 1 */
-              p.nblk = nblk, p.nitems = nitems, p.ilv = ilv, p.deterministic = det, p.Hkv = 1;
+              p.nblk = nblk, p.nkb = nblk, p.nitems = nitems, p.ilv = ilv, p.deterministic = det, p.Hkv = 1;
               for (int t = 0; t < nitems && !wrong; t++) {
                 int kb, hkv, r;
                 fmbwd::decode_item(p, t, &kb, &hkv, &r); /* Hkv = 1: hkv = 0, the batch index is the row */
@@ -682,7 +690,8 @@ int main(int argc, char **argv)
   if (mode == "small") {
     Case c = {"small bf16 d128 GQA2 300x390", 1, 300, 390, 4, 2, 128, 0, 1, 0, M_RANDOM, 0.1f};
     Case c2 = {"small fp16 d64 causal 200x130", 2, 200, 130, 2, 1, 64, 1, 0, 0, M_CAUSAL, 0.125f};
-    const int ok = run_case(c, 2e-2) & run_case(c2, 5e-3);
+    Case c3 = {"small bf16 d256 GQA2 swa 200x330", 1, 200, 330, 4, 2, 256, 0, 0, 0, M_SWA, 0.0625f};
+    const int ok = run_case(c, 2e-2) & run_case(c2, 5e-3) & run_case(c3, 2e-2);
     return ok ? 0 : 1;
   }
   if (mode == "rho") { /* host only: the harness masks' rho and element density (the FLOP conventions) */
@@ -728,6 +737,26 @@ int main(int argc, char **argv)
       g_kinds = 1u << M_SWA | 1u << M_DOC | 1u << M_SQ;
       bench(32768, reps);
     }
+    return 0;
+  }
+  if (mode == "ab256") { /* d = 256, H = 16: full, causal, sliding window, causal document at 8K; full, causal at 32K */
+    const int reps = argc > 2 ? atoi(argv[2]) : 5;
+    g_nodet = 1; /* the deterministic mode takes the SIMT fallback at d = 256 */
+    g_d = 256;
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_SWA | 1u << M_DOC;
+    bench(8192, reps);
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
+    bench(32768, reps);
+    return 0;
+  }
+  if (mode == "fb256") { /* d = 256, H = 16, one sequence of 4096, causal: the Hopper kernel, then the SIMT fallback */
+    g_nodet = 1;
+    g_d = 256;
+    g_tokens = 4096;
+    g_kinds = 1u << M_CAUSAL;
+    bench(4096, 3);
+    g_fb = 1;
+    bench(4096, 1);
     return 0;
   }
   if (mode == "ab64") { /* the ab table at d = 64, H = 64: full, causal, sliding window, causal document at 8K; full, causal at 32K */
@@ -780,11 +809,20 @@ int main(int argc, char **argv)
   /* first stores: about 128 writers per block racing for its flag (prefix LM: not a dense mask,
      so 64-row steps) */
   cs.push_back({"bf16 d128 128x16384 prefix", 1, 128, 16384, 2, 1, 128, 0, 0, 0, M_PREFIX, s128});
-  cs.push_back({"bf16 d256 fallback 600x700", 1, 600, 700, 2, 1, 256, 0, 1, 0, M_RANDOM, 0.0625f});
+  /* d = 256: 64-key items, the head dimension split between the consumers; partial tiles, GQA,
+     S_q != S_k both ways, a ragged last half-block, one and two samples */
+  cs.push_back({"bf16 d256 600x700 per-head", 1, 600, 700, 2, 1, 256, 0, 1, 0, M_RANDOM, 0.0625f});
+  cs.push_back({"fp16 d256 GQA2 1000x1000 causal", 1, 1000, 1000, 4, 2, 256, 1, 0, 0, M_CAUSAL, 0.0625f});
+  cs.push_back({"bf16 d256 1300x700 swa", 1, 1300, 700, 2, 2, 256, 0, 0, 0, M_SWA, 0.0625f});
+  cs.push_back({"bf16 d256 B2 130x300 full", 2, 130, 300, 2, 1, 256, 0, 0, 0, M_FULL, 0.0625f});
+  cs.push_back({"fp16 d256 700x2100 doc", 1, 700, 2100, 2, 1, 256, 1, 0, 0, M_DOC, 0.0625f});
+  cs.push_back({"bf16 d256 1000x1000 prefix", 1, 1000, 1000, 2, 1, 256, 0, 0, 0, M_PREFIX, 0.0625f});
+  cs.push_back({"bf16 d256 forced fallback 300x500", 1, 300, 500, 2, 1, 256, 0, 0, 1, M_SQ, 0.0625f});
   cs.push_back({"fp16 d128 forced fallback 700x600", 1, 700, 600, 4, 2, 128, 1, 1, 1, M_PREFIX, s128});
   int fails = 0;
   for (auto &c : cs) fails += !run_case(c, c.f16 ? 5e-3 : 2e-2);
   fails += !run_mixed(2e-2);
-  printf("check: %d of %zu cases failed\n", fails, cs.size() + 1);
+  fails += !run_mixed(2e-2, 256); /* the ragged first piece (512 + 600: item halves past its keys) at d = 256 */
+  printf("check: %d of %zu cases failed\n", fails, cs.size() + 2);
   return fails ? 1 : 0;
 }

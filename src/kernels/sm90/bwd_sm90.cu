@@ -39,7 +39,9 @@
  * [Q: ST x D/64 chunks of 64 rows][dO: same][dS: 2 x 128 rows x 64][dQ staging: 2 x 64 x 64
  * fp32][lse2: ST x 64][D: ST x 64][column bounds: 128 x int4][item slots][step slots: ST x 8
  * bytes][barriers]; every bf16 chunk has 128-byte rows with the TMA 128-byte swizzle.
- * d = 128: ST = 2, 196 KB; d = 64: ST = 3, 149 KB.
+ * d = 128: ST = 2, 196 KB; d = 64: ST = 3, 149 KB. d = 256 has its own consumer (consumer_w: 64-key
+ * items, the head dimension split between the consumers, P^T and dS^T through shared memory; one
+ * stage, Q's barriers apart from dO's; 210 KB).
  * Register budget: 24 (producer) + 2 x 240; the consumers hold dK, dV (d/2 each), S, dP (BM/2
  * each) and pack P, dS; ptxas spills nothing (the reg_fence copies keep it from hoisting
  * loop-invariant shared-memory addresses, which it would otherwise spill).
@@ -99,8 +101,8 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
     mbar_expect_tx(sy.kv_full, 2 * L::KB);
 #pragma unroll
     for (int c = 0; c < D / 64; c++) {
-      tma_load_4d(smem + L::OFF_K + c * 16384, tmK, sy.kv_full, c * 64, hkv, kb * kBN, b);
-      tma_load_4d(smem + L::OFF_V + c * 16384, tmV, sy.kv_full, c * 64, hkv, kb * kBN, b);
+      tma_load_4d(smem + L::OFF_K + c * L::KC, tmK, sy.kv_full, c * 64, hkv, kb * L::KN, b);
+      tma_load_4d(smem + L::OFF_V + c * L::KC, tmV, sy.kv_full, c * 64, hkv, kb * L::KN, b);
     }
     auto cur = [&](int *kb_, int *hkv_, int *b_) {
       const int sl = 4 * (*pn & 1);
@@ -112,7 +114,14 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
       int kb_, hkv_, b_;
       cur(&kb_, &hkv_, &b_);
       FMBwdWalk w;
-      fmbwd_walk_init<BM>(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N, kb_, p.Sq, p.Sk, p.causal);
+      fmbwd_walk_init<BM>(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N,
+                          L::W ? kb_ >> 1 : kb_, p.Sq, p.Sk, p.causal);
+      if constexpr (L::W) { /* a 64-key half: its own columns for the causal and ragged tests, its block's summaries
+                               (a valid, looser bound for the half) for the rest */
+        w.c0 = kb_ * L::KN;
+        w.c1 = w.c0 + L::KN < p.Sk ? w.c0 + L::KN : p.Sk;
+        w.ragged = w.c0 + L::KN > p.Sk;
+      }
       return fmbwd_walk_next<BM>(&w, q, pt);
     };
     /* Every key block walks its query blocks upwards from the first it sees, so on dense masks the
@@ -134,6 +143,18 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
         st_u32(smem_u32(smem + L::OFF_STEP + 8 * st), (uint32_t)qb);
         st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1 | (BM == 128 ? *pfirst : 0)));
         if constexpr (BM == 128) *pfirst = 0;
+        if constexpr (L::W) { /* dO and D first (the step's first product reads them), then Q and lse2 behind their own barriers */
+          mbar_expect_tx(&sy.full[st], L::QB + BM * 4);
+#pragma unroll
+          for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_DO + c * L::QC, tmDO, &sy.full[st], c * 64, hq, qb * BM, b);
+          bulk_load(smem + L::OFF_DD, p.dsum + lrow, BM * 4, &sy.full[st]);
+          mbar_wait(sy.emptyq, (i & 1) ^ 1);
+          mbar_expect_tx(sy.fullq, L::QB + BM * 4);
+#pragma unroll
+          for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_Q + c * L::QC, tmQ, sy.fullq, c * 64, hq, qb * BM, b);
+          bulk_load(smem + L::OFF_L, p.lse2 + lrow, BM * 4, sy.fullq);
+          continue;
+        }
         mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * BM * 4);
 #pragma unroll
         for (int c = 0; c < D / 64; c++) {
@@ -150,6 +171,10 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
       mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
       st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)kStepEnd);
       mbar_arrive(&sy.full[st]);
+      if constexpr (L::W) { /* Q's barriers pass the end stage too, so that their phases stay the stage's */
+        mbar_wait(sy.emptyq, (i & 1) ^ 1);
+        mbar_arrive(sy.fullq);
+      }
     }
   }
 }
@@ -536,6 +561,244 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
   stop_writer<D, ST, BM>(j, me, sy);
 }
 
+/*
+ * d = 256 (Layout::W). A consumer warp group cannot hold dK and dV of its own 64 keys over 256
+ * columns (128 + 128 registers a thread), so the two consumers split the head dimension instead of
+ * the keys, as FlashAttention-3 does there: an item is 64 keys (half of a summaries' block, whose
+ * summaries bound it), both consumers see all of them, and consumer cw holds dK and dV for columns
+ * 128 cw.. (64 + 64 registers). Per 64-row step:
+ *   dP^T = V dO^T and S^T = K Q^T over the consumer's 32 queries (m64n32, all 256 columns), dP
+ *   first: it needs only dO, which the producer loads before Q (one stage: Q, dO, K and V of 256
+ *   columns, the staging of two 128-column dQ blocks and P and dS take 210 KB);
+ *   P^T and dS^T as at 64 rows, then stored (bf16) to shared memory, each consumer its 32 query
+ *   columns; a barrier over both consumers publishes them (another, before the stores, waits
+ *   until both have retired the last step's products that read them);
+ *   dV += P^T dO and dK += dS^T Q over the consumer's 128 columns (SS, A K-major, B MN-major), then
+ *   dQ = dS K over its 128 columns (SS, both MN-major); dO is released once dV retires, Q once dK
+ *   does, and dQ (two 64-column planes) goes to the writer warp as at d = 128.
+ * The deterministic mode and first stores are not offered here (FMBwdSm90Supported).
+ */
+/* acc[16] = A B^T over 256 columns: A = a 64-row K or V tile, B = 32 rows of a Q or dO tile (b:
+   their first row), both K-major in chunks of 64 columns (64 x 128 bytes, 8 KB apart). */
+template <bool F16> __device__ __forceinline__ void gemm_w_nt(float *acc, uint32_t a, uint32_t b)
+{
+  const uint64_t a0 = desc_join(desc_lo(a, 16), desc_hi(1024)), b0 = desc_join(desc_lo(b, 16), desc_hi(1024));
+#pragma unroll
+  for (int kk = 0; kk < 16; kk++)
+    wgmma_ss<32, F16>(acc, desc_at(a0, (kk / 4) * 8192 + (kk % 4) * 32), desc_at(b0, (kk / 4) * 8192 + (kk % 4) * 32), kk > 0);
+}
+/* acc[64] += A B over 64 queries: A = P^T or dS^T (64 keys x 64 queries, K-major, a 128-byte
+   row per key), B = 128 columns of a Q or dO tile (b: their first chunk; MN-major, the second
+   chunk 8 KB further, LBO). */
+template <bool F16> __device__ __forceinline__ void gemm_w_kv(float *acc, uint32_t a, uint32_t b)
+{
+  const uint64_t a0 = desc_join(desc_lo(a, 16), desc_hi(1024)), b0 = desc_join(desc_lo(b, 8192), desc_hi(1024));
+#pragma unroll
+  for (int u = 0; u < 4; u++) wgmma_ss_t01<128, F16>(acc, desc_at(a0, u * 32), desc_at(b0, u * 2048), 1);
+}
+/* acc[64] = dS K over 64 keys: A = dS read from the dS^T buffer (MN-major), B = 128 columns of the K
+   tile (k: their first chunk; MN-major, the second 8 KB further). */
+template <bool F16> __device__ __forceinline__ void gemm_w_dq(float *acc, uint32_t ds, uint32_t k)
+{
+  const uint64_t a0 = desc_join(desc_lo(ds, 8192), desc_hi(1024)), b0 = desc_join(desc_lo(k, 8192), desc_hi(1024));
+#pragma unroll
+  for (int t = 0; t < 4; t++) wgmma_ss_t11<128, F16>(acc, desc_at(a0, t * 2048), desc_at(b0, t * 2048), t > 0);
+}
+
+/* dK (times scale) and dV of this thread (key rows kr0, kr0 + 8; columns 128 cw + 8k + 2 t4, + 1)
+   to global, in dtype or float. */
+template <bool F16>
+__device__ __forceinline__ void store_dkdv_w(const float *dk, const float *dv, int kb, int hkv, int b, const Me &me, const Params &p)
+{
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int j = kb * 64 + me.kr0 + 8 * h;
+    if (j >= p.Sk) continue;
+    const size_t ok = (size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh + 128 * me.cw + 2 * me.t4;
+    const size_t ov = (size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh + 128 * me.cw + 2 * me.t4;
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+      const float k0 = dk[4 * k + 2 * h] * p.scale, k1 = dk[4 * k + 2 * h + 1] * p.scale, v0 = dv[4 * k + 2 * h], v1 = dv[4 * k + 2 * h + 1];
+      if (p.dkv_f32) {
+        *(float2 *)((float *)p.dk + ok + 8 * k) = make_float2(k0, k1);
+        *(float2 *)((float *)p.dv + ov + 8 * k) = make_float2(v0, v1);
+      } else {
+        *(uint32_t *)((char *)p.dk + (ok + 8 * k) * 2) = pack2<F16>(k0, k1);
+        *(uint32_t *)((char *)p.dv + (ov + 8 * k) * 2) = pack2<F16>(v0, v1);
+      }
+    }
+  }
+}
+
+/* P^T or dS^T (packed: this thread's key rows kr0, kr0 + 8, its 32 query columns 32 cw + 8k + 2 t4)
+   to the 64 x 64 buffer at buf: row = key, 16-byte unit u ^ (row & 7). */
+__device__ __forceinline__ void store_w(const uint32_t *pk, uint32_t buf, const Me &me)
+{
+  uint32_t a = me.kr0 * 128 + me.t4 * 4;
+  reg_fence(a);
+  a += buf;
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    const uint32_t ak = a + ((((uint32_t)(4 * me.cw + k)) ^ (uint32_t)(me.kr0 & 7)) << 4);
+    st_u32(ak, pk[2 * k]);
+    st_u32(ak + 1024, pk[2 * k + 1]);
+  }
+}
+
+template <bool F16> __device__ __forceinline__ void consumer_w(unsigned char *smem, const Params &p)
+{
+  constexpr int D = 256, ST = 1, BM = 64;
+  using L = Layout<D, ST, BM>;
+  Sync<D, ST, BM> sy(smem);
+  const int tid = threadIdx.x, lane = tid & 31;
+  Me me;
+  me.cw = __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0);
+  me.wt = tid & 127;
+  me.w = me.wt >> 5;
+  me.lane = lane;
+  me.t4 = lane & 3;
+  me.kr0 = me.w * 16 + (lane >> 2); /* both consumers: all 64 keys */
+  const uint32_t kaddr = smem_u32(smem + L::OFF_K), vaddr = smem_u32(smem + L::OFF_V);
+  const uint32_t qaddr = smem_u32(smem + L::OFF_Q), daddr = smem_u32(smem + L::OFF_DO);
+  const uint32_t paddr = smem_u32(smem + L::OFF_DS), dsaddr = paddr + L::DSB;
+  float dk[64], dv[64], s[16], dp[16], dq[64];
+  uint32_t pp[8], ps[8];
+  int i = 0, j = 0;
+  for (int n = 0;; n++) {
+    mbar_wait(sy.item_full, n & 1);
+    if (sy.item[4 * (n & 1)] >= p.nitems) break;
+    const int kb = sy.item[4 * (n & 1) + 1], hkv = sy.item[4 * (n & 1) + 2], b = sy.item[4 * (n & 1) + 3];
+#pragma unroll
+    for (int t = 0; t < 64; t++) dk[t] = dv[t] = 0.f;
+    mbar_wait(sy.kv_full, n & 1);
+    int gcur = -1, bh = 0;
+    const int4 *bnd = p.packed;
+    for (;;) {
+      i = __shfl_sync(0xffffffffu, i, 0);
+      mbar_wait(&sy.full[0], i & 1);
+      const int2 sd = ld_s2(smem_u32(smem + L::OFF_STEP));
+      const int qb = sd.x, fl = sd.y, ph = i & 1;
+      i++;
+      if (fl == kStepEnd) {
+        mbar_wait(sy.fullq, ph);
+        __syncwarp();
+        if (lane == 0) {
+          mbar_arrive(&sy.empty[0]);
+          mbar_arrive(sy.emptyq);
+        }
+        break;
+      }
+      const int part = fl & 1, g = fl >> 1;
+      if (g != gcur) {
+        const int hq = hkv * p.G + g, mh = b * p.mstride + hq / p.hpm;
+        bnd = p.packed + ((size_t)mh * p.nblk + (kb >> 1)) * kBN + (kb & 1) * 64;
+        bh = b * p.Hq + hq;
+        gcur = g;
+      }
+      uint32_t ka = kaddr, va = vaddr, qa = qaddr, da = daddr;
+      reg_fence(ka);
+      reg_fence(va);
+      reg_fence(qa);
+      reg_fence(da);
+#pragma unroll
+      for (int t = 0; t < 16; t++) {
+        s[t] = dp[t] = 0.f;
+        reg_fence(s[t]); /* written before the fence: S is issued after the wait for Q, below it */
+        reg_fence(dp[t]);
+      }
+      wgmma_fence();
+      gemm_w_nt<F16>(dp, va, da + me.cw * 4096);
+      wgmma_commit();
+      mbar_wait(sy.fullq, ph);
+      wgmma_fence(); /* after the wait's loop (else ptxas inserts its own arrive, C7519) */
+      gemm_w_nt<F16>(s, ka, qa + me.cw * 4096);
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int t = 0; t < 16; t++) {
+        reg_fence(s[t]);
+        reg_fence(dp[t]);
+      }
+      uint32_t ls = smem_u32(smem + L::OFF_L) + 128 * me.cw + 8 * me.t4;
+      reg_fence(ls);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const float2 l2 = ld_f2(ls + 32 * k);
+        s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
+        s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
+        s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
+        s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
+      }
+      if (part) { /* row bit masks of the thread's two key columns over the consumer's 32 queries */
+        const int off = p.Sk - p.Sq, m0 = qb * BM + 32 * me.cw, j0 = kb * 64 + me.kr0;
+        const uint32_t w0 = tile_rows_masked<uint32_t>(__ldg(bnd + me.kr0), m0, j0, p.causal, off) >> (2 * me.t4);
+        const uint32_t w1 = tile_rows_masked<uint32_t>(__ldg(bnd + me.kr0 + 8), m0, j0 + 8, p.causal, off) >> (2 * me.t4);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            if ((w0 >> (8 * k + e)) & 1u) s[4 * k + e] = 0.f;
+            if ((w1 >> (8 * k + e)) & 1u) s[4 * k + 2 + e] = 0.f;
+          }
+      }
+#pragma unroll
+      for (int t = 0; t < 8; t++) pp[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const float2 d2 = ld_f2(ls + (L::OFF_DD - L::OFF_L) + 32 * k);
+        dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
+        dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
+        dp[4 * k + 2] = s[4 * k + 2] * (dp[4 * k + 2] - d2.x);
+        dp[4 * k + 3] = s[4 * k + 3] * (dp[4 * k + 3] - d2.y);
+      }
+#pragma unroll
+      for (int t = 0; t < 8; t++) ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
+      named_sync(1, 256); /* both consumers retired the last step's products, which read P^T and dS^T */
+      store_w(pp, paddr, me);
+      store_w(ps, dsaddr, me);
+      fence_proxy_async();
+      named_sync(2, 256); /* both halves of P^T and dS^T stored */
+      uint32_t pa = paddr, sa = dsaddr;
+      reg_fence(pa);
+      reg_fence(sa);
+      wgmma_fence();
+      gemm_w_kv<F16>(dv, pa, da + me.cw * 16384);
+      wgmma_commit();
+      gemm_w_kv<F16>(dk, sa, qa + me.cw * 16384);
+      wgmma_commit();
+      gemm_w_dq<F16>(dq, sa, ka + me.cw * 16384);
+      wgmma_commit();
+      wgmma_wait<2>(); /* dV retired: dO and D are no longer read */
+#pragma unroll
+      for (int t = 0; t < 64; t++) reg_fence(dv[t]);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&sy.empty[0]);
+      wgmma_wait<1>(); /* dK retired: Q and lse2 are no longer read */
+#pragma unroll
+      for (int t = 0; t < 64; t++) reg_fence(dk[t]);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sy.emptyq);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int t = 0; t < 64; t++) reg_fence(dq[t]);
+      {
+        DqStep d;
+        d.tix = (bh * p.nqb + qb) * 4 + me.cw;
+        d.arow = (bh * 4 + 2 * me.cw) * p.Sqp + qb * BM;
+        d.turn = kb;
+        d.ph = (j & 1) ^ 1;
+        mbar_wait(&sy.dq_empty[me.cw], d.ph); /* the writer has read the last block from this buffer */
+        stage_dq<D, ST, BM>(dq, (float *)(smem + L::OFF_DQ + me.cw * L::DQB), d, me, sy);
+      }
+      j++;
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sy.kv_empty);
+    store_dkdv_w<F16>(dk, dv, kb, hkv, b, me, p);
+  }
+  stop_writer<D, ST, BM>(j, me, sy);
+}
+
 template <int D, int ST, int BM, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
   bwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
@@ -552,6 +815,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&sy.full[s], 1);
       mbar_init(&sy.empty[s], 8);
     }
+    if constexpr (Layout<D, ST, BM>::W) {
+      mbar_init(sy.fullq, 1);
+      mbar_init(sy.emptyq, 8);
+    }
     for (int c = 0; c < 2; c++) {
       mbar_init(&sy.dq_full[c], 4); /* one arrival per warp of the consumer */
       mbar_init(&sy.dq_empty[c], 1);
@@ -565,7 +832,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     else if (threadIdx.x >= 32 && threadIdx.x < 96) dq_writer<D, ST, BM>(smem, p, (threadIdx.x >> 5) - 1);
   } else {
     setmaxnreg_inc<240>();
-    consumer<D, ST, BM, F16>(smem, p);
+    if constexpr (Layout<D, ST, BM>::W) consumer_w<F16>(smem, p);
+    else consumer<D, ST, BM, F16>(smem, p);
   }
 }
 
@@ -598,8 +866,8 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
   cudaError_t e;
   if ((e = make_map(&tq, a->q, &a->sq, a->batch, a->seqlen_q, a->heads_q, D, BM, F16)) != cudaSuccess) return e;
   if ((e = make_map(&tdo, a->dout, &a->sdo, a->batch, a->seqlen_q, a->heads_q, D, BM, F16)) != cudaSuccess) return e;
-  if ((e = make_map(&tk, a->k, &a->sk, a->batch, a->seqlen_k, a->heads_kv, D, kBN, F16)) != cudaSuccess) return e;
-  if ((e = make_map(&tv, a->v, &a->sv, a->batch, a->seqlen_k, a->heads_kv, D, kBN, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tk, a->k, &a->sk, a->batch, a->seqlen_k, a->heads_kv, D, L::KN, F16)) != cudaSuccess) return e;
+  if ((e = make_map(&tv, a->v, &a->sv, a->batch, a->seqlen_k, a->heads_kv, D, L::KN, F16)) != cudaSuccess) return e;
   Params p;
   p.dk = a->dk;
   p.dv = a->dv;
@@ -620,13 +888,15 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
   p.nqb = (a->seqlen_q + BM - 1) / BM;
   p.Sqp = w->sqp;
   p.B = a->batch;
-  p.nitems = a->nblk * a->heads_kv * a->batch;
+  p.nkb = L::W ? (a->seqlen_k + L::KN - 1) / L::KN : a->nblk;
+  p.nitems = p.nkb * a->heads_kv * a->batch;
   p.counter = w->counter;
   p.dkv_f32 = a->dkv_f32;
   p.dkv_vec = !a->dkv_f32 && !(((uintptr_t)a->dk | (uintptr_t)a->dv) & 15) && strides_ok(&a->sdk) && strides_ok(&a->sdv);
   p.deterministic = a->deterministic != 0;
   p.first_store = w->first_store;
-  if (p.first_store && (BM != 64 || p.deterministic)) return cudaErrorInvalidValue; /* FMGpuBwdFirstStore */
+  if (p.first_store && (BM != 64 || p.deterministic || L::W)) return cudaErrorInvalidValue; /* FMGpuBwdFirstStore */
+  if (L::W && p.deterministic) return cudaErrorInvalidValue;                                 /* FMBwdSm90Supported */
   p.turn = w->turn;
   p.G = a->heads_q / a->heads_kv;
   p.hpm = a->heads_q / a->mask_heads;
@@ -642,7 +912,7 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
     if (dev >= 0 && dev < 64) attr_done[dev] = 1, nsm[dev] = sms;
   } else sms = nsm[dev];
-  p.ilv = fmbwd_ilv(sms, p.nblk, p.nitems / p.nblk, p.causal); /* deterministic mode: decode_item */
+  p.ilv = fmbwd_ilv(sms, p.nkb, p.nitems / p.nkb, p.causal); /* deterministic mode: decode_item */
   if (p.deterministic) {
     turn_init<D, BM><<<dim3((p.nqb + 255) / 256, p.Hq, p.B), 256, 0, stream>>>(p);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
@@ -657,6 +927,7 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
 #define FMBWD_ST128 2
 #define FMBWD_ST64 3
 #define FMBWD_ST64_128 2 /* d = 64 on 128-row steps */
+#define FMBWD_ST256 1    /* d = 256: one stage (Layout::W) */
 
 
 int FMBwdSm90Supported(const FMGpuBwdParams *a)
@@ -667,6 +938,7 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
     need = FMGpuBwdStepRows(a) == 80 ? fmbwd::Layout<128, FMBWD_ST128, 80>::BYTES : fmbwd::Layout<128, FMBWD_ST128, 64>::BYTES;
   else if (a->head_dim == 64)
     need = FMGpuBwdStepRows(a) == 128 ? fmbwd::Layout<64, FMBWD_ST64_128, 128>::BYTES : fmbwd::Layout<64, FMBWD_ST64, 64>::BYTES;
+  else if (a->head_dim == 256 && !a->deterministic) need = fmbwd::Layout<256, FMBWD_ST256, 64>::BYTES; /* no turns at d = 256 */
   else return 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -674,7 +946,7 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
       cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     return 0;
   if (major != 9 || minor != 0 || need > (size_t)maxsm) return 0;
-  if (a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N || (long long)a->nblk * a->heads_kv * a->batch > (1ll << 30))
+  if (a->nblk != (a->seqlen_k + FMBWD_BLOCK_N - 1) / FMBWD_BLOCK_N || 2ll * a->nblk * a->heads_kv * a->batch > (1ll << 30))
     return 0;
   /* the dQ writers' turn words and accumulator rows are indexed in 32 bits (the summaries are
      read through size_t offsets); 64-row blocks are the most of any step size */
@@ -691,6 +963,8 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
 
 cudaError_t FMBwdSm90Launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStream_t s)
 {
+  if (a->head_dim == 256)
+    return a->fp16 ? fmbwd::launch<256, FMBWD_ST256, 64, true>(a, w, s) : fmbwd::launch<256, FMBWD_ST256, 64, false>(a, w, s);
   if (a->head_dim == 128 && FMGpuBwdStepRows(a) == 80)
     return a->fp16 ? fmbwd::launch<128, FMBWD_ST128, 80, true>(a, w, s) : fmbwd::launch<128, FMBWD_ST128, 80, false>(a, w, s);
   if (a->head_dim == 128)

@@ -36,22 +36,29 @@ template <int D, int BM> struct DqSplit {
 };
 
 /*
- * BM = 64, 80 (d = 128 only) or 128 (d = 64 only). At 80 the per-item column bounds (2 KB) do not
+ * BM = 64, 80 (d = 128 only) or 128 (d = 64 only); d = 256 (W): 64 rows, one stage, 64-key items
+ * (bwd_sm90.cu's comment at consumer_w says why). At 80 the per-item column bounds (2 KB) do not
  * fit: with them the layout would exceed the 227 KB a CTA may have, and without them 536 bytes are
  * left. So the consumers read their two columns' bounds from global memory (L1) on partial steps
  * instead of staging them. At 128 dS^T is two chunks of 64 query columns (each 128 keys x 128 B).
  */
 template <int D, int ST, int BM> struct Layout {
   static_assert(BM == 64 || (BM == 80 && D == 128) || (BM == 128 && D == 64), "step rows: 64, 80 for d = 128, 128 for d = 64");
-  static constexpr bool BND_SMEM = BM != 80; /* the column bounds staged in shared memory */
-  static constexpr int KB = kBN * D * 2;  /* K or V tile; chunks of 128 x 64 (16 KB) */
+  static_assert(D != 256 || (ST == 1 && BM == 64), "d = 256: one stage of 64 rows");
+  static constexpr bool W = D == 256;           /* the head dimension split between the consumers (consumer_w) */
+  static constexpr int KN = W ? 64 : kBN;       /* keys per item */
+  static constexpr bool BND_SMEM = BM != 80 && !W; /* the column bounds staged in shared memory */
+  static constexpr int KC = KN * 128;           /* one 64-column chunk of K or V (16 KB; 8 KB at W) */
+  static constexpr int KB = KN * D * 2;         /* K or V tile: D / 64 chunks */
   static constexpr int QB = BM * D * 2;   /* Q or dO tile; chunks of BM x 64 (BM x 128 B, 8 KB for 64) */
   static constexpr int QC = BM * 128;     /* one such chunk */
-  static constexpr int DSB = kBN * BM * 2;
-  static constexpr int NDS = DqSplit<D, BM>::own ? 1 : 2; /* dS buffers: shared halves need two (the other consumer may still read) */
+  static constexpr int DSB = KN * BM * 2;
+  /* dS buffers: shared halves need two (the other consumer may still read); W: P^T and dS^T */
+  static constexpr int NDS = DqSplit<D, BM>::own ? 1 : 2;
   static constexpr int DQR = BM == 80 ? 80 : 64; /* rows of a consumer's dQ block */
-  static constexpr int DQN = DQR / 2;            /* its accumulator registers a thread */
-  static constexpr int DQB = DQR * 64 * 4;
+  static constexpr int DQP = W ? 2 : 1;          /* its 64-column accumulator planes */
+  static constexpr int DQN = DQP * DQR / 2;      /* its accumulator registers a thread */
+  static constexpr int DQB = DQP * DQR * 64 * 4;
   static constexpr int OFF_K = 0;
   static constexpr int OFF_V = OFF_K + KB;
   static constexpr int OFF_Q = OFF_V + KB;
@@ -65,7 +72,8 @@ template <int D, int ST, int BM> struct Layout {
   static constexpr int OFF_ITEM = OFF_BND + (BND_SMEM ? kBN * 16 : 0);
   static constexpr int OFF_STEP = OFF_ITEM + 128; /* per stage the step slot: {query block, flags} (kStepEnd below) */
   static constexpr int OFF_BAR = OFF_STEP + ST * 8;
-  static constexpr int BYTES = OFF_BAR + (7 + 2 * ST) * 8 + 1024; /* + alignment slack */
+  static constexpr int NBAR = 7 + 2 * ST + (W ? 2 : 0); /* W: Q's full and empty apart from dO's */
+  static constexpr int BYTES = OFF_BAR + NBAR * 8 + 1024; /* + alignment slack */
   static_assert(OFF_K == 0, "the consumers address barriers from K's address");
   static_assert(BYTES <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
@@ -81,7 +89,8 @@ struct Params {
   int Sqp;      /* the workspace's padded rows (fmbwd_sqp) */
   int G, hpm;   /* query heads per kv head, per mask head (host-divided: no registers held) */
   int mstride;  /* mask rows per sample: mask_heads when the mask has a batch (mask_batch > 1), else 0 */
-  int nitems;   /* nblk * Hkv * B work items, key block fastest */
+  int nkb;      /* items per (batch, kv head): nblk, or at d = 256 the 64-key halves of the blocks */
+  int nitems;   /* nkb * Hkv * B work items, key block fastest */
   int *counter; /* items handed out so far (zero at launch) */
   int dkv_f32;  /* dk, dv are float (pieces the caller reduces) */
   int dkv_vec;  /* dk, dv in dtype, 16-byte aligned rows: 16-byte stores (store_dkdv) */
@@ -94,7 +103,7 @@ struct Params {
 };
 
 /*
- * Item t: key block t % nblk, then kv head, then batch. The CTAs running at one time share a few
+ * Item t: key block t % nkb (at d = 256 a 64-key half), then kv head, then batch. The CTAs running at one time share a few
  * (batch, head) pairs, so the dQ accumulator rows they add into stay in L2 (key block slowest,
  * heaviest first, put 132 heads' accumulators in flight and ran 18% slower).
  * Deterministic mode: key blocks in decreasing order (the order of the adds into each dQ block,
@@ -111,15 +120,15 @@ __host__ __device__ __forceinline__ void decode_item(const Params &p, int t, int
 {
   int r, k;
   if (p.deterministic) {
-    const int per = p.ilv * p.nblk, g = t / per, w = t - g * per, rows = p.nitems / p.nblk;
+    const int per = p.ilv * p.nkb, g = t / per, w = t - g * per, rows = p.nitems / p.nkb;
     int c = rows - g * p.ilv;
     c = c < 1 ? 1 : c > p.ilv ? p.ilv : c; /* the last group may hold fewer rows (and t >= nitems none) */
     k = w / c;
     r = g * p.ilv + (w - k * c);
-    k = p.nblk - 1 - k;
+    k = p.nkb - 1 - k;
   } else {
-    r = t / p.nblk;
-    k = t - r * p.nblk;
+    r = t / p.nkb;
+    k = t - r * p.nkb;
   }
   *kb = k;
   *hkv = r % p.Hkv;
@@ -201,6 +210,7 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dqt(float *dq, 
 /* Barriers and the item slots in shared memory. */
 template <int D, int ST, int BM> struct Sync {
   uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;
+  uint64_t *fullq, *emptyq; /* Layout::W: Q and lse2 (full, empty: dO and D) */
   volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
   volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [2] accumulator row, [7] stop */
   __device__ __forceinline__ explicit Sync(unsigned char *smem)
@@ -213,6 +223,8 @@ template <int D, int ST, int BM> struct Sync {
     empty = bars + 3 + ST;
     dq_full = bars + 3 + 2 * ST;
     dq_empty = bars + 5 + 2 * ST;
+    fullq = bars + 7 + 2 * ST;
+    emptyq = bars + 8 + 2 * ST;
     item = (volatile int *)(smem + Layout<D, ST, BM>::OFF_ITEM);
     dqs = item + 16;
   }

@@ -39,7 +39,9 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
   } else {
     /* fmbwd_swz flips only bits 3..4 of the column (fmbwd_swz_bits), so column 8k + 2 t4 of row r
        sits at byte 256 r + 8 t4 + 4 fmbwd_swz_bits(r) ^ 32 k; the staging buffer is 1024-byte
-       aligned, so that is a(r) ^ (k << 5) with a(r) the buffer plus the rest: one LOP3 per store. */
+       aligned, so that is a(r) ^ (k << 5) with a(r) the buffer plus the rest: one LOP3 per store.
+       d = 256: two planes of 64 columns (16 KB each), columns 64..127 of the consumer's half in the
+       second. */
     const int r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
     uint32_t a0 = 256 * r0 + 8 * me.t4 + 4 * fmbwd_swz_bits(r0), a1 = 256 * r1 + 8 * me.t4 + 4 * fmbwd_swz_bits(r1);
     reg_fence(a0);
@@ -47,9 +49,9 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
     a0 += smem_u32(stg);
     a1 += smem_u32(stg);
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-      st_f2(a0 ^ (uint32_t)(k << 5), dq[4 * k], dq[4 * k + 1]);
-      st_f2(a1 ^ (uint32_t)(k << 5), dq[4 * k + 2], dq[4 * k + 3]);
+    for (int k = 0; k < 8 * Layout<D, ST, BM>::DQP; k++) {
+      st_f2((a0 ^ (uint32_t)((k & 7) << 5)) + (k >> 3) * 16384, dq[4 * k], dq[4 * k + 1]);
+      st_f2((a1 ^ (uint32_t)((k & 7) << 5)) + (k >> 3) * 16384, dq[4 * k + 2], dq[4 * k + 3]);
     }
   }
   fence_proxy_async();
@@ -163,7 +165,8 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       if (p.first_store) {
         const int f = ld_acquire(word);
         if (f != 2 && atom_cas_acquire(word, 0, 1) == 0) {
-          bulk_store(p.dqacc + off, stg, L::DQB);
+#pragma unroll
+          for (int pl = 0; pl < L::DQP; pl++) bulk_store(p.dqacc + off + (size_t)pl * p.Sqp * 64, stg + pl * 4096, L::DQB / L::DQP);
           bulk_commit();
           bulk_wait_read0();
           mbar_arrive(&sy.dq_empty[cw]);
@@ -174,7 +177,9 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
         } else wait_word(word, 2, f);
       } else if (p.deterministic) wait_word(word, mine, ld_acquire(word));
       if (!stored) {
-        bulk_reduce_add(p.dqacc + off, stg, L::DQB);
+#pragma unroll
+        for (int pl = 0; pl < L::DQP; pl++) /* d = 256: the consumer's two planes, Sqp rows apart */
+          bulk_reduce_add(p.dqacc + off + (size_t)pl * p.Sqp * 64, stg + pl * 4096, L::DQB / L::DQP);
         bulk_commit();
         bulk_wait_read0();
         mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */

@@ -161,6 +161,74 @@ __device__ __forceinline__ void wgmma_ss_m64n80k16_f16_t10(float *d, uint64_t da
     : "l"(da), "l"(db), "r"(accum));
 }
 
+/* ---- the backward at d = 256: S^T, dP^T over 32 queries (t00), dV, dK (t01) and dQ (t11) over 128 columns ---- */
+
+/* d[16] = (accum ? d : 0) + A * B^T: m64n32k16, bf16, A and B K-major in shared memory. */
+__device__ __forceinline__ void wgmma_ss_m64n32k16_bf16(float *d, uint64_t da, uint64_t db, int accum)
+{
+  asm volatile(
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+    : "l"(da), "l"(db), "r"(accum));
+}
+
+/* d[64] = (accum ? d : 0) + A * B^T: m64n128k16, bf16, A K-major, B MN-major (transposed) in shared memory. */
+__device__ __forceinline__ void wgmma_ss_m64n128k16_bf16_t01(float *d, uint64_t da, uint64_t db, int accum)
+{
+  asm volatile(
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    : "l"(da), "l"(db), "r"(accum));
+}
+
+/* d[64] = (accum ? d : 0) + A * B^T: m64n128k16, bf16, both MN-major (transposed) in shared memory. */
+__device__ __forceinline__ void wgmma_ss_m64n128k16_bf16_t11(float *d, uint64_t da, uint64_t db, int accum)
+{
+  asm volatile(
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 1;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    : "l"(da), "l"(db), "r"(accum));
+}
+
+/* d[16] = (accum ? d : 0) + A * B^T: m64n32k16, f16, A and B K-major in shared memory. */
+__device__ __forceinline__ void wgmma_ss_m64n32k16_f16(float *d, uint64_t da, uint64_t db, int accum)
+{
+  asm volatile(
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+    : "l"(da), "l"(db), "r"(accum));
+}
+
+/* d[64] = (accum ? d : 0) + A * B^T: m64n128k16, f16, A K-major, B MN-major (transposed) in shared memory. */
+__device__ __forceinline__ void wgmma_ss_m64n128k16_f16_t01(float *d, uint64_t da, uint64_t db, int accum)
+{
+  asm volatile(
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    : "l"(da), "l"(db), "r"(accum));
+}
+
+/* d[64] = (accum ? d : 0) + A * B^T: m64n128k16, f16, both MN-major (transposed) in shared memory. */
+__device__ __forceinline__ void wgmma_ss_m64n128k16_f16_t11(float *d, uint64_t da, uint64_t db, int accum)
+{
+  asm volatile(
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 1;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    : "l"(da), "l"(db), "r"(accum));
+}
+
 /* ---- the forward's d = 256 shape (P V with 64-key tiles) ---- */
 
 /* d[128] += A * B: m64n256k16, bf16, A in registers, B MN-major in shared memory (trans-b = 1). */
@@ -211,11 +279,14 @@ __device__ __forceinline__ void wgmma_ss_m64n176k16_f16(float *d, uint64_t da, u
 
 /* ---- one template per family, over the shapes above ---- */
 
-/* wgmma_ss<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 64, 80, 128, 176. */
+/* wgmma_ss<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 32, 64, 80, 128, 176. */
 template <int N, bool F16> __device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int accum)
 {
-  static_assert(N == 64 || N == 80 || N == 128 || N == 176, "wgmma_ss: no such shape");
-  if constexpr (N == 64) {
+  static_assert(N == 32 || N == 64 || N == 80 || N == 128 || N == 176, "wgmma_ss: no such shape");
+  if constexpr (N == 32) {
+    if constexpr (F16) wgmma_ss_m64n32k16_f16(d, da, db, accum);
+    else wgmma_ss_m64n32k16_bf16(d, da, db, accum);
+  } else if constexpr (N == 64) {
     if constexpr (F16) wgmma_ss_m64n64k16_f16(d, da, db, accum);
     else wgmma_ss_m64n64k16_bf16(d, da, db, accum);
   } else if constexpr (N == 80) {
@@ -230,6 +301,16 @@ template <int N, bool F16> __device__ __forceinline__ void wgmma_ss(float *d, ui
   }
 }
 
+/* wgmma_ss_t01<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 128. */
+template <int N, bool F16> __device__ __forceinline__ void wgmma_ss_t01(float *d, uint64_t da, uint64_t db, int accum)
+{
+  static_assert(N == 128, "wgmma_ss_t01: no such shape");
+  if constexpr (N == 128) {
+    if constexpr (F16) wgmma_ss_m64n128k16_f16_t01(d, da, db, accum);
+    else wgmma_ss_m64n128k16_bf16_t01(d, da, db, accum);
+  }
+}
+
 /* wgmma_ss_t10<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 80. */
 template <int N, bool F16> __device__ __forceinline__ void wgmma_ss_t10(float *d, uint64_t da, uint64_t db, int accum)
 {
@@ -240,13 +321,16 @@ template <int N, bool F16> __device__ __forceinline__ void wgmma_ss_t10(float *d
   }
 }
 
-/* wgmma_ss_t11<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 64. */
+/* wgmma_ss_t11<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 64, 128. */
 template <int N, bool F16> __device__ __forceinline__ void wgmma_ss_t11(float *d, uint64_t da, uint64_t db, int accum)
 {
-  static_assert(N == 64, "wgmma_ss_t11: no such shape");
+  static_assert(N == 64 || N == 128, "wgmma_ss_t11: no such shape");
   if constexpr (N == 64) {
     if constexpr (F16) wgmma_ss_m64n64k16_f16_t11(d, da, db, accum);
     else wgmma_ss_m64n64k16_bf16_t11(d, da, db, accum);
+  } else if constexpr (N == 128) {
+    if constexpr (F16) wgmma_ss_m64n128k16_f16_t11(d, da, db, accum);
+    else wgmma_ss_m64n128k16_bf16_t11(d, da, db, accum);
   }
 }
 

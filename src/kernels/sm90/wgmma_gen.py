@@ -8,14 +8,15 @@ are generated).
 Wrappers, for each type in (bf16, f16):
   wgmma_ss_m64n<N>k16_<t>(d, da, db, accum)      d[N/2] = (accum ? d : 0) + A * B^T, A and B
                                                  K-major in shared memory (descriptors da, db),
-                                                 N = 128 and 176 (forward), 64 and 80 (backward;
+                                                 N = 128 and 176 (forward), 32, 64 and 80 (backward;
                                                  80 also the forward's wide d = 256 tile)
   wgmma_ss_m64n<N>k16_<t>_t<a><b>(...)           the same with A (a = 1) and/or B (b = 1)
-                                                 transposed (MN-major): N = 64 t11, N = 80 t10
+                                                 transposed (MN-major): N = 64 and 128 t11, N = 80
+                                                 t10, N = 128 t01
   wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
                                                  in shared memory (trans-b = 1), N = 64, 128, 256
 and, so that a kernel templated on its tile picks the form in one place, one template per family
-over N and the type: wgmma_ss<N, F16>, wgmma_ss_t10<N, F16>, wgmma_ss_t11<N, F16> and
+over N and the type: wgmma_ss<N, F16>, wgmma_ss_t01<N, F16>, wgmma_ss_t10<N, F16>, wgmma_ss_t11<N, F16> and
 wgmma_rs<N, F16>, with the wrappers' arguments.
 The output is committed; `make` regenerates it when this script changes.
 """
@@ -104,15 +105,18 @@ def main():
     text += "".join(ss(t, 64) + ss(t, 64, 1, 1) for t in ("bf16", "f16"))
     text += "\n/* ---- the backward's 80-row step (d = 128): S^T, dP^T (t00) and dQ^T = K^T dS^T (t10) ---- */\n"
     text += "".join(ss(t, 80) + ss(t, 80, 1, 0) for t in ("bf16", "f16"))
+    text += "\n/* ---- the backward at d = 256: S^T, dP^T over 32 queries (t00), dV, dK (t01) and dQ (t11) over 128 columns ---- */\n"
+    text += "".join(ss(t, 32) + ss(t, 128, 0, 1) + ss(t, 128, 1, 1) for t in ("bf16", "f16"))
     text += "\n/* ---- the forward's d = 256 shape (P V with 64-key tiles) ---- */\n"
     text += "".join(rs(t, 256) for t in ("bf16", "f16"))
     text += "\n/* ---- the forward's wide tile at d = 128 (S = Q K^T over 176 keys) ---- */\n"
     text += "".join(ss(t, 176) for t in ("bf16", "f16"))
     text += "\n/* ---- one template per family, over the shapes above ---- */\n"
     ssp, ssa = "float *d, uint64_t da, uint64_t db, int accum", "d, da, db, accum"
-    text += dispatch("wgmma_ss", (64, 80, 128, 176), ssp, ssa)
+    text += dispatch("wgmma_ss", (32, 64, 80, 128, 176), ssp, ssa)
+    text += dispatch("wgmma_ss_t01", (128,), ssp, ssa)
     text += dispatch("wgmma_ss_t10", (80,), ssp, ssa)
-    text += dispatch("wgmma_ss_t11", (64,), ssp, ssa)
+    text += dispatch("wgmma_ss_t11", (64, 128), ssp, ssa)
     text += dispatch("wgmma_rs", (64, 128, 256), "float *d, const uint32_t *a, uint64_t db", "d, a, db")
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "wgmma_gen.cuh")
     if out == "-":

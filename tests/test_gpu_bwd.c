@@ -10,7 +10,8 @@
  * Non-finite inputs (a NaN in Q) give the CPU backend's non-finite elements and leave the others
  * as the CPU computes them; -fm_check_finite's scan kernel names the element (run_nonfinite).
  * The deterministic leg (FMPlanSetDeterministic after FMPlanSetUp): full, causal and
- * causal_document at 4099 x 4099, GQA 2:1, d = 128 bf16 and d = 64 fp16, the backward run twice
+ * causal_document at 4099 x 4099, GQA 2:1, d = 128 bf16 and d = 64 fp16, and causal_document at
+ * 2051 x 2051, GQA 2:1, d = 256 bf16 (64-key items), the backward run twice
  * on the same inputs (outputs poisoned with NaN before each): dq, dk, dv the same bytes both
  * times, and within the reference's tolerance. -deterministic runs this leg alone.
  * Exit 77 without CUDA or without a GPU (no device or no driver at all); a CUDA error from the
@@ -448,7 +449,7 @@ int main(int argc, char **argv)
   { Case c = {FMMASKCAUSAL, 1, 4099, 1000, 2, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {FMMASKCAUSAL, 1, 1000, 4099, 4, 1, 1, 128, FM_DTYPE_FP16, 0.05}; cs[ncase++] = c; }
   { Case c = {FMMASKSLIDINGWINDOW, 1, 4099, 4099, 1, 1, 1, 64, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
-  /* d = 256 (fallback), tiny and edge sizes */
+  /* d = 256 (the Hopper kernel's 64-key items), tiny and edge sizes */
   { Case c = {FMMASKCAUSALDOCUMENT, 1, 600, 600, 2, 1, 1, 256, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {FMMASKCAUSAL, 1, 1, 1, 1, 1, 1, 128, FM_DTYPE_BF16, 0}; cs[ncase++] = c; }
   { Case c = {FMMASKFULL, 3, 130, 70, 2, 1, 1, 128, FM_DTYPE_FP16, 0}; cs[ncase++] = c; }
@@ -467,6 +468,10 @@ int main(int argc, char **argv)
     Case c = {dtypes[t % 3], 1, 4099, 4099, 2, 1, 1, t < 3 ? 128 : 64, t < 3 ? FM_DTYPE_BF16 : FM_DTYPE_FP16, 0, 1};
     cs[ncase++] = c;
   }
+  { /* and d = 256 (64-key items: the turns go by halves of the summaries' blocks), GQA 2:1, odd length */
+    Case c = {FMMASKCAUSALDOCUMENT, 1, 2051, 2051, 4, 2, 1, 256, FM_DTYPE_BF16, 0, 1};
+    cs[ncase++] = c;
+  }
 
   FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
   FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
@@ -478,7 +483,7 @@ int main(int argc, char **argv)
     fails += run_case(ctx, i, &cs[i], seed + 7919 * (uint64_t)i);
     run++;
   }
-  if (only < 0 && !detonly) { /* non-finite inputs: the Hopper backward (D 64, 128) and the SIMT one (D 256) */
+  if (only < 0 && !detonly) { /* non-finite inputs: the Hopper backward at D 64, 128 and 256 */
     fails += run_nonfinite(ctx, 64, FM_DTYPE_BF16);
     fails += run_nonfinite(ctx, 128, FM_DTYPE_FP16);
     fails += run_nonfinite(ctx, 256, FM_DTYPE_BF16);

@@ -113,8 +113,7 @@ size_t FMGpuBackwardWorkspace(const FMGpuBwdParams *p);
  *   zeroed: the first writer of each dQ block stores its partial, the others add theirs once it
  *   is in place, and the postprocess writes 0 for blocks no key block visited (the zeroing pass
  *   wrote 4 x B x Hq x Sq x D bytes). The Hopper kernel runs on sm_90 for head_dim 64, 128
- *   and 256 (at 256 not in the deterministic mode); other head dims (multiples of 8 up to 256),
- *   other GPUs and the deterministic mode at 256 take the SIMT fallback.
+ *   and 256; other head dims (multiples of 8 up to 256) and other GPUs take the SIMT fallback.
  *   Returns cudaErrorInvalidValue for sizes it cannot take (head_dim, heads not multiples,
  *   strides or pointers misaligned), else the first CUDA error of the launches.
  */

@@ -14,7 +14,7 @@
  *   ./bwd_bench det [r]   the deterministic mode beside the default on the masks where it costs most,
  *                         and at d = 64 on full and causal (128-row steps)
  *   ./bwd_bench ab256 [r] d = 256, H = 16: full, causal, sliding window, causal document at 8K; full,
- *                         causal at 32K (the deterministic mode is not timed: SIMT at d = 256)
+ *                         causal at 32K, each also in the deterministic mode
  *   ./bwd_bench fb256     d = 256, H = 16, one causal sequence of 4096: the Hopper kernel, then the SIMT
  *                         fallback
  *   ./bwd_bench ab64 [r]  d = 64, H = 64: full, causal, sliding window, causal document at 8K; full,
@@ -22,7 +22,7 @@
  *   ./bwd_bench bench     8K and 32K, bf16, d = 128, H = 32, 128K tokens per batch
  *   ./bwd_bench rho       host only: each harness mask's rho (FlashMask FLOPs) and element density
  *   ./bwd_bench prof S k  mask k at length S, the default backward only (BWD_DET=1: the deterministic
- *                         one too): for ncu, or with FM_BENCH_WARM_S for a steady-state time
+ *                         one too; BWD_D: the head dimension): for ncu, or with FM_BENCH_WARM_S for a steady-state time
  * ab with env BWD_AB_SPARSE=1 adds share question at 8K and sliding window, causal document and
  * share question at 32K.
  * Env BWD_BM=64|80|128: the Hopper kernel's query rows per step (FMGpuBwdParams.step_rows; 80 applies
@@ -649,42 +649,46 @@ int main(int argc, char **argv)
     int vbad = 0, vn = 0;
     for (int kind = 0; kind < M_NKIND; kind++)
       for (int sz = 0; sz < 4; sz++)
-        for (int bm : {64, 80, 128}) {
+        for (int bk : {64, 80, 128, 64 + 1}) { /* step rows; 64 + 1: 64 rows on 64-key items (d = 256) */
+          const int bm = bk & ~1, kn = bk & 1 ? 64 : 128;
           static const int shape[4][2] = {{1000, 1000}, {4099, 4099}, {700, 1300}, {1300, 700}};
           const HostMask m = build_mask((MaskKind)kind, shape[sz][0], shape[sz][1], 2);
           std::vector<int4> pk;
           std::vector<int32_t> sm;
-          const int nblk = host_form(m, pk, sm), nqb = (m.Sq + bm - 1) / bm;
+          const int nblk = host_form(m, pk, sm), nqb = (m.Sq + bm - 1) / bm, nitem = (m.Sk + kn - 1) / kn;
           for (int h = 0; h < m.rows(); h++) {
             const int32_t *sh = sm.data() + (size_t)h * nblk * 8;
             std::vector<int> cnt(nqb, 0), lo(nqb, INT_MAX), hi(nqb, -1);
-            for (int kb = 0; kb < nblk; kb++) {
+            for (int kb = 0; kb < nitem; kb++) {
               FMBwdWalk w;
               int part;
               auto nx = [&](int q) {
                 return bm == 64 ? fmbwd_walk_next<64>(&w, q, &part)
                                 : bm == 80 ? fmbwd_walk_next<80>(&w, q, &part) : fmbwd_walk_next<128>(&w, q, &part);
               };
-              if (bm == 64) fmbwd_walk_init<64>(&w, sh, kb, m.Sq, m.Sk, m.causal);
+              if (kn == 64) fmbwd_walk_init_item<64, 64>(&w, sh, kb, m.Sq, m.Sk, m.causal);
+              else if (bm == 64) fmbwd_walk_init<64>(&w, sh, kb, m.Sq, m.Sk, m.causal);
               else if (bm == 80) fmbwd_walk_init<80>(&w, sh, kb, m.Sq, m.Sk, m.causal);
               else fmbwd_walk_init<128>(&w, sh, kb, m.Sq, m.Sk, m.causal);
               for (int qb = nx(0); qb < nqb; qb = nx(qb + 1)) cnt[qb]++, lo[qb] = std::min(lo[qb], kb), hi[qb] = std::max(hi[qb], kb);
             }
             for (int qb = 0; qb < nqb; qb++) {
               int f, l, n;
-              if (bm == 64) fmbwd_visitors<64>(sh, nblk, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
+              if (kn == 64) fmbwd_visitors<64, 64>(sh, nitem, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
+              else if (bm == 64) fmbwd_visitors<64>(sh, nblk, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
               else if (bm == 80) fmbwd_visitors<80>(sh, nblk, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
               else fmbwd_visitors<128>(sh, nblk, qb, m.Sq, m.Sk, m.causal, &f, &l, &n);
               const int wrong = n != cnt[qb] || f != lo[qb] || l != hi[qb];
               if (wrong && vbad < 5)
-                printf("visitors: %s %dx%d, %d rows, head %d, query block %d: %d (%d..%d), the walks give %d (%d..%d)\n",
-                       mask_name[kind], m.Sq, m.Sk, bm, h, qb, n, f, l, cnt[qb], lo[qb], hi[qb]);
+                printf("visitors: %s %dx%d, %d rows, %d-key items, head %d, query block %d: %d (%d..%d), the walks give %d (%d..%d)\n",
+                       mask_name[kind], m.Sq, m.Sk, bm, kn, h, qb, n, f, l, cnt[qb], lo[qb], hi[qb]);
               vbad += wrong;
               vn++;
             }
           }
         }
-    printf("visitors: %d of %d query blocks wrong (count, first and last key block against the producer's walks)\n", vbad, vn);
+    printf("visitors: %d of %d query blocks wrong (count, first and last item against the producer's walks; items of 128 keys "
+           "and, at 64 rows, of 64)\n", vbad, vn);
     return bad || vbad ? 1 : 0;
   }
   if (mode == "small") {
@@ -721,6 +725,7 @@ int main(int argc, char **argv)
     /* the default backward only (a clock sampled over the call then sees one kernel); BWD_DET=1
        times the deterministic one after it, as before */
     g_nodet = !(getenv("BWD_DET") && atoi(getenv("BWD_DET")));
+    if (getenv("BWD_D")) g_d = atoi(getenv("BWD_D")); /* the head dimension (H = 4096 / d) */
     bench(S, 1, 0, getenv("BWD_HKV") ? atoi(getenv("BWD_HKV")) : 0); /* BWD_HKV: kv heads (GQA; full and causal only) */
     return 0;
   }
@@ -741,7 +746,6 @@ int main(int argc, char **argv)
   }
   if (mode == "ab256") { /* d = 256, H = 16: full, causal, sliding window, causal document at 8K; full, causal at 32K */
     const int reps = argc > 2 ? atoi(argv[2]) : 5;
-    g_nodet = 1; /* the deterministic mode takes the SIMT fallback at d = 256 */
     g_d = 256;
     g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_SWA | 1u << M_DOC;
     bench(8192, reps);

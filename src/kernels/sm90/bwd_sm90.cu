@@ -114,14 +114,8 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
       int kb_, hkv_, b_;
       cur(&kb_, &hkv_, &b_);
       FMBwdWalk w;
-      fmbwd_walk_init<BM>(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N,
-                          L::W ? kb_ >> 1 : kb_, p.Sq, p.Sk, p.causal);
-      if constexpr (L::W) { /* a 64-key half: its own columns for the causal and ragged tests, its block's summaries
-                               (a valid, looser bound for the half) for the rest */
-        w.c0 = kb_ * L::KN;
-        w.c1 = w.c0 + L::KN < p.Sk ? w.c0 + L::KN : p.Sk;
-        w.ragged = w.c0 + L::KN > p.Sk;
-      }
+      fmbwd_walk_init_item<BM, L::KN>(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N,
+                                      kb_, p.Sq, p.Sk, p.causal);
       return fmbwd_walk_next<BM>(&w, q, pt);
     };
     /* Every key block walks its query blocks upwards from the first it sees, so on dense masks the
@@ -576,7 +570,8 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
  *   dV += P^T dO and dK += dS^T Q over the consumer's 128 columns (SS, A K-major, B MN-major), then
  *   dQ = dS K over its 128 columns (SS, both MN-major); dO is released once dV retires, Q once dK
  *   does, and dQ (two 64-column planes) goes to the writer warp as at d = 128.
- * The deterministic mode and first stores are not offered here (FMBwdSm90Supported).
+ * First stores are not offered here (FMGpuBwdFirstStore); the deterministic mode's turns go by
+ * 64-key items (fmbwd_visitors, next_visitor), a consumer's two planes in one turn.
  */
 /* acc[16] = A B^T over 256 columns: A = a 64-row K or V tile, B = 32 rows of a Q or dO tile (b:
    their first row), both K-major in chunks of 64 columns (64 x 128 bytes, 8 KB apart). */
@@ -896,7 +891,6 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
   p.deterministic = a->deterministic != 0;
   p.first_store = w->first_store;
   if (p.first_store && (BM != 64 || p.deterministic || L::W)) return cudaErrorInvalidValue; /* FMGpuBwdFirstStore */
-  if (L::W && p.deterministic) return cudaErrorInvalidValue;                                 /* FMBwdSm90Supported */
   p.turn = w->turn;
   p.G = a->heads_q / a->heads_kv;
   p.hpm = a->heads_q / a->mask_heads;
@@ -938,7 +932,7 @@ int FMBwdSm90Supported(const FMGpuBwdParams *a)
     need = FMGpuBwdStepRows(a) == 80 ? fmbwd::Layout<128, FMBWD_ST128, 80>::BYTES : fmbwd::Layout<128, FMBWD_ST128, 64>::BYTES;
   else if (a->head_dim == 64)
     need = FMGpuBwdStepRows(a) == 128 ? fmbwd::Layout<64, FMBWD_ST64_128, 128>::BYTES : fmbwd::Layout<64, FMBWD_ST64, 64>::BYTES;
-  else if (a->head_dim == 256 && !a->deterministic) need = fmbwd::Layout<256, FMBWD_ST256, 64>::BYTES; /* no turns at d = 256 */
+  else if (a->head_dim == 256) need = fmbwd::Layout<256, FMBWD_ST256, 64>::BYTES;
   else return 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||

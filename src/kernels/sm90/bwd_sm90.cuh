@@ -127,6 +127,24 @@ __host__ __device__ __forceinline__ void fmbwd_walk_init(FMBwdWalk *w, const int
   w->ragged = w->c0 + FMBWD_BLOCK_N > Sk;
 }
 
+/* Keys per work item of the Hopper kernel: a summaries' block, or at d = 256 half of one. */
+__host__ __device__ constexpr int fmbwd_item_keys(int D) { return D == 256 ? 64 : FMBWD_BLOCK_N; }
+
+/* The walk of item k of KN keys: block k, or (KN = 64) the 64-key half k of block k / 2, with the
+   half's own columns for the causal and ragged tests and its block's summaries (a valid, looser
+   bound for the half) for the rest. */
+template <int BM, int KN = FMBWD_BLOCK_N>
+__host__ __device__ __forceinline__ void fmbwd_walk_init_item(FMBwdWalk *w, const int32_t *sum_head, int k, int Sq, int Sk, int causal)
+{
+  static_assert(KN == FMBWD_BLOCK_N || KN == FMBWD_BLOCK_N / 2, "items of a block or half of one");
+  fmbwd_walk_init<BM>(w, sum_head, k * KN / FMBWD_BLOCK_N, Sq, Sk, causal);
+  if (KN != FMBWD_BLOCK_N) {
+    w->c0 = k * KN;
+    w->c1 = w->c0 + KN < Sk ? w->c0 + KN : Sk;
+    w->ragged = w->c0 + KN > Sk;
+  }
+}
+
 /* Whether the walk visits query block qb (not skipped): the test of fmbwd_walk_next, for one block. */
 template <int BM = FMBWD_BM>
 __host__ __device__ __forceinline__ bool fmbwd_walk_visits(const FMBwdWalk *w, int qb)
@@ -159,26 +177,26 @@ __host__ __device__ __forceinline__ int fmbwd_walk_next(const FMBwdWalk *w, int 
   return w->nqb;
 }
 
-/* The key blocks of one mask head that visit query block qb (the walk's test): the first and
-   the last (0x7fffffff and -1 where none does) and, when n is not NULL, how many. Where the
-   deterministic mode's turns start and end (turn_init, bwd_sm90_dq.cuh); checked against the
-   producer's walk on the host (bwd_bench order). */
-template <int BM>
-__host__ __device__ inline void fmbwd_visitors(const int32_t *sum_head, int nblk, int qb, int Sq, int Sk, int causal, int *first,
+/* The items (of KN keys: fmbwd_walk_init_item) of one mask head that visit query block qb (the
+   walk's test), of nitem: the first and the last (0x7fffffff and -1 where none does) and, when n
+   is not NULL, how many. Where the deterministic mode's turns start and end (turn_init,
+   bwd_sm90_dq.cuh); checked against the producer's walk on the host (bwd_bench order). */
+template <int BM, int KN = FMBWD_BLOCK_N>
+__host__ __device__ inline void fmbwd_visitors(const int32_t *sum_head, int nitem, int qb, int Sq, int Sk, int causal, int *first,
                                                int *last, int *n)
 {
   FMBwdWalk w;
   int f = 0x7fffffff, l = -1, c = 0;
-  for (int kb = 0; kb < nblk; kb++) {
-    fmbwd_walk_init<BM>(&w, sum_head, kb, Sq, Sk, causal);
+  for (int kb = 0; kb < nitem; kb++) {
+    fmbwd_walk_init_item<BM, KN>(&w, sum_head, kb, Sq, Sk, causal);
     if (fmbwd_walk_visits<BM>(&w, qb)) { f = kb; break; }
   }
-  for (int kb = nblk - 1; kb >= f && f != 0x7fffffff; kb--) {
-    fmbwd_walk_init<BM>(&w, sum_head, kb, Sq, Sk, causal);
+  for (int kb = nitem - 1; kb >= f && f != 0x7fffffff; kb--) {
+    fmbwd_walk_init_item<BM, KN>(&w, sum_head, kb, Sq, Sk, causal);
     if (fmbwd_walk_visits<BM>(&w, qb)) { l = kb; break; }
   }
   for (int kb = f; n && kb <= l; kb++) {
-    fmbwd_walk_init<BM>(&w, sum_head, kb, Sq, Sk, causal);
+    fmbwd_walk_init_item<BM, KN>(&w, sum_head, kb, Sq, Sk, causal);
     c += fmbwd_walk_visits<BM>(&w, qb);
   }
   *first = f;

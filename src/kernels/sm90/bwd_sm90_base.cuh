@@ -46,7 +46,7 @@ template <int D, int ST, int BM> struct Layout {
   static_assert(BM == 64 || (BM == 80 && D == 128) || (BM == 128 && D == 64), "step rows: 64, 80 for d = 128, 128 for d = 64");
   static_assert(D != 256 || (ST == 1 && BM == 64), "d = 256: one stage of 64 rows");
   static constexpr bool W = D == 256;           /* the head dimension split between the consumers (consumer_w) */
-  static constexpr int KN = W ? 64 : kBN;       /* keys per item */
+  static constexpr int KN = fmbwd_item_keys(D); /* keys per item */
   static constexpr bool BND_SMEM = BM != 80 && !W; /* the column bounds staged in shared memory */
   static constexpr int KC = KN * 128;           /* one 64-column chunk of K or V (16 KB; 8 KB at W) */
   static constexpr int KB = KN * D * 2;         /* K or V tile: D / 64 chunks */

@@ -102,10 +102,10 @@ __device__ __forceinline__ int atom_cas_acquire(int *p, int cmp, int v)
   return old;
 }
 
-/* The first key block below kb that visits query block qb (mask row mh), down to lo; INT_MAX if
-   none. One warp, 32 key blocks per round; the test is fmbwd_walk_visits', written out for the
-   writer's 24 registers. */
-template <int BM> __device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int lo, int lane)
+/* The first item (of KN keys: fmbwd_walk_init_item) below kb that visits query block qb (mask row
+   mh), down to lo; INT_MAX if none. One warp, 32 items per round; the test is fmbwd_walk_visits',
+   written out for the writer's 24 registers. */
+template <int BM, int KN> __device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int lo, int lane)
 {
   const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
   const int m0 = qb * BM, m1 = m0 + BM < p.Sq ? m0 + BM : p.Sq, lim = m1 - 1 + p.Sk - p.Sq;
@@ -113,8 +113,8 @@ template <int BM> __device__ __forceinline__ int next_visitor(const Params &p, i
     const int k = base - lane;
     bool v = false;
     if (k >= lo) {
-      const int32_t *sm = sumh + (size_t)k * FMBWD_SUM_N;
-      v = !(p.causal && k * kBN > lim) && !(m0 >= sm[FMBWD_LTS_MAX] && m1 <= sm[FMBWD_LTE_MIN]) &&
+      const int32_t *sm = sumh + (size_t)(k * KN / kBN) * FMBWD_SUM_N;
+      v = !(p.causal && k * KN > lim) && !(m0 >= sm[FMBWD_LTS_MAX] && m1 <= sm[FMBWD_LTE_MIN]) &&
           !(m0 >= sm[FMBWD_UTS_MAX] && m1 <= sm[FMBWD_UTE_MIN]);
     }
     const unsigned ball = __ballot_sync(0xffffffffu, v);
@@ -190,7 +190,7 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       if (!DqSplit<D, BM>::own || cw == 1) {
         const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
         const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
-        next = next_visitor<BM>(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
+        next = next_visitor<BM, L::KN>(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
         if (DqSplit<D, BM>::own && next != 0x7fffffff) next *= 2;
       }
       if (lane == 0) {
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(256) turn_init(const Params p)
   if (qb >= p.nqb) return;
   const int32_t *sumh = p.sum + (size_t)(b * p.mstride + hq / p.hpm) * p.nblk * FMBWD_SUM_N;
   int first, last;
-  fmbwd_visitors<BM>(sumh, p.nblk, qb, p.Sq, p.Sk, p.causal, &first, &last, NULL);
+  fmbwd_visitors<BM, fmbwd_item_keys(D)>(sumh, p.nkb, qb, p.Sq, p.Sk, p.causal, &first, &last, NULL);
   int *t = p.turn + (((size_t)b * p.Hq + hq) * p.nqb + qb) * 4;
   if (last < 0) last = 0x7fffffff; /* nobody visits */
   t[0] = DqSplit<D, BM>::own && last != 0x7fffffff ? 2 * last : last;

@@ -2,7 +2,8 @@
  * test_gpu_sched - the Hopper forward's schedule as a plan chooses it (-fm_sm90_schedule auto,
  * the default): on sm 90 a sliding window of 256 over 4096 keys (a query tile sees about 384,
  * as many in every tile) must run the persistent kernel under the static round robin (path 2)
- * and a full mask the one-CTA-per-tile grid, which at d = 128 is the wide kernel (path 3);
+ * and a full mask the one-CTA-per-tile grid, which at d = 128 is the wide kernel (path 3), at
+ * 1024 keys too;
  * FMPlanView names the choice and its reason; and each plan's O and LSE on fresh random inputs
  * (outputs poisoned with NaN first) must equal bit for bit the grid kernel's on the same inputs
  * (FMCudaForward with the schedule forced to the grid), which test_gpu_fwd checks against a
@@ -27,12 +28,12 @@ extern int FMCudaLastPath_Private;
 /* uniform in [-1, 1) */
 static double uni(uint64_t *s) { return ((double)(fmt_next(s) >> 11) / 9007199254740992.0) * 2.0 - 1.0; }
 
-/* One plan over a 4096-key mask of type t (a 256-key window for the sliding window): its
+/* One plan over an S-key mask of type t (a 256-key window for the sliding window): its
    forward must take path want_path on sm 90 (sm: the context's), equal the grid kernel's O and
    LSE bit for bit, and its FMPlanView text must hold want_view. */
-static void run(FMContext ctx, FMMaskType t, int want_path, int sm, uint64_t *s, const char *want_view)
+static void run(FMContext ctx, FMMaskType t, int S, int want_path, int sm, uint64_t *s, const char *want_view)
 {
-  const int B = 2, S = 4096, H = 4, D = 128;
+  const int B = 2, H = 4, D = 128;
   const size_t n = (size_t)B * S * H * D, nl = (size_t)B * H * S, es = 2;
   void *h[3], *d[3], *dout, *go = malloc(n * es), *po = malloc(n * es);
   float *dl, *gl = malloc(nl * sizeof(float)), *pl = malloc(nl * sizeof(float));
@@ -114,20 +115,22 @@ int main(int argc, char **argv)
   FMT_SKIP_WITHOUT_GPU();
   ctx = fmt_cuda_context();
   sm = ctx->gpu_sm;
-  run(ctx, FMMASKSLIDINGWINDOW, 2, sm, &seed, "persistent, static round robin");
+  run(ctx, FMMASKSLIDINGWINDOW, 4096, 2, sm, &seed, "persistent, static round robin");
   /* the full mask under the grid takes the wide kernel (path 3: one CTA per tile, 176-key tiles at d = 128) */
-  run(ctx, FMMASKFULL, 3, sm, &seed, "one CTA per query tile (grid; auto: a query tile sees 4096 keys on average, more than 2048, spread 0.00)");
+  run(ctx, FMMASKFULL, 4096, 3, sm, &seed, "one CTA per query tile (grid; auto: a full mask at d = 128 takes the wide kernel's 176-key tiles at any length)");
+  /* also where a query tile sees few keys (1024: the persistent kernel's range on other masks) */
+  run(ctx, FMMASKFULL, 1024, 3, sm, &seed, "one CTA per query tile (grid; auto: a full mask at d = 128");
   FMT_CALL(FMContextDestroy(&ctx));
   /* the option overrides auto */
   FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "grid"));
   ctx = fmt_cuda_context();
-  run(ctx, FMMASKSLIDINGWINDOW, 1, sm, &seed, "one CTA per query tile (grid)\n");
+  run(ctx, FMMASKSLIDINGWINDOW, 4096, 1, sm, &seed, "one CTA per query tile (grid)\n");
   FMT_CALL(FMContextDestroy(&ctx));
   /* auto's threshold as an option: 100 keys puts the window on the grid */
   FMT_CALL(FMOptionsSetValue("-fm_sm90_schedule", "auto"));
   FMT_CALL(FMOptionsSetValue("-fm_sm90_auto_keys", "100"));
   ctx = fmt_cuda_context();
-  run(ctx, FMMASKSLIDINGWINDOW, 1, sm, &seed, "(grid; auto: a query tile sees ");
+  run(ctx, FMMASKSLIDINGWINDOW, 4096, 1, sm, &seed, "(grid; auto: a query tile sees ");
   FMT_CALL(FMContextDestroy(&ctx));
   FMFinalize();
   return fmt_finish("test_gpu_sched");

@@ -102,7 +102,7 @@ static FMErrorCode kernel_options(FMContext ctx)
   {
     static const char *const sched[] = {"grid", "static", "dynamic", "auto", NULL}; /* FM_GPU_SCHED_* */
     int c = k->sm90_ctas;
-    FMCall(FMOptionsGetEnum_Private("-fm_sm90_schedule", "Hopper forward (d = 64, 128): one CTA per query tile (grid), one persistent CTA per SM taking tiles in turn (static) or from a counter (dynamic), or auto: persistent where a query tile sees few keys on average, else grid", sched, &k->sm90_schedule, NULL));
+    FMCall(FMOptionsGetEnum_Private("-fm_sm90_schedule", "Hopper forward (d = 64, 128): one CTA per query tile (grid), one persistent CTA per SM taking tiles in turn (static) or from a counter (dynamic), or auto: persistent where a query tile sees few keys on average, else grid (always grid for a full mask at d = 128)", sched, &k->sm90_schedule, NULL));
     FMCall(FMOptionsGetInt("-fm_sm90_ctas", "Hopper forward, persistent schedules: at most this many CTAs (0 = one per SM; tests)", &c, NULL));
     FMCheck(c >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_sm90_ctas is %d; expected >= 0 (0 = one per SM)", c);
     k->sm90_ctas = c;

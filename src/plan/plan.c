@@ -553,6 +553,8 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
       if (c->tile_keys >= 0) /* auto: say why */
         snprintf(why, sizeof why, "; auto: a query tile sees %.0f keys on average, %s %d, spread %.2f%s", c->tile_keys,
                  c->tile_keys <= c->auto_keys ? "at most" : "more than", c->auto_keys, c->tile_cv, auto_spread_note(c));
+      else if (c->requested == FM_GPU_SCHED_AUTO && c->wide_full)
+        snprintf(why, sizeof why, "; auto: a full mask at d = 128 takes the wide kernel's 176-key tiles at any length");
       else if (c->requested == FM_GPU_SCHED_AUTO)
         snprintf(why, sizeof why, "; auto: the persistent kernel runs d = 64 and 128 on sm_90 only");
       if (p.opts.sm90_schedule == FM_GPU_SCHED_GRID)

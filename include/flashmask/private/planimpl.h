@@ -48,6 +48,7 @@ typedef struct {
   int schedule;             /* FM_GPU_SCHED_GRID, _STATIC or _DYNAMIC */
   double tile_keys, tile_cv; /* auto's estimate (FMMaskTileKeys_Private); tile_keys -1: none made */
   int auto_keys;            /* the threshold it was compared with */
+  int wide_full;            /* auto: a full mask at d = 128, which the grid runs on the wide kernel (no estimate made) */
 } FMSm90Choice;
 
 struct _p_FMPlan {
@@ -109,7 +110,10 @@ void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o);
  *   1.21-1.35x the grid on such masks of 420-490 keys, against the counter's 1.04-1.25x), else
  *   the dynamic counter (the round robin measured 0.78-0.87x the grid on causal, the counter
  *   0.95-1.00x; on even sliding windows of 830-3100 keys the round robin 0.92-1.01x, the counter
- *   1.02-1.08x). Heavier tiles, another head dim than 64 or 128,
+ *   1.02-1.08x). A full mask (no bound vectors, not causal) at d = 128 always gets the grid, whose
+ *   wide kernel (176-key tiles) measured 1-3.6% faster than the persistent kernel at 1K and 2K
+ *   keys too (H100, 2026-12-05; on causal masks the counter stays 6-28% ahead at 1K-2K and level
+ *   at 4K). Heavier tiles, another head dim than 64 or 128,
  *   another GPU than sm_90 and the CPU backend get the grid (the dense masks at 32K keys and
  *   more ran 3-5% faster there than under either persistent schedule; doc/performance.md).
  *   head_dim, gpu_sm: the plan's and its context's (compute capability x 10). *c: the choice

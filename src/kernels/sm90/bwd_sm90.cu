@@ -374,17 +374,20 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
 }
 
 /* dK (times scale) and dV rows of this thread, straight to global (in dtype: 16-byte stores where
-   dk and dv allow them, p.dkv_vec; or float). */
-template <int D, int BM, bool F16>
-__device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int kb, int hkv, int b, const Me &me, const Params &p)
+   dk and dv allow them, p.dkv_vec, and VEC; or float): key rows j0 and j0 + 8, NC columns from col0
+   (D from 0, or at d = 256 the consumer's 128). */
+template <int NC, bool VEC, bool F16>
+__device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int j0, int col0, int hkv, int b, const Me &me,
+                                           const Params &p)
 {
+  constexpr int D = NC; /* the columns this thread's fragments cover */
   if (p.dkv_f32) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const int j = kb * kBN + me.kr0 + 8 * h;
+      const int j = j0 + 8 * h;
       if (j < p.Sk) {
-        float *gk = (float *)p.dk + (size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh;
-        float *gv = (float *)p.dv + (size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh;
+        float *gk = (float *)p.dk + (size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh + col0;
+        float *gv = (float *)p.dv + (size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh + col0;
 #pragma unroll
         for (int k = 0; k < D / 8; k++) {
           *(float2 *)(gk + 8 * k + 2 * me.t4) = make_float2(dk[4 * k + 2 * h] * p.scale, dk[4 * k + 2 * h + 1] * p.scale);
@@ -394,7 +397,7 @@ __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int
     }
     return;
   }
-  if (BM != 80 && p.dkv_vec) {
+  if (VEC && p.dkv_vec) {
     /* 16-byte stores: the quad's four lanes hold the four 32-bit words of each 8-column unit of a
        row (lane t4: columns 8k + 2 t4, + 1); a 4 x 4 transpose over the quad (two shuffle stages,
        on bit 1 and bit 0 of the lane and of the word) gives lane t4 the whole unit 4a + t4. The
@@ -405,7 +408,7 @@ __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int
        without it the 80-row kernel's consumer code is the same as before. */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const int j = kb * kBN + me.kr0 + 8 * h;
+      const int j = j0 + 8 * h;
 #pragma unroll
       for (int x = 0; x < 2; x++) {
         const float *src = x ? dv : dk;
@@ -432,7 +435,7 @@ __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int
         }
         if (j < p.Sk) {
           const FMGpuStrides &sd = x ? p.sdv : p.sdk;
-          char *g = (char *)(x ? p.dv : p.dk) + ((size_t)b * sd.sb + (size_t)j * sd.ss + (size_t)hkv * sd.sh) * 2;
+          char *g = (char *)(x ? p.dv : p.dk) + ((size_t)b * sd.sb + (size_t)j * sd.ss + (size_t)hkv * sd.sh + col0) * 2;
 #pragma unroll
           for (int a = 0; a < D / 32; a++)
             *(uint4 *)(g + (8 * (4 * a + me.t4)) * 2) = make_uint4(w[4 * a], w[4 * a + 1], w[4 * a + 2], w[4 * a + 3]);
@@ -443,10 +446,10 @@ __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int
   }
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    const int j = kb * kBN + me.kr0 + 8 * h;
+    const int j = j0 + 8 * h;
     if (j < p.Sk) {
-      char *gk = (char *)p.dk + ((size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh) * 2;
-      char *gv = (char *)p.dv + ((size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh) * 2;
+      char *gk = (char *)p.dk + ((size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh + col0) * 2;
+      char *gv = (char *)p.dv + ((size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh + col0) * 2;
 #pragma unroll
       for (int k = 0; k < D / 8; k++) {
         *(uint32_t *)(gk + (8 * k + 2 * me.t4) * 2) = pack2<F16>(dk[4 * k + 2 * h] * p.scale, dk[4 * k + 2 * h + 1] * p.scale);
@@ -550,7 +553,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
     /* every product reading K and V has retired (each step ends with wait_group 0) */
     __syncwarp();
     if (lane == 0) mbar_arrive(sy.kv_empty);
-    store_dkdv<D, BM, F16>(dk, dv, kb, hkv, b, me, p);
+    store_dkdv<D, BM != 80, F16>(dk, dv, kb * kBN + me.kr0, 0, hkv, b, me, p);
   }
   stop_writer<D, ST, BM>(j, me, sy);
 }
@@ -598,31 +601,6 @@ template <bool F16> __device__ __forceinline__ void gemm_w_dq(float *acc, uint32
   const uint64_t a0 = desc_join(desc_lo(ds, 8192), desc_hi(1024)), b0 = desc_join(desc_lo(k, 8192), desc_hi(1024));
 #pragma unroll
   for (int t = 0; t < 4; t++) wgmma_ss_t11<128, F16>(acc, desc_at(a0, t * 2048), desc_at(b0, t * 2048), t > 0);
-}
-
-/* dK (times scale) and dV of this thread (key rows kr0, kr0 + 8; columns 128 cw + 8k + 2 t4, + 1)
-   to global, in dtype or float. */
-template <bool F16>
-__device__ __forceinline__ void store_dkdv_w(const float *dk, const float *dv, int kb, int hkv, int b, const Me &me, const Params &p)
-{
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int j = kb * 64 + me.kr0 + 8 * h;
-    if (j >= p.Sk) continue;
-    const size_t ok = (size_t)b * p.sdk.sb + (size_t)j * p.sdk.ss + (size_t)hkv * p.sdk.sh + 128 * me.cw + 2 * me.t4;
-    const size_t ov = (size_t)b * p.sdv.sb + (size_t)j * p.sdv.ss + (size_t)hkv * p.sdv.sh + 128 * me.cw + 2 * me.t4;
-#pragma unroll
-    for (int k = 0; k < 16; k++) {
-      const float k0 = dk[4 * k + 2 * h] * p.scale, k1 = dk[4 * k + 2 * h + 1] * p.scale, v0 = dv[4 * k + 2 * h], v1 = dv[4 * k + 2 * h + 1];
-      if (p.dkv_f32) {
-        *(float2 *)((float *)p.dk + ok + 8 * k) = make_float2(k0, k1);
-        *(float2 *)((float *)p.dv + ov + 8 * k) = make_float2(v0, v1);
-      } else {
-        *(uint32_t *)((char *)p.dk + (ok + 8 * k) * 2) = pack2<F16>(k0, k1);
-        *(uint32_t *)((char *)p.dv + (ov + 8 * k) * 2) = pack2<F16>(v0, v1);
-      }
-    }
-  }
 }
 
 /* P^T or dS^T (packed: this thread's key rows kr0, kr0 + 8, its 32 query columns 32 cw + 8k + 2 t4)
@@ -789,7 +767,7 @@ template <bool F16> __device__ __forceinline__ void consumer_w(unsigned char *sm
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(sy.kv_empty);
-    store_dkdv_w<F16>(dk, dv, kb, hkv, b, me, p);
+    store_dkdv<128, true, F16>(dk, dv, kb * 64 + me.kr0, 128 * me.cw, hkv, b, me, p); /* the consumer's 128 columns */
   }
   stop_writer<D, ST, BM>(j, me, sy);
 }

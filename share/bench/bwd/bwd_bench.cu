@@ -748,13 +748,19 @@ int main(int argc, char **argv)
     bench(S, 1, 0, getenv("BWD_HKV") ? atoi(getenv("BWD_HKV")) : 0); /* BWD_HKV: kv heads (GQA; full and causal only) */
     return 0;
   }
-  if (mode == "ab") { /* a short A/B table: full, causal, sliding window, causal document at 8K; full, causal at 32K */
+  /* the A/B tables at head dim d: full, causal, sliding window, causal document at 8K; full, causal at 32K */
+  auto ab_table = [&](int d, int nodet) {
     const int reps = argc > 2 ? atoi(argv[2]) : 5;
-    g_nodet = 1;
+    g_d = d;
+    g_nodet = nodet;
     g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_SWA | 1u << M_DOC;
     bench(8192, reps);
     g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
     bench(32768, reps);
+    return reps;
+  };
+  if (mode == "ab") {
+    const int reps = ab_table(128, 1);
     if (getenv("BWD_AB_SPARSE") && atoi(getenv("BWD_AB_SPARSE"))) { /* and share question at 8K, the three sparse masks at 32K */
       g_kinds = 1u << M_SQ;
       bench(8192, reps);
@@ -763,13 +769,8 @@ int main(int argc, char **argv)
     }
     return 0;
   }
-  if (mode == "ab256") { /* d = 256, H = 16: full, causal, sliding window, causal document at 8K; full, causal at 32K */
-    const int reps = argc > 2 ? atoi(argv[2]) : 5;
-    g_d = 256;
-    g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_SWA | 1u << M_DOC;
-    bench(8192, reps);
-    g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
-    bench(32768, reps);
+  if (mode == "ab256") { /* d = 256, H = 16, with the deterministic mode */
+    ab_table(256, 0);
     return 0;
   }
   if (mode == "fb256") { /* d = 256, H = 16, one sequence of 4096, causal: the Hopper kernel, then the SIMT fallback */
@@ -782,14 +783,8 @@ int main(int argc, char **argv)
     bench(4096, 1);
     return 0;
   }
-  if (mode == "ab64") { /* the ab table at d = 64, H = 64: full, causal, sliding window, causal document at 8K; full, causal at 32K */
-    const int reps = argc > 2 ? atoi(argv[2]) : 5;
-    g_nodet = 1;
-    g_d = 64;
-    g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_SWA | 1u << M_DOC;
-    bench(8192, reps);
-    g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
-    bench(32768, reps);
+  if (mode == "ab64") { /* d = 64, H = 64 */
+    ab_table(64, 1);
     return 0;
   }
   if (mode == "det") { /* the deterministic mode beside the default: the masks where it costs most */

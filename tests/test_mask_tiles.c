@@ -10,7 +10,8 @@
  * ones computed eagerly, for shared and per-sample bounds, a new block size and a new batch.
  * The keys per query tile that resolve -fm_sm90_schedule auto (their mean and spread) equal
  * brute force's when the mask has at most FM_MASK_KEY_SAMPLES columns (per-sample bounds too)
- * and are close when sampled; the schedule follows them, FM_GPU_SCHED_AUTO_KEYS and _CV.
+ * and are close when sampled; the schedule follows them, FM_GPU_SCHED_AUTO_KEYS and _CV, except
+ * that a full mask at d = 128 takes the grid (the wide kernel) with no estimate made.
  * -test_resetup_only: only that last part (the .sh runs it on two ranks too).
  */
 #include "fmtest.h"
@@ -216,13 +217,22 @@ static void check_tile_keys(FMContext ctx, uint64_t *rs)
       FMT_CHECK(sampled ? fabs(est - ex) <= 0.03 * sh[s].Sk && fabs(cv - excv) <= 0.15 : fabs(est - ex) <= 1e-9 * sh[s].Sk && fabs(cv - excv) <= 1e-9,
                 "%s %dx%d (%d heads, batch %d): tile keys %.2f spread %.3f; brute force %.2f spread %.3f (%s)", types[t], sh[s].Sq,
                 sh[s].Sk, sh[s].H, sh[s].mb, est, cv, ex, excv, sampled ? "sampled" : "every column");
-      FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &oauto, &c));
-      FMT_CHECK(c.tile_keys == est && c.tile_cv == cv && c.auto_keys == FM_GPU_SCHED_AUTO_KEYS &&
-                  c.schedule == (est > FM_GPU_SCHED_AUTO_KEYS                                   ? FM_GPU_SCHED_GRID
-                                 : cv <= FM_GPU_SCHED_AUTO_CV && est <= FM_GPU_SCHED_STATIC_KEYS ? FM_GPU_SCHED_STATIC
-                                                                                                 : FM_GPU_SCHED_DYNAMIC),
-                "%s %dx%d: auto chose schedule %d from %.1f keys, spread %.2f", types[t], sh[s].Sq, sh[s].Sk, c.schedule, c.tile_keys,
-                c.tile_cv);
+      /* d = 64 always, and d = 128 except on a full mask: the estimate decides */
+      for (int d = 64; d <= 128; d += 64) {
+        const int full = d == 128 && !strcmp(types[t], FMMASKFULL); /* the grid's wide kernel, no estimate */
+        FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, d, 90, &oauto, &c));
+        if (full)
+          FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.wide_full == 1 && c.tile_keys == -1,
+                    "%s %dx%d, d = 128: auto chose schedule %d (wide_full %d, %.1f keys); expected the grid's wide kernel", types[t],
+                    sh[s].Sq, sh[s].Sk, c.schedule, c.wide_full, c.tile_keys);
+        else
+          FMT_CHECK(c.tile_keys == est && c.tile_cv == cv && c.auto_keys == FM_GPU_SCHED_AUTO_KEYS && c.wide_full == 0 &&
+                      c.schedule == (est > FM_GPU_SCHED_AUTO_KEYS                                   ? FM_GPU_SCHED_GRID
+                                     : cv <= FM_GPU_SCHED_AUTO_CV && est <= FM_GPU_SCHED_STATIC_KEYS ? FM_GPU_SCHED_STATIC
+                                                                                                     : FM_GPU_SCHED_DYNAMIC),
+                    "%s %dx%d, d = %d: auto chose schedule %d from %.1f keys, spread %.2f", types[t], sh[s].Sq, sh[s].Sk, d, c.schedule,
+                    c.tile_keys, c.tile_cv);
+      }
       FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CPU, 128, 90, &oauto, &c));
       FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.tile_keys == -1, "%s: auto on the CPU backend gave %d", types[t], c.schedule);
       FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 256, 90, &oauto, &c));
@@ -235,7 +245,8 @@ static void check_tile_keys(FMContext ctx, uint64_t *rs)
     }
   {
     /* sliding windows of 256 (even, few keys: static) and 1024 (even, more keys than the round
-       robin takes: dynamic), causal at 2048 (uneven: dynamic), full (grid) */
+       robin takes: dynamic), causal at 2048 (uneven: dynamic), full (grid: from the estimate at
+       d = 64, with none at d = 128), causal at 8192 (grid, from the estimate) */
     FMMask m;
     FMSm90Choice c;
     FMT_CALL(FMMaskCreate(ctx, &m));
@@ -262,9 +273,16 @@ static void check_tile_keys(FMContext ctx, uint64_t *rs)
     FMT_CALL(FMMaskSetSizes(m, 8192, 8192, 1));
     FMT_CALL(FMMaskSetType(m, FMMASKFULL));
     FMT_CALL(FMMaskSetUp(m));
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 64, 90, &oauto, &c));
+    FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.tile_keys == 8192 && c.tile_cv == 0, "full 8192, d = 64: schedule %d from %.1f keys",
+              c.schedule, c.tile_keys);
     FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &oauto, &c));
-    FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.tile_keys == 8192 && c.tile_cv == 0, "full 8192: schedule %d from %.1f keys", c.schedule,
-              c.tile_keys);
+    FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.wide_full == 1, "full 8192, d = 128: schedule %d, wide_full %d", c.schedule, c.wide_full);
+    FMT_CALL(FMMaskSetType(m, FMMASKCAUSAL)); /* causal at d = 128 keeps the estimate (4096 keys a tile: the grid) */
+    FMT_CALL(FMMaskSetUp(m));
+    FMT_CALL(FMSm90ChooseSchedule_Private(m, FM_BACKEND_CUDA, 128, 90, &oauto, &c));
+    FMT_CHECK(c.schedule == FM_GPU_SCHED_GRID && c.wide_full == 0 && c.tile_keys > 4000, "causal 8192, d = 128: schedule %d, wide_full %d, %.1f keys",
+              c.schedule, c.wide_full, c.tile_keys);
     FMT_CALL(FMMaskDestroy(&m));
   }
   FMT_CHECK(whole >= 20, "only %d of the shapes were counted whole (the exact branch of the estimate)", whole);

@@ -632,10 +632,10 @@ int main(int argc, char **argv)
                 else seen[(size_t)r * nblk + kb] = t;
                 if (!det && (kb != t % nblk || r != t / nblk)) wrong = 1; /* the default order: key block fastest */
               }
-              /* the deterministic mode's turns: within a row key block kb is taken before kb + 1 */
+              /* the deterministic mode's turns: within a row key block kb + 1 is taken before kb */
               for (int r = 0; det && !wrong && r < rows; r++)
                 for (int kb = 0; kb + 1 < nblk; kb++)
-                  if (seen[(size_t)r * nblk + kb] > seen[(size_t)r * nblk + kb + 1]) wrong = 1;
+                  if (seen[(size_t)r * nblk + kb + 1] > seen[(size_t)r * nblk + kb]) wrong = 1;
               if (wrong && bad < 5)
                 printf("order: wrong for nblk %d, rows %d, %d SMs, causal %d, deterministic %d (ilv %d)\n", nblk, rows, sms, causal,
                        det, ilv);
@@ -643,10 +643,10 @@ int main(int argc, char **argv)
               shapes++;
             }
     printf("order: %d of %d shapes wrong (each item once; default: key block fastest; deterministic: a row's key blocks "
-           "increasing, rows interleaved as fmbwd_ilv says)\n", bad, shapes);
+           "decreasing, rows interleaved as fmbwd_ilv says)\n", bad, shapes);
     /* the visitors of each query block (fmbwd_visitors: the deterministic mode's first and last
        turns, and their count) against the producer's walks (fmbwd_walk_next from every key block) */
-    int vbad = 0, vn = 0, wbad = 0, wn = 0;
+    int vbad = 0, vn = 0;
     for (int kind = 0; kind < M_NKIND; kind++)
       for (int sz = 0; sz < 4; sz++)
         for (int bk : {64, 80, 128, 64 + 1}) { /* step rows; 64 + 1: 64 rows on 64-key items (d = 256) */
@@ -670,24 +670,7 @@ int main(int argc, char **argv)
               else if (bm == 64) fmbwd_walk_init<64>(&w, sh, kb, m.Sq, m.Sk, m.causal);
               else if (bm == 80) fmbwd_walk_init<80>(&w, sh, kb, m.Sq, m.Sk, m.causal);
               else fmbwd_walk_init<128>(&w, sh, kb, m.Sq, m.Sk, m.causal);
-              std::vector<int> up, down; /* (query block, partial) of the upward and the downward walk */
-              for (int qb = nx(0); qb < nqb; qb = nx(qb + 1)) {
-                cnt[qb]++, lo[qb] = std::min(lo[qb], kb), hi[qb] = std::max(hi[qb], kb);
-                up.push_back(2 * qb + part);
-              }
-              auto pv = [&](int q) {
-                return bm == 64 ? fmbwd_walk_prev<64>(&w, q, &part)
-                                : bm == 80 ? fmbwd_walk_prev<80>(&w, q, &part) : fmbwd_walk_prev<128>(&w, q, &part);
-              };
-              for (int qb = pv(nqb - 1); qb >= 0; qb = pv(qb - 1)) down.push_back(2 * qb + part);
-              std::reverse(down.begin(), down.end());
-              if (down != up) {
-                if (wbad < 5)
-                  printf("walks: %s %dx%d, %d rows, %d-key items, head %d, item %d: downward %zu blocks, upward %zu\n",
-                         mask_name[kind], m.Sq, m.Sk, bm, kn, h, kb, down.size(), up.size());
-                wbad++;
-              }
-              wn++;
+              for (int qb = nx(0); qb < nqb; qb = nx(qb + 1)) cnt[qb]++, lo[qb] = std::min(lo[qb], kb), hi[qb] = std::max(hi[qb], kb);
             }
             for (int qb = 0; qb < nqb; qb++) {
               int f, l, n;
@@ -706,9 +689,7 @@ int main(int argc, char **argv)
         }
     printf("visitors: %d of %d query blocks wrong (count, first and last item against the producer's walks; items of 128 keys "
            "and, at 64 rows, of 64)\n", vbad, vn);
-    printf("walks: %d of %d items wrong (the downward walk, the deterministic mode's, against the upward one: the same "
-           "blocks and partial flags)\n", wbad, wn);
-    return bad || vbad || wbad ? 1 : 0;
+    return bad || vbad ? 1 : 0;
   }
   if (mode == "small") {
     Case c = {"small bf16 d128 GQA2 300x390", 1, 300, 390, 4, 2, 128, 0, 1, 0, M_RANDOM, 0.1f};
@@ -791,7 +772,7 @@ int main(int argc, char **argv)
     const int reps = argc > 2 ? atoi(argv[2]) : 3;
     g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_PREFIX | 1u << M_RANDOM;
     bench(8192, reps);
-    g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_PREFIX;
+    g_kinds = 1u << M_FULL | 1u << M_PREFIX;
     bench(32768, reps);
     g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
     bench(8192, reps, 0, 8); /* GQA 4:1 */

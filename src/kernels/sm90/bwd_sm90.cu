@@ -18,7 +18,7 @@
  *     staged fp32 dQ block, adds it into the accumulator with one bulk reduce-add (or, with first
  *     stores, the block's first writer stores it), and gives the staging buffer back once it has
  *     been read. In the deterministic mode the writer first
- *     waits for the block's turn (key blocks in increasing order; the walks then go downwards) and passes it on after the add.
+ *     waits for the block's turn (key blocks in decreasing order) and passes it on after the add.
  *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
  *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued; ptxas places a few of S's
  *     exponentials before dP's wait); P^T = exp2(S^T c - lse2), and on partial tiles only the
@@ -79,7 +79,7 @@ using namespace fmsm90;
  * the consumers are done with K/V of the last one, load K and V, then per visited (head, query
  * block) Q, dO, lse2 and D into the stage ring.
  */
-template <int D, int ST, int BM, bool F16, bool DOWN>
+template <int D, int ST, int BM, bool F16>
 __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap *tmQ, const CUtensorMap *tmK,
                                          const CUtensorMap *tmV, const CUtensorMap *tmDO, const Params &p)
 {
@@ -116,24 +116,18 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
       FMBwdWalk w;
       fmbwd_walk_init_item<BM, L::KN>(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N,
                                       kb_, p.Sq, p.Sk, p.causal);
-      return DOWN ? fmbwd_walk_prev<BM>(&w, q, pt) : fmbwd_walk_next<BM>(&w, q, pt);
+      return fmbwd_walk_next<BM>(&w, q, pt);
     };
     /* Every key block walks its query blocks upwards from the first it sees, so on dense masks the
        key blocks of a row reach a query block at the same step: their Q and dO come from L2 once
        read. Walks started at a block that depends on the key block (wrapping round) measured
        level on full and causal and 1-4% slower on the sparse masks and at d = 64 (H100,
-       2026-12-05, seventeenth session): not kept. The deterministic mode walks downwards from
-       the last block it sees: its adds into a query block go in increasing key order, and every
-       key block of a row then reaches a query block at the same step, the lower ones (taken
-       earlier, and on causal masks the longer) first. */
+       2026-12-05, seventeenth session): not kept. */
     volatile int *pfirst = sy.item + 10; /* BM = 128: the next step is its head's first (kStepHead) */
     for (int g = 0; g < p.G; g++) {
       int part;
       if constexpr (BM == 128) *pfirst = kStepHead;
-      /* the deterministic mode walks downwards (fmbwd_walk_prev): from the last query block */
-      uint32_t q0 = DOWN ? p.nqb : 1u;
-      reg_fence(q0); /* nqb - 1 computed here, not hoisted out of the head loop (where it spilled) */
-      for (int qb = next(g, (int)q0 - 1, &part); DOWN ? qb >= 0 : qb < p.nqb; qb = next(g, DOWN ? qb - 1 : qb + 1, &part)) {
+      for (int qb = next(g, 0, &part); qb < p.nqb; qb = next(g, qb + 1, &part)) {
         const int i = *pi, st = i % ST;
         *pi = i + 1;
         cur(&kb, &hkv, &b);
@@ -807,10 +801,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x < 128) {
     setmaxnreg_dec<24>();
-    if (threadIdx.x == 0) { /* the deterministic mode walks downwards (a direction as data spilled in 24 registers) */
-      if (p.deterministic) producer<D, ST, BM, F16, true>(smem, &tmQ, &tmK, &tmV, &tmDO, p);
-      else producer<D, ST, BM, F16, false>(smem, &tmQ, &tmK, &tmV, &tmDO, p);
-    }
+    if (threadIdx.x == 0) producer<D, ST, BM, F16>(smem, &tmQ, &tmK, &tmV, &tmDO, p);
     else if (threadIdx.x >= 32 && threadIdx.x < 96) dq_writer<D, ST, BM>(smem, p, (threadIdx.x >> 5) - 1);
   } else {
     setmaxnreg_inc<240>();

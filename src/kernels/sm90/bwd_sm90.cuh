@@ -60,9 +60,7 @@ __host__ __device__ static inline int fmbwd_sqp(int Sq)
    1.13x of the default; causal unchanged, and GQA 4:1 causal 1.19x -> 1.30x. There the key
    blocks' walks grow as they decrease, so the longest items of a row come last and several rows
    are in flight at once (ncu: the deterministic order alone takes its L2 hit rate from 95% to
-   74%); interleaving rows puts still more in flight. (That was the decreasing order with upward
-   walks; since 2026-12-05 the order is increasing with downward walks, where a causal row's
-   longest items come first.) */
+   74%); interleaving rows puts still more in flight. */
 __host__ __device__ __forceinline__ int fmbwd_ilv(int sms, int nblk, int rows, int causal)
 {
   int ilv = causal ? 1 : sms / nblk;
@@ -177,32 +175,6 @@ __host__ __device__ __forceinline__ int fmbwd_walk_next(const FMBwdWalk *w, int 
     qb = nx > qb + 1 ? nx : qb + 1;
   }
   return w->nqb;
-}
-
-/* The walk downwards: the last query block <= qb that is not skipped (-1 if none), *partial as
-   fmbwd_walk_next gives it; the same blocks as fmbwd_walk_next's in the other order (bwd_bench
-   order checks it). Runs of skipped blocks are jumped over: a causal skip holds for every lower
-   block too, an interval's for the blocks inside it down to its start. The deterministic mode
-   walks this way (its adds go in increasing key order: decode_item, bwd_sm90_base.cuh). */
-template <int BM = FMBWD_BM>
-__host__ __device__ __forceinline__ int fmbwd_walk_prev(const FMBwdWalk *w, int qb, int *partial)
-{
-  while (qb >= 0) {
-    const int m0 = qb * BM, m1 = m0 + BM < w->Sq ? m0 + BM : w->Sq;
-    int lo = -1; /* the first row of a skipped run holding the block */
-    if (w->causal && w->c0 > m1 - 1 + w->off) lo = 0; /* every lower block too */
-    else if (m0 >= w->s[FMBWD_LTS_MAX] && m1 <= w->s[FMBWD_LTE_MIN]) lo = w->s[FMBWD_LTS_MAX];
-    else if (m0 >= w->s[FMBWD_UTS_MAX] && m1 <= w->s[FMBWD_UTE_MIN]) lo = w->s[FMBWD_UTS_MAX];
-    if (lo < 0) {
-      *partial = w->ragged || (w->causal && w->c1 - 1 > m0 + w->off) ||
-                 (m0 < w->s[FMBWD_LTE_MAX] && m1 > w->s[FMBWD_LTS_MIN]) ||
-                 (m0 < w->s[FMBWD_UTE_MAX] && m1 > w->s[FMBWD_UTS_MIN]);
-      return qb;
-    }
-    const int nx = (lo + BM - 1) / BM - 1; /* the block holding row lo - 1 (-1 for lo = 0) */
-    qb = nx < qb - 1 ? nx : qb - 1;
-  }
-  return -1;
 }
 
 /* The items (of KN keys: fmbwd_walk_init_item) of one mask head that visit query block qb (the

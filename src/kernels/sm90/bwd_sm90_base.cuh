@@ -94,7 +94,7 @@ struct Params {
   int *counter; /* items handed out so far (zero at launch) */
   int dkv_f32;  /* dk, dv are float (pieces the caller reduces) */
   int dkv_vec;  /* dk, dv in dtype, 16-byte aligned rows: 16-byte stores (store_dkdv) */
-  int deterministic; /* dQ's partials added in increasing key-block order (turn words below) */
+  int deterministic; /* dQ's partials added in decreasing key-block order (turn words below) */
   int ilv;      /* deterministic mode: (batch, kv head) rows whose items are interleaved (decode_item, fmbwd_ilv) */
   int *turn;    /* [B][Hq][nqb][4]: the turns of the two halves (64 columns, or 64 rows at BM = 128), the first visiting key block;
                    with first_store the flags of the blocks' halves (words 0, 1) */
@@ -106,17 +106,15 @@ struct Params {
  * Item t: key block t % nkb (at d = 256 a 64-key half), then kv head, then batch. The CTAs running at one time share a few
  * (batch, head) pairs, so the dQ accumulator rows they add into stay in L2 (key block slowest,
  * heaviest first, put 132 heads' accumulators in flight and ran 18% slower).
- * Deterministic mode: key blocks in increasing order (the order of the adds into each dQ block,
- * bwd_sm90_dq.cuh; the walks go downwards, fmbwd_walk_prev), and the (batch, kv head) rows taken
- * ilv at a time, their items interleaved: key block 0 of each of the ilv rows, then 1 of each,
- * and so on. Each row's adds form one chain (a key block adds after the one below it), so a key
- * block can start one link after the one below; with ilv rows in flight the CTAs freed one after
- * another take the next key block of each row in turn, as fast as the chains can use them. Taken
- * one row at a time, ilv freed CTAs took ilv consecutive key blocks of one row, and each waited
- * for the one before. Either way a row's key block kb - 1 comes before kb, so a turn is only
- * awaited from an item taken earlier (host code checks the order: bwd_bench order). ilv:
- * fmbwd_ilv (bwd_sm90.cuh). (Until 2026-12-05 the order was decreasing with upward walks, which
- * put a causal row's longest items last.)
+ * Deterministic mode: key blocks in decreasing order (the order of the adds into each dQ block,
+ * bwd_sm90_dq.cuh), and the (batch, kv head) rows taken ilv at a time, their items interleaved:
+ * key block nblk-1 of each of the ilv rows, then nblk-2 of each, and so on. Each row's adds form
+ * one chain (a key block adds after the one above it), so a key block can start one link after
+ * the one above; with ilv rows in flight the CTAs freed one after another take the next key block
+ * of each row in turn, as fast as the chains can use them. Taken one row at a time, ilv freed
+ * CTAs took ilv consecutive key blocks of one row, and each waited for the one before. Either
+ * way a row's key block kb + 1 comes before kb, so a turn is only awaited from an item taken
+ * earlier (host code checks the order: bwd_bench order). ilv: fmbwd_ilv (bwd_sm90.cuh).
  */
 __host__ __device__ __forceinline__ void decode_item(const Params &p, int t, int *kb, int *hkv, int *b)
 {
@@ -127,6 +125,7 @@ __host__ __device__ __forceinline__ void decode_item(const Params &p, int t, int
     c = c < 1 ? 1 : c > p.ilv ? p.ilv : c; /* the last group may hold fewer rows (and t >= nitems none) */
     k = w / c;
     r = g * p.ilv + (w - k * c);
+    k = p.nkb - 1 - k;
   } else {
     r = t / p.nkb;
     k = t - r * p.nkb;

@@ -102,23 +102,23 @@ __device__ __forceinline__ int atom_cas_acquire(int *p, int cmp, int v)
   return old;
 }
 
-/* The first item (of KN keys: fmbwd_walk_init_item) above kb that visits query block qb (mask row
-   mh), up to hi; INT_MAX if none. One warp, 32 items per round; the test is fmbwd_walk_visits',
+/* The first item (of KN keys: fmbwd_walk_init_item) below kb that visits query block qb (mask row
+   mh), down to lo; INT_MAX if none. One warp, 32 items per round; the test is fmbwd_walk_visits',
    written out for the writer's 24 registers. */
-template <int BM, int KN> __device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int hi, int lane)
+template <int BM, int KN> __device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int lo, int lane)
 {
   const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
   const int m0 = qb * BM, m1 = m0 + BM < p.Sq ? m0 + BM : p.Sq, lim = m1 - 1 + p.Sk - p.Sq;
-  for (int base = kb + 1; base <= hi; base += 32) {
-    const int k = base + lane;
+  for (int base = kb - 1; base >= lo; base -= 32) {
+    const int k = base - lane;
     bool v = false;
-    if (k <= hi) {
+    if (k >= lo) {
       const int32_t *sm = sumh + (size_t)(k * KN / kBN) * FMBWD_SUM_N;
       v = !(p.causal && k * KN > lim) && !(m0 >= sm[FMBWD_LTS_MAX] && m1 <= sm[FMBWD_LTE_MIN]) &&
           !(m0 >= sm[FMBWD_UTS_MAX] && m1 <= sm[FMBWD_UTE_MIN]);
     }
     const unsigned ball = __ballot_sync(0xffffffffu, v);
-    if (ball) return base + (__ffs(ball) - 1);
+    if (ball) return base - (__ffs(ball) - 1);
   }
   return 0x7fffffff;
 }
@@ -132,16 +132,15 @@ template <int BM, int KN> __device__ __forceinline__ int next_visitor(const Para
  * and sets the flag to 2; every other writer adds once it reads 2. In the deterministic
  * mode the add first waits for its turn: the turn word of (row block, half: 64 columns, or 64 rows
  * at BM = 128) holds the key
- * block whose add comes next (key blocks in increasing order; for d = 64 on 64-row steps both
- * consumers of a key block, 2 kb + cw, consumer 0 first); after the add has completed, the writer
- * passes the turn to the next higher key block that visits the row block. Items are then handed
- * out in increasing key-block order within each row (decode_item, bwd_sm90_base.cuh; checked on
- * the host by `bwd_bench order`), so a turn is only ever awaited from a key block taken earlier:
- * no deadlock. The walks go downwards in this mode (fmbwd_walk_prev), from the last query block
- * each key block sees, so the key blocks of a row reach a row block in the order of the adds.
- * (Increasing order with upward walks made every causal key block wait for all those below it,
- * 6x slower at 8K; decreasing order with upward walks, the order until 2026-12-05, put a causal
- * row's longest items last.)
+ * block whose add comes next (key blocks in decreasing order; for d = 64 on 64-row steps both
+ * consumers of a key block, 2 kb + cw, consumer 0 first); after the add has completed, the writer passes the turn to
+ * the next lower key block that visits the row block. Items are then handed out in decreasing
+ * key-block order within each row (decode_item, bwd_sm90_base.cuh; checked on the host by
+ * `bwd_bench order`), so a turn is only ever awaited from a key block taken earlier: no deadlock.
+ * Decreasing, because a key block walks its query blocks upwards from the first it sees, and
+ * with causal-like masks a higher key block sees a row block earlier in its walk than a lower
+ * one: the adds then come in the order the walks reach them (increasing order made every causal
+ * key block wait for all those below it: 6x slower at 8K).
  */
 template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsigned char *smem, const Params &p, int cw)
 {
@@ -191,7 +190,7 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       if (!DqSplit<D, BM>::own || cw == 1) {
         const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
         const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
-        next = next_visitor<BM, L::KN>(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane); /* up to the last visitor */
+        next = next_visitor<BM, L::KN>(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
         if (DqSplit<D, BM>::own && next != 0x7fffffff) next *= 2;
       }
       if (lane == 0) {
@@ -205,9 +204,9 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
   if (lane == 0) bulk_wait0();
 }
 
-/* Deterministic mode: per (query block, query head, batch) the first and last key blocks that
-   visit it; the turns of both halves start at the first (2 x first for d = 64 on 64-row steps: its
-   consumer 0), and the writers' scans stop at the last. */
+/* Deterministic mode: per (query block, query head, batch) the last and first key blocks that
+   visit it; the turns of both halves start at the last (2 x last for d = 64 on 64-row steps: its
+   consumer 0), and the writers' scans stop at the first. */
 template <int D, int BM>
 __global__ void __launch_bounds__(256) turn_init(const Params p)
 {
@@ -217,10 +216,10 @@ __global__ void __launch_bounds__(256) turn_init(const Params p)
   int first, last;
   fmbwd_visitors<BM, fmbwd_item_keys(D)>(sumh, p.nkb, qb, p.Sq, p.Sk, p.causal, &first, &last, NULL);
   int *t = p.turn + (((size_t)b * p.Hq + hq) * p.nqb + qb) * 4;
-  /* the turns start at the first visitor (0x7fffffff where nobody visits); the scans stop at the last */
-  t[0] = DqSplit<D, BM>::own && first != 0x7fffffff ? 2 * first : first;
-  t[1] = first;
-  t[2] = last;
+  if (last < 0) last = 0x7fffffff; /* nobody visits */
+  t[0] = DqSplit<D, BM>::own && last != 0x7fffffff ? 2 * last : last;
+  t[1] = last;
+  t[2] = first;
   t[3] = 0;
 }
 

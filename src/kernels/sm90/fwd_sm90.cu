@@ -425,7 +425,7 @@ static int wide(const FMGpuFwdParams *a)
 }
 
 /* Whether d = 128 masks with bounds run wide tiles from a block list (-DFM_SM90_WIDE128_LIST=1,
-   off by default: written, not yet timed): under the grid schedule, which auto gives masks whose
+   off by default: measured and not adopted, fwd_sm90.cuh): under the grid schedule, which auto gives masks whose
    query tiles see many keys, up to 2048 mask blocks (256K keys: the list then fits beside 219 KB
    of tiles and mask data; longer keys keep the block kernel). */
 static int wide_listed(const FMGpuFwdParams *a)

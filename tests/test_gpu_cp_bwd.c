@@ -3,9 +3,9 @@
  * backward legs of test_gpu_cp.sh), on P ranks (1, 2, 3: the ranks may share one GPU over the
  * mpi transport), against a float64 reference and against the same plan on the CPU backend.
  *
- * Cases (bf16, GQA 2:1: 4 query / 2 KV heads, head_dim 64, odd chunks): causal_document
+ * Cases (bf16, GQA 2:1: 4 query / 2 KV heads, odd chunks): at head_dim 64 causal_document
  * (S = 768) and a random per-head mask (user bounds, mask_heads = heads_kv, S = 640; some rows
- * see no key). Configurations: the pruned gather overlapped, the gather with -fm_plan_overlap 0,
+ * see no key); at head_dim 256 causal (S = 520; not yet run on a GPU when it was added). Configurations: the pruned gather overlapped, the gather with -fm_plan_overlap 0,
  * the ring schedule. Each rank builds the same global Q, K, V, dO (grid values k/256, exact in
  * bf16), takes its local rows and keys, poisons O, LSE, dQ, dK, dV with NaN (0xFF bytes) before
  * each call, runs FMPlanForward and FMPlanBackward on device tensors, and checks over the ranks:
@@ -449,6 +449,8 @@ int main(int argc, char **argv)
   static const Case cases[] = {
     {"causal_document", FMMASKCAUSALDOCUMENT, 768, 4, 2, 64, 1, 112},
     {"random_per_head", FMMASKBOUNDS, 640, 4, 2, 64, 2, 88},
+    /* d = 256: the Hopper kernel's 64-key items and the fp32 dK/dV partials of its two column halves */
+    {"causal_d256", FMMASKCAUSAL, 520, 4, 2, 256, 1, 72},
   };
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_cp_bwd: the context-parallel backward on GPUs against float64 and the CPU backend"));
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -101,8 +101,6 @@ static int want_path(const Case &c, const HostMask &m)
   if (!g_sm90 || c.fallback || (D != 64 && D != 128 && D != 256)) return 0;
   if (D == 256) return FM_SM90_WIDE256 && host_dense(m) ? FM_SM90_FWD_WIDE : FM_SM90_FWD_GRID;
   if (g_sched != FM_GPU_SCHED_GRID) return FM_SM90_FWD_PERSISTENT;
-  if (D == 128 && FM_SM90_WIDE128_LIST && !host_dense(m) && (m.Sk + FM_GPU_BLOCK_N - 1) / FM_GPU_BLOCK_N <= 2048)
-    return FM_SM90_FWD_WIDE; /* the A/B build (wide_listed, fwd_sm90.cu) */
   return D == 128 && FM_SM90_WIDE128 && host_dense(m) ? FM_SM90_FWD_WIDE : FM_SM90_FWD_GRID;
 }
 

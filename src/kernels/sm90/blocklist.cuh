@@ -42,34 +42,6 @@ __device__ __forceinline__ int list_halves(const FMGpuFwdCore &p, int entry, int
 }
 
 /*
- * wide_entry - the list entry of the TN-key tile t (columns [t TN, t TN + TN) clipped to seqlen_k)
- * for query rows [m0, m0 + BM), or -1 where every 128-key block it overlaps (up to three) is
- * skipped. A tile takes the union of its blocks' element tests, those of its skipped blocks
- * included (their columns must be masked in it: each test is exact, and a block is skipped only
- * through its intervals or the diagonal), the causal test where a column passes row m0's
- * diagonal, and the one-interval form only if every block it overlaps has it. The columns past
- * seqlen_k are masked by mask_entry's limit test, not by flags.
- */
-template <int TN, int BM>
-__device__ __forceinline__ int wide_entry(const FMGpuFwdCore &p, const int32_t *sumh, int mh, int m0, int t)
-{
-  const int m1 = m0 + BM < p.seqlen_q ? m0 + BM : p.seqlen_q, off = p.seqlen_k - p.seqlen_q;
-  const int c0 = t * TN, c1 = c0 + TN < p.seqlen_k ? c0 + TN : p.seqlen_k;
-  int flags = 0, seen = 0, simple = 1;
-  for (int kb = c0 / kBN; kb <= (c1 - 1) / kBN; kb++) {
-    const int32_t *sm = sumh + (size_t)kb * FM_SUM_N;
-    seen |= FMClassifyTileInline(sumh, p.causal, p.seqlen_q, p.seqlen_k, kBN, m0, m0 + BM, kb) != FM_TILE_SKIP;
-    if (m0 < sm[FM_SUM_LTE_MAX] && m1 > sm[FM_SUM_LTS_MIN]) flags |= kLower;
-    if (m0 < sm[FM_SUM_UTE_MAX] && m1 > sm[FM_SUM_UTS_MIN]) flags |= kUpper;
-    simple &= p.simple[(size_t)mh * p.nblk + kb] != 0;
-  }
-  if (!seen) return -1;
-  if (p.causal && c1 - 1 > m0 + off) flags |= kCausal;
-  if ((flags & (kLower | kUpper)) && simple) flags |= kSimple;
-  return t | flags;
-}
-
-/*
  * The CTA's key-block list, last block first, built by all its threads (one block each per
  * round). The class is FMClassifyTileInline's; partial entries also record which element
  * tests they need (lower / upper interval, causal); the block that runs past seqlen_k needs
@@ -83,7 +55,6 @@ __device__ __forceinline__ int wide_entry(const FMGpuFwdCore &p, const int32_t *
  * The persistent kernel builds its lists with its NT = 96 builder threads (src gives the tile,
  * with thread indices counted from the first builder) and named barrier BAR; NT = Cfg<D>::THREADS,
  * BAR = 0 is every thread of the one-tile kernel with __syncthreads.
- * WIDE = kTilesListed lists wide_tn<D>()-key tiles instead (wide_entry).
  */
 template <int D, int ST, int NQ = 1, int NT = Cfg<D>::THREADS, int BAR = 0, class Src = GridTile<D>, int WIDE = kTilesBlock>
 __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned char *smem, int *list, const Src &src = Src())
@@ -98,13 +69,10 @@ __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned 
     const int m1 = m0 + BM < p.seqlen_q ? m0 + BM : p.seqlen_q, off = p.seqlen_k - p.seqlen_q;
     const bool ragged = (p.seqlen_k % kBN) != 0;
     int *wcnt = (int *)(smem + L::OFF_CNT);
-    const int nunit = L::kListed ? (p.seqlen_k + L::TN - 1) / L::TN : p.nblk; /* tiles, or mask blocks */
-    for (int base = nunit - 1; base >= 0; base -= NT) {
+    for (int base = p.nblk - 1; base >= 0; base -= NT) {
       const int kb = base - tid;
       int entry = -1;
-      if constexpr (L::kListed) {
-        if (kb >= 0) entry = wide_entry<L::TN, BM>(p, sumh, mh, m0, kb);
-      } else if (kb >= 0) {
+      if (kb >= 0) {
         const int cls = FMClassifyTileInline(sumh, p.causal, p.seqlen_q, p.seqlen_k, kBN, m0, m0 + BM, kb);
         if (cls != FM_TILE_SKIP) {
           const int32_t *sm = sumh + (size_t)kb * FM_SUM_N;

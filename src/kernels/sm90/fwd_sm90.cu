@@ -78,8 +78,10 @@ __device__ __forceinline__ Barriers tile_start(unsigned char *smem, const CUtens
   return bar;
 }
 
-/* WIDE: kTilesBlock, or kTilesListed (-DFM_SM90_WIDE128_LIST: d = 128 masks with bounds on
-   wide_tn<D>()-key tiles, listed with their mask data; not yet timed) */
+/* The one-tile-per-CTA kernel on the mask's blocks (WIDE = kTilesBlock). 176-key tiles listed with
+   their mask data for d = 128 masks with bounds (each taking the element tests of the up to three
+   blocks it overlaps) measured +0.3..+4% on prefix LM and random and -21..-25% on sliding
+   window, causal document and share question (H100, 2026-12-05, fwd_bench abmask): removed. */
 template <int D, int ST, bool F16, int WIDE = kTilesBlock>
 __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
@@ -424,15 +426,6 @@ static int wide(const FMGpuFwdParams *a)
   return FM_SM90_WIDE128 && a->head_dim == 128 && a->schedule == FM_GPU_SCHED_GRID;
 }
 
-/* Whether d = 128 masks with bounds run wide tiles from a block list (-DFM_SM90_WIDE128_LIST=1,
-   off by default: measured and not adopted, fwd_sm90.cuh): under the grid schedule, which auto gives masks whose
-   query tiles see many keys, up to 2048 mask blocks (256K keys: the list then fits beside 219 KB
-   of tiles and mask data; longer keys keep the block kernel). */
-static int wide_listed(const FMGpuFwdParams *a)
-{
-  return FM_SM90_WIDE128_LIST && a->head_dim == 128 && !a->mask_dense && a->schedule == FM_GPU_SCHED_GRID && a->c.nblk <= 2048;
-}
-
 namespace {
 /* A kernel family: head dim, stages, tile kind (the template arguments of Layout and launch). */
 template <int D_, int ST_, int WIDE_ = fmsm90::kTilesBlock> struct Family {
@@ -448,8 +441,6 @@ template <class F, class R> static R with_family(const FMGpuFwdParams *a, F &&f,
     if (a->head_dim == 256) return f(Family<256, FM_SM90_ST256, fmsm90::kTilesCounted>{});
     return f(Family<128, FM_SM90_ST128, fmsm90::kTilesCounted>{});
   }
-  if constexpr (FM_SM90_WIDE128_LIST)
-    if (wide_listed(a)) return f(Family<128, FM_SM90_ST128, fmsm90::kTilesListed>{});
   if (a->head_dim == 256) return f(Family<256, FM_SM90_ST256>{});
   if (a->head_dim == 128) return f(Family<128, FM_SM90_ST128>{});
   if (a->head_dim == 64) return f(Family<64, FM_SM90_ST64>{});

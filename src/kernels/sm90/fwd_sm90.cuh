@@ -23,12 +23,6 @@
 #ifndef FM_SM90_WIDE128
 #define FM_SM90_WIDE128 1
 #endif
-/* -DFM_SM90_WIDE128_LIST=1: d = 128 masks with bounds under the grid schedule on 176-key tiles from
-   a block list (an A/B build, off by default: +0.3..+4% on prefix LM and random, -21..-25% on
-   sparse masks, H100 2026-12-05, fwd_bench abmask) */
-#ifndef FM_SM90_WIDE128_LIST
-#define FM_SM90_WIDE128_LIST 0
-#endif
 enum { FM_SM90_FWD_GRID = 1, FM_SM90_FWD_PERSISTENT = 2, FM_SM90_FWD_WIDE = 3 };
 int FMSm90ForwardSupported(const FMGpuFwdParams *p);
 cudaError_t FMSm90Forward(const FMGpuFwdParams *p, cudaStream_t stream, int *path);

@@ -63,13 +63,11 @@ template <int D> constexpr int wide_tn() { return D == 256 ? 80 : 176; }
  * buffers (the next tile's Q loads while this tile's O is staged through its own), its extra
  * barriers and two block lists with a header each (tile, length). WIDE: kTilesBlock (the mask's
  * blocks, or their halves at d = 256), kTilesCounted (the wide kernel: TN = wide_tn<D>(), no mask
- * data, no block list: its tiles are counted, not listed) or kTilesListed (wide_tn<D>()-key tiles
- * listed with their mask data, for masks with bounds: -DFM_SM90_WIDE128_LIST, d = 128).
+ * data, no block list: its tiles are counted, not listed).
  */
-enum { kTilesBlock = 0, kTilesCounted = 1, kTilesListed = 2 };
+enum { kTilesBlock = 0, kTilesCounted = 1 };
 template <int D, int ST, int NQ = 1, int WIDE = kTilesBlock> struct Layout {
   static constexpr bool kCounted = WIDE == kTilesCounted;  /* counted tiles: no list, no mask data */
-  static constexpr bool kListed = WIDE == kTilesListed; /* wide tiles in a block list, with mask data */
   static constexpr int TN = WIDE ? wide_tn<D>() : tile_n<D>(); /* key columns per tile */
   static constexpr int TPB = WIDE ? 1 : kBN / TN;          /* tiles per mask block (1 or 2; wide tiles do not follow the blocks) */
   static constexpr int KCH = TN * 128;                     /* one 64-column chunk of a K or V tile */
@@ -87,11 +85,8 @@ template <int D, int ST, int NQ = 1, int WIDE = kTilesBlock> struct Layout {
   static constexpr int OFF_CNT = OFF_BAR + NBAR * 8;          /* per-warp counts, one int per warp */
   static constexpr int OFF_HDR = OFF_CNT + Cfg<D>::THREADS / 8; /* NQ = 2: {tile, n, r0, -} per list, nm, ntiles, a broadcast word */
   static constexpr int OFF_LIST = (OFF_HDR + (NQ == 2 ? 48 : 0) + 15) & ~15;
-  /* list entries for nblk mask blocks: one per tile (wide tiles: enough to cover the blocks) */
-  __host__ __device__ static size_t list_len(int nblk)
-  {
-    return kCounted ? 0 : kListed ? ((size_t)nblk * kBN + TN - 1) / TN : (size_t)nblk * TPB;
-  }
+  /* list entries for nblk mask blocks: one per tile */
+  __host__ __device__ static size_t list_len(int nblk) { return kCounted ? 0 : (size_t)nblk * TPB; }
   static_assert(!WIDE || (NQ == 1 && KCH % 1024 == 0), "the wide kernels: one tile per CTA, 1024-byte aligned chunks (TMA swizzle)");
   static size_t bytes(int nblk) { return 1024 + (size_t)OFF_LIST + NQ * list_len(nblk) * 4; }
 };

@@ -129,8 +129,7 @@ __device__ __forceinline__ void apply_mask(float *s, int e, const int4 *bnd, int
 }
 
 /* The tile's tests by layout: the entry's flags (apply_mask), or in the wide kernel the limit
-   test where its entry carries kCausal (WideTiles, blocklist.cuh). A listed wide tile that runs
-   past seqlen_k also takes the limit test: its mask data ends with the mask's last block. */
+   test where its entry carries kCausal (WideTiles, blocklist.cuh). */
 template <class L>
 __device__ __forceinline__ void mask_entry(float *s, int e, const int4 *bnd, int row0, int colbase, int lane, int off, int sk)
 {
@@ -138,8 +137,6 @@ __device__ __forceinline__ void mask_entry(float *s, int e, const int4 *bnd, int
     if (e & kCausal) mask_limit<L::TN>(s, row0, colbase, lane, off, sk);
   } else {
     apply_mask<L::TN>(s, e, bnd, row0, colbase, lane, off);
-    if constexpr (L::kListed)
-      if (colbase + L::TN > sk) mask_limit<L::TN>(s, row0, colbase, lane, off, sk);
   }
 }
 
@@ -250,15 +247,13 @@ __device__ __forceinline__ void producer_load(const CUtensorMap *tmK, const CUte
         const int g = r0 + i;
         const int st = g % ST;
         const uint32_t ph = (g / ST) & 1;
-        /* a listed wide tile's mask data stops at the mask's last block (mask_entry tests the rest) */
-        const int nc = L::kListed && kb * TN + TN > p.nblk * kBN ? p.nblk * kBN - kb * TN : TN;
         mbar_wait(&k_empty[st], ph ^ 1);
-        mbar_expect_tx(&k_full[st], L::KB + (simple ? nc * 8 : bnd ? nc * 16 : 0));
+        mbar_expect_tx(&k_full[st], L::KB + (simple ? TN * 8 : bnd ? TN * 16 : 0));
 #pragma unroll
         for (int c = 0; c < D / 64; c++)
           tma_load_4d(smem + L::OFF_K + st * L::KB + c * L::KCH, tmK, &k_full[st], c * 64, hkv, kb * TN, b);
-        if (simple) bulk_load(smem + L::OFF_B + st * L::BB, vsrc + (size_t)kb * TN, nc * 8, &k_full[st]);
-        else if (bnd) bulk_load(smem + L::OFF_B + st * L::BB, bsrc + (size_t)kb * TN, nc * 16, &k_full[st]);
+        if (simple) bulk_load(smem + L::OFF_B + st * L::BB, vsrc + (size_t)kb * TN, TN * 8, &k_full[st]);
+        else if (bnd) bulk_load(smem + L::OFF_B + st * L::BB, bsrc + (size_t)kb * TN, TN * 16, &k_full[st]);
       }
       if (i > 0) {
         const int j = i - 1, kb = list[j] & kBlockBits;

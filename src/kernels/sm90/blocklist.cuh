@@ -56,10 +56,10 @@ __device__ __forceinline__ int list_halves(const FMGpuFwdCore &p, int entry, int
  * with thread indices counted from the first builder) and named barrier BAR; NT = Cfg<D>::THREADS,
  * BAR = 0 is every thread of the one-tile kernel with __syncthreads.
  */
-template <int D, int ST, int NQ = 1, int NT = Cfg<D>::THREADS, int BAR = 0, class Src = GridTile<D>, int WIDE = kTilesBlock>
+template <int D, int ST, int NQ = 1, int NT = Cfg<D>::THREADS, int BAR = 0, class Src = GridTile<D>>
 __device__ __forceinline__ int build_block_list(const FMGpuFwdCore &p, unsigned char *smem, int *list, const Src &src = Src())
 {
-  using L = Layout<D, ST, NQ, WIDE>;
+  using L = Layout<D, ST, NQ>;
   const CtaCoords cc = src(p);
   const int mh = cc.mh, m0 = cc.m0, tid = cc.tid, warp = cc.warp, lane = cc.lane;
   int n = 0;

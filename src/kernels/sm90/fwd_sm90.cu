@@ -78,22 +78,22 @@ __device__ __forceinline__ Barriers tile_start(unsigned char *smem, const CUtens
   return bar;
 }
 
-/* The one-tile-per-CTA kernel on the mask's blocks (WIDE = kTilesBlock). 176-key tiles listed with
+/* The one-tile-per-CTA kernel on the mask's blocks. 176-key tiles listed with
    their mask data for d = 128 masks with bounds (each taking the element tests of the up to three
    blocks it overlaps) measured +0.3..+4% on prefix LM and random and -21..-25% on sliding
    window, causal document and share question (H100, 2026-12-05, fwd_bench abmask): removed. */
-template <int D, int ST, bool F16, int WIDE = kTilesBlock>
+template <int D, int ST, bool F16>
 __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
              const __grid_constant__ CUtensorMap tmV, const FMGpuFwdCore p)
 {
-  using L = Layout<D, ST, 1, WIDE>;
+  using L = Layout<D, ST>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   const CtaCoords cc = cta_coords<D>(p);
   const Barriers bar = tile_start<D, ST, L>(smem, &tmQ, cc); /* Q's load overlaps the block-list build */
   int *list = (int *)(smem + L::OFF_LIST);
-  const int n = build_block_list<D, ST, 1, Cfg<D>::THREADS, 0, GridTile<D>, WIDE>(p, smem, list);
+  const int n = build_block_list<D, ST>(p, smem, list);
 
   if (cc.wg == 0) {
     setmaxnreg_dec<Cfg<D>::REG_P>();
@@ -395,7 +395,7 @@ template <int D, int ST, bool F16, int WIDE = kTilesBlock> static cudaError_t la
   /* one CTA per query tile: the wide kernel (counted tiles), or fwd_kernel on its block list */
   const auto kern = [] {
     if constexpr (WIDE == kTilesCounted) return fwd_kernel_wide<D, ST, F16>;
-    else return fwd_kernel<D, ST, F16, WIDE>;
+    else return fwd_kernel<D, ST, F16>;
   }();
   static size_t attr_set[64];
   const size_t smem = L::bytes(a->c.nblk);

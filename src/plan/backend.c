@@ -41,15 +41,17 @@ FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int hea
   FMSm90Choice r = {o->sm90_schedule, o->sm90_schedule, -1, 0, FMSm90AutoKeys(o), 0};
   if (o->sm90_schedule == FM_GPU_SCHED_AUTO) {
     r.schedule = FM_GPU_SCHED_GRID;
-    if (backend == FM_BACKEND_CUDA && gpu_sm == 90 && head_dim == 128) {
-      FMMaskDesc d;
-      FMCall(FMMaskGetBoundsDesc_Private(mask, &d));
-      r.wide_full = d.present == 0 && !d.causal; /* the grid's wide kernel, at any length */
-    }
-    if (!r.wide_full && backend == FM_BACKEND_CUDA && gpu_sm == 90 && (head_dim == 64 || head_dim == 128)) {
-      FMCall(FMMaskTileKeys_Private(mask, FM_GPU_TILE_M, &r.tile_keys, &r.tile_cv));
-      if (r.tile_keys <= r.auto_keys)
-        r.schedule = r.tile_cv <= FM_GPU_SCHED_AUTO_CV && r.tile_keys <= FM_GPU_SCHED_STATIC_KEYS ? FM_GPU_SCHED_STATIC : FM_GPU_SCHED_DYNAMIC;
+    if (backend == FM_BACKEND_CUDA && gpu_sm == 90 && (head_dim == 64 || head_dim == 128)) {
+      if (head_dim == 128) {
+        FMMaskDesc d;
+        FMCall(FMMaskGetBoundsDesc_Private(mask, &d));
+        r.wide_full = d.present == 0 && !d.causal; /* the grid's wide kernel, at any length */
+      }
+      if (!r.wide_full) {
+        FMCall(FMMaskTileKeys_Private(mask, FM_GPU_TILE_M, &r.tile_keys, &r.tile_cv));
+        if (r.tile_keys <= r.auto_keys)
+          r.schedule = r.tile_cv <= FM_GPU_SCHED_AUTO_CV && r.tile_keys <= FM_GPU_SCHED_STATIC_KEYS ? FM_GPU_SCHED_STATIC : FM_GPU_SCHED_DYNAMIC;
+      }
     }
   }
   *c = r;

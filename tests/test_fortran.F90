@@ -400,6 +400,8 @@ program test_fortran
   call fm_options_get_real('-fm_fortran_real', expect, masked, ierr)
   call check(ierr == 0 .and. masked .and. expect == 2.5d0, 'fm_options_set_value / fm_options_get_real round trip failed')
 
+  call options_logging_conversions()
+
   ! ------------------------------------------------------------ options prefixes, the plan type, cp settings
   call fm_context_set_options_prefix(ctx, 'fctx_', ierr)
   call fm_context_get_options_prefix(ctx, tname, ierr)
@@ -625,6 +627,82 @@ contains
     call check(den > 0 .and. sqrt(num / den) < tol, what//' differs from the float64 reference')
     if (rank == 0) write (*, '(a,a,es10.3)') what, ': relative error ', sqrt(num / max(den, tiny(1d0)))
   end subroutine compare_keys
+
+  ! the other option getters, the application's log events, the element conversions
+  subroutine options_logging_conversions()
+    logical :: flag, set
+    character(len=16) :: str
+    character(len=3) :: short
+    character(len=512) :: m
+    integer :: vals(4), n, ev, e
+    real(c_float) :: x(6), y(6)
+    integer(c_int16_t), target :: h(6)
+    real(c_float), target :: f(6)
+    call fm_options_set_value('-fm_fortran_flag', '', e)
+    flag = .false.
+    call fm_options_get_bool('-fm_fortran_flag', flag, set, e)
+    call check(e == 0 .and. set .and. flag, 'fm_options_get_bool: a bare flag did not read as true')
+    call fm_options_set_value('-fm_fortran_off', 'no', e)
+    flag = .true.
+    call fm_options_get_bool('-fm_fortran_off', flag, set, e)
+    call check(e == 0 .and. set .and. .not. flag, 'fm_options_get_bool: "no" did not read as false')
+    flag = .true.
+    call fm_options_get_bool('-fm_fortran_unset', flag, set, e)
+    call check(e == 0 .and. .not. set .and. flag, 'fm_options_get_bool changed an unset option')
+    call fm_options_set_value('-fm_fortran_name', 'causal', e)
+    str = 'default'
+    call fm_options_get_string('-fm_fortran_name', str, set, e)
+    call check(e == 0 .and. set .and. str == 'causal', 'fm_options_get_string gave "'//trim(str)//'", expected causal')
+    str = 'default'
+    call fm_options_get_string('-fm_fortran_unset', str, set, e)
+    call check(e == 0 .and. .not. set .and. str == 'default', 'fm_options_get_string changed an unset option')
+    call fm_options_set_value('-fm_fortran_list', '3,-4,5', e)
+    vals = 9
+    call fm_options_get_int_array('-fm_fortran_list', vals, n, set, e)
+    call check(e == 0 .and. set .and. n == 3 .and. all(vals == [3, -4, 5, 9]), 'fm_options_get_int_array of "3,-4,5"')
+    call fm_options_has_name('-fm_fortran_list', set, e)
+    call check(e == 0 .and. set, 'fm_options_has_name missed -fm_fortran_list')
+    call fm_options_has_name('-fm_fortran_unset', set, e)
+    call check(e == 0 .and. .not. set, 'fm_options_has_name found an option never given')
+    call fm_push_error_handler(FM_ERROR_HANDLER_SILENT, e)
+    short = 'abc'
+    call fm_options_get_string('-fm_fortran_name', short, set, e)
+    call check(e == FM_ERR_OPT .and. short == 'abc', 'a value longer than the string did not give FM_ERR_OPT')
+    call fm_from_float(7, x, c_loc(h), e)
+    call fm_get_last_error_message(m)
+    call check(e == FM_ERR_ARG_OUTOFRANGE .and. index(m, 'dtype') > 0, &
+               'fm_from_float with dtype 7: '//trim(m))
+    call fm_pop_error_handler(e)
+
+    ! bf16 (7 fraction bits) rounds to nearest even: 1 + 2^-8 and 1 + 3 * 2^-8 are ties, to 1 and
+    ! to 1 + 2^-6; 65504 rounds up to 65536. fp16 (10 bits) holds the first five exactly, 3e38 is +Inf.
+    x = [1.0, -2.5, 1.0 + 2.0**(-8), 1.0 + 3 * 2.0**(-8), 65504.0, 3.0e38]
+    call fm_from_float(FM_DTYPE_BF16, x, c_loc(h), e)
+    y = -1
+    call fm_to_float(FM_DTYPE_BF16, c_loc(h), y, e)
+    call check(e == 0 .and. all(y(1:5) == [1.0, -2.5, 1.0, 1.0 + 2.0**(-6), 65536.0]), &
+               'bf16 round trip (round to nearest even)')
+    call check(h(1) == int(z'3F80', c_int16_t), 'bf16 1.0 is not 0x3F80')
+    call fm_from_float(FM_DTYPE_FP16, x, c_loc(h), e)
+    y = -1
+    call fm_to_float(FM_DTYPE_FP16, c_loc(h), y, e)
+    call check(e == 0 .and. all(y(1:5) == x(1:5)) .and. y(6) > huge(y(6)), &
+               'fp16 round trip (exact where representable, +Inf beyond 65504)')
+    call fm_from_float(FM_DTYPE_FP32, x, c_loc(f), e)
+    call check(e == 0 .and. all(f == x), 'fp32 copy through fm_from_float')
+
+    call fm_log_event_register('FortranEvent', ev, e)
+    call check(e == 0 .and. ev >= 0, 'fm_log_event_register')
+    call fm_log_event_begin(ev, e)
+    call fm_log_event_end(ev, e, flops=1d6)
+    call check(e == 0, 'fm_log_event_begin / fm_log_event_end')
+    call fm_push_error_handler(FM_ERROR_HANDLER_SILENT, e)
+    call fm_log_event_end(ev, e)
+    call check(e == FM_ERR_ORDER, 'fm_log_event_end without a begin did not give FM_ERR_ORDER')
+    call fm_pop_error_handler(e)
+    call fm_log_view(e)
+    call check(e == 0, 'fm_log_view')
+  end subroutine options_logging_conversions
 
   subroutine check(cond, what)
     logical, intent(in) :: cond

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The Fortran module (tests/test_fortran.F90): causal_document density against the document
 # lengths, bounds through optional arguments, FP32 forward/backward against a naive Fortran
-# float64 reference, error returns, options from FM_OPTIONS, HDF5 round trip; 1 and 2 ranks.
+# float64 reference, error returns, options from FM_OPTIONS and the other option getters, log
+# events, bf16/fp16 conversions (round to nearest even), HDF5 round trip; 1 and 2 ranks.
 . "$srcdir/tests/common.sh"
 FM_TEST_TIMEOUT=${FM_TEST_TIMEOUT:-120}
 

@@ -83,6 +83,10 @@ module flashmask
     fm_plan_set_virtual_nodes, fm_plan_set_schedule, fm_plan_get_schedule, fm_plan_set_prune, &
     fm_plan_set_overlap, fm_plan_set_transport, fm_plan_set_gpu_aware_mpi, fm_plan_set_step_chunks, &
     fm_plan_set_trace
+  ! options of the application's own, logging, element conversions, the CUDA stream
+  public :: fm_options_get_bool, fm_options_get_string, fm_options_get_int_array, fm_options_has_name, &
+    fm_log_event_register, fm_log_event_begin, fm_log_event_end, fm_log_view, fm_from_float, fm_to_float, &
+    fm_plan_set_stream
 
   ! fm_context_create(comm, ctx, ierr): comm is an integer handle or a type(MPI_Comm)
   interface fm_context_create

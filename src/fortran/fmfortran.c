@@ -4,7 +4,7 @@
  * output interleaves sensibly with Fortran's own unit 6), and copying C strings into
  * blank-padded Fortran character variables. Not part of the C API.
  */
-#include <flashmask.h>
+#include <flashmask/private/fmimpl.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,3 +74,33 @@ void FMFortranCopyString_Private(const char *src, char *dst, int len)
 
 /* FMFortranFlushStdout_Private - fflush(stdout) (Fortran flushes its own unit first). */
 void FMFortranFlushStdout_Private(void) { fflush(stdout); }
+
+/* FMFortranLogView_Private - FMLogView on stdout, then fflush(stdout). Collective on
+   MPI_COMM_WORLD, as FMLogView is. */
+FMErrorCode FMFortranLogView_Private(void)
+{
+  FMErrorCode ierr = FMLogView(stdout);
+  fflush(stdout);
+  return ierr;
+}
+
+/*
+ * FMFortranConvert_Private - n elements between the float array x and the host buffer buf of
+ *   type dtype: FMFromFloat for each (to = 1) or FMToFloat (to = 0). Not collective.
+ *   dtype  FM_DTYPE_BF16, FP16 or FP32 (else FM_ERR_ARG_OUTOFRANGE, nothing converted)
+ *   n      the count (>= 0); buf and x may be NULL only when n is 0
+ */
+FMErrorCode FMFortranConvert_Private(void *buf, float *x, long n, int dtype, int to)
+{
+  FMCheck(dtype == FM_DTYPE_BF16 || dtype == FM_DTYPE_FP16 || dtype == FM_DTYPE_FP32, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument dtype is %d; expected FM_DTYPE_BF16 (0), FM_DTYPE_FP16 (1) or FM_DTYPE_FP32 (2)", dtype);
+  FMCheck(n >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument n is %ld; expected a count >= 0", n);
+  if (!n) return FM_SUCCESS;
+  FMValidPointer(buf, 1);
+  FMValidPointer(x, 2);
+  for (long i = 0; i < n; i++) {
+    if (to) FMFromFloat(buf, (size_t)i, (FMDType)dtype, x[i]);
+    else x[i] = FMToFloat(buf, (size_t)i, (FMDType)dtype);
+  }
+  return FM_SUCCESS;
+}

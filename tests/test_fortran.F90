@@ -635,9 +635,11 @@ contains
     character(len=3) :: short
     character(len=512) :: m
     integer :: vals(4), n, ev, e
+    type(fm_plan) :: p2
     real(c_float) :: x(6), y(6)
     integer(c_int16_t), target :: h(6)
     real(c_float), target :: f(6)
+    real(c_float), parameter :: fp16_ties(5) = [1.0 + 2.0**(-11), 0.0, 1.0 + 3 * 2.0**(-11), 0.0, 65520.0]
     call fm_options_set_value('-fm_fortran_flag', '', e)
     flag = .false.
     call fm_options_get_bool('-fm_fortran_flag', flag, set, e)
@@ -668,6 +670,7 @@ contains
     short = 'abc'
     call fm_options_get_string('-fm_fortran_name', short, set, e)
     call check(e == FM_ERR_OPT .and. short == 'abc', 'a value longer than the string did not give FM_ERR_OPT')
+    x = 0
     call fm_from_float(7, x, c_loc(h), e)
     call fm_get_last_error_message(m)
     call check(e == FM_ERR_ARG_OUTOFRANGE .and. index(m, 'dtype') > 0, &
@@ -688,6 +691,13 @@ contains
     call fm_to_float(FM_DTYPE_FP16, c_loc(h), y, e)
     call check(e == 0 .and. all(y(1:5) == x(1:5)) .and. y(6) > huge(y(6)), &
                'fp16 round trip (exact where representable, +Inf beyond 65504)')
+    ! fp16 rounding: 1 + 2^-11 and 1 + 3 * 2^-11 are ties (to 1 and to 1 + 2^-9), 65520 overflows;
+    ! a strided section of a constant (the compiler's temporary is never written back)
+    call fm_from_float(FM_DTYPE_FP16, fp16_ties(1:5:2), c_loc(h), e)
+    y = -1
+    call fm_to_float(FM_DTYPE_FP16, c_loc(h), y(1:3), e)
+    call check(e == 0 .and. y(1) == 1.0 .and. y(2) == 1.0 + 2.0**(-9) .and. y(3) > huge(y(3)), &
+               'fp16 round to nearest even on ties and overflow at 65520 (strided constant input)')
     call fm_from_float(FM_DTYPE_FP32, x, c_loc(f), e)
     call check(e == 0 .and. all(f == x), 'fp32 copy through fm_from_float')
 
@@ -702,6 +712,10 @@ contains
     call fm_pop_error_handler(e)
     call fm_log_view(e)
     call check(e == 0, 'fm_log_view')
+    call fm_plan_create(ctx, p2, e)
+    call fm_plan_set_stream(p2, c_null_ptr, e)
+    call check(e == 0, 'fm_plan_set_stream(plan, c_null_ptr) (the default stream)')
+    call fm_plan_destroy(p2, e)
   end subroutine options_logging_conversions
 
   subroutine check(cond, what)

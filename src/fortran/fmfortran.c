@@ -96,8 +96,8 @@ FMErrorCode FMFortranConvert_Private(void *buf, float *x, long n, int dtype, int
           "Argument dtype is %d; expected FM_DTYPE_BF16 (0), FM_DTYPE_FP16 (1) or FM_DTYPE_FP32 (2)", dtype);
   FMCheck(n >= 0, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument n is %ld; expected a count >= 0", n);
   if (!n) return FM_SUCCESS;
-  FMValidPointer(buf, 1);
-  FMValidPointer(x, 2);
+  FMCheck(buf, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Argument buf is a null pointer (c_null_ptr); expected a host buffer of %ld elements", n);
+  FMCheck(x, MPI_COMM_SELF, FM_ERR_ARG_NULL, "Argument x is a null pointer");
   for (long i = 0; i < n; i++) {
     if (to) FMFromFloat(buf, (size_t)i, (FMDType)dtype, x[i]);
     else x[i] = FMToFloat(buf, (size_t)i, (FMDType)dtype);

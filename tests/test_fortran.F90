@@ -390,7 +390,13 @@ program test_fortran
   call get_environment_variable('FM_OPTIONS', msg)
   i = 5
   call fm_options_get_int('-fm_fortran_check', i, masked, ierr)
-  if (index(msg, '-fm_fortran_check 17') > 0) then
+  if (command_argument_count() >= 3) call get_command_argument(2, tname)
+  if (command_argument_count() >= 3 .and. tname == '-fm_fortran_check') then
+    ! the command line (through fm_initialize's get_command_argument) wins over FM_OPTIONS
+    call get_command_argument(3, tname)
+    read (tname, *) j
+    call check(ierr == 0 .and. masked .and. i == j, 'the command line''s -fm_fortran_check did not reach fm_options_get_int')
+  else if (index(msg, '-fm_fortran_check 17') > 0) then
     call check(ierr == 0 .and. masked .and. i == 17, 'FM_OPTIONS="-fm_fortran_check 17" did not reach fm_options_get_int')
   else
     call check(ierr == 0 .and. .not. masked .and. i == 5, 'fm_options_get_int changed an unset option')

@@ -6,7 +6,55 @@
  */
 #include <flashmask/private/fmimpl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* The command line fm_initialize passed (one block: the pointers, then the strings), freed by
+   fm_finalize after FMFinalize. */
+static char **fm_fortran_args;
+
+/*
+ * FMFortranInitialize_Private - FMInitialize with the Fortran program's command line.
+ *   Collective on MPI_COMM_WORLD, as FMInitialize is.
+ *   nargs  how many strings buf holds: the program's name, then its arguments
+ *   buf    the nargs strings, each NUL-terminated, back to back (copied here)
+ */
+FMErrorCode FMFortranInitialize_Private(const int *nargs, const char *buf)
+{
+  size_t bytes = 0;
+  const char *r = buf;
+  int argc = *nargs;
+  char **argv, *w;
+  for (int i = 0; i < argc; i++) {
+    size_t l = strlen(r) + 1;
+    bytes += l;
+    r += l;
+  }
+  if (!fm_fortran_args) {
+    fm_fortran_args = malloc(sizeof(char *) * ((size_t)argc + 1) + bytes);
+    if (!fm_fortran_args) return FMInitialize(NULL, NULL, NULL, NULL); /* the options from FM_OPTIONS alone */
+    w = (char *)(fm_fortran_args + argc + 1);
+    memcpy(w, buf, bytes);
+    for (int i = 0; i < argc; i++) {
+      fm_fortran_args[i] = w;
+      w += strlen(w) + 1;
+    }
+    fm_fortran_args[argc] = NULL;
+  }
+  argv = fm_fortran_args;
+  return FMInitialize(&argc, &argv, NULL, NULL);
+}
+
+/* FMFortranFinalize_Private - FMFinalize, then the command line's copy freed. Collective. */
+FMErrorCode FMFortranFinalize_Private(void)
+{
+  FMErrorCode ierr = FMFinalize();
+  if (!ierr) {
+    free(fm_fortran_args);
+    fm_fortran_args = NULL;
+  }
+  return ierr;
+}
 
 /*
  * FMFortranContextCreate_Private - FMContextCreate from a Fortran communicator handle.

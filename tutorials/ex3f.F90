@@ -132,6 +132,8 @@ program ex3f
   call fm_mask_destroy(mask, ierr)
   call fm_context_destroy(ctx, ierr)
   call fm_finalize(ierr)
+  ! the main program's allocatables are not freed at its end by themselves
+  deallocate (q, k, v, o, dout, dq, dk, dv, lse, kref, vref, docs, rows, keys)
   if (.not. ok) stop 1
 
 contains

@@ -13,6 +13,9 @@
  *                         each query block's visiting key blocks (the turns) against the walks
  *   ./bwd_bench det [r]   the deterministic mode beside the default on the masks where it costs most,
  *                         and at d = 64 on full and causal (128-row steps)
+ *   ./bwd_bench detprof   a -DFMBWD_PROF build (add -DFMBWD_DET_NOWAIT for the deterministic mode
+ *                         without its waits): per mask of det, both modes once more with the cycles the
+ *                         consumers and the dQ writers spend in each wait (bwd_sm90_base.cuh, FmbwdProf)
  *   ./bwd_bench ab256 [r] d = 256, H = 16: full, causal, sliding window, causal document at 8K; full,
  *                         causal at 32K, each also in the deterministic mode
  *   ./bwd_bench fb256     d = 256, H = 16, one causal sequence of 4096: the Hopper kernel, then the SIMT
@@ -524,6 +527,10 @@ static int g_nodet = 0;       /* ab mode: no deterministic run */
 static int g_d = 128; /* head dim of bench and ab (ab64: 64, with H = 64; ab256: 256, with H = 16) */
 static int g_tokens = 131072; /* tokens per batch (B = g_tokens / S, at least 1) */
 static int g_fb = 0;          /* the SIMT fallback (fb256) */
+static int g_detprof = 0;     /* detprof: the waits of both modes (a -DFMBWD_PROF build) */
+#ifdef FMBWD_PROF
+cudaError_t FMBwdSm90Prof(unsigned long long *sum); /* bwd_sm90.cu, that build only */
+#endif
 static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
 {
   const int B = g_tokens / S > 1 ? g_tokens / S : 1, H = 4096 / g_d, D = g_d;
@@ -572,6 +579,37 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
     }
     const int bmr = FMGpuBwdStepRows(&p);
   const double steps = (bmr == 80 ? steps_per_block<80>(m) : bmr == 128 ? steps_per_block<128>(m) : steps_per_block<64>(m)) * dm.nblk * H * B;
+#ifdef FMBWD_PROF
+    if (g_detprof) { /* detprof (a -DFMBWD_PROF build): where the consumers and the dQ writers wait, one call each mode */
+      for (int det = 0; det < 2; det++) {
+        unsigned long long c[fmbwd::PROF_N];
+        p.deterministic = det;
+        CK(FMGpuBackward(&p, 0));
+        CK(cudaDeviceSynchronize());
+        CK(FMBwdSm90Prof(c)); /* zeroes the counters */
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        CK(cudaEventRecord(e0));
+        CK(FMGpuBackward(&p, 0));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float t;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        CK(FMBwdSm90Prof(c));
+        const double all = c[fmbwd::PROF_C_ALL] > 0 ? (double)c[fmbwd::PROF_C_ALL] : 1.0;
+        printf("detprof S=%-6d %-16s%s %s %8.3f ms  consumer: dq-empty wait %5.1f%%  stage wait %5.1f%%  |  writer: idle %5.1f%%  "
+               "turn %5.1f%%  read %5.1f%%  pass %5.1f%%  (of the consumers' cycles; %llu blocks, %.2f kcycles of turn wait per block)\n",
+               S, mask_name[kind], Hkv != H ? " GQA4" : "", det ? "det" : "def", t, 100.0 * c[fmbwd::PROF_C_DQE] / all,
+               100.0 * c[fmbwd::PROF_C_FULL] / all, 100.0 * c[fmbwd::PROF_W_IDLE] / all, 100.0 * c[fmbwd::PROF_W_TURN] / all,
+               100.0 * c[fmbwd::PROF_W_READ] / all, 100.0 * c[fmbwd::PROF_W_PASS] / all, c[fmbwd::PROF_BLOCKS],
+               c[fmbwd::PROF_BLOCKS] ? c[fmbwd::PROF_W_TURN] / 1e3 / c[fmbwd::PROF_BLOCKS] : 0.0);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+      }
+      p.deterministic = 0;
+    }
+#endif
     if (g_prof_kind >= 0) { /* prof: one more call, its three phases timed apart */
       cudaEvent_t ev[4];
       for (auto &e : ev) CK(cudaEventCreate(&e));
@@ -767,6 +805,25 @@ int main(int argc, char **argv)
   if (mode == "ab64") { /* d = 64, H = 64 */
     ab_table(64, 1);
     return 0;
+  }
+  if (mode == "detprof") { /* det's masks, each mode once more with the wait counters (a -DFMBWD_PROF build) */
+#ifndef FMBWD_PROF
+    fprintf(stderr, "detprof: build with -DFMBWD_PROF\n");
+    return 2;
+#else
+    g_detprof = 1;
+    g_nodet = 1;
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_PREFIX | 1u << M_RANDOM;
+    bench(8192, 1);
+    g_kinds = 1u << M_CAUSAL;
+    bench(32768, 1);
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL;
+    bench(8192, 1, 0, 8); /* GQA 4:1 */
+    g_d = 64;
+    g_kinds = 1u << M_CAUSAL;
+    bench(8192, 1);
+    return 0;
+#endif
   }
   if (mode == "det") { /* the deterministic mode beside the default: the masks where it costs most */
     const int reps = argc > 2 ? atoi(argv[2]) : 3;

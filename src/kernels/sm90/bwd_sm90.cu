@@ -65,6 +65,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <string.h>
+#define FMBWD_PROF_HERE /* fmbwd_prof (a -DFMBWD_PROF build) is defined here */
 #include "bwd_sm90.cuh"
 #include "tma_host.cuh"
 #include "bwd_sm90_base.cuh"
@@ -362,7 +364,9 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   for (int t = 0; t < BM / 4; t++) reg_fence(pp[t]);
   /* the writer has read the last step's dQ block (the barrier's address from K's: OFF_K = 0);
      waited for as late as possible, just before its buffer is written */
+  FMBWD_PROF_T(t0);
   mbar_wait_s(ka + Layout<D, ST, BM>::OFF_BAR + (5 + 2 * ST + me.cw) * 8, d.ph);
+  if (me.wt == 0) FMBWD_PROF_ADD(PROF_C_DQE, t0);
   stage_dq<D, ST, BM>(dq, stg, d, me, sy);
   wgmma_wait<0>(); /* dK retired */
 #pragma unroll
@@ -481,6 +485,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
   float dk[D / 2], dv[D / 2], s[BM / 2], dp[BM / 2], dq[L::DQN];
   uint32_t pp[BM / 4], ps[BM / 4];
   int i = 0, j = 0; /* i: the stage ring's position (end stages too); j: the steps (dQ blocks handed over) */
+  FMBWD_PROF_T(tall);
   for (int n = 0;; n++) {
     mbar_wait(sy.item_full, n & 1);
     if (sy.item[4 * (n & 1)] >= p.nitems) break;
@@ -502,7 +507,9 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
     for (;;) {
       i = __shfl_sync(0xffffffffu, i, 0); /* warp-uniform to ptxas (the exit below depends on a load) */
       const int st = i % ST;
+      FMBWD_PROF_T(t0);
       mbar_wait(&sy.full[st], (i / ST) & 1);
+      if (me.wt == 0) FMBWD_PROF_ADD(PROF_C_FULL, t0);
       const int2 sd = ld_s2(smem_u32(smem + L::OFF_STEP + 8 * st));
       const int qb = sd.x, fl = sd.y;
       i++;
@@ -555,6 +562,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
     if (lane == 0) mbar_arrive(sy.kv_empty);
     store_dkdv<D, BM != 80, F16>(dk, dv, kb * kBN + me.kr0, 0, hkv, b, me, p);
   }
+  if (me.wt == 0) FMBWD_PROF_ADD(PROF_C_ALL, tall);
   stop_writer<D, ST, BM>(j, me, sy);
 }
 
@@ -901,6 +909,22 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
 #define FMBWD_ST64_128 2 /* d = 64 on 128-row steps */
 #define FMBWD_ST256 1    /* d = 256: one stage (Layout::W) */
 
+
+#ifdef FMBWD_PROF
+/* Diagnostic build: the counters summed over the CTAs into sum[PROF_N], then zeroed. */
+cudaError_t FMBwdSm90Prof(unsigned long long *sum)
+{
+  static unsigned long long h[1024][fmbwd::PROF_N];
+  cudaError_t e = cudaMemcpyFromSymbol(h, fmbwd::fmbwd_prof, sizeof h);
+  if (e != cudaSuccess) return e;
+  for (int k = 0; k < fmbwd::PROF_N; k++) {
+    sum[k] = 0;
+    for (int c = 0; c < 1024; c++) sum[k] += h[c][k];
+  }
+  memset(h, 0, sizeof h);
+  return cudaMemcpyToSymbol(fmbwd::fmbwd_prof, h, sizeof h);
+}
+#endif
 
 int FMBwdSm90Supported(const FMGpuBwdParams *a)
 {

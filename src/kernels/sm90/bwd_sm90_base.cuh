@@ -207,6 +207,37 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dqt(float *dq, 
   for (int t = 0; t < NT; t++) wgmma_ss_t10<80, F16>(dq, desc_at(a0, t * 2048), desc_at(b0, (t / 4) * 10240 + (t % 4) * 32), t > 0);
 }
 
+/*
+ * Diagnostic build only (-DFMBWD_PROF; bwd_bench detprof): per CTA, cycles (clock64) spent in the
+ * waits named by FmbwdProf, added with fire-and-forget reductions into fmbwd_prof[CTA][slot].
+ * The default build has none of it (the macros expand to nothing).
+ */
+enum FmbwdProf {
+  PROF_W_IDLE = 0, /* dQ writer: waiting for its consumer's next block */
+  PROF_W_TURN,     /* writer: waiting for the block's turn (deterministic mode) */
+  PROF_W_READ,     /* writer: the bulk add issued until its source was read (then the buffer goes back) */
+  PROF_W_PASS,     /* writer: the next visitor's scan, the add's completion and the turn's hand-over */
+  PROF_C_DQE,      /* consumer (one thread per warpgroup): waiting for the writer to free its staging buffer */
+  PROF_C_FULL,     /* consumer: waiting for a stage's Q, dO, lse2 and D */
+  PROF_C_ALL,      /* consumer: the whole of its loop */
+  PROF_BLOCKS,     /* dQ blocks written */
+  PROF_N
+};
+#ifdef FMBWD_PROF
+#ifdef FMBWD_PROF_HERE /* bwd_sm90.cu, the one user (without relocatable device code an extern is a copy) */
+__device__ unsigned long long fmbwd_prof[1024][PROF_N];
+#endif
+#define FMBWD_PROF_T(v) const long long v = clock64()
+#define FMBWD_PROF_ADD(slot, v)                                                                                             \
+  asm volatile("red.global.add.u64 [%0], %1;\n" ::"l"(&fmbwd_prof[blockIdx.x & 1023][slot]), "l"((unsigned long long)(clock64() - (v))) \
+               : "memory")
+#define FMBWD_PROF_ONE(slot) asm volatile("red.global.add.u64 [%0], 1;\n" ::"l"(&fmbwd_prof[blockIdx.x & 1023][slot]) : "memory")
+#else
+#define FMBWD_PROF_T(v)
+#define FMBWD_PROF_ADD(slot, v)
+#define FMBWD_PROF_ONE(slot)
+#endif
+
 /* Barriers and the item slots in shared memory. */
 template <int D, int ST, int BM> struct Sync {
   uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;

@@ -153,7 +153,9 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
   const uint32_t sl = smem_u32((const void *)(sy.dqs + 8 * cw));
   const float *stg = (const float *)(smem + L::OFF_DQ + cw * L::DQB);
   for (int i = 0;; i++) {
+    FMBWD_PROF_T(t0);
     mbar_wait(&sy.dq_full[cw], i & 1);
+    if (lane == 0) FMBWD_PROF_ADD(PROF_W_IDLE, t0);
     if (ld_s32(sl + 28)) break;
     const int tix = ld_s32(sl), mine = ld_s32(sl + 4), arow = ld_s32(sl + 8);
     __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
@@ -178,16 +180,26 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
           st_release(word, 2);
           stored = 1;
         } else wait_word(word, 2, f);
-      } else if (p.deterministic) wait_word(word, mine, ld_acquire(word));
+      } else if (p.deterministic) {
+        FMBWD_PROF_T(t1);
+#ifndef FMBWD_DET_NOWAIT /* diagnostic build: the deterministic mode's every cost but its waits (not deterministic) */
+        wait_word(word, mine, ld_acquire(word));
+#endif
+        FMBWD_PROF_ADD(PROF_W_TURN, t1);
+      }
       if (!stored) {
+        FMBWD_PROF_T(t2);
 #pragma unroll
         for (int pl = 0; pl < L::DQP; pl++) /* d = 256: the consumer's two planes, Sqp rows apart */
           bulk_reduce_add(p.dqacc + off + (size_t)pl * p.Sqp * 64, stg + pl * 4096, L::DQB / L::DQP);
         bulk_commit();
         bulk_wait_read0();
         mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
+        FMBWD_PROF_ADD(PROF_W_READ, t2);
       }
+      FMBWD_PROF_ONE(PROF_BLOCKS);
     }
+    FMBWD_PROF_T(t3);
     if (p.deterministic) {
       int next = mine + 1;
       if (!DqSplit<D, BM>::own || cw == 1) {
@@ -202,6 +214,7 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
         st_release(p.turn + tix, next);
       }
     }
+    if (lane == 0) FMBWD_PROF_ADD(PROF_W_PASS, t3);
     __syncwarp();
   }
   if (lane == 0) bulk_wait0();

@@ -16,6 +16,9 @@
  *   ./bwd_bench detprof   a -DFMBWD_PROF build (add -DFMBWD_DET_NOWAIT for the deterministic mode
  *                         without its waits): per mask of det, both modes once more with the cycles the
  *                         consumers and the dQ writers spend in each wait (bwd_sm90_base.cuh, FmbwdProf)
+ *   ./bwd_bench detsim    host only: a timing model of the schedule (share/bench/bwd/detsim.h) on det's
+ *                         shapes, default, deterministic and the rejected increasing order; env
+ *                         DETSIM="T tp R L P O E" (microseconds)
  *   ./bwd_bench ab256 [r] d = 256, H = 16: full, causal, sliding window, causal document at 8K; full,
  *                         causal at 32K, each also in the deterministic mode
  *   ./bwd_bench fb256     d = 256, H = 16, one causal sequence of 4096: the Hopper kernel, then the SIMT
@@ -50,6 +53,7 @@
 #include "../../../src/kernels/sm90/bwd_sm90_base.cuh" /* the kernel's item order (decode_item), checked on the host */
 
 #include "../harness.h" /* CK, the masks, rho, the conversions, the event timing */
+#include "detsim.h"      /* detsim: the schedule's timing model */
 
 /* The device form: packed {lts, lte, uts, ute} per column (padding fully masked), summaries. */
 struct DevMask {
@@ -527,8 +531,8 @@ static int g_nodet = 0;       /* ab mode: no deterministic run */
 static int g_d = 128; /* head dim of bench and ab (ab64: 64, with H = 64; ab256: 256, with H = 16) */
 static int g_tokens = 131072; /* tokens per batch (B = g_tokens / S, at least 1) */
 static int g_fb = 0;          /* the SIMT fallback (fb256) */
-static int g_detprof = 0;     /* detprof: the waits of both modes (a -DFMBWD_PROF build) */
 #ifdef FMBWD_PROF
+static int g_detprof = 0;     /* detprof: the waits of both modes */
 cudaError_t FMBwdSm90Prof(unsigned long long *sum); /* bwd_sm90.cu, that build only */
 #endif
 static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
@@ -642,6 +646,62 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
   cudaFree(lse);
 }
 
+/* detsim: one mask head's walks (of KN-key items at BM rows) for the timing model */
+template <int BM, int KN> static DetSimMask detsim_mask(const HostMask &m)
+{
+  std::vector<int4> pk;
+  std::vector<int32_t> sm;
+  host_form(m, pk, sm);
+  DetSimMask d;
+  d.nkb = (m.Sk + KN - 1) / KN;
+  d.nqb = (m.Sq + BM - 1) / BM;
+  d.qbs.resize(d.nkb), d.part.resize(d.nkb);
+  for (int kb = 0; kb < d.nkb; kb++) {
+    FMBwdWalk w;
+    fmbwd_walk_init_item<BM, KN>(&w, sm.data(), kb, m.Sq, m.Sk, m.causal);
+    int pt;
+    for (int qb = fmbwd_walk_next<BM>(&w, 0, &pt); qb < d.nqb; qb = fmbwd_walk_next<BM>(&w, qb + 1, &pt)) {
+      d.qbs[kb].push_back(qb);
+      d.part[kb].push_back(pt);
+    }
+  }
+  return d;
+}
+
+/* detsim (host only): the timing model's default, deterministic and rejected-order makespans on
+   det's shapes; parameters (microseconds) from env DETSIM="T tp R L P O E" */
+static void detsim_table()
+{
+  DetSimCfg c;
+  if (getenv("DETSIM")) sscanf(getenv("DETSIM"), "%lf %lf %lf %lf %lf %lf %lf", &c.T, &c.tp, &c.R, &c.L, &c.P, &c.O, &c.E);
+  printf("detsim: T %.2f tp %.2f R %.2f L %.2f P %.2f O %.2f E %.2f us, %d SMs\n", c.T, c.tp, c.R, c.L, c.P, c.O, c.E, c.sms);
+  struct Row { const char *name; MaskKind kind; int S, d, Hkv, G; };
+  const Row rows[] = {{"full", M_FULL, 8192, 128, 32, 1},         {"causal", M_CAUSAL, 8192, 128, 32, 1},
+                      {"prefix_lm", M_PREFIX, 8192, 128, 32, 1},   {"random_heads", M_RANDOM, 8192, 128, 32, 1},
+                      {"full 32K", M_FULL, 32768, 128, 32, 1},     {"causal 32K", M_CAUSAL, 32768, 128, 32, 1},
+                      {"full GQA4", M_FULL, 8192, 128, 8, 4},      {"causal GQA4", M_CAUSAL, 8192, 128, 8, 4},
+                      {"d64 full", M_FULL, 8192, 64, 64, 1},       {"d64 causal", M_CAUSAL, 8192, 64, 64, 1}};
+  for (const Row &r : rows) {
+    const HostMask m = build_mask(r.kind, r.S, r.S, 1);
+    /* the step rows the kernel takes for these (FMGpuBwdStepRows): d = 128 80 on full and causal,
+       64 on the rest; d = 64 128 on dense masks */
+    const bool dense = r.kind == M_FULL || r.kind == M_CAUSAL;
+    const DetSimMask dm = r.d == 64 ? detsim_mask<128, 128>(m) : dense ? detsim_mask<80, 128>(m) : detsim_mask<64, 128>(m);
+    const int B = 131072 / r.S, nrows = B * r.Hkv;
+    const int ilv = fmbwd_ilv(c.sms, dm.nkb, nrows, m.causal);
+    const int bm = r.d == 64 ? 128 : dense ? 80 : 64;
+    double t[3];
+    for (int det = 0; det < 3; det++) {
+      DetSimCfg cc = c;
+      cc.det = det;
+      cc.T = c.T * bm * r.d / (80.0 * 128.0); /* T is the 80-row, d = 128 step's; others scale with the step's FLOPs */
+      t[det] = detsim_run(dm, nrows, r.G, ilv, cc);
+    }
+    printf("detsim %-14s bm %3d: default %8.1f us, det %8.1f (%.2fx), increasing-down %8.1f (%.2fx)\n", r.name, bm, t[0],
+           t[1], t[1] / t[0], t[2], t[2] / t[0]);
+  }
+}
+
 int main(int argc, char **argv)
 {
   const std::string mode = argc > 1 ? argv[1] : "check";
@@ -650,6 +710,10 @@ int main(int argc, char **argv)
   if (mode == "probe") {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 2;
+  }
+  if (mode == "detsim") { /* host only */
+    detsim_table();
+    return 0;
   }
   if (mode == "order") { /* host only: the kernel's item order (decode_item, fmbwd_ilv) over a sweep of shapes */
     int bad = 0, shapes = 0;

@@ -208,6 +208,31 @@ program test_fortran
   call fm_mask_is_masked(mask3, 0, 6, 2, masked, ierr)
   call check(ierr == 0 .and. .not. masked, 'qk_sparse span [4, 9): key 2 is hidden from row 6')
   call fm_mask_destroy(mask3, ierr)
+  ! fm_mask_set_sample_documents: a document mask of 16 keys and 2 samples, sample 0 with the
+  ! mask's documents (8, 8), sample 1 with its own (4, 12): lts(j+1) is the end of key j's document
+  call fm_mask_create(ctx, mask3, ierr)
+  call fm_mask_set_sizes(mask3, 16, 16, 1, ierr)
+  call fm_mask_set_batch(mask3, 2, ierr)
+  call fm_mask_set_type(mask3, FMMASKDOCUMENT, ierr)
+  call fm_mask_set_documents(mask3, 2, [8_c_int, 8_c_int], ierr)
+  call fm_mask_set_sample_documents(mask3, 1, 2, [4_c_int, 12_c_int], ierr)
+  if (ierr /= 0) call hard('fm_mask_set_sample_documents', ierr)
+  call fm_mask_set_up(mask3, ierr)
+  if (ierr /= 0) call hard('fm_mask_set_up (sample documents)', ierr)
+  allocate (got(16), got2(16))
+  call fm_mask_get_sample_bounds(mask3, 0, 0, lts=got, ierr=ierr)
+  call fm_mask_get_sample_bounds(mask3, 1, 0, lts=got2, ierr=j)
+  call check(ierr == 0 .and. j == 0 .and. all(got(1:8) == 8) .and. all(got(9:16) == 16) .and. all(got2(1:4) == 4) .and. &
+             all(got2(5:16) == 16), 'fm_mask_set_sample_documents: the samples do not hold documents (8, 8) and (4, 12)')
+  deallocate (got, got2)
+  call fm_push_error_handler(FM_ERROR_HANDLER_SILENT, ierr)
+  call fm_mask_set_sample_documents(mask3, 2, 2, [4_c_int, 12_c_int], i)
+  call fm_get_last_error_message(msg)
+  call fm_pop_error_handler(j)
+  call check(i == FM_ERR_ARG_OUTOFRANGE .and. index(msg, '(sample) is 2') > 0, &
+             'fm_mask_set_sample_documents: sample 2 of 2 not refused by name: '//trim(msg))
+  call fm_mask_destroy(mask3, ierr)
+
   ! share_question: one document of 16, a question of 4 and answers of 5 and 7: the question's
   ! keys are seen by the whole document, the first answer's not by the second answer
   call fm_mask_create(ctx, mask3, ierr)

@@ -8,6 +8,7 @@
  *    results of a fresh mask and plan;
  *  - bad input: sample out of range, a mask batch that is neither 1 nor the plan's batch;
  *  - FMMaskSetAllBounds against FMMaskSetSampleBounds, its errors and their (sample, head);
+ *  - FMMaskSetSampleDocuments: a sample's own document lengths against a batch-1 mask on them;
  *  - HDF5: a batch mask saved and loaded keeps every sample; a file written before issue 11
  *    (-old FILE) loads as mask_batch 1 with the builders' bounds;
  *  - a "cp" plan on one rank with one chunk is bitwise the local plan on a per-sample mask.
@@ -235,6 +236,100 @@ static void check_all_bounds(FMContext ctx, const BCShape *s0)
   printf("  FMMaskSetAllBounds equals FMMaskSetSampleBounds per (sample, head); bad entries named, bounds kept\n");
 }
 
+/* Sample sa of a and sample sb of b hold the same bounds (every head and vector); returns the entries that differ. */
+static size_t sample_diff(FMMask a, int sa, FMMask b, int sb)
+{
+  int Sq, Sk, mh;
+  size_t nd = 0;
+  FMT_CALL(FMMaskGetSizes(a, &Sq, &Sk, &mh));
+  for (int h = 0; h < mh; h++) {
+    const int32_t *va[4], *vb[4];
+    FMT_CALL(FMMaskGetSampleBounds(a, sa, h, &va[0], &va[1], &va[2], &va[3], NULL, NULL));
+    FMT_CALL(FMMaskGetSampleBounds(b, sb, h, &vb[0], &vb[1], &vb[2], &vb[3], NULL, NULL));
+    for (int v = 0; v < 4; v++)
+      for (int j = 0; j < Sk; j++) nd += va[v][j] != vb[v][j];
+  }
+  return nd;
+}
+
+/* A mask of type t, batch mb, seed sd, set up; docs (if nd > 0) given with FMMaskSetDocuments. */
+static FMMask docs_mask(FMContext ctx, const BCShape *s, FMMaskType t, int mb, unsigned long sd, int nd, const int *docs)
+{
+  FMMask m;
+  FMT_CALL(FMMaskCreate(ctx, &m));
+  FMT_CALL(FMMaskSetSizes(m, s->Sq, s->Sk, s->mh));
+  FMT_CALL(FMMaskSetBatch(m, mb));
+  FMT_CALL(FMMaskSetType(m, t));
+  FMT_CALL(FMMaskSetSeed(m, sd));
+  if (nd > 0) FMT_CALL(FMMaskSetDocuments(m, nd, docs));
+  return m;
+}
+
+/*
+ * FMMaskSetSampleDocuments: on every type that reads documents, a sample with its own lengths
+ * holds the bounds of a batch-1 mask given those lengths (and the seed plus the sample, for what
+ * the type still draws, such as share_question's segments); the other samples keep the mask's
+ * documents (FMMaskSetDocuments) or draw theirs; ndocs = 0 gives a sample back the mask's; a new
+ * batch discards them; bad input is named (the sample, the sum at SetUp).
+ */
+static void check_sample_docs(FMContext ctx, const BCShape *s)
+{
+  const FMMaskType types[] = {FMMASKCAUSALDOCUMENT, FMMASKDOCUMENT, FMMASKCAUSALBLOCKWISE, FMMASKPREFIXLMDOCUMENT, FMMASKSHAREQUESTION};
+  const int wide[2] = {40, s->Sk - 40}, own[3] = {20, 30, s->Sk - 50}, own2[1] = {s->Sk}, bad[2] = {20, s->Sk - 21};
+  const unsigned long sd = 7;
+  for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+    for (int withwide = 0; withwide < 2; withwide++) {
+      FMMask m = docs_mask(ctx, s, types[t], 3, sd, withwide ? 2 : 0, wide), r[3];
+      FMT_CALL(FMMaskSetSampleDocuments(m, 1, 3, own));
+      FMT_CALL(FMMaskSetSampleDocuments(m, 2, 1, own2));
+      FMT_CALL(FMMaskSetSampleDocuments(m, 2, 0, NULL)); /* back to the mask's documents */
+      FMT_CALL(FMMaskSetUp(m));
+      for (int b = 0; b < 3; b++) {
+        r[b] = b == 1 ? docs_mask(ctx, s, types[t], 1, sd + 1, 3, own) : docs_mask(ctx, s, types[t], 1, sd + (unsigned long)b, withwide ? 2 : 0, wide);
+        FMT_CALL(FMMaskSetUp(r[b]));
+        const size_t nd = sample_diff(m, b, r[b], 0);
+        FMT_CHECK(nd == 0, "%s%s: sample %d differs from its batch-1 mask in %zu entries", types[t], withwide ? " with FMMaskSetDocuments" : "",
+                  b, nd);
+      }
+      FMT_CHECK(sample_diff(m, 1, m, 0) > 0, "%s: sample 1's own documents left its bounds those of sample 0", types[t]);
+      /* a new batch discards the lengths per sample: sample 1 as the others */
+      FMT_CALL(FMMaskSetBatch(m, 2));
+      FMT_CALL(FMMaskSetUp(m));
+      FMMask r1 = docs_mask(ctx, s, types[t], 1, sd + 1, withwide ? 2 : 0, wide);
+      FMT_CALL(FMMaskSetUp(r1));
+      FMT_CHECK(sample_diff(m, 1, r1, 0) == 0, "%s: after FMMaskSetBatch sample 1 still has its own documents", types[t]);
+      FMT_CALL(FMMaskDestroy(&r1));
+      for (int b = 0; b < 3; b++) FMT_CALL(FMMaskDestroy(&r[b]));
+      FMT_CALL(FMMaskDestroy(&m));
+    }
+  }
+  /* bad input */
+  FMMask m = docs_mask(ctx, s, FMMASKDOCUMENT, 3, sd, 0, NULL);
+  FMT_EXPECT_ERR(FMMaskSetSampleDocuments(m, 3, 3, own), FM_ERR_ARG_OUTOFRANGE, "(sample) is 3");
+  FMT_EXPECT_ERR(FMMaskSetSampleDocuments(m, -1, 3, own), FM_ERR_ARG_OUTOFRANGE, "(sample) is -1");
+  FMT_EXPECT_ERR(FMMaskSetSampleDocuments(m, 0, -1, own), FM_ERR_ARG_OUTOFRANGE, "(ndocs) is -1");
+  FMT_EXPECT_ERR(FMMaskSetSampleDocuments(m, 0, 2, NULL), FM_ERR_ARG_NULL, "(lengths)");
+  {
+    const int zero[2] = {s->Sk, 0};
+    FMT_EXPECT_ERR(FMMaskSetSampleDocuments(m, 0, 2, zero), FM_ERR_ARG_OUTOFRANGE, "lengths[1] is 0");
+  }
+  FMT_CALL(FMMaskSetSampleDocuments(m, 2, 2, bad));
+  FMT_EXPECT_ERR(FMMaskSetUp(m), FM_ERR_ARG_SIZ, "sample 2 (FMMaskSetSampleDocuments) sum to");
+  FMT_CALL(FMMaskSetSampleDocuments(m, 2, 3, own));
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_CALL(FMMaskDestroy(&m));
+  m = docs_mask(ctx, s, FMMASKPREFIXLMDOCUMENT, 3, sd, 2, wide);
+  {
+    const int prefix[2] = {10, 10};
+    FMT_CALL(FMMaskSetPrefixLengths(m, 2, prefix));
+  }
+  FMT_CALL(FMMaskSetSampleDocuments(m, 1, 3, own));
+  FMT_EXPECT_ERR(FMMaskSetUp(m), FM_ERR_ARG_INCOMP, "sample 1");
+  FMT_CALL(FMMaskDestroy(&m));
+  printf("  FMMaskSetSampleDocuments: each sample's bounds those of a batch-1 mask on its documents; reset, new batch, "
+         "bad input named\n");
+}
+
 static void check_hdf5(FMContext ctx, const BCShape *s, const char *dir, const char *old)
 {
 #if FM_HAVE_HDF5
@@ -370,6 +465,7 @@ int main(int argc, char **argv)
     check_update(ctx, &s, &seed);
     check_errors(ctx, &s);
     check_all_bounds(ctx, &s);
+    check_sample_docs(ctx, &s);
     check_hdf5(ctx, &s, dir, old);
     check_cp_local(ctx, &s, &seed);
   }

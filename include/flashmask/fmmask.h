@@ -124,6 +124,22 @@ FMErrorCode FMMaskSetCausal(FMMask mask, FMBool causal);
 FMErrorCode FMMaskSetDocuments(FMMask mask, int ndocs, const int lengths[]);
 
 /*
+ * FMMaskSetSampleDocuments - document lengths of one sample of a mask batch (FMMaskSetBatch), so
+ *   that every sample packs its own documents: a new packing per sample every training step
+ *   without computing bounds. Not collective.
+ *   mask     the mask (a type that reads documents: see FMMaskSetDocuments)
+ *   sample   0 <= sample < mask_batch, else FM_ERR_ARG_OUTOFRANGE
+ *   ndocs    number of documents of this sample; 0 gives the sample back the mask's documents
+ *            (FMMaskSetDocuments, or drawn from the seed plus the sample)
+ *   lengths  ndocs lengths, each >= 1 (copied); they must sum to seqlen_k (checked at SetUp,
+ *            where an error names the sample)
+ *   Takes precedence over FMMaskSetDocuments for that sample. Changing the batch discards the
+ *   lengths given per sample. Parameters that count documents (FMMaskSetPrefixLengths,
+ *   FMMaskSetShareQuestion) must then match every sample's count, or be left at their defaults.
+ */
+FMErrorCode FMMaskSetSampleDocuments(FMMask mask, int sample, int ndocs, const int lengths[]);
+
+/*
  * FMMaskSetWindow - sliding-window sizes in tokens. Not collective.
  *   mask         the mask
  *   left, right  window sizes (>= 0); what they mean depends on the type:

@@ -62,7 +62,8 @@ module flashmask
     fm_context_set_nccl_timeout, fm_context_get_nccl_timeout, &
     fm_context_set_up, fm_context_view, fm_context_get_backend, fm_context_get_device, fm_context_destroy, &
     fm_mask_create, fm_mask_set_sizes, fm_mask_set_type, fm_mask_get_type, fm_mask_set_causal, &
-    fm_mask_set_documents, fm_mask_set_window, fm_mask_set_global_tokens, fm_mask_set_prefix_lengths, &
+    fm_mask_set_documents, fm_mask_set_sample_documents, fm_mask_set_window, fm_mask_set_global_tokens, &
+    fm_mask_set_prefix_lengths, &
     fm_mask_set_seed, fm_mask_set_bounds, fm_mask_set_block_size, fm_mask_set_from_options, fm_mask_set_up, &
     fm_mask_get_sizes, fm_mask_get_density, fm_mask_is_masked, fm_mask_view, fm_mask_save, fm_mask_load, &
     fm_mask_destroy, fm_mask_set_batch, fm_mask_get_batch, fm_mask_set_sample_bounds, fm_mask_set_all_bounds, &

@@ -165,10 +165,19 @@ static int type_uses_docs(int t)
          t == FM_MT_PREFIXLMDOCUMENT;
 }
 
-static FMErrorCode resolve_docs(FMMask m, int t, FMMaskParams *p)
+static FMErrorCode resolve_docs(FMMask m, int t, int sample, FMMaskParams *p)
 {
   int S = m->seqlen_k;
-  if (m->ndocs > 0) {
+  if (m->sdocs_n && m->sdocs_n[sample] > 0) { /* the sample's own (FMMaskSetSampleDocuments) */
+    const int n = m->sdocs_n[sample];
+    int64_t sum = 0;
+    for (int d = 0; d < n; d++) sum += m->sdocs[sample][d];
+    FMCheck(sum == S, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
+            "Document lengths of sample %d (FMMaskSetSampleDocuments) sum to %lld, expected seqlen_k = %d", sample, (long long)sum, S);
+    FMCall(FMMalloc(n, &p->docs));
+    memcpy(p->docs, m->sdocs[sample], sizeof(int) * (size_t)n);
+    p->ndocs = n;
+  } else if (m->ndocs > 0) {
     int64_t sum = 0;
     for (int d = 0; d < m->ndocs; d++) sum += m->docs[d];
     FMCheck(sum == S, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
@@ -199,11 +208,12 @@ static FMErrorCode resolve_docs(FMMask m, int t, FMMaskParams *p)
   return FM_SUCCESS;
 }
 
-static FMErrorCode resolve_segments(FMMask m, FMMaskParams *p)
+static FMErrorCode resolve_segments(FMMask m, int sample, FMMaskParams *p)
 {
   if (m->nsq > 0) {
     FMCheck(m->nsq == p->ndocs, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
-            "FMMaskSetShareQuestion gives %d documents but the mask has %d documents (FMMaskSetDocuments)", m->nsq, p->ndocs);
+            "FMMaskSetShareQuestion gives %d documents but sample %d of the mask has %d (FMMaskSetDocuments, FMMaskSetSampleDocuments)",
+            m->nsq, sample, p->ndocs);
     FMCall(FMMalloc(m->nsq, &p->nseg));
     FMCall(FMMalloc(m->nsqseg, &p->seglen));
     memcpy(p->nseg, m->sq_nseg, sizeof(int) * (size_t)m->nsq);
@@ -223,12 +233,12 @@ static FMErrorCode resolve_segments(FMMask m, FMMaskParams *p)
   return FM_SUCCESS;
 }
 
-static FMErrorCode resolve_all(FMMask m, int t, FMMaskParams *p)
+static FMErrorCode resolve_all(FMMask m, int t, int sample, FMMaskParams *p)
 {
   int S = m->seqlen_k;
   FMCheck(S > 0 && m->seqlen_q > 0, MPI_COMM_SELF, FM_ERR_ORDER, "Must call FMMaskSetSizes() before FMMaskSetUp()");
-  if (type_uses_docs(t)) FMCall(resolve_docs(m, t, p));
-  if (t == FM_MT_SHAREQUESTION) FMCall(resolve_segments(m, p));
+  if (type_uses_docs(t)) FMCall(resolve_docs(m, t, sample, p));
+  if (t == FM_MT_SHAREQUESTION) FMCall(resolve_segments(m, sample, p));
   if (t == FM_MT_SLIDINGWINDOW || t == FM_MT_GLOBALSLIDINGWINDOW) {
     int w = S / 16 > 1 ? S / 16 : 1;
     p->window_left = m->window_left >= 0 ? m->window_left : w;
@@ -245,7 +255,8 @@ static FMErrorCode resolve_all(FMMask m, int t, FMMaskParams *p)
     p->nprefix = p->ndocs;
     if (m->nprefix > 0) {
       FMCheck(m->nprefix == p->ndocs, MPI_COMM_SELF, FM_ERR_ARG_INCOMP,
-              "FMMaskSetPrefixLengths (-fm_mask_prefix) gives %d prefix lengths but the mask has %d documents", m->nprefix, p->ndocs);
+              "FMMaskSetPrefixLengths (-fm_mask_prefix) gives %d prefix lengths but sample %d of the mask has %d documents", m->nprefix,
+              sample, p->ndocs);
       for (int d = 0; d < p->ndocs; d++) {
         FMCheck(m->prefix[d] <= p->docs[d], MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
                 "Prefix length %d of document %d (FMMaskSetPrefixLengths) exceeds the document length %d", m->prefix[d], d, p->docs[d]);
@@ -318,7 +329,7 @@ FMErrorCode FMMaskGetSampleParams_Private(FMMask m, int sample, FMMaskParams *p)
   p->window_left = p->window_right = p->nglobal = -1;
   t = FMMaskTypeIndex_Private(m->hdr.type_name);
   FMCheck(t >= 0, MPI_COMM_SELF, FM_ERR_LIB, "Mask has unknown type \"%s\"", m->hdr.type_name ? m->hdr.type_name : "(null)");
-  ierr = resolve_all(m, t, p);
+  ierr = resolve_all(m, t, sample, p);
   if (ierr) {
     FMMaskParamsFree_Private(p);
     FMCall(ierr);
@@ -332,6 +343,30 @@ static inline int32_t rowb(int64_t x, int64_t off, int Sq)
 {
   x -= off;
   return (int32_t)(x < 0 ? 0 : x > Sq ? Sq : x);
+}
+
+/* b[0..n) = x (n <= 0: nothing) */
+static inline void fill32(int32_t *b, int n, int32_t x)
+{
+  for (int i = 0; i < n; i++) b[i] = x;
+}
+
+/*
+ * The bound vectors (FM_BOUND_* bits) that type t's builder writes in every column of every row,
+ * so that alloc_default_bounds need not fill them with defaults first: the document types and
+ * the sliding window write their vectors whole (documents cover the keys); the others leave
+ * columns at their defaults.
+ */
+static int written_whole(int t)
+{
+  switch (t) {
+  case FM_MT_SLIDINGWINDOW:
+  case FM_MT_CAUSALDOCUMENT:
+  case FM_MT_SHAREQUESTION: return FM_BOUND_LTS;
+  case FM_MT_DOCUMENT:
+  case FM_MT_PREFIXLMDOCUMENT: return FM_BOUND_LTS | FM_BOUND_UTE;
+  default: return 0;
+  }
 }
 
 /* The bounds of row g (head 0 of a sample) for every parametrized type (bnd already in default form). */
@@ -359,17 +394,17 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
     int last = Sk - p->docs[p->ndocs - 1];
     m->causal = t != FM_MT_DOCUMENT;
     m->present = t == FM_MT_DOCUMENT ? (FM_BOUND_LTS | FM_BOUND_UTE) : t == FM_MT_CAUSALBLOCKWISE ? (FM_BOUND_LTS | FM_BOUND_LTE) : FM_BOUND_LTS;
+    /* constant per document: plain fills (vectorized), the type tested once per document */
     for (int d = 0, s = 0; d < p->ndocs; s += p->docs[d], d++) {
-      int e = s + p->docs[d];
-      for (int j = s; j < e; j++) {
-        if (t == FM_MT_CAUSALBLOCKWISE) {
-          if (d == p->ndocs - 1) continue; /* the last document: nothing beyond causal */
-          lts[j] = rowb(e, off, Sq);
-          lte[j] = rowb(last, off, Sq);
-        } else {
-          lts[j] = rowb(e, off, Sq);
-          if (t == FM_MT_DOCUMENT) ute[j] = rowb(s, off, Sq);
-        }
+      const int e = s + p->docs[d];
+      const int32_t be = rowb(e, off, Sq), bs = rowb(s, off, Sq), bl = rowb(last, off, Sq);
+      if (t == FM_MT_CAUSALBLOCKWISE) {
+        if (d == p->ndocs - 1) continue; /* the last document: nothing beyond causal */
+        fill32(lts + s, e - s, be);
+        fill32(lte + s, e - s, bl);
+      } else {
+        fill32(lts + s, e - s, be);
+        if (t == FM_MT_DOCUMENT) fill32(ute + s, e - s, bs);
       }
     }
     break;
@@ -380,8 +415,7 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
       int e = s + p->docs[d], a = s;
       for (int g = 0; g < p->nseg[d]; g++) {
         int b = a + p->seglen[o + g];
-        int32_t bound = rowb(g == 0 ? e : b, off, Sq); /* question: to the end of the document; answer: its own end */
-        for (int j = a; j < b; j++) lts[j] = bound;
+        fill32(lts + a, b - a, rowb(g == 0 ? e : b, off, Sq)); /* question: to the end of the document; answer: its own end */
         a = b;
       }
     }
@@ -401,11 +435,10 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
   case FM_MT_PREFIXLMDOCUMENT:
     m->causal = 0; m->present = FM_BOUND_LTS | FM_BOUND_UTE;
     for (int d = 0, s = 0; d < p->ndocs; s += p->docs[d], d++) {
-      int e = s + p->docs[d], pe = s + p->prefix[d];
-      for (int j = s; j < e; j++) {
-        lts[j] = rowb(e, off, Sq);
-        ute[j] = rowb(j < pe ? s : j, off, Sq);
-      }
+      const int e = s + p->docs[d], pe = s + p->prefix[d];
+      fill32(lts + s, e - s, rowb(e, off, Sq));
+      fill32(ute + s, pe - s, rowb(s, off, Sq));
+      for (int j = pe; j < e; j++) ute[j] = rowb(j, off, Sq);
     }
     break;
   case FM_MT_PREFIXLMCAUSAL:
@@ -557,7 +590,7 @@ FMErrorCode FMMaskBuild_Private(FMMask m)
           "Must call FMMaskSetSizes() (or give -fm_mask_seqlen) before FMMaskSetUp()");
   t = FMMaskTypeIndex_Private(m->hdr.type_name);
   FMCheck(t >= 0, MPI_COMM_SELF, FM_ERR_LIB, "Mask has unknown type \"%s\"", m->hdr.type_name ? m->hdr.type_name : "(null)");
-  FMCall(alloc_default_bounds(m, t == FM_MT_BOUNDS && m->user_present > 0 ? m->user_present & 15 : 0));
+  FMCall(alloc_default_bounds(m, t == FM_MT_BOUNDS && m->user_present > 0 ? m->user_present & 15 : written_whole(t)));
   if (t == FM_MT_BOUNDS) {
     FMCall(build_user_bounds(m));
   } else if (t == FM_MT_RANDOMEVICTION) {

@@ -55,6 +55,13 @@ static FMErrorCode set_int_list(FMMask mask, int n, const int *src, int nargnum,
   return FM_SUCCESS;
 }
 
+void FMMaskFreeSampleDocuments_Private(FMMask m)
+{
+  for (int s = 0; m->sdocs && s < m->mask_batch; s++) FMFree(m->sdocs[s]);
+  FMFree(m->sdocs);
+  FMFree(m->sdocs_n);
+}
+
 void FMMaskFreeUserBounds_Private(FMMask m)
 {
   for (int v = 0; v < 4; v++) FMFree(m->user[v]);
@@ -165,6 +172,30 @@ FMErrorCode FMMaskSetDocuments(FMMask mask, int ndocs, const int lengths[])
 {
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
   FMCall(set_int_list(mask, ndocs, lengths, 2, "ndocs", 3, "lengths", 1, &mask->docs, &mask->ndocs));
+  return FM_SUCCESS;
+}
+
+/*
+ * FMMaskSetSampleDocuments - one sample's document lengths (see flashmask.h). Not collective.
+ *   The per-sample arrays are made at the first call, for the current batch.
+ */
+FMErrorCode FMMaskSetSampleDocuments(FMMask mask, int sample, int ndocs, const int lengths[])
+{
+  FMValidHeader(mask, FM_CLASSID_MASK, 1);
+  FMCheck(sample >= 0 && sample < mask->mask_batch, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE,
+          "Argument 2 (sample) is %d; expected 0 <= sample < mask_batch = %d (FMMaskSetBatch)", sample, mask->mask_batch);
+  FMCall(check_int_list(ndocs, lengths, 3, "ndocs", 4, "lengths", 1));
+  if (!mask->sdocs) {
+    FMErrorCode ierr = FMCalloc(mask->mask_batch, &mask->sdocs_n);
+    if (!ierr) ierr = FMCalloc(mask->mask_batch, &mask->sdocs);
+    if (ierr) {
+      FMMaskFreeSampleDocuments_Private(mask);
+      FMCall(ierr);
+    }
+  }
+  FMCall(copy_ints(ndocs, lengths, &mask->sdocs[sample]));
+  mask->sdocs_n[sample] = ndocs;
+  changed(mask);
   return FM_SUCCESS;
 }
 
@@ -557,6 +588,7 @@ FMErrorCode FMMaskDestroy(FMMask *mask)
   FMHeaderRelease(mask, FM_CLASSID_MASK, m);
   for (int v = 0; v < 4; v++) free(m->bnd[v]);
   FMMaskFreeUserBounds_Private(m);
+  FMMaskFreeSampleDocuments_Private(m);
   free(m->docs);
   free(m->prefix);
   free(m->sq_nseg);

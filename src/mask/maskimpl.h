@@ -26,6 +26,8 @@ FMErrorCode FMMaskCheckSizes_Private(int seqlen_q, int seqlen_k, int mask_heads,
 FMErrorCode FMMaskCheckBatch_Private(int mask_batch, int mask_heads, int seqlen_k, const char *what);
 /* Free the bounds given with FMMaskSetBounds / FMMaskSetSampleBounds (mask.c). */
 void FMMaskFreeUserBounds_Private(FMMask m);
+/* Free the document lengths given with FMMaskSetSampleDocuments (mask.c; before the batch changes). */
+void FMMaskFreeSampleDocuments_Private(FMMask m);
 
 /* Index of a type name, or -1 when unknown. */
 int FMMaskTypeIndex_Private(const char *name);
@@ -52,7 +54,8 @@ typedef struct {
  */
 FMErrorCode FMMaskGetParams_Private(FMMask m, FMMaskParams *p);
 /* The same for one sample: its random defaults are drawn from the seed m->seed + sample
- * (sample 0 is FMMaskGetParams_Private); values set by the user are shared by all samples. */
+ * (sample 0 is FMMaskGetParams_Private); values set by the user are shared by all samples,
+ * but for the sample's own document lengths (FMMaskSetSampleDocuments). */
 FMErrorCode FMMaskGetSampleParams_Private(FMMask m, int sample, FMMaskParams *p);
 void FMMaskParamsFree_Private(FMMaskParams *p);
 

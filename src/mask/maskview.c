@@ -105,6 +105,12 @@ FMErrorCode FMMaskView(FMMask mask, FILE *fp)
   if (mask->mask_batch > 1)
     FMCall(FMPrintf(comm, fp, "  mask batch %d: bounds per sample (sample s draws its random defaults from seed + s; parameters below: "
                               "sample 0)\n", mask->mask_batch));
+  if (mask->sdocs_n) { /* FMMaskSetSampleDocuments */
+    int n = 0, first = -1;
+    for (int b = 0; b < mask->mask_batch; b++)
+      if (mask->sdocs_n[b] > 0) n++, first = first < 0 ? b : first;
+    if (n) FMCall(FMPrintf(comm, fp, "  documents of their own (FMMaskSetSampleDocuments): %d sample%s, the first sample %d\n", n, n > 1 ? "s" : "", first));
+  }
   if (t != FM_MT_BOUNDS && t != FM_MT_FULL && t != FM_MT_CAUSAL) FMCall(view_params(mask, comm, fp));
   if (t == FM_MT_RANDOMEVICTION)
     FMCall(FMPrintf(comm, fp, "  evictions: per head, one column at each row position %d..%d\n", mask->seqlen_k / 2, mask->seqlen_k - 1));

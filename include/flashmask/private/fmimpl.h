@@ -389,6 +389,8 @@ struct _p_FMMask {
   size_t bnd_default_n;
   /* builder parameters */
   int ndocs; int *docs;
+  int *sdocs_n; int **sdocs; /* FMMaskSetSampleDocuments: per sample (mask_batch entries, NULL before the first call);
+                              * sdocs_n[s] = 0: sample s takes ndocs/docs (or draws its own) */
   int window_left, window_right;  /* -1: default */
   int nglobal;
   int nprefix; int *prefix;

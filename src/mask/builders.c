@@ -369,7 +369,27 @@ static int written_whole(int t)
   }
 }
 
-/* The bounds of row g (head 0 of a sample) for every parametrized type (bnd already in default form). */
+/* The causal flag and the vectors (FM_BOUND_* bits) of a parametrized type's bounds. */
+static void type_bits(int t, int *causal, int *present)
+{
+  switch (t) {
+  case FM_MT_FULL: *causal = 0, *present = 0; break;
+  case FM_MT_CAUSAL: *causal = 1, *present = 0; break;
+  case FM_MT_SLIDINGWINDOW:
+  case FM_MT_CAUSALDOCUMENT:
+  case FM_MT_SHAREQUESTION: *causal = 1, *present = FM_BOUND_LTS; break;
+  case FM_MT_DOCUMENT: *causal = 0, *present = FM_BOUND_LTS | FM_BOUND_UTE; break;
+  case FM_MT_CAUSALBLOCKWISE:
+  case FM_MT_QKSPARSE: *causal = 1, *present = FM_BOUND_LTS | FM_BOUND_LTE; break;
+  case FM_MT_GLOBALSLIDINGWINDOW: *causal = 0, *present = FM_BOUND_LTS | FM_BOUND_LTE | FM_BOUND_UTS | FM_BOUND_UTE; break;
+  case FM_MT_PREFIXLMDOCUMENT:
+  case FM_MT_PREFIXLMCAUSAL: *causal = 0, *present = FM_BOUND_LTS | FM_BOUND_UTE; break;
+  default: *causal = 0, *present = 0; break;
+  }
+}
+
+/* The bounds of row g (head 0 of a sample) for every parametrized type (bnd already in default form;
+   the type's causal flag and vectors: type_bits). Called for several samples at once: writes row g only. */
 static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
 {
   const int Sq = m->seqlen_q, Sk = m->seqlen_k;
@@ -379,21 +399,16 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
 
   switch (t) {
   case FM_MT_FULL:
-    m->causal = 0; m->present = 0;
     break;
   case FM_MT_CAUSAL:
-    m->causal = 1; m->present = 0;
     break;
   case FM_MT_SLIDINGWINDOW: /* key j visible to position p iff j <= p < j + w */
-    m->causal = 1; m->present = FM_BOUND_LTS;
     for (int j = 0; j < Sk; j++) lts[j] = rowb((int64_t)j + p->window_left, off, Sq);
     break;
   case FM_MT_CAUSALDOCUMENT:
   case FM_MT_DOCUMENT:
   case FM_MT_CAUSALBLOCKWISE: {
     int last = Sk - p->docs[p->ndocs - 1];
-    m->causal = t != FM_MT_DOCUMENT;
-    m->present = t == FM_MT_DOCUMENT ? (FM_BOUND_LTS | FM_BOUND_UTE) : t == FM_MT_CAUSALBLOCKWISE ? (FM_BOUND_LTS | FM_BOUND_LTE) : FM_BOUND_LTS;
     /* constant per document: plain fills (vectorized), the type tested once per document */
     for (int d = 0, s = 0; d < p->ndocs; s += p->docs[d], d++) {
       const int e = s + p->docs[d];
@@ -410,7 +425,6 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
     break;
   }
   case FM_MT_SHAREQUESTION:
-    m->causal = 1; m->present = FM_BOUND_LTS;
     for (int d = 0, s = 0, o = 0; d < p->ndocs; s += p->docs[d], o += p->nseg[d], d++) {
       int e = s + p->docs[d], a = s;
       for (int g = 0; g < p->nseg[d]; g++) {
@@ -422,7 +436,6 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
     break;
   case FM_MT_GLOBALSLIDINGWINDOW: {
     int G = p->nglobal;
-    m->causal = 0; m->present = FM_BOUND_LTS | FM_BOUND_LTE | FM_BOUND_UTS | FM_BOUND_UTE;
     for (int j = G; j < Sk; j++) {
       int64_t ue = (int64_t)j - p->window_right;
       lts[j] = rowb((int64_t)j + p->window_left + 1, off, Sq);
@@ -433,7 +446,6 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
     break;
   }
   case FM_MT_PREFIXLMDOCUMENT:
-    m->causal = 0; m->present = FM_BOUND_LTS | FM_BOUND_UTE;
     for (int d = 0, s = 0; d < p->ndocs; s += p->docs[d], d++) {
       const int e = s + p->docs[d], pe = s + p->prefix[d];
       fill32(lts + s, e - s, rowb(e, off, Sq));
@@ -442,12 +454,10 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
     }
     break;
   case FM_MT_PREFIXLMCAUSAL:
-    m->causal = 0; m->present = FM_BOUND_LTS | FM_BOUND_UTE;
     for (int j = p->prefix[0]; j < Sk; j++) ute[j] = rowb(j, off, Sq);
     break;
   case FM_MT_QKSPARSE: {
     int *end;
-    m->causal = 1; m->present = FM_BOUND_LTS | FM_BOUND_LTE;
     FMCall(FMMalloc(Sk, &end));
     for (int j = 0; j < Sk; j++) end[j] = -1;
     for (int s = 0; s < p->nspans; s++) {
@@ -596,20 +606,35 @@ FMErrorCode FMMaskBuild_Private(FMMask m)
   } else if (t == FM_MT_RANDOMEVICTION) {
     FMCall(build_random_eviction(m));
   } else {
-    /* head 0 of each sample from that sample's parameters (its own seed), copied to the other heads */
-    for (int smp = 0; smp < m->mask_batch; smp++) {
-      const size_t g0 = (size_t)smp * m->mask_heads;
-      FMMaskParams p;
-      FMErrorCode ierr;
-      FMCall(FMMaskGetSampleParams_Private(m, smp, &p));
-      ierr = build_head0(m, t, &p, g0);
-      FMMaskParamsFree_Private(&p);
-      FMCall(ierr);
-      for (int h = 1; h < m->mask_heads; h++)
-        for (int v = 0; v < 4; v++)
-          if ((m->present >> v) & 1) /* the others are at their defaults everywhere */
-            memcpy(m->bnd[v] + (g0 + h) * m->seqlen_k, m->bnd[v] + g0 * m->seqlen_k, sizeof(int32_t) * (size_t)m->seqlen_k);
+    /* head 0 of each sample from that sample's parameters (its own seed), copied to the other
+       heads: the parameters resolved (and checked) in sample order, the samples then built on
+       the context's threads (a mask batch of 16 at 8K: 2^17 entries) */
+    const int mb = m->mask_batch, nth = FMMaskThreads_Private(m, FM_MASK_NG(m) * (size_t)m->seqlen_k, mb);
+    FMMaskParams *ps = NULL;
+    FMErrorCode ierr = FM_SUCCESS, berr = FM_SUCCESS;
+    type_bits(t, &m->causal, &m->present);
+    FMCall(FMCalloc(mb, &ps));
+    for (int smp = 0; smp < mb && !ierr; smp++) ierr = FMMaskGetSampleParams_Private(m, smp, &ps[smp]);
+    if (!ierr) {
+#pragma omp parallel for num_threads(nth) schedule(static) if (nth > 1)
+      for (int smp = 0; smp < mb; smp++) {
+        const size_t g0 = (size_t)smp * m->mask_heads;
+        const FMErrorCode e = build_head0(m, t, &ps[smp], g0);
+        if (e) {
+#pragma omp critical(fm_mask_build)
+          berr = berr ? berr : e;
+          continue;
+        }
+        for (int h = 1; h < m->mask_heads; h++)
+          for (int v = 0; v < 4; v++)
+            if ((m->present >> v) & 1) /* the others are at their defaults everywhere */
+              memcpy(m->bnd[v] + (g0 + h) * m->seqlen_k, m->bnd[v] + g0 * m->seqlen_k, sizeof(int32_t) * (size_t)m->seqlen_k);
+      }
     }
+    for (int smp = 0; smp < mb; smp++) FMMaskParamsFree_Private(&ps[smp]);
+    free(ps);
+    FMCall(ierr);
+    FMCheck(!berr, MPI_COMM_SELF, berr, "Building the mask's bounds failed (error %d)", (int)berr);
   }
   /* what the builders did not write keeps its defaults (Normalize keeps them too) */
   m->bnd_default = ~m->present & 15;

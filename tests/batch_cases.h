@@ -142,21 +142,25 @@ static FMMask bc_builder(FMContext ctx, const char *type, const BCShape *s, int 
   return m;
 }
 
-/* Number of (head, column) entries in which samples a and b of m differ. */
-static size_t bc_sample_diff(FMMask m, int a, int b)
+/* Number of (head, column, vector) entries in which sample sa of mask a and sample sb of mask b
+   (same sizes) differ. */
+static size_t bc_samples_diff(FMMask a, int sa, FMMask b, int sb)
 {
   int Sq, Sk, mh;
   size_t nd = 0;
-  FMT_CALL(FMMaskGetSizes(m, &Sq, &Sk, &mh));
+  FMT_CALL(FMMaskGetSizes(a, &Sq, &Sk, &mh));
   for (int h = 0; h < mh; h++) {
     const int32_t *va[4], *vb[4];
-    FMT_CALL(FMMaskGetSampleBounds(m, a, h, &va[0], &va[1], &va[2], &va[3], NULL, NULL));
-    FMT_CALL(FMMaskGetSampleBounds(m, b, h, &vb[0], &vb[1], &vb[2], &vb[3], NULL, NULL));
+    FMT_CALL(FMMaskGetSampleBounds(a, sa, h, &va[0], &va[1], &va[2], &va[3], NULL, NULL));
+    FMT_CALL(FMMaskGetSampleBounds(b, sb, h, &vb[0], &vb[1], &vb[2], &vb[3], NULL, NULL));
     for (int j = 0; j < Sk; j++)
       for (int v = 0; v < 4; v++) nd += va[v][j] != vb[v][j];
   }
   return nd;
 }
+
+/* Number of entries in which samples a and b of m differ. */
+static size_t bc_sample_diff(FMMask m, int a, int b) { return bc_samples_diff(m, a, m, b); }
 
 /* A "bounds" mask of mask_batch mb whose sample s holds sample src[s] of m (user bounds, every vector). */
 static FMMask bc_copy_samples(FMContext ctx, FMMask m, int mb, const int *src)

@@ -131,21 +131,13 @@ static void check_errors(FMContext ctx, const BCShape *s)
 /* Bounds of every (sample, head) of a and b equal, and their batches. */
 static void check_same_bounds(const char *what, FMMask a, FMMask b)
 {
-  int ba, bb, Sq, Sk, mh;
+  int ba, bb;
   size_t nd = 0;
   FMT_CALL(FMMaskGetBatch(a, &ba));
   FMT_CALL(FMMaskGetBatch(b, &bb));
   FMT_CHECK(ba == bb, "%s: mask_batch %d, expected %d", what, bb, ba);
   if (ba != bb) return;
-  FMT_CALL(FMMaskGetSizes(a, &Sq, &Sk, &mh));
-  for (int s = 0; s < ba; s++)
-    for (int h = 0; h < mh; h++) {
-      const int32_t *va[4], *vb[4];
-      FMT_CALL(FMMaskGetSampleBounds(a, s, h, &va[0], &va[1], &va[2], &va[3], NULL, NULL));
-      FMT_CALL(FMMaskGetSampleBounds(b, s, h, &vb[0], &vb[1], &vb[2], &vb[3], NULL, NULL));
-      for (int v = 0; v < 4; v++)
-        for (int j = 0; j < Sk; j++) nd += va[v][j] != vb[v][j];
-    }
+  for (int s = 0; s < ba; s++) nd += bc_samples_diff(a, s, b, s);
   FMT_CHECK(nd == 0, "%s: %zu bound entries differ", what, nd);
 }
 
@@ -236,22 +228,6 @@ static void check_all_bounds(FMContext ctx, const BCShape *s0)
   printf("  FMMaskSetAllBounds equals FMMaskSetSampleBounds per (sample, head); bad entries named, bounds kept\n");
 }
 
-/* Sample sa of a and sample sb of b hold the same bounds (every head and vector); returns the entries that differ. */
-static size_t sample_diff(FMMask a, int sa, FMMask b, int sb)
-{
-  int Sq, Sk, mh;
-  size_t nd = 0;
-  FMT_CALL(FMMaskGetSizes(a, &Sq, &Sk, &mh));
-  for (int h = 0; h < mh; h++) {
-    const int32_t *va[4], *vb[4];
-    FMT_CALL(FMMaskGetSampleBounds(a, sa, h, &va[0], &va[1], &va[2], &va[3], NULL, NULL));
-    FMT_CALL(FMMaskGetSampleBounds(b, sb, h, &vb[0], &vb[1], &vb[2], &vb[3], NULL, NULL));
-    for (int v = 0; v < 4; v++)
-      for (int j = 0; j < Sk; j++) nd += va[v][j] != vb[v][j];
-  }
-  return nd;
-}
-
 /* A mask of type t, batch mb, seed sd, set up; docs (if nd > 0) given with FMMaskSetDocuments. */
 static FMMask docs_mask(FMContext ctx, const BCShape *s, FMMaskType t, int mb, unsigned long sd, int nd, const int *docs)
 {
@@ -287,17 +263,17 @@ static void check_sample_docs(FMContext ctx, const BCShape *s)
       for (int b = 0; b < 3; b++) {
         r[b] = b == 1 ? docs_mask(ctx, s, types[t], 1, sd + 1, 3, own) : docs_mask(ctx, s, types[t], 1, sd + (unsigned long)b, withwide ? 2 : 0, wide);
         FMT_CALL(FMMaskSetUp(r[b]));
-        const size_t nd = sample_diff(m, b, r[b], 0);
+        const size_t nd = bc_samples_diff(m, b, r[b], 0);
         FMT_CHECK(nd == 0, "%s%s: sample %d differs from its batch-1 mask in %zu entries", types[t], withwide ? " with FMMaskSetDocuments" : "",
                   b, nd);
       }
-      FMT_CHECK(sample_diff(m, 1, m, 0) > 0, "%s: sample 1's own documents left its bounds those of sample 0", types[t]);
+      FMT_CHECK(bc_sample_diff(m, 1, 0) > 0, "%s: sample 1's own documents left its bounds those of sample 0", types[t]);
       /* a new batch discards the lengths per sample: sample 1 as the others */
       FMT_CALL(FMMaskSetBatch(m, 2));
       FMT_CALL(FMMaskSetUp(m));
       FMMask r1 = docs_mask(ctx, s, types[t], 1, sd + 1, withwide ? 2 : 0, wide);
       FMT_CALL(FMMaskSetUp(r1));
-      FMT_CHECK(sample_diff(m, 1, r1, 0) == 0, "%s: after FMMaskSetBatch sample 1 still has its own documents", types[t]);
+      FMT_CHECK(bc_samples_diff(m, 1, r1, 0) == 0, "%s: after FMMaskSetBatch sample 1 still has its own documents", types[t]);
       FMT_CALL(FMMaskDestroy(&r1));
       for (int b = 0; b < 3; b++) FMT_CALL(FMMaskDestroy(&r[b]));
       FMT_CALL(FMMaskDestroy(&m));

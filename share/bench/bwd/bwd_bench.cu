@@ -603,10 +603,10 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
         CK(FMBwdSm90Prof(c));
         const double all = c[fmbwd::PROF_C_ALL] > 0 ? (double)c[fmbwd::PROF_C_ALL] : 1.0;
         printf("detprof S=%-6d %-16s%s %s %8.3f ms  consumer: dq-empty wait %5.1f%%  stage wait %5.1f%%  |  writer: idle %5.1f%%  "
-               "turn %5.1f%%  read %5.1f%%  pass %5.1f%%  (of the consumers' cycles; %llu blocks, %.2f kcycles of turn wait per block)\n",
+               "turn %5.1f%%  read %5.1f%%  pass %5.1f%% (scan %4.1f%%)  (of the consumers' cycles; %llu blocks, %.2f kcycles of turn wait per block)\n",
                S, mask_name[kind], Hkv != H ? " GQA4" : "", det ? "det" : "def", t, 100.0 * c[fmbwd::PROF_C_DQE] / all,
                100.0 * c[fmbwd::PROF_C_FULL] / all, 100.0 * c[fmbwd::PROF_W_IDLE] / all, 100.0 * c[fmbwd::PROF_W_TURN] / all,
-               100.0 * c[fmbwd::PROF_W_READ] / all, 100.0 * c[fmbwd::PROF_W_PASS] / all, c[fmbwd::PROF_BLOCKS],
+               100.0 * c[fmbwd::PROF_W_READ] / all, 100.0 * c[fmbwd::PROF_W_PASS] / all, 100.0 * c[fmbwd::PROF_W_SCAN] / all, c[fmbwd::PROF_BLOCKS],
                c[fmbwd::PROF_BLOCKS] ? c[fmbwd::PROF_W_TURN] / 1e3 / c[fmbwd::PROF_BLOCKS] : 0.0);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);

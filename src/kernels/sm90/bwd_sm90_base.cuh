@@ -221,6 +221,7 @@ enum FmbwdProf {
   PROF_C_FULL,     /* consumer: waiting for a stage's Q, dO, lse2 and D */
   PROF_C_ALL,      /* consumer: the whole of its loop */
   PROF_BLOCKS,     /* dQ blocks written */
+  PROF_W_SCAN,     /* writer: the next visitor's scan (a part of PROF_W_PASS) */
   PROF_N
 };
 #ifdef FMBWD_PROF

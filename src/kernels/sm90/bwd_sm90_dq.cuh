@@ -205,7 +205,9 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       if (!DqSplit<D, BM>::own || cw == 1) {
         const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
         const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
+        FMBWD_PROF_T(t4);
         next = next_visitor<BM, L::KN>(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
+        if (lane == 0) FMBWD_PROF_ADD(PROF_W_SCAN, t4);
         if (DqSplit<D, BM>::own && next != 0x7fffffff) next *= 2;
       }
       if (lane == 0) {

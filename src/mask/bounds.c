@@ -27,9 +27,11 @@ FMErrorCode FMMaskSetBatch(FMMask mask, int mask_batch)
 {
   FMValidHeader(mask, FM_CLASSID_MASK, 1);
   FMCall(FMMaskCheckBatch_Private(mask_batch, mask->mask_heads, mask->seqlen_k, "Argument 2"));
-  if (mask->user_head_set && mask_batch != mask->mask_batch) FMMaskFreeUserBounds_Private(mask);
-  if (mask_batch != mask->mask_batch) FMMaskFreeSampleDocuments_Private(mask); /* its arrays have the old batch's length */
-  if (mask_batch != mask->mask_batch) mask->hdr.setupcalled = mask->summary_valid = 0; /* the summaries have the old rows */
+  if (mask_batch != mask->mask_batch) {
+    if (mask->user_head_set) FMMaskFreeUserBounds_Private(mask);
+    FMMaskFreeSampleDocuments_Private(mask);               /* its arrays have the old batch's length */
+    mask->hdr.setupcalled = mask->summary_valid = 0; /* the summaries have the old rows */
+  }
   mask->mask_batch = mask_batch;
   return FM_SUCCESS;
 }

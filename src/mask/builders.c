@@ -11,6 +11,7 @@
  *    rank builds the same mask without messages.
  */
 #include "maskimpl.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -168,23 +169,19 @@ static int type_uses_docs(int t)
 static FMErrorCode resolve_docs(FMMask m, int t, int sample, FMMaskParams *p)
 {
   int S = m->seqlen_k;
-  if (m->sdocs_n && m->sdocs_n[sample] > 0) { /* the sample's own (FMMaskSetSampleDocuments) */
-    const int n = m->sdocs_n[sample];
+  const int own = m->sdocs_n && m->sdocs_n[sample] > 0; /* the sample's own (FMMaskSetSampleDocuments) */
+  const int n = own ? m->sdocs_n[sample] : m->ndocs;
+  if (n > 0) { /* given lengths: the sample's own, else the mask's */
+    const int *docs = own ? m->sdocs[sample] : m->docs;
+    char what[96];
     int64_t sum = 0;
-    for (int d = 0; d < n; d++) sum += m->sdocs[sample][d];
-    FMCheck(sum == S, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
-            "Document lengths of sample %d (FMMaskSetSampleDocuments) sum to %lld, expected seqlen_k = %d", sample, (long long)sum, S);
+    for (int d = 0; d < n; d++) sum += docs[d];
+    if (own) snprintf(what, sizeof what, "Document lengths of sample %d (FMMaskSetSampleDocuments)", sample);
+    else snprintf(what, sizeof what, "Document lengths (FMMaskSetDocuments / -fm_mask_docs)");
+    FMCheck(sum == S, MPI_COMM_SELF, FM_ERR_ARG_SIZ, "%s sum to %lld, expected seqlen_k = %d", what, (long long)sum, S);
     FMCall(FMMalloc(n, &p->docs));
-    memcpy(p->docs, m->sdocs[sample], sizeof(int) * (size_t)n);
+    memcpy(p->docs, docs, sizeof(int) * (size_t)n);
     p->ndocs = n;
-  } else if (m->ndocs > 0) {
-    int64_t sum = 0;
-    for (int d = 0; d < m->ndocs; d++) sum += m->docs[d];
-    FMCheck(sum == S, MPI_COMM_SELF, FM_ERR_ARG_SIZ,
-            "Document lengths (FMMaskSetDocuments / -fm_mask_docs) sum to %lld, expected seqlen_k = %d", (long long)sum, S);
-    FMCall(FMMalloc(m->ndocs, &p->docs));
-    memcpy(p->docs, m->docs, sizeof(int) * (size_t)m->ndocs);
-    p->ndocs = m->ndocs;
   } else if (t == FM_MT_SHAREQUESTION && m->nsq > 0) {
     /* documents follow from the question/answer segments */
     int64_t sum = 0;
@@ -352,40 +349,30 @@ static inline void fill32(int32_t *b, int n, int32_t x)
 }
 
 /*
- * The bound vectors (FM_BOUND_* bits) that type t's builder writes in every column of every row,
- * so that alloc_default_bounds need not fill them with defaults first: the document types and
- * the sliding window write their vectors whole (documents cover the keys); the others leave
- * columns at their defaults.
+ * A parametrized type's causal flag, its vectors (FM_BOUND_* bits) and, of those, the ones its
+ * builder writes in every column of every row (*whole), which alloc_default_bounds need not fill
+ * with defaults first: the sliding window and the document types (documents cover the keys)
+ * write theirs whole; the others leave columns at their defaults.
  */
-static int written_whole(int t)
+static void type_bits(int t, int *causal, int *present, int *whole)
 {
+  int c = 0, v = 0, w = 0;
   switch (t) {
+  case FM_MT_CAUSAL: c = 1; break;
   case FM_MT_SLIDINGWINDOW:
   case FM_MT_CAUSALDOCUMENT:
-  case FM_MT_SHAREQUESTION: return FM_BOUND_LTS;
+  case FM_MT_SHAREQUESTION: c = 1, v = w = FM_BOUND_LTS; break;
   case FM_MT_DOCUMENT:
-  case FM_MT_PREFIXLMDOCUMENT: return FM_BOUND_LTS | FM_BOUND_UTE;
-  default: return 0;
-  }
-}
-
-/* The causal flag and the vectors (FM_BOUND_* bits) of a parametrized type's bounds. */
-static void type_bits(int t, int *causal, int *present)
-{
-  switch (t) {
-  case FM_MT_FULL: *causal = 0, *present = 0; break;
-  case FM_MT_CAUSAL: *causal = 1, *present = 0; break;
-  case FM_MT_SLIDINGWINDOW:
-  case FM_MT_CAUSALDOCUMENT:
-  case FM_MT_SHAREQUESTION: *causal = 1, *present = FM_BOUND_LTS; break;
-  case FM_MT_DOCUMENT: *causal = 0, *present = FM_BOUND_LTS | FM_BOUND_UTE; break;
+  case FM_MT_PREFIXLMDOCUMENT: v = w = FM_BOUND_LTS | FM_BOUND_UTE; break;
   case FM_MT_CAUSALBLOCKWISE:
-  case FM_MT_QKSPARSE: *causal = 1, *present = FM_BOUND_LTS | FM_BOUND_LTE; break;
-  case FM_MT_GLOBALSLIDINGWINDOW: *causal = 0, *present = FM_BOUND_LTS | FM_BOUND_LTE | FM_BOUND_UTS | FM_BOUND_UTE; break;
-  case FM_MT_PREFIXLMDOCUMENT:
-  case FM_MT_PREFIXLMCAUSAL: *causal = 0, *present = FM_BOUND_LTS | FM_BOUND_UTE; break;
-  default: *causal = 0, *present = 0; break;
+  case FM_MT_QKSPARSE: c = 1, v = FM_BOUND_LTS | FM_BOUND_LTE; break;
+  case FM_MT_GLOBALSLIDINGWINDOW: v = FM_BOUND_LTS | FM_BOUND_LTE | FM_BOUND_UTS | FM_BOUND_UTE; break;
+  case FM_MT_PREFIXLMCAUSAL: v = FM_BOUND_LTS | FM_BOUND_UTE; break;
+  default: break; /* full */
   }
+  if (causal) *causal = c;
+  if (present) *present = v;
+  if (whole) *whole = w;
 }
 
 /* The bounds of row g (head 0 of a sample) for every parametrized type (bnd already in default form;
@@ -399,7 +386,6 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
 
   switch (t) {
   case FM_MT_FULL:
-    break;
   case FM_MT_CAUSAL:
     break;
   case FM_MT_SLIDINGWINDOW: /* key j visible to position p iff j <= p < j + w */
@@ -594,13 +580,14 @@ static FMErrorCode alloc_default_bounds(FMMask m, int full)
 
 FMErrorCode FMMaskBuild_Private(FMMask m)
 {
-  int t;
+  int t, whole;
   FMValidHeader(m, FM_CLASSID_MASK, 1);
   FMCheck(m->seqlen_q > 0 && m->seqlen_k > 0 && m->mask_heads > 0, MPI_COMM_SELF, FM_ERR_ORDER,
           "Must call FMMaskSetSizes() (or give -fm_mask_seqlen) before FMMaskSetUp()");
   t = FMMaskTypeIndex_Private(m->hdr.type_name);
   FMCheck(t >= 0, MPI_COMM_SELF, FM_ERR_LIB, "Mask has unknown type \"%s\"", m->hdr.type_name ? m->hdr.type_name : "(null)");
-  FMCall(alloc_default_bounds(m, t == FM_MT_BOUNDS && m->user_present > 0 ? m->user_present & 15 : written_whole(t)));
+  type_bits(t, NULL, NULL, &whole);
+  FMCall(alloc_default_bounds(m, t == FM_MT_BOUNDS && m->user_present > 0 ? m->user_present & 15 : whole));
   if (t == FM_MT_BOUNDS) {
     FMCall(build_user_bounds(m));
   } else if (t == FM_MT_RANDOMEVICTION) {
@@ -612,7 +599,7 @@ FMErrorCode FMMaskBuild_Private(FMMask m)
     const int mb = m->mask_batch, nth = FMMaskThreads_Private(m, FM_MASK_NG(m) * (size_t)m->seqlen_k, mb);
     FMMaskParams *ps = NULL;
     FMErrorCode ierr = FM_SUCCESS, berr = FM_SUCCESS;
-    type_bits(t, &m->causal, &m->present);
+    type_bits(t, &m->causal, &m->present, NULL);
     FMCall(FMCalloc(mb, &ps));
     for (int smp = 0; smp < mb && !ierr; smp++) ierr = FMMaskGetSampleParams_Private(m, smp, &ps[smp]);
     if (!ierr) {

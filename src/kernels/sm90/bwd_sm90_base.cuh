@@ -165,6 +165,8 @@ __device__ __forceinline__ void bulk_store(float *gdst, const void *ssrc, uint32
                : "memory");
 }
 __device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/* Every bulk group but the newest complete. */
+__device__ __forceinline__ void bulk_wait1() { asm volatile("cp.async.bulk.wait_group 1;\n" ::: "memory"); }
 
 /* acc[BM/2] = A B^T over D: A = 64 rows of a 128-row K/V tile (K-major), B = a BM-row Q/dO tile
    (K-major: BM / 8 groups of 8 rows at 1024 bytes, the chunks of 64 columns BM x 128 bytes apart). */
@@ -215,13 +217,13 @@ template <int NT, bool F16> __device__ __forceinline__ void gemm_dqt(float *dq, 
 enum FmbwdProf {
   PROF_W_IDLE = 0, /* dQ writer: waiting for its consumer's next block */
   PROF_W_TURN,     /* writer: waiting for the block's turn (deterministic mode) */
-  PROF_W_READ,     /* writer: the bulk add issued until its source was read (then the buffer goes back) */
-  PROF_W_PASS,     /* writer: the next visitor's scan, the add's completion and the turn's hand-over */
+  PROF_W_READ,     /* writer: the bulk add issued until its source was read (then the buffer goes back), the next visitor's test included */
+  PROF_W_PASS,     /* writer: the previous add's completion and its turn's hand-over (deterministic mode) */
   PROF_C_DQE,      /* consumer (one thread per warpgroup): waiting for the writer to free its staging buffer */
   PROF_C_FULL,     /* consumer: waiting for a stage's Q, dO, lse2 and D */
   PROF_C_ALL,      /* consumer: the whole of its loop */
   PROF_BLOCKS,     /* dQ blocks written */
-  PROF_W_SCAN,     /* writer: the next visitor's scan (a part of PROF_W_PASS) */
+  PROF_W_SCAN,     /* writer: the next visitor's test and scan (a part of PROF_W_READ) */
   PROF_N
 };
 #ifdef FMBWD_PROF
@@ -244,7 +246,7 @@ template <int D, int ST, int BM> struct Sync {
   uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;
   uint64_t *fullq, *emptyq; /* Layout::W: Q and lse2 (full, empty: dO and D) */
   volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
-  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [2] accumulator row, [7] stop */
+  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [2] accumulator row, [7] stop; [4] [5] the writer's pending hand-over */
   __device__ __forceinline__ explicit Sync(unsigned char *smem)
   {
     uint64_t *bars = (uint64_t *)(smem + Layout<D, ST, BM>::OFF_BAR);

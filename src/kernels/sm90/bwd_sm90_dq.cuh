@@ -102,23 +102,34 @@ __device__ __forceinline__ int atom_cas_acquire(int *p, int cmp, int v)
   return old;
 }
 
+/* Deterministic mode: once this thread's bulk adds are complete in global memory, the turn
+   word at w handed to key block to. */
+__device__ __forceinline__ void hand_on(int *w, int to)
+{
+  bulk_wait0();
+  fence_proxy_async_global();
+  st_release(w, to);
+}
+
 /* The first item (of KN keys: fmbwd_walk_init_item) below kb that visits query block qb (mask row
-   mh), down to lo; INT_MAX if none. One warp, 32 items per round; the test is fmbwd_walk_visits',
-   written out for the writer's 24 registers. */
-template <int BM, int KN> __device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, int lo, int lane)
+   mh), down to the first visitor *lo (turn_init); INT_MAX if none. One warp, 32 items per round;
+   the test is fmbwd_walk_visits', written out for the writer's 24 registers. The first round's
+   summary loads do not wait for *lo (a lane past the bottom reads item 0's and is then ignored),
+   so the common case, a visitor among the next 32 items, costs one round trip to L2. */
+template <int BM, int KN> __device__ __forceinline__ int next_visitor(const Params &p, int mh, int kb, int qb, const int *lo_p, int lane)
 {
   const int32_t *sumh = p.sum + (size_t)mh * p.nblk * FMBWD_SUM_N;
   const int m0 = qb * BM, m1 = m0 + BM < p.Sq ? m0 + BM : p.Sq, lim = m1 - 1 + p.Sk - p.Sq;
-  for (int base = kb - 1; base >= lo; base -= 32) {
+  const int lo = *lo_p;
+  for (int base = kb - 1; base >= 0; base -= 32) {
     const int k = base - lane;
-    bool v = false;
-    if (k >= lo) {
-      const int32_t *sm = sumh + (size_t)(k * KN / kBN) * FMBWD_SUM_N;
-      v = !(p.causal && k * KN > lim) && !(m0 >= sm[FMBWD_LTS_MAX] && m1 <= sm[FMBWD_LTE_MIN]) &&
-          !(m0 >= sm[FMBWD_UTS_MAX] && m1 <= sm[FMBWD_UTE_MIN]);
-    }
+    const int32_t *sm = sumh + (size_t)((k < 0 ? 0 : k) * KN / kBN) * FMBWD_SUM_N;
+    const int lts = __ldg(sm + FMBWD_LTS_MAX), lte = __ldg(sm + FMBWD_LTE_MIN), uts = __ldg(sm + FMBWD_UTS_MAX),
+              ute = __ldg(sm + FMBWD_UTE_MIN);
+    const bool v = k >= lo && !(p.causal && k * KN > lim) && !(m0 >= lts && m1 <= lte) && !(m0 >= uts && m1 <= ute);
     const unsigned ball = __ballot_sync(0xffffffffu, v);
     if (ball) return base - (__ffs(ball) - 1);
+    if (base - 31 <= lo) break;
   }
   return 0x7fffffff;
 }
@@ -131,10 +142,12 @@ template <int BM, int KN> __device__ __forceinline__ int next_visitor(const Para
  * takes it from 0 stores the block instead (a plain bulk copy), waits for the copy to complete
  * and sets the flag to 2; every other writer adds once it reads 2. In the deterministic
  * mode the add first waits for its turn: the turn word of (row block, half: 64 columns, or 64 rows
- * at BM = 128) holds the key
- * block whose add comes next (key blocks in decreasing order; for d = 64 on 64-row steps both
- * consumers of a key block, 2 kb + cw, consumer 0 first); after the add has completed, the writer passes the turn to
- * the next lower key block that visits the row block. Items are then handed out in decreasing
+ * at BM = 128) holds the key block whose add comes next (key blocks in decreasing order; for
+ * d = 64 on 64-row steps both consumers of a key block, 2 kb + cw, consumer 0 first); once the
+ * add has completed, the writer passes the turn to the next lower key block that visits the row
+ * block (normally after it issued its next block's add: the writer state below). Until
+ * 2026-12-06 the writer waited for each add to complete before it took the next block, and was
+ * then busy about 95% of the time in this mode (`bwd_bench detprof`). Items are then handed out in decreasing
  * key-block order within each row (decode_item, bwd_sm90_base.cuh; checked on the host by
  * `bwd_bench order`), so a turn is only ever awaited from a key block taken earlier: no deadlock.
  * Decreasing, because a key block walks its query blocks upwards from the first it sees, and
@@ -152,8 +165,23 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
   const int lane = threadIdx.x & 31;
   const uint32_t sl = smem_u32((const void *)(sy.dqs + 8 * cw));
   const float *stg = (const float *)(smem + L::OFF_DQ + cw * L::DQB);
+  /* The deterministic mode's writer state, in the slot's own words (24 registers): [4] the turn
+     word whose add was issued but not yet handed on (-1: none), [5] the key block it goes to.
+     The hand-over waits for the add to complete; it is put off until the next block's add has
+     been issued (the wait then overlaps that add's read), or done at once when there is nothing
+     else to do: before waiting for the next block or for a turn, so that a writer never waits
+     while holding a turn. Consumer 0's hand-overs to consumer 1 of the same key block (d = 64 on
+     64-row steps) are not put off. */
+  if (lane == 0) st_u32(sl + 16, 0xffffffffu);
   for (int i = 0;; i++) {
     FMBWD_PROF_T(t0);
+    if (lane == 0 && p.deterministic) {
+      const int pend = ld_s32(sl + 16);
+      if (pend >= 0 && !mbar_try_wait(&sy.dq_full[cw], i & 1)) {
+        hand_on(p.turn + pend, ld_s32(sl + 20));
+        st_u32(sl + 16, 0xffffffffu);
+      }
+    }
     mbar_wait(&sy.dq_full[cw], i & 1);
     if (lane == 0) FMBWD_PROF_ADD(PROF_W_IDLE, t0);
     if (ld_s32(sl + 28)) break;
@@ -161,12 +189,13 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     __syncwarp(); /* every lane has read the slot: lane 0 may hand it back */
     const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
     const size_t off = (size_t)arow * 64;
+    int stored = 0;
     if (lane == 0) {
       /* first stores: the block's flag (the turn word, cleared by the preprocess) is taken by the
          first writer of the piece, which stores its partial where the others add theirs. Read
          first: once the block is stored (every visit but the first) one load, not a CAS and a
          load, stands between the handed-over block and its add. Deterministic: the block's turn. */
-      int *word = p.turn + tix, stored = 0;
+      int *word = p.turn + tix;
       if (p.first_store) {
         const int f = ld_acquire(word);
         if (f != 2 && atom_cas_acquire(word, 0, 1) == 0) {
@@ -183,43 +212,67 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       } else if (p.deterministic) {
         FMBWD_PROF_T(t1);
 #ifndef FMBWD_DET_NOWAIT /* diagnostic build: the deterministic mode's every cost but its waits (not deterministic) */
-        wait_word(word, mine, ld_acquire(word));
+        const int seen = ld_acquire(word), pend = ld_s32(sl + 16);
+        if (seen != mine && pend >= 0) {
+          hand_on(p.turn + pend, ld_s32(sl + 20));
+          st_u32(sl + 16, 0xffffffffu);
+        }
+        wait_word(word, mine, seen);
 #endif
         FMBWD_PROF_ADD(PROF_W_TURN, t1);
       }
       if (!stored) {
-        FMBWD_PROF_T(t2);
 #pragma unroll
         for (int pl = 0; pl < L::DQP; pl++) /* d = 256: the consumer's two planes, Sqp rows apart */
           bulk_reduce_add(p.dqacc + off + (size_t)pl * p.Sqp * 64, stg + pl * 4096, L::DQB / L::DQP);
         bulk_commit();
+      }
+    }
+    FMBWD_PROF_T(t2);
+    int next = mine + 1; /* deterministic: the key block whose add comes next (scanned while the add reads) */
+    if (p.deterministic && (!DqSplit<D, BM>::own || cw == 1)) {
+      const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
+      const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
+      FMBWD_PROF_T(t4);
+      next = next_visitor<BM, L::KN>(p, mh, kb, qb, p.turn + (tix & ~3) + 2, lane);
+      if (lane == 0) FMBWD_PROF_ADD(PROF_W_SCAN, t4);
+      if (DqSplit<D, BM>::own && next != 0x7fffffff) next *= 2;
+    }
+    if (lane == 0) {
+      if (!stored) {
         bulk_wait_read0();
         mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
-        FMBWD_PROF_ADD(PROF_W_READ, t2);
       }
+      FMBWD_PROF_ADD(PROF_W_READ, t2);
       FMBWD_PROF_ONE(PROF_BLOCKS);
-    }
-    FMBWD_PROF_T(t3);
-    if (p.deterministic) {
-      int next = mine + 1;
-      if (!DqSplit<D, BM>::own || cw == 1) {
-        const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
-        const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
-        FMBWD_PROF_T(t4);
-        next = next_visitor<BM, L::KN>(p, mh, kb, qb, p.turn[(tix & ~3) + 2], lane);
-        if (lane == 0) FMBWD_PROF_ADD(PROF_W_SCAN, t4);
-        if (DqSplit<D, BM>::own && next != 0x7fffffff) next *= 2;
+      FMBWD_PROF_T(t3);
+      if (p.deterministic) {
+        const int pend = ld_s32(sl + 16);
+        if (pend >= 0) { /* the previous block's add, issued before this one's */
+          bulk_wait1();
+          fence_proxy_async_global();
+          st_release(p.turn + pend, ld_s32(sl + 20));
+        }
+        if (!(DqSplit<D, BM>::own && cw == 0)) {
+          st_u32(sl + 16, (uint32_t)tix);
+          st_u32(sl + 20, (uint32_t)next);
+        } else {
+          hand_on(p.turn + tix, next);
+          st_u32(sl + 16, 0xffffffffu);
+        }
       }
-      if (lane == 0) {
-        bulk_wait0(); /* the add is complete in global memory */
-        fence_proxy_async_global();
-        st_release(p.turn + tix, next);
-      }
+      FMBWD_PROF_ADD(PROF_W_PASS, t3);
     }
-    if (lane == 0) FMBWD_PROF_ADD(PROF_W_PASS, t3);
     __syncwarp();
   }
-  if (lane == 0) bulk_wait0();
+  if (lane == 0) {
+    const int pend = ld_s32(sl + 16);
+    bulk_wait0();
+    if (p.deterministic && pend >= 0) {
+      fence_proxy_async_global();
+      st_release(p.turn + pend, ld_s32(sl + 20));
+    }
+  }
 }
 
 /* Deterministic mode: per (query block, query head, batch) the last and first key blocks that

@@ -163,41 +163,44 @@ static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, double wa
  * new packing): FMMaskSetUp of the mask with a new seed, then FMPlanSetUp (the bounds localized,
  * summaries and lists rebuilt and uploaded) and the FLOP count of the first forward, the device
  * synchronized; the median over reps, in ms.
- * part[0..2]: the medians of its three pieces, the host in FMMaskSetUp, the host in FMPlanSetUp
- * (up to its return: the update is then queued on the stream) and the wait for the device after
- * it (the upload and prepass not yet done by then).
+ * part[0..3]: the medians of its four pieces, the host in FMMaskSetUp, the host in FMPlanSetUp
+ * (up to its return: the update is then queued on the stream), the host in FMPlanGetFlops (the
+ * exact block sparsity, from the host's block summaries) and the wait for the device after them
+ * (the upload and prepass not yet done by then).
  */
 /* One timed new-mask step from t0 (the caller changed m since): FMMaskSetUp, FMPlanSetUp (with
    the FLOP count, which the first FMPlanForward on a new mask computes for the log) and the
-   device's wait, into t[r], t[reps + r], ... (the whole and its three pieces; r < 0: untimed). */
+   device's wait, into t[r], t[reps + r], ... (the whole and its four pieces; r < 0: untimed). */
 static void setup_step(FMMask m, FMPlan plan, double t0, double *t, int reps, int r)
 {
-  double t1, t2, fl;
+  double t1, t2, t3, fl;
   FC(FMMaskSetUp(m));
   t1 = FMTime();
   FC(FMPlanSetUp(plan));
-  FC(FMPlanGetFlops(plan, &fl));
   t2 = FMTime();
+  FC(FMPlanGetFlops(plan, &fl));
+  t3 = FMTime();
   FC(FMCudaStreamSynchronize(NULL));
   if (r < 0) return;
   t[r] = 1e3 * (FMTime() - t0);
   t[reps + r] = 1e3 * (t1 - t0);
   t[2 * reps + r] = 1e3 * (t2 - t1);
-  t[3 * reps + r] = t[r] - 1e3 * (t2 - t0);
+  t[3 * reps + r] = 1e3 * (t3 - t2);
+  t[4 * reps + r] = t[r] - 1e3 * (t3 - t0);
 }
 
 /* The median of setup_step's wholes, its pieces' medians into part; frees t. */
-static double setup_medians(double *t, int reps, double part[3])
+static double setup_medians(double *t, int reps, double part[4])
 {
   const double med = FMBenchMedian_Private(t, reps);
-  for (int k = 0; k < 3; k++) part[k] = FMBenchMedian_Private(t + (k + 1) * reps, reps);
+  for (int k = 0; k < 4; k++) part[k] = FMBenchMedian_Private(t + (k + 1) * reps, reps);
   free(t);
   return med;
 }
 
-static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps, double part[3])
+static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps, double part[4])
 {
-  double *t = (double *)malloc(sizeof(double) * reps * 4);
+  double *t = (double *)malloc(sizeof(double) * reps * 5);
   /* r = -1: one untimed set-up first (the first after the timed passes finds cold caches) */
   for (int r = -1; r < reps; r++) {
     FC(FMMaskSetSeed(m, seed + 1000 + (unsigned long)r));
@@ -211,11 +214,11 @@ static double time_setup(FMPlan plan, FMMask m, unsigned long seed, int reps, do
  * mask of type "bounds" with m's sizes and causal flag on a second plan, given each call the
  * vectors m carries for every sample and head in one FMMaskSetAllBounds call (three sets of
  * [mask_batch][mask_heads][seqlen_k] arrays made beforehand by m's builder with other seeds; m
- * is changed), then FMMaskSetUp and FMPlanSetUp, the device synchronized. part[0..2] as in
+ * is changed), then FMMaskSetUp and FMPlanSetUp, the device synchronized. part[0..3] as in
  * time_setup, part[0] with the FMMaskSetAllBounds call. Returns the median in ms.
  */
 static double time_setup_bounds(FMContext ctx, FMMask m, int B, int H, int Hkv, int D, FMDType dt, unsigned long seed, int reps,
-                                double part[3])
+                                double part[4])
 {
   enum { K = 3 };
   int Sq, Sk, mh, mb;
@@ -224,7 +227,7 @@ static double time_setup_bounds(FMContext ctx, FMMask m, int B, int H, int Hkv, 
   FMPlan plan;
   int32_t *v[K][4] = {{NULL}};
   size_t ng;
-  double *t = (double *)malloc(sizeof(double) * reps * 4), med;
+  double *t = (double *)malloc(sizeof(double) * reps * 5), med;
   FC(FMMaskGetSizes(m, &Sq, &Sk, &mh));
   FC(FMMaskGetBatch(m, &mb));
   ng = (size_t)mb * mh;
@@ -266,11 +269,12 @@ static double time_setup_bounds(FMContext ctx, FMMask m, int B, int H, int Hkv, 
 }
 
 /* The set-up line: what a new mask costs, and its share of the forward where that was timed. */
-static void print_setup(const char *name, int S, int B, const char *what, double ms, double fwd_ms, const double part[3])
+static void print_setup(const char *name, int S, int B, const char *what, double ms, double fwd_ms, const double part[4])
 {
   printf("%-22s %6d %3d %s %.3f ms", name, S, B, what, ms);
   if (fwd_ms > 0) printf(" = %.1f%% of the forward", 100.0 * ms / fwd_ms);
-  printf(" (medians: mask host %.3f, plan host %.3f, device wait %.3f ms)\n", part[0], part[1], part[2]);
+  printf(" (medians: mask host %.3f, plan host %.3f, FLOP count host %.3f, device wait %.3f ms)\n", part[0], part[1], part[2],
+         part[3]);
 }
 
 /* One plan on the mask: a forward (the path; O and LSE for the backward), then each chosen pass
@@ -280,7 +284,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
 {
   FMPlan plan;
   FMAttnProblem p;
-  double fl = 0, setup_ms = -1, bounds_ms = -1, fwd_ms = -1, part[3], bpart[3];
+  double fl = 0, setup_ms = -1, bounds_ms = -1, fwd_ms = -1, part[4], bpart[4];
   float med[NPASS] = {0};
   int hopper[NPASS];
   const char *bpath;

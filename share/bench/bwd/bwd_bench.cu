@@ -34,7 +34,7 @@
  * Env BWD_BM=64|80|128: the Hopper kernel's query rows per step (FMGpuBwdParams.step_rows; 80 applies
  * to d = 128 only, 128 to d = 64 only), default its own choice. BWD_NO_FIRST_STORE=1: dQ's accumulator zeroed before the
  * kernel instead of first stores (FMGpuBwdParams.no_first_store; check then skips its first-store
- * comparison).
+ * comparison). BWD_NODET=1: bench times the default only (no deterministic run beside it).
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -527,7 +527,7 @@ template <int BM> static double steps_per_block(const HostMask &m)
 
 static int g_prof_kind = -1; /* prof mode: the one mask kind to run */
 static unsigned g_kinds = ~0u; /* ab mode: the mask kinds to run (bits) */
-static int g_nodet = 0;       /* ab mode: no deterministic run */
+static int g_nodet = 0;       /* no deterministic run (ab modes, env BWD_NODET) */
 static int g_d = 128; /* head dim of bench and ab (ab64: 64, with H = 64; ab256: 256, with H = 16) */
 static int g_tokens = 131072; /* tokens per batch (B = g_tokens / S, at least 1) */
 static int g_fb = 0;          /* the SIMT fallback (fb256) */
@@ -707,6 +707,7 @@ int main(int argc, char **argv)
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (getenv("BWD_BM")) g_bm = atoi(getenv("BWD_BM"));
   if (getenv("BWD_NO_FIRST_STORE")) g_nofs = atoi(getenv("BWD_NO_FIRST_STORE"));
+  if (getenv("BWD_NODET")) g_nodet = atoi(getenv("BWD_NODET"));
   if (mode == "probe") {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 2;

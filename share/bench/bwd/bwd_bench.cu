@@ -683,13 +683,13 @@ static void detsim_table()
                       {"d64 full", M_FULL, 8192, 64, 64, 1},       {"d64 causal", M_CAUSAL, 8192, 64, 64, 1}};
   for (const Row &r : rows) {
     const HostMask m = build_mask(r.kind, r.S, r.S, 1);
-    /* the step rows the kernel takes for these (FMGpuBwdStepRows): d = 128 80 on full and causal,
-       64 on the rest; d = 64 128 on dense masks */
-    const bool dense = r.kind == M_FULL || r.kind == M_CAUSAL;
-    const DetSimMask dm = r.d == 64 ? detsim_mask<128, 128>(m) : dense ? detsim_mask<80, 128>(m) : detsim_mask<64, 128>(m);
+    FMGpuBwdParams a{}; /* the step rows the kernel takes for these */
+    a.head_dim = r.d;
+    a.mask_dense = host_dense(m);
+    const int bm = FMGpuBwdStepRows(&a);
+    const DetSimMask dm = bm == 128 ? detsim_mask<128, 128>(m) : bm == 80 ? detsim_mask<80, 128>(m) : detsim_mask<64, 128>(m);
     const int B = 131072 / r.S, nrows = B * r.Hkv;
     const int ilv = fmbwd_ilv(c.sms, dm.nkb, nrows, m.causal);
-    const int bm = r.d == 64 ? 128 : dense ? 80 : 64;
     double t[3];
     for (int det = 0; det < 3; det++) {
       DetSimCfg cc = c;

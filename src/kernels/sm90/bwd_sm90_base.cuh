@@ -73,7 +73,8 @@ template <int D, int ST, int BM> struct Layout {
   static constexpr int OFF_STEP = OFF_ITEM + 128; /* per stage the step slot: {query block, flags} (kStepEnd below) */
   static constexpr int OFF_BAR = OFF_STEP + ST * 8;
   static constexpr int NBAR = 7 + 2 * ST + (W ? 2 : 0); /* W: Q's full and empty apart from dO's */
-  static constexpr int BYTES = OFF_BAR + NBAR * 8 + 1024; /* + alignment slack */
+  static constexpr int OFF_WX = OFF_BAR + NBAR * 8; /* per dQ writer 8 ints: its cached item (dq_writer) */
+  static constexpr int BYTES = OFF_WX + 64 + 1024;     /* + alignment slack */
   static_assert(OFF_K == 0, "the consumers address barriers from K's address");
   static_assert(BYTES <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
@@ -246,7 +247,8 @@ template <int D, int ST, int BM> struct Sync {
   uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;
   uint64_t *fullq, *emptyq; /* Layout::W: Q and lse2 (full, empty: dO and D) */
   volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
-  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [2] accumulator row, [7] stop; [4] [5] the writer's pending hand-over */
+  volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [2] accumulator row, [7] stop; the writer's own:
+                         [4] [5] its pending hand-over, [3] [6] its cached item (dq_writer) */
   __device__ __forceinline__ explicit Sync(unsigned char *smem)
   {
     uint64_t *bars = (uint64_t *)(smem + Layout<D, ST, BM>::OFF_BAR);

@@ -165,19 +165,28 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
   const int lane = threadIdx.x & 31;
   const uint32_t sl = smem_u32((const void *)(sy.dqs + 8 * cw));
   const float *stg = (const float *)(smem + L::OFF_DQ + cw * L::DQB);
-  /* The deterministic mode's writer state, in the slot's own words (24 registers): [4] the turn
-     word whose add was issued but not yet handed on (-1: none), [5] the key block it goes to.
-     The hand-over waits for the add to complete; it is put off until the next block's add has
-     been issued (the wait then overlaps that add's read), or done at once when there is nothing
-     else to do: before waiting for the next block or for a turn, so that a writer never waits
-     while holding a turn. Consumer 0's hand-overs to consumer 1 of the same key block (d = 64 on
-     64-row steps) are not put off. */
-  if (lane == 0) st_u32(sl + 16, 0xffffffffu);
+  /* The deterministic mode's writer state, in the slot's own words (24 registers):
+     - [4] the turn word whose add was issued but not yet handed on (-1: none), [5] the key block
+       it goes to. The hand-over waits for the add to complete; it is put off until the next
+       block's add has been issued (the wait then overlaps that add's read), or done at once when
+       there is nothing else to do: before waiting for the next block or for a turn, so that a
+       writer never waits while holding a turn. Consumer 0's hand-overs to consumer 1 of the same
+       key block (d = 64 on 64-row steps) are not put off.
+     - [3], [6] the item kb and its mask row whose next item down (kb - 1) is cached, at
+       Layout::OFF_WX (8 ints per writer): [0..3] the four summary numbers that
+       fmbwd_walk_visits tests, [4] its causal limit. The next visitor
+       is most often kb - 1; the scan of global memory (next_visitor) runs only when it is not. */
+  constexpr uint32_t wx = L::OFF_WX - L::OFF_ITEM - 64; /* from sl: this writer's 8 ints at OFF_WX */
+  if (lane == 0) {
+    st_u32(sl + 12, 0xffffffffu);
+    st_u32(sl + 16, 0xffffffffu);
+    st_u32(sl + 24, 0xffffffffu);
+  }
   for (int i = 0;; i++) {
     FMBWD_PROF_T(t0);
     if (lane == 0 && p.deterministic) {
       const int pend = ld_s32(sl + 16);
-      if (pend >= 0 && !mbar_try_wait(&sy.dq_full[cw], i & 1)) {
+      if (pend >= 0 && !mbar_test_wait(&sy.dq_full[cw], i & 1)) { /* not try_wait: it may suspend before failing */
         hand_on(p.turn + pend, ld_s32(sl + 20));
         st_u32(sl + 16, 0xffffffffu);
       }
@@ -234,7 +243,23 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
       const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
       FMBWD_PROF_T(t4);
-      next = next_visitor<BM, L::KN>(p, mh, kb, qb, p.turn + (tix & ~3) + 2, lane);
+      if (__any_sync(0xffffffffu, mh != ld_s32(sl + 12) || kb != ld_s32(sl + 24))) { /* a new item: item kb - 1's numbers */
+        if (lane == 0) {
+          st_u32(sl + 12, (uint32_t)mh);
+          st_u32(sl + 24, (uint32_t)kb);
+        }
+        if (kb >= 1 && lane < 4)
+          st_u32(sl + wx + 4 * lane,
+                 (uint32_t)__ldg(p.sum + ((size_t)mh * p.nblk + (size_t)(kb - 1) * L::KN / kBN) * FMBWD_SUM_N + 1 + (lane & 1) + 4 * (lane >> 1)));
+        if (lane == 4) /* causal: the item's first key lies right of the row block's last row's diagonal when m1 is below this */
+          st_u32(sl + wx + 16, (uint32_t)(p.causal ? (kb - 1) * L::KN + 1 + p.Sq - p.Sk : INT_MIN));
+        __syncwarp();
+      }
+      /* lanes 0..3: the row block lies inside the interval's start (0, 2) or end (1, 3); lane 4: the causal skip */
+      const int m0 = qb * BM, m1 = m0 + BM < p.Sq ? m0 + BM : p.Sq, c_v = lane < 5 ? ld_s32(sl + wx + 4 * lane) : 0;
+      const unsigned in = __ballot_sync(0xffffffffu, lane < 5 && (lane == 4 ? m1 < c_v : lane & 1 ? m1 <= c_v : m0 >= c_v));
+      if (kb >= 1 && (in & 3) != 3 && (in & 12) != 12 && !(in & 16)) next = kb - 1;
+      else next = next_visitor<BM, L::KN>(p, mh, kb, qb, p.turn + (tix & ~3) + 2, lane);
       if (lane == 0) FMBWD_PROF_ADD(PROF_W_SCAN, t4);
       if (DqSplit<D, BM>::own && next != 0x7fffffff) next *= 2;
     }

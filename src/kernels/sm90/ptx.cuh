@@ -38,6 +38,17 @@ __device__ __forceinline__ uint32_t mbar_try_wait(uint64_t *bar, uint32_t parity
                : "memory");
   return ok;
 }
+/* Whether the phase with the given parity has completed, without suspending the thread (try_wait
+   may suspend it for a while before it fails). */
+__device__ __forceinline__ uint32_t mbar_test_wait(uint64_t *bar, uint32_t parity)
+{
+  uint32_t ok;
+  asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(ok)
+               : "r"(smem_u32(bar)), "r"(parity)
+               : "memory");
+  return ok;
+}
 /*
  * Wait until the phase with the given parity has completed. With FM_SM90_HANG_CHECK the wait is
  * bounded in time (about 2 s on the global timer, read every 1024 tries) and traps, so a

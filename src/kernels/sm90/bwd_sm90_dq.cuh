@@ -110,6 +110,15 @@ __device__ __forceinline__ void hand_on(int *w, int to)
   fence_proxy_async_global();
   st_release(w, to);
 }
+/* The writer's pending hand-over (slot words [4], [5] at sl: dq_writer), if any, done now. */
+__device__ __forceinline__ void hand_on_pending(const Params &p, uint32_t sl)
+{
+  const int pend = ld_s32(sl + 16);
+  if (pend >= 0) {
+    hand_on(p.turn + pend, ld_s32(sl + 20));
+    st_u32(sl + 16, 0xffffffffu);
+  }
+}
 
 /* The first item (of KN keys: fmbwd_walk_init_item) below kb that visits query block qb (mask row
    mh), down to the first visitor *lo (turn_init); INT_MAX if none. One warp, 32 items per round;
@@ -184,13 +193,8 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
   }
   for (int i = 0;; i++) {
     FMBWD_PROF_T(t0);
-    if (lane == 0 && p.deterministic) {
-      const int pend = ld_s32(sl + 16);
-      if (pend >= 0 && !mbar_test_wait(&sy.dq_full[cw], i & 1)) { /* not try_wait: it may suspend before failing */
-        hand_on(p.turn + pend, ld_s32(sl + 20));
-        st_u32(sl + 16, 0xffffffffu);
-      }
-    }
+    /* not try_wait: it may suspend before failing */
+    if (lane == 0 && p.deterministic && ld_s32(sl + 16) >= 0 && !mbar_test_wait(&sy.dq_full[cw], i & 1)) hand_on_pending(p, sl);
     mbar_wait(&sy.dq_full[cw], i & 1);
     if (lane == 0) FMBWD_PROF_ADD(PROF_W_IDLE, t0);
     if (ld_s32(sl + 28)) break;
@@ -221,11 +225,8 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       } else if (p.deterministic) {
         FMBWD_PROF_T(t1);
 #ifndef FMBWD_DET_NOWAIT /* diagnostic build: the deterministic mode's every cost but its waits (not deterministic) */
-        const int seen = ld_acquire(word), pend = ld_s32(sl + 16);
-        if (seen != mine && pend >= 0) {
-          hand_on(p.turn + pend, ld_s32(sl + 20));
-          st_u32(sl + 16, 0xffffffffu);
-        }
+        const int seen = ld_acquire(word);
+        if (seen != mine) hand_on_pending(p, sl);
         wait_word(word, mine, seen);
 #endif
         FMBWD_PROF_ADD(PROF_W_TURN, t1);
@@ -291,12 +292,8 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     __syncwarp();
   }
   if (lane == 0) {
-    const int pend = ld_s32(sl + 16);
+    hand_on_pending(p, sl); /* none but in the deterministic mode */
     bulk_wait0();
-    if (p.deterministic && pend >= 0) {
-      fence_proxy_async_global();
-      st_release(p.turn + pend, ld_s32(sl + 20));
-    }
   }
 }
 

@@ -429,16 +429,17 @@ uint64_t FMMaskHash_Private(FMMask m)
   return m->hash;
 }
 
-int FMMaskThreads_Private(FMMask m, size_t n, int cap)
+int FMMaskThreads_Private(FMMask m, size_t n, int units)
 {
   int t = 1;
 #ifdef _OPENMP
-  if (n >= ((size_t)1 << 17)) t = m->ctx && m->ctx->threads > 0 ? m->ctx->threads : omp_get_max_threads();
+  if (n >= ((size_t)1 << 17) && (units <= 0 || units >= 2)) t = m->ctx && m->ctx->threads > 0 ? m->ctx->threads : omp_get_max_threads();
 #else
   (void)m;
   (void)n;
+  (void)units;
 #endif
-  return cap > 0 && t > cap ? cap : t;
+  return t;
 }
 
 void FMMaskCopyBounds_Private(int32_t *const dst[4], const int32_t *const src[4], size_t n, int nth)

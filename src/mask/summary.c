@@ -135,7 +135,7 @@ FMErrorCode FMMaskValidate_Private(FMMask m)
      mask); only the first row with a violation is scanned again, in the order of the message */
   {
     const long ng = (long)FM_MASK_NG(m);
-    const int nth = FMMaskThreads_Private(m, (size_t)ng * m->seqlen_k, (int)ng); /* no more threads than rows */
+    const int nth = FMMaskThreads_Private(m, (size_t)ng * m->seqlen_k, (int)ng); /* the rows: the units of work */
     (void)nth; /* without OpenMP */
     long first = ng;
 #pragma omp parallel for num_threads(nth) schedule(static) reduction(min : first) if (nth > 1)

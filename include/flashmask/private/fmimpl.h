@@ -462,13 +462,19 @@ FMErrorCode FMMaskComputeSummaries_Private(FMMask m);
    collective. Never call it inside a multithreaded region: it may write m. */
 FMErrorCode FMMaskSummary_Private(FMMask m, const int32_t **summary);
 /*
- * Threads for a set-up pass over n bound entries of m (at most cap; cap <= 0: no cap): 1 below
- * 2^17 entries, where starting the threads would cost more than they save, else the context's
- * CPU threads per rank (FMContextSetNumThreads: the rank's share of its cores). A pass over the
- * bounds is bound by memory bandwidth, which one core of a server does not saturate (32 heads
- * at 32K keys: 4 MiB per vector). src/mask/mask.c.
+ * Threads for a set-up pass over n bound entries of m, split into units pieces of work (rows,
+ * samples; units <= 0: as many as there are entries): 1 below 2^17 entries, where starting the
+ * threads would cost more than they save, or for one unit; else the context's CPU threads per
+ * rank (FMContextSetNumThreads: the rank's share of its cores), even where there are fewer units
+ * than threads (the others wait at the pass's end). A pass over the bounds is bound by memory
+ * bandwidth, which one core of a server does not saturate (32 heads at 32K keys: 4 MiB per
+ * vector).
+ * Never a team of another size: GCC's OpenMP ends the threads a smaller team leaves out and
+ * starts them again for the next larger one. On a 16-core virtual machine that cost a 4-sample
+ * mask at 32K keys about 0.5 ms per set-up step, when passes took 4 threads (one per sample)
+ * between passes of 16. src/mask/mask.c.
  */
-int FMMaskThreads_Private(FMMask m, size_t n, int cap);
+int FMMaskThreads_Private(FMMask m, size_t n, int units);
 
 /* dst[v][0..n) = src[v][0..n) for each v whose src is not NULL, on nth threads (contiguous
    pieces split on 4 KiB pages). src/mask/mask.c; also FMCudaMaskUpdate's copy into pinned

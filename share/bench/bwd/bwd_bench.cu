@@ -35,6 +35,8 @@
  * to d = 128 only, 128 to d = 64 only), default its own choice. BWD_NO_FIRST_STORE=1: dQ's accumulator zeroed before the
  * kernel instead of first stores (FMGpuBwdParams.no_first_store; check then skips its first-store
  * comparison). BWD_NODET=1: bench times the default only (no deterministic run beside it).
+ * BWD_KINDS=bits: bench runs only the mask kinds whose bits are set (harness.h's MaskKind: 16 prefix LM,
+ * 32 random intervals).
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -708,6 +710,7 @@ int main(int argc, char **argv)
   if (getenv("BWD_BM")) g_bm = atoi(getenv("BWD_BM"));
   if (getenv("BWD_NO_FIRST_STORE")) g_nofs = atoi(getenv("BWD_NO_FIRST_STORE"));
   if (getenv("BWD_NODET")) g_nodet = atoi(getenv("BWD_NODET"));
+  if (getenv("BWD_KINDS")) g_kinds = (unsigned)strtoul(getenv("BWD_KINDS"), NULL, 0); /* bench; the ab modes set their own */
   if (mode == "probe") {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 2;

@@ -66,7 +66,8 @@ FMErrorCode FMCPUFindNonFinite(const void *x, size_t n, FMDType t, int nthreads,
           "Argument 3 (t) is %d; expected FM_DTYPE_BF16, FM_DTYPE_FP16 or FM_DTYPE_FP32", (int)t);
 #ifdef _OPENMP
   if (nthreads <= 0) nthreads = omp_get_max_threads();
-  if ((size_t)nthreads > nch) nthreads = (int)nch;
+  if (nch < 2) nthreads = 1; /* else every thread, idle ones too: a team of another size makes GCC's OpenMP end
+                                 and restart threads (FMMaskThreads_Private, fmimpl.h) */
 #pragma omp parallel for num_threads(nthreads) schedule(static) reduction(min : best)
 #else
   (void)nthreads;

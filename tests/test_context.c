@@ -111,6 +111,13 @@ int main(int argc, char **argv)
     FMT_CALL(FMContextGetNCCLTimeout(ctx, &t));
     FMT_CHECK(t == 7, "-fm_nccl_timeout 7 gave %g", t);
     FMT_CALL(FMOptionsSetValue("-fm_nccl_timeout", "0"));
+    /* the Hopper backward's step rows: one of 0, 64, 80, 128, read into the kernel options */
+    FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "72"));
+    FMT_EXPECT_ERR(FMContextSetFromOptions(ctx), FM_ERR_ARG_OUTOFRANGE, "-fm_sm90_bwd_rows");
+    FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "80"));
+    FMT_CALL(FMContextSetFromOptions(ctx));
+    FMT_CHECK(ctx->kopts.sm90_bwd_rows == 80, "-fm_sm90_bwd_rows 80 read as %d", ctx->kopts.sm90_bwd_rows);
+    FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "0"));
   }
   FMT_CALL(FMContextSetFromOptions(ctx));
   FMT_CALL(FMContextSetUp(ctx));

@@ -39,6 +39,7 @@ typedef struct {
   FMDType dt;
   double scale; /* 0: 1/sqrt(D) */
   int det;      /* 1: FMPlanSetDeterministic, the backward twice, compared bitwise */
+  int rows;     /* 80: run on a context with -fm_sm90_bwd_rows 80 (d = 128; 0: the kernel's choice) */
 } Case;
 
 typedef struct {
@@ -199,14 +200,16 @@ static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
   FMT_CALL(FMPlanSetUp(plan));
   {
     /* the Hopper backward's step on a mask with no bound vectors: 80 rows for d = 128, 128 for
-       d = 64; else 64 */
+       d = 64; else 64; -fm_sm90_bwd_rows 80 (c->rows): 80 at d = 128 on any mask */
     FMAttnProblem pr;
     const char *bp;
     FMT_CALL(FMPlanGetProblem_Private(plan, &pr));
     bp = FMCudaBackwardPathName(&pr);
     if (!strncmp(bp, "sm90", 4))
-      FMT_CHECK(strstr(bp, pr.mask.present ? "64-row" : D == 128 ? "80-row" : D == 64 ? "128-row" : "64-row") != NULL,
-                "case %d (%s, d = %d): backward path \"%s\"", idx, c->type, D, bp);
+      FMT_CHECK(strstr(bp, (c->rows == 80 || !pr.mask.present) && D == 128 ? "80-row"
+                           : !pr.mask.present && D == 64                  ? "128-row"
+                                                                          : "64-row") != NULL,
+                "case %d (%s, d = %d, rows %d): backward path \"%s\"", idx, c->type, D, c->rows, bp);
   }
 
   /* inputs: rounded to dtype; the reference reads the rounded values */
@@ -423,7 +426,7 @@ int main(int argc, char **argv)
   int ncase = 0, only = -1, quick = 0, fails = 0, run = 0, detonly = 0;
   Case cs[40];
   uint64_t seed;
-  FMContext ctx;
+  FMContext ctx, ctx80;
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_bwd: CUDA backward against a float64 reference"));
   seed = fmt_seed();
   for (int a = 1; a < argc; a++) {
@@ -473,14 +476,26 @@ int main(int argc, char **argv)
     cs[ncase++] = c;
   }
 
+  /* 80-row steps on masks with bound vectors (-fm_sm90_bwd_rows 80): prefix LM causal, user
+     bounds with GQA 4:1 and S_q != S_k, and the deterministic mode on causal document */
+  { Case c = {FMMASKPREFIXLMCAUSAL, 1, 1000, 1000, 4, 2, 1, 128, FM_DTYPE_BF16, 0, 0, 80}; cs[ncase++] = c; }
+  { Case c = {FMMASKBOUNDS, 2, 1000, 1333, 8, 2, 2, 128, FM_DTYPE_FP16, 0, 0, 80}; cs[ncase++] = c; }
+  { Case c = {FMMASKCAUSALDOCUMENT, 1, 4099, 4099, 2, 1, 1, 128, FM_DTYPE_BF16, 0, 1, 80}; cs[ncase++] = c; }
+
   FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
   FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
   FMT_CALL(FMContextSetUp(ctx));
+  FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "80"));
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx80));
+  FMT_CALL(FMContextSetBackend(ctx80, FM_BACKEND_CUDA));
+  FMT_CALL(FMContextSetFromOptions(ctx80));
+  FMT_CALL(FMContextSetUp(ctx80));
+  FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "0"));
   for (int i = 0; i < ncase; i++) {
     if (only >= 0 && i != only) continue;
     if (quick && (cs[i].Sq > 1100 || cs[i].Sk > 1100)) continue;
     if (detonly && !cs[i].det) continue;
-    fails += run_case(ctx, i, &cs[i], seed + 7919 * (uint64_t)i);
+    fails += run_case(cs[i].rows ? ctx80 : ctx, i, &cs[i], seed + 7919 * (uint64_t)i);
     run++;
   }
   if (only < 0 && !detonly) { /* non-finite inputs: the Hopper backward at D 64, 128 and 256 */
@@ -489,6 +504,7 @@ int main(int argc, char **argv)
     fails += run_nonfinite(ctx, 256, FM_DTYPE_BF16);
     run += 3;
   }
+  FMT_CALL(FMContextDestroy(&ctx80));
   FMT_CALL(FMContextDestroy(&ctx));
   printf("test_gpu_bwd: %d of %d cases failed\n", fails, run);
   FMFinalize();

@@ -65,7 +65,7 @@ FMErrorCode FMContextGetNCCLTimeout(FMContext ctx, double *seconds);
 
 /* FMContextSetFromOptions - read -fm_backend, -fm_num_threads, -fm_nccl_timeout, -fm_context_view (and the kernel
  *   options -fm_cuda_fallback, -fm_sm90_vdesc_swap, -fm_sm90_schedule, -fm_sm90_ctas, -fm_sm90_auto_keys,
- *   -fm_cpu_vector_width, -fm_cpu_stage_bytes)
+ *   -fm_sm90_bwd_rows, -fm_cpu_vector_width, -fm_cpu_stage_bytes)
  *   into ctx. Collective; an error on any rank is an error on every rank. */
 FMErrorCode FMContextSetFromOptions(FMContext ctx);
 /*

@@ -115,6 +115,13 @@ static FMErrorCode kernel_options(FMContext ctx)
     }
     FMCheck(c >= 0, ctx->comm, FM_ERR_ARG_OUTOFRANGE, "-fm_sm90_auto_keys is %d; expected >= 0 (0 = the default, %d)", c, FM_GPU_SCHED_AUTO_KEYS);
     k->sm90_auto_keys = c;
+    c = k->sm90_bwd_rows;
+    FMCall(FMOptionsGetInt("-fm_sm90_bwd_rows",
+                           "Hopper backward: query rows per step, 64, 80 (d = 128) or 128 (d = 64); 0 = its choice (80 or 128 on masks without bound vectors, else 64)",
+                           &c, NULL));
+    FMCheck(c == 0 || c == 64 || c == 80 || c == 128, ctx->comm, FM_ERR_ARG_OUTOFRANGE,
+            "-fm_sm90_bwd_rows is %d; expected 0 (the kernel's choice), 64, 80 or 128", c);
+    k->sm90_bwd_rows = c;
   }
   FMCall(FMOptionsGetInt("-fm_cpu_vector_width", "CPU kernels' vector width 4, 8 or 16 when the CPU runs it; 0 = the widest", &w, NULL));
   FMCheck(w == 0 || w == 4 || w == 8 || w == 16, ctx->comm, FM_ERR_ARG_OUTOFRANGE,

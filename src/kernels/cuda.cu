@@ -288,6 +288,7 @@ static void fill_bwd(FMGpuBwdParams *a, const FMAttnProblem *p, const FMGpuMask 
   a->mask_dense = dm->present == 0;
   a->force_fallback = p->opts.cuda_fallback != 0;
   a->deterministic = p->opts.deterministic != 0;
+  a->step_rows = p->opts.sm90_bwd_rows; /* 0: FMGpuBwdStepRows' choice */
 }
 
 /* FMCudaBackward - see fmkernels.h. */

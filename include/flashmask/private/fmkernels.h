@@ -48,6 +48,10 @@ typedef struct FMMaskDesc_s {
  *                     tests run few CTAs so that each runs many tiles)
  *   sm90_auto_keys    -fm_sm90_auto_keys: auto's threshold, the mean keys per query tile at or
  *                     below which it chooses the persistent forward (0: FM_GPU_SCHED_AUTO_KEYS)
+ *   sm90_bwd_rows     -fm_sm90_bwd_rows 0|64|80|128: the Hopper backward's query rows per step
+ *                     (FMGpuBwdParams.step_rows): 0 its choice (FMGpuBwdStepRows), 80 at d = 128
+ *                     and 128 at d = 64 where set (other head dims, or a value the head dim does
+ *                     not take, run 64)
  *   cpu_vector_width  -fm_cpu_vector_width 4|8|16: the CPU kernels' vector width when this CPU
  *                     runs it (0: the widest it runs)
  *   cpu_stage_bytes   -fm_cpu_stage_bytes: the CPU forward/backward's fp32 staging budget per call
@@ -63,6 +67,7 @@ typedef struct {
   int sm90_schedule;
   int sm90_ctas;
   int sm90_auto_keys;
+  int sm90_bwd_rows;
   int cpu_vector_width;
   size_t cpu_stage_bytes;
   int deterministic;

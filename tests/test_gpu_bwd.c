@@ -200,13 +200,15 @@ static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
   FMT_CALL(FMPlanSetUp(plan));
   {
     /* the Hopper backward's step on a mask with no bound vectors: 80 rows for d = 128, 128 for
-       d = 64; else 64; -fm_sm90_bwd_rows 80 (c->rows): 80 at d = 128 on any mask */
+       d = 64; else 64, or 80 at d = 128 where the plan chose it (-fm_sm90_bwd_rows 80: c->rows,
+       or auto, FMSm90ChooseBwdRows_Private) */
     FMAttnProblem pr;
     const char *bp;
     FMT_CALL(FMPlanGetProblem_Private(plan, &pr));
     bp = FMCudaBackwardPathName(&pr);
     if (!strncmp(bp, "sm90", 4))
-      FMT_CHECK(strstr(bp, (c->rows == 80 || !pr.mask.present) && D == 128 ? "80-row"
+      FMT_CHECK((c->rows != 80 || pr.opts.sm90_bwd_rows == 80) &&
+                  strstr(bp, (pr.opts.sm90_bwd_rows == 80 || !pr.mask.present) && D == 128 ? "80-row"
                            : !pr.mask.present && D == 64                  ? "128-row"
                                                                           : "64-row") != NULL,
                 "case %d (%s, d = %d, rows %d): backward path \"%s\"", idx, c->type, D, c->rows, bp);

@@ -178,6 +178,77 @@ static void brute_tile_keys(FMMask m, int R, double *mean, double *cv)
 }
 
 /*
+ * FMVisitedTilesInline (O(1) per key block) against FMClassifyTile on every BM-row tile, every
+ * type, S_q != S_k both ways, odd sizes, block 128 and 64, BM 1, 7, 64, 80 and 128; and
+ * FMMaskVisitedRows_Private as their sum. Then FMSm90ChooseBwdRows_Private: 80 rows on a 32K
+ * document and prefix-LM-causal mask (at most 0.5% more rows), 64 (0: the kernel's) on a 32K
+ * sliding window of 1024 and a share-question mask, no estimate on a full or causal mask (no
+ * bound vectors), d = 64, the CPU backend or sm 80, and -fm_sm90_bwd_rows taken as given.
+ */
+static void check_visited_rows(FMContext ctx, uint64_t *rs)
+{
+  struct { int Sq, Sk, B; } sh[] = {{1000, 1000, 128}, {777, 1301, 128}, {1301, 777, 64}, {130, 70, 128}};
+  const int bms[] = {1, 7, 64, 80, 128};
+  for (int s = 0; s < 4; s++)
+    for (int t = 0; types[t]; t++) {
+      FMMask m = build(ctx, types[t], sh[s].Sq, sh[s].Sk, 2, sh[s].B, (unsigned long)(fmt_next(rs) & 0xFFFF), rs);
+      const int32_t *sum;
+      const int nkb = (sh[s].Sk + sh[s].B - 1) / sh[s].B;
+      int bad = 0;
+      FMT_CALL(FMMaskSummary_Private(m, &sum));
+      for (int x = 0; x < 5; x++) {
+        const int BM = bms[x], nqb = (sh[s].Sq + BM - 1) / BM;
+        double total = 0, rows = -1;
+        for (int g = 0; g < 2; g++)
+          for (int kb = 0; kb < nkb; kb++) {
+            const int32_t *sh_g = sum + (size_t)g * nkb * FM_SUM_N;
+            int n = 0;
+            for (int q = 0; q < nqb; q++)
+              n += FMClassifyTile(sh_g, m->causal, sh[s].Sq, sh[s].Sk, sh[s].B, q * BM, (q + 1) * BM, kb) != FM_TILE_SKIP;
+            const int fast = FMVisitedTilesInline(sh_g, m->causal, sh[s].Sq, sh[s].Sk, sh[s].B, kb, BM);
+            if (fast != n && bad++ < 3)
+              FMT_CHECK(0, "%s %dx%d block %d, head %d, key block %d, %d-row tiles: %d visited, FMClassifyTile says %d", types[t],
+                        sh[s].Sq, sh[s].Sk, sh[s].B, g, kb, BM, fast, n);
+            total += n;
+          }
+        FMT_CALL(FMMaskVisitedRows_Private(m, BM, &rows));
+        FMT_CHECK(rows == total * BM, "%s %dx%d: FMMaskVisitedRows_Private(%d) = %.0f; the tiles give %.0f", types[t], sh[s].Sq, sh[s].Sk, BM,
+                  rows, total * BM);
+      }
+      FMT_CALL(FMMaskDestroy(&m));
+    }
+  {
+    struct { const char *type; int window, rows; } want[] = {{FMMASKDOCUMENT, 0, 80}, {FMMASKPREFIXLMCAUSAL, 0, 80},
+                                                             {FMMASKSLIDINGWINDOW, 1024, 0}, {FMMASKSHAREQUESTION, 0, 0},
+                                                             {FMMASKFULL, 0, 0}, {FMMASKCAUSAL, 0, 0}};
+    FMKernelOptions o = {0}, o64 = {0};
+    FMBwdRowsChoice c;
+    FMMask m;
+    o64.sm90_bwd_rows = 64;
+    for (int i = 0; i < 6; i++) {
+      const int dense = !strcmp(want[i].type, FMMASKFULL) || !strcmp(want[i].type, FMMASKCAUSAL);
+      FMT_CALL(FMMaskCreate(ctx, &m));
+      FMT_CALL(FMMaskSetSizes(m, 32768, 32768, 1));
+      FMT_CALL(FMMaskSetType(m, want[i].type));
+      if (want[i].window) FMT_CALL(FMMaskSetWindow(m, want[i].window, 0));
+      FMT_CALL(FMMaskSetUp(m));
+      FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, 128, 90, &o, &c));
+      FMT_CHECK(c.rows == want[i].rows && (dense ? c.extra == -1 : c.extra >= 0 && (c.extra <= FM_GPU_BWD_ROWS80_EXTRA) == (c.rows == 80)),
+                "%s 32K, d = 128: auto chose %d rows (%.4f more rows at 80); expected %d", want[i].type, c.rows, c.extra, want[i].rows);
+      FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, 64, 90, &o, &c));
+      FMT_CHECK(c.rows == 0 && c.extra == -1, "%s, d = 64: auto chose %d rows (estimate %.4f)", want[i].type, c.rows, c.extra);
+      FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CPU, 128, 90, &o, &c));
+      FMT_CHECK(c.rows == 0 && c.extra == -1, "%s, CPU backend: auto chose %d rows", want[i].type, c.rows);
+      FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, 128, 80, &o, &c));
+      FMT_CHECK(c.rows == 0 && c.extra == -1, "%s, sm 80: auto chose %d rows", want[i].type, c.rows);
+      FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, 128, 90, &o64, &c));
+      FMT_CHECK(c.rows == 64 && c.extra == -1, "%s, -fm_sm90_bwd_rows 64: %d rows", want[i].type, c.rows);
+      FMT_CALL(FMMaskDestroy(&m));
+    }
+  }
+}
+
+/*
  * FMMaskTileKeys_Private against brute force, every type: shapes counted whole (at most
  * FM_MASK_KEY_SAMPLES columns, exactly that many, and per-sample bounds) must agree to rounding,
  * a sampled one within 3% of seqlen_k (mean) and 0.15 (spread: the sampling-noise correction
@@ -600,6 +671,7 @@ int main(int argc, char **argv)
   check_resetups(ctx, &rs);
   check_view(ctx, &rs);
   check_tile_keys(ctx, &rs);
+  check_visited_rows(ctx, &rs);
   FMT_CALL(FMContextDestroy(&ctx));
   {
     int rc = fmt_finish("test_mask_tiles");

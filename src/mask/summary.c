@@ -391,6 +391,26 @@ int64_t FMMaskTileKeysColumn_Private(const FMMask m, int64_t i)
   return key_sample(i, (uint64_t)i * FM_PHI64, n, cols, step);
 }
 
+/* FMMaskVisitedRows_Private - see fmimpl.h. */
+FMErrorCode FMMaskVisitedRows_Private(FMMask m, int BM, double *rows)
+{
+  const int32_t *sum;
+  const int nkb = m->nblocks_k, NG = (int)FM_MASK_NG(m);
+  double t = 0;
+  FMValidHeader(m, FM_CLASSID_MASK, 1);
+  FMValidPointer(rows, 3);
+  FMCheck(BM >= 1, MPI_COMM_SELF, FM_ERR_ARG_OUTOFRANGE, "Argument 2 (BM) is %d; expected >= 1", BM);
+  FMCall(FMMaskSummary_Private(m, &sum));
+  for (int g = 0; g < NG; g++) {
+    const int32_t *sh = sum + (size_t)g * nkb * FM_SUM_N;
+    long long n = 0;
+    for (int kb = 0; kb < nkb; kb++) n += FMVisitedTilesInline(sh, m->causal, m->seqlen_q, m->seqlen_k, m->block, kb, BM);
+    t += (double)n;
+  }
+  *rows = t * BM;
+  return FM_SUCCESS;
+}
+
 /* FMMaskTileKeys_Private - see fmimpl.h. */
 FMErrorCode FMMaskTileKeys_Private(FMMask m, int tile_rows, double *mean, double *cv)
 {

@@ -32,6 +32,7 @@ void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o)
   *o = plan->ctx->kopts;
   o->deterministic = plan->deterministic; /* the plan's (FMPlanSetDeterministic), not the context's */
   o->sm90_schedule = plan->fwd_sched.schedule; /* auto resolved at FMPlanSetUp */
+  o->sm90_bwd_rows = plan->bwd_rows.rows;      /* -fm_sm90_bwd_rows, or auto's choice */
 }
 
 /* FMSm90ChooseSchedule_Private - see planimpl.h. */
@@ -58,6 +59,26 @@ FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int hea
   return FM_SUCCESS;
 }
 
+
+/* FMSm90ChooseBwdRows_Private - see planimpl.h. */
+FMErrorCode FMSm90ChooseBwdRows_Private(FMMask mask, FMBackend backend, int head_dim, int gpu_sm, const FMKernelOptions *o,
+                                        FMBwdRowsChoice *c)
+{
+  FMBwdRowsChoice r = {o->sm90_bwd_rows, -1};
+  if (!r.rows && backend == FM_BACKEND_CUDA && gpu_sm == 90 && head_dim == 128) {
+    FMMaskDesc d;
+    FMCall(FMMaskGetBoundsDesc_Private(mask, &d));
+    if (d.present) {
+      double r64, r80;
+      FMCall(FMMaskVisitedRows_Private(mask, 64, &r64));
+      FMCall(FMMaskVisitedRows_Private(mask, 80, &r80));
+      r.extra = r64 > 0 ? r80 / r64 - 1 : 0;
+      if (r64 > 0 && r.extra <= FM_GPU_BWD_ROWS80_EXTRA) r.rows = 80;
+    }
+  }
+  *c = r;
+  return FM_SUCCESS;
+}
 
 /* FMPlanCheckCUDADType_Private - see planimpl.h. */
 FMErrorCode FMPlanCheckCUDADType_Private(FMPlan plan)

@@ -331,6 +331,7 @@ static FMErrorCode setup_plan(void *obj)
   FMBool view = FM_FALSE;
   FMAgreeField f[FM_AGREE_MAX_FIELDS];
   FMSm90Choice sched;
+  FMBwdRowsChoice bwd_rows = {0, -1};
   FMErrorCode ierr;
   int n = 0;
   FMValidHeader(plan, FM_CLASSID_PLAN, 1);
@@ -340,6 +341,8 @@ static FMErrorCode setup_plan(void *obj)
      the type's collective set-up */
   if (!ierr)
     ierr = FMSm90ChooseSchedule_Private(plan->mask, plan->ctx->backend, plan->head_dim, plan->ctx->gpu_sm, &plan->ctx->kopts, &sched);
+  if (!ierr) /* the backward's step rows, the same way */
+    ierr = FMSm90ChooseBwdRows_Private(plan->mask, plan->ctx->backend, plan->head_dim, plan->ctx->gpu_sm, &plan->ctx->kopts, &bwd_rows);
   shape_fields(plan, plan->scale_set ? plan->scale : 1.0 / sqrt((double)plan->head_dim), f, &n);
   FMCall(FMPlanAgree_Private(plan, FM_CALL_PLAN_SETUP, ierr, n, f)); /* the first message: names what differs */
   FMAgree(plan->hdr.comm, FMPlanSetDefaultType_Private(plan));
@@ -348,6 +351,7 @@ static FMErrorCode setup_plan(void *obj)
   plan->backend = plan->ctx->backend;
   plan->hdr.setupcalled = 0;
   plan->fwd_sched = sched;
+  plan->bwd_rows = bwd_rows;
   FMCall((*plan->ops->setup)(plan)); /* collective; agrees internally */
   plan->mask_state = plan->mask->state;
   plan->hdr.setupcalled = 1;
@@ -563,6 +567,15 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
         FMCall(FMPrintf(plan->hdr.comm, fp, "  forward schedule: persistent, %s (d = 64 and 128 on sm_90; %s%s)\n",
                         p.opts.sm90_schedule == FM_GPU_SCHED_STATIC ? "static round robin" : "dynamic counter",
                         p.opts.sm90_ctas > 0 ? "at most -fm_sm90_ctas CTAs" : "one CTA per SM", why));
+    }
+    {
+      const FMBwdRowsChoice *c = &plan->bwd_rows;
+      if (plan->ctx->kopts.sm90_bwd_rows)
+        FMCall(FMPrintf(plan->hdr.comm, fp, "  backward steps: -fm_sm90_bwd_rows %d\n", plan->ctx->kopts.sm90_bwd_rows));
+      else if (c->extra >= 0)
+        FMCall(FMPrintf(plan->hdr.comm, fp,
+                        "  backward steps: auto: the walks visit %.2f%% more query rows at 80-row steps than at 64 (80 rows where at most %.1f%%)\n",
+                        100 * c->extra, 100 * FM_GPU_BWD_ROWS80_EXTRA));
     }
 #endif
   } else FMCall(FMPrintf(plan->hdr.comm, fp, "  forward/backward path: exact CPU (OpenMP, tile skipping)\n"));

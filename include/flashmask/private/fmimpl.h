@@ -491,6 +491,11 @@ void FMMaskCopyBounds_Private(int32_t *const dst[4], const int32_t *const src[4]
 #define FM_STATS_DENSITY 2
 FMErrorCode FMMaskComputeDensity_Private(FMMask m);
 FMErrorCode FMMaskComputeSparsity_Private(FMMask m);
+/* FMMaskVisitedRows_Private - the query rows the backward's walks visit at BM-row steps, summed
+   over every key block of every mask row of a set-up mask: BM times the tiles that are not
+   skipped (FMVisitedTilesInline, fmtile.h), from the block summaries (computed here if they are
+   not yet: one pass over the bounds; then O(mask rows x key blocks)). Not collective. */
+FMErrorCode FMMaskVisitedRows_Private(FMMask m, int BM, double *rows);
 /* FMMaskTileKeys_Private - how many keys a query tile (tile_rows rows) sees, estimated over every
    tile of every mask row of a set-up mask: *mean, and *cv, their coefficient of variation
    (standard deviation / mean, the sampling noise taken out; 0.58 for causal, near 0 for a sliding

@@ -49,9 +49,12 @@ typedef struct FMMaskDesc_s {
  *   sm90_auto_keys    -fm_sm90_auto_keys: auto's threshold, the mean keys per query tile at or
  *                     below which it chooses the persistent forward (0: FM_GPU_SCHED_AUTO_KEYS)
  *   sm90_bwd_rows     -fm_sm90_bwd_rows 0|64|80|128: the Hopper backward's query rows per step
- *                     (FMGpuBwdParams.step_rows): 0 its choice (FMGpuBwdStepRows), 80 at d = 128
- *                     and 128 at d = 64 where set (other head dims, or a value the head dim does
- *                     not take, run 64)
+ *                     (FMGpuBwdParams.step_rows): 80 at d = 128 and 128 at d = 64 where set
+ *                     (other head dims, or a value the head dim does not take, run 64); 0, auto,
+ *                     is resolved by the plan from its mask at FMPlanSetUp
+ *                     (FMSm90ChooseBwdRows_Private: 80 where that wastes almost no rows), else
+ *                     left to the kernel (FMGpuBwdStepRows: 80 or 128 on masks without bound
+ *                     vectors, else 64)
  *   cpu_vector_width  -fm_cpu_vector_width 4|8|16: the CPU kernels' vector width when this CPU
  *                     runs it (0: the widest it runs)
  *   cpu_stage_bytes   -fm_cpu_stage_bytes: the CPU forward/backward's fp32 staging budget per call

@@ -77,6 +77,54 @@ static inline FM_HOSTDEV FMTileClass FMClassifyTileInline(const int32_t *summary
   return part ? FM_TILE_PARTIAL : FM_TILE_FULL;
 }
 
+/* The q in [0, nqb) whose BM-row tile [q BM, min((q + 1) BM, seqlen_q)) ends at or before row x
+   (a prefix of them: the ends increase). */
+static inline FM_HOSTDEV int FMTileEndsBy_Private(int x, int BM, int nqb, int seqlen_q)
+{
+  if (x >= seqlen_q) return nqb;
+  if (x < BM) return 0;
+  return x / BM < nqb - 1 ? x / BM : nqb - 1;
+}
+
+/*
+ * FMVisitedTilesInline - how many of key block kb's BM-row tiles (rows [q BM, min((q + 1) BM,
+ *   seqlen_q)), q = 0 .. ceil(seqlen_q / BM) - 1) are not FM_TILE_SKIP for FMClassifyTileInline:
+ *   the query blocks the backward's walk visits at BM-row steps. Each of the three skip rules
+ *   (right of the causal diagonal, inside the rows every column masks in the lower or the upper
+ *   interval) skips a run of consecutive tiles, so the count is the tiles less the union of three
+ *   runs: O(1), not O(tiles).
+ */
+static inline FM_HOSTDEV int FMVisitedTilesInline(const int32_t *summary_head, int causal, int seqlen_q, int seqlen_k, int block,
+                                                  int kb, int BM)
+{
+  const int nqb = (seqlen_q + BM - 1) / BM, c0 = kb * block, off = seqlen_k - seqlen_q;
+  const int32_t *s = summary_head + (size_t)kb * FM_SUM_N;
+  int a[3], b[3], n = 0, skipped = 0, end = 0;
+  if (seqlen_q < 1 || kb < 0 || c0 >= seqlen_k) return 0;
+  /* runs [a, b): the causal one from tile 0; a lower or upper one from the first tile starting at
+     or after the rows' start to the last ending at or before their end */
+  if (causal) { a[n] = 0; b[n] = FMTileEndsBy_Private(c0 - off, BM, nqb, seqlen_q); n++; }
+  for (int v = 0; v < 2; v++) {
+    const int p = s[v ? FM_SUM_UTS_MAX : FM_SUM_LTS_MAX], e = s[v ? FM_SUM_UTE_MIN : FM_SUM_LTE_MIN];
+    const int first = p <= 0 ? 0 : (p + BM - 1) / BM;
+    a[n] = first < nqb ? first : nqb;
+    b[n] = FMTileEndsBy_Private(e, BM, nqb, seqlen_q);
+    n++;
+  }
+  /* the union's size: the runs by start (at most three, a small sort), merged */
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && a[j] < a[j - 1]; j--) {
+      const int ta = a[j], tb = b[j];
+      a[j] = a[j - 1]; b[j] = b[j - 1];
+      a[j - 1] = ta; b[j - 1] = tb;
+    }
+  for (int i = 0; i < n; i++) {
+    const int lo = a[i] > end ? a[i] : end;
+    if (b[i] > lo) { skipped += b[i] - lo; end = b[i]; }
+  }
+  return nqb - skipped;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -51,6 +51,13 @@ typedef struct {
   int wide_full;            /* auto: a full mask at d = 128, which the grid runs on the wide kernel (no estimate made) */
 } FMSm90Choice;
 
+/* The Hopper backward's step rows as a plan resolved them (FMSm90ChooseBwdRows_Private). */
+typedef struct {
+  int rows;     /* the kernels' step rows: -fm_sm90_bwd_rows, or auto's 80, or 0 (the kernel's choice) */
+  double extra; /* auto's estimate: the rows the walks visit at 80-row steps over those at 64, less 1
+                   (-1: none made) */
+} FMBwdRowsChoice;
+
 struct _p_FMPlan {
   FMObjectHeader hdr;     /* hdr.type_name: the plan type, NULL until set */
   const FMPlanOps *ops;   /* the type's table, NULL until a type is set */
@@ -68,6 +75,7 @@ struct _p_FMPlan {
   FMBackend backend;      /* the context's, taken at FMPlanSetUp */
   int mask_state;         /* mask->state at FMPlanSetUp */
   FMSm90Choice fwd_sched; /* the forward's schedule, auto resolved at FMPlanSetUp (FMSm90ChooseSchedule_Private) */
+  FMBwdRowsChoice bwd_rows; /* the backward's step rows, resolved at FMPlanSetUp (FMSm90ChooseBwdRows_Private) */
   FMLogEvent ev_fwd, ev_bwd;
 };
 
@@ -123,6 +131,24 @@ void FMPlanKernelOptions_Private(FMPlan plan, FMKernelOptions *o);
  */
 FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int head_dim, int gpu_sm, const FMKernelOptions *o,
                                          FMSm90Choice *c);
+/*
+ * FMSm90ChooseBwdRows_Private - the Hopper backward's query rows per step for a plan's mask:
+ *   o->sm90_bwd_rows (-fm_sm90_bwd_rows) when set. Else, at d = 128 on sm_90 with the CUDA
+ *   backend, on a mask with bound vectors (the kernel takes 80 rows on the others already), 80
+ *   when the walks visit at most FM_GPU_BWD_ROWS80_EXTRA more query rows at 80-row steps than
+ *   at 64 (FMMaskVisitedRows_Private): the larger step then wastes almost nothing on masked
+ *   rows and runs faster; else 0, the kernel's 64. H100, 2026-12-06 (fmbench at 32K, two
+ *   rounds each): 80 rows ran document 1.10x, per-sample document 1.13x, random eviction
+ *   1.06x, prefix LM causal 1.04x and QK-sparse 1.015x (0.03-0.4% more rows), and prefix LM
+ *   document 0.99x, global sliding window and causal blockwise 0.98x, causal document 0.95x,
+ *   sliding window 0.93x and share question 0.92x (0.8-3% more); at 8K every such mask visits
+ *   1.1% more rows or over, where 80 rows ran 0.83-1.02x. *c: the choice and the estimate
+ *   (extra -1 when none was made). Not collective; the same on every rank for the same mask.
+ */
+FMErrorCode FMSm90ChooseBwdRows_Private(FMMask mask, FMBackend backend, int head_dim, int gpu_sm, const FMKernelOptions *o,
+                                        FMBwdRowsChoice *c);
+#define FM_GPU_BWD_ROWS80_EXTRA 0.005 /* auto: 80-row steps at most this share more visited rows than 64 */
+
 /* FMSm90AutoKeys - auto's threshold in keys: -fm_sm90_auto_keys, or FM_GPU_SCHED_AUTO_KEYS. */
 static inline int FMSm90AutoKeys(const FMKernelOptions *o) { return o->sm90_auto_keys > 0 ? o->sm90_auto_keys : FM_GPU_SCHED_AUTO_KEYS; }
 

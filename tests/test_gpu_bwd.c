@@ -20,6 +20,7 @@
  */
 #include <flashmask.h>
 #include <flashmask/private/fmkernels.h>
+#include <flashmask/private/planimpl.h> /* the plan's resolved step rows */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -420,6 +421,44 @@ static int run_nonfinite(FMContext ctx, int D, FMDType dt)
   return fails;
 }
 
+/* The plan's step rows (FMSm90ChooseBwdRows_Private) are estimated at the first set-up of a mask
+   kind and shape and kept by re-SetUps with new bounds of the same kind, though an estimate of
+   the new bounds differs; a new head dim resolves them again. On sm_90 only (else no estimate). */
+static int check_rows_kept(FMContext ctx, uint64_t *s)
+{
+  FMMask m;
+  FMPlan plan;
+  FMBwdRowsChoice c;
+  double first;
+  const int f0 = fmt_failures;
+  if (ctx->gpu_sm != 90) return 0;
+  FMT_CALL(FMMaskCreate(ctx, &m));
+  FMT_CALL(FMMaskSetSizes(m, 2000, 2000, 1));
+  FMT_CALL(FMMaskSetType(m, FMMASKBOUNDS));
+  user_bounds(m, 2000, 2000, 1, s);
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetMask(plan, m));
+  FMT_CALL(FMPlanSetShape(plan, 1, 2, 1, 128, FM_DTYPE_BF16));
+  FMT_CALL(FMPlanSetUp(plan));
+  first = plan->bwd_rows.extra;
+  FMT_CHECK(first >= 0, "user bounds at d = 128: no step-rows estimate (%g)", first);
+  user_bounds(m, 2000, 2000, 1, s);
+  FMT_CALL(FMMaskSetUp(m));
+  FMT_CALL(FMPlanSetUp(plan));
+  FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, 128, 90, &ctx->kopts, &c));
+  FMT_CHECK(plan->bwd_rows.extra == first && c.extra != first,
+                     "new bounds of the same kind: the plan's estimate %.6f (first %.6f), the new bounds' own %.6f", plan->bwd_rows.extra,
+                     first, c.extra);
+  FMT_CALL(FMPlanSetShape(plan, 1, 2, 1, 64, FM_DTYPE_BF16));
+  FMT_CALL(FMPlanSetUp(plan));
+  FMT_CHECK(plan->bwd_rows.extra == -1 && plan->bwd_rows.rows == 0, "d = 64: step rows %d, estimate %g; expected none",
+                     plan->bwd_rows.rows, plan->bwd_rows.extra);
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&m));
+  return fmt_failures != f0;
+}
+
 int main(int argc, char **argv)
 {
   static const char *types[12] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT,
@@ -498,6 +537,11 @@ int main(int argc, char **argv)
     if (quick && (cs[i].Sq > 1100 || cs[i].Sk > 1100)) continue;
     if (detonly && !cs[i].det) continue;
     fails += run_case(cs[i].rows ? ctx80 : ctx, i, &cs[i], seed + 7919 * (uint64_t)i);
+    run++;
+  }
+  if (only < 0 && !detonly) { /* the step rows kept over re-SetUps */
+    uint64_t s = seed ^ 0x5eed;
+    fails += check_rows_kept(ctx, &s);
     run++;
   }
   if (only < 0 && !detonly) { /* non-finite inputs: the Hopper backward at D 64, 128 and 256 */

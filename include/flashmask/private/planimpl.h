@@ -76,6 +76,7 @@ struct _p_FMPlan {
   int mask_state;         /* mask->state at FMPlanSetUp */
   FMSm90Choice fwd_sched; /* the forward's schedule, auto resolved at FMPlanSetUp (FMSm90ChooseSchedule_Private) */
   FMBwdRowsChoice bwd_rows; /* the backward's step rows, resolved at FMPlanSetUp (FMSm90ChooseBwdRows_Private) */
+  uint64_t bwd_rows_key;    /* what bwd_rows was resolved for (bwd_rows_key in plan.c; 0: nothing yet) */
   FMLogEvent ev_fwd, ev_bwd;
 };
 

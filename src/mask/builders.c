@@ -351,8 +351,11 @@ static inline void fill32(int32_t *b, int n, int32_t x)
 /*
  * A parametrized type's causal flag, its vectors (FM_BOUND_* bits) and, of those, the ones its
  * builder writes in every column of every row (*whole), which alloc_default_bounds need not fill
- * with defaults first: the sliding window and the document types (documents cover the keys)
- * write theirs whole; the others leave columns at their defaults.
+ * with defaults first: the sliding window, the document types (documents cover the keys), the
+ * global sliding window, causal blockwise and QK-sparse write theirs whole (the last three write
+ * the defaults themselves where they mask nothing: a fill of every vector first, then the build
+ * over most of it, took a fifth of the global sliding window's set-up); prefix LM causal leaves
+ * its columns before the prefix at their defaults.
  */
 static void type_bits(int t, int *causal, int *present, int *whole)
 {
@@ -365,8 +368,8 @@ static void type_bits(int t, int *causal, int *present, int *whole)
   case FM_MT_DOCUMENT:
   case FM_MT_PREFIXLMDOCUMENT: v = w = FM_BOUND_LTS | FM_BOUND_UTE; break;
   case FM_MT_CAUSALBLOCKWISE:
-  case FM_MT_QKSPARSE: c = 1, v = FM_BOUND_LTS | FM_BOUND_LTE; break;
-  case FM_MT_GLOBALSLIDINGWINDOW: v = FM_BOUND_LTS | FM_BOUND_LTE | FM_BOUND_UTS | FM_BOUND_UTE; break;
+  case FM_MT_QKSPARSE: c = 1, v = w = FM_BOUND_LTS | FM_BOUND_LTE; break;
+  case FM_MT_GLOBALSLIDINGWINDOW: v = w = FM_BOUND_LTS | FM_BOUND_LTE | FM_BOUND_UTS | FM_BOUND_UTE; break;
   case FM_MT_PREFIXLMCAUSAL: v = FM_BOUND_LTS | FM_BOUND_UTE; break;
   default: break; /* full */
   }
@@ -400,9 +403,9 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
       const int e = s + p->docs[d];
       const int32_t be = rowb(e, off, Sq), bs = rowb(s, off, Sq), bl = rowb(last, off, Sq);
       if (t == FM_MT_CAUSALBLOCKWISE) {
-        if (d == p->ndocs - 1) continue; /* the last document: nothing beyond causal */
-        fill32(lts + s, e - s, be);
-        fill32(lte + s, e - s, bl);
+        const int lastdoc = d == p->ndocs - 1; /* the last document: nothing beyond causal (the defaults) */
+        fill32(lts + s, e - s, lastdoc ? Sq : be);
+        fill32(lte + s, e - s, lastdoc ? Sq : bl);
       } else {
         fill32(lts + s, e - s, be);
         if (t == FM_MT_DOCUMENT) fill32(ute + s, e - s, bs);
@@ -421,12 +424,21 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
     }
     break;
   case FM_MT_GLOBALSLIDINGWINDOW: {
-    int G = p->nglobal;
+    int G = p->nglobal < Sk ? p->nglobal : Sk;
+    fill32(lts, G, Sq); /* the global keys: seen by every row (the defaults) */
+    fill32(lte, G, Sq);
+    fill32(uts, G, 0);
+    fill32(ute, G, 0);
+    /* the parameters in locals: the stores below may alias *p as far as the compiler knows, and
+       a reload per column kept the loop scalar */
+    const int64_t wl = (int64_t)p->window_left + 1, wr = p->window_right;
+    const int32_t ug = rowb(G, off, Sq);
+#pragma omp simd
     for (int j = G; j < Sk; j++) {
-      int64_t ue = (int64_t)j - p->window_right;
-      lts[j] = rowb((int64_t)j + p->window_left + 1, off, Sq);
+      const int64_t ue = (int64_t)j - wr;
+      lts[j] = rowb((int64_t)j + wl, off, Sq);
       lte[j] = Sq;
-      uts[j] = rowb(G, off, Sq);
+      uts[j] = ug;
       ute[j] = rowb(ue > G ? ue : G, off, Sq);
     }
     break;
@@ -451,11 +463,11 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
       for (int j = p->span_start[s]; j < e; j++)
         if (e > end[j]) end[j] = e;
     }
-    for (int j = 0; j < Sk; j++)
-      if (end[j] > j) {
-        lts[j] = rowb(j, off, Sq);
-        lte[j] = rowb(end[j], off, Sq);
-      }
+    for (int j = 0; j < Sk; j++) {
+      const int span = end[j] > j; /* else the defaults */
+      lts[j] = span ? rowb(j, off, Sq) : Sq;
+      lte[j] = span ? rowb(end[j], off, Sq) : Sq;
+    }
     free(end);
     break;
   }

@@ -590,9 +590,9 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
                         p.opts.sm90_ctas > 0 ? "at most -fm_sm90_ctas CTAs" : "one CTA per SM", why));
     }
     {
-      const FMBwdRowsChoice *c = &plan->bwd_rows;
-      if (plan->ctx->kopts.sm90_bwd_rows)
-        FMCall(FMPrintf(plan->hdr.comm, fp, "  backward steps: -fm_sm90_bwd_rows %d\n", plan->ctx->kopts.sm90_bwd_rows));
+      const FMBwdRowsChoice *c = &plan->bwd_rows; /* as resolved at set-up (the context's option may have changed since) */
+      if (c->extra < 0 && c->rows)
+        FMCall(FMPrintf(plan->hdr.comm, fp, "  backward steps: -fm_sm90_bwd_rows %d\n", c->rows));
       else if (c->extra >= 0)
         FMCall(FMPrintf(plan->hdr.comm, fp,
                         "  backward steps: auto: the walks visit %.2f%% more query rows at 80-row steps than at 64 (80 rows where at most %.1f%%; "

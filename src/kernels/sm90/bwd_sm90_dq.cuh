@@ -102,11 +102,12 @@ __device__ __forceinline__ int atom_cas_acquire(int *p, int cmp, int v)
   return old;
 }
 
-/* Deterministic mode: once this thread's bulk adds are complete in global memory, the turn
-   word at w handed to key block to. */
-__device__ __forceinline__ void hand_on(int *w, int to)
+/* Deterministic mode: once this thread's bulk adds but the newest Newer are complete in global
+   memory, the turn word at w handed to key block to. */
+template <int Newer = 0> __device__ __forceinline__ void hand_on(int *w, int to)
 {
-  bulk_wait0();
+  if (Newer == 0) bulk_wait0();
+  else bulk_wait1();
   fence_proxy_async_global();
   st_release(w, to);
 }
@@ -274,11 +275,7 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       FMBWD_PROF_T(t3);
       if (p.deterministic) {
         const int pend = ld_s32(sl + 16);
-        if (pend >= 0) { /* the previous block's add, issued before this one's */
-          bulk_wait1();
-          fence_proxy_async_global();
-          st_release(p.turn + pend, ld_s32(sl + 20));
-        }
+        if (pend >= 0) hand_on<1>(p.turn + pend, ld_s32(sl + 20)); /* the previous block's add, issued before this one's */
         if (!(DqSplit<D, BM>::own && cw == 0)) {
           st_u32(sl + 16, (uint32_t)tix);
           st_u32(sl + 20, (uint32_t)next);

@@ -40,7 +40,8 @@ typedef struct {
   FMDType dt;
   double scale; /* 0: 1/sqrt(D) */
   int det;      /* 1: FMPlanSetDeterministic, the backward twice, compared bitwise */
-  int rows;     /* 80: run on a context with -fm_sm90_bwd_rows 80 (d = 128; 0: the kernel's choice) */
+  int rows;     /* 80 (d = 128) or 128 (d = 64): run on a context with -fm_sm90_bwd_rows rows (0: the plan's
+                   choice) */
 } Case;
 
 typedef struct {
@@ -200,19 +201,21 @@ static int run_case(FMContext ctx, int idx, const Case *c, uint64_t seed)
   FMT_CALL(FMPlanSetScale(plan, scale));
   FMT_CALL(FMPlanSetUp(plan));
   {
-    /* the Hopper backward's step on a mask with no bound vectors: 80 rows for d = 128, 128 for
-       d = 64; else 64, or 80 at d = 128 where the plan chose it (-fm_sm90_bwd_rows 80: c->rows,
-       or auto, FMSm90ChooseBwdRows_Private) */
+    /* the Hopper backward's step: -fm_sm90_bwd_rows (c->rows), or the plan's choice at set-up
+       (FMSm90ChooseBwdRows_Private, in opts.sm90_bwd_rows), else on a mask with no bound vectors
+       80 rows for d = 128 and 128 for d = 64, else 64 (the larger steps only at their own d) */
     FMAttnProblem pr;
     const char *bp;
+    char want[32];
+    int rows;
     FMT_CALL(FMPlanGetProblem_Private(plan, &pr));
     bp = FMCudaBackwardPathName(&pr);
+    rows = pr.opts.sm90_bwd_rows ? pr.opts.sm90_bwd_rows : !pr.mask.present && D == 128 ? 80 : !pr.mask.present && D == 64 ? 128 : 64;
+    if ((rows == 80 && D != 128) || (rows == 128 && D != 64)) rows = 64;
+    snprintf(want, sizeof want, "%d-row", rows);
     if (!strncmp(bp, "sm90", 4))
-      FMT_CHECK((c->rows != 80 || pr.opts.sm90_bwd_rows == 80) &&
-                  strstr(bp, (pr.opts.sm90_bwd_rows == 80 || !pr.mask.present) && D == 128 ? "80-row"
-                           : !pr.mask.present && D == 64                  ? "128-row"
-                                                                          : "64-row") != NULL,
-                "case %d (%s, d = %d, rows %d): backward path \"%s\"", idx, c->type, D, c->rows, bp);
+      FMT_CHECK((!c->rows || pr.opts.sm90_bwd_rows == c->rows) && strstr(bp, want) != NULL,
+                "case %d (%s, d = %d, rows %d): backward path \"%s\", expected %s steps", idx, c->type, D, c->rows, bp, want);
   }
 
   /* inputs: rounded to dtype; the reference reads the rounded values */
@@ -437,7 +440,8 @@ static void band_bounds(FMMask m, int S, int w)
 
 /* The plan's step rows (FMSm90ChooseBwdRows_Private) are estimated at the first set-up of a mask
    kind and shape and kept by re-SetUps with new bounds of the same kind, though an estimate of
-   the new bounds differs (bands of 300 and 1000 rows); a new head dim resolves them again. On
+   the new bounds differs (bands of 300 and 1000 rows); a new head dim (d = 64, 128-row steps)
+   resolves them again. On
    sm_90 only (else no estimate). */
 static int check_rows_kept(FMContext ctx)
 {
@@ -468,8 +472,10 @@ static int check_rows_kept(FMContext ctx)
                      first, c.extra);
   FMT_CALL(FMPlanSetShape(plan, 1, 2, 1, 64, FM_DTYPE_BF16));
   FMT_CALL(FMPlanSetUp(plan));
-  FMT_CHECK(plan->bwd_rows.extra == -1 && plan->bwd_rows.rows == 0, "d = 64: step rows %d, estimate %g; expected none",
-                     plan->bwd_rows.rows, plan->bwd_rows.extra);
+  FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, 64, 90, &ctx->kopts, &c));
+  FMT_CHECK(plan->bwd_rows.extra == c.extra && plan->bwd_rows.rows == c.rows && c.extra >= 0,
+            "d = 64: step rows %d, estimate %g; expected %d, %g (resolved again)", plan->bwd_rows.rows, plan->bwd_rows.extra,
+            c.rows, c.extra);
   FMT_CALL(FMPlanDestroy(&plan));
   FMT_CALL(FMMaskDestroy(&m));
   return fmt_failures != f0;
@@ -481,9 +487,9 @@ int main(int argc, char **argv)
                                   FMMASKDOCUMENT, FMMASKSHAREQUESTION, FMMASKGLOBALSLIDINGWINDOW, FMMASKCAUSALBLOCKWISE,
                                   FMMASKPREFIXLMDOCUMENT, FMMASKPREFIXLMCAUSAL, FMMASKQKSPARSE, FMMASKRANDOMEVICTION};
   int ncase = 0, only = -1, quick = 0, fails = 0, run = 0, detonly = 0;
-  Case cs[40];
+  Case cs[48];
   uint64_t seed;
-  FMContext ctx, ctx80;
+  FMContext ctx, ctx80, ctx128;
   FMT_CALL(FMInitialize(&argc, &argv, NULL, "test_gpu_bwd: CUDA backward against a float64 reference"));
   seed = fmt_seed();
   for (int a = 1; a < argc; a++) {
@@ -538,6 +544,10 @@ int main(int argc, char **argv)
   { Case c = {FMMASKPREFIXLMCAUSAL, 1, 1000, 1000, 4, 2, 1, 128, FM_DTYPE_BF16, 0, 0, 80}; cs[ncase++] = c; }
   { Case c = {FMMASKBOUNDS, 2, 1000, 1333, 8, 2, 2, 128, FM_DTYPE_FP16, 0, 0, 80}; cs[ncase++] = c; }
   { Case c = {FMMASKCAUSALDOCUMENT, 1, 4099, 4099, 2, 1, 1, 128, FM_DTYPE_BF16, 0, 1, 80}; cs[ncase++] = c; }
+  /* and 128-row steps at d = 64 (-fm_sm90_bwd_rows 128) on the same three */
+  { Case c = {FMMASKPREFIXLMCAUSAL, 1, 1000, 1000, 4, 2, 1, 64, FM_DTYPE_FP16, 0, 0, 128}; cs[ncase++] = c; }
+  { Case c = {FMMASKBOUNDS, 2, 1000, 1333, 8, 2, 2, 64, FM_DTYPE_BF16, 0, 0, 128}; cs[ncase++] = c; }
+  { Case c = {FMMASKCAUSALDOCUMENT, 1, 4099, 4099, 2, 1, 1, 64, FM_DTYPE_FP16, 0, 1, 128}; cs[ncase++] = c; }
 
   FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
   FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
@@ -547,12 +557,17 @@ int main(int argc, char **argv)
   FMT_CALL(FMContextSetBackend(ctx80, FM_BACKEND_CUDA));
   FMT_CALL(FMContextSetFromOptions(ctx80));
   FMT_CALL(FMContextSetUp(ctx80));
+  FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "128"));
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx128));
+  FMT_CALL(FMContextSetBackend(ctx128, FM_BACKEND_CUDA));
+  FMT_CALL(FMContextSetFromOptions(ctx128));
+  FMT_CALL(FMContextSetUp(ctx128));
   FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "0"));
   for (int i = 0; i < ncase; i++) {
     if (only >= 0 && i != only) continue;
     if (quick && (cs[i].Sq > 1100 || cs[i].Sk > 1100)) continue;
     if (detonly && !cs[i].det) continue;
-    fails += run_case(cs[i].rows ? ctx80 : ctx, i, &cs[i], seed + 7919 * (uint64_t)i);
+    fails += run_case(cs[i].rows == 80 ? ctx80 : cs[i].rows == 128 ? ctx128 : ctx, i, &cs[i], seed + 7919 * (uint64_t)i);
     run++;
   }
   if (only < 0 && !detonly) { /* the step rows kept over re-SetUps */
@@ -566,6 +581,7 @@ int main(int argc, char **argv)
     run += 3;
   }
   FMT_CALL(FMContextDestroy(&ctx80));
+  FMT_CALL(FMContextDestroy(&ctx128));
   FMT_CALL(FMContextDestroy(&ctx));
   printf("test_gpu_bwd: %d of %d cases failed\n", fails, run);
   FMFinalize();

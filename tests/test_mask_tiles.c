@@ -182,8 +182,9 @@ static void brute_tile_keys(FMMask m, int R, double *mean, double *cv)
  * type, S_q != S_k both ways, odd sizes, block 128 and 64, BM 1, 7, 64, 80 and 128; and
  * FMMaskVisitedRows_Private as their sum. Then FMSm90ChooseBwdRows_Private: 80 rows on a 32K
  * document and prefix-LM-causal mask (at most 0.5% more rows), 64 (0: the kernel's) on a 32K
- * sliding window of 1024 and a share-question mask, no estimate on a full or causal mask (no
- * bound vectors), d = 64, the CPU backend or sm 80, and -fm_sm90_bwd_rows taken as given.
+ * sliding window of 1024 and a share-question mask; at d = 64 128 rows on those four (at most 5%
+ * more rows), 64 on a sliding window of 300 (14% more); no estimate on a full or causal mask (no bound
+ * vectors), d = 256, the CPU backend or sm 80, and -fm_sm90_bwd_rows taken as given.
  */
 static void check_visited_rows(FMContext ctx, uint64_t *rs)
 {
@@ -218,14 +219,16 @@ static void check_visited_rows(FMContext ctx, uint64_t *rs)
       FMT_CALL(FMMaskDestroy(&m));
     }
   {
-    struct { const char *type; int window, rows; } want[] = {{FMMASKDOCUMENT, 0, 80}, {FMMASKPREFIXLMCAUSAL, 0, 80},
-                                                             {FMMASKSLIDINGWINDOW, 1024, 0}, {FMMASKSHAREQUESTION, 0, 0},
-                                                             {FMMASKFULL, 0, 0}, {FMMASKCAUSAL, 0, 0}};
+    /* rows64: d = 64's choice (a window of 300 visits 14% more rows at 128-row steps) */
+    struct { const char *type; int window, rows, rows64; } want[] = {{FMMASKDOCUMENT, 0, 80, 128}, {FMMASKPREFIXLMCAUSAL, 0, 80, 128},
+                                                                     {FMMASKSLIDINGWINDOW, 1024, 0, 128}, {FMMASKSHAREQUESTION, 0, 0, 128},
+                                                                     {FMMASKSLIDINGWINDOW, 300, 0, 0}, {FMMASKFULL, 0, 0, 0},
+                                                                     {FMMASKCAUSAL, 0, 0, 0}};
     FMKernelOptions o = {0}, o64 = {0};
     FMBwdRowsChoice c;
     FMMask m;
     o64.sm90_bwd_rows = 64;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
       const int dense = !strcmp(want[i].type, FMMASKFULL) || !strcmp(want[i].type, FMMASKCAUSAL);
       FMT_CALL(FMMaskCreate(ctx, &m));
       FMT_CALL(FMMaskSetSizes(m, 32768, 32768, 1));
@@ -236,7 +239,11 @@ static void check_visited_rows(FMContext ctx, uint64_t *rs)
       FMT_CHECK(c.rows == want[i].rows && (dense ? c.extra == -1 : c.extra >= 0 && (c.extra <= FM_GPU_BWD_ROWS80_EXTRA) == (c.rows == 80)),
                 "%s 32K, d = 128: auto chose %d rows (%.4f more rows at 80); expected %d", want[i].type, c.rows, c.extra, want[i].rows);
       FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, 64, 90, &o, &c));
-      FMT_CHECK(c.rows == 0 && c.extra == -1, "%s, d = 64: auto chose %d rows (estimate %.4f)", want[i].type, c.rows, c.extra);
+      FMT_CHECK(c.rows == want[i].rows64 &&
+                  (dense ? c.extra == -1 : c.extra >= 0 && (c.extra <= FM_GPU_BWD_ROWS128_EXTRA) == (c.rows == 128)),
+                "%s 32K, d = 64: auto chose %d rows (%.4f more rows at 128); expected %d", want[i].type, c.rows, c.extra, want[i].rows64);
+      FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, 256, 90, &o, &c));
+      FMT_CHECK(c.rows == 0 && c.extra == -1, "%s, d = 256: auto chose %d rows (estimate %.4f)", want[i].type, c.rows, c.extra);
       FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CPU, 128, 90, &o, &c));
       FMT_CHECK(c.rows == 0 && c.extra == -1, "%s, CPU backend: auto chose %d rows", want[i].type, c.rows);
       FMT_CALL(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, 128, 80, &o, &c));

@@ -65,15 +65,16 @@ FMErrorCode FMSm90ChooseBwdRows_Private(FMMask mask, FMBackend backend, int head
                                         FMBwdRowsChoice *c)
 {
   FMBwdRowsChoice r = {o->sm90_bwd_rows, -1};
-  if (!r.rows && backend == FM_BACKEND_CUDA && gpu_sm == 90 && head_dim == 128) {
+  if (!r.rows && backend == FM_BACKEND_CUDA && gpu_sm == 90 && (head_dim == 128 || head_dim == 64)) {
+    const int big = FMBwdRowsLarger(head_dim);
     FMMaskDesc d;
     FMCall(FMMaskGetBoundsDesc_Private(mask, &d));
     if (d.present) {
-      double r64, r80;
+      double r64, rbig;
       FMCall(FMMaskVisitedRows_Private(mask, 64, &r64));
-      FMCall(FMMaskVisitedRows_Private(mask, 80, &r80));
-      r.extra = r64 > 0 ? r80 / r64 - 1 : 0;
-      if (r64 > 0 && r.extra <= FM_GPU_BWD_ROWS80_EXTRA) r.rows = 80;
+      FMCall(FMMaskVisitedRows_Private(mask, big, &rbig));
+      r.extra = r64 > 0 ? rbig / r64 - 1 : 0;
+      if (r64 > 0 && r.extra <= FMBwdRowsExtra(head_dim)) r.rows = big;
     }
   }
   *c = r;

@@ -595,9 +595,10 @@ FMErrorCode FMPlanView(FMPlan plan, FILE *fp)
         FMCall(FMPrintf(plan->hdr.comm, fp, "  backward steps: -fm_sm90_bwd_rows %d\n", c->rows));
       else if (c->extra >= 0)
         FMCall(FMPrintf(plan->hdr.comm, fp,
-                        "  backward steps: auto: the walks visit %.2f%% more query rows at 80-row steps than at 64 (80 rows where at most %.1f%%; "
-                        "estimated at the first set-up of this mask kind and shape)\n",
-                        100 * c->extra, 100 * FM_GPU_BWD_ROWS80_EXTRA));
+                        "  backward steps: %d rows: the walks visit %.2f%% more query rows at %d-row steps than at 64 (auto takes %d where at "
+                        "most %.1f%%; estimated at the first set-up of this mask kind and shape)\n",
+                        c->rows ? c->rows : 64, 100 * c->extra, FMBwdRowsLarger(plan->head_dim), FMBwdRowsLarger(plan->head_dim),
+                        100 * FMBwdRowsExtra(plan->head_dim)));
     }
 #endif
   } else FMCall(FMPrintf(plan->hdr.comm, fp, "  forward/backward path: exact CPU (OpenMP, tile skipping)\n"));

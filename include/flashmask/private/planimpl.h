@@ -53,8 +53,9 @@ typedef struct {
 
 /* The Hopper backward's step rows as a plan resolved them (FMSm90ChooseBwdRows_Private). */
 typedef struct {
-  int rows;     /* the kernels' step rows: -fm_sm90_bwd_rows, or auto's 80, or 0 (the kernel's choice) */
-  double extra; /* auto's estimate: the rows the walks visit at 80-row steps over those at 64, less 1
+  int rows;     /* the kernels' step rows: -fm_sm90_bwd_rows, or auto's larger step (FMBwdRowsLarger), or 0
+                   (the kernel's choice) */
+  double extra; /* auto's estimate: the rows the walks visit at the larger step over those at 64, less 1
                    (-1: none made) */
 } FMBwdRowsChoice;
 
@@ -134,21 +135,30 @@ FMErrorCode FMSm90ChooseSchedule_Private(FMMask mask, FMBackend backend, int hea
                                          FMSm90Choice *c);
 /*
  * FMSm90ChooseBwdRows_Private - the Hopper backward's query rows per step for a plan's mask:
- *   o->sm90_bwd_rows (-fm_sm90_bwd_rows) when set. Else, at d = 128 on sm_90 with the CUDA
- *   backend, on a mask with bound vectors (the kernel takes 80 rows on the others already), 80
- *   when the walks visit at most FM_GPU_BWD_ROWS80_EXTRA more query rows at 80-row steps than
- *   at 64 (FMMaskVisitedRows_Private): the larger step then wastes almost nothing on masked
- *   rows and runs faster; else 0, the kernel's 64. H100, 2026-12-06 (fmbench at 32K, two
- *   rounds each): 80 rows ran document 1.10x, per-sample document 1.13x, random eviction
- *   1.06x, prefix LM causal 1.04x and QK-sparse 1.015x (0.03-0.4% more rows), and prefix LM
- *   document 0.99x, global sliding window and causal blockwise 0.98x, causal document 0.95x,
- *   sliding window 0.93x and share question 0.92x (0.8-3% more); at 8K every such mask visits
- *   1.1% more rows or over, where 80 rows ran 0.83-1.02x. *c: the choice and the estimate
- *   (extra -1 when none was made). Not collective; the same on every rank for the same mask.
+ *   o->sm90_bwd_rows (-fm_sm90_bwd_rows) when set. Else, at d = 128 or 64 on sm_90 with the
+ *   CUDA backend, on a mask with bound vectors (the kernel takes the larger step on the others
+ *   already), the larger step FMBwdRowsLarger (80 rows at d = 128, 128 at d = 64) when the
+ *   walks visit at most FMBwdRowsExtra more query rows at that step than at 64
+ *   (FMMaskVisitedRows_Private): the larger step then wastes almost nothing on masked rows and
+ *   runs faster; else 0, the kernel's 64. d = 128, H100, 2026-12-06 (fmbench at 32K, two rounds
+ *   each): 80 rows ran document 1.10x, per-sample document 1.13x, random eviction 1.06x, prefix
+ *   LM causal 1.04x and QK-sparse 1.015x (0.03-0.4% more rows), and prefix LM document 0.99x,
+ *   global sliding window and causal blockwise 0.98x, causal document 0.95x, sliding window
+ *   0.93x and share question 0.92x (0.8-3% more); at 8K every such mask visits 1.1% more rows
+ *   or over, where 80 rows ran 0.83-1.02x. d = 64 (H = 64), H200, 2026-12-06 (fmbench, 128
+ *   against 64 rows, two rounds at 32K, one at 8K): 128 rows ran faster on every one of the 10
+ *   masks with bound vectors, 1.05-1.16x at 32K and 1.04-1.17x at 8K, with up to 4.6% more rows
+ *   (global sliding window at 8K, 1.04x); hence the wider limit there. *c: the choice and the
+ *   estimate (extra -1 when none was made). Not collective; the same on every rank for the same
+ *   mask.
  */
 FMErrorCode FMSm90ChooseBwdRows_Private(FMMask mask, FMBackend backend, int head_dim, int gpu_sm, const FMKernelOptions *o,
                                         FMBwdRowsChoice *c);
-#define FM_GPU_BWD_ROWS80_EXTRA 0.005 /* auto: 80-row steps at most this share more visited rows than 64 */
+#define FM_GPU_BWD_ROWS80_EXTRA 0.005  /* auto, d = 128: 80-row steps at most this share more visited rows than 64 */
+#define FM_GPU_BWD_ROWS128_EXTRA 0.05  /* auto, d = 64: 128-row steps at most this share more visited rows than 64 */
+/* The larger step auto may choose at a head dim (80 rows at d = 128, 128 at d = 64), and its limit. */
+static inline int FMBwdRowsLarger(int head_dim) { return head_dim == 64 ? 128 : 80; }
+static inline double FMBwdRowsExtra(int head_dim) { return head_dim == 64 ? FM_GPU_BWD_ROWS128_EXTRA : FM_GPU_BWD_ROWS80_EXTRA; }
 
 /* FMSm90AutoKeys - auto's threshold in keys: -fm_sm90_auto_keys, or FM_GPU_SCHED_AUTO_KEYS. */
 static inline int FMSm90AutoKeys(const FMKernelOptions *o) { return o->sm90_auto_keys > 0 ? o->sm90_auto_keys : FM_GPU_SCHED_AUTO_KEYS; }

@@ -52,7 +52,7 @@ typedef struct FMMaskDesc_s {
  *                     (FMGpuBwdParams.step_rows): 80 at d = 128 and 128 at d = 64 where set
  *                     (other head dims, or a value the head dim does not take, run 64); 0, auto,
  *                     is resolved by the plan from its mask at FMPlanSetUp
- *                     (FMSm90ChooseBwdRows_Private: 80 where that wastes almost no rows), else
+ *                     (FMSm90ChooseBwdRows_Private: 80 or 128 where that wastes few rows), else
  *                     left to the kernel (FMGpuBwdStepRows: 80 or 128 on masks without bound
  *                     vectors, else 64)
  *   cpu_vector_width  -fm_cpu_vector_width 4|8|16: the CPU kernels' vector width when this CPU

@@ -342,6 +342,14 @@ static inline int32_t rowb(int64_t x, int64_t off, int Sq)
   return (int32_t)(x < 0 ? 0 : x > Sq ? Sq : x);
 }
 
+/* An offset b to add to a column j in [0, Sk) before clamping to [0, Sq], limited to [-Sk, Sq]:
+   j + b then fits in int (at most Sk - 1 + Sq < 2 FM_MASK_MAX_SEQLEN) and clamps to the same row
+   as j + b in 64 bits (b <= -Sk gives a negative sum for every j, b >= Sq one of at least Sq). */
+static inline int32_t clampoff(int64_t b, int Sq, int Sk)
+{
+  return (int32_t)(b < -(int64_t)Sk ? -(int64_t)Sk : b > (int64_t)Sq ? (int64_t)Sq : b);
+}
+
 /* b[0..n) = x (n <= 0: nothing) */
 static inline void fill32(int32_t *b, int n, int32_t x)
 {
@@ -429,17 +437,18 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
     fill32(lte, G, Sq);
     fill32(uts, G, 0);
     fill32(ute, G, 0);
-    /* the parameters in locals: the stores below may alias *p as far as the compiler knows, and
-       a reload per column kept the loop scalar */
-    const int64_t wl = (int64_t)p->window_left + 1, wr = p->window_right;
+    /* lts = rowb(j + wl) and ute = rowb(max(j - wr, G)) = min(max(j - wr - off, ug), Sq), in 32
+       bits so that the loop vectorizes (SSE2 has no 64-bit min or max, and GCC kept the 64-bit
+       loop scalar: a third of a 32K mask's set-up); offsets limited by clampoff */
+    const int32_t bl = clampoff((int64_t)p->window_left + 1 - off, Sq, Sk), br = clampoff(-(int64_t)p->window_right - off, Sq, Sk);
     const int32_t ug = rowb(G, off, Sq);
 #pragma omp simd
     for (int j = G; j < Sk; j++) {
-      const int64_t ue = (int64_t)j - wr;
-      lts[j] = rowb((int64_t)j + wl, off, Sq);
+      const int32_t a = j + bl, u = j + br;
+      lts[j] = a < 0 ? 0 : a > Sq ? Sq : a;
       lte[j] = Sq;
       uts[j] = ug;
-      ute[j] = rowb(ue > G ? ue : G, off, Sq);
+      ute[j] = u < ug ? ug : u > Sq ? Sq : u;
     }
     break;
   }

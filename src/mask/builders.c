@@ -593,7 +593,7 @@ static FMErrorCode alloc_default_bounds(FMMask m, int full)
     int32_t *b = m->bnd[v];
     const int32_t x = v < 2 ? Sq : 0;
     if (((keep | full) >> v) & 1) continue;
-#pragma omp parallel for simd num_threads(nth) schedule(static) if (nth > 1)
+#pragma omp parallel for simd num_threads(nth) schedule(static) if (parallel : nth > 1)
     for (size_t i = 0; i < n; i++) b[i] = x;
   }
   return FM_SUCCESS;

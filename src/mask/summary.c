@@ -264,7 +264,7 @@ FMErrorCode FMMaskNormalize_Private(FMMask m)
     const int32_t d = pr == 0 ? Sq : 0;
     if (!carried(m, 2 * pr) || !carried(m, 2 * pr + 1)) continue;
     /* branch-free (simd: GCC's -O2 vectorizes a loop of unknown trip count only so) */
-#pragma omp parallel for simd num_threads(nth) schedule(static) if (nth > 1)
+#pragma omp parallel for simd num_threads(nth) schedule(static) if (parallel : nth > 1)
     for (size_t i = 0; i < n; i++) {
       const int32_t x0 = s[i], x1 = e[i];
       const int em = x0 == x1;

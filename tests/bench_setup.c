@@ -3,7 +3,8 @@
  * mask with a new seed each call (the builder's new packing included), and a new-mask step of
  * a CPU plan (FMMaskSetUp + FMPlanSetUp's update + the problem the CPU kernels read,
  * FMPlanGetProblem_Private, summaries included + FMPlanGetFlops, the exact block sparsity that
- * the first FMPlanForward on a new mask computes for the log) for the local plan and, where it is given
+ * the first FMPlanForward on a new mask computes for the log under -fm_log_view) for the local
+ * plan and, where it is given
  * (-cp 1), the cp plan (its tile map reads the summaries at FMPlanSetUp): on one rank, or on
  * every rank of mpiexec -n P (then the local plan is skipped, and each call's time is the
  * slowest rank's, the ranks starting together). Built with make check but not run as a test.
@@ -137,7 +138,7 @@ static void run(FMContext ctx, const char *type, int S, int H, int batch, int wh
       CALL(FMPlanSetUp(plan));
       CALL(FMPlanGetProblem_Private(plan, &p)); /* what the CPU forward reads first */
       if (!p.mask.summary) { fprintf(stderr, "bench_setup: the CPU problem has no summaries\n"); exit(1); }
-      CALL(FMPlanGetFlops(plan, &flops)); /* what FMPlanForward computes after the kernel, for the log */
+      CALL(FMPlanGetFlops(plan, &flops)); /* what FMPlanForward computes after the kernel, for -fm_log_view's log */
       if (!(flops > 0)) { fprintf(stderr, "bench_setup: FMPlanGetFlops gave %g\n", flops); exit(1); }
     }
     dt = (MPI_Wtime() - t0) * 1e6;

@@ -306,6 +306,50 @@ static void check_types_many(FMContext ctx, int size)
   FMT_CALL(FMMaskDestroy(&mask));
 }
 
+/*
+ * The plans count their FLOPs for the log only under -fm_log_view: without it a forward and a
+ * backward on a new mask leave its block sparsity uncomputed (a pass over the bounds that a
+ * training step need not pay) and FMPlanGetFlops still counts on demand; with it the forward
+ * computes the count. One rank, CPU backend.
+ */
+static void check_log_flops(FMContext ctx)
+{
+  const int S = 300, D = 16;
+  const size_t n = (size_t)S * D;
+  float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *o = malloc(n * 4), *lse = malloc(S * 4);
+  float *dq = malloc(n * 4), *dk = malloc(n * 4), *dv = malloc(n * 4);
+  FMMask mask;
+  FMPlan plan;
+  double fl = 0;
+  for (size_t i = 0; i < n; i++) q[i] = k[i] = v[i] = (float)((i * 37 % 101) / 101.0 - 0.5);
+  FMT_CALL(FMMaskCreate(ctx, &mask));
+  FMT_CALL(FMMaskSetSizes(mask, S, S, 1));
+  FMT_CALL(FMMaskSetType(mask, FMMASKGLOBALSLIDINGWINDOW));
+  FMT_CALL(FMMaskSetUp(mask));
+  FMT_CALL(FMPlanCreate(ctx, &plan));
+  FMT_CALL(FMPlanSetMask(plan, mask));
+  FMT_CALL(FMPlanSetShape(plan, 1, 1, 1, D, FM_DTYPE_FP32));
+  FMT_CALL(FMPlanSetUp(plan));
+  for (int logged = 0; logged < 2; logged++) {
+    FMT_CALL(FMOptionsSetValue("-fm_log_view", logged ? "1" : "0"));
+    FMT_CALL(FMMaskSetSeed(mask, 11 + (unsigned long)logged));
+    FMT_CALL(FMMaskSetUp(mask));
+    FMT_CALL(FMPlanSetUp(plan));
+    FMT_CHECK(!(mask->stats_valid & FM_STATS_SPARSITY), "-fm_log_view %d: the new mask's sparsity is computed before the forward",
+              logged);
+    FMT_CALL(FMPlanForward(plan, q, k, v, o, lse));
+    FMT_CALL(FMPlanBackward(plan, q, k, v, o, lse, q, dq, dk, dv));
+    FMT_CHECK(!(mask->stats_valid & FM_STATS_SPARSITY) == !logged, "-fm_log_view %d: after the forward and backward the sparsity is %s",
+              logged, (mask->stats_valid & FM_STATS_SPARSITY) ? "computed" : "not computed");
+  }
+  FMT_CALL(FMOptionsSetValue("-fm_log_view", "0")); /* no summary at this test's FMFinalize */
+  FMT_CALL(FMPlanGetFlops(plan, &fl));
+  FMT_CHECK(fl > 0 && fl <= 4.0 * S * S * D, "FMPlanGetFlops on demand: %g", fl);
+  FMT_CALL(FMPlanDestroy(&plan));
+  FMT_CALL(FMMaskDestroy(&mask));
+  free(q); free(k); free(v); free(o); free(lse); free(dq); free(dk); free(dv);
+}
+
 int main(int argc, char **argv)
 {
   FMContext ctx;
@@ -431,6 +475,7 @@ int main(int argc, char **argv)
 
   check_types(ctx);
   check_settings(ctx);
+  check_log_flops(ctx);
   /* Numerics through the plan (CPU backend). */
   check_problem(ctx, FMMASKCAUSALDOCUMENT, 300, 300, 1, 2, 4, 2, 32, FM_DTYPE_FP32, NULL, &seed);
   check_problem(ctx, FMMASKCAUSAL, 200, 333, 2, 1, 4, 2, 64, FM_DTYPE_FP32, NULL, &seed);

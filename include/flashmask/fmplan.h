@@ -296,6 +296,8 @@ FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows
  *   0 x Inf is NaN). A score of -Inf counts as weight 0, as a masked key does. With
  *   FMPlanSetCheckFinite (-fm_check_finite) such inputs are an error instead (FM_ERR_ARG_WRONG
  *   naming the tensor and the element, on every rank) and nothing is computed.
+ *   Under -fm_log_view the call credits its event with the plan's FLOPs (FMPlanGetFlops: on a
+ *   new mask a pass over its block summaries); without it, with none, and pays nothing for them.
  */
 FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void *v, void *o, float *lse);
 
@@ -317,7 +319,8 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  *   slice of a non-finite element of q, k, v or dout, 0 x NaN can also reach dK, dV or dQ
  *   elements that only share a tile with it (keys the row does not see included), as in every
  *   tiled kernel; every gradient outside that slice stays finite and exact. With
- *   FMPlanSetCheckFinite, q, k, v and dout are scanned first, as in FMPlanForward.
+ *   FMPlanSetCheckFinite, q, k, v and dout are scanned first, as in FMPlanForward. Its event's
+ *   FLOPs (2.5 x the forward's) are counted under -fm_log_view only, as FMPlanForward's.
  */
 FMErrorCode FMPlanBackward(FMPlan plan, const void *q, const void *k, const void *v, const void *o,
                            const float *lse, const void *dout, void *dq, void *dk, void *dv);

@@ -171,7 +171,9 @@ FMErrorCode FMLogEventEnd(FMLogEvent id, double flops, double bytes);
 
 /*
  * FMLogView - print the per-event summary (time, calls, flops, bytes, min/max/avg
- *   over ranks) to fp. Collective on MPI_COMM_WORLD; only rank 0 prints.
+ *   over ranks) to fp. Collective on MPI_COMM_WORLD; only rank 0 prints. FMPlanForward and
+ *   FMPlanBackward credit their events with FLOPs only while -fm_log_view is set (FMFinalize
+ *   then prints this summary); without it their GFlop/s read 0.
  */
 FMErrorCode FMLogView(FILE *fp);
 

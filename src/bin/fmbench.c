@@ -161,32 +161,36 @@ static float time_pass(FMPlan plan, int pass, const Bufs *b, int warm, double wa
 /*
  * What a training step pays for a new mask on the same plan (the update path, as a data loader's
  * new packing): FMMaskSetUp of the mask with a new seed, then FMPlanSetUp (the bounds localized,
- * summaries and lists rebuilt and uploaded) and the FLOP count of the first forward, the device
- * synchronized; the median over reps, in ms.
+ * summaries and lists rebuilt and uploaded), the device synchronized, and under -fm_log_view the
+ * FLOP count that the first forward then makes for the log; the median over reps, in ms.
  * part[0..3]: the medians of its four pieces, the host in FMMaskSetUp, the host in FMPlanSetUp
  * (up to its return: the update is then queued on the stream), the host in FMPlanGetFlops (the
- * exact block sparsity, from the host's block summaries) and the wait for the device after them
- * (the upload and prepass not yet done by then).
+ * exact block sparsity, from the host's block summaries; timed always, in the whole only under
+ * -fm_log_view) and the wait for the device after FMPlanSetUp (the upload and prepass not yet
+ * done by then).
  */
-/* One timed new-mask step from t0 (the caller changed m since): FMMaskSetUp, FMPlanSetUp (with
-   the FLOP count, which the first FMPlanForward on a new mask computes for the log) and the
-   device's wait, into t[r], t[reps + r], ... (the whole and its four pieces; r < 0: untimed). */
+/* One timed new-mask step from t0 (the caller changed m since): FMMaskSetUp, FMPlanSetUp, the
+   device's wait, then the FLOP count, into t[r], t[reps + r], ... (the whole and its four pieces;
+   r < 0: untimed). */
 static void setup_step(FMMask m, FMPlan plan, double t0, double *t, int reps, int r)
 {
-  double t1, t2, t3, fl;
+  double t1, t2, t3, t4, fl;
+  FMBool logged;
   FC(FMMaskSetUp(m));
   t1 = FMTime();
   FC(FMPlanSetUp(plan));
   t2 = FMTime();
-  FC(FMPlanGetFlops(plan, &fl));
-  t3 = FMTime();
   FC(FMCudaStreamSynchronize(NULL));
+  t3 = FMTime();
+  FC(FMPlanGetFlops(plan, &fl));
+  t4 = FMTime();
+  FC(FMLogViewRequested_Private(&logged));
   if (r < 0) return;
-  t[r] = 1e3 * (FMTime() - t0);
+  t[r] = 1e3 * ((logged ? t4 : t3) - t0);
   t[reps + r] = 1e3 * (t1 - t0);
   t[2 * reps + r] = 1e3 * (t2 - t1);
-  t[3 * reps + r] = 1e3 * (t3 - t2);
-  t[4 * reps + r] = t[r] - 1e3 * (t3 - t0);
+  t[3 * reps + r] = 1e3 * (t4 - t3);
+  t[4 * reps + r] = 1e3 * (t3 - t2);
 }
 
 /* The median of setup_step's wholes, its pieces' medians into part; frees t. */
@@ -271,10 +275,12 @@ static double time_setup_bounds(FMContext ctx, FMMask m, int B, int H, int Hkv, 
 /* The set-up line: what a new mask costs, and its share of the forward where that was timed. */
 static void print_setup(const char *name, int S, int B, const char *what, double ms, double fwd_ms, const double part[4])
 {
+  FMBool logged;
+  FC(FMLogViewRequested_Private(&logged));
   printf("%-22s %6d %3d %s %.3f ms", name, S, B, what, ms);
   if (fwd_ms > 0) printf(" = %.1f%% of the forward", 100.0 * ms / fwd_ms);
-  printf(" (medians: mask host %.3f, plan host %.3f, FLOP count host %.3f, device wait %.3f ms)\n", part[0], part[1], part[2],
-         part[3]);
+  printf(" (medians: mask host %.3f, plan host %.3f, FLOP count host %.3f%s, device wait %.3f ms)\n", part[0], part[1], part[2],
+         logged ? "" : " (not paid: no -fm_log_view)", part[3]);
 }
 
 /* One plan on the mask: a forward (the path; O and LSE for the backward), then each chosen pass

@@ -64,8 +64,7 @@ FMErrorCode FMInitialize(int *argc, char ***argv, const char *file, const char *
   flag = FM_FALSE;
   FMCall(FMOptionsGetBool("-fm_error_silent", "return error codes without printing the traceback", &flag, NULL));
   if (flag) FMCall(FMPushErrorHandler(FM_ERROR_HANDLER_SILENT));
-  flag = FM_FALSE;
-  FMCall(FMOptionsGetBool("-fm_log_view", "print a performance summary at FMFinalize", &flag, NULL));
+  FMCall(FMLogViewRequested_Private(&flag));
   flag = FM_TRUE;
   FMCall(FMOptionsGetBool("-options_left", "at FMFinalize, list options that were set but never used (default: when there are any; 0: never)",
                           &flag, NULL));
@@ -85,7 +84,7 @@ FMErrorCode FMFinalize(void)
   FMBool logview = FM_FALSE;
   int fin = 0;
   if (!fm_initialized) return FM_SUCCESS;
-  FMCall(FMOptionsGetBool("-fm_log_view", "print a performance summary at FMFinalize", &logview, NULL));
+  FMCall(FMLogViewRequested_Private(&logview));
   if (logview) FMCall(FMLogView(stdout));
   FMCall(FMOptionsFinalize_Private());
   FMCall(FMLogFinalize_Private());

@@ -18,6 +18,14 @@ static int fm_nevents, fm_capevents;
 
 FMErrorCode FMLogInitialize_Private(void) { return FM_SUCCESS; }
 
+/* FMLogViewRequested_Private - see fmimpl.h. */
+FMErrorCode FMLogViewRequested_Private(FMBool *on)
+{
+  *on = FM_FALSE;
+  FMCall(FMOptionsGetBool("-fm_log_view", "print a performance summary at FMFinalize", on, NULL));
+  return FM_SUCCESS;
+}
+
 FMErrorCode FMLogFinalize_Private(void)
 {
   free(fm_events);

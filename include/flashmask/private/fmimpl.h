@@ -284,6 +284,10 @@ FMErrorCode FMOptionsInitialize_Private(int argc, char **argv, const char *file)
 #define FM_OPTIONS_FILE_HELP "read options from this file (the command line and FM_OPTIONS override it)"
 FMErrorCode FMOptionsFinalize_Private(void);
 FMErrorCode FMLogInitialize_Private(void);
+/* FMLogViewRequested_Private - *on: whether -fm_log_view asks for the performance summary at
+   FMFinalize (read now, as FMFinalize will read it). The plans' FLOP counts, a pass over a new
+   mask's bounds, are made only then. Not collective. */
+FMErrorCode FMLogViewRequested_Private(FMBool *on);
 FMErrorCode FMLogFinalize_Private(void);
 /*
  * FMInitSettings - the library-wide settings read once from the options database at

@@ -10,6 +10,7 @@
 #define MASK_BUILDERS_REF_H
 #include "fmtest.h"
 #include <flashmask/private/fmimpl.h>
+#include <limits.h>
 
 enum { T_FULL, T_CAUSAL, T_SW, T_CDOC, T_DOC, T_SQ, T_GSW, T_CBW, T_PLD, T_PLC, T_QK, T_RE, T_N };
 static const char *tname[T_N]; /* the builders' names, the first T_N of FMMaskTypeList (main) */
@@ -127,7 +128,13 @@ static void rand_params(uint64_t *rs, Ref *R, int Sq, int Sk)
   }
   R->wl = 1 + (int)(fmt_next(rs) % (uint64_t)(Sk / 4 + 1));
   R->wr = (int)(fmt_next(rs) % (uint64_t)(Sk / 4 + 1));
-  R->G = (int)(fmt_next(rs) % 41);
+  { /* now and then windows at the edges: none to the left (0), longer than the keys, the largest int */
+    static const int edge[4] = {0, 1, -3, INT_MAX};
+    const uint64_t x = fmt_next(rs);
+    if (x % 4 == 0) R->wl = edge[(x >> 2) % 4] == -3 ? Sk + 3 : edge[(x >> 2) % 4];
+    if (x % 8 == 1) R->wr = edge[(x >> 4) % 4] == -3 ? Sk + 3 : edge[(x >> 4) % 4];
+  }
+  R->G = fmt_next(rs) % 4 == 0 ? 0 : (int)(fmt_next(rs) % 41); /* no global tokens a quarter of the time */
   if (R->G > Sk) R->G = Sk;
   R->P = (int)(fmt_next(rs) % (uint64_t)(Sk + 1));
   R->nspans = 1 + (int)(fmt_next(rs) % 5);

@@ -156,6 +156,38 @@ static void explicit_builders(FMContext ctx, uint64_t *rs, int Sq, int Sk)
   free(R.docid); free(R.segid); free(R.isq); free(R.dstart);
 }
 
+/* The window builders at the edges of their parameters (no key to the left, windows longer than
+   the keys or the largest int; no global tokens or some), S_q != S_k both ways, against the dense
+   definition: the builders clamp these in 32 bits (builders.c, clampoff). */
+static void window_edges(FMContext ctx, uint64_t *rs)
+{
+  static const int shapes[3][2] = {{300, 300}, {257, 300}, {300, 257}};
+  const int wls[4] = {0, 1, -3, INT_MAX}, wrs[3] = {0, -3, INT_MAX}; /* -3: the keys + 3 */
+  for (int s = 0; s < 3; s++) {
+    const int Sq = shapes[s][0], Sk = shapes[s][1];
+    Ref R = {0};
+    rand_params(rs, &R, Sq, Sk);
+    for (int a = 0; a < 4; a++)
+      for (int b = 0; b < 3; b++)
+        for (int g = 0; g < 2; g++) {
+          char label[128];
+          R.wl = wls[a] == -3 ? Sk + 3 : wls[a];
+          R.wr = wrs[b] == -3 ? Sk + 3 : wrs[b];
+          R.G = g ? 5 : 0;
+          for (int t = 0; t < T_N; t++) {
+            FMMask m;
+            if (t != T_SW && t != T_GSW) continue;
+            m = make_mask(ctx, t, Sq, Sk, 1, &R, 42);
+            snprintf(label, sizeof(label), "%s %dx%d window %d, %d, %d global", tname[t], Sq, Sk, R.wl, R.wr, R.G);
+            check_form(m, t, label);
+            compare_dense(m, t, &R, 0, label);
+            FMT_CALL(FMMaskDestroy(&m));
+          }
+        }
+    free(R.docid); free(R.segid); free(R.isq); free(R.dstart);
+  }
+}
+
 /* Defaults: documents drawn per the count rule, windows S/16, 16 global tokens, prefixes half
    of each document, S/2 for prefix_lm_causal, spans one per quarter, segments 3..7 per document. */
 static void default_builders(FMContext ctx, int S, int dense, unsigned long seed)
@@ -528,6 +560,7 @@ int main(int argc, char **argv)
   {
     int shapes[][2] = {{1000, 1000}, {777, 1000}, {1000, 777}, {300, 4099}, {4099, 4099}, {97, 130}};
     for (int k = 0; k < 6; k++) explicit_builders(ctx, &rs, shapes[k][0], shapes[k][1]);
+    window_edges(ctx, &rs);
   }
   /* defaults from the seed: dense at small sizes, structure at the benchmark rule's sizes */
   default_builders(ctx, 1000, 1, (unsigned long)(rs & 0xFFFF));

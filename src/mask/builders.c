@@ -350,6 +350,17 @@ static inline int32_t clampoff(int64_t b, int Sq, int Sk)
   return (int32_t)(b < -(int64_t)Sk ? -(int64_t)Sk : b > (int64_t)Sq ? (int64_t)Sq : b);
 }
 
+/* x[j] = clamp(j + b, 0, Sq) for j in [j0, j1), j1 <= Sk, b from clampoff: 32-bit arithmetic, so
+   that the loop vectorizes (the same rows as rowb(j + b) in 64 bits, which GCC kept scalar). */
+static inline void rows_from(int32_t *x, int j0, int j1, int32_t b, int32_t Sq)
+{
+#pragma omp simd
+  for (int j = j0; j < j1; j++) {
+    const int32_t a = j + b;
+    x[j] = a < 0 ? 0 : a > Sq ? Sq : a;
+  }
+}
+
 /* b[0..n) = x (n <= 0: nothing) */
 static inline void fill32(int32_t *b, int n, int32_t x)
 {
@@ -400,7 +411,7 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
   case FM_MT_CAUSAL:
     break;
   case FM_MT_SLIDINGWINDOW: /* key j visible to position p iff j <= p < j + w */
-    for (int j = 0; j < Sk; j++) lts[j] = rowb((int64_t)j + p->window_left, off, Sq);
+    rows_from(lts, 0, Sk, clampoff((int64_t)p->window_left - off, Sq, Sk), Sq);
     break;
   case FM_MT_CAUSALDOCUMENT:
   case FM_MT_DOCUMENT:
@@ -457,11 +468,11 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
       const int e = s + p->docs[d], pe = s + p->prefix[d];
       fill32(lts + s, e - s, rowb(e, off, Sq));
       fill32(ute + s, pe - s, rowb(s, off, Sq));
-      for (int j = pe; j < e; j++) ute[j] = rowb(j, off, Sq);
+      rows_from(ute, pe, e, clampoff(-off, Sq, Sk), Sq);
     }
     break;
   case FM_MT_PREFIXLMCAUSAL:
-    for (int j = p->prefix[0]; j < Sk; j++) ute[j] = rowb(j, off, Sq);
+    rows_from(ute, p->prefix[0], Sk, clampoff(-off, Sq, Sk), Sq);
     break;
   case FM_MT_QKSPARSE: {
     int *end;

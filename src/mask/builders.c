@@ -350,20 +350,21 @@ static inline int32_t clampoff(int64_t b, int Sq, int Sk)
   return (int32_t)(b < -(int64_t)Sk ? -(int64_t)Sk : b > (int64_t)Sq ? (int64_t)Sq : b);
 }
 
-/* x[j] = clamp(j + b, 0, Sq) for j in [j0, j1), j1 <= Sk, b from clampoff: 32-bit arithmetic, so
-   that the loop vectorizes (the same rows as rowb(j + b) in 64 bits, which GCC kept scalar). */
-static inline void rows_from(int32_t *x, int j0, int j1, int32_t b, int32_t Sq)
+/* x[j] = clamp(j + b, lo, Sq) for j in [j0, j1), j1 <= Sk, b from clampoff, 0 <= lo <= Sq: 32-bit
+   arithmetic, so that the loop vectorizes (the same rows as rowb(j + b) in 64 bits, which GCC kept
+   scalar). */
+static inline int32_t clamp32(int32_t a, int32_t lo, int32_t hi) { return a < lo ? lo : a > hi ? hi : a; }
+static inline void rows_from(int32_t *x, int j0, int j1, int32_t b, int32_t lo, int32_t Sq)
 {
 #pragma omp simd
-  for (int j = j0; j < j1; j++) {
-    const int32_t a = j + b;
-    x[j] = a < 0 ? 0 : a > Sq ? Sq : a;
-  }
+  for (int j = j0; j < j1; j++) x[j] = clamp32(j + b, lo, Sq);
 }
 
-/* b[0..n) = x (n <= 0: nothing) */
+/* b[0..n) = x (n <= 0: nothing); simd: GCC's -O2 (its very cheap cost model) leaves a loop of
+   unknown trip count scalar otherwise */
 static inline void fill32(int32_t *b, int n, int32_t x)
 {
+#pragma omp simd
   for (int i = 0; i < n; i++) b[i] = x;
 }
 
@@ -411,7 +412,7 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
   case FM_MT_CAUSAL:
     break;
   case FM_MT_SLIDINGWINDOW: /* key j visible to position p iff j <= p < j + w */
-    rows_from(lts, 0, Sk, clampoff((int64_t)p->window_left - off, Sq, Sk), Sq);
+    rows_from(lts, 0, Sk, clampoff((int64_t)p->window_left - off, Sq, Sk), 0, Sq);
     break;
   case FM_MT_CAUSALDOCUMENT:
   case FM_MT_DOCUMENT:
@@ -448,18 +449,15 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
     fill32(lte, G, Sq);
     fill32(uts, G, 0);
     fill32(ute, G, 0);
-    /* lts = rowb(j + wl) and ute = rowb(max(j - wr, G)) = min(max(j - wr - off, ug), Sq), in 32
-       bits so that the loop vectorizes (SSE2 has no 64-bit min or max, and GCC kept the 64-bit
-       loop scalar: a third of a 32K mask's set-up); offsets limited by clampoff */
-    const int32_t bl = clampoff((int64_t)p->window_left + 1 - off, Sq, Sk), br = clampoff(-(int64_t)p->window_right - off, Sq, Sk);
-    const int32_t ug = rowb(G, off, Sq);
+    /* lts = rowb(j + wl + 1); ute = rowb(max(j - wr, G)) = min(max(j - wr - off, ug), Sq) */
+    const int32_t ug = rowb(G, off, Sq), bl = clampoff((int64_t)p->window_left + 1 - off, Sq, Sk),
+                  br = clampoff(-(int64_t)p->window_right - off, Sq, Sk);
 #pragma omp simd
-    for (int j = G; j < Sk; j++) {
-      const int32_t a = j + bl, u = j + br;
-      lts[j] = a < 0 ? 0 : a > Sq ? Sq : a;
+    for (int j = G; j < Sk; j++) { /* one pass over the four vectors (four rows_from and fills: 20% slower) */
+      lts[j] = clamp32(j + bl, 0, Sq);
       lte[j] = Sq;
       uts[j] = ug;
-      ute[j] = u < ug ? ug : u > Sq ? Sq : u;
+      ute[j] = clamp32(j + br, ug, Sq);
     }
     break;
   }
@@ -468,11 +466,11 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
       const int e = s + p->docs[d], pe = s + p->prefix[d];
       fill32(lts + s, e - s, rowb(e, off, Sq));
       fill32(ute + s, pe - s, rowb(s, off, Sq));
-      rows_from(ute, pe, e, clampoff(-off, Sq, Sk), Sq);
+      rows_from(ute, pe, e, clampoff(-off, Sq, Sk), 0, Sq);
     }
     break;
   case FM_MT_PREFIXLMCAUSAL:
-    rows_from(ute, p->prefix[0], Sk, clampoff(-off, Sq, Sk), Sq);
+    rows_from(ute, p->prefix[0], Sk, clampoff(-off, Sq, Sk), 0, Sq);
     break;
   case FM_MT_QKSPARSE: {
     int *end;

@@ -474,17 +474,19 @@ static FMErrorCode build_head0(FMMask m, int t, const FMMaskParams *p, size_t g)
     break;
   case FM_MT_QKSPARSE: {
     int *end;
+    const int32_t b0 = (int32_t)(Sq - Sk); /* rowb(x) = clamp32(x + b0, 0, Sq); x <= Sk keeps x + b0 <= Sq in int */
     FMCall(FMMalloc(Sk, &end));
-    for (int j = 0; j < Sk; j++) end[j] = -1;
+    fill32(end, Sk, -1);
     for (int s = 0; s < p->nspans; s++) {
-      int e = p->span_start[s] + p->span_len[s];
-      for (int j = p->span_start[s]; j < e; j++)
-        if (e > end[j]) end[j] = e;
+      const int e = p->span_start[s] + p->span_len[s];
+#pragma omp simd
+      for (int j = p->span_start[s]; j < e; j++) end[j] = e > end[j] ? e : end[j];
     }
+#pragma omp simd
     for (int j = 0; j < Sk; j++) {
       const int span = end[j] > j; /* else the defaults */
-      lts[j] = span ? rowb(j, off, Sq) : Sq;
-      lte[j] = span ? rowb(end[j], off, Sq) : Sq;
+      lts[j] = span ? clamp32(j + b0, 0, Sq) : Sq;
+      lte[j] = span ? clamp32(end[j] + b0, 0, Sq) : Sq;
     }
     free(end);
     break;

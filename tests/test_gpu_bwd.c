@@ -481,6 +481,20 @@ static int check_rows_kept(FMContext ctx)
   return fmt_failures != f0;
 }
 
+/* A CUDA context; with rows, one that reads the options with -fm_sm90_bwd_rows rows (the option is
+   left at "0", the plan's choice, after it). */
+static FMContext cuda_context(const char *rows)
+{
+  FMContext c;
+  if (rows) FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", rows));
+  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &c));
+  FMT_CALL(FMContextSetBackend(c, FM_BACKEND_CUDA));
+  if (rows) FMT_CALL(FMContextSetFromOptions(c));
+  FMT_CALL(FMContextSetUp(c));
+  if (rows) FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "0"));
+  return c;
+}
+
 int main(int argc, char **argv)
 {
   static const char *types[12] = {FMMASKFULL, FMMASKCAUSAL, FMMASKSLIDINGWINDOW, FMMASKCAUSALDOCUMENT,
@@ -549,20 +563,9 @@ int main(int argc, char **argv)
   { Case c = {FMMASKBOUNDS, 2, 1000, 1333, 8, 2, 2, 64, FM_DTYPE_BF16, 0, 0, 128}; cs[ncase++] = c; }
   { Case c = {FMMASKCAUSALDOCUMENT, 1, 4099, 4099, 2, 1, 1, 64, FM_DTYPE_FP16, 0, 1, 128}; cs[ncase++] = c; }
 
-  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx));
-  FMT_CALL(FMContextSetBackend(ctx, FM_BACKEND_CUDA));
-  FMT_CALL(FMContextSetUp(ctx));
-  FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "80"));
-  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx80));
-  FMT_CALL(FMContextSetBackend(ctx80, FM_BACKEND_CUDA));
-  FMT_CALL(FMContextSetFromOptions(ctx80));
-  FMT_CALL(FMContextSetUp(ctx80));
-  FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "128"));
-  FMT_CALL(FMContextCreate(MPI_COMM_WORLD, &ctx128));
-  FMT_CALL(FMContextSetBackend(ctx128, FM_BACKEND_CUDA));
-  FMT_CALL(FMContextSetFromOptions(ctx128));
-  FMT_CALL(FMContextSetUp(ctx128));
-  FMT_CALL(FMOptionsSetValue("-fm_sm90_bwd_rows", "0"));
+  ctx = cuda_context(NULL);
+  ctx80 = cuda_context("80");
+  ctx128 = cuda_context("128");
   for (int i = 0; i < ncase; i++) {
     if (only >= 0 && i != only) continue;
     if (quick && (cs[i].Sq > 1100 || cs[i].Sk > 1100)) continue;

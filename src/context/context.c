@@ -120,7 +120,7 @@ static FMErrorCode kernel_options(FMContext ctx)
                            "Hopper backward: query rows per step, 64, 80 (d = 128) or 128 (d = 64); 0 = auto: 80 or 128 on masks without bound vectors, and on the others where the walks then visit at most 0.5% (d = 128) or 5% (d = 64) more rows, else 64",
                            &c, NULL));
     FMCheck(c == 0 || c == 64 || c == 80 || c == 128, ctx->comm, FM_ERR_ARG_OUTOFRANGE,
-            "-fm_sm90_bwd_rows is %d; expected 0 (the kernel's choice), 64, 80 or 128", c);
+            "-fm_sm90_bwd_rows is %d; expected 0 (auto), 64, 80 or 128", c);
     k->sm90_bwd_rows = c;
   }
   FMCall(FMOptionsGetInt("-fm_cpu_vector_width", "CPU kernels' vector width 4, 8 or 16 when the CPU runs it; 0 = the widest", &w, NULL));

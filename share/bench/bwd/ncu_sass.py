@@ -1,0 +1,164 @@
+"""ncu_sass.py - read an Nsight Compute SASS-level source export and say where a kernel's warps
+issue and wait, for comparing two kernels instruction by instruction (ours and FA4's backward
+in doc/performance.md, twenty-sixth session).
+
+Make the export from a report that has the SourceCounters section:
+    ncu -k regex:bwd_kernel -s 1 -c 1 --section SourceCounters --section WarpStateStats \\
+        -o ours bwd_bench prof 8192 0
+    ncu --import ours.ncu-rep --page source --print-source sass --csv > ours.csv
+Then:
+    python3 ncu_sass.py ours.csv [fa4.csv ...]      per opcode: share of executed instructions
+                                                    and of stall samples; the top (opcode,
+                                                    reason) pairs
+    python3 ncu_sass.py --hot 0.3 ours.csv          every instruction with at least 0.3% of the
+                                                    samples, in address order, with its top
+                                                    three stall reasons ("other": reasons the
+                                                    export has no column for, the wgmma waits)
+    python3 ncu_sass.py --range 2100 2700 fa4.csv   the instructions at those offsets (hex, from
+                                                    the kernel's first instruction)
+    python3 ncu_sass.py --self-test                 checks the reader on a made-up export
+Offsets are from the kernel's first instruction, so two reports of one build line up.
+"""
+import argparse
+import collections
+import csv
+import io
+import re
+import sys
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+
+
+def load(f):
+    """The instruction rows of one export: dicts keyed by the header row (the line after the
+    kernel's name), each with 'offset' (int) added."""
+    rows = list(csv.reader(f))
+    hi = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
+    head = rows[hi]
+    out = []
+    for r in rows[hi + 1:]:
+        if len(r) < len(head) // 2 or not r[0].startswith("0x"):
+            continue
+        out.append(dict(zip(head, r)))
+    if not out:
+        raise ValueError("no instruction rows (was the export made with --page source --print-source sass --csv?)")
+    base = int(out[0]["Address"], 16)
+    for d in out:
+        d["offset"] = int(d["Address"], 16) - base
+    return out
+
+
+def num(d, k):
+    v = d.get(k, "") or "0"
+    try:
+        return float(v.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def opcode(src):
+    s = re.sub(r"^\s*@!?U?P[0-9T]\s+", "", src.strip())
+    return s.split()[0].rstrip(";") if s else "?"
+
+
+def reasons(d):
+    return [k for k in d if k.startswith("stall_") and "Not Issued" not in k]
+
+
+def summary(rows, top=25):
+    """Lines: per opcode the share of executed instructions and of samples; then the (opcode,
+    reason) pairs with the most samples."""
+    ins, smp, pair = collections.Counter(), collections.Counter(), collections.Counter()
+    for d in rows:
+        o = opcode(d["Source"])
+        ins[o] += num(d, EXECUTED)
+        smp[o] += num(d, SAMPLES)
+        for k in reasons(d):
+            pair[(o, k[6:])] += num(d, k)
+    ti, ts = sum(ins.values()) or 1.0, sum(smp.values()) or 1.0
+    lines = ["instructions executed %.4g, stall samples %.4g" % (ti, ts)]
+    for o, v in ins.most_common(top):
+        lines.append("  %-32s inst %6.2f%%  samples %6.2f%%" % (o, 100 * v / ti, 100 * smp[o] / ts))
+    lines.append("  top (opcode, reason), % of samples:")
+    for (o, k), v in pair.most_common(top):
+        lines.append("    %-32s %-20s %6.2f%%" % (o, k, 100 * v / ts))
+    return lines
+
+
+def hot(rows, threshold):
+    ts = sum(num(d, SAMPLES) for d in rows) or 1.0
+    lines = []
+    for d in rows:
+        s = num(d, SAMPLES)
+        if 100 * s / ts < threshold:
+            continue
+        each = [(num(d, k), k[6:]) for k in reasons(d)]
+        tops = sorted(each, reverse=True)[:3]
+        rest = s - sum(v for v, _ in each)  # reasons the export has no column for (the wgmma ones)
+        if rest > 0:
+            tops.append((rest, "other"))
+        lines.append("%05x %5.2f%% ex=%8.1fM  %-60s %s" % (d["offset"], 100 * s / ts, num(d, EXECUTED) / 1e6, d["Source"].strip()[:60],
+                                                         " ".join("%s:%.2f" % (k, 100 * v / ts) for v, k in tops if v)))
+    return lines
+
+
+def span(rows, lo, hi):
+    ts = sum(num(d, SAMPLES) for d in rows) or 1.0
+    return ["%05x %5.2f%% %7.1fM %s" % (d["offset"], 100 * num(d, SAMPLES) / ts, num(d, EXECUTED) / 1e6, d["Source"].strip()[:90])
+            for d in rows if lo <= d["offset"] < hi]
+
+
+def self_test():
+    head = ["Address", "Source", SAMPLES, "Warp Stall Sampling (Not-issued Samples)", EXECUTED, "stall_long_sb", "stall_wait",
+            "stall_long_sb (Not Issued)"]
+    body = [["0x100", "  HGMMA.64x80x16.F32.BF16 R0, gdesc[UR4], RZ", "10", "9", "100", "2", "8", "2"],
+            ["0x110", "  @!P0 BRA 0x100", "30", "30", "100", "30", "0", "30"],
+            ["0x120", "  FFMA.FTZ R1, R2, UR9, -R4", "60", "50", "800", "0", "60", "0"]]
+    text = '"Kernel Name","k"\n' + "\n".join(",".join('"%s"' % c for c in r) for r in [head] + body) + "\n"
+    rows = load(io.StringIO(text))
+    ok = True
+
+    def check(cond, what):
+        nonlocal ok
+        print(("ok: " if cond else "FAIL: ") + what)
+        ok = ok and cond
+
+    check([d["offset"] for d in rows] == [0, 16, 32], "offsets from the first instruction")
+    check([opcode(d["Source"]) for d in rows] == ["HGMMA.64x80x16.F32.BF16", "BRA", "FFMA.FTZ"], "opcodes, predicates stripped")
+    s = summary(rows)
+    check(any(l.split()[0] == "FFMA.FTZ" and "inst  80.00%" in l and "samples  60.00%" in l for l in s[1:]), "per-opcode shares")
+    check(any("BRA" in l and "long_sb" in l and "30.00%" in l for l in s), "the (opcode, reason) pairs")
+    h = hot(rows, 25)
+    check(len(h) == 2 and h[0].startswith("00010") and "long_sb:30.00" in h[0], "hot instructions above the threshold")
+    check(len(span(rows, 0x10, 0x20)) == 1, "an offset range")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", nargs="*", help="ncu --page source --print-source sass --csv exports")
+    ap.add_argument("--hot", type=float, metavar="PCT", help="list the instructions with at least PCT%% of the stall samples")
+    ap.add_argument("--range", nargs=2, metavar=("LO", "HI"), help="list the instructions at offsets [LO, HI) (hex)")
+    ap.add_argument("--self-test", action="store_true", help="check the reader on a made-up export")
+    a = ap.parse_args()
+    if a.self_test:
+        return self_test()
+    if not a.csv:
+        ap.error("give at least one export")
+    for p in a.csv:
+        with open(p, newline="") as f:
+            rows = load(f)
+        print("=====", p)
+        if a.range:
+            lines = span(rows, int(a.range[0], 16), int(a.range[1], 16))
+        elif a.hot is not None:
+            lines = hot(rows, a.hot)
+        else:
+            lines = summary(rows)
+        print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

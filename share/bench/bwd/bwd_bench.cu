@@ -16,6 +16,10 @@
  *   ./bwd_bench detprof   a -DFMBWD_PROF build (add -DFMBWD_DET_NOWAIT for the deterministic mode
  *                         without its waits): per mask of det, both modes once more with the cycles the
  *                         consumers and the dQ writers spend in each wait (bwd_sm90_base.cuh, FmbwdProf)
+ *   ./bwd_bench itemprof  a -DFMBWD_PROF build: per mask (full, causal, sliding window, causal document,
+ *                         share question; 8K, 32K; default mode, BWD_BM as for bench) a consumer's cycles per
+ *                         item split into its waits (the item, K/V, the first stage, the other stages, dQ's
+ *                         staging buffer), the dK/dV epilogue and the rest (the steps)
  *   ./bwd_bench detsim    host only: a timing model of the schedule (share/bench/bwd/detsim.h) on det's
  *                         shapes, default, deterministic and the rejected increasing order; env
  *                         DETSIM="T tp R L P O E" (microseconds)
@@ -535,6 +539,7 @@ static int g_tokens = 131072; /* tokens per batch (B = g_tokens / S, at least 1)
 static int g_fb = 0;          /* the SIMT fallback (fb256) */
 #ifdef FMBWD_PROF
 static int g_detprof = 0;     /* detprof: the waits of both modes */
+static int g_itemprof = 0;    /* itemprof: where an item's time goes, the default mode */
 cudaError_t FMBwdSm90Prof(unsigned long long *sum); /* bwd_sm90.cu, that build only */
 #endif
 static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
@@ -614,6 +619,24 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
         cudaEventDestroy(e1);
       }
       p.deterministic = 0;
+    }
+    if (g_itemprof) { /* itemprof (a -DFMBWD_PROF build): the consumers' time per item, the default mode, one call */
+      unsigned long long c[fmbwd::PROF_N];
+      CK(FMGpuBackward(&p, 0));
+      CK(cudaDeviceSynchronize());
+      CK(FMBwdSm90Prof(c)); /* zeroes the counters */
+      CK(FMGpuBackward(&p, 0));
+      CK(cudaDeviceSynchronize());
+      CK(FMBwdSm90Prof(c));
+      const double items = c[fmbwd::PROF_ITEMS] ? (double)c[fmbwd::PROF_ITEMS] : 1.0; /* counted per consumer warpgroup */
+      auto per = [&](int k) { return c[k] / items / 1e3; };
+      printf("itemprof S=%-6d %-16s rows %3d  %.2f steps per item; per item (kcycles, one consumer): all %6.2f = item wait %5.2f + K/V wait %5.2f "
+             "+ first stage wait %5.2f + other stage waits %5.2f + dQ buffer waits %5.2f + epilogue %5.2f + the rest (steps) %6.2f\n",
+             S, mask_name[kind], FMGpuBwdStepRows(&p), steps / ((double)dm.nblk * Hkv * B), per(fmbwd::PROF_C_ALL), per(fmbwd::PROF_C_ITEM),
+             per(fmbwd::PROF_C_KV), per(fmbwd::PROF_C_FULL1), per(fmbwd::PROF_C_FULL) - per(fmbwd::PROF_C_FULL1), per(fmbwd::PROF_C_DQE),
+             per(fmbwd::PROF_C_EPI),
+             per(fmbwd::PROF_C_ALL) - per(fmbwd::PROF_C_ITEM) - per(fmbwd::PROF_C_KV) - per(fmbwd::PROF_C_FULL) - per(fmbwd::PROF_C_DQE) -
+               per(fmbwd::PROF_C_EPI));
     }
 #endif
     if (g_prof_kind >= 0) { /* prof: one more call, its three phases timed apart */
@@ -890,6 +913,19 @@ int main(int argc, char **argv)
     g_d = 64;
     g_kinds = 1u << M_CAUSAL;
     bench(8192, 1);
+    return 0;
+#endif
+  }
+  if (mode == "itemprof") { /* where an item's time goes (a -DFMBWD_PROF build): dense and short-item masks, 8K and 32K */
+#ifndef FMBWD_PROF
+    fprintf(stderr, "itemprof: build with -DFMBWD_PROF\n");
+    return 2;
+#else
+    g_itemprof = 1;
+    g_nodet = 1;
+    g_kinds = 1u << M_FULL | 1u << M_CAUSAL | 1u << M_SWA | 1u << M_DOC | 1u << M_SQ;
+    bench(8192, 1);
+    bench(32768, 1);
     return 0;
 #endif
   }

@@ -487,7 +487,9 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
   int i = 0, j = 0; /* i: the stage ring's position (end stages too); j: the steps (dQ blocks handed over) */
   FMBWD_PROF_T(tall);
   for (int n = 0;; n++) {
+    FMBWD_PROF_T(tit);
     mbar_wait(sy.item_full, n & 1);
+    if (me.wt == 0) FMBWD_PROF_ADD(PROF_C_ITEM, tit);
     if (sy.item[4 * (n & 1)] >= p.nitems) break;
     const int kb = sy.item[4 * (n & 1) + 1], hkv = sy.item[4 * (n & 1) + 2], b = sy.item[4 * (n & 1) + 3];
     /* the first head's bounds of the thread's two key columns, loaded before the wait for K and V
@@ -502,7 +504,15 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
     }
 #pragma unroll
     for (int t = 0; t < D / 2; t++) dk[t] = dv[t] = 0.f;
+    FMBWD_PROF_T(tkv);
     mbar_wait(sy.kv_full, n & 1);
+    if (me.wt == 0) {
+      FMBWD_PROF_ADD(PROF_C_KV, tkv);
+      FMBWD_PROF_ONE(PROF_ITEMS);
+    }
+#ifdef FMBWD_PROF
+    int first = 1; /* the item's first stage not yet waited for */
+#endif
     int gcur = -1, bh = 0; /* the head, and its (batch, query head) */
     for (;;) {
       i = __shfl_sync(0xffffffffu, i, 0); /* warp-uniform to ptxas (the exit below depends on a load) */
@@ -510,6 +520,10 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
       FMBWD_PROF_T(t0);
       mbar_wait(&sy.full[st], (i / ST) & 1);
       if (me.wt == 0) FMBWD_PROF_ADD(PROF_C_FULL, t0);
+#ifdef FMBWD_PROF
+      if (me.wt == 0 && first) FMBWD_PROF_ADD(PROF_C_FULL1, t0);
+      first = 0;
+#endif
       const int2 sd = ld_s2(smem_u32(smem + L::OFF_STEP + 8 * st));
       const int qb = sd.x, fl = sd.y;
       i++;
@@ -560,7 +574,9 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
     /* every product reading K and V has retired (each step ends with wait_group 0) */
     __syncwarp();
     if (lane == 0) mbar_arrive(sy.kv_empty);
+    FMBWD_PROF_T(tep);
     store_dkdv<D, BM != 80, F16>(dk, dv, kb * kBN + me.kr0, 0, hkv, b, me, p);
+    if (me.wt == 0) FMBWD_PROF_ADD(PROF_C_EPI, tep);
   }
   if (me.wt == 0) FMBWD_PROF_ADD(PROF_C_ALL, tall);
   stop_writer<D, ST, BM>(j, me, sy);

@@ -225,6 +225,11 @@ enum FmbwdProf {
   PROF_C_ALL,      /* consumer: the whole of its loop */
   PROF_BLOCKS,     /* dQ blocks written */
   PROF_W_SCAN,     /* writer: the next visitor's test and scan (a part of PROF_W_READ) */
+  PROF_C_ITEM,     /* consumer: waiting for the next item's announcement (the producer waits for K/V's release first) */
+  PROF_C_KV,       /* consumer: waiting for the item's K and V */
+  PROF_C_FULL1,    /* consumer: waiting for an item's first stage (a part of PROF_C_FULL) */
+  PROF_C_EPI,      /* consumer: the item's dK/dV epilogue */
+  PROF_ITEMS,      /* items taken (one count per consumer warpgroup) */
   PROF_N
 };
 #ifdef FMBWD_PROF

@@ -8,8 +8,9 @@
 # ratios, n/a where a peer has no time). The context-parallel scripts: cp_multi.sh and cp_check.sh
 # parse; peers_cp.py and cp_table.py compile; peers_cp.py --self-test passes, --help works and,
 # without torch, a run exits 77; cp_table.py turns hand-made P = 8 rows into the expected ratio
-# columns and verdicts. bwd/ncu_sass.py (the SASS-level reader of ncu exports) compiles and its
-# --self-test passes. Skips (77) without python3.
+# columns and verdicts. bwd/ncu_sass.py (the SASS-level reader of ncu exports) and bwd/step_fit.py
+# (the three-term fit of fmbench -visits runs) compile and their --self-tests pass. Skips (77)
+# without python3.
 . "$srcdir/tests/common.sh"
 PY=${PYTHON3:-python3}
 $PY -c "import sys; sys.exit(sys.version_info < (3, 6))" 2>/dev/null || { echo "SKIP: no python3 (>= 3.6)"; exit 77; }
@@ -17,7 +18,7 @@ B="$srcdir/share/bench"
 t=test_bench_scripts.dir
 rm -rf "$t"; mkdir -p "$t"
 fail() { echo "FAIL: $*"; exit 1; }
-for f in peers.py compare_table.py peers_cp.py cp_table.py bwd/ncu_sass.py; do
+for f in peers.py compare_table.py peers_cp.py cp_table.py bwd/ncu_sass.py bwd/step_fit.py; do
   $PY -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)" "$B/$f" "$t/$f.pyc" ||
     fail "$f does not compile"
 done
@@ -38,8 +39,10 @@ for mf in "" $mfs; do
   grep "^skip:" "$t/self"
 done
 # the context-parallel peer and table
-$PY "$B/bwd/ncu_sass.py" --self-test > "$t/ncu" 2>&1 || { cat "$t/ncu"; fail "bwd/ncu_sass.py --self-test"; }
-grep -q "^ok: " "$t/ncu" || { cat "$t/ncu"; fail "bwd/ncu_sass.py --self-test checked nothing"; }
+for f in ncu_sass.py step_fit.py; do
+  $PY "$B/bwd/$f" --self-test > "$t/st" 2>&1 || { cat "$t/st"; fail "bwd/$f --self-test"; }
+  grep -q "^ok: " "$t/st" || { cat "$t/st"; fail "bwd/$f --self-test checked nothing"; }
+done
 $PY "$B/peers_cp.py" --self-test > "$t/pcp" 2>&1 || { cat "$t/pcp"; fail "peers_cp.py --self-test"; }
 grep -q "^ok: " "$t/pcp" || { cat "$t/pcp"; fail "peers_cp.py --self-test checked nothing"; }
 $PY "$B/peers_cp.py" --help > "$t/pcp" 2>&1 || fail "peers_cp.py --help exited $? (it must work without torch)"

@@ -4,7 +4,9 @@
 # a bad pass is refused by name, and the known ones (fwd, bwd, fwdbwd, -bwd, -fwdbwd) are
 # accepted and announced. Every other bad value (lengths, heads, head_dim, dtype, counts, numbers
 # with trailing text) is refused by name with an error exit, not a signal; -cp's argument errors
-# list no unused options. Skips (77) when fmbench is not built (no CUDA).
+# list no unused options. -visits counts the backward's visited steps right: full and causal at
+# 256 (batch 512, 32 heads), whose tiles are counted here by hand, and a GQA 4:1 run, whose work
+# items are per kv head. Skips (77) when fmbench is not built (no CUDA).
 . "$srcdir/tests/common.sh"
 FMBENCH="${top_builddir}/fmbench"
 [ -x "$FMBENCH" ] || { echo "SKIP: fmbench not built (no CUDA in this build)"; exit 77; }
@@ -14,8 +16,8 @@ rm -f "$out" "$h5"
 fm_run 1 "$FMBENCH" -help > "$out" 2>&1
 rc=$?
 [ $rc = 0 ] || { echo "FAIL: fmbench -help exited $rc"; cat "$out"; exit 1; }
-for opt in -masks -seqlen -head_dim -heads_kv -tokens -dtype -warmup -warmup_s -reps -seed -csv -dryrun -mask_batch -pass -bwd -fwdbwd \
-           -cp -fm_log_view; do
+for opt in -masks -seqlen -head_dim -heads_kv -tokens -dtype -warmup -warmup_s -reps -seed -csv -dryrun -visits -mask_batch -pass -bwd \
+           -fwdbwd -cp -fm_log_view; do
   grep -q -- "$opt" "$out" || { echo "FAIL: fmbench -help does not list $opt"; cat "$out"; exit 1; }
 done
 grep -q "backward 2.5x" "$out" || { echo "FAIL: fmbench -help does not state the backward FLOP convention"; cat "$out"; exit 1; }
@@ -48,6 +50,25 @@ for args in "-pass fwd,bwd,fwdbwd|fwd bwd fwdbwd" "-bwd|bwd" "-fwdbwd -bwd|bwd f
   [ $rc = 0 ] || { echo "FAIL: fmbench -dryrun $a exited $rc"; cat "$out"; exit 1; }
   grep -q "^fmbench: passes $want (" "$out" || { echo "FAIL: fmbench -dryrun $a does not announce passes '$want'"; cat "$out"; exit 1; }
 done
+# -visits at 256 (two key blocks, batch 131072 / 256 = 512, 32 heads: 16384 rows of tiles; items
+# = 2 key blocks x 32 kv heads x 512). Full: 4 x 2 unmasked 64-row tiles a head, 2 x 2 at 128.
+# Causal (bottom-right = top-left here): at 64 rows key block 0 has rows 0-63 and 64-127 partial
+# and 128-255 unmasked, key block 1 skips 0-127 and has 128-191, 192-255 partial: 2 unmasked, 4
+# partial; at 80 rows (0-79, 80-159, 160-239, 240-255) block 0: 2 partial, 2 unmasked, block 1:
+# 3 partial; at 128: 1 unmasked and 2 partial. Both take 80-row steps at d = 128 (no bound vectors).
+rm -f "$h5"
+fm_run 1 "$FMBENCH" -dryrun -visits -masks full,causal -seqlen 256 -o "$h5" > "$out" 2>&1 ||
+  { echo "FAIL: fmbench -dryrun -visits exited $?"; cat "$out"; exit 1; }
+for want in "visits full *256 512 bwd rows 80; 64: items 32768 unmasked 131072 partial 0; 80: items 32768 unmasked 131072 partial 0; 128: items 32768 unmasked 65536 partial 0" \
+            "visits causal *256 512 bwd rows 80; 64: items 32768 unmasked 32768 partial 65536; 80: items 32768 unmasked 32768 partial 81920; 128: items 32768 unmasked 16384 partial 32768"; do
+  grep -q "^$want\$" "$out" || { echo "FAIL: fmbench -visits does not print '$want'"; cat "$out"; exit 1; }
+done
+# GQA 4:1 (8 kv heads): a quarter of the items, the same steps; -head_dim 64: 128-row steps
+rm -f "$h5"
+fm_run 1 "$FMBENCH" -dryrun -visits -masks causal -seqlen 256 -heads_kv 8 -head_dim 64 -o "$h5" > "$out" 2>&1 ||
+  { echo "FAIL: fmbench -dryrun -visits -heads_kv 8 exited $?"; cat "$out"; exit 1; }
+grep -q "^visits causal *256 512 bwd rows 128; 64: items 8192 unmasked 32768 partial 65536;" "$out" ||
+  { echo "FAIL: fmbench -visits -heads_kv 8 -head_dim 64: items or rows wrong"; cat "$out"; exit 1; }
 # bad values: refused before anything runs, with a message naming the option and an exit status
 # of 1..127 (an error, not a signal: -seqlen 0 and -seqlen 4096,abc used to divide by zero)
 refuse() { # WANT ARGS...: fmbench ARGS fails and prints WANT

@@ -33,6 +33,12 @@
  *             mask_batch B (FMMaskSetBatch), so the random builders (document, ...) pack
  *             every sample differently (sample b from seed + b)
  *   -dryrun   build, measure and save the masks only (no GPU needed; for checking a build)
+ *   -visits   beside each mask a line "visits": the query rows per step the Hopper backward takes
+ *             for it on an sm_90 GPU at -head_dim (the plan's rule, -fm_sm90_bwd_rows as given),
+ *             then for 64-, 80- and 128-row steps the backward's work items (key blocks x kv
+ *             heads x batch) that visit anything, and its visited unmasked and partial steps over
+ *             the whole batch (the tile classes of the mask's summaries; no GPU needed). The
+ *             input of share/bench/bwd/step_fit.py, which fits a mask's backward time to them
  *   -help     these options and the library's, exit 0 (no GPU needed)
  * They are read from the options database, as the library's (so FM_OPTIONS and -options_file
  * give them too, and numbers are read whole: 12abc is refused, 128k is 131072), and checked
@@ -76,6 +82,7 @@
 #include <flashmask.h>
 #include <flashmask/private/fmimpl.h>
 #include <flashmask/private/fmkernels.h>
+#include <flashmask/private/planimpl.h> /* FMSm90ChooseBwdRows_Private (-visits) */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -338,6 +345,7 @@ typedef struct {
   FMBenchShape sh;          /* the options fmbench -cp shares: lengths, heads, head_dim, dtype, runs, seed */
   char masks[1024], out[512], csv[512], pass[64];
   int dry;
+  int visits;               /* -visits: the backward's visited steps beside each mask */
   double warm_s;            /* -warmup_s: seconds of back-to-back runs before the timed ones */
   int mask_batch;           /* -mask_batch: 0 = one mask shared by the batch */
   int passes;               /* bits 1 << PASS_*: -pass, -bwd, -fwdbwd (none given: the forward) */
@@ -413,6 +421,8 @@ static FMErrorCode parse_args(Args *a)
     if (strcmp(a->names[i], FMMASKBOUNDS)) a->nnames = i + 1; /* "bounds" comes last: not a builder */
   FMCall(FMOptionsHasName("-dryrun", &set));
   a->dry = set == FM_TRUE;
+  FMCall(FMOptionsHasName("-visits", &set));
+  a->visits = set == FM_TRUE;
   FMCall(FMOptionsHasName("-bwd", &set));
   if (set) a->passes |= 1 << PASS_BWD;
   FMCall(FMOptionsHasName("-fwdbwd", &set));
@@ -497,6 +507,64 @@ static void free_bufs(Bufs *b)
   memset(b, 0, sizeof(*b));
 }
 
+/*
+ * The "visits" line of -visits for mask m (set up) at length S, batch B, H query and Hkv kv heads,
+ * head dim D: the step rows the plan would resolve on sm_90 (FMSm90ChooseBwdRows_Private with the
+ * context's options; else the kernel's own choice, FMGpuBwdStepRows' rule), then for 64-, 80- and
+ * 128-row steps the work items (128-key block, kv head, sample) that visit at least one query
+ * block and the visited steps of the whole batch, unmasked and partial (FMClassifyTile on the
+ * mask's summaries; a step is one query block of one query head of the item's group). Per mask
+ * row the counts are made once (rows are shared by heads and samples); not collective.
+ */
+static void print_visits(FMContext ctx, const char *name, FMMask m, int S, int B, int H, int Hkv, int D)
+{
+  const int32_t *sum;
+  const int nkb = m->nblocks_k, mh = m->mask_heads, mb = m->mask_batch > 1 ? m->mask_batch : 1, rows = mb * mh, G = H / Hkv;
+  const int bms[3] = {64, 80, 128};
+  FMBwdRowsChoice c;
+  int *cnt; /* [3][rows][nkb][2]: unmasked, partial */
+  FC(FMMaskSummary_Private(m, &sum));
+  FC(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, D, 90, &ctx->kopts, &c));
+  {
+    const int dense = !m->present;
+    int r = c.rows;
+    if (!r) r = dense && D == 128 ? 80 : dense && D == 64 ? 128 : 64;
+    if ((r == 80 && D != 128) || (r == 128 && D != 64)) r = 64;
+    printf("visits %-22s %6d %3d bwd rows %d", name, S, B, r);
+  }
+  FC(FMCalloc((size_t)3 * rows * nkb * 2, &cnt));
+  for (int x = 0; x < 3; x++) {
+    const int BM = bms[x], nqb = (S + BM - 1) / BM;
+    double items = 0, full = 0, part = 0;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int rk = 0; rk < rows * nkb; rk++) {
+      const int r = rk / nkb, kb = rk % nkb;
+      int *o = cnt + (((size_t)x * rows + r) * nkb + kb) * 2;
+      for (int q = 0; q < nqb; q++) {
+        const FMTileClass t = FMClassifyTile(sum + (size_t)r * nkb * FM_SUM_N, m->causal, S, S, m->block, q * BM, (q + 1) * BM, kb);
+        o[0] += t == FM_TILE_FULL;
+        o[1] += t == FM_TILE_PARTIAL;
+      }
+    }
+    for (int b = 0; b < B; b++)
+      for (int hkv = 0; hkv < Hkv; hkv++)
+        for (int kb = 0; kb < nkb; kb++) {
+          int any = 0;
+          for (int g = 0; g < G; g++) {
+            const int hq = hkv * G + g, r = (mb > 1 ? b * mh : 0) + hq / (H / mh);
+            const int *o = cnt + (((size_t)x * rows + r) * nkb + kb) * 2;
+            full += o[0];
+            part += o[1];
+            any |= o[0] + o[1] > 0;
+          }
+          items += any;
+        }
+    printf("; %d: items %.0f unmasked %.0f partial %.0f", BM, items, full, part);
+  }
+  printf("\n");
+  FMFree(cnt);
+}
+
 /* Every chosen mask at sequence length S: build (and save) it, then time it unless a dry run. */
 static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
 {
@@ -519,6 +587,7 @@ static void bench_seqlen(FMContext ctx, const Args *a, int S, FILE *fcsv)
     FC(FMMaskSetSeed(m, a->sh.seed));
     FC(FMMaskSetUp(m));
     FC(FMMaskGetDensity(m, &dens, &rho));
+    if (a->visits) print_visits(ctx, name, m, S, B, a->sh.H, a->sh.Hkv, a->sh.D);
 #if FM_HAVE_HDF5
     FC(FMMaskSave(m, a->out, mname));
 #endif
@@ -553,6 +622,8 @@ static int print_help(void)
            "  -o file                   HDF5 file of the exact bounds used\n"
            "  -csv file                 results as CSV\n"
            "  -dryrun                   build, measure and save the masks only (no GPU needed)\n"
+           "  -visits                   beside each mask, the backward's step rows on sm_90 and its work items and\n"
+           "                            visited unmasked and partial steps at 64, 80 and 128 rows (share/bench/bwd/step_fit.py)\n"
            "  -mask_batch B             per-sample masks: batch B, every sample its own bounds\n"
            "  -pass fwd,bwd,fwdbwd      passes to time (default fwd): fwd FMPlanForward, bwd FMPlanBackward\n"
            "                            alone (after one forward), fwdbwd both in every run\n"

@@ -83,6 +83,7 @@
 #include <flashmask/private/fmimpl.h>
 #include <flashmask/private/fmkernels.h>
 #include <flashmask/private/planimpl.h> /* FMSm90ChooseBwdRows_Private (-visits) */
+#include <flashmask/private/fmbwd.h>    /* FMGpuBwdStepRows (-visits) */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -509,8 +510,8 @@ static void free_bufs(Bufs *b)
 
 /*
  * The "visits" line of -visits for mask m (set up) at length S, batch B, H query and Hkv kv heads,
- * head dim D: the step rows the plan would resolve on sm_90 (FMSm90ChooseBwdRows_Private with the
- * context's options; else the kernel's own choice, FMGpuBwdStepRows' rule), then for 64-, 80- and
+ * head dim D: the step rows a launch takes on sm_90 (FMGpuBwdStepRows of the plan's resolved
+ * choice, FMSm90ChooseBwdRows_Private with the context's options), then for 64-, 80- and
  * 128-row steps the work items (128-key block, kv head, sample) that visit at least one query
  * block and the visited steps of the whole batch, unmasked and partial (FMClassifyTile on the
  * mask's summaries; a step is one query block of one query head of the item's group). Per mask
@@ -522,24 +523,24 @@ static void print_visits(FMContext ctx, const char *name, FMMask m, int S, int B
   const int nkb = m->nblocks_k, mh = m->mask_heads, mb = m->mask_batch > 1 ? m->mask_batch : 1, rows = mb * mh, G = H / Hkv;
   const int bms[3] = {64, 80, 128};
   FMBwdRowsChoice c;
-  int *cnt; /* [3][rows][nkb][2]: unmasked, partial */
+  FMGpuBwdParams a;
+  int *cnt; /* [rows][nkb][2]: unmasked, partial, at the current step size */
   FC(FMMaskSummary_Private(m, &sum));
   FC(FMSm90ChooseBwdRows_Private(m, FM_BACKEND_CUDA, D, 90, &ctx->kopts, &c));
-  {
-    const int dense = !m->present;
-    int r = c.rows;
-    if (!r) r = dense && D == 128 ? 80 : dense && D == 64 ? 128 : 64;
-    if ((r == 80 && D != 128) || (r == 128 && D != 64)) r = 64;
-    printf("visits %-22s %6d %3d bwd rows %d", name, S, B, r);
-  }
-  FC(FMCalloc((size_t)3 * rows * nkb * 2, &cnt));
+  memset(&a, 0, sizeof a);
+  a.head_dim = D;
+  a.step_rows = c.rows;
+  a.mask_dense = !m->present;
+  printf("visits %-22s %6d %3d bwd rows %d", name, S, B, FMGpuBwdStepRows(&a));
+  FC(FMCalloc((size_t)rows * nkb * 2, &cnt));
   for (int x = 0; x < 3; x++) {
     const int BM = bms[x], nqb = (S + BM - 1) / BM;
     double items = 0, full = 0, part = 0;
+    memset(cnt, 0, sizeof(*cnt) * (size_t)rows * nkb * 2);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int rk = 0; rk < rows * nkb; rk++) {
       const int r = rk / nkb, kb = rk % nkb;
-      int *o = cnt + (((size_t)x * rows + r) * nkb + kb) * 2;
+      int *o = cnt + ((size_t)r * nkb + kb) * 2;
       for (int q = 0; q < nqb; q++) {
         const FMTileClass t = FMClassifyTile(sum + (size_t)r * nkb * FM_SUM_N, m->causal, S, S, m->block, q * BM, (q + 1) * BM, kb);
         o[0] += t == FM_TILE_FULL;
@@ -552,7 +553,7 @@ static void print_visits(FMContext ctx, const char *name, FMMask m, int S, int B
           int any = 0;
           for (int g = 0; g < G; g++) {
             const int hq = hkv * G + g, r = (mb > 1 ? b * mh : 0) + hq / (H / mh);
-            const int *o = cnt + (((size_t)x * rows + r) * nkb + kb) * 2;
+            const int *o = cnt + ((size_t)r * nkb + kb) * 2;
             full += o[0];
             part += o[1];
             any |= o[0] + o[1] > 0;

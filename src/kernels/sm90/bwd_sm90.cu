@@ -77,9 +77,18 @@ using namespace fmsm90;
 
 /*
  * Producer (one thread, 24 registers: its counters and the current item live in shared memory,
- * nothing is held across a step). Per item: take the next one from the counter, publish it once
- * the consumers are done with K/V of the last one, load K and V, then per visited (head, query
- * block) Q, dO, lse2 and D into the stage ring.
+ * nothing is held across a step). Per item: take the next one from the counter, write its slot
+ * and load its first step (head 0's first visited query block), then publish it once the
+ * consumers are done with K/V of the last one, load K and V, then per visited (head, query block)
+ * Q, dO, lse2 and D into the stage ring.
+ * The slot and the first step come before the wait for the last item's K/V: the consumers read
+ * slot n & 1 of item n - 2 before they released that item's K and V, and the first step's Q and
+ * dO then land while the last item's final step retires and K and V load, instead of after them
+ * (the summaries' reads of the walk are off that path too). Measured against loading them after
+ * K and V, two calls of three alternated rounds: sliding window +1-3% and causal document
+ * +1-4% at 8K and 32K, share question +1.4-1.7% in one call and -1.3 to +0.8% in the other,
+ * full and causal -0.8 to +0.3%; the first stage's wait fell from 1.2-2.3 to 0.2 kcycles an
+ * item (H100, 2026-12-06, twenty-seventh and twenty-eighth sessions).
  */
 template <int D, int ST, int BM, bool F16>
 __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap *tmQ, const CUtensorMap *tmK,
@@ -87,78 +96,99 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
 {
   using L = Layout<D, ST, BM>;
   Sync<D, ST, BM> sy(smem);
-  volatile int *pi = sy.item + 8, *pn = sy.item + 9;
+  /* [8] the stage ring's position, [9] the item count, [10] BM = 128: the next step is its head's
+     first (kStepHead), [11] where head 0's walk resumes after the first step, [12] the next step's
+     flags (held here across the walk and the waits: in a register the producer spilled) */
+  volatile int *pi = sy.item + 8, *pn = sy.item + 9, *pfirst = sy.item + 10, *pfl = sy.item + 12;
   *pi = 0;
+  /* one step's loads into the next stage: query block qb of head g of the item (hkv_, b_), the
+     slot's flags in *pfl (bit 0 partial, kStepHead) */
+  auto issue = [&](int qb, int g, int hkv_, int b_) {
+    const int i = *pi, st = i % ST;
+    *pi = i + 1;
+    const int hq = hkv_ * p.G + g;
+    const size_t lrow = ((size_t)b_ * p.Hq + hq) * p.Sqp + (size_t)qb * BM;
+    *pfl |= g << 1;
+    mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
+    st_u32(smem_u32(smem + L::OFF_STEP + 8 * st), (uint32_t)qb);
+    st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)*pfl);
+    if constexpr (L::W) { /* dO and D first (the step's first product reads them), then Q and lse2 behind their own barriers */
+      mbar_expect_tx(&sy.full[st], L::QB + BM * 4);
+#pragma unroll
+      for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_DO + c * L::QC, tmDO, &sy.full[st], c * 64, hq, qb * BM, b_);
+      bulk_load(smem + L::OFF_DD, p.dsum + lrow, BM * 4, &sy.full[st]);
+      mbar_wait(sy.emptyq, (i & 1) ^ 1);
+      mbar_expect_tx(sy.fullq, L::QB + BM * 4);
+#pragma unroll
+      for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_Q + c * L::QC, tmQ, sy.fullq, c * 64, hq, qb * BM, b_);
+      bulk_load(smem + L::OFF_L, p.lse2 + lrow, BM * 4, sy.fullq);
+      return;
+    }
+    mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * BM * 4);
+#pragma unroll
+    for (int c = 0; c < D / 64; c++) {
+      tma_load_4d(smem + L::OFF_Q + st * L::QB + c * L::QC, tmQ, &sy.full[st], c * 64, hq, qb * BM, b_);
+      tma_load_4d(smem + L::OFF_DO + st * L::QB + c * L::QC, tmDO, &sy.full[st], c * 64, hq, qb * BM, b_);
+    }
+    bulk_load(smem + L::OFF_L + st * BM * 4, p.lse2 + lrow, BM * 4, &sy.full[st]);
+    bulk_load(smem + L::OFF_DD + st * BM * 4, p.dsum + lrow, BM * 4, &sy.full[st]);
+  };
+  auto cur = [&](int *kb_, int *hkv_, int *b_) {
+    const int sl = 4 * (*pn & 1);
+    *kb_ = sy.item[sl + 1];
+    *hkv_ = sy.item[sl + 2];
+    *b_ = sy.item[sl + 3];
+  };
+  auto next = [&](int g, int q, int *pt) {
+    int kb_, hkv_, b_;
+    cur(&kb_, &hkv_, &b_);
+    FMBwdWalk w;
+    fmbwd_walk_init_item<BM, L::KN>(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N,
+                                    kb_, p.Sq, p.Sk, p.causal);
+    return fmbwd_walk_next<BM>(&w, q, pt);
+  };
   for (*pn = 0;; *pn = *pn + 1) {
     const int n = *pn, t = atomicAdd(p.counter, 1);
     int kb, hkv, b;
-    mbar_wait(sy.kv_empty, (n & 1) ^ 1);
     decode_item(p, t, &kb, &hkv, &b);
     sy.item[4 * (n & 1)] = t;
     sy.item[4 * (n & 1) + 1] = kb;
     sy.item[4 * (n & 1) + 2] = hkv;
     sy.item[4 * (n & 1) + 3] = b;
+    sy.item[11] = 0;
+    if (sy.item[4 * (n & 1)] < p.nitems) { /* (t from the slot: kept in a register, it was spilled) */
+      int part;
+      const int q0 = next(0, 0, &part);
+      *pfl = (part != 0) | (BM == 128 ? kStepHead : 0);
+      if (q0 < p.nqb) {
+        sy.item[11] = q0 + 1;
+        cur(&kb, &hkv, &b);
+        issue(q0, 0, hkv, b);
+      }
+    }
+    mbar_wait(sy.kv_empty, (*pn & 1) ^ 1);
     mbar_arrive(sy.item_full);
-    if (t >= p.nitems) break;
+    if (sy.item[4 * (*pn & 1)] >= p.nitems) break;
+    cur(&kb, &hkv, &b);
     mbar_expect_tx(sy.kv_full, 2 * L::KB);
 #pragma unroll
     for (int c = 0; c < D / 64; c++) {
       tma_load_4d(smem + L::OFF_K + c * L::KC, tmK, sy.kv_full, c * 64, hkv, kb * L::KN, b);
       tma_load_4d(smem + L::OFF_V + c * L::KC, tmV, sy.kv_full, c * 64, hkv, kb * L::KN, b);
     }
-    auto cur = [&](int *kb_, int *hkv_, int *b_) {
-      const int sl = 4 * (*pn & 1);
-      *kb_ = sy.item[sl + 1];
-      *hkv_ = sy.item[sl + 2];
-      *b_ = sy.item[sl + 3];
-    };
-    auto next = [&](int g, int q, int *pt) {
-      int kb_, hkv_, b_;
-      cur(&kb_, &hkv_, &b_);
-      FMBwdWalk w;
-      fmbwd_walk_init_item<BM, L::KN>(&w, p.sum + (size_t)(b_ * p.mstride + (hkv_ * p.G + g) / p.hpm) * p.nblk * FMBWD_SUM_N,
-                                      kb_, p.Sq, p.Sk, p.causal);
-      return fmbwd_walk_next<BM>(&w, q, pt);
-    };
     /* Every key block walks its query blocks upwards from the first it sees, so on dense masks the
        key blocks of a row reach a query block at the same step: their Q and dO come from L2 once
        read. Walks started at a block that depends on the key block (wrapping round) measured
        level on full and causal and 1-4% slower on the sparse masks and at d = 64 (H100,
        2026-12-05, seventeenth session): not kept. */
-    volatile int *pfirst = sy.item + 10; /* BM = 128: the next step is its head's first (kStepHead) */
     for (int g = 0; g < p.G; g++) {
-      int part;
-      if constexpr (BM == 128) *pfirst = kStepHead;
-      for (int qb = next(g, 0, &part); qb < p.nqb; qb = next(g, qb + 1, &part)) {
-        const int i = *pi, st = i % ST;
-        *pi = i + 1;
+      int part, qb = g == 0 ? sy.item[11] : 0; /* head 0: past the first step */
+      if constexpr (BM == 128) *pfirst = qb == 0 ? kStepHead : 0;
+      for (qb = next(g, qb, &part); qb < p.nqb; qb = next(g, qb + 1, &part)) {
+        *pfl = (part != 0) | (BM == 128 ? *pfirst : 0);
         cur(&kb, &hkv, &b);
-        const int hq = hkv * p.G + g;
-        const size_t lrow = ((size_t)b * p.Hq + hq) * p.Sqp + (size_t)qb * BM;
-        mbar_wait(&sy.empty[st], ((i / ST) & 1) ^ 1);
-        st_u32(smem_u32(smem + L::OFF_STEP + 8 * st), (uint32_t)qb);
-        st_u32(smem_u32(smem + L::OFF_STEP + 8 * st + 4), (uint32_t)((part != 0) | g << 1 | (BM == 128 ? *pfirst : 0)));
+        issue(qb, g, hkv, b);
         if constexpr (BM == 128) *pfirst = 0;
-        if constexpr (L::W) { /* dO and D first (the step's first product reads them), then Q and lse2 behind their own barriers */
-          mbar_expect_tx(&sy.full[st], L::QB + BM * 4);
-#pragma unroll
-          for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_DO + c * L::QC, tmDO, &sy.full[st], c * 64, hq, qb * BM, b);
-          bulk_load(smem + L::OFF_DD, p.dsum + lrow, BM * 4, &sy.full[st]);
-          mbar_wait(sy.emptyq, (i & 1) ^ 1);
-          mbar_expect_tx(sy.fullq, L::QB + BM * 4);
-#pragma unroll
-          for (int c = 0; c < D / 64; c++) tma_load_4d(smem + L::OFF_Q + c * L::QC, tmQ, sy.fullq, c * 64, hq, qb * BM, b);
-          bulk_load(smem + L::OFF_L, p.lse2 + lrow, BM * 4, sy.fullq);
-          continue;
-        }
-        mbar_expect_tx(&sy.full[st], 2 * L::QB + 2 * BM * 4);
-#pragma unroll
-        for (int c = 0; c < D / 64; c++) {
-          tma_load_4d(smem + L::OFF_Q + st * L::QB + c * L::QC, tmQ, &sy.full[st], c * 64, hq, qb * BM, b);
-          tma_load_4d(smem + L::OFF_DO + st * L::QB + c * L::QC, tmDO, &sy.full[st], c * 64, hq, qb * BM, b);
-        }
-        bulk_load(smem + L::OFF_L + st * BM * 4, p.lse2 + lrow, BM * 4, &sy.full[st]);
-        bulk_load(smem + L::OFF_DD + st * BM * 4, p.dsum + lrow, BM * 4, &sy.full[st]);
       }
     }
     { /* the item's end: a stage with no loads */

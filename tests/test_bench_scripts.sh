@@ -8,8 +8,10 @@
 # ratios, n/a where a peer has no time). The context-parallel scripts: cp_multi.sh and cp_check.sh
 # parse; peers_cp.py and cp_table.py compile; peers_cp.py --self-test passes, --help works and,
 # without torch, a run exits 77; cp_table.py turns hand-made P = 8 rows into the expected ratio
-# columns and verdicts. bwd/ncu_sass.py (the SASS-level reader of ncu exports) and bwd/step_fit.py
-# (the three-term fit of fmbench -visits runs) compile and their --self-tests pass. Skips (77)
+# columns and verdicts. bwd/ncu_sass.py (the SASS-level reader of ncu exports), bwd/step_fit.py
+# (the three-term fit of fmbench -visits runs) and ab_table.py (the A/B scripts' table) compile
+# and their --self-tests pass; bwd/ab.sh runs end to end with a stand-in nvcc whose harness
+# builds print fixed times (the builds it makes, its checks, its rounds and its table). Skips (77)
 # without python3.
 . "$srcdir/tests/common.sh"
 PY=${PYTHON3:-python3}
@@ -18,11 +20,11 @@ B="$srcdir/share/bench"
 t=test_bench_scripts.dir
 rm -rf "$t"; mkdir -p "$t"
 fail() { echo "FAIL: $*"; exit 1; }
-for f in peers.py compare_table.py peers_cp.py cp_table.py bwd/ncu_sass.py bwd/step_fit.py; do
+for f in peers.py compare_table.py peers_cp.py cp_table.py bwd/ncu_sass.py bwd/step_fit.py ab_table.py; do
   $PY -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)" "$B/$f" "$t/$f.pyc" ||
     fail "$f does not compile"
 done
-for f in compare.sh gpu_check.sh cp_multi.sh cp_check.sh gpu_quick.sh sched.sh bwd/device_run.sh fwd/device_run.sh fwd/ab.sh; do sh -n "$B/$f" || fail "$f: sh -n"; done
+for f in compare.sh gpu_check.sh cp_multi.sh cp_check.sh gpu_quick.sh sched.sh bwd/device_run.sh fwd/device_run.sh fwd/ab.sh bwd/ab.sh ab_fwd.sh; do sh -n "$B/$f" || fail "$f: sh -n"; done
 $PY "$B/peers.py" --help > "$t/help" 2>&1 || fail "peers.py --help exited $? (it must work without torch)"
 grep -q -- "--pass" "$t/help" || fail "peers.py --help does not list --pass"
 mfs=""
@@ -39,10 +41,48 @@ for mf in "" $mfs; do
   grep "^skip:" "$t/self"
 done
 # the context-parallel peer and table
-for f in ncu_sass.py step_fit.py; do
-  $PY "$B/bwd/$f" --self-test > "$t/st" 2>&1 || { cat "$t/st"; fail "bwd/$f --self-test"; }
-  grep -q "^ok: " "$t/st" || { cat "$t/st"; fail "bwd/$f --self-test checked nothing"; }
+for f in bwd/ncu_sass.py bwd/step_fit.py ab_table.py; do
+  $PY "$B/$f" --self-test > "$t/st" 2>&1 || { cat "$t/st"; fail "$f --self-test"; }
+  grep -q "^ok: " "$t/st" || { cat "$t/st"; fail "$f --self-test checked nothing"; }
 done
+# bwd/ab.sh with a stand-in nvcc: each "build" is a script whose bench times depend on its tree
+# (the base's 12.5 ms, this tree's 10) and its -D flags (-DFAST: 8 ms; -DFAIL_BUILD fails)
+mkdir -p "$t/bin" "$t/base/src/kernels/sm90" "$t/base/share/bench/bwd"
+: > "$t/base/share/bench/bwd/bwd_bench.cu"
+: > "$t/base/share/bench/harness.h"
+cat > "$t/bin/nvcc" <<'EOS'
+#!/bin/sh
+o="" flags=""
+while [ $# -gt 0 ]; do case $1 in -o) o=$2; shift;; -D*) flags="$flags $1";; esac; shift; done
+tree=$(basename "$(pwd)")
+echo "build $tree$flags" >> "$AB_TEST_LOG"
+case $flags in *FAIL_BUILD*) echo "error: made to fail"; exit 1;; esac
+ms=10.0; case $flags in *-DFAST*) ms=8.0;; esac; [ "$tree" = base ] && ms=12.5
+printf '#!/bin/sh\necho "run %s $*" >> "$AB_TEST_LOG"\ncase $1 in check) echo "check: 0 of 3 cases failed";;\n' "$tree$flags" > "$o"
+printf 'itemprof) echo "itemprof S=8192 full";;\n*) echo "bench S=8192   B=16  full   %s ms  1.0 TFLOP/s"; echo "bench S=32768  B=4   causal GQA4  %s ms";;\nesac\n' $ms $ms >> "$o"
+chmod +x "$o"
+EOS
+chmod +x "$t/bin/nvcc"
+ablog="$PWD/$t/ablog"
+: > "$ablog"
+PATH="$PWD/$t/bin:$PATH" AB_TEST_LOG="$ablog" OUT="$t/abo" AB_WORK="$t/abw" AB_VARIANTS="fast:-DFAST -DX;plain:-DY" AB_CHECK=1 \
+  AB_ITEMPROF=1 sh "$B/bwd/ab.sh" "$t/base" 2 3 > "$t/ab" 2>&1 || { cat "$t/ab"; fail "bwd/ab.sh with a stand-in nvcc exited nonzero"; }
+[ "$(grep -c "^build " "$ablog")" = 8 ] || { cat "$ablog"; fail "bwd/ab.sh: expected 8 builds (4 versions, each with -DFMBWD_PROF too)"; }
+grep -q "^build base -DFMBWD_PROF$" "$ablog" && grep -q "^build .* -DFAST -DX -DFMBWD_PROF$" "$ablog" || { cat "$ablog"; fail "bwd/ab.sh: the builds' flags"; }
+[ "$(grep -c "^run .* check$" "$ablog")" = 3 ] && ! grep -q "^run base check" "$ablog" || { cat "$ablog"; fail "bwd/ab.sh: check on the three builds of this tree only"; }
+[ "$(grep -c "^run .* ab 3$" "$ablog")" = 8 ] || { cat "$ablog"; fail "bwd/ab.sh: 2 rounds of 4 builds, ab 3"; }
+T=$(basename "$PWD") # the stand-in names this tree's builds by the directory ab.sh ran in
+[ "$(grep " ab 3$" "$ablog" | sed 's/^run //; s/ ab 3$//' | tr '\n' '|')" = "base|$T|$T -DFAST -DX|$T -DY|base|$T|$T -DFAST -DX|$T -DY|" ] ||
+  { cat "$ablog"; fail "bwd/ab.sh: the builds in turn, round by round"; }
+grep -Fq "| S=8192 B=16 full | 12.500 (12.500-12.500) | 10.000 (10.000-10.000) | 8.000 (8.000-8.000) | 10.000 (10.000-10.000) | 1.250 | 1.562 | 1.250 |" "$t/ab" ||
+  { cat "$t/ab"; fail "bwd/ab.sh: the table's full row"; }
+grep -q "^base / fast over 2 cases: geometric mean 1.562" "$t/ab" || { cat "$t/ab"; fail "bwd/ab.sh: the summary"; }
+AB_VARIANTS="bad:-DFAIL_BUILD" PATH="$PWD/$t/bin:$PATH" AB_TEST_LOG="$ablog" OUT="$t/abo" AB_WORK="$t/abw" sh "$B/bwd/ab.sh" "$t/base" 1 1 > "$t/ab" 2>&1 &&
+  fail "bwd/ab.sh: a failed build did not fail the A/B"
+grep -q "a build failed" "$t/ab" || { cat "$t/ab"; fail "bwd/ab.sh: no message for a failed build"; }
+AB_VARIANTS="nocolon" sh "$B/bwd/ab.sh" "$t/base" > "$t/ab" 2>&1 && fail "bwd/ab.sh accepted a variant without flags"
+grep -q "is not name:flags" "$t/ab" || { cat "$t/ab"; fail "bwd/ab.sh: no message for a malformed variant"; }
+echo "ab_table.py and bwd/ab.sh check out"
 $PY "$B/peers_cp.py" --self-test > "$t/pcp" 2>&1 || { cat "$t/pcp"; fail "peers_cp.py --self-test"; }
 grep -q "^ok: " "$t/pcp" || { cat "$t/pcp"; fail "peers_cp.py --self-test checked nothing"; }
 $PY "$B/peers_cp.py" --help > "$t/pcp" 2>&1 || fail "peers_cp.py --help exited $? (it must work without torch)"

@@ -1,8 +1,9 @@
 #!/bin/sh
 # ab_fwd.sh - time the forward of two builds side by side on the same masks and shapes, to tell
 # a change from noise: the build in this tree (./fmbench, built already) and an older source
-# tree BASE (built here into $AB_BUILD), run alternately new, base, new, base. Prints, per mask
-# and length, both runs of each and the ratio of the better runs (new / base).
+# tree BASE (built here into $AB_BUILD), run alternately new, base, new, base. Prints the table of
+# share/bench/ab_table.py: per mask, length and pass each build's median time over its two runs and
+# their range, and base / new (above 1: the new build is faster).
 # usage: sh share/bench/ab_fwd.sh BASE [fmbench options, e.g. -masks all -seqlen 8192,32768]
 # Environment: MPIEXEC (default mpiexec), AB_BUILD (default /tmp/ab_base), OUT (logs, CSVs).
 set -e
@@ -18,16 +19,5 @@ for i in 1 2; do
   $MPIEXEC -n 1 ./fmbench "$@" -o /tmp/ab_new.h5 -csv "$OUT/ab_new$i.csv" > "$OUT/ab_new$i.log" 2>&1
   $MPIEXEC -n 1 "$AB_BUILD/fmbench" "$@" -o /tmp/ab_base.h5 -csv "$OUT/ab_base$i.csv" > "$OUT/ab_base$i.log" 2>&1
 done
-python3 - "$OUT" <<'PY'
-import csv, sys, os
-d = sys.argv[1]
-def load(n): return {(r["mask"], int(r["seqlen"])): float(r["tflops"]) for r in csv.DictReader(open(os.path.join(d, n)))}
-n1, n2, b1, b2 = load("ab_new1.csv"), load("ab_new2.csv"), load("ab_base1.csv"), load("ab_base2.csv")
-print("%-22s %6s %8s %8s %8s %8s %9s" % ("mask", "seqlen", "new 1", "new 2", "base 1", "base 2", "new/base"))
-ratios = []
-for k in sorted(n1, key=lambda k: (k[1], list(n1).index(k))):
-    if k not in b1: continue
-    r = max(n1[k], n2.get(k, 0)) / max(b1[k], b2.get(k, 0)); ratios.append(r)
-    print("%-22s %6d %8.1f %8.1f %8.1f %8.1f %9.3f" % (k[0], k[1], n1[k], n2.get(k, float("nan")), b1[k], b2.get(k, float("nan")), r))
-if ratios: print("new/base: min %.3f, max %.3f, mean %.3f over %d rows" % (min(ratios), max(ratios), sum(ratios) / len(ratios), len(ratios)))
-PY
+python3 "$(dirname "$0")/ab_table.py" base="$OUT/ab_base1.csv" base="$OUT/ab_base2.csv" new="$OUT/ab_new1.csv" new="$OUT/ab_new2.csv" |
+  tee "$OUT/ab_table.txt"

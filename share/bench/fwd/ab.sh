@@ -1,8 +1,9 @@
 #!/bin/sh
 # ab.sh - A/B of two forward kernel versions in one device call: the harness built from this
 # tree's kernel files (./fwd_bench) and from those of BASE (BASE/fwd_bench), both builds at once,
-# then `fwd_bench ab REPS` of each alternately, new, base, new, base; prints both runs of each and
-# the ratio of the better runs (new / base) per row. Run from the top of the tree.
+# then `fwd_bench ab REPS` of each alternately, new, base, new, base; prints the table of
+# share/bench/ab_table.py: per row each build's median time over the two runs and their range,
+# and base / new (above 1: the new build is faster). Run from the top of the tree.
 # BASE is a directory holding another version's include/, src/kernels/ (and, when its interface
 # differs, its own share/bench/fwd/), for instance made here before the device call with
 #   mkdir ab_base && git archive BASE_COMMIT include src/kernels share/bench/fwd share/bench/harness.h | tar -x -C ab_base
@@ -36,11 +37,6 @@ for i in 1 2; do
   ./fwd_bench "$mode" "$reps" > "$OUT/ab_new$i.log" 2>&1 || { cat "$OUT/ab_new$i.log"; exit 1; }
   (cd "$base" && ./fwd_bench "$mode" "$reps") > "$OUT/ab_base$i.log" 2>&1 || { cat "$OUT/ab_base$i.log"; exit 1; }
 done
-# bench lines: "bench S=8192 B=16 H=32 kv=32 d=128 MASK ms_value ms TFLOP_value TFLOP/s ..."
-awk 'FNR == 1 { f++ }
-  /^bench / { k = $2 " " $4 " " $5 " " $6 " " $7; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
-              for (i = 1; i < NF; i++) if ($(i + 1) == "TFLOP/s") v[f, k] = $i }
-  END { printf "%-44s %8s %8s %8s %8s %9s\n", "case", "new 1", "new 2", "base 1", "base 2", "new/base"
-        for (j = 1; j <= n; j++) { k = order[j]; a = v[1, k] > v[3, k] ? v[1, k] : v[3, k]; b = v[2, k] > v[4, k] ? v[2, k] : v[4, k]
-          printf "%-44s %8.1f %8.1f %8.1f %8.1f %9.3f\n", k, v[1, k], v[3, k], v[2, k], v[4, k], (b > 0 ? a / b : 0) } }' \
-  "$OUT/ab_new1.log" "$OUT/ab_base1.log" "$OUT/ab_new2.log" "$OUT/ab_base2.log" | tee "$OUT/ab_table.txt"
+grep -h "^bench" "$OUT/ab_base1.log" "$OUT/ab_base2.log" > "$OUT/ab_base.txt"
+grep -h "^bench" "$OUT/ab_new1.log" "$OUT/ab_new2.log" > "$OUT/ab_new.txt"
+python3 share/bench/ab_table.py base="$OUT/ab_base.txt" new="$OUT/ab_new.txt" | tee "$OUT/ab_table.txt"

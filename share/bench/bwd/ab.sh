@@ -1,0 +1,104 @@
+#!/bin/sh
+# ab.sh - A/B of backward kernel versions in one device call. The harness (bwd_bench) is built from
+# BASE's kernel files, from this tree's, and from this tree's with extra nvcc flags per variant, all
+# at once; then, if asked, `bwd_bench check` on this tree's builds and `bwd_bench itemprof` of
+# -DFMBWD_PROF builds; then `bwd_bench MODE REPS` of every build in turn, ROUNDS times (base, new,
+# variants, base, new, ...), and the table of share/bench/ab_table.py: per case each build's median
+# time and range over the rounds, and the base's median over each build's (above 1: faster).
+# Run from the top of the tree:
+#   sh share/bench/bwd/ab.sh BASE [rounds] [reps]          (defaults: 3 rounds, 5 timings a round)
+# BASE is a directory holding another version's include/, src/kernels/ and share/bench/, made here
+# before the device call with
+#   mkdir ab_base && git archive BASE_COMMIT include src/kernels share/bench | tar -x -C ab_base
+# (an untracked directory travels with the working tree). The base is built inside BASE, so that
+# its kernel files' relative includes resolve: a kernel file copied elsewhere does not compile.
+# Without share/bench/bwd in BASE this tree's harness is used.
+# Environment:
+#   AB_VARIANTS="name:flags;name:flags"  more builds of this tree with those nvcc flags (for
+#                   example "lastrel:-DFMBWD_EXP_LASTREL")
+#   AB_BASE_FLAGS   nvcc flags of the base build only (a build option against the default: BASE may
+#                   then be an archive of this tree)
+#   AB_CHECK=1      `bwd_bench check` on this tree's builds first; a failure stops the A/B
+#   AB_ITEMPROF=1   -DFMBWD_PROF builds of every version and their `bwd_bench itemprof`
+#   AB_MODE         the harness's table (default ab; ab64 for d = 64)
+#   BWD_AB_SPARSE   default 1 here: the short-item masks beside full and causal
+#   OUT             logs and each build's bench lines, ab_LABEL.txt (default .); AB_WORK the
+#                   builds (default /tmp/ab_bwd)
+base=${1:?usage: ab.sh BASE [rounds] [reps]}
+rounds=${2:-3}
+reps=${3:-5}
+OUT=${OUT:-.}
+W=${AB_WORK:-/tmp/ab_bwd}
+mode=${AB_MODE:-ab}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-16} BWD_AB_SPARSE=${BWD_AB_SPARSE:-1}
+mkdir -p "$OUT" "$W" && W=$(cd "$W" && pwd) || exit 1
+here=$(cd "$(dirname "$0")" && pwd) # this harness's directory (share/bench/bwd)
+[ -d "$base/src/kernels/sm90" ] || { echo "ab.sh: $base has no src/kernels/sm90"; exit 1; }
+[ -f "$base/share/bench/bwd/bwd_bench.cu" ] || { mkdir -p "$base/share/bench" && cp -r "$here" "$base/share/bench/"; }
+[ -f "$base/share/bench/harness.h" ] || cp "$here/../harness.h" "$base/share/bench/"
+# build DIR LABEL FLAGS: bwd_bench of DIR's sources with FLAGS, as $W/LABEL
+build() {
+  (cd "$1" && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude -Xcompiler -fopenmp $3 \
+    share/bench/bwd/bwd_bench.cu src/kernels/cuda_bwd.cu src/kernels/sm90/bwd_sm90.cu -o "$W/$2") > "$OUT/ab_build_$2.log" 2>&1
+}
+# the variants, checked before anything is built: flags_NAME holds each one's nvcc flags
+labels="base new"
+oldifs=$IFS
+IFS=';'
+for v in ${AB_VARIANTS:-}; do
+  IFS=$oldifs
+  case $v in *:*) ;; *) echo "ab.sh: AB_VARIANTS entry '$v' is not name:flags"; exit 1 ;; esac
+  name=${v%%:*}
+  case $name in ""|base|new|*[!A-Za-z0-9_]*) echo "ab.sh: variant name '$name' (letters, digits, _; not base or new)"; exit 1 ;; esac
+  labels="$labels $name"
+  eval "flags_$name=\${v#*:}"
+done
+IFS=$oldifs
+pids=""
+for l in $labels; do
+  case $l in
+    base) build "$base" base "${AB_BASE_FLAGS:-}" & pids="$pids $!" ;;
+    *) eval "f=\${flags_$l:-}"; build . "$l" "$f" & pids="$pids $!" ;;
+  esac
+done
+if [ -n "${AB_ITEMPROF:-}" ]; then
+  build "$base" base_prof "${AB_BASE_FLAGS:-} -DFMBWD_PROF" & pids="$pids $!"
+  for l in $labels; do
+    [ "$l" = base ] && continue
+    eval "f=\${flags_$l:-}"
+    build . "${l}_prof" "$f -DFMBWD_PROF" & pids="$pids $!"
+  done
+fi
+bad=0
+for p in $pids; do wait "$p" || bad=1; done
+if [ $bad = 1 ]; then
+  for f in "$OUT"/ab_build_*.log; do [ -s "$f" ] && grep -l -i "error" "$f" > /dev/null && { echo "== $f"; tail -20 "$f"; }; done
+  echo "ab.sh: a build failed"
+  exit 1
+fi
+echo "ab.sh: built $labels${AB_ITEMPROF:+ (and their -DFMBWD_PROF builds)}"
+if [ -n "${AB_CHECK:-}" ]; then
+  for l in $labels; do
+    [ "$l" = base ] && continue
+    "$W/$l" check > "$OUT/ab_check_$l.log" 2>&1 || { tail -30 "$OUT/ab_check_$l.log"; echo "ab.sh: check failed on $l"; exit 1; }
+    echo "check $l: $(tail -1 "$OUT/ab_check_$l.log")"
+  done
+fi
+if [ -n "${AB_ITEMPROF:-}" ]; then
+  for l in $labels; do
+    echo "== itemprof $l"
+    "$W/${l}_prof" itemprof 2>&1 | grep "^itemprof" | tee "$OUT/ab_itemprof_$l.txt" | cut -c1-220
+  done
+fi
+for l in $labels; do : > "$OUT/ab_$l.txt"; done
+r=1
+while [ $r -le "$rounds" ]; do
+  for l in $labels; do
+    "$W/$l" "$mode" "$reps" > "$OUT/ab_run_$l.$r.log" 2>&1 || { tail -20 "$OUT/ab_run_$l.$r.log"; echo "ab.sh: $l failed in round $r"; exit 1; }
+    grep "^bench" "$OUT/ab_run_$l.$r.log" >> "$OUT/ab_$l.txt"
+  done
+  r=$((r + 1))
+done
+args=""
+for l in $labels; do args="$args $l=$OUT/ab_$l.txt"; done
+python3 "$here/../ab_table.py" $args | tee "$OUT/ab_table.txt"

@@ -10,6 +10,9 @@
  *   fwd      FMPlanForward alone (the default)
  *   bwd      FMPlanBackward alone (-bwd), on the O and LSE of that one forward
  *   fwdbwd   FMPlanForward then FMPlanBackward in every run (-fwdbwd)
+ * Each timed line ends with the kernel that ran: "sm90 (wide)", "(grid)" or "(persistent)" for
+ * the forward (the Hopper kernel the forward took), the step rows and dQ's writes for the
+ * backward ("sm90 (80-row steps)"), both for fwdbwd.
  * The median is reported as ms and as TFLOP/s under the FlashMask convention, one definition
  * for every pass and every peer (share/bench/peers.py): forward FLOPs = 4 B H S^2 d (1 - rho)
  * (FMPlanGetFlops), rho = fraction of 128 x 128 tiles fully masked; backward = 2.5 x forward;
@@ -301,6 +304,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
   double fl = 0, setup_ms = -1, bounds_ms = -1, fwd_ms = -1, part[4], bpart[4];
   float med[NPASS] = {0};
   int hopper[NPASS];
+  char kname[NPASS][96]; /* the kernel each pass ran, for its line */
   const char *bpath;
   FC(FMPlanCreate(ctx, &plan));
   FC(FMPlanSetMask(plan, m));
@@ -313,6 +317,14 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
   FC(FMCudaStreamSynchronize(NULL));
   bpath = FMCudaBackwardPathName(&p);
   hopper[PASS_FWD] = FMCudaLastPath_Private >= 1; /* 1: one CTA per tile, 2: persistent, 3: wide (no bound vectors) */
+  {
+    static const char *fname[4] = {"?", "grid", "persistent", "wide"};
+    const char *b = !strncmp(bpath, "sm90 wgmma/tma, ", 16) ? bpath + 16 : bpath;
+    const int fp = FMCudaLastPath_Private >= 1 && FMCudaLastPath_Private <= 3 ? FMCudaLastPath_Private : 0;
+    snprintf(kname[PASS_FWD], sizeof kname[PASS_FWD], "%s", fname[fp]);
+    snprintf(kname[PASS_BWD], sizeof kname[PASS_BWD], "%s", b);
+    snprintf(kname[PASS_FWDBWD], sizeof kname[PASS_FWDBWD], "fwd %s, bwd %s", fname[fp], b);
+  }
   hopper[PASS_BWD] = !strncmp(bpath, "sm90", 4);
   hopper[PASS_FWDBWD] = hopper[PASS_FWD] && hopper[PASS_BWD];
   for (int t = 0; t < NPASS; t++) {
@@ -329,7 +341,7 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
       printf("%-22s %6d %3d %-6s %9s %9s %7.4f %8.4f fallback (not timed)\n", name, S, B, pass_name[t], "-", "-", rho, dens);
     } else {
       const double tf = pass_flops(fl, t) / (med[t] * 1e-3) / 1e12;
-      printf("%-22s %6d %3d %-6s %9.3f %9.1f %7.4f %8.4f sm90\n", name, S, B, pass_name[t], med[t], tf, rho, dens);
+      printf("%-22s %6d %3d %-6s %9.3f %9.1f %7.4f %8.4f sm90 (%s)\n", name, S, B, pass_name[t], med[t], tf, rho, dens, kname[t]);
       if (fcsv)
         fprintf(fcsv, "%s,%d,%d,%d,%d,%.4f,%.2f,%.5f,%.5f,sm90,%d,%s,%.3f,%.3f\n", name, S, B, H, D, med[t], tf, rho, dens,
                 p.mask.mask_batch, pass_name[t], setup_ms, bounds_ms);

@@ -157,7 +157,7 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
     sy.item[4 * (n & 1) + 3] = b;
     sy.item[11] = 0;
     if (sy.item[4 * (n & 1)] < p.nitems) { /* (t from the slot: kept in a register, it was spilled) */
-      int part;
+      int part = 0; /* set by the walk only when q0 < nqb */
       const int q0 = next(0, 0, &part);
       *pfl = (part != 0) | (BM == 128 ? kStepHead : 0);
       if (q0 < p.nqb) {
@@ -521,6 +521,8 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
     mbar_wait(sy.item_full, n & 1);
     if (me.wt == 0) FMBWD_PROF_ADD(PROF_C_ITEM, tit);
     if (sy.item[4 * (n & 1)] >= p.nitems) break;
+    /* read once here: the producer may write this slot again (item n + 2) once K and V are
+       released below, while the epilogue still stores this item's dK and dV */
     const int kb = sy.item[4 * (n & 1) + 1], hkv = sy.item[4 * (n & 1) + 2], b = sy.item[4 * (n & 1) + 3];
     /* the first head's bounds of the thread's two key columns, loaded before the wait for K and V
        (BM = 64, 128: staged at the item's first step of head 0) */
@@ -694,7 +696,7 @@ template <bool F16> __device__ __forceinline__ void consumer_w(unsigned char *sm
   for (int n = 0;; n++) {
     mbar_wait(sy.item_full, n & 1);
     if (sy.item[4 * (n & 1)] >= p.nitems) break;
-    const int kb = sy.item[4 * (n & 1) + 1], hkv = sy.item[4 * (n & 1) + 2], b = sy.item[4 * (n & 1) + 3];
+    const int kb = sy.item[4 * (n & 1) + 1], hkv = sy.item[4 * (n & 1) + 2], b = sy.item[4 * (n & 1) + 3]; /* once: see consumer */
 #pragma unroll
     for (int t = 0; t < 64; t++) dk[t] = dv[t] = 0.f;
     mbar_wait(sy.kv_full, n & 1);

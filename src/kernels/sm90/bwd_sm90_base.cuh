@@ -251,7 +251,7 @@ __device__ unsigned long long fmbwd_prof[1024][PROF_N];
 template <int D, int ST, int BM> struct Sync {
   uint64_t *kv_full, *kv_empty, *item_full, *full, *empty, *dq_full, *dq_empty;
   uint64_t *fullq, *emptyq; /* Layout::W: Q and lse2 (full, empty: dO and D) */
-  volatile int *item; /* 2 slots {t, kb, hkv, b}; [8], [9]: the producer's step and item counts */
+  volatile int *item; /* 2 slots {t, kb, hkv, b}; [8] .. [12]: the producer's own (producer, bwd_sm90.cu) */
   volatile int *dqs;  /* per consumer 8 ints: [0] turn word, [1] turn, [2] accumulator row, [7] stop; the writer's own:
                          [4] [5] its pending hand-over, [3] [6] its cached item (dq_writer) */
   __device__ __forceinline__ explicit Sync(unsigned char *smem)

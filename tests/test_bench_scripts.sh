@@ -58,7 +58,8 @@ tree=$(basename "$(pwd)")
 echo "build $tree$flags" >> "$AB_TEST_LOG"
 case $flags in *FAIL_BUILD*) echo "error: made to fail"; exit 1;; esac
 ms=10.0; case $flags in *-DFAST*) ms=8.0;; esac; [ "$tree" = base ] && ms=12.5
-printf '#!/bin/sh\necho "run %s $*" >> "$AB_TEST_LOG"\ncase $1 in check) echo "check: 0 of 3 cases failed";;\n' "$tree$flags" > "$o"
+ck='echo "check: 0 of 3 cases failed"'; case $flags in *BADCHECK*) ck='echo "check: 1 of 3 cases failed"; exit 1';; esac
+printf '#!/bin/sh\necho "run %s $*" >> "$AB_TEST_LOG"\ncase $1 in check) %s;;\n' "$tree$flags" "$ck" > "$o"
 printf 'itemprof) echo "itemprof S=8192 full";;\n*) echo "bench S=8192   B=16  full   %s ms  1.0 TFLOP/s"; echo "bench S=32768  B=4   causal GQA4  %s ms";;\nesac\n' $ms $ms >> "$o"
 chmod +x "$o"
 EOS
@@ -71,6 +72,7 @@ PATH="$PWD/$t/bin:$PATH" AB_TEST_LOG="$ablog" OUT="$t/abo" AB_WORK="$t/abw" AB_V
 grep -q "^build base -DFMBWD_PROF$" "$ablog" && grep -q "^build .* -DFAST -DX -DFMBWD_PROF$" "$ablog" || { cat "$ablog"; fail "bwd/ab.sh: the builds' flags"; }
 [ "$(grep -c "^run .* check$" "$ablog")" = 3 ] && ! grep -q "^run base check" "$ablog" || { cat "$ablog"; fail "bwd/ab.sh: check on the three builds of this tree only"; }
 [ "$(grep -c "^run .* ab 3$" "$ablog")" = 8 ] || { cat "$ablog"; fail "bwd/ab.sh: 2 rounds of 4 builds, ab 3"; }
+[ "$(grep -c "^run .*-DFMBWD_PROF itemprof$" "$ablog")" = 4 ] || { cat "$ablog"; fail "bwd/ab.sh: itemprof of the 4 -DFMBWD_PROF builds"; }
 T=$(basename "$PWD") # the stand-in names this tree's builds by the directory ab.sh ran in
 [ "$(grep " ab 3$" "$ablog" | sed 's/^run //; s/ ab 3$//' | tr '\n' '|')" = "base|$T|$T -DFAST -DX|$T -DY|base|$T|$T -DFAST -DX|$T -DY|" ] ||
   { cat "$ablog"; fail "bwd/ab.sh: the builds in turn, round by round"; }
@@ -80,8 +82,14 @@ grep -q "^base / fast over 2 cases: geometric mean 1.562" "$t/ab" || { cat "$t/a
 AB_VARIANTS="bad:-DFAIL_BUILD" PATH="$PWD/$t/bin:$PATH" AB_TEST_LOG="$ablog" OUT="$t/abo" AB_WORK="$t/abw" sh "$B/bwd/ab.sh" "$t/base" 1 1 > "$t/ab" 2>&1 &&
   fail "bwd/ab.sh: a failed build did not fail the A/B"
 grep -q "a build failed" "$t/ab" || { cat "$t/ab"; fail "bwd/ab.sh: no message for a failed build"; }
-AB_VARIANTS="nocolon" sh "$B/bwd/ab.sh" "$t/base" > "$t/ab" 2>&1 && fail "bwd/ab.sh accepted a variant without flags"
+AB_VARIANTS="nocolon" OUT="$t/abo" AB_WORK="$t/abw" sh "$B/bwd/ab.sh" "$t/base" > "$t/ab" 2>&1 && fail "bwd/ab.sh accepted a variant without flags"
 grep -q "is not name:flags" "$t/ab" || { cat "$t/ab"; fail "bwd/ab.sh: no message for a malformed variant"; }
+AB_VARIANTS="x:-DA;x:-DB" OUT="$t/abo" AB_WORK="$t/abw" sh "$B/bwd/ab.sh" "$t/base" > "$t/ab" 2>&1 && fail "bwd/ab.sh accepted a variant name twice"
+grep -q "given twice" "$t/ab" || { cat "$t/ab"; fail "bwd/ab.sh: no message for a variant name given twice"; }
+: > "$ablog"
+AB_VARIANTS="bad:-DBADCHECK" AB_CHECK=1 PATH="$PWD/$t/bin:$PATH" AB_TEST_LOG="$ablog" OUT="$t/abo" AB_WORK="$t/abw" sh "$B/bwd/ab.sh" "$t/base" 1 1 > "$t/ab" 2>&1 &&
+  fail "bwd/ab.sh: a failed check did not stop the A/B"
+grep -q "check failed on bad" "$t/ab" && ! grep -q " ab 1$" "$ablog" || { cat "$t/ab" "$ablog"; fail "bwd/ab.sh: after a failed check, no message or rounds run"; }
 echo "ab_table.py and bwd/ab.sh check out"
 $PY "$B/peers_cp.py" --self-test > "$t/pcp" 2>&1 || { cat "$t/pcp"; fail "peers_cp.py --self-test"; }
 grep -q "^ok: " "$t/pcp" || { cat "$t/pcp"; fail "peers_cp.py --self-test checked nothing"; }

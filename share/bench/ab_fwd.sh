@@ -19,5 +19,6 @@ for i in 1 2; do
   $MPIEXEC -n 1 ./fmbench "$@" -o /tmp/ab_new.h5 -csv "$OUT/ab_new$i.csv" > "$OUT/ab_new$i.log" 2>&1
   $MPIEXEC -n 1 "$AB_BUILD/fmbench" "$@" -o /tmp/ab_base.h5 -csv "$OUT/ab_base$i.csv" > "$OUT/ab_base$i.log" 2>&1
 done
-python3 "$(dirname "$0")/ab_table.py" base="$OUT/ab_base1.csv" base="$OUT/ab_base2.csv" new="$OUT/ab_new1.csv" new="$OUT/ab_new2.csv" |
-  tee "$OUT/ab_table.txt"
+python3 "$(dirname "$0")/ab_table.py" base="$OUT/ab_base1.csv" base="$OUT/ab_base2.csv" new="$OUT/ab_new1.csv" new="$OUT/ab_new2.csv" \
+  > "$OUT/ab_table.txt"
+cat "$OUT/ab_table.txt"

@@ -30,7 +30,7 @@ for S in $(echo "$seqlens" | tr , ' '); do
     for s in auto grid static dynamic; do
       timeout 120 ${MPIEXEC:-mpiexec} -n 1 ./fmbench -pass fwd -masks "$masks" -seqlen "$S" -heads $heads -head_dim "$d" -tokens 131072 \
         -reps "$reps" -warmup 1 -warmup_s "$warm_s" -fm_sm90_schedule $s > "$OUT/sched_run.log" 2>&1 || echo "sched.sh: fmbench $S $s exited $?"
-      awk -v s=$s '$4 == "fwd" && $NF == "sm90" {print s, $1, $2, $6}' "$OUT/sched_run.log" >> "$log"
+      awk -v s=$s '$4 == "fwd" && $9 == "sm90" {print s, $1, $2, $6}' "$OUT/sched_run.log" >> "$log"
     done
   done
   for m in $(echo "$masks" | tr , ' '); do # what auto chose, and why

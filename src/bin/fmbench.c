@@ -319,11 +319,11 @@ static void time_mask(FMContext ctx, const char *name, FMMask m, double rho, dou
   hopper[PASS_FWD] = FMCudaLastPath_Private >= 1; /* 1: one CTA per tile, 2: persistent, 3: wide (no bound vectors) */
   {
     static const char *fname[4] = {"?", "grid", "persistent", "wide"};
-    const char *b = !strncmp(bpath, "sm90 wgmma/tma, ", 16) ? bpath + 16 : bpath;
+    const char *bk = !strncmp(bpath, "sm90 wgmma/tma, ", 16) ? bpath + 16 : bpath;
     const int fp = FMCudaLastPath_Private >= 1 && FMCudaLastPath_Private <= 3 ? FMCudaLastPath_Private : 0;
     snprintf(kname[PASS_FWD], sizeof kname[PASS_FWD], "%s", fname[fp]);
-    snprintf(kname[PASS_BWD], sizeof kname[PASS_BWD], "%s", b);
-    snprintf(kname[PASS_FWDBWD], sizeof kname[PASS_FWDBWD], "fwd %s, bwd %s", fname[fp], b);
+    snprintf(kname[PASS_BWD], sizeof kname[PASS_BWD], "%s", bk);
+    snprintf(kname[PASS_FWDBWD], sizeof kname[PASS_FWDBWD], "fwd %s, bwd %s", fname[fp], bk);
   }
   hopper[PASS_BWD] = !strncmp(bpath, "sm90", 4);
   hopper[PASS_FWDBWD] = hopper[PASS_FWD] && hopper[PASS_BWD];

@@ -15,7 +15,8 @@
 # Without share/bench/bwd in BASE this tree's harness is used.
 # Environment:
 #   AB_VARIANTS="name:flags;name:flags"  more builds of this tree with those nvcc flags (for
-#                   example "lastrel:-DFMBWD_EXP_LASTREL")
+#                   example "hang:-DFM_SM90_HANG_CHECK"); names of letters, digits and _, not
+#                   base, new or table, none twice, none ending in _prof
 #   AB_BASE_FLAGS   nvcc flags of the base build only (a build option against the default: BASE may
 #                   then be an archive of this tree)
 #   AB_CHECK=1      `bwd_bench check` on this tree's builds first; a failure stops the A/B
@@ -24,6 +25,8 @@
 #   BWD_AB_SPARSE   default 1 here: the short-item masks beside full and causal
 #   OUT             logs and each build's bench lines, ab_LABEL.txt (default .); AB_WORK the
 #                   builds (default /tmp/ab_bwd)
+# The table has the default mode's times (the deterministic mode's, on the same bench lines, are
+# not tabled). Exit status: 0, or 1 when a build, a check, a round or the table failed.
 base=${1:?usage: ab.sh BASE [rounds] [reps]}
 rounds=${2:-3}
 reps=${3:-5}
@@ -31,17 +34,9 @@ OUT=${OUT:-.}
 W=${AB_WORK:-/tmp/ab_bwd}
 mode=${AB_MODE:-ab}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-16} BWD_AB_SPARSE=${BWD_AB_SPARSE:-1}
-mkdir -p "$OUT" "$W" && W=$(cd "$W" && pwd) || exit 1
 here=$(cd "$(dirname "$0")" && pwd) # this harness's directory (share/bench/bwd)
 [ -d "$base/src/kernels/sm90" ] || { echo "ab.sh: $base has no src/kernels/sm90"; exit 1; }
-[ -f "$base/share/bench/bwd/bwd_bench.cu" ] || { mkdir -p "$base/share/bench" && cp -r "$here" "$base/share/bench/"; }
-[ -f "$base/share/bench/harness.h" ] || cp "$here/../harness.h" "$base/share/bench/"
-# build DIR LABEL FLAGS: bwd_bench of DIR's sources with FLAGS, as $W/LABEL
-build() {
-  (cd "$1" && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude -Xcompiler -fopenmp $3 \
-    share/bench/bwd/bwd_bench.cu src/kernels/cuda_bwd.cu src/kernels/sm90/bwd_sm90.cu -o "$W/$2") > "$OUT/ab_build_$2.log" 2>&1
-}
-# the variants, checked before anything is built: flags_NAME holds each one's nvcc flags
+# the variants, checked before anything is made: flags_NAME holds each one's nvcc flags
 labels="base new"
 oldifs=$IFS
 IFS=';'
@@ -49,31 +44,38 @@ for v in ${AB_VARIANTS:-}; do
   IFS=$oldifs
   case $v in *:*) ;; *) echo "ab.sh: AB_VARIANTS entry '$v' is not name:flags"; exit 1 ;; esac
   name=${v%%:*}
-  case $name in ""|base|new|*[!A-Za-z0-9_]*) echo "ab.sh: variant name '$name' (letters, digits, _; not base or new)"; exit 1 ;; esac
+  case $name in
+    "" | base | new | table | *_prof | *[!A-Za-z0-9_]*)
+      echo "ab.sh: variant name '$name' (letters, digits, _; not base, new or table; not ending in _prof)"; exit 1 ;;
+  esac
+  case " $labels " in *" $name "*) echo "ab.sh: variant name '$name' given twice"; exit 1 ;; esac
   labels="$labels $name"
   eval "flags_$name=\${v#*:}"
 done
 IFS=$oldifs
-pids=""
+mkdir -p "$OUT" "$W" && W=$(cd "$W" && pwd) || exit 1
+[ -f "$base/share/bench/bwd/bwd_bench.cu" ] || { mkdir -p "$base/share/bench" && cp -r "$here" "$base/share/bench/"; }
+[ -f "$base/share/bench/harness.h" ] || cp "$here/../harness.h" "$base/share/bench/"
+# build DIR LABEL FLAGS: bwd_bench of DIR's sources with FLAGS, as $W/LABEL (log: ab_build_LABEL.log)
+build() {
+  (cd "$1" && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -Iinclude -Xcompiler -fopenmp $3 \
+    share/bench/bwd/bwd_bench.cu src/kernels/cuda_bwd.cu src/kernels/sm90/bwd_sm90.cu -o "$W/$2") > "$OUT/ab_build_$2.log" 2>&1
+}
+builds="" # "label:pid" of every build started
 for l in $labels; do
-  case $l in
-    base) build "$base" base "${AB_BASE_FLAGS:-}" & pids="$pids $!" ;;
-    *) eval "f=\${flags_$l:-}"; build . "$l" "$f" & pids="$pids $!" ;;
-  esac
+  if [ "$l" = base ]; then f=${AB_BASE_FLAGS:-}; d=$base; else eval "f=\${flags_$l:-}"; d=.; fi
+  build "$d" "$l" "$f" &
+  builds="$builds $l:$!"
+  if [ -n "${AB_ITEMPROF:-}" ]; then
+    build "$d" "${l}_prof" "$f -DFMBWD_PROF" &
+    builds="$builds ${l}_prof:$!"
+  fi
 done
-if [ -n "${AB_ITEMPROF:-}" ]; then
-  build "$base" base_prof "${AB_BASE_FLAGS:-} -DFMBWD_PROF" & pids="$pids $!"
-  for l in $labels; do
-    [ "$l" = base ] && continue
-    eval "f=\${flags_$l:-}"
-    build . "${l}_prof" "$f -DFMBWD_PROF" & pids="$pids $!"
-  done
-fi
-bad=0
-for p in $pids; do wait "$p" || bad=1; done
-if [ $bad = 1 ]; then
-  for f in "$OUT"/ab_build_*.log; do [ -s "$f" ] && grep -l -i "error" "$f" > /dev/null && { echo "== $f"; tail -20 "$f"; }; done
-  echo "ab.sh: a build failed"
+bad=""
+for b in $builds; do wait "${b#*:}" || bad="$bad ${b%%:*}"; done
+if [ -n "$bad" ]; then
+  for l in $bad; do echo "== the build of $l failed ($OUT/ab_build_$l.log):"; tail -20 "$OUT/ab_build_$l.log"; done
+  echo "ab.sh: a build failed:$bad"
   exit 1
 fi
 echo "ab.sh: built $labels${AB_ITEMPROF:+ (and their -DFMBWD_PROF builds)}"
@@ -87,7 +89,8 @@ fi
 if [ -n "${AB_ITEMPROF:-}" ]; then
   for l in $labels; do
     echo "== itemprof $l"
-    "$W/${l}_prof" itemprof 2>&1 | grep "^itemprof" | tee "$OUT/ab_itemprof_$l.txt" | cut -c1-220
+    "$W/${l}_prof" itemprof > "$OUT/ab_itemprof_$l.log" 2>&1 || { tail -20 "$OUT/ab_itemprof_$l.log"; echo "ab.sh: itemprof failed on $l"; exit 1; }
+    grep "^itemprof" "$OUT/ab_itemprof_$l.log" | cut -c1-220
   done
 fi
 for l in $labels; do : > "$OUT/ab_$l.txt"; done
@@ -101,4 +104,5 @@ while [ $r -le "$rounds" ]; do
 done
 args=""
 for l in $labels; do args="$args $l=$OUT/ab_$l.txt"; done
-python3 "$here/../ab_table.py" $args | tee "$OUT/ab_table.txt"
+python3 "$here/../ab_table.py" $args > "$OUT/ab_table.txt" || { cat "$OUT/ab_table.txt"; echo "ab.sh: ab_table.py failed"; exit 1; }
+cat "$OUT/ab_table.txt"

@@ -119,7 +119,7 @@ def self_test():
     for name, u, p in masks:
         text.append("visits %-22s %6d %3d bwd rows 64; 64: items 32768 unmasked %d partial %d; 80: items 32768 unmasked 1 partial 1"
                     % (name, 8192, 16, u * 1e6, p * 1e6))
-        text.append("%-22s %6d %3d %-6s %9.3f %9.1f %7.4f %8.4f sm90" % (name, 8192, 16, "bwd", f + a * u + c * p, 500.0, 0.5, 0.5))
+        text.append("%-22s %6d %3d %-6s %9.3f %9.1f %7.4f %8.4f sm90 (64-row steps)" % (name, 8192, 16, "bwd", f + a * u + c * p, 500.0, 0.5, 0.5))
     text.append("fmbench: passes bwd (TFLOP/s: FlashMask convention ...)")
     d = parse(text)
     check(len(d) == 5 and all(v["rows"] == 64 and "ms" in v for v in d.values()), "visits and bwd lines read")

@@ -39,4 +39,6 @@ for i in 1 2; do
 done
 grep -h "^bench" "$OUT/ab_base1.log" "$OUT/ab_base2.log" > "$OUT/ab_base.txt"
 grep -h "^bench" "$OUT/ab_new1.log" "$OUT/ab_new2.log" > "$OUT/ab_new.txt"
-python3 share/bench/ab_table.py base="$OUT/ab_base.txt" new="$OUT/ab_new.txt" | tee "$OUT/ab_table.txt"
+python3 "$(dirname "$0")/../ab_table.py" base="$OUT/ab_base.txt" new="$OUT/ab_new.txt" > "$OUT/ab_table.txt" ||
+  { cat "$OUT/ab_table.txt"; echo "ab.sh: ab_table.py failed"; exit 1; }
+cat "$OUT/ab_table.txt"

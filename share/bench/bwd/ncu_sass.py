@@ -16,8 +16,15 @@ Then:
                                                     export has no column for, the wgmma waits)
     python3 ncu_sass.py --range 2100 2700 fa4.csv   the instructions at those offsets (hex, from
                                                     the kernel's first instruction)
+    python3 ncu_sass.py --lines k.sass ours.csv     per source line (file:line) of the kernel: its
+                                                    share of the samples and of the executed
+                                                    instructions, and its top stall reason
     python3 ncu_sass.py --self-test                 checks the reader on a made-up export
 Offsets are from the kernel's first instruction, so two reports of one build line up.
+--lines reads the kernel's disassembly with line information, from a -lineinfo build of the
+same source and flags (same nvcc): cuobjdump -xelf all x.o; nvdisasm -g x.sm_90a.cubin > k.sass
+(the whole cubin; --function picks the kernel by a part of its mangled name, for example
+'bwd_kernelILi128ELi2ELi64ELb0', when it holds several).
 """
 import argparse
 import collections
@@ -109,6 +116,52 @@ def span(rows, lo, hi):
             for d in rows if lo <= d["offset"] < hi]
 
 
+def line_map(f, function=None):
+    """Offset -> 'file:line' from nvdisasm -g output: the '//## File "...", line N' markers
+    before each instruction, in the section of the function whose name holds function (the
+    first section when None)."""
+    m, cur, inside, seen = {}, "?", function is None, False
+    for ln in f:
+        if ln.lstrip().startswith(".section") and ".text." in ln:
+            if seen and inside:
+                break
+            name = ln.split(".text.", 1)[1].split(",")[0]
+            inside = function is None or function in name
+            seen = inside
+            cur = "?"
+            continue
+        if not inside:
+            continue
+        g = re.search(r'//## File "([^"]+)", line (\d+)', ln)
+        if g:
+            cur = "%s:%s" % (g.group(1).rsplit("/", 1)[-1], g.group(2))
+            continue
+        o = re.match(r"\s*/\*([0-9a-f]{4,})\*/", ln)
+        if o:
+            m[int(o.group(1), 16)] = cur
+    if not m:
+        raise ValueError("no instructions with offsets in the disassembly%s" % (" for '%s'" % function if function else ""))
+    return m
+
+
+def by_line(rows, lmap, top=30):
+    """Per source line: share of samples and of executed instructions, the top stall reason."""
+    ts = sum(num(d, SAMPLES) for d in rows) or 1.0
+    ti = sum(num(d, EXECUTED) for d in rows) or 1.0
+    smp, ins, why = collections.Counter(), collections.Counter(), collections.defaultdict(collections.Counter)
+    for d in rows:
+        k = lmap.get(d["offset"], "?")
+        smp[k] += num(d, SAMPLES)
+        ins[k] += num(d, EXECUTED)
+        for r in reasons(d):
+            why[k][r[6:]] += num(d, r)
+    lines = ["%-28s %8s %8s  %s" % ("source line", "samples", "inst", "top reason")]
+    for k, v in smp.most_common(top):
+        r = why[k].most_common(1)
+        lines.append("%-28s %7.2f%% %7.2f%%  %s" % (k, 100 * v / ts, 100 * ins[k] / ti, ("%s %.2f%%" % (r[0][0], 100 * r[0][1] / ts)) if r and r[0][1] else "-"))
+    return lines
+
+
 def self_test():
     head = ["Address", "Source", SAMPLES, "Warp Stall Sampling (Not-issued Samples)", EXECUTED, "stall_long_sb", "stall_wait",
             "stall_long_sb (Not Issued)"]
@@ -132,6 +185,23 @@ def self_test():
     h = hot(rows, 25)
     check(len(h) == 2 and h[0].startswith("00010") and "long_sb:30.00" in h[0], "hot instructions above the threshold")
     check(len(span(rows, 0x10, 0x20)) == 1, "an offset range")
+    dis = """\t.section\t.text._Z5otherv,"ax",@progbits
+\t//## File "/x/other.cu", line 9
+        /*0100*/                   NOP ;
+\t.section\t.text._Z10bwd_kernelILi128EEv,"ax",@progbits
+\t//## File "/src/kernels/sm90/bwd_sm90.cu", line 267
+        /*0000*/                   HGMMA.64x80x16.F32.BF16 R0, gdesc[UR4], RZ ;
+\t//## File "/src/kernels/sm90/ptx.cuh", line 30
+        /*0010*/              @!P0 BRA 0x0 ;
+\t//## File "/src/kernels/sm90/bwd_sm90.cu", line 267
+        /*0020*/                   FFMA.FTZ R1, R2, UR9, -R4 ;
+"""
+    lm = line_map(io.StringIO(dis), "bwd_kernelILi128")
+    check(lm == {0: "bwd_sm90.cu:267", 16: "ptx.cuh:30", 32: "bwd_sm90.cu:267"}, "the line map of the chosen function only")
+    bl = by_line(rows, lm)
+    check(bl[1].split()[0] == "bwd_sm90.cu:267" and "70.00%" in bl[1] and "90.00%" in bl[1] and "wait 68.00%" in bl[1],
+          "per source line: samples, instructions and the top reason summed over its instructions")
+    check(bl[2].split()[0] == "ptx.cuh:30" and "long_sb 30.00%" in bl[2], "the second line")
     return 0 if ok else 1
 
 
@@ -140,6 +210,9 @@ def main():
     ap.add_argument("csv", nargs="*", help="ncu --page source --print-source sass --csv exports")
     ap.add_argument("--hot", type=float, metavar="PCT", help="list the instructions with at least PCT%% of the stall samples")
     ap.add_argument("--range", nargs=2, metavar=("LO", "HI"), help="list the instructions at offsets [LO, HI) (hex)")
+    ap.add_argument("--lines", metavar="SASS", help="nvdisasm -g output of the kernel (a -lineinfo build): samples per source line")
+    ap.add_argument("--function", metavar="PART", help="with --lines: the kernel whose mangled name holds PART")
+    ap.add_argument("--top", type=int, default=30, help="with --lines: how many source lines (default 30)")
     ap.add_argument("--self-test", action="store_true", help="check the reader on a made-up export")
     a = ap.parse_args()
     if a.self_test:
@@ -150,7 +223,10 @@ def main():
         with open(p, newline="") as f:
             rows = load(f)
         print("=====", p)
-        if a.range:
+        if a.lines:
+            with open(a.lines) as f:
+                lines = by_line(rows, line_map(f, a.function), a.top)
+        elif a.range:
             lines = span(rows, int(a.range[0], 16), int(a.range[1], 16))
         elif a.hot is not None:
             lines = hot(rows, a.hot)

@@ -9,8 +9,9 @@
 # parse; peers_cp.py and cp_table.py compile; peers_cp.py --self-test passes, --help works and,
 # without torch, a run exits 77; cp_table.py turns hand-made P = 8 rows into the expected ratio
 # columns and verdicts. bwd/ncu_sass.py (the SASS-level reader of ncu exports), bwd/step_fit.py
-# (the three-term fit of fmbench -visits runs) and ab_table.py (the A/B scripts' table) compile
-# and their --self-tests pass; bwd/ab.sh runs end to end with a stand-in nvcc whose harness
+# (the three-term fit of fmbench -visits runs), ab_table.py (the A/B scripts' table) and
+# gpuclock.py (a run's SM clock and board power) compile and their --self-tests pass; compare.sh
+# prints a gpuclock line per run with a stand-in nvidia-smi; bwd/ab.sh runs end to end with a stand-in nvcc whose harness
 # builds print fixed times (the builds it makes, its checks, its rounds and its table). Skips (77)
 # without python3.
 . "$srcdir/tests/common.sh"
@@ -20,7 +21,7 @@ B="$srcdir/share/bench"
 t=test_bench_scripts.dir
 rm -rf "$t"; mkdir -p "$t"
 fail() { echo "FAIL: $*"; exit 1; }
-for f in peers.py compare_table.py peers_cp.py cp_table.py bwd/ncu_sass.py bwd/step_fit.py ab_table.py; do
+for f in peers.py compare_table.py peers_cp.py cp_table.py bwd/ncu_sass.py bwd/step_fit.py ab_table.py gpuclock.py; do
   $PY -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)" "$B/$f" "$t/$f.pyc" ||
     fail "$f does not compile"
 done
@@ -41,7 +42,7 @@ for mf in "" $mfs; do
   grep "^skip:" "$t/self"
 done
 # the context-parallel peer and table
-for f in bwd/ncu_sass.py bwd/step_fit.py ab_table.py; do
+for f in bwd/ncu_sass.py bwd/step_fit.py ab_table.py gpuclock.py; do
   $PY "$B/$f" --self-test > "$t/st" 2>&1 || { cat "$t/st"; fail "$f --self-test"; }
   grep -q "^ok: " "$t/st" || { cat "$t/st"; fail "$f --self-test checked nothing"; }
 done
@@ -165,8 +166,14 @@ case \$1 in
 *) exec $PY "\$@";;
 esac
 EOS
-chmod +x "$t/fm.sh" "$t/py.sh"
-LOG="$PWD/$t/log" FMBENCH="$PWD/$t/fm.sh" PYTHON3="$PWD/$t/py.sh" WORK="$t/w" \
+# a stand-in nvidia-smi: a sample every 50 ms at 1500 MHz and 650 W, the power cap active
+mkdir -p "$t/smi"
+cat > "$t/smi/nvidia-smi" <<'EOS'
+#!/bin/sh
+while :; do echo "2026/12/06 19:13:00.200, 100, 1500, 1980, 650.00, 700.00, 0x0000000000000004"; sleep 0.05; done
+EOS
+chmod +x "$t/fm.sh" "$t/py.sh" "$t/smi/nvidia-smi"
+PATH="$PWD/$t/smi:$PATH" LOG="$PWD/$t/log" FMBENCH="$PWD/$t/fm.sh" PYTHON3="$PWD/$t/py.sh" WORK="$t/w" \
   sh "$B/compare.sh" -masks full,document -seqlen 8192,32768 -heads 32 -reps 5 -seed 3 > "$t/cmp" 2>&1 ||
   { cat "$t/cmp"; fail "compare.sh with stand-ins exited nonzero"; }
 grep -q "^fmbench -masks full,document -seqlen 8192,32768 -heads 32 -reps 5 -warmup_s 2 -seed 3 -pass fwd,bwd " "$t/log" || { cat "$t/log"; fail "compare.sh's fmbench run"; }
@@ -174,6 +181,12 @@ grep -q "^fmbench -masks document -seqlen 8192 -mask_batch 16 -heads 32 -reps 5 
 [ "$(grep -c "^peers .*masks.h5 .*masks_mb.h5 -heads 32 -reps 5 -warmup_s 2 --pass fwd,bwd" "$t/log")" = 1 ] || { cat "$t/log"; fail "compare.sh's peers run (both files, the shape, no -seed)"; }
 grep -q -- "-seed" "$t/log" && grep "^peers" "$t/log" | grep -q -- "-seed" && fail "compare.sh gives -seed to peers.py"
 cat "$t/cmp"
+# each of the three runs under gpuclock.py, with the stand-in's clock and power
+for l in ours ours_mb peers; do
+  grep -Eq "^gpuclock $l: [0-9]+ busy samples of [0-9]+ over [0-9.]+ s: SM clock median 1500 MHz \(10%-90%: 1500-1500, max 1980\), power mean 650 W of the 700 W limit, power cap active in 100% of the busy samples$" "$t/cmp" ||
+    fail "compare.sh: no gpuclock line for the $l run"
+  [ -s "$t/w/clock_$l.csv" ] || fail "compare.sh kept no samples of the $l run"
+done
 # full fwd: Flex 600 * 28 / 40 = 420.0, cuDNN 600.0, FLASH and FA4 n/a; document: FLASH 500 * 16 / 16 = 500.0, ratio 1.00
 grep -Eq "^full +8192 +16 +600.0 +420.0 +n/a +600.0 +n/a +1.43 +n/a +1.00 +n/a +0.12 +0.06 +3.00" "$t/cmp" || fail "the full row (with our set-up ms, builder's and user bounds', beside create_block_mask's)"
 grep -Eq "^document +8192 +16 +500.0 +400.0 +500.0 +n/a +n/a +1.25 +1.00 +n/a +n/a +0.25 +0.50 +4.00" "$t/cmp" || fail "the document row"

@@ -201,7 +201,7 @@ for f in doc/*.md doc/*.svg README.md HACKING.md tutorials/ex1.c tutorials/ex2.c
     [ -f "$docdir/$r" ] || bad "$r was not installed in share/doc/flashmask"
   done
 done
-# the peers' comparison: compare.sh (executable) with the two Python files it runs from its own directory
+# the peers' comparison: compare.sh (executable) with the Python files it runs from its own directory
 cmp=$(find "$root" -path '*/flashmask/bench/compare.sh' | head -n 1)
 if [ -z "$cmp" ]; then bad "compare.sh was not installed in share/flashmask/bench"
 else

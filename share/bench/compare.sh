@@ -20,16 +20,26 @@
 #   PYTHON3 (default python3), WORK (directory for the mask files and CSVs, default ./fmbench-out),
 #   MASK_BATCH (the per-sample case's batch; default tokens / the first seqlen; 0: no such case),
 #   PEERS (peers.py --peers, default all), CBM (peers.py --cbm, default 1).
-# Output: the table on stdout, $WORK/compare.csv (one row per mask, length, batch and pass, every
-# TFLOP/s and ratio), and the raw $WORK/ours*.csv, $WORK/peers*.csv.
+# Output: a gpuclock line per run (share/bench/gpuclock.py: the SM clock and board power it ran
+# at), the table on stdout, $WORK/compare.csv (one row per mask, length, batch and pass, every
+# TFLOP/s and ratio), and the raw $WORK/ours*.csv, $WORK/peers*.csv, $WORK/clock_*.csv.
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 FMBENCH=${FMBENCH:-fmbench}
 PYTHON3=${PYTHON3:-python3}
 WORK=${WORK:-fmbench-out}
 mkdir -p "$WORK"
+# each run under gpuclock.py: its line gives the SM clock and board power it ran at (samples kept
+# in $WORK/clock_LABEL.csv)
+clocked() {
+  label=$1
+  shift
+  $PYTHON3 "$here/gpuclock.py" run --label "$label" -o "$WORK/clock_$label.csv" -- "$@"
+}
 run_fmbench() {
-  if [ -n "$MPIEXEC" ]; then $MPIEXEC -n 1 $FMBENCH "$@"; else $FMBENCH "$@"; fi
+  label=$1
+  shift
+  if [ -n "$MPIEXEC" ]; then clocked "$label" $MPIEXEC -n 1 $FMBENCH "$@"; else clocked "$label" $FMBENCH "$@"; fi
 }
 # the options: the passes, the shape (both fmbench runs and the peers), fmbench-only ones, the rest
 pass="" shape="" fmonly="" rest="" seq1="" tokens=131072 warm_s=2
@@ -54,17 +64,17 @@ shape="$shape -warmup_s $warm_s"
 seq1=${seq1:-8192}
 mb=${MASK_BATCH:-$((tokens / seq1))}
 [ "$mb" -ge 1 ] 2>/dev/null || mb=0
-rm -f "$WORK"/ours*.csv "$WORK"/peers*.csv "$WORK/compare.csv"
+rm -f "$WORK"/ours*.csv "$WORK"/peers*.csv "$WORK"/clock_*.csv "$WORK/compare.csv"
 # 1. ours, on the masks asked for, then the per-sample document case
-run_fmbench $rest $shape $fmonly -pass "$pass" -o "$WORK/masks.h5" -csv "$WORK/ours.csv"
+run_fmbench ours $rest $shape $fmonly -pass "$pass" -o "$WORK/masks.h5" -csv "$WORK/ours.csv"
 [ -e "$WORK/masks.h5" ] || { echo "compare.sh: fmbench wrote no mask file $WORK/masks.h5" >&2; exit 1; }
 if [ "$mb" -gt 1 ]; then
-  run_fmbench -masks document -seqlen "$seq1" -mask_batch "$mb" $shape $fmonly -pass "$pass" -o "$WORK/masks_mb.h5" -csv "$WORK/ours_mb.csv"
+  run_fmbench ours_mb -masks document -seqlen "$seq1" -mask_batch "$mb" $shape $fmonly -pass "$pass" -o "$WORK/masks_mb.h5" -csv "$WORK/ours_mb.csv"
 fi
 # 2. the peers on the same files and shapes, in one process (the compiled kernels are reused)
 files="$WORK/masks.h5"
 [ "$mb" -gt 1 ] && files="$files $WORK/masks_mb.h5"
-PYTHONUNBUFFERED=1 $PYTHON3 "$here/peers.py" $files $shape --pass "$pass" --peers "${PEERS:-flex,flex_flash,cudnn,fa4}" \
+PYTHONUNBUFFERED=1 clocked peers $PYTHON3 "$here/peers.py" $files $shape --pass "$pass" --peers "${PEERS:-flex,flex_flash,cudnn,fa4}" \
   --cbm "${CBM:-1}" -csv "$WORK/peers.csv"
 # 3. one table and compare.csv
 $PYTHON3 "$here/compare_table.py" "$WORK"

@@ -58,4 +58,5 @@ echo "compare rc=$rc ($(($(date +%s) - t0)) s)"
 [ $rc = 0 ] || tail -30 "$OUT/compare.log"
 cp /tmp/fmwork/*.csv "$OUT/" 2>/dev/null
 grep -E "failed on|MISSING|FlashAttention-4 from" "$OUT/compare.log" | cut -c1-200 | head -20
+grep "^gpuclock" "$OUT/compare.log" # the clock and power each run went at
 sed -n '/^== /,$p' "$OUT/compare.log" | grep -v "^ *$" | cut -c1-160

@@ -17,6 +17,7 @@ clock it ran at.
 """
 import argparse
 import io
+import os
 import shutil
 import statistics
 import subprocess
@@ -80,11 +81,13 @@ def summary(samples, label, seconds=None):
 
 def sampler(interval, out):
     """nvidia-smi sampling into out (a file), or None without nvidia-smi; a driver that does not
-    know the reasons field gets the query without it."""
+    know the reasons field gets the query without it. The GPU: the first of CUDA_VISIBLE_DEVICES
+    (an index or a UUID, as nvidia-smi -i takes them), else 0."""
     if not shutil.which("nvidia-smi"):
         return None
+    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
     for fields in (FIELDS, FIELDS_OLD):
-        p = subprocess.Popen(["nvidia-smi", "-i", "0", "--query-gpu=" + fields, "--format=csv,noheader,nounits", "-lms", str(interval)],
+        p = subprocess.Popen(["nvidia-smi", "-i", gpu, "--query-gpu=" + fields, "--format=csv,noheader,nounits", "-lms", str(interval)],
                              stdout=out, stderr=subprocess.DEVNULL)
         time.sleep(0.3)
         if p.poll() is None or p.returncode == 0:
@@ -92,26 +95,44 @@ def sampler(interval, out):
     return None
 
 
+def stop(p):
+    if p is None or p.poll() is not None:
+        return
+    p.terminate()
+    try:
+        p.wait(5)
+    except subprocess.TimeoutExpired:
+        p.kill()
+
+
 def run(a):
+    """The command under the sampler; its exit status (127: it could not be started; 128 + n:
+    killed by signal n). The sampler stops however the command ends, also when this process is
+    sent SIGTERM."""
     if not a.command:
         sys.exit("gpuclock.py run: no command (put it after --)")
+    import signal
     import tempfile
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with (open(a.o, "w+") if a.o else tempfile.TemporaryFile(mode="w+")) as buf:
-        smp = sampler(a.interval, buf)
-        t0 = time.time()
-        rc = subprocess.call(a.command)
-        secs = time.time() - t0
+        smp = None
+        try:
+            smp = sampler(a.interval, buf)
+            t0 = time.time()
+            try:
+                rc = subprocess.call(a.command)
+            except OSError as e:
+                print("gpuclock %s: cannot run %s: %s" % (a.label, a.command[0], e), file=sys.stderr, flush=True)
+                rc = 127
+            secs = time.time() - t0
+        finally:
+            stop(smp)
         if smp is None:
             print("gpuclock %s: no nvidia-smi (or it failed): nothing sampled" % a.label, flush=True)
-            return rc
-        smp.terminate()
-        try:
-            smp.wait(5)
-        except subprocess.TimeoutExpired:
-            smp.kill()
-        buf.seek(0)
-        print(summary(read(buf), a.label, secs), flush=True)
-    return rc
+        else:
+            buf.seek(0)
+            print(summary(read(buf), a.label, secs), flush=True)
+    return 128 - rc if rc < 0 else rc
 
 
 def self_test():

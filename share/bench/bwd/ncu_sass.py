@@ -120,13 +120,14 @@ def line_map(f, function=None):
     """Offset -> 'file:line' from nvdisasm -g output: the '//## File "...", line N' markers
     before each instruction, in the section of the function whose name holds function (the
     first section when None)."""
-    m, cur, inside, seen = {}, "?", function is None, False
+    m, cur, inside, seen = {}, "?", False, False
     for ln in f:
-        if ln.lstrip().startswith(".section") and ".text." in ln:
+        if ln.lstrip().startswith(".section"):  # every section ends the last; only code sections count
             if seen and inside:
                 break
-            name = ln.split(".text.", 1)[1].split(",")[0]
-            inside = function is None or function in name
+            text = ".text." in ln
+            name = ln.split(".text.", 1)[1].split(",")[0] if text else ""
+            inside = text and (function is None or function in name)
             seen = inside
             cur = "?"
             continue
@@ -136,8 +137,8 @@ def line_map(f, function=None):
         if g:
             cur = "%s:%s" % (g.group(1).rsplit("/", 1)[-1], g.group(2))
             continue
-        o = re.match(r"\s*/\*([0-9a-f]{4,})\*/", ln)
-        if o:
+        o = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s*(\S*)", ln)
+        if o and not o.group(2).startswith("."):  # not a data directive (.byte, .word, ...)
             m[int(o.group(1), 16)] = cur
     if not m:
         raise ValueError("no instructions with offsets in the disassembly%s" % (" for '%s'" % function if function else ""))
@@ -185,7 +186,9 @@ def self_test():
     h = hot(rows, 25)
     check(len(h) == 2 and h[0].startswith("00010") and "long_sb:30.00" in h[0], "hot instructions above the threshold")
     check(len(span(rows, 0x10, 0x20)) == 1, "an offset range")
-    dis = """\t.section\t.text._Z5otherv,"ax",@progbits
+    dis = """\t.section\t.nv.info,"",@"SHT_CUDA_INFO"
+        /*0000*/ \t.byte\t0x04, 0x11
+\t.section\t.text._Z5otherv,"ax",@progbits
 \t//## File "/x/other.cu", line 9
         /*0100*/                   NOP ;
 \t.section\t.text._Z10bwd_kernelILi128EEv,"ax",@progbits
@@ -195,9 +198,12 @@ def self_test():
         /*0010*/              @!P0 BRA 0x0 ;
 \t//## File "/src/kernels/sm90/bwd_sm90.cu", line 267
         /*0020*/                   FFMA.FTZ R1, R2, UR9, -R4 ;
+\t.section\t.nv.global.init,"aw",@progbits
+        /*0000*/ \t.byte\t0x01, 0x02
 """
     lm = line_map(io.StringIO(dis), "bwd_kernelILi128")
     check(lm == {0: "bwd_sm90.cu:267", 16: "ptx.cuh:30", 32: "bwd_sm90.cu:267"}, "the line map of the chosen function only")
+    check(line_map(io.StringIO(dis)) == {0x100: "other.cu:9"}, "no function named: the first code section, data sections left out")
     bl = by_line(rows, lm)
     check(bl[1].split()[0] == "bwd_sm90.cu:267" and "70.00%" in bl[1] and "90.00%" in bl[1] and "wait 68.00%" in bl[1],
           "per source line: samples, instructions and the top reason summed over its instructions")

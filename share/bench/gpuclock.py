@@ -6,7 +6,8 @@ read 582 TFLOP/s in one call and 625-637 in four runs of another). A timing is r
 clock it ran at.
 
     python3 gpuclock.py run [--label L] [-o CSV] [--interval MS] -- COMMAND [ARGS...]
-        runs COMMAND while nvidia-smi samples the first GPU every MS ms (default 100; the samples
+        runs COMMAND while nvidia-smi samples its first GPU (CUDA_VISIBLE_DEVICES' first entry, else
+        0) every MS ms (default 100; the samples
         into CSV when given), then prints one line and exits with COMMAND's status:
         gpuclock L: N busy samples of M over T s: SM clock median C MHz (10%-90%: A-B, max X),
         power mean P W of the L W limit, power cap active in Z% of the busy samples

@@ -20,9 +20,11 @@ import argparse
 import io
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 FIELDS = "timestamp,utilization.gpu,clocks.sm,clocks.max.sm,power.draw,power.limit,clocks_throttle_reasons.active"
@@ -112,8 +114,6 @@ def run(a):
     sent SIGTERM."""
     if not a.command:
         sys.exit("gpuclock.py run: no command (put it after --)")
-    import signal
-    import tempfile
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with (open(a.o, "w+") if a.o else tempfile.TemporaryFile(mode="w+")) as buf:
         smp = None

@@ -308,7 +308,7 @@ template <int BM> __device__ __forceinline__ void store_ds(const uint32_t *ps, u
   /* dsaddr is 1024-byte aligned and row kr0 + 8 has kr0's swizzle, so unit k of row kr0 is
      a ^ (k << 4) with a = dsaddr + kr0 * 128 + t4 * 4 + ((kr0 & 7) << 4) (bits 4..6 of the rest
      are zero), and row kr0 + 8 lies 1024 bytes further: one LOP3 per pair of stores. */
-  uint32_t a = me.kr0 * 128 + me.t4 * 4 + ((me.kr0 & 7) << 4);
+  uint32_t a = dst_off<BM>(me);
   reg_fence(a);
   a += dsaddr;
 #pragma unroll
@@ -330,8 +330,7 @@ template <int BM> __device__ __forceinline__ void store_ds(const uint32_t *ps, u
  */
 __device__ __forceinline__ void store_ds_t(const uint32_t *ps, uint32_t dsaddr, const Me &me)
 {
-  const int q = 8 * (me.lane >> 4) + (me.lane & 7), ku = 2 * me.w + ((me.lane >> 3) & 1);
-  uint32_t a = dsaddr + me.cw * (80 * 128) + q * 128 + ((ku ^ (q & 7)) << 4);
+  uint32_t a = dsaddr + dst_off<80>(me);
   reg_fence(a);
 #pragma unroll
   for (int u = 0; u < 5; u++) stmatrix_x4_trans(a + u * 2048, ps[4 * u], ps[4 * u + 1], ps[4 * u + 2], ps[4 * u + 3]);

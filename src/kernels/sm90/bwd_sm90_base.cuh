@@ -285,6 +285,36 @@ struct Me {
   int cw, wt, w, lane, t4, kr0; /* key rows kr0, kr0 + 8 of the block */
 };
 
+/* The thread's part of its dS store address (the caller adds the buffer's, and the reg_fence that
+   keeps ptxas from holding it across the loop: held in registers, the two offsets measured level,
+   0.996 geometric mean, H100, 2026-12-07). 80 rows (store_ds_t): query row
+   q = 8 (lane >> 4) + (lane & 7) of the consumer's 80 x 128-byte chunk, 16-byte unit
+   ku ^ (q & 7), ku = 2 w + ((lane >> 3) & 1). Otherwise (store_ds): key row kr0 (128 bytes),
+   unit 0 swizzled by the row, the thread's word t4. */
+template <int BM> __device__ __forceinline__ uint32_t dst_off(const Me &me)
+{
+  if constexpr (BM == 80) {
+    const int q = 8 * (me.lane >> 4) + (me.lane & 7), ku = 2 * me.w + ((me.lane >> 3) & 1);
+    return me.cw * (80 * 128) + q * 128 + ((ku ^ (q & 7)) << 4);
+  } else return me.kr0 * 128 + me.t4 * 4 + ((me.kr0 & 7) << 4);
+}
+
+/* The thread's part of its dQ staging address (stage_dq). 80 rows: row q = 8 kp + 2 t4 + e,
+   column c = 16 w + lane / 4 + 8 h of 64 floats, at 4 (64 q + fmbwd_swz(c, q)); fmbwd_swz flips
+   bit 3 of c by e ^ (t4 >> 1) and bit 4 by (t4 & 1) ^ kp, that is bits 5 and 6 of the byte offset,
+   which 256 q (bits 8 and up) does not carry into: the address of (kp, h, e) is
+   (stage + dqt_off) ^ (32 (h ^ e) + 64 kp), plus 256 e + 2048 kp. Otherwise: row r0 = 16 w + lane / 4
+   (256 bytes), column 2 t4 swizzled by the row; row r0 + 8 is 2048 bytes further with bit 6 flipped. */
+template <int BM> __device__ __forceinline__ uint32_t dqt_off(const Me &me)
+{
+  if constexpr (BM == 80)
+    return 512 * me.t4 + 4 * ((me.lane >> 2) | ((me.t4 >> 1) << 3) | (((me.w & 1) ^ (me.t4 & 1)) << 4) | ((me.w >> 1) << 5));
+  else {
+    const int r0 = me.w * 16 + (me.lane >> 2);
+    return 256 * r0 + 8 * me.t4 + 4 * fmbwd_swz_bits(r0);
+  }
+}
+
 /* The dQ block of a step, as its writer warp needs it (see dq_writer): the block's turn word
    ((batch, query head, query block) x 4 + column or row half), this block's turn (the key block
    kb, or 2 kb + consumer for d = 64 on 64-row steps) and its first accumulator row in units of 64

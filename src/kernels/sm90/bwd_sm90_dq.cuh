@@ -18,36 +18,31 @@ __device__ __forceinline__ void stage_dq(const float *dq, float *stg, const DqSt
 {
   if constexpr (BM == 80) {
     /* dQ^T's fragments (gemm_dqt): adjacent registers are adjacent rows, so one 32-bit store
-       each, row q = 8k + 2 t4 + e, column c = 16 w + lane / 4 + 8 h; for fixed (e, h) and k's
-       parity the swizzled column is one per thread (fmbwd_swz uses the row's bits 0..3), so
-       eight base addresses and k / 2 x 4096 bytes. The warp's 32 stores of one instruction
-       cover 4 rows x 8 columns on 32 distinct banks. */
-    uint32_t base[8];
-#pragma unroll
-    for (int x = 0; x < 8; x++) {
-      const int e = x & 1, h = (x >> 1) & 1, kp = x >> 2, q = 8 * kp + 2 * me.t4 + e;
-      base[x] = smem_u32(stg) + 4 * (q * 64 + fmbwd_swz(16 * me.w + (me.lane >> 2) + 8 * h, q));
-      reg_fence(base[x]);
-    }
+       each, row q = 8k + 2 t4 + e, column c = 16 w + lane / 4 + 8 h. For k's parity kp, h and e
+       the swizzled address is one of four XORs of the thread's base (dqt_off) plus a constant
+       (256 e + 2048 kp + 4096 (k / 2), the stores' immediates). The warp's 32 stores of one
+       instruction cover 4 rows x 8 columns on 32 distinct banks. */
+    uint32_t a = dqt_off<80>(me);
+    reg_fence(a);
+    a += smem_u32(stg);
+    const uint32_t base[4] = {a, a ^ 32u, a ^ 64u, a ^ 96u};
 #pragma unroll
     for (int k = 0; k < 10; k++)
 #pragma unroll
       for (int h = 0; h < 2; h++)
 #pragma unroll
         for (int e = 0; e < 2; e++)
-          st_u32(base[(k & 1) * 4 + h * 2 + e] + (k >> 1) * 4096, __float_as_uint(dq[4 * k + 2 * h + e]));
+          st_u32(base[(h ^ e) + 2 * (k & 1)] + 256 * e + 2048 * (k & 1) + (k >> 1) * 4096, __float_as_uint(dq[4 * k + 2 * h + e]));
   } else {
     /* fmbwd_swz flips only bits 3..4 of the column (fmbwd_swz_bits), so column 8k + 2 t4 of row r
        sits at byte 256 r + 8 t4 + 4 fmbwd_swz_bits(r) ^ 32 k; the staging buffer is 1024-byte
        aligned, so that is a(r) ^ (k << 5) with a(r) the buffer plus the rest: one LOP3 per store.
        d = 256: two planes of 64 columns (16 KB each), columns 64..127 of the consumer's half in the
        second. */
-    const int r0 = me.w * 16 + (me.lane >> 2), r1 = r0 + 8;
-    uint32_t a0 = 256 * r0 + 8 * me.t4 + 4 * fmbwd_swz_bits(r0), a1 = 256 * r1 + 8 * me.t4 + 4 * fmbwd_swz_bits(r1);
+    uint32_t a0 = dqt_off<BM>(me);
     reg_fence(a0);
-    reg_fence(a1);
     a0 += smem_u32(stg);
-    a1 += smem_u32(stg);
+    const uint32_t a1 = (a0 ^ 64u) + 2048u; /* row r0 + 8 (see dqt_off) */
 #pragma unroll
     for (int k = 0; k < 8 * Layout<D, ST, BM>::DQP; k++) {
       st_f2((a0 ^ (uint32_t)((k & 7) << 5)) + (k >> 3) * 16384, dq[4 * k], dq[4 * k + 1]);

@@ -8,7 +8,8 @@
 # ratios, n/a where a peer has no time). The context-parallel scripts: cp_multi.sh and cp_check.sh
 # parse; peers_cp.py and cp_table.py compile; peers_cp.py --self-test passes, --help works and,
 # without torch, a run exits 77; cp_table.py turns hand-made P = 8 rows into the expected ratio
-# columns and verdicts. bwd/ncu_sass.py (the SASS-level reader of ncu exports), bwd/step_fit.py
+# columns and verdicts. bwd/ncu_sass.py (the SASS-level reader of ncu exports), bwd/sass_step.py
+# (the dense step's instructions counted from cuobjdump), bwd/step_fit.py
 # (the three-term fit of fmbench -visits runs), ab_table.py (the A/B scripts' table) and
 # gpuclock.py (a run's SM clock and board power) compile and their --self-tests pass; compare.sh
 # prints a gpuclock line per run with a stand-in nvidia-smi; bwd/ab.sh runs end to end with a stand-in nvcc whose harness
@@ -42,7 +43,7 @@ for mf in "" $mfs; do
   grep "^skip:" "$t/self"
 done
 # the context-parallel peer and table
-for f in bwd/ncu_sass.py bwd/step_fit.py ab_table.py gpuclock.py; do
+for f in bwd/ncu_sass.py bwd/sass_step.py bwd/step_fit.py ab_table.py gpuclock.py; do
   $PY "$B/$f" --self-test > "$t/st" 2>&1 || { cat "$t/st"; fail "$f --self-test"; }
   grep -q "^ok: " "$t/st" || { cat "$t/st"; fail "$f --self-test checked nothing"; }
 done

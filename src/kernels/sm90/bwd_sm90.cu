@@ -306,8 +306,8 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
 template <int BM> __device__ __forceinline__ void store_ds(const uint32_t *ps, uint32_t dsaddr, const Me &me)
 {
   /* dsaddr is 1024-byte aligned and row kr0 + 8 has kr0's swizzle, so unit k of row kr0 is
-     a ^ (k << 4) with a = dsaddr + kr0 * 128 + t4 * 4 + ((kr0 & 7) << 4) (bits 4..6 of the rest
-     are zero), and row kr0 + 8 lies 1024 bytes further: one LOP3 per pair of stores. */
+     a ^ (k << 4) with a = dsaddr + dst_off (bits 4..6 of the rest are zero), and row kr0 + 8 lies
+     1024 bytes further: one LOP3 per pair of stores. */
   uint32_t a = dst_off<BM>(me);
   reg_fence(a);
   a += dsaddr;

@@ -307,9 +307,10 @@ template <int BM> __device__ __forceinline__ uint32_t dst_off(const Me &me)
    (256 bytes), column 2 t4 swizzled by the row; row r0 + 8 is 2048 bytes further with bit 6 flipped. */
 template <int BM> __device__ __forceinline__ uint32_t dqt_off(const Me &me)
 {
-  if constexpr (BM == 80)
-    return 512 * me.t4 + 4 * ((me.lane >> 2) | ((me.t4 >> 1) << 3) | (((me.w & 1) ^ (me.t4 & 1)) << 4) | ((me.w >> 1) << 5));
-  else {
+  if constexpr (BM == 80) {
+    const int q = 2 * me.t4; /* (kp, h, e) = 0 */
+    return 4 * (64 * q + fmbwd_swz(16 * me.w + (me.lane >> 2), q));
+  } else {
     const int r0 = me.w * 16 + (me.lane >> 2);
     return 256 * r0 + 8 * me.t4 + 4 * fmbwd_swz_bits(r0);
   }

@@ -19,6 +19,10 @@ Then:
     python3 ncu_sass.py --lines k.sass ours.csv     per source line (file:line) of the kernel: its
                                                     share of the samples and of the executed
                                                     instructions, and its top stall reason
+    python3 ncu_sass.py --wavefronts 3.36e6 ours.csv per opcode: shared-memory wavefronts per
+                                                    unit (here per step: the run's steps) and
+                                                    per executed warp instruction, against the
+                                                    export's ideal count
     python3 ncu_sass.py --self-test                 checks the reader on a made-up export
 Offsets are from the kernel's first instruction, so two reports of one build line up.
 --lines reads the kernel's disassembly with line information, from a -lineinfo build of the
@@ -35,6 +39,8 @@ import sys
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
+WAVES = "L1 Wavefronts Shared"
+WAVES_IDEAL = "L1 Wavefronts Shared Ideal"
 
 
 def load(f):
@@ -116,6 +122,25 @@ def span(rows, lo, hi):
             for d in rows if lo <= d["offset"] < hi]
 
 
+def wavefronts(rows, units):
+    """Lines: per opcode with shared-memory wavefronts (loads, stores, and the wgmma operand
+    reads ncu counts there), the wavefronts per unit of work (units: how many, for example the
+    run's steps), per executed warp instruction, and the ideal per instruction; then the total."""
+    wf, ideal, ins = collections.Counter(), collections.Counter(), collections.Counter()
+    for d in rows:
+        w = num(d, WAVES)
+        if w:
+            o = opcode(d["Source"])
+            wf[o] += w
+            ideal[o] += num(d, WAVES_IDEAL)
+            ins[o] += num(d, EXECUTED)
+    lines = ["%-32s %14s %10s %10s" % ("opcode", "per unit", "per inst", "ideal")]
+    for o, v in wf.most_common():
+        lines.append("%-32s %14.1f %10.2f %10.2f" % (o, v / units, v / (ins[o] or 1.0), ideal[o] / (ins[o] or 1.0)))
+    lines.append("%-32s %14.1f" % ("total", sum(wf.values()) / units))
+    return lines
+
+
 def line_map(f, function=None):
     """Offset -> 'file:line' from nvdisasm -g output: the '//## File "...", line N' markers
     before each instruction, in the section of the function whose name holds function (the
@@ -165,10 +190,10 @@ def by_line(rows, lmap, top=30):
 
 def self_test():
     head = ["Address", "Source", SAMPLES, "Warp Stall Sampling (Not-issued Samples)", EXECUTED, "stall_long_sb", "stall_wait",
-            "stall_long_sb (Not Issued)"]
-    body = [["0x100", "  HGMMA.64x80x16.F32.BF16 R0, gdesc[UR4], RZ", "10", "9", "100", "2", "8", "2"],
-            ["0x110", "  @!P0 BRA 0x100", "30", "30", "100", "30", "0", "30"],
-            ["0x120", "  FFMA.FTZ R1, R2, UR9, -R4", "60", "50", "800", "0", "60", "0"]]
+            "stall_long_sb (Not Issued)", WAVES, WAVES_IDEAL]
+    body = [["0x100", "  HGMMA.64x80x16.F32.BF16 R0, gdesc[UR4], RZ", "10", "9", "100", "2", "8", "2", "900", "900"],
+            ["0x110", "  @!P0 BRA 0x100", "30", "30", "100", "30", "0", "30", "0", "0"],
+            ["0x120", "  FFMA.FTZ R1, R2, UR9, -R4", "60", "50", "800", "0", "60", "0", "0", "0"]]
     text = '"Kernel Name","k"\n' + "\n".join(",".join('"%s"' % c for c in r) for r in [head] + body) + "\n"
     rows = load(io.StringIO(text))
     ok = True
@@ -186,6 +211,9 @@ def self_test():
     h = hot(rows, 25)
     check(len(h) == 2 and h[0].startswith("00010") and "long_sb:30.00" in h[0], "hot instructions above the threshold")
     check(len(span(rows, 0x10, 0x20)) == 1, "an offset range")
+    w = wavefronts(rows, 10)
+    check(len(w) == 3 and w[1].split()[:4] == ["HGMMA.64x80x16.F32.BF16", "90.0", "9.00", "9.00"] and w[2].split() == ["total", "90.0"],
+          "shared-memory wavefronts per unit and per instruction, only opcodes that have any")
     dis = """\t.section\t.nv.info,"",@"SHT_CUDA_INFO"
         /*0000*/ \t.byte\t0x04, 0x11
 \t.section\t.text._Z5otherv,"ax",@progbits
@@ -219,6 +247,8 @@ def main():
     ap.add_argument("--lines", metavar="SASS", help="nvdisasm -g output of the kernel (a -lineinfo build): samples per source line")
     ap.add_argument("--function", metavar="PART", help="with --lines: the kernel whose mangled name holds PART")
     ap.add_argument("--top", type=int, default=30, help="with --lines: how many source lines (default 30)")
+    ap.add_argument("--wavefronts", type=float, metavar="UNITS",
+                    help="shared-memory wavefronts per opcode, per UNITS (for example the run's steps) and per instruction")
     ap.add_argument("--self-test", action="store_true", help="check the reader on a made-up export")
     a = ap.parse_args()
     if a.self_test:
@@ -234,6 +264,8 @@ def main():
                 lines = by_line(rows, line_map(f, a.function), a.top)
         elif a.range:
             lines = span(rows, int(a.range[0], 16), int(a.range[1], 16))
+        elif a.wavefronts:
+            lines = wavefronts(rows, a.wavefronts)
         elif a.hot is not None:
             lines = hot(rows, a.hot)
         else:

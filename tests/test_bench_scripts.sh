@@ -92,6 +92,11 @@ grep -q "given twice" "$t/ab" || { cat "$t/ab"; fail "bwd/ab.sh: no message for 
 AB_VARIANTS="bad:-DBADCHECK" AB_CHECK=1 PATH="$PWD/$t/bin:$PATH" AB_TEST_LOG="$ablog" OUT="$t/abo" AB_WORK="$t/abw" sh "$B/bwd/ab.sh" "$t/base" 1 1 > "$t/ab" 2>&1 &&
   fail "bwd/ab.sh: a failed check did not stop the A/B"
 grep -q "check failed on bad" "$t/ab" && ! grep -q " ab 1$" "$ablog" || { cat "$t/ab" "$ablog"; fail "bwd/ab.sh: after a failed check, no message or rounds run"; }
+: > "$ablog"
+AB_VARIANTS="bad:-DBADCHECK;fast:-DFAST" AB_CHECK=1 AB_NOCHECK="bad" PATH="$PWD/$t/bin:$PATH" AB_TEST_LOG="$ablog" OUT="$t/abo" AB_WORK="$t/abw" \
+  sh "$B/bwd/ab.sh" "$t/base" 1 1 > "$t/ab" 2>&1 || { cat "$t/ab"; fail "bwd/ab.sh: a variant named in AB_NOCHECK was still checked"; }
+grep -q "^check bad: skipped (AB_NOCHECK)" "$t/ab" && [ "$(grep -c "^run .* check$" "$ablog")" = 2 ] && [ "$(grep -c " ab 1$" "$ablog")" = 4 ] ||
+  { cat "$t/ab" "$ablog"; fail "bwd/ab.sh: AB_NOCHECK: the other two builds checked, all four timed"; }
 echo "ab_table.py and bwd/ab.sh check out"
 $PY "$B/peers_cp.py" --self-test > "$t/pcp" 2>&1 || { cat "$t/pcp"; fail "peers_cp.py --self-test"; }
 grep -q "^ok: " "$t/pcp" || { cat "$t/pcp"; fail "peers_cp.py --self-test checked nothing"; }

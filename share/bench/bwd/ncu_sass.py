@@ -23,6 +23,10 @@ Then:
                                                     unit (here per step: the run's steps) and
                                                     per executed warp instruction, against the
                                                     export's ideal count
+    python3 ncu_sass.py --diff 3.36e6 fa4.csv ours.csv  two kernels that did the same work:
+                                                    executed warp instructions per unit for each,
+                                                    per opcode family (the name before the first
+                                                    dot), the largest differences first
     python3 ncu_sass.py --self-test                 checks the reader on a made-up export
 Offsets are from the kernel's first instruction, so two reports of one build line up.
 --lines reads the kernel's disassembly with line information, from a -lineinfo build of the
@@ -141,6 +145,25 @@ def wavefronts(rows, units):
     return lines
 
 
+def diff(rows_a, rows_b, units, least=1.0):
+    """Lines: per opcode family, both kernels' executed warp instructions per unit and B - A,
+    largest |B - A| first (families under `least` a unit either way left out); then the totals."""
+    def count(rows):
+        c = collections.Counter()
+        for d in rows:
+            c[opcode(d["Source"]).split(".")[0]] += num(d, EXECUTED)
+        return c
+    ca, cb = count(rows_a), count(rows_b)
+    lines = ["%-14s %10s %10s %10s" % ("family", "A", "B", "B - A")]
+    for o in sorted(set(ca) | set(cb), key=lambda o: (-abs(cb[o] - ca[o]), o)):
+        a, b = ca[o] / units, cb[o] / units
+        if abs(b - a) >= least:
+            lines.append("%-14s %10.1f %10.1f %+10.1f" % (o, a, b, b - a))
+    ta, tb = sum(ca.values()) / units, sum(cb.values()) / units
+    lines.append("%-14s %10.1f %10.1f %+10.1f" % ("total", ta, tb, tb - ta))
+    return lines
+
+
 def line_map(f, function=None):
     """Offset -> 'file:line' from nvdisasm -g output: the '//## File "...", line N' markers
     before each instruction, in the section of the function whose name holds function (the
@@ -211,6 +234,14 @@ def self_test():
     h = hot(rows, 25)
     check(len(h) == 2 and h[0].startswith("00010") and "long_sb:30.00" in h[0], "hot instructions above the threshold")
     check(len(span(rows, 0x10, 0x20)) == 1, "an offset range")
+    other = [dict(d) for d in rows]
+    other[2]["Source"] = "  FFMA R1, R2, R3, R4"
+    other[2][EXECUTED] = "1000"
+    other[1][EXECUTED] = "0"
+    df = diff(rows, other, 100)
+    check([l.split() for l in df[1:]] == [["FFMA", "8.0", "10.0", "+2.0"], ["BRA", "1.0", "0.0", "-1.0"],
+                                          ["total", "10.0", "11.0", "+1.0"]],
+          "two kernels per opcode family and unit, largest difference first, HGMMA (no difference) left out")
     w = wavefronts(rows, 10)
     check(len(w) == 3 and w[1].split()[:4] == ["HGMMA.64x80x16.F32.BF16", "90.0", "9.00", "9.00"] and w[2].split() == ["total", "90.0"],
           "shared-memory wavefronts per unit and per instruction, only opcodes that have any")
@@ -249,12 +280,21 @@ def main():
     ap.add_argument("--top", type=int, default=30, help="with --lines: how many source lines (default 30)")
     ap.add_argument("--wavefronts", type=float, metavar="UNITS",
                     help="shared-memory wavefronts per opcode, per UNITS (for example the run's steps) and per instruction")
+    ap.add_argument("--diff", type=float, metavar="UNITS",
+                    help="two exports of kernels that did the same work: executed instructions per opcode family and UNITS, and B - A")
     ap.add_argument("--self-test", action="store_true", help="check the reader on a made-up export")
     a = ap.parse_args()
     if a.self_test:
         return self_test()
     if not a.csv:
         ap.error("give at least one export")
+    if a.diff:
+        if len(a.csv) != 2:
+            ap.error("--diff compares exactly two exports")
+        with open(a.csv[0], newline="") as fa, open(a.csv[1], newline="") as fb:
+            print("A = %s, B = %s, per %g units" % (a.csv[0], a.csv[1], a.diff))
+            print("\n".join(diff(load(fa), load(fb), a.diff)))
+        return 0
     for p in a.csv:
         with open(p, newline="") as f:
             rows = load(f)

@@ -12,9 +12,10 @@
 # (the dense step's instructions counted from cuobjdump), bwd/step_fit.py
 # (the three-term fit of fmbench -visits runs), ab_table.py (the A/B scripts' table) and
 # gpuclock.py (a run's SM clock and board power) compile and their --self-tests pass; compare.sh
-# prints a gpuclock line per run with a stand-in nvidia-smi; bwd/ab.sh runs end to end with a stand-in nvcc whose harness
-# builds print fixed times (the builds it makes, its checks, its rounds and its table). Skips (77)
-# without python3.
+# prints a gpuclock line per run with a stand-in nvidia-smi; ab.sh (through bwd/ab.sh and
+# fwd/ab.sh) runs end to end with a stand-in nvcc whose harness builds print fixed times (the
+# builds it makes from which harness's sources, its checks, its profiles, its rounds and its
+# table). Skips (77) without python3.
 . "$srcdir/tests/common.sh"
 PY=${PYTHON3:-python3}
 $PY -c "import sys; sys.exit(sys.version_info < (3, 6))" 2>/dev/null || { echo "SKIP: no python3 (>= 3.6)"; exit 77; }
@@ -26,7 +27,7 @@ for f in peers.py compare_table.py peers_cp.py cp_table.py bwd/ncu_sass.py bwd/s
   $PY -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)" "$B/$f" "$t/$f.pyc" ||
     fail "$f does not compile"
 done
-for f in compare.sh gpu_check.sh cp_multi.sh cp_check.sh gpu_quick.sh sched.sh bwd/device_run.sh fwd/device_run.sh fwd/ab.sh bwd/ab.sh ab_fwd.sh; do sh -n "$B/$f" || fail "$f: sh -n"; done
+for f in compare.sh gpu_check.sh cp_multi.sh cp_check.sh gpu_quick.sh sched.sh bwd/device_run.sh fwd/device_run.sh ab.sh fwd/ab.sh bwd/ab.sh ab_fwd.sh; do sh -n "$B/$f" || fail "$f: sh -n"; done
 $PY "$B/peers.py" --help > "$t/help" 2>&1 || fail "peers.py --help exited $? (it must work without torch)"
 grep -q -- "--pass" "$t/help" || fail "peers.py --help does not list --pass"
 mfs=""
@@ -49,20 +50,23 @@ for f in bwd/ncu_sass.py bwd/sass_step.py bwd/step_fit.py ab_table.py gpuclock.p
 done
 # bwd/ab.sh with a stand-in nvcc: each "build" is a script whose bench times depend on its tree
 # (the base's 12.5 ms, this tree's 10) and its -D flags (-DFAST: 8 ms; -DFAIL_BUILD fails)
-mkdir -p "$t/bin" "$t/base/src/kernels/sm90" "$t/base/share/bench/bwd"
+mkdir -p "$t/bin" "$t/base/src/kernels/sm90" "$t/base/share/bench/bwd" "$t/base/share/bench/fwd"
 : > "$t/base/share/bench/bwd/bwd_bench.cu"
+: > "$t/base/share/bench/fwd/fwd_bench.cu"
 : > "$t/base/share/bench/harness.h"
 cat > "$t/bin/nvcc" <<'EOS'
 #!/bin/sh
-o="" flags=""
+o="" flags="" all=" $* "
 while [ $# -gt 0 ]; do case $1 in -o) o=$2; shift;; -D*) flags="$flags $1";; esac; shift; done
 tree=$(basename "$(pwd)")
 echo "build $tree$flags" >> "$AB_TEST_LOG"
+case $all in *" share/bench/fwd/fwd_bench.cu "*" src/kernels/sm90/fwd_sm90.cu "*) echo "srcs fwd" >> "$AB_TEST_LOG";;
+  *" share/bench/bwd/bwd_bench.cu "*" src/kernels/sm90/bwd_sm90.cu "*) echo "srcs bwd" >> "$AB_TEST_LOG";; *) echo "srcs ?" >> "$AB_TEST_LOG";; esac
 case $flags in *FAIL_BUILD*) echo "error: made to fail"; exit 1;; esac
 ms=10.0; case $flags in *-DFAST*) ms=8.0;; esac; [ "$tree" = base ] && ms=12.5
 ck='echo "check: 0 of 3 cases failed"'; case $flags in *BADCHECK*) ck='echo "check: 1 of 3 cases failed"; exit 1';; esac
 printf '#!/bin/sh\necho "run %s $*" >> "$AB_TEST_LOG"\ncase $1 in check) %s;;\n' "$tree$flags" "$ck" > "$o"
-printf 'itemprof) echo "itemprof S=8192 full";;\n*) echo "bench S=8192   B=16  full   %s ms  1.0 TFLOP/s"; echo "bench S=32768  B=4   causal GQA4  %s ms";;\nesac\n' $ms $ms >> "$o"
+printf 'itemprof) echo "itemprof S=8192 full";;\ntileprof) echo "tileprof S=8192 sliding_window";;\n*) echo "bench S=8192   B=16  full   %s ms  1.0 TFLOP/s"; echo "bench S=32768  B=4   causal GQA4  %s ms";;\nesac\n' $ms $ms >> "$o"
 chmod +x "$o"
 EOS
 chmod +x "$t/bin/nvcc"
@@ -72,6 +76,7 @@ PATH="$PWD/$t/bin:$PATH" AB_TEST_LOG="$ablog" OUT="$t/abo" AB_WORK="$t/abw" AB_V
   AB_ITEMPROF=1 sh "$B/bwd/ab.sh" "$t/base" 2 3 > "$t/ab" 2>&1 || { cat "$t/ab"; fail "bwd/ab.sh with a stand-in nvcc exited nonzero"; }
 [ "$(grep -c "^build " "$ablog")" = 8 ] || { cat "$ablog"; fail "bwd/ab.sh: expected 8 builds (4 versions, each with -DFMBWD_PROF too)"; }
 grep -q "^build base -DFMBWD_PROF$" "$ablog" && grep -q "^build .* -DFAST -DX -DFMBWD_PROF$" "$ablog" || { cat "$ablog"; fail "bwd/ab.sh: the builds' flags"; }
+[ "$(grep -c "^srcs bwd$" "$ablog")" = 8 ] || { cat "$ablog"; fail "bwd/ab.sh: the backward harness's sources in every build"; }
 [ "$(grep -c "^run .* check$" "$ablog")" = 3 ] && ! grep -q "^run base check" "$ablog" || { cat "$ablog"; fail "bwd/ab.sh: check on the three builds of this tree only"; }
 [ "$(grep -c "^run .* ab 3$" "$ablog")" = 8 ] || { cat "$ablog"; fail "bwd/ab.sh: 2 rounds of 4 builds, ab 3"; }
 [ "$(grep -c "^run .*-DFMBWD_PROF itemprof$" "$ablog")" = 4 ] || { cat "$ablog"; fail "bwd/ab.sh: itemprof of the 4 -DFMBWD_PROF builds"; }
@@ -97,7 +102,19 @@ AB_VARIANTS="bad:-DBADCHECK;fast:-DFAST" AB_CHECK=1 AB_NOCHECK="bad" PATH="$PWD/
   sh "$B/bwd/ab.sh" "$t/base" 1 1 > "$t/ab" 2>&1 || { cat "$t/ab"; fail "bwd/ab.sh: a variant named in AB_NOCHECK was still checked"; }
 grep -q "^check bad: skipped (AB_NOCHECK)" "$t/ab" && [ "$(grep -c "^run .* check$" "$ablog")" = 2 ] && [ "$(grep -c " ab 1$" "$ablog")" = 4 ] ||
   { cat "$t/ab" "$ablog"; fail "bwd/ab.sh: AB_NOCHECK: the other two builds checked, all four timed"; }
-echo "ab_table.py and bwd/ab.sh check out"
+# fwd/ab.sh: the forward's sources, AB_NEW_FLAGS on the new build, AB_PROF of one version only, check WORD
+: > "$ablog"
+AB_NEW_FLAGS="-DNEWF" AB_PROF=new AB_CHECK=d256 PATH="$PWD/$t/bin:$PATH" AB_TEST_LOG="$ablog" OUT="$t/abo" AB_WORK="$t/abw" \
+  sh "$B/fwd/ab.sh" "$t/base" 2 1 > "$t/ab" 2>&1 || { cat "$t/ab"; fail "fwd/ab.sh with a stand-in nvcc exited nonzero"; }
+[ "$(grep -c "^srcs fwd$" "$ablog")" = 3 ] && ! grep -q "^srcs [^f]" "$ablog" || { cat "$ablog"; fail "fwd/ab.sh: 3 builds of the forward harness"; }
+grep -q "^build base$" "$ablog" && grep -q "^build .* -DNEWF$" "$ablog" && grep -q "^build .* -DNEWF -DFMFWD_PROF$" "$ablog" ||
+  { cat "$ablog"; fail "fwd/ab.sh: the builds' flags (AB_NEW_FLAGS, -DFMFWD_PROF of new only)"; }
+grep -q "^run .* check d256$" "$ablog" && [ "$(grep -c "^run .*-DFMFWD_PROF tileprof$" "$ablog")" = 1 ] && [ "$(grep -c " ab 1$" "$ablog")" = 4 ] ||
+  { cat "$ablog"; fail "fwd/ab.sh: check d256, tileprof of new, 2 rounds of 2 builds"; }
+grep -q "^tileprof S=8192" "$t/ab" && grep -q "^base / new over 2 cases" "$t/ab" || { cat "$t/ab"; fail "fwd/ab.sh: the profile line and the table"; }
+AB_HARNESS=xyz OUT="$t/abo" AB_WORK="$t/abw" sh "$B/ab.sh" "$t/base" > "$t/ab" 2>&1 && fail "ab.sh accepted AB_HARNESS=xyz"
+grep -q "AB_HARNESS=xyz" "$t/ab" || { cat "$t/ab"; fail "ab.sh: no message for an unknown harness"; }
+echo "ab_table.py, bwd/ab.sh and fwd/ab.sh check out"
 $PY "$B/peers_cp.py" --self-test > "$t/pcp" 2>&1 || { cat "$t/pcp"; fail "peers_cp.py --self-test"; }
 grep -q "^ok: " "$t/pcp" || { cat "$t/pcp"; fail "peers_cp.py --self-test checked nothing"; }
 $PY "$B/peers_cp.py" --help > "$t/pcp" 2>&1 || fail "peers_cp.py --help exited $? (it must work without torch)"

@@ -22,6 +22,9 @@
  *   ./fwd_bench wsweep [reps] sliding windows of 150 to 3000 keys at 8K (d = 128, H = 32): the three
  *                            schedules side by side, where auto's static-or-dynamic rule is decided
  *   ./fwd_bench prof S kind [d]  one warm-up and one call (ncu -k regex:fwd_kernel -s 1 -c 1); kind: name or index
+ *   ./fwd_bench tileprof [reps]  a -DFMFWD_PROF build: the masks with bound vectors at 8K and 32K (d = 128) under a
+ *                            persistent schedule (FWD_SCHED, default dynamic here), each with a consumer's cycles per
+ *                            tile by phase
  *   ./fwd_bench rho          host only: each mask's rho and element density at 8K and 32K
  *   ./fwd_bench probe        exit 0 when a CUDA device is there, 2 when not
  */
@@ -42,6 +45,10 @@ static int g_sm90 = 0; /* the current device is sm_90 (the library's condition f
    -fm_sm90_schedule and -fm_sm90_ctas); the sched mode times all three itself */
 static int g_sched = FM_GPU_SCHED_GRID, g_ctas = 0;
 static const char *const kSchedName[3] = {"grid", "static", "dynamic"};
+#ifdef FMFWD_PROF
+static int g_tileprof = 0; /* tileprof: where a persistent tile's time goes (a -DFMFWD_PROF build) */
+cudaError_t FMFwdSm90Prof(unsigned long long *sum); /* fwd_sm90.cu, that build only */
+#endif
 
 /* The device copy of a host mask, through the library's prepass: all four vectors, or none where
    they hide nothing (full, causal), as the library uploads its full and causal masks. */
@@ -329,6 +336,28 @@ static float bench_case(int S, MaskKind kind, int D, int H, int reps, int Hkv = 
   printf("bench S=%-6d B=%-3d H=%-3d kv=%-3d d=%-3d %-16s %9.3f ms %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f %s\n", S, B,
          H, Hkv, D, mask_name[kind], med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho,
          path_name(path));
+#ifdef FMFWD_PROF
+  if (g_tileprof) { /* one more call with the counters zeroed first: a consumer's cycles per tile by phase */
+    using namespace fmsm90;
+    unsigned long long c[FPROF_N];
+    CK(FMFwdSm90Prof(c)); /* zeroes the counters */
+    forward(&gp, 0);
+    CK(cudaDeviceSynchronize());
+    CK(FMFwdSm90Prof(c));
+    const double tiles = c[FPROF_TILES] ? (double)c[FPROF_TILES] : 1.0; /* counted per consumer warpgroup */
+    auto per = [&](int k) { return c[k] / tiles / 1e3; };
+    const double first = per(FPROF_FIRST);
+    double rest = per(FPROF_ALL);
+    for (int k : {FPROF_LIST, FPROF_Q, FPROF_KW, FPROF_TURN, FPROF_VW, FPROF_MASK, FPROF_LAST, FPROF_EPI}) rest -= per(k);
+    rest -= first;
+    printf("tileprof S=%-6d %-16s %s %.2f blocks a tile (%.2f partial); per tile (kcycles, one consumer): all %6.2f = list wait %5.2f + "
+           "Q wait %5.2f + first block %5.2f + K waits %5.2f + turn waits %5.2f + V waits %5.2f + element tests %5.2f + last P.V %5.2f + "
+           "epilogue %5.2f + the rest (blocks 1..) %6.2f\n",
+           S, mask_name[kind], path_name(path), c[FPROF_BLOCKS] / tiles, c[FPROF_PARTIAL] / tiles, per(FPROF_ALL), per(FPROF_LIST),
+           per(FPROF_Q), first, per(FPROF_KW), per(FPROF_TURN), per(FPROF_VW), per(FPROF_MASK), per(FPROF_LAST), per(FPROF_EPI),
+           rest);
+  }
+#endif
   fflush(stdout);
   FMGpuMaskDestroy(dm);
   return med;
@@ -473,10 +502,10 @@ int main(int argc, char **argv)
     return 0;
   }
   if (mode != "probe" && mode != "check" && mode != "small" && mode != "prof" && mode != "ab" && mode != "abmask" && mode != "ab64" && mode != "ab256" && mode != "bench" &&
-      mode != "sched" && mode != "schedshort" && mode != "wsweep") {
+      mode != "sched" && mode != "schedshort" && mode != "wsweep" && mode != "tileprof") {
     fprintf(stderr,
-            "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], ab256 [reps], sched [reps], wsweep [reps], prof S kind [d], rho, "
-            "probe)\n",
+            "fwd_bench: unknown mode %s (check, small, bench [reps], ab [reps], ab256 [reps], sched [reps], wsweep [reps], prof S kind [d], "
+            "tileprof, rho, probe)\n",
             mode.c_str());
     return 2;
   }
@@ -509,6 +538,18 @@ int main(int argc, char **argv)
     for (MaskKind k : {M_FULL, M_CAUSAL, M_SWA, M_DOC}) bench_case(8192, k, 128, 32, reps);
     for (MaskKind k : {M_FULL, M_CAUSAL}) bench_case(32768, k, 128, 32, reps);
     return 0;
+  }
+  if (mode == "tileprof") { /* a -DFMFWD_PROF build: where a persistent tile's time goes, the masks with bound vectors */
+#ifndef FMFWD_PROF
+    fprintf(stderr, "tileprof: build with -DFMFWD_PROF\n");
+    return 2;
+#else
+    g_tileprof = 1;
+    if (g_sched == FM_GPU_SCHED_GRID) g_sched = FM_GPU_SCHED_DYNAMIC; /* the counters are the persistent kernel's */
+    for (int S : {8192, 32768})
+      for (MaskKind k : {M_SWA, M_DOC, M_SQ, M_PREFIX, M_RANDOM}) bench_case(S, k, 128, 32, reps);
+    return 0;
+#endif
   }
   if (mode == "abmask") { /* d = 128: the masks with bound vectors, at 8K and 32K */
     for (int S : {8192, 32768})

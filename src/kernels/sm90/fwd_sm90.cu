@@ -37,11 +37,13 @@
  * consumer_mainloop (mainloop.cuh) by warpgroup, then epilogue_store (epilogue.cuh); sizes and
  * layout in layout.cuh.
  */
+#define FMFWD_PROF_HERE /* fmfwd_prof (a -DFMFWD_PROF build) is defined here */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <math.h>
 #include "fwd_sm90.cuh"
 #include "tma_host.cuh"
@@ -256,10 +258,15 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
     }
   } else {
     setmaxnreg_inc<Cfg<D>::REG_CP>();
+#ifdef FMFWD_PROF
+    const bool pon = (tid & 127) == 0;
+#endif
     for (int t = 0;; t++) {
       const int buf = t & 1;
       const uint32_t ph = (t >> 1) & 1;
+      FMFWD_PROF_T(ta);
       mbar_wait(&pb.l_full[buf], ph);
+      FMFWD_PROF_ADD(pon, FPROF_LIST, ta);
       if (ld_s32(hdr + 16 * buf) < 0) break;
       unsigned char *qtile = smem + L::OFF_Q + buf * L::QB;
       float o[D / 2];
@@ -270,11 +277,15 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
         consumer_mainloop<D, ST, F16, 2>(p, smem, lists + buf * llen, ld_s32(hdr + 16 * buf + 4), bar, o, mrow, lrow, qtile,
                                          ph, ld_s32(hdr + 16 * buf + 8), src);
       }
+      FMFWD_PROF_T(te);
       epilogue_store<D, F16, GivenTile, true>(p, qtile, o, mrow, lrow, GivenTile{tile_coords<D>(p, ld_s32(hdr + 16 * buf), nm_of(), tid, wg)},
                                               &tmO);
+      FMFWD_PROF_ADD(pon, FPROF_EPI, te);
       /* the staging's stores were fenced for the TMA store, which has read them (the o32 path
          writes no shared memory): the list, and with it the Q buffer, may be used again */
       release(&pb.l_empty[buf], lane);
+      FMFWD_PROF_N(pon, FPROF_TILES, 1);
+      FMFWD_PROF_ADD(pon, FPROF_ALL, ta);
     }
   }
 }
@@ -407,6 +418,22 @@ template <int D, int ST, bool F16, int WIDE = kTilesBlock> static cudaError_t la
 }
 
 } /* namespace fmsm90 */
+
+#ifdef FMFWD_PROF
+/* The -DFMFWD_PROF build's counters (fmfwd_prof) summed over the CTAs into sum[FPROF_N], then zeroed
+   (fwd_bench tileprof). */
+cudaError_t FMFwdSm90Prof(unsigned long long *sum)
+{
+  static unsigned long long h[1024][fmsm90::FPROF_N];
+  cudaError_t e = cudaMemcpyFromSymbol(h, fmsm90::fmfwd_prof, sizeof h);
+  if (e != cudaSuccess) return e;
+  for (int k = 0; k < fmsm90::FPROF_N; k++) sum[k] = 0;
+  for (int c = 0; c < 1024; c++)
+    for (int k = 0; k < fmsm90::FPROF_N; k++) sum[k] += h[c][k];
+  memset(h, 0, sizeof h);
+  return cudaMemcpyToSymbol(fmsm90::fmfwd_prof, h, sizeof h);
+}
+#endif
 
 /* Stages per head dim (shared memory: Q + ST x (K + V) + bounds must fit in 227 KB). d = 256
    uses 64-key tiles: Q 64 KB + 2 x (32 + 32) KB + 2 x 1 KB mask data, about 193 KB before the

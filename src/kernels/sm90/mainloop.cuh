@@ -12,6 +12,52 @@
 
 namespace fmsm90 {
 
+/*
+ * Diagnostic build only (-DFMFWD_PROF; fwd_bench tileprof): the persistent kernel's consumers
+ * (the first thread of each consumer warpgroup) add the cycles (clock64) of the phases named by
+ * FmfwdProf into fmfwd_prof[CTA][slot] with fire-and-forget reductions. The default build has
+ * none of it (the macros expand to nothing).
+ */
+enum FmfwdProf {
+  FPROF_ALL = 0, /* a tile, from the wait for its block list to the release of its buffers */
+  FPROF_LIST,    /* waiting for the tile's block list (the builders) */
+  FPROF_Q,       /* waiting for the tile's Q */
+  FPROF_FIRST,   /* block 0: its K wait, turn, S GEMM, mask and softmax */
+  FPROF_KW,      /* blocks 1..: waiting for K */
+  FPROF_TURN,    /* blocks 1..: waiting for the turn of wgmma issue */
+  FPROF_VW,      /* blocks 1..: waiting for V */
+  FPROF_MASK,    /* blocks 1..: the element tests */
+  FPROF_LAST,    /* the last P.V: its V wait, turn and GEMM */
+  FPROF_EPI,     /* the epilogue (O staged, its stores issued, the LSE, the stores' read of the staging) */
+  FPROF_TILES,   /* tiles (one count per consumer warpgroup) */
+  FPROF_BLOCKS,  /* key blocks visited */
+  FPROF_PARTIAL, /* of them, blocks with element tests */
+  FPROF_N
+};
+#ifdef FMFWD_PROF
+#ifdef FMFWD_PROF_HERE /* fwd_sm90.cu, the one user (without relocatable device code an extern is a copy) */
+__device__ unsigned long long fmfwd_prof[1024][FPROF_N];
+#else /* for the templates of other includers (fwd_bench), which never instantiate them: a copy no kernel writes */
+static __device__ unsigned long long fmfwd_prof[1024][FPROF_N];
+#endif
+#define FMFWD_PROF_T(v) const long long v = clock64()
+#define FMFWD_PROF_ADD(on, slot, v)                                                                                         \
+  do {                                                                                                                      \
+    if (on)                                                                                                                 \
+      asm volatile("red.global.add.u64 [%0], %1;\n" ::"l"(&fmfwd_prof[blockIdx.x & 1023][slot]),                            \
+                   "l"((unsigned long long)(clock64() - (v)))                                                               \
+                   : "memory");                                                                                             \
+  } while (0)
+#define FMFWD_PROF_N(on, slot, n)                                                                                           \
+  do {                                                                                                                      \
+    if (on) asm volatile("red.global.add.u64 [%0], %1;\n" ::"l"(&fmfwd_prof[blockIdx.x & 1023][slot]), "l"((unsigned long long)(n)) : "memory"); \
+  } while (0)
+#else
+#define FMFWD_PROF_T(v)
+#define FMFWD_PROF_ADD(on, slot, v)
+#define FMFWD_PROF_N(on, slot, n)
+#endif
+
 /* S = Q K^T over d = 16 k-steps of 16; Q chunks hold BM rows (qch bytes), K chunks TN rows (kch bytes). */
 template <int TN, int QCH, bool F16> __device__ __forceinline__ void gemm_qk(float *s, uint32_t qaddr, uint32_t kaddr, int D)
 {
@@ -133,6 +179,9 @@ __device__ __forceinline__ void apply_mask(float *s, int e, const int4 *bnd, int
 template <class L>
 __device__ __forceinline__ void mask_entry(float *s, int e, const int4 *bnd, int row0, int colbase, int lane, int off, int sk)
 {
+#ifdef FMFWD_EXP_NOMASK /* timing only (wrong results): what the element tests cost */
+  return;
+#endif
   if constexpr (L::kCounted) {
     if (e & kCausal) mask_limit<L::TN>(s, row0, colbase, lane, off, sk);
   } else {
@@ -299,9 +348,17 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
   uint32_t pr[TN / 4];
   float corr[2];
   bool keep = false; /* the last softmax step kept the warp's max: O needs no rescale (corr = 1) */
+#ifdef FMFWD_PROF
+  const bool pon = (cc.tid & 127) == 0; /* the warpgroup's first thread counts */
+  FMFWD_PROF_N(pon, FPROF_BLOCKS, n);
+#endif
 #pragma unroll
   for (int i = 0; i < D / 2; i++) o[i] = 0.f;
-  mbar_wait(q_full, qph);
+  {
+    FMFWD_PROF_T(tq);
+    mbar_wait(q_full, qph);
+    FMFWD_PROF_ADD(pon, FPROF_Q, tq);
+  }
 
   if (n > 0) {
     constexpr int NC = Cfg<D>::NC;
@@ -316,6 +373,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
 
     /* block 0: S only */
     {
+      FMFWD_PROF_T(t1);
       const int e = list[0], kb = e & kBlockBits;
       const int st = r0 % ST;
       mbar_wait(&k_full[st], (r0 / ST) & 1);
@@ -332,14 +390,24 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       keep = softmax_step<TN, kRescaleSkipOn<D>>(s, mrow, lrow, c, corr);
 #pragma unroll
       for (int i = 0; i < TN / 4; i++) pr[i] = pack2<F16>(s[2 * i], s[2 * i + 1]);
+      FMFWD_PROF_N(pon, FPROF_PARTIAL, (e >> 28) & 7 ? 1 : 0);
+      FMFWD_PROF_ADD(pon, FPROF_FIRST, t1);
     }
     for (int i = 1; i < n; i++) {
       const int e = list[i], kb = e & kBlockBits;
       const int g = r0 + i;
       const int st = g % ST, pst = (g - 1) % ST;
       const uint32_t ph = (g / ST) & 1, pph = ((g - 1) / ST) & 1;
-      mbar_wait(&k_full[st], ph);
-      named_sync(mine, 256);
+      {
+        FMFWD_PROF_T(tk);
+        mbar_wait(&k_full[st], ph);
+        FMFWD_PROF_ADD(pon, FPROF_KW, tk);
+      }
+      {
+        FMFWD_PROF_T(tt);
+        named_sync(mine, 256);
+        FMFWD_PROF_ADD(pon, FPROF_TURN, tt);
+      }
       wgmma_fence();
       gemm_qk<TN, Cfg<D>::QCH, F16>(s, qaddr, kbase + st * L::KB, D);
       wgmma_commit();
@@ -347,7 +415,11 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
          P.V's wait instead, as FlashAttention-3/4 place it at d <= 128: +1.3% full 8K, -2.3%
          full 32K, causal document 8K +2..6%, H200 2026-12-01 (seventh session): not kept.) */
       if (!keep) rescale_o<D>(o, corr);
-      mbar_wait(&v_full[pst], pph);
+      {
+        FMFWD_PROF_T(tv);
+        mbar_wait(&v_full[pst], pph);
+        FMFWD_PROF_ADD(pon, FPROF_VW, tv);
+      }
       wgmma_fence();
       gemm_pv<D, TN, F16>(o, pr, vbase + pst * L::KB, p.vdesc_hi);
       wgmma_commit();
@@ -355,7 +427,12 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       wgmma_wait<1>();
 #pragma unroll
       for (int t = 0; t < TN / 2; t++) reg_fence(s[t]);
-      mask_entry<L>(s, e, bbase + st * TN, row0, kb * TN, lane, off, p.seqlen_k);
+      {
+        FMFWD_PROF_T(tm);
+        mask_entry<L>(s, e, bbase + st * TN, row0, kb * TN, lane, off, p.seqlen_k);
+        FMFWD_PROF_N(pon, FPROF_PARTIAL, (e >> 28) & 7 ? 1 : 0);
+        FMFWD_PROF_ADD(pon, FPROF_MASK, tm);
+      }
       release_k(&k_empty[st], lane);
       keep = softmax_step<TN, kRescaleSkipOn<D>>(s, mrow, lrow, c, corr);
       /* In the PTX the exponentials come before this wait, but ptxas schedules the wait (it reads
@@ -374,6 +451,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
     }
     /* last P.V */
     {
+      FMFWD_PROF_T(tl);
       const int g = r0 + n - 1;
       const int st = g % ST;
       const uint32_t ph = (g / ST) & 1;
@@ -388,6 +466,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
 #pragma unroll
       for (int t = 0; t < D / 2; t++) reg_fence(o[t]);
       release(&v_empty[st], lane);
+      FMFWD_PROF_ADD(pon, FPROF_LAST, tl);
     }
   }
 }

@@ -153,8 +153,10 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
  *     blockIdx.x + t * gridDim.x), build its block list with 96 threads into the list buffer of
  *     its parity and publish {tile, n, r0} in that list's header (r0: the ring position of
  *     the tile's first block, the sum of the CTA's earlier n); tile index -1 ends the CTA.
- *   warpgroups 1.. NC: the consumers, as in fwd_kernel, per tile; after the epilogue (which
- *     stages O through the tile's own Q buffer) they free the list and the Q buffer. What a
+ *   warpgroups 1.. NC: the consumers, as in fwd_kernel, per tile, with their turns of wgmma
+ *     issue running on across tiles (the first consumer starts the next tile while the others
+ *     finish this one); after the epilogue (which stages O through the tile's own Q buffer)
+ *     they free the list and the Q buffer. What a
  *     consumer needs of its tile it reads from the header (twice: before the mainloop and
  *     before the epilogue), so that no tile state stays live across the mainloop's registers.
  * Tile t's order (tile_coords): query blocks fastest, heaviest first, then heads, then samples.
@@ -261,6 +263,10 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
 #ifdef FMFWD_PROF
     const bool pon = (tid & 127) == 0;
 #endif
+    /* the consumers' turns run on across tiles (consumer_mainloop): the last consumer lets the
+       first one go once, here, and the first takes the last one's final arrival after its last
+       tile (a CTA without tiles too) */
+    if (wg == Cfg<D>::NC) named_arrive(kBarPing, 256);
     for (int t = 0;; t++) {
       const int buf = t & 1;
       const uint32_t ph = (t >> 1) & 1;
@@ -287,6 +293,7 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
       FMFWD_PROF_N(pon, FPROF_TILES, 1);
       FMFWD_PROF_ADD(pon, FPROF_ALL, ta);
     }
+    if (wg == 1) named_sync(kBarPing, 256);
   }
 }
 

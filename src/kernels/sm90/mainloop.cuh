@@ -369,7 +369,14 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
     /* The consumers' turns (ping-pong with two) at every d. FlashAttention-3 and -4
        drop theirs above d = 128; without ours at d = 256 the forward ran 1-2% slower on full and
        causal, 8K and 32K (H200, 2026-12-05, fwd_bench ab256): kept. */
-    if (cw == NC - 1) named_arrive(kBarPing, 256); /* consumer 0 issues first */
+    /* In the persistent kernel (NQ = 2) the turns run on from tile to tile: the last consumer lets
+       the first one go after its last P.V of a tile, so that the first consumer starts the next
+       tile while the others finish this one (the kernel makes the first and takes the last
+       arrival). The one-tile kernels start afresh: consumer 0 issues first. (Turns begun afresh
+       per tile in the persistent kernel too: sliding window, causal document and share question
+       1.5-5% slower at d = 128, 3-8% at d = 64, H100, 2026-12-07.) */
+    constexpr bool chain = NQ == 2;
+    if (!chain && cw == NC - 1) named_arrive(kBarPing, 256);
 
     /* block 0: S only */
     {
@@ -461,7 +468,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       wgmma_fence();
       gemm_pv<D, TN, F16>(o, pr, vbase + st * L::KB, p.vdesc_hi);
       wgmma_commit();
-      if (cw != NC - 1) named_arrive(other, 256); /* consumer 0's syncs are matched without the last one's */
+      if (chain || cw != NC - 1) named_arrive(other, 256); /* one-tile kernels: consumer 0's syncs are matched without the last one's */
       wgmma_wait<0>();
 #pragma unroll
       for (int t = 0; t < D / 2; t++) reg_fence(o[t]);

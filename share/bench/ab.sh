@@ -110,7 +110,7 @@ for l in $labels; do
   profiled "$l" || continue
   echo "== $pmode $l"
   "$W/${l}_prof" $pmode > "$OUT/ab_${pmode}_$l.log" 2>&1 || { tail -20 "$OUT/ab_${pmode}_$l.log"; echo "ab.sh: $pmode failed on $l"; exit 1; }
-  grep "^$pmode" "$OUT/ab_${pmode}_$l.log" | cut -c1-300
+  grep "^$pmode" "$OUT/ab_${pmode}_$l.log" | cut -c1-440
 done
 for l in $labels; do : > "$OUT/ab_$l.txt"; done
 r=1

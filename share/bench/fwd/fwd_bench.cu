@@ -352,9 +352,9 @@ static float bench_case(int S, MaskKind kind, int D, int H, int reps, int Hkv = 
     rest -= first;
     printf("tileprof S=%-6d %-16s %s %.2f blocks a tile (%.2f partial); per tile (kcycles, one consumer): all %6.2f = list wait %5.2f + "
            "Q wait %5.2f + first block %5.2f + K waits %5.2f + turn waits %5.2f + V waits %5.2f + element tests %5.2f + last P.V %5.2f + "
-           "epilogue %5.2f + the rest (blocks 1..) %6.2f\n",
+           "epilogue %5.2f (staging %4.2f, fence and barrier %4.2f) + the rest (blocks 1..) %6.2f\n",
            S, mask_name[kind], path_name(path), c[FPROF_BLOCKS] / tiles, c[FPROF_PARTIAL] / tiles, per(FPROF_ALL), per(FPROF_LIST),
-           per(FPROF_Q), first, per(FPROF_KW), per(FPROF_TURN), per(FPROF_VW), per(FPROF_MASK), per(FPROF_LAST), per(FPROF_EPI),
+           per(FPROF_Q), first, per(FPROF_KW), per(FPROF_TURN), per(FPROF_VW), per(FPROF_MASK), per(FPROF_LAST), per(FPROF_EPI), per(FPROF_EPI_STAGE), per(FPROF_EPI_SYNC),
            rest);
   }
 #endif

@@ -95,6 +95,10 @@ __device__ __forceinline__ void epilogue_store(const FMGpuFwdCore &p, unsigned c
       }
     }
   } else {
+#ifdef FMFWD_PROF
+    const bool pon = wt == 0;
+#endif
+    FMFWD_PROF_T(t0);
     unsigned char *stage = qtile + cw * 64 * 128;
     const int r0 = w * 16 + (lane >> 2), r1 = r0 + 8;
 #pragma unroll
@@ -106,9 +110,12 @@ __device__ __forceinline__ void epilogue_store(const FMGpuFwdCore &p, unsigned c
         pack2<F16>(o[4 * k + 2] * inv1, o[4 * k + 3] * inv1);
     }
     const int rowbase = m0 + cw * 64;
+    FMFWD_PROF_ADD(pon, FPROF_EPI_STAGE, t0);
     if constexpr (TMA_O) {
+      FMFWD_PROF_T(t1);
       fence_proxy_async(); /* the staging stores before the TMA reads them */
       named_sync(kBarEpi + cw, 128);
+      FMFWD_PROF_ADD(pon, FPROF_EPI_SYNC, t1);
       if (wt == 0) {
 #pragma unroll
         for (int c = 0; c < D / 64; c++) tma_store_4d(tmO, stage + c * Cfg<D>::QCH, c * 64, hq, rowbase, b);

@@ -12,52 +12,6 @@
 
 namespace fmsm90 {
 
-/*
- * Diagnostic build only (-DFMFWD_PROF; fwd_bench tileprof): the persistent kernel's consumers
- * (the first thread of each consumer warpgroup) add the cycles (clock64) of the phases named by
- * FmfwdProf into fmfwd_prof[CTA][slot] with fire-and-forget reductions. The default build has
- * none of it (the macros expand to nothing).
- */
-enum FmfwdProf {
-  FPROF_ALL = 0, /* a tile, from the wait for its block list to the release of its buffers */
-  FPROF_LIST,    /* waiting for the tile's block list (the builders) */
-  FPROF_Q,       /* waiting for the tile's Q */
-  FPROF_FIRST,   /* block 0: its K wait, turn, S GEMM, mask and softmax */
-  FPROF_KW,      /* blocks 1..: waiting for K */
-  FPROF_TURN,    /* blocks 1..: waiting for the turn of wgmma issue */
-  FPROF_VW,      /* blocks 1..: waiting for V */
-  FPROF_MASK,    /* blocks 1..: the element tests */
-  FPROF_LAST,    /* the last P.V: its V wait, turn and GEMM */
-  FPROF_EPI,     /* the epilogue (O staged, its stores issued, the LSE, the stores' read of the staging) */
-  FPROF_TILES,   /* tiles (one count per consumer warpgroup) */
-  FPROF_BLOCKS,  /* key blocks visited */
-  FPROF_PARTIAL, /* of them, blocks with element tests */
-  FPROF_N
-};
-#ifdef FMFWD_PROF
-#ifdef FMFWD_PROF_HERE /* fwd_sm90.cu, the one user (without relocatable device code an extern is a copy) */
-__device__ unsigned long long fmfwd_prof[1024][FPROF_N];
-#else /* for the templates of other includers (fwd_bench), which never instantiate them: a copy no kernel writes */
-static __device__ unsigned long long fmfwd_prof[1024][FPROF_N];
-#endif
-#define FMFWD_PROF_T(v) const long long v = clock64()
-#define FMFWD_PROF_ADD(on, slot, v)                                                                                         \
-  do {                                                                                                                      \
-    if (on)                                                                                                                 \
-      asm volatile("red.global.add.u64 [%0], %1;\n" ::"l"(&fmfwd_prof[blockIdx.x & 1023][slot]),                            \
-                   "l"((unsigned long long)(clock64() - (v)))                                                               \
-                   : "memory");                                                                                             \
-  } while (0)
-#define FMFWD_PROF_N(on, slot, n)                                                                                           \
-  do {                                                                                                                      \
-    if (on) asm volatile("red.global.add.u64 [%0], %1;\n" ::"l"(&fmfwd_prof[blockIdx.x & 1023][slot]), "l"((unsigned long long)(n)) : "memory"); \
-  } while (0)
-#else
-#define FMFWD_PROF_T(v)
-#define FMFWD_PROF_ADD(on, slot, v)
-#define FMFWD_PROF_N(on, slot, n)
-#endif
-
 /* S = Q K^T over d = 16 k-steps of 16; Q chunks hold BM rows (qch bytes), K chunks TN rows (kch bytes). */
 template <int TN, int QCH, bool F16> __device__ __forceinline__ void gemm_qk(float *s, uint32_t qaddr, uint32_t kaddr, int D)
 {

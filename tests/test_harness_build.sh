@@ -5,7 +5,7 @@
 # themselves), and each one's probe mode exits 0 with a GPU, 2 without one; the backward's item
 # order passes its host check (bwd_bench order), and the wide forward kernel's tiles theirs
 # (fwd_bench tiles); the forward kernel also compiles with its A/B
-# build variants; ptxas reports no spill and no warning for any Hopper kernel. Skips without CUDA.
+# build variants and its diagnostic build (tileprof); ptxas reports no spill and no warning for any Hopper kernel. Skips without CUDA.
 . "${srcdir:-.}/tests/common.sh"
 fm_skip_unless_cuda
 [ -n "$FM_NVCC" ] || { echo "SKIP: no nvcc recorded by configure"; exit 77; }
@@ -70,5 +70,15 @@ if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DF
   echo "ok   bwd_sm90.cu compiles with -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DFMBWD_DET_NOWAIT"
 else
   cat "$t/bvariants.log"; echo "FAIL: the backward's build variants do not compile"; fail=1
+fi
+# the forward's diagnostic build (fwd_bench tileprof: a tile's phases counted) compiles too: the
+# kernel with the counters and without the element tests, and the harness's profile mode
+if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFMFWD_PROF -DFMFWD_EXP_NOMASK -cubin \
+    "$src/src/kernels/sm90/fwd_sm90.cu" -o "$t/fprof.cubin" > "$t/fprof.log" 2>&1 &&
+  $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -Xcompiler -fopenmp -DFMFWD_PROF -c "$src/share/bench/fwd/fwd_bench.cu" \
+    -o "$t/fwd_bench_prof.o" >> "$t/fprof.log" 2>&1; then
+  echo "ok   fwd_sm90.cu compiles with -DFMFWD_PROF -DFMFWD_EXP_NOMASK, fwd_bench.cu with -DFMFWD_PROF"
+else
+  cat "$t/fprof.log"; echo "FAIL: the forward's diagnostic build does not compile"; fail=1
 fi
 exit $fail

@@ -959,18 +959,7 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
 
 #ifdef FMBWD_PROF
 /* Diagnostic build: the counters summed over the CTAs into sum[PROF_N], then zeroed. */
-cudaError_t FMBwdSm90Prof(unsigned long long *sum)
-{
-  static unsigned long long h[1024][fmbwd::PROF_N];
-  cudaError_t e = cudaMemcpyFromSymbol(h, fmbwd::fmbwd_prof, sizeof h);
-  if (e != cudaSuccess) return e;
-  for (int k = 0; k < fmbwd::PROF_N; k++) {
-    sum[k] = 0;
-    for (int c = 0; c < 1024; c++) sum[k] += h[c][k];
-  }
-  memset(h, 0, sizeof h);
-  return cudaMemcpyToSymbol(fmbwd::fmbwd_prof, h, sizeof h);
-}
+cudaError_t FMBwdSm90Prof(unsigned long long *sum) { return fm_prof_collect(fmbwd::fmbwd_prof, sum); }
 #endif
 
 int FMBwdSm90Supported(const FMGpuBwdParams *a)

@@ -237,10 +237,8 @@ enum FmbwdProf {
 __device__ unsigned long long fmbwd_prof[1024][PROF_N];
 #endif
 #define FMBWD_PROF_T(v) const long long v = clock64()
-#define FMBWD_PROF_ADD(slot, v)                                                                                             \
-  asm volatile("red.global.add.u64 [%0], %1;\n" ::"l"(&fmbwd_prof[blockIdx.x & 1023][slot]), "l"((unsigned long long)(clock64() - (v))) \
-               : "memory")
-#define FMBWD_PROF_ONE(slot) asm volatile("red.global.add.u64 [%0], 1;\n" ::"l"(&fmbwd_prof[blockIdx.x & 1023][slot]) : "memory")
+#define FMBWD_PROF_ADD(slot, v) red_add_u64(&fmbwd_prof[blockIdx.x & 1023][slot], (unsigned long long)(clock64() - (v)))
+#define FMBWD_PROF_ONE(slot) red_add_u64(&fmbwd_prof[blockIdx.x & 1023][slot], 1)
 #else
 #define FMBWD_PROF_T(v)
 #define FMBWD_PROF_ADD(slot, v)

@@ -43,7 +43,6 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <math.h>
 #include "fwd_sm90.cuh"
 #include "tma_host.cuh"
@@ -429,17 +428,7 @@ template <int D, int ST, bool F16, int WIDE = kTilesBlock> static cudaError_t la
 #ifdef FMFWD_PROF
 /* The -DFMFWD_PROF build's counters (fmfwd_prof) summed over the CTAs into sum[FPROF_N], then zeroed
    (fwd_bench tileprof). */
-cudaError_t FMFwdSm90Prof(unsigned long long *sum)
-{
-  static unsigned long long h[1024][fmsm90::FPROF_N];
-  cudaError_t e = cudaMemcpyFromSymbol(h, fmsm90::fmfwd_prof, sizeof h);
-  if (e != cudaSuccess) return e;
-  for (int k = 0; k < fmsm90::FPROF_N; k++) sum[k] = 0;
-  for (int c = 0; c < 1024; c++)
-    for (int k = 0; k < fmsm90::FPROF_N; k++) sum[k] += h[c][k];
-  memset(h, 0, sizeof h);
-  return cudaMemcpyToSymbol(fmsm90::fmfwd_prof, h, sizeof h);
-}
+cudaError_t FMFwdSm90Prof(unsigned long long *sum) { return fm_prof_collect(fmsm90::fmfwd_prof, sum); }
 #endif
 
 /* Stages per head dim (shared memory: Q + ST x (K + V) + bounds must fit in 227 KB). d = 256

@@ -231,14 +231,11 @@ static __device__ unsigned long long fmfwd_prof[1024][FPROF_N];
 #define FMFWD_PROF_T(v) const long long v = clock64()
 #define FMFWD_PROF_ADD(on, slot, v)                                                                                         \
   do {                                                                                                                      \
-    if (on)                                                                                                                 \
-      asm volatile("red.global.add.u64 [%0], %1;\n" ::"l"(&fmfwd_prof[blockIdx.x & 1023][slot]),                            \
-                   "l"((unsigned long long)(clock64() - (v)))                                                               \
-                   : "memory");                                                                                             \
+    if (on) red_add_u64(&fmfwd_prof[blockIdx.x & 1023][slot], (unsigned long long)(clock64() - (v)));                      \
   } while (0)
 #define FMFWD_PROF_N(on, slot, n)                                                                                           \
   do {                                                                                                                      \
-    if (on) asm volatile("red.global.add.u64 [%0], %1;\n" ::"l"(&fmfwd_prof[blockIdx.x & 1023][slot]), "l"((unsigned long long)(n)) : "memory"); \
+    if (on) red_add_u64(&fmfwd_prof[blockIdx.x & 1023][slot], (unsigned long long)(n));                                    \
   } while (0)
 #else
 #define FMFWD_PROF_T(v)

@@ -13,6 +13,13 @@ namespace fmsm90 {
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+/* A fire-and-forget 64-bit add to global memory (the diagnostic builds' counters, FMBWD_PROF and
+   FMFWD_PROF). */
+__device__ __forceinline__ void red_add_u64(unsigned long long *a, unsigned long long v)
+{
+  asm volatile("red.global.add.u64 [%0], %1;\n" ::"l"(a), "l"(v) : "memory");
+}
+
 /* ---------------- mbarriers ---------------- */
 __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count)
 {

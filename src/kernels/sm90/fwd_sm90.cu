@@ -82,7 +82,11 @@ __device__ __forceinline__ Barriers tile_start(unsigned char *smem, const CUtens
 /* The one-tile-per-CTA kernel on the mask's blocks. 176-key tiles listed with
    their mask data for d = 128 masks with bounds (each taking the element tests of the up to three
    blocks it overlaps) measured +0.3..+4% on prefix LM and random and -21..-25% on sliding
-   window, causal document and share question (H100, 2026-12-05, fwd_bench abmask): removed. */
+   window, causal document and share question (H100, 2026-12-05, fwd_bench abmask): removed.
+   Written again and timed through the library on the benchmark's 12 masks, where auto gives it
+   only the long-tile masks (grid schedule): -7..+5%, geometric mean 0.991 (prefix LM causal 32K
+   +3%, random eviction 32K +5%; prefix LM document and causal blockwise 8K, sliding window 32K
+   -6..-7%; H100, 2026-12-07): not kept. */
 template <int D, int ST, bool F16>
 __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   fwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,

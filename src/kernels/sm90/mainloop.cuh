@@ -160,7 +160,11 @@ template <int D> constexpr bool kRescaleSkipOn = D == 256;
 #endif
 
 /* Online softmax of one S tile (TN columns) held in registers; sets the correction factors for
-   O and returns whether they are 1 for the whole warp (the max kept: SKIP only, see kRescaleSkipOn). */
+   O and returns whether they are 1 for the whole warp (the max kept: SKIP only, see kRescaleSkipOn).
+   At d = 64 a step's exponentials need as many MUFU cycles as its products need tensor cycles
+   (ncu, full 8K: XU pipe 61%, tensor 58%). Part of them on the FMA pipe instead (2^f by a degree-4
+   polynomial, 10 instructions each; 4, 8 or 16 of a thread's 64) ran level, 3% and 8% slower
+   (H100, fwd_bench ab64, 2026-12-07): the issue slots they take cost more than MUFU frees. */
 template <int TN, bool SKIP> __device__ __forceinline__ bool softmax_step(float *s, float *mrow, float *lrow, float c, float *corr)
 {
   float mx0 = mrow[0], mx1 = mrow[1];

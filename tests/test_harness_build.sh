@@ -37,9 +37,9 @@ if [ -x "$t/fwd_bench" ]; then
   else cat "$t/tiles.log"; echo "FAIL: fwd_bench tiles"; fail=1; fi
 fi
 # the forward's A/B build variants (HACKING.md) compile too: the kernel alone, to a cubin
-if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE_RELEASE -DFM_SM90_HANG_CHECK -cubin \
+if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE_RELEASE -DFM_SM90_HANG_CHECK -DFM_SM90_FWD_DESC_AT=1 -cubin \
     "$src/src/kernels/sm90/fwd_sm90.cu" -o "$t/variants.cubin" > "$t/variants.log" 2>&1; then
-  echo "ok   fwd_sm90.cu compiles with -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE_RELEASE -DFM_SM90_HANG_CHECK"
+  echo "ok   fwd_sm90.cu compiles with -DFM_SM90_RESCALE_SKIP -DFM_SM90_LANE_RELEASE -DFM_SM90_HANG_CHECK -DFM_SM90_FWD_DESC_AT=1"
 else
   cat "$t/variants.log"; echo "FAIL: the forward's build variants do not compile"; fail=1
 fi

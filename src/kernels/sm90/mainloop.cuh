@@ -13,16 +13,28 @@
 namespace fmsm90 {
 
 /* S = Q K^T over d = 16 k-steps of 16; Q chunks hold BM rows (qch bytes), K chunks TN rows (kch bytes). */
-template <int TN, int QCH, bool F16> __device__ __forceinline__ void gemm_qk(float *s, uint32_t qaddr, uint32_t kaddr, int D)
+/* -DFM_SM90_FWD_DESC_AT=64 (or =1: every d), an A/B build: the products' k-step descriptors by
+   desc_at (one uniform 64-bit add each) instead of desc_join (an add and a move of each half). */
+#ifndef FM_SM90_FWD_DESC_AT
+#define FM_SM90_FWD_DESC_AT 0
+#endif
+template <int D> constexpr bool kDescAt = FM_SM90_FWD_DESC_AT == 1 || FM_SM90_FWD_DESC_AT == D;
+
+template <int TN, int QCH, bool F16, bool AT = false> __device__ __forceinline__ void gemm_qk(float *s, uint32_t qaddr, uint32_t kaddr, int D)
 {
   constexpr uint32_t kch = TN * 128;
   const uint32_t la = desc_lo(qaddr, 16), lb = desc_lo(kaddr, 16);
+  const uint64_t a0 = desc_join(la, desc_hi(1024)), b0 = desc_join(lb, desc_hi(1024));
 #pragma unroll
   for (int kk = 0; kk < 16; kk++) {
     if (kk < D / 16) {
-      const uint64_t da = desc_join(la + ((kk / 4) * QCH + (kk % 4) * 32) / 16, desc_hi(1024));
-      const uint64_t db = desc_join(lb + ((kk / 4) * kch + (kk % 4) * 32) / 16, desc_hi(1024));
-      wgmma_ss<TN, F16>(s, da, db, kk > 0);
+      if constexpr (AT) {
+        wgmma_ss<TN, F16>(s, desc_at(a0, (kk / 4) * QCH + (kk % 4) * 32), desc_at(b0, (kk / 4) * kch + (kk % 4) * 32), kk > 0);
+      } else {
+        const uint64_t da = desc_join(la + ((kk / 4) * QCH + (kk % 4) * 32) / 16, desc_hi(1024));
+        const uint64_t db = desc_join(lb + ((kk / 4) * kch + (kk % 4) * 32) / 16, desc_hi(1024));
+        wgmma_ss<TN, F16>(s, da, db, kk > 0);
+      }
     }
   }
 }
@@ -33,10 +45,15 @@ template <int D, int TN, bool F16>
 __device__ __forceinline__ void gemm_pv(float *o, const uint32_t *p, uint32_t vaddr, uint64_t vhi)
 {
   const uint32_t lo = ((vaddr & 0x3FFFF) >> 4) | (uint32_t)vhi, hi = (uint32_t)(vhi >> 32);
+  const uint64_t b0 = desc_join(lo, hi);
 #pragma unroll
   for (int u = 0; u < TN / 16; u++) {
-    const uint64_t db = desc_join(lo + u * 2048 / 16, hi);
-    wgmma_rs<D, F16>(o, p + 4 * u, db);
+    if constexpr (kDescAt<D>) {
+      wgmma_rs<D, F16>(o, p + 4 * u, desc_at(b0, u * 2048));
+    } else {
+      const uint64_t db = desc_join(lo + u * 2048 / 16, hi);
+      wgmma_rs<D, F16>(o, p + 4 * u, db);
+    }
   }
 }
 
@@ -344,7 +361,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       mbar_wait(&k_full[st], (r0 / ST) & 1);
       named_sync(mine, 256);
       wgmma_fence();
-      gemm_qk<TN, Cfg<D>::QCH, F16>(s, qaddr, kbase + st * L::KB, D);
+      gemm_qk<TN, Cfg<D>::QCH, F16, kDescAt<D>>(s, qaddr, kbase + st * L::KB, D);
       wgmma_commit();
       named_arrive(other, 256);
       wgmma_wait<0>();
@@ -374,7 +391,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
         FMFWD_PROF_ADD(pon, FPROF_TURN, tt);
       }
       wgmma_fence();
-      gemm_qk<TN, Cfg<D>::QCH, F16>(s, qaddr, kbase + st * L::KB, D);
+      gemm_qk<TN, Cfg<D>::QCH, F16, kDescAt<D>>(s, qaddr, kbase + st * L::KB, D);
       wgmma_commit();
       /* O (basis m_{i-2}) to basis m_{i-1} while S_i is computed: off the critical path. (After
          P.V's wait instead, as FlashAttention-3/4 place it at d <= 128: +1.3% full 8K, -2.3%

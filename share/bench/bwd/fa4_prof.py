@@ -27,21 +27,19 @@ def main():
     B, H = max(1, 131072 // S), 4096 // D
     q, k, v, do = [(torch.rand(B, S, H, D, device="cuda", dtype=torch.bfloat16) * 2 - 1).requires_grad_(bwd and i < 3)
                    for i in range(4)]
-    for it in range(3 if not bwd else 2):
-        last = it == (2 if not bwd else 1)
+    calls = 2 if bwd else 3  # the last one is profiled: its backward, or itself
+    for it in range(calls):
+        last = it == calls - 1
         if last and not bwd:
             torch.cuda.profiler.start()
         o = flash_attn_func(q, k, v, softmax_scale=D ** -0.5, causal=causal)
         o = o[0] if isinstance(o, (tuple, list)) else o
         torch.cuda.synchronize()
-        if not bwd:
+        if bwd:
             if last:
-                torch.cuda.profiler.stop()
-            continue
-        if last:
-            torch.cuda.profiler.start()
-        torch.autograd.grad(o, (q, k, v), do)
-        torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+            torch.autograd.grad(o, (q, k, v), do)
+            torch.cuda.synchronize()
         if last:
             torch.cuda.profiler.stop()
     print("fa4_prof: one", "backward" if bwd else "forward", "profiled,", S, "causal" if causal else "full", "d =", D)

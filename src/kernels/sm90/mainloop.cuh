@@ -28,13 +28,9 @@ template <int TN, int QCH, bool F16, bool AT = false> __device__ __forceinline__
 #pragma unroll
   for (int kk = 0; kk < 16; kk++) {
     if (kk < D / 16) {
-      if constexpr (AT) {
-        wgmma_ss<TN, F16>(s, desc_at(a0, (kk / 4) * QCH + (kk % 4) * 32), desc_at(b0, (kk / 4) * kch + (kk % 4) * 32), kk > 0);
-      } else {
-        const uint64_t da = desc_join(la + ((kk / 4) * QCH + (kk % 4) * 32) / 16, desc_hi(1024));
-        const uint64_t db = desc_join(lb + ((kk / 4) * kch + (kk % 4) * 32) / 16, desc_hi(1024));
-        wgmma_ss<TN, F16>(s, da, db, kk > 0);
-      }
+      const uint32_t oa = (kk / 4) * QCH + (kk % 4) * 32, ob = (kk / 4) * kch + (kk % 4) * 32; /* bytes into Q and K */
+      if constexpr (AT) wgmma_ss<TN, F16>(s, desc_at(a0, oa), desc_at(b0, ob), kk > 0);
+      else wgmma_ss<TN, F16>(s, desc_join(la + oa / 16, desc_hi(1024)), desc_join(lb + ob / 16, desc_hi(1024)), kk > 0);
     }
   }
 }
@@ -47,14 +43,7 @@ __device__ __forceinline__ void gemm_pv(float *o, const uint32_t *p, uint32_t va
   const uint32_t lo = ((vaddr & 0x3FFFF) >> 4) | (uint32_t)vhi, hi = (uint32_t)(vhi >> 32);
   const uint64_t b0 = desc_join(lo, hi);
 #pragma unroll
-  for (int u = 0; u < TN / 16; u++) {
-    if constexpr (kDescAt<D>) {
-      wgmma_rs<D, F16>(o, p + 4 * u, desc_at(b0, u * 2048));
-    } else {
-      const uint64_t db = desc_join(lo + u * 2048 / 16, hi);
-      wgmma_rs<D, F16>(o, p + 4 * u, db);
-    }
-  }
+  for (int u = 0; u < TN / 16; u++) wgmma_rs<D, F16>(o, p + 4 * u, kDescAt<D> ? desc_at(b0, u * 2048) : desc_join(lo + u * 2048 / 16, hi));
 }
 
 /*
@@ -372,7 +361,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       keep = softmax_step<TN, kRescaleSkipOn<D>>(s, mrow, lrow, c, corr);
 #pragma unroll
       for (int i = 0; i < TN / 4; i++) pr[i] = pack2<F16>(s[2 * i], s[2 * i + 1]);
-      FMFWD_PROF_N(pon, FPROF_PARTIAL, (e >> 28) & 7 ? 1 : 0);
+      FMFWD_PROF_N(pon, FPROF_PARTIAL, (e & (kLower | kUpper | kCausal)) ? 1 : 0);
       FMFWD_PROF_ADD(pon, FPROF_FIRST, t1);
     }
     for (int i = 1; i < n; i++) {
@@ -412,7 +401,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       {
         FMFWD_PROF_T(tm);
         mask_entry<L>(s, e, bbase + st * TN, row0, kb * TN, lane, off, p.seqlen_k);
-        FMFWD_PROF_N(pon, FPROF_PARTIAL, (e >> 28) & 7 ? 1 : 0);
+        FMFWD_PROF_N(pon, FPROF_PARTIAL, (e & (kLower | kUpper | kCausal)) ? 1 : 0);
         FMFWD_PROF_ADD(pon, FPROF_MASK, tm);
       }
       release_k(&k_empty[st], lane);

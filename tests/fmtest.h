@@ -187,6 +187,16 @@ static inline void fmt_ref_attention(int B, int Hq, int Hkv, int D, int Sq, int 
   free(dp);
 }
 
+/* fmt_lse_round - how far the Hopper forward's LSE may lie from the exact one through the rounding
+   of the probabilities it sums: at head_dim 64 the tensor core adds them as rounded to the input
+   type, within 2^-9 of the sum for bf16 and 2^-11 for fp16 (|ln| at most 2.0e-3 and 4.9e-4;
+   FMPlanForward, fmplan.h); elsewhere 0 (fp32 sums). */
+static inline double fmt_lse_round(FMDType dt, int head_dim)
+{
+  if (head_dim != 64) return 0;
+  return dt == FM_DTYPE_BF16 ? 2.0e-3 : dt == FM_DTYPE_FP16 ? 4.9e-4 : 0;
+}
+
 /* Relative error ||a - b|| / ||b|| (2-norm); NaN in a gives +inf. */
 static inline double fmt_relerr(const double *a, const double *b, size_t n)
 {

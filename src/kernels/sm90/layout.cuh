@@ -59,6 +59,23 @@ template <int D> constexpr int tile_n() { return D == 256 ? 64 : kBN; }
 template <int D> constexpr int wide_tn() { return D == 256 ? 80 : 176; }
 
 /*
+ * The row sums of P by the tensor core (kOnesSum<D>, d = 64): P V runs as m64n72k16, the last 8
+ * columns of its B a 2 KB shared-memory block of ones (OFF_ONES, after the V stages; each k-step's
+ * descriptor reaches it through its own LBO), so the accumulator's columns 64..71 hold each row's
+ * sum of P (as rounded for the product) and are rescaled with O; the softmax step adds no row
+ * sums (64 FADD of a thread's 455-instruction step). It costs 1/8 more tensor work on P V.
+ * At d = 64 a step's exponentials, products and issue are close to one another, and these adds
+ * were issue slots: +1-3% on full and causal, +8% causal 32K, -3..+6% on the short-tile masks
+ * (H100, fwd_bench ab64, 2026-12-07, with kDescAt). At d = 128 the tensor pipe is the bound
+ * (84% busy on full 8K) and O's accumulators leave no room at d = 256: off there.
+ * -DFM_SM90_ONES_SUM=0 turns it off (A/B).
+ */
+#ifndef FM_SM90_ONES_SUM
+#define FM_SM90_ONES_SUM 64
+#endif
+template <int D> constexpr bool kOnesSum = FM_SM90_ONES_SUM == 64 && D == 64;
+
+/*
  * NQ = 1: the one-tile-per-CTA kernel. NQ = 2: the persistent kernel (fwd_sm90.cu), with two Q
  * buffers (the next tile's Q loads while this tile's O is staged through its own), its extra
  * barriers and two block lists with a header each (tile, length). WIDE: kTilesBlock (the mask's
@@ -77,7 +94,9 @@ template <int D, int ST, int NQ = 1, int WIDE = kTilesBlock> struct Layout {
   static constexpr int OFF_Q = 0;
   static constexpr int OFF_K = OFF_Q + NQ * QB;
   static constexpr int OFF_V = OFF_K + ST * KB;
-  static constexpr int OFF_B = OFF_V + ST * KB;
+  static constexpr int ONES = kOnesSum<D> && !WIDE ? 2048 : 0; /* the block of ones (kOnesSum) */
+  static constexpr int OFF_ONES = OFF_V + ST * KB;
+  static constexpr int OFF_B = OFF_ONES + ONES;
   static constexpr int OFF_BAR = OFF_B + ST * BB;
   /* NQ = 1: q_full, then the ring (k_full, k_empty, v_full, v_empty: ST each). NQ = 2: q_full[2],
      the ring, l_full[2], l_empty[2] (PBarriers) */

@@ -13,10 +13,13 @@
 namespace fmsm90 {
 
 /* S = Q K^T over d = 16 k-steps of 16; Q chunks hold BM rows (qch bytes), K chunks TN rows (kch bytes). */
-/* -DFM_SM90_FWD_DESC_AT=64 (or =1: every d), an A/B build: the products' k-step descriptors by
-   desc_at (one uniform 64-bit add each) instead of desc_join (an add and a move of each half). */
+/* kDescAt<D>: the products' k-step descriptors by desc_at (one uniform 64-bit add each) instead of
+   desc_join (an add and a move of each half): 16 fewer instructions a step at d = 64, where
+   it is on (with kOnesSum: ab64 +1.3 / +1.7% geometric mean under the grid / dynamic schedule,
+   H100, 2026-12-07). -DFM_SM90_FWD_DESC_AT=0 turns it off, =1 on at every d (A/B; at d = 128 and
+   256 it measured 1.5-2.4% slower on full in 2026-12-04: ptx.cuh). */
 #ifndef FM_SM90_FWD_DESC_AT
-#define FM_SM90_FWD_DESC_AT 0
+#define FM_SM90_FWD_DESC_AT 64
 #endif
 template <int D> constexpr bool kDescAt = FM_SM90_FWD_DESC_AT == 1 || FM_SM90_FWD_DESC_AT == D;
 
@@ -44,6 +47,34 @@ __device__ __forceinline__ void gemm_pv(float *o, const uint32_t *p, uint32_t va
   const uint64_t b0 = desc_join(lo, hi);
 #pragma unroll
   for (int u = 0; u < TN / 16; u++) wgmma_rs<D, F16>(o, p + 4 * u, kDescAt<D> ? desc_at(b0, u * 2048) : desc_join(lo + u * 2048 / 16, hi));
+}
+
+/* gemm_pv with P's row sums (kOnesSum, layout.cuh): B's columns 64..71 are the block of ones at
+   ones: k-step u's descriptor has the address of V's rows 16u.. and the LBO (the stride to B's
+   second 64-column group) that reaches the ones from there; ls: the accumulator's columns
+   64..71 (ls[0], ls[2]: rows r0 and r0 + 8). */
+template <int D, int TN, bool F16>
+__device__ __forceinline__ void gemm_pv_sum(float *o, float *ls, const uint32_t *p, uint32_t vaddr, uint32_t ones, uint64_t vhi)
+{
+  static_assert(D == 64, "one 8-column group past d = 64");
+  const uint32_t a = (vaddr & 0x3FFFF) >> 4, z = (ones & 0x3FFFF) >> 4, hi = (uint32_t)(vhi >> 32);
+  const uint32_t lo = a | ((z - a) << 16); /* step u: address a + 128 u, LBO z - a - 128 u (neither field wraps) */
+#pragma unroll
+  for (int u = 0; u < TN / 16; u++) {
+    const uint32_t du = u * (128u - (128u << 16));
+    wgmma_rs_sum<F16>(o, ls, p + 4 * u, kDescAt<D> ? desc_join(lo, hi) + (uint64_t)(int64_t)(int32_t)du : desc_join(lo + du, hi));
+  }
+}
+
+/* The block of ones (kOnesSum) in the element type, by the threads tid = 0 .. NT - 1 of the CTA;
+   fenced for the products, before the barrier that every consumer passes first. */
+template <int D, bool F16, class L, int NT> __device__ __forceinline__ void fill_ones(unsigned char *smem, int tid)
+{
+  if constexpr (L::ONES > 0) {
+    const uint32_t one = F16 ? 0x3C003C00u : 0x3F803F80u;
+    for (int i = tid; i < L::ONES / 16; i += NT) st_u32x4(smem_u32(smem + L::OFF_ONES) + 16 * i, one, one, one, one);
+    fence_proxy_async();
+  }
 }
 
 /*
@@ -171,7 +202,7 @@ template <int D> constexpr bool kRescaleSkipOn = D == 256;
    (ncu, full 8K: XU pipe 61%, tensor 58%). Part of them on the FMA pipe instead (2^f by a degree-4
    polynomial, 10 instructions each; 4, 8 or 16 of a thread's 64) ran level, 3% and 8% slower
    (H100, fwd_bench ab64, 2026-12-07): the issue slots they take cost more than MUFU frees. */
-template <int TN, bool SKIP> __device__ __forceinline__ bool softmax_step(float *s, float *mrow, float *lrow, float c, float *corr)
+template <int TN, bool SKIP, bool SUM = true> __device__ __forceinline__ bool softmax_step(float *s, float *mrow, float *lrow, float c, float *corr)
 {
   float mx0 = mrow[0], mx1 = mrow[1];
 #pragma unroll
@@ -213,15 +244,19 @@ template <int TN, bool SKIP> __device__ __forceinline__ bool softmax_step(float 
     s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], c, -ms0));
     s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], c, -ms1));
     s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], c, -ms1));
-    l0 += s[4 * k] + s[4 * k + 1];
-    l1 += s[4 * k + 2] + s[4 * k + 3];
+    if constexpr (SUM) {
+      l0 += s[4 * k] + s[4 * k + 1];
+      l1 += s[4 * k + 2] + s[4 * k + 3];
+    }
   }
-  lrow[0] = lrow[0] * corr[0] + l0;
-  lrow[1] = lrow[1] * corr[1] + l1;
+  if constexpr (SUM) { /* (without: the row sums come from P V, kOnesSum) */
+    lrow[0] = lrow[0] * corr[0] + l0;
+    lrow[1] = lrow[1] * corr[1] + l1;
+  }
   return keep;
 }
 
-template <int D> __device__ __forceinline__ void rescale_o(float *o, const float *corr)
+template <int D> __device__ __forceinline__ void rescale_o(float *o, const float *corr, float *ls)
 {
 #pragma unroll
   for (int k = 0; k < D / 8; k++) {
@@ -229,6 +264,10 @@ template <int D> __device__ __forceinline__ void rescale_o(float *o, const float
     o[4 * k + 1] *= corr[0];
     o[4 * k + 2] *= corr[1];
     o[4 * k + 3] *= corr[1];
+  }
+  if constexpr (kOnesSum<D>) { /* the row sums' columns (ls[1], ls[3] are never read) */
+    ls[0] *= corr[0];
+    ls[2] *= corr[1];
   }
 }
 
@@ -311,6 +350,8 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
   float s[TN / 2];
   uint32_t pr[TN / 4];
   float corr[2];
+  float ls[4] = {0.f, 0.f, 0.f, 0.f}; /* kOnesSum: P V's columns 64..71, the row sums */
+  constexpr bool SUM = !kOnesSum<D>;
   bool keep = false; /* the last softmax step kept the warp's max: O needs no rescale (corr = 1) */
 #ifdef FMFWD_PROF
   const bool pon = (cc.tid & 127) == 0; /* the warpgroup's first thread counts */
@@ -328,7 +369,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
     constexpr int NC = Cfg<D>::NC;
     const int mine = kBarPing + cw, other = kBarPing + (cw + 1 == NC ? 0 : cw + 1);
     const uint32_t qaddr = smem_u32(qtile) + cw * 64 * 128;
-    const uint32_t kbase = smem_u32(smem + L::OFF_K), vbase = smem_u32(smem + L::OFF_V);
+    const uint32_t kbase = smem_u32(smem + L::OFF_K), vbase = smem_u32(smem + L::OFF_V), ones = smem_u32(smem + L::OFF_ONES);
     const int4 *bbase = (const int4 *)(smem + L::OFF_B);
     /* The consumers' turns (ping-pong with two) at every d. FlashAttention-3 and -4
        drop theirs above d = 128; without ours at d = 256 the forward ran 1-2% slower on full and
@@ -358,7 +399,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       for (int i = 0; i < TN / 2; i++) reg_fence(s[i]);
       mask_entry<L>(s, e, bbase + st * TN, row0, kb * TN, lane, off, p.seqlen_k);
       release_k(&k_empty[st], lane);
-      keep = softmax_step<TN, kRescaleSkipOn<D>>(s, mrow, lrow, c, corr);
+      keep = softmax_step<TN, kRescaleSkipOn<D>, SUM>(s, mrow, lrow, c, corr);
 #pragma unroll
       for (int i = 0; i < TN / 4; i++) pr[i] = pack2<F16>(s[2 * i], s[2 * i + 1]);
       FMFWD_PROF_N(pon, FPROF_PARTIAL, (e & (kLower | kUpper | kCausal)) ? 1 : 0);
@@ -385,14 +426,16 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       /* O (basis m_{i-2}) to basis m_{i-1} while S_i is computed: off the critical path. (After
          P.V's wait instead, as FlashAttention-3/4 place it at d <= 128: +1.3% full 8K, -2.3%
          full 32K, causal document 8K +2..6%, H200 2026-12-01 (seventh session): not kept.) */
-      if (!keep) rescale_o<D>(o, corr);
+      if constexpr (!kOnesSum<D>)
+        if (!keep) rescale_o<D>(o, corr, ls);
       {
         FMFWD_PROF_T(tv);
         mbar_wait(&v_full[pst], pph);
         FMFWD_PROF_ADD(pon, FPROF_VW, tv);
       }
       wgmma_fence();
-      gemm_pv<D, TN, F16>(o, pr, vbase + pst * L::KB, p.vdesc_hi);
+      if constexpr (kOnesSum<D>) gemm_pv_sum<D, TN, F16>(o, ls, pr, vbase + pst * L::KB, ones, p.vdesc_hi);
+      else gemm_pv<D, TN, F16>(o, pr, vbase + pst * L::KB, p.vdesc_hi);
       wgmma_commit();
       named_arrive(other, 256);
       wgmma_wait<1>();
@@ -405,7 +448,7 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
         FMFWD_PROF_ADD(pon, FPROF_MASK, tm);
       }
       release_k(&k_empty[st], lane);
-      keep = softmax_step<TN, kRescaleSkipOn<D>>(s, mrow, lrow, c, corr);
+      keep = softmax_step<TN, kRescaleSkipOn<D>, SUM>(s, mrow, lrow, c, corr);
       /* In the PTX the exponentials come before this wait, but ptxas schedules the wait (it reads
          no register) above them, so they do not overlap P.V. Forced below them (a never-taken
          branch on the row sums ends the block first): full -1.2% at 8K and -3.9% at 32K, causal
@@ -414,9 +457,14 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       wgmma_wait<0>();
 #pragma unroll
       for (int t = 0; t < D / 2; t++) reg_fence(o[t]);
+      if constexpr (kOnesSum<D>)
+#pragma unroll
+        for (int t = 0; t < 4; t++) reg_fence(ls[t]);
 #pragma unroll
       for (int t = 0; t < TN / 4; t++) reg_fence(pr[t]);
       release(&v_empty[pst], lane);
+      if constexpr (kOnesSum<D>) /* O to basis m_i once P.V retired (corr not held across the products: registers) */
+        if (!keep) rescale_o<D>(o, corr, ls);
 #pragma unroll
       for (int t = 0; t < TN / 4; t++) pr[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
     }
@@ -426,18 +474,27 @@ __device__ __forceinline__ void consumer_mainloop(const FMGpuFwdCore &p, unsigne
       const int g = r0 + n - 1;
       const int st = g % ST;
       const uint32_t ph = (g / ST) & 1;
-      if (!keep) rescale_o<D>(o, corr);
+      if constexpr (!kOnesSum<D>)
+        if (!keep) rescale_o<D>(o, corr, ls);
       mbar_wait(&v_full[st], ph);
       named_sync(mine, 256);
       wgmma_fence();
-      gemm_pv<D, TN, F16>(o, pr, vbase + st * L::KB, p.vdesc_hi);
+      if constexpr (kOnesSum<D>) gemm_pv_sum<D, TN, F16>(o, ls, pr, vbase + st * L::KB, ones, p.vdesc_hi);
+      else gemm_pv<D, TN, F16>(o, pr, vbase + st * L::KB, p.vdesc_hi);
       wgmma_commit();
       if (chain || cw != NC - 1) named_arrive(other, 256); /* one-tile kernels: consumer 0's syncs are matched without the last one's */
       wgmma_wait<0>();
 #pragma unroll
       for (int t = 0; t < D / 2; t++) reg_fence(o[t]);
+      if constexpr (kOnesSum<D>)
+#pragma unroll
+        for (int t = 0; t < 4; t++) reg_fence(ls[t]);
       release(&v_empty[st], lane);
       FMFWD_PROF_ADD(pon, FPROF_LAST, tl);
+    }
+    if constexpr (kOnesSum<D>) { /* every thread of a quad has the rows' sums; the epilogue adds the quad's lrow */
+      lrow[0] = (lane & 3) == 0 ? ls[0] : 0.f;
+      lrow[1] = (lane & 3) == 0 ? ls[2] : 0.f;
     }
   }
 }

@@ -105,6 +105,10 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 /* Shared-memory accesses through 32-bit addresses (the compiler would otherwise hoist and spill
    64-bit generic addresses of these loop-invariant patterns). */
 __device__ __forceinline__ void st_u32(uint32_t a, uint32_t v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory"); }
+__device__ __forceinline__ void st_u32x4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w)
+{
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
 __device__ __forceinline__ void st_f2(uint32_t a, float x, float y)
 {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");

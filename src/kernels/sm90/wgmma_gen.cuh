@@ -277,6 +277,32 @@ __device__ __forceinline__ void wgmma_ss_m64n176k16_f16(float *d, uint64_t da, u
     : "l"(da), "l"(db), "r"(accum));
 }
 
+/* ---- the forward's P V with its row sums (d = 64: mainloop.cuh, kOnesSum) ---- */
+
+/* d[32], e[4] += A * B: m64n72k16, bf16, A in registers (a[4]), B MN-major in shared memory
+   (trans-b = 1); e: the accumulator's columns 64..71. */
+__device__ __forceinline__ void wgmma_rs_m64n72k16_bf16_sum(float *d, float *e, const uint32_t *a, uint64_t db)
+{
+  asm volatile(
+    "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 "
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1, 1;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(e[0]), "+f"(e[1]), "+f"(e[2]), "+f"(e[3])
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+/* d[32], e[4] += A * B: m64n72k16, f16, A in registers (a[4]), B MN-major in shared memory
+   (trans-b = 1); e: the accumulator's columns 64..71. */
+__device__ __forceinline__ void wgmma_rs_m64n72k16_f16_sum(float *d, float *e, const uint32_t *a, uint64_t db)
+{
+  asm volatile(
+    "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1, 1;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(e[0]), "+f"(e[1]), "+f"(e[2]), "+f"(e[3])
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
 /* ---- one template per family, over the shapes above ---- */
 
 /* wgmma_ss<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 32, 64, 80, 128, 176. */
@@ -348,4 +374,11 @@ template <int N, bool F16> __device__ __forceinline__ void wgmma_rs(float *d, co
     if constexpr (F16) wgmma_rs_m64n256k16_f16(d, a, db);
     else wgmma_rs_m64n256k16_bf16(d, a, db);
   }
+}
+
+/* wgmma_rs_sum<F16>: wgmma_rs_m64n72k16_<t>_sum for fp16 (F16) or bf16. */
+template <bool F16> __device__ __forceinline__ void wgmma_rs_sum(float *d, float *e, const uint32_t *a, uint64_t db)
+{
+  if constexpr (F16) wgmma_rs_m64n72k16_f16_sum(d, e, a, db);
+  else wgmma_rs_m64n72k16_bf16_sum(d, e, a, db);
 }

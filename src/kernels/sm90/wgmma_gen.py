@@ -15,6 +15,9 @@ Wrappers, for each type in (bf16, f16):
                                                  t10, N = 128 t01
   wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
                                                  in shared memory (trans-b = 1), N = 64, 128, 256
+  wgmma_rs_m64n72k16_<t>_sum(d, e, a, db)        the same at N = 72 with the accumulator's last 8
+                                                 columns in e[4] (the forward's row sums by a
+                                                 column of ones: mainloop.cuh, kOnesSum)
 and, so that a kernel templated on its tile picks the form in one place, one template per family
 over N and the type: wgmma_ss<N, F16>, wgmma_ss_t01<N, F16>, wgmma_ss_t10<N, F16>, wgmma_ss_t11<N, F16> and
 wgmma_rs<N, F16>, with the wrappers' arguments.
@@ -79,6 +82,22 @@ __device__ __forceinline__ void wgmma_rs_m64n%dk16_%s(float *d, const uint32_t *
 """ % (nd, n, t, n, t, n, t, t, regs(0, nd), regs(nd, 4), nd + 4, outs(nd))
 
 
+def rs_sum(t):
+    return """
+/* d[32], e[4] += A * B: m64n72k16, %s, A in registers (a[4]), B MN-major in shared memory
+   (trans-b = 1); e: the accumulator's columns 64..71. */
+__device__ __forceinline__ void wgmma_rs_m64n72k16_%s_sum(float *d, float *e, const uint32_t *a, uint64_t db)
+{
+  asm volatile(
+    "{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"
+    "wgmma.mma_async.sync.aligned.m64n72k16.f32.%s.%s "
+    "{%s}, {%s}, %%%d, p, 1, 1, 1;\\n}\\n"
+    : %s, %s
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+""" % (t, t, t, t, regs(0, 36), regs(36, 4), 40, outs(32), ", ".join('"+f"(e[%d])' % i for i in range(4)))
+
+
 def dispatch(name, ns, params, args):
     """template <int N, bool F16> name(params): the wrapper of that N and type."""
     fam = "wgmma_rs" if name == "wgmma_rs" else "wgmma_ss"
@@ -111,6 +130,8 @@ def main():
     text += "".join(rs(t, 256) for t in ("bf16", "f16"))
     text += "\n/* ---- the forward's wide tile at d = 128 (S = Q K^T over 176 keys) ---- */\n"
     text += "".join(ss(t, 176) for t in ("bf16", "f16"))
+    text += "\n/* ---- the forward's P V with its row sums (d = 64: mainloop.cuh, kOnesSum) ---- */\n"
+    text += "".join(rs_sum(t) for t in ("bf16", "f16"))
     text += "\n/* ---- one template per family, over the shapes above ---- */\n"
     ssp, ssa = "float *d, uint64_t da, uint64_t db, int accum", "d, da, db, accum"
     text += dispatch("wgmma_ss", (32, 64, 80, 128, 176), ssp, ssa)
@@ -118,6 +139,14 @@ def main():
     text += dispatch("wgmma_ss_t10", (80,), ssp, ssa)
     text += dispatch("wgmma_ss_t11", (64, 128), ssp, ssa)
     text += dispatch("wgmma_rs", (64, 128, 256), "float *d, const uint32_t *a, uint64_t db", "d, a, db")
+    text += """
+/* wgmma_rs_sum<F16>: wgmma_rs_m64n72k16_<t>_sum for fp16 (F16) or bf16. */
+template <bool F16> __device__ __forceinline__ void wgmma_rs_sum(float *d, float *e, const uint32_t *a, uint64_t db)
+{
+  if constexpr (F16) wgmma_rs_m64n72k16_f16_sum(d, e, a, db);
+  else wgmma_rs_m64n72k16_bf16_sum(d, e, a, db);
+}
+"""
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "wgmma_gen.cuh")
     if out == "-":
         sys.stdout.write(text)

@@ -187,7 +187,9 @@ __device__ __forceinline__ void mask_entry(float *s, int e, const int4 *bnd, int
  * the LSE (taken from the same max) are unchanged in exact arithmetic. FlashAttention-4 does this
  * on Blackwell. kRescaleSkipOn<D> says where it is on: at d = 256, where O's rescale is 128
  * multiplies a step, it ran 2.7-6.9% faster (full and causal 8K, 2026-12-02); at d = 64 and 128
- * it was within -1.4..+2% (not kept there). -DFM_SM90_RESCALE_SKIP turns it on for every d (A/B).
+ * it was within -1.4..+2% (not kept there), and on the d = 64 step with the row sums by the
+ * tensor core (kOnesSum) level again (ab64 geometric mean 1.001 grid, 0.996 dynamic, H100,
+ * 2026-12-07). -DFM_SM90_RESCALE_SKIP turns it on for every d (A/B).
  */
 constexpr float kRescaleSkip = 8.f;
 #ifdef FM_SM90_RESCALE_SKIP
@@ -201,7 +203,9 @@ template <int D> constexpr bool kRescaleSkipOn = D == 256;
    At d = 64 a step's exponentials need as many MUFU cycles as its products need tensor cycles
    (ncu, full 8K: XU pipe 61%, tensor 58%). Part of them on the FMA pipe instead (2^f by a degree-4
    polynomial, 10 instructions each; 4, 8 or 16 of a thread's 64) ran level, 3% and 8% slower
-   (H100, fwd_bench ab64, 2026-12-07): the issue slots they take cost more than MUFU frees. */
+   (H100, fwd_bench ab64, 2026-12-07): the issue slots they take cost more than MUFU frees. On
+   the step with the row sums by the tensor core (64 fewer FADD, kOnesSum), 4 and 8 of 64 ran
+   1-1.4% and 2.2-2.3% slower (geometric means, grid and dynamic; the same day). */
 template <int TN, bool SKIP, bool SUM = true> __device__ __forceinline__ bool softmax_step(float *s, float *mrow, float *lrow, float c, float *corr)
 {
   float mx0 = mrow[0], mx1 = mrow[1];

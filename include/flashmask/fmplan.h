@@ -282,7 +282,9 @@ FMErrorCode FMPlanGetLocalRows(FMPlan plan, int *nlocal, const int **global_rows
  *   every flash-attention kernel), accumulated in fp32. LSE is fp32; on the Hopper kernel at
  *   head_dim 64 the row sums behind it are those of the rounded probabilities (the tensor core
  *   adds them beside P V, the same weights O is normalized by), so LSE lies within 2.0e-3
- *   (bf16) or 4.9e-4 (fp16) of the exact value there; elsewhere within fp32 rounding.
+ *   (bf16) or 4.9e-4 (fp16) of the exact value there; elsewhere within fp32 rounding. A build
+ *   configured with NVCCFLAGS="-O3 -std=c++17 --use_fast_math -DFM_SM90_ONES_SUM=0" sums in
+ *   fp32 at head_dim 64 too, and its forward there is 2-8% slower.
  *   A rank that holds no rows (nlocal = 0) may pass NULL for q and o (and lse), one that holds
  *   no keys (nkeys = 0) NULL for k and v; it still takes part in the call.
  *   On the CUDA backend every tensor is device memory and the call is asynchronous on the

@@ -65,8 +65,9 @@ template <int D> constexpr int wide_tn() { return D == 256 ? 80 : 176; }
  * sum of P (as rounded for the product) and are rescaled with O; the softmax step adds no row
  * sums (64 FADD of a thread's 455-instruction step). It costs 1/8 more tensor work on P V.
  * At d = 64 a step's exponentials, products and issue are close to one another, and these adds
- * were issue slots: +1-3% on full and causal, +8% causal 32K, -3..+6% on the short-tile masks
- * (H100, fwd_bench ab64, 2026-12-07, with kDescAt). At d = 128 the tensor pipe is the bound
+ * were issue slots: +2.6-2.8% on full, causal 8K and random, +8% on causal 32K (grid schedule),
+ * -1.5..+3.6% on the short-tile masks (dynamic schedule; H100, fwd_bench ab64, 2026-12-07, with
+ * kDescAt). The LSE then carries the rounding of P (FMPlanForward in fmplan.h states the bound). At d = 128 the tensor pipe is the bound
  * (84% busy on full 8K) and O's accumulators leave no room at d = 256: off there.
  * -DFM_SM90_ONES_SUM=0 turns it off (A/B).
  */

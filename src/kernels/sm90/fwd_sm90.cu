@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
   unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u); /* keeps the pointer shared for nvcc */
   const CtaCoords cc = cta_coords<D>(p);
   const Barriers bar = tile_start<D, ST, L>(smem, &tmQ, cc); /* Q's load overlaps the block-list build */
-  fill_ones<D, F16, L, Cfg<D>::THREADS>(smem, cc.tid);        /* (the list build's barriers order it) */
+  fill_ones<F16, L, Cfg<D>::THREADS>(smem, cc.tid);           /* (the list build's barriers order it) */
   int *list = (int *)(smem + L::OFF_LIST);
   const int n = build_block_list<D, ST>(p, smem, list);
 
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
     }
     fence_barrier_init();
   }
-  fill_ones<D, F16, L, Cfg<D>::THREADS>(smem, tid);
+  fill_ones<F16, L, Cfg<D>::THREADS>(smem, tid);
   __syncthreads();
 
   if (wg == 0) {

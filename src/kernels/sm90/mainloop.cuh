@@ -68,7 +68,7 @@ __device__ __forceinline__ void gemm_pv_sum(float *o, float *ls, const uint32_t 
 
 /* The block of ones (kOnesSum) in the element type, by the threads tid = 0 .. NT - 1 of the CTA;
    fenced for the products, before the barrier that every consumer passes first. */
-template <int D, bool F16, class L, int NT> __device__ __forceinline__ void fill_ones(unsigned char *smem, int tid)
+template <bool F16, class L, int NT> __device__ __forceinline__ void fill_ones(unsigned char *smem, int tid)
 {
   if constexpr (L::ONES > 0) {
     const uint32_t one = F16 ? 0x3C003C00u : 0x3F803F80u;

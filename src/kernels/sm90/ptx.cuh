@@ -242,8 +242,8 @@ __device__ __forceinline__ uint64_t desc_join(uint32_t lo, uint32_t hi)
    describes: a 64-bit add of a constant, which ptxas issues as one uniform 64-bit add per k-step
    where rebuilding the pair from desc_lo + off and desc_hi costs an add and a move of each half.
    The backward uses it (neutral, -0.5..+0.6%); in the forward's S and O products it measured
-   1.5-2.4% slower on the full mask (H200, 2026-12-04), so those keep desc_join per k-step
-   (-DFM_SM90_FWD_DESC_AT, mainloop.cuh, is the A/B build: d = 64 not yet timed). */
+   1.5-2.4% slower on the full mask (H200, 2026-12-04), so at d = 128 and 256 those keep
+   desc_join per k-step; at d = 64 they take desc_at (kDescAt, mainloop.cuh). */
 __device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t off) { return d + (uint64_t)(off >> 4); }
 
 /* ---------------- registers, named barriers ---------------- */

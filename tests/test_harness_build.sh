@@ -64,10 +64,11 @@ for k in fwd_sm90 bwd_sm90; do
     cat "$t/$k.ptxas"; echo "FAIL: $k.cu does not compile with -Xptxas -v"; fail=1
   fi
 done
-# the backward's diagnostic build (bwd_bench detprof: the waits counted) compiles too
-if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DFMBWD_DET_NOWAIT -cubin \
+# the backward's diagnostic build (bwd_bench detprof: the waits counted) compiles too, with the
+# 80-row step's LSE and D loaded from shared memory (-DFMBWD_XF=0, the A/B reference of kXF)
+if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DFMBWD_DET_NOWAIT -DFMBWD_XF=0 -cubin \
     "$src/src/kernels/sm90/bwd_sm90.cu" -o "$t/bvariants.cubin" > "$t/bvariants.log" 2>&1; then
-  echo "ok   bwd_sm90.cu compiles with -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DFMBWD_DET_NOWAIT"
+  echo "ok   bwd_sm90.cu compiles with -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DFMBWD_DET_NOWAIT -DFMBWD_XF=0"
 else
   cat "$t/bvariants.log"; echo "FAIL: the backward's build variants do not compile"; fail=1
 fi

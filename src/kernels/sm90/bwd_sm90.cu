@@ -21,7 +21,8 @@
  *     waits for the block's turn (key blocks in decreasing order) and passes it on after the add.
  *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
  *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued; ptxas places a few of S's
- *     exponentials before dP's wait); P^T = exp2(S^T c - lse2), and on partial tiles only the
+ *     exponentials before dP's wait; at 80 rows each starts with one k-slice more, the rows' LSE and
+ *     D terms: kXF, bwd_sm90_base.cuh); P^T = exp2(S^T c - lse2), and on partial tiles only the
  *     element test (one 64-bit row mask per key column from its bounds, staged in shared memory
  *     per head);
  *     dS^T = P^T (dP^T - D); dV += P^T dO issued (RS wgmma, P from registers); dS^T to shared
@@ -51,7 +52,9 @@
  * they do not fit in shared memory beside 80-row stages), dS is stored as [query][key] by
  * transposing stmatrix, and each consumer computes dQ^T = K^T dS^T for its 64 columns (m64n80,
  * A MN-major, B K-major), staged with 32-bit stores into the same accumulator layout, so that the
- * workspace does not depend on BM. 226 KB of shared memory.
+ * workspace does not depend on BM. The rows' LSE and D are not loaded: S^T and dP^T start from
+ * them by an extra k-slice (kXF), whose terms take the place of the lse2 and D rows in shared
+ * memory (1664 bytes for 1280). 227 KB of shared memory.
  * Query rows per step 128 for d = 64 (FlashAttention-3 and -4 take 128 there too): S^T and dP^T
  * are m64n128 (64 accumulators each), dV and dK take 8 k16 slices, the partial tiles' masks are
  * applied to the packed P and dS (four 32-bit row words per key column, bounds staged in shared
@@ -130,8 +133,11 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
       tma_load_4d(smem + L::OFF_Q + st * L::QB + c * L::QC, tmQ, &sy.full[st], c * 64, hq, qb * BM, b_);
       tma_load_4d(smem + L::OFF_DO + st * L::QB + c * L::QC, tmDO, &sy.full[st], c * 64, hq, qb * BM, b_);
     }
-    bulk_load(smem + L::OFF_L + st * BM * 4, p.lse2 + lrow, BM * 4, &sy.full[st]);
-    bulk_load(smem + L::OFF_DD + st * BM * 4, p.dsum + lrow, BM * 4, &sy.full[st]);
+    if constexpr (L::XF) bulk_load(smem + L::OFF_L + 128 + st * L::XB, p.xt + lrow * 4, BM * 8, &sy.full[st]); /* the terms (kXF) */
+    else {
+      bulk_load(smem + L::OFF_L + st * BM * 4, p.lse2 + lrow, BM * 4, &sy.full[st]);
+      bulk_load(smem + L::OFF_DD + st * BM * 4, p.dsum + lrow, BM * 4, &sy.full[st]);
+    }
   };
   auto cur = [&](int *kb_, int *hkv_, int *b_) {
     const int sl = 4 * (*pn & 1);
@@ -237,7 +243,8 @@ __device__ __forceinline__ void mask_packed(uint32_t *pp, uint32_t *ps, const in
 
 /*
  * S^T and dP^T of one step (SS wgmma), then P^T = exp2(S^T c - lse2) (zero where the partial
- * tile's row masks say so) and dS^T = P^T (dP^T - D), packed for the RS products.
+ * tile's row masks say so) and dS^T = P^T (dP^T - D), packed for the RS products. At 80 rows
+ * (kXF) the products start from -lse2 / c and -D, so P^T = exp2(S^T c) and dS^T = P^T dP^T.
  * s[4k + e] (k < BM / 8) is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
  * bnd: the column bounds, staged in shared memory (BM = 64, 128) or the head's in global (BM = 80).
  * The rows' LSE and D are read after the waits. (Read while the products run instead, the same
@@ -251,23 +258,35 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
                                             uint32_t qa, uint32_t da, uint32_t ls, uint32_t dd, int part, const int4 *bnd,
                                             int m0, int j0, const Me &me, const Params &p)
 {
+  constexpr bool XF = BM == 80 && FMBWD_XF; /* kXF (bwd_sm90_base.cuh): ls is the stage's terms, dd A's ones */
+  if constexpr (!XF)
 #pragma unroll
-  for (int t = 0; t < BM / 2; t++) s[t] = dp[t] = 0.f;
+    for (int t = 0; t < BM / 2; t++) s[t] = dp[t] = 0.f;
   wgmma_fence();
-  gemm_nt<D, BM, F16>(s, ka + me.cw * 8192, qa);
+  /* kXF: the terms start the accumulators. A at dd (SBO 0: one core matrix for all 64 rows; LBO:
+     its zero half, stage 0's zeros 768 bytes on), B at ls for S and 32 bytes on for dP (SBO 64) */
+  const uint64_t xa = desc_join(desc_lo(dd, 768), desc_hi_noswz(0));
+  if constexpr (XF) wgmma_ss_m64n80k16_bf16_t01(s, xa, desc_join(desc_lo(ls, 0), desc_hi_noswz(64)), 0);
+  gemm_nt<D, BM, F16, XF>(s, ka + me.cw * 8192, qa);
   wgmma_commit();
-  gemm_nt<D, BM, F16>(dp, va + me.cw * 8192, da);
+  if constexpr (XF) wgmma_ss_m64n80k16_bf16_t01(dp, xa, desc_join(desc_lo(ls + 32, 0), desc_hi_noswz(64)), 0);
+  gemm_nt<D, BM, F16, XF>(dp, va + me.cw * 8192, da);
   wgmma_commit();
   wgmma_wait<1>(); /* S^T retired */
 #pragma unroll
   for (int t = 0; t < BM / 2; t++) reg_fence(s[t]);
+  if constexpr (XF) {
 #pragma unroll
-  for (int k = 0; k < BM / 8; k++) {
-    const float2 l2 = ld_f2(ls + 32 * k);
-    s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
-    s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
-    s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
-    s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
+    for (int t = 0; t < BM / 2; t++) s[t] = exp2f(s[t] * p.c);
+  } else {
+#pragma unroll
+    for (int k = 0; k < BM / 8; k++) {
+      const float2 l2 = ld_f2(ls + 32 * k);
+      s[4 * k] = exp2f(fmaf(s[4 * k], p.c, -l2.x));
+      s[4 * k + 1] = exp2f(fmaf(s[4 * k + 1], p.c, -l2.y));
+      s[4 * k + 2] = exp2f(fmaf(s[4 * k + 2], p.c, -l2.x));
+      s[4 * k + 3] = exp2f(fmaf(s[4 * k + 3], p.c, -l2.y));
+    }
   }
   wgmma_wait<0>(); /* dP^T retired */
 #pragma unroll
@@ -288,13 +307,18 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
   }
 #pragma unroll
   for (int t = 0; t < BM / 4; t++) pp[t] = pack2<F16>(s[2 * t], s[2 * t + 1]);
+  if constexpr (XF) {
 #pragma unroll
-  for (int k = 0; k < BM / 8; k++) {
-    const float2 d2 = ld_f2(dd + 32 * k);
-    dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
-    dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
-    dp[4 * k + 2] = s[4 * k + 2] * (dp[4 * k + 2] - d2.x);
-    dp[4 * k + 3] = s[4 * k + 3] * (dp[4 * k + 3] - d2.y);
+    for (int t = 0; t < BM / 2; t++) dp[t] *= s[t];
+  } else {
+#pragma unroll
+    for (int k = 0; k < BM / 8; k++) {
+      const float2 d2 = ld_f2(dd + 32 * k);
+      dp[4 * k] = s[4 * k] * (dp[4 * k] - d2.x);
+      dp[4 * k + 1] = s[4 * k + 1] * (dp[4 * k + 1] - d2.y);
+      dp[4 * k + 2] = s[4 * k + 2] * (dp[4 * k + 2] - d2.x);
+      dp[4 * k + 3] = s[4 * k + 3] * (dp[4 * k + 3] - d2.y);
+    }
   }
 #pragma unroll
   for (int t = 0; t < BM / 4; t++) ps[t] = pack2<F16>(dp[2 * t], dp[2 * t + 1]);
@@ -581,15 +605,15 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
         bh = b * p.Hq + hq;
         gcur = g;
       }
-      uint32_t ls = smem_u32(smem + L::OFF_L + st * BM * 4) + 8 * me.t4;
+      uint32_t ls = L::XF ? smem_u32(smem + L::OFF_L + 128 + st * L::XB) : smem_u32(smem + L::OFF_L + st * BM * 4) + 8 * me.t4;
       reg_fence(ls);
       uint32_t ka = kaddr, va = vaddr, qa = smem_u32(smem + L::OFF_Q + st * L::QB), da = smem_u32(smem + L::OFF_DO + st * L::QB);
       reg_fence(ka);
       reg_fence(va);
       reg_fence(qa);
       reg_fence(da);
-      step_scores<D, BM, F16>(s, dp, pp, ps, ka, va, qa, da, ls, ls + (L::OFF_DD - L::OFF_L), part, bnd, qb * BM,
-                              kb * kBN + me.kr0, me, p);
+      const uint32_t dd = L::XF ? smem_u32(smem + L::OFF_L) : ls + (L::OFF_DD - L::OFF_L); /* D rows, or kXF's A */
+      step_scores<D, BM, F16>(s, dp, pp, ps, ka, va, qa, da, ls, dd, part, bnd, qb * BM, kb * kBN + me.kr0, me, p);
       {
         DqStep d;
         d.tix = (bh * p.nqb + qb) * 4 + (DqSplit<D, BM>::own ? 0 : me.cw);
@@ -851,6 +875,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&sy.dq_full[c], 4); /* one arrival per warp of the consumer */
       mbar_init(&sy.dq_empty[c], 1);
     }
+    if constexpr (Layout<D, ST, BM>::XF) { /* kXF: A's core matrix (8 rows of [1, 1, 0, ...]) and the zeros after each stage's terms */
+      using L = Layout<D, ST, BM>;
+      for (int u = 0; u < 128; u += 4) st_u32(smem_u32(smem + L::OFF_L + u), u % 16 ? 0u : 0x3F803F80u);
+      for (int s = 0; s < ST; s++)
+        for (int u = 640; u < L::XB; u += 4) st_u32(smem_u32(smem + L::OFF_L + 128 + s * L::XB + u), 0u);
+      fence_proxy_async();
+    }
     fence_barrier_init();
   }
   __syncthreads();
@@ -863,6 +894,46 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (Layout<D, ST, BM>::W) consumer_w<F16>(smem, p);
     else consumer<D, ST, BM, F16>(smem, p);
   }
+}
+
+/* kXF: the 80-row step's terms (bwd_sm90.cuh, xt) from the preprocess's lse2 and dsum rows, one
+   thread per 8 rows (64 bytes read, 64 written), launched before each 80-row piece so that the
+   steps of other sizes pay nothing. -lse2 / c and -dsum as two bf16 terms each (hi, then the
+   rest), always finite so that the products that read them as zero-weighted neighbours add 0: a
+   row with nothing visible (lse2 = +Inf) takes -3e38 (P = 0), a NaN lse2 +3e38 (P = +Inf, so its
+   gradients are non-finite), a non-finite dsum 0 if NaN (then dO's row is NaN and so is dP's)
+   or +-3e38. */
+__global__ void __launch_bounds__(256) xt_terms(const float *lse2, const float *dsum, uint16_t *xt, size_t groups, float c)
+{
+  const size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (g >= groups) return;
+  const float4 *l4 = (const float4 *)(lse2 + 8 * g), *d4 = (const float4 *)(dsum + 8 * g);
+  const float4 la = l4[0], lb = l4[1], da = d4[0], db = d4[1];
+  const float l[8] = {la.x, la.y, la.z, la.w, lb.x, lb.y, lb.z, lb.w}, d[8] = {da.x, da.y, da.z, da.w, db.x, db.y, db.z, db.w};
+  uint32_t w[4][4]; /* k-row (lse2 hi, lo, D hi, lo) x the row pairs */
+#pragma unroll
+  for (int r = 0; r < 8; r += 2) {
+    uint32_t h[2][2], lo[2][2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      float t[2] = {l[r + e] != l[r + e] ? 3.0e38f : -l[r + e] / c, -d[r + e]};
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        if (!isfinite(t[k])) t[k] = t[k] != t[k] ? 0.f : copysignf(3.0e38f, t[k]);
+        const __nv_bfloat16 hb = __float2bfloat16_rn(t[k]);
+        h[k][e] = __bfloat16_as_ushort(hb);
+        lo[k][e] = __bfloat16_as_ushort(__float2bfloat16_rn(t[k] - __bfloat162float(hb)));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      w[2 * k][r / 2] = h[k][0] | h[k][1] << 16;
+      w[2 * k + 1][r / 2] = lo[k][0] | lo[k][1] << 16;
+    }
+  }
+  uint4 *o = (uint4 *)(xt + 32 * g);
+#pragma unroll
+  for (int k = 0; k < 4; k++) o[k] = make_uint4(w[k][0], w[k][1], w[k][2], w[k][3]);
 }
 
 /* ------------------------------ host side ------------------------------ */
@@ -903,6 +974,7 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
   p.sdv = a->sdv;
   p.lse2 = w->lse2;
   p.dsum = w->dsum;
+  p.xt = w->xt;
   p.dqacc = w->dqacc;
   p.packed = a->packed;
   p.sum = a->sum;
@@ -942,6 +1014,11 @@ static cudaError_t launch(const FMGpuBwdParams *a, const FMBwdWork *w, cudaStrea
   p.ilv = fmbwd_ilv(sms, p.nkb, p.nitems / p.nkb, p.causal); /* deterministic mode: decode_item */
   if (p.deterministic) {
     turn_init<D, BM><<<dim3((p.nqb + 255) / 256, p.Hq, p.B), 256, 0, stream>>>(p);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  }
+  if constexpr (L::XF) {
+    const size_t groups = (size_t)p.B * p.Hq * p.Sqp / 8;
+    xt_terms<<<(unsigned)((groups + 255) / 256), 256, 0, stream>>>(w->lse2, w->dsum, w->xt, groups, p.c);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
   dim3 grid(p.nitems < sms ? p.nitems : sms);

@@ -24,7 +24,10 @@ enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
  * and pieces of one backward may each take their own): rows are padded to Sqp = the larger of
  * seqlen_q rounded up to 80 and to 128 (a multiple of 16), so that every step's block of 64, 80
  * or 128 rows lies inside. lse2 = lse * log2(e) (+inf for rows with nothing visible and for padding rows, so that
- * exp2(s - lse2) = 0 there), dsum = rowsum(dO o O), both float [B][Hq][Sqp]; dqacc = dQ's fp32
+ * exp2(s - lse2) = 0 there), dsum = rowsum(dO o O), both float [B][Hq][Sqp]; xt = the same two as
+ * bf16 terms of the 80-row step's extra k-slice (written from them before each 80-row piece:
+ * bwd_sm90.cu, xt_terms and kXF): per 8 rows 32 bf16, four rows of 8 (the rows' -lse2 / c in two
+ * terms, then -dsum in two), [B][Hq][Sqp / 8][4][8]; dqacc = dQ's fp32
  * accumulator in planes of 64 columns, [B][Hq][Dp / 64][Sqp][64] with Dp = head_dim rounded up
  * to 64 (a step's block of any row count is one contiguous range of its plane), column c of
  * global row r stored at fmbwd_swz(c, r); then the main kernel's work-item counter (zeroed
@@ -36,6 +39,7 @@ enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
  */
 typedef struct {
   float *lse2, *dsum, *dqacc;
+  uint16_t *xt;  /* the 80-row step's LSE and D terms (bf16, above) */
   int *counter; /* the main kernel's work-item counter */
   int *turn;    /* deterministic mode: the turn words (bwd_sm90.cu) */
   int sqp;      /* the padded rows */
@@ -85,7 +89,8 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
   const size_t rows = (size_t)p->batch * p->heads_q * sqp;
   const size_t a = fmbwd_align256(rows * sizeof(float)), acc = fmbwd_align256(rows * dp * sizeof(float));
   const size_t turns = fmbwd_align256((size_t)p->batch * p->heads_q * nqb * 4 * sizeof(int));
-  const size_t total = 2 * a + acc + 256 + turns;
+  const size_t xt = fmbwd_align256(rows * 4 * sizeof(uint16_t));
+  const size_t total = 2 * a + acc + 256 + turns + xt;
   if (w) {
     char *base = (char *)p->workspace;
     w->lse2 = (float *)base;
@@ -93,6 +98,7 @@ static inline size_t fmbwd_layout(const FMGpuBwdParams *p, FMBwdWork *w)
     w->dqacc = (float *)(base + 2 * a);
     w->counter = (int *)(base + 2 * a + acc);
     w->turn = (int *)(base + 2 * a + acc + 256);
+    w->xt = (uint16_t *)(base + 2 * a + acc + 256 + turns);
     w->sqp = sqp;
     w->nqb = nqb;
     w->first_store = 0;

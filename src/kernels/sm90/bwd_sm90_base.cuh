@@ -20,6 +20,27 @@ constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
 constexpr int kThreads = 384;
 
 /*
+ * kXF (the 80-row step): the rows' log2 LSE and D come from the tensor core instead of shared
+ * memory loads. S^T and dP^T each start with one k16 slice more (m64n80k16, SS): A = 64 rows of
+ * [1, 1, 0, ...] (one 128-byte core matrix of that row, SBO 0, its second k-half zeros), B = the
+ * step's 80 rows of the workspace's xt terms (bwd_sm90.cuh), so that the accumulators hold
+ * S^T - lse2 / c and dP^T - D, and P^T = exp2(c x), dS^T = P^T x need no loads and no
+ * subtractions: 20 LDS.64 (330 of the step's 3227 shared-memory wavefronts an SM) and 40 FADD
+ * fewer a thread-step, for 1/20 more tensor work. B is MN-major without swizzle: per 8 rows a
+ * 64-byte group of four 16-byte k-rows (lse2's two terms, then D's), the groups 64 bytes apart
+ * (SBO), so that each 128-byte core matrix's k-rows 2..7 are its own D terms and the next
+ * groups' terms, and the second k-half (LBO 0) repeats the first; S reads from the stage's
+ * first byte and dP from its 32nd. A weights all but the first two k-rows 0, and every term is
+ * finite (the preprocess clamps), so they add exactly 0. A stage's terms take 640 bytes and 128
+ * zero bytes after them (read by the last core matrices, and A's zero half); with A's core
+ * matrix 1664 bytes in all, against the 1280 of the lse2 and D rows. -DFMBWD_XF=0 restores the
+ * loads.
+ */
+#ifndef FMBWD_XF
+#define FMBWD_XF 1
+#endif
+
+/*
  * How dQ = dS K is split between the two consumers. d = 64 on 64-row steps ("own"): each
  * multiplies its own 64 keys' dS by its own K rows and its writer adds the whole 64 x 64 block;
  * no barrier between the consumers. d = 128: each computes 64 of the columns over all 128 keys
@@ -38,9 +59,9 @@ template <int D, int BM> struct DqSplit {
 /*
  * BM = 64, 80 (d = 128 only) or 128 (d = 64 only); d = 256 (W): 64 rows, one stage, 64-key items
  * (bwd_sm90.cu's comment at consumer_w says why). At 80 the per-item column bounds (2 KB) do not
- * fit: with them the layout would exceed the 227 KB a CTA may have, and without them 536 bytes are
- * left. So the consumers read their two columns' bounds from global memory (L1) on partial steps
- * instead of staging them. At 128 dS^T is two chunks of 64 query columns (each 128 keys x 128 B).
+ * fit: with them the layout would exceed the 227 KB a CTA may have, and without them 472 bytes were
+ * left (88 since the LSE and D terms, kXF, took 384 more). So the consumers read their two
+ * columns' bounds from global memory (L1) on partial steps instead of staging them. At 128 dS^T is two chunks of 64 query columns (each 128 keys x 128 B).
  */
 template <int D, int ST, int BM> struct Layout {
   static_assert(BM == 64 || (BM == 80 && D == 128) || (BM == 128 && D == 64), "step rows: 64, 80 for d = 128, 128 for d = 64");
@@ -64,17 +85,24 @@ template <int D, int ST, int BM> struct Layout {
   static constexpr int OFF_Q = OFF_V + KB;
   static constexpr int OFF_DO = OFF_Q + ST * QB;
   static constexpr int OFF_DS = OFF_DO + ST * QB;
-  static constexpr int OFF_DQ = OFF_DS + NDS * DSB;
-  static constexpr int OFF_L = OFF_DQ + 2 * DQB;
-  static constexpr int OFF_DD = OFF_L + ST * BM * 4;
-  static constexpr int OFF_BND = OFF_DD + ST * BM * 4; /* the item's column bounds, 128 x int4 (BND_SMEM) */
+  static constexpr int END_DS = OFF_DS + NDS * DSB;
+  static constexpr bool XF = FMBWD_XF && BM == 80; /* kXF above */
+  static constexpr int XB = 768;                   /* XF: a stage's terms (640 bytes) and 128 zero bytes */
+  /* The dQ staging (2 x DQB, 1024-byte aligned) follows the dS buffers, then the small parts below.
+     XF: the small parts come first and the staging last, so that each of kXF's operands has 40 KB
+     of the allocation after it (compute-sanitizer's memcheck flagged their wgmma "out of bounds"
+     1.7 KB from the end, as if an operand were its M or N x K x 2 contiguous bytes; HACKING.md). */
+  static constexpr int OFF_L = XF ? END_DS : END_DS + 2 * DQB; /* lse2 rows, or XF: A's core matrix of ones (128 bytes), then the stages' terms */
+  static constexpr int OFF_DD = OFF_L + ST * BM * 4; /* D rows (not XF) */
+  static constexpr int OFF_BND = XF ? OFF_L + 128 + ST * XB : OFF_DD + ST * BM * 4; /* the item's column bounds, 128 x int4 (BND_SMEM) */
   /* 2 item slots {t, kb, hkv, b}, the producer's step and item counts; at +64 the dQ writers' slots */
   static constexpr int OFF_ITEM = OFF_BND + (BND_SMEM ? kBN * 16 : 0);
   static constexpr int OFF_STEP = OFF_ITEM + 128; /* per stage the step slot: {query block, flags} (kStepEnd below) */
   static constexpr int OFF_BAR = OFF_STEP + ST * 8;
   static constexpr int NBAR = 7 + 2 * ST + (W ? 2 : 0); /* W: Q's full and empty apart from dO's */
   static constexpr int OFF_WX = OFF_BAR + NBAR * 8; /* per dQ writer 8 ints: its cached item (dq_writer) */
-  static constexpr int BYTES = OFF_WX + 64 + 1024;     /* + alignment slack */
+  static constexpr int OFF_DQ = XF ? (OFF_WX + 64 + 1023) / 1024 * 1024 : END_DS;
+  static constexpr int BYTES = (XF ? OFF_DQ + 2 * DQB : OFF_WX + 64) + 1024; /* + alignment slack */
   static_assert(OFF_K == 0, "the consumers address barriers from K's address");
   static_assert(BYTES <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
@@ -83,6 +111,7 @@ struct Params {
   void *dk, *dv;
   FMGpuStrides sdk, sdv;
   const float *lse2, *dsum;
+  const uint16_t *xt; /* the 80-row step's terms (kXF) */
   float *dqacc;
   const int4 *packed;
   const int32_t *sum;
@@ -171,12 +200,12 @@ __device__ __forceinline__ void bulk_wait1() { asm volatile("cp.async.bulk.wait_
 
 /* acc[BM/2] = A B^T over D: A = 64 rows of a 128-row K/V tile (K-major), B = a BM-row Q/dO tile
    (K-major: BM / 8 groups of 8 rows at 1024 bytes, the chunks of 64 columns BM x 128 bytes apart). */
-template <int D, int BM, bool F16> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
+template <int D, int BM, bool F16, bool ACC = false> __device__ __forceinline__ void gemm_nt(float *acc, uint32_t a, uint32_t b)
 {
   const uint64_t a0 = desc_join(desc_lo(a, 16), desc_hi(1024)), b0 = desc_join(desc_lo(b, 16), desc_hi(1024));
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++)
-    wgmma_ss<BM, F16>(acc, desc_at(a0, (kk / 4) * 16384 + (kk % 4) * 32), desc_at(b0, (kk / 4) * (BM * 128) + (kk % 4) * 32), kk > 0);
+    wgmma_ss<BM, F16>(acc, desc_at(a0, (kk / 4) * 16384 + (kk % 4) * 32), desc_at(b0, (kk / 4) * (BM * 128) + (kk % 4) * 32), ACC || kk > 0);
 }
 
 /* acc[D/2] += A B: A (64 keys x BM queries) from registers (the accumulator pairs of the scores

@@ -231,6 +231,10 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
  */
 __device__ __forceinline__ uint32_t desc_lo(uint32_t addr, uint32_t lbo) { return ((addr & 0x3FFFF) >> 4) | (((lbo >> 4) & 0x3FFF) << 16); }
 __host__ __device__ constexpr uint32_t desc_hi(uint32_t sbo) { return ((sbo >> 4) & 0x3FFF) | (1u << 30); }
+/* desc_hi without swizzle (layout field 0, "interleave"): core matrices of 8 rows x 16 bytes,
+   each 128 contiguous bytes; for an MN-major operand SBO is the stride between core matrices
+   along M or N and LBO the stride between groups of 8 along K. */
+__host__ __device__ constexpr uint32_t desc_hi_noswz(uint32_t sbo) { return (sbo >> 4) & 0x3FFF; }
 __device__ __forceinline__ uint64_t desc_join(uint32_t lo, uint32_t hi)
 {
   uint64_t d;

@@ -12,7 +12,8 @@ Wrappers, for each type in (bf16, f16):
                                                  80 also the forward's wide d = 256 tile)
   wgmma_ss_m64n<N>k16_<t>_t<a><b>(...)           the same with A (a = 1) and/or B (b = 1)
                                                  transposed (MN-major): N = 64 and 128 t11, N = 80
-                                                 t10, N = 128 t01
+                                                 t10 and t01 (the backward's LSE and D terms:
+                                                 bwd_sm90.cu, kXF), N = 128 t01
   wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
                                                  in shared memory (trans-b = 1), N = 64, 128, 256
   wgmma_rs_m64n72k16_<t>_sum(d, e, a, db)        the same at N = 72 with the accumulator's last 8
@@ -124,6 +125,7 @@ def main():
     text += "".join(ss(t, 64) + ss(t, 64, 1, 1) for t in ("bf16", "f16"))
     text += "\n/* ---- the backward's 80-row step (d = 128): S^T, dP^T (t00) and dQ^T = K^T dS^T (t10) ---- */\n"
     text += "".join(ss(t, 80) + ss(t, 80, 1, 0) for t in ("bf16", "f16"))
+    text += "".join(ss(t, 80, 0, 1) for t in ("bf16", "f16"))
     text += "\n/* ---- the backward at d = 256: S^T, dP^T over 32 queries (t00), dV, dK (t01) and dQ (t11) over 128 columns ---- */\n"
     text += "".join(ss(t, 32) + ss(t, 128, 0, 1) + ss(t, 128, 1, 1) for t in ("bf16", "f16"))
     text += "\n/* ---- the forward's d = 256 shape (P V with 64-key tiles) ---- */\n"

@@ -321,8 +321,16 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  *   forward does, runs one piece per stage on the plan's stream and reduces the dK/dV partials
  *   to their owners over MPI through pinned host memory; it returns when they are reduced.
  *   With FMPlanSetDeterministic the results are the same bytes from run to run.
+ *   Precision: P and dS are rounded to dtype for the products, as in every flash-attention
+ *   kernel. On the Hopper kernel's 80-row steps (head_dim 128, masks that take them: see
+ *   -fm_plan_view) each row's log2 LSE and D = rowsum(dO o O) enter the products as two bf16
+ *   terms, so a row's P is scaled by at most 1 + 2^-16 |log2 LSE| ln 2 and D errs by 2^-16 |D|:
+ *   below P's rounding to dtype while |log2 LSE| stays under about 180 (bf16) or 40 (fp16). A
+ *   build configured with NVCCFLAGS="-O3 -std=c++17 --use_fast_math -DFMBWD_XF=0" keeps them
+ *   in fp32 there, and its backward on those masks is 3-6% slower.
  *   A row whose LSE is NaN (a non-finite forward) gives NaN in its dQ and in the dK, dV of the
- *   keys it sees; fully masked rows (LSE -inf) contribute nothing. Inside the (batch, kv head)
+ *   keys it sees (on those 80-row steps Inf or NaN); fully masked rows (LSE -inf) contribute
+ *   nothing. Inside the (batch, kv head)
  *   slice of a non-finite element of q, k, v or dout, 0 x NaN can also reach dK, dV or dQ
  *   elements that only share a tile with it (keys the row does not see included), as in every
  *   tiled kernel; every gradient outside that slice stays finite and exact. With

@@ -28,10 +28,11 @@ constexpr int kThreads = 384;
  * subtractions: 20 LDS.64 (330 of the step's 3227 shared-memory wavefronts an SM) and 40 FADD
  * fewer a thread-step, for 1/20 more tensor work. B is MN-major without swizzle: per 8 rows a
  * 64-byte group of four 16-byte k-rows (lse2's two terms, then D's), the groups 64 bytes apart
- * (SBO), so that each 128-byte core matrix's k-rows 2..7 are its own D terms and the next
- * groups' terms, and the second k-half (LBO 0) repeats the first; S reads from the stage's
+ * (SBO), so that each 128-byte core matrix's k-rows 2, 3 are its own D terms and 4..7 the next
+ * group's terms, and the second k-half (LBO 0) repeats the first; S reads from the stage's
  * first byte and dP from its 32nd. A weights all but the first two k-rows 0, and every term is
- * finite (the preprocess clamps), so they add exactly 0. A stage's terms take 640 bytes and 128
+ * finite (xt_terms clamps), so they add exactly 0. Measured +3-6% on full and +1-5% on causal
+ * (H100, 2026-12-07, doc/performance.md). A stage's terms take 640 bytes and 128
  * zero bytes after them (read by the last core matrices, and A's zero half); with A's core
  * matrix 1664 bytes in all, against the 1280 of the lse2 and D rows. -DFMBWD_XF=0 restores the
  * loads.

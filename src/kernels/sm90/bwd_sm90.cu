@@ -21,8 +21,8 @@
  *     waits for the block's turn (key blocks in decreasing order) and passes it on after the add.
  *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
  *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued; ptxas places a few of S's
- *     exponentials before dP's wait; at 80 rows each starts with one k-slice more, the rows' LSE and
- *     D terms: kXF, bwd_sm90_base.cuh); P^T = exp2(S^T c - lse2), and on partial tiles only the
+ *     exponentials before dP's wait; at 80 rows and d = 64's 128 each starts with one k-slice
+ *     more, the rows' LSE and D terms: kXF, bwd_sm90_base.cuh); P^T = exp2(S^T c - lse2), and on partial tiles only the
  *     element test (one 64-bit row mask per key column from its bounds, staged in shared memory
  *     per head);
  *     dS^T = P^T (dP^T - D); dV += P^T dO issued (RS wgmma, P from registers); dS^T to shared
@@ -60,7 +60,7 @@
  * applied to the packed P and dS (four 32-bit row words per key column, bounds staged in shared
  * memory), dS^T is two chunks of 64 query columns, and each consumer computes dQ for
  * its 64 query rows over all 128 keys (a barrier over both consumers publishes dS, as at d = 128).
- * 196 KB of shared memory (ST = 2).
+ * The rows' LSE and D come by the extra k-slice here too (kXF). 196 KB of shared memory (ST = 2).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -258,18 +258,18 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
                                             uint32_t qa, uint32_t da, uint32_t ls, uint32_t dd, int part, const int4 *bnd,
                                             int m0, int j0, const Me &me, const Params &p)
 {
-  constexpr bool XF = BM == 80 && FMBWD_XF; /* kXF (bwd_sm90_base.cuh): ls is the stage's terms, dd A's ones */
+  constexpr bool XF = fmbwd_xf(D, BM); /* kXF (bwd_sm90_base.cuh): ls is the stage's terms, dd A's ones */
   if constexpr (!XF)
 #pragma unroll
     for (int t = 0; t < BM / 2; t++) s[t] = dp[t] = 0.f;
   wgmma_fence();
   /* kXF: the terms start the accumulators. A at dd (SBO 0: one core matrix for all 64 rows; LBO:
-     its zero half, stage 0's zeros 768 bytes on), B at ls for S and 32 bytes on for dP (SBO 64) */
-  const uint64_t xa = desc_join(desc_lo(dd, 768), desc_hi_noswz(0));
-  if constexpr (XF) wgmma_ss_m64n80k16_bf16_t01(s, xa, desc_join(desc_lo(ls, 0), desc_hi_noswz(64)), 0);
+     its zero half, stage 0's zeros 128 + 8 BM bytes on), B at ls for S and 32 bytes on for dP (SBO 64) */
+  const uint64_t xa = desc_join(desc_lo(dd, 128 + 8 * BM), desc_hi_noswz(0));
+  if constexpr (XF) wgmma_ss_t01<BM, false>(s, xa, desc_join(desc_lo(ls, 0), desc_hi_noswz(64)), 0);
   gemm_nt<D, BM, F16, XF>(s, ka + me.cw * 8192, qa);
   wgmma_commit();
-  if constexpr (XF) wgmma_ss_m64n80k16_bf16_t01(dp, xa, desc_join(desc_lo(ls + 32, 0), desc_hi_noswz(64)), 0);
+  if constexpr (XF) wgmma_ss_t01<BM, false>(dp, xa, desc_join(desc_lo(ls + 32, 0), desc_hi_noswz(64)), 0);
   gemm_nt<D, BM, F16, XF>(dp, va + me.cw * 8192, da);
   wgmma_commit();
   wgmma_wait<1>(); /* S^T retired */
@@ -879,7 +879,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       using L = Layout<D, ST, BM>;
       for (int u = 0; u < 128; u += 4) st_u32(smem_u32(smem + L::OFF_L + u), u % 16 ? 0u : 0x3F803F80u);
       for (int s = 0; s < ST; s++)
-        for (int u = 640; u < L::XB; u += 4) st_u32(smem_u32(smem + L::OFF_L + 128 + s * L::XB + u), 0u);
+        for (int u = 8 * BM; u < L::XB; u += 4) st_u32(smem_u32(smem + L::OFF_L + 128 + s * L::XB + u), 0u);
       fence_proxy_async();
     }
     fence_barrier_init();
@@ -896,9 +896,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-/* kXF: the 80-row step's terms (bwd_sm90.cuh, xt) from the preprocess's lse2 and dsum rows, one
-   thread per 8 rows (64 bytes read, 64 written), launched before each 80-row piece so that the
-   steps of other sizes pay nothing. -lse2 / c and -dsum as two bf16 terms each (hi, then the
+/* kXF: the terms (bwd_sm90.cuh, xt) from the preprocess's lse2 and dsum rows, one thread per 8
+   rows (64 bytes read, 64 written), launched before each piece whose step takes them (80 rows, d =
+   64's 128) so that the other steps pay nothing. -lse2 / c and -dsum as two bf16 terms each (hi, then the
    rest), always finite so that the products that read them as zero-weighted neighbours add 0: a
    row with nothing visible (lse2 = +Inf) takes -3e38 (P = 0), a NaN lse2 +3e38 (P = +Inf, so its
    gradients are non-finite), a non-finite dsum 0 if NaN (then dO's row is NaN and so is dP's)

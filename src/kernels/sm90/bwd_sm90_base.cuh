@@ -20,26 +20,30 @@ constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
 constexpr int kThreads = 384;
 
 /*
- * kXF (the 80-row step): the rows' log2 LSE and D come from the tensor core instead of shared
- * memory loads. S^T and dP^T each start with one k16 slice more (m64n80k16, SS): A = 64 rows of
- * [1, 1, 0, ...] (one 128-byte core matrix of that row, SBO 0, its second k-half zeros), B = the
- * step's 80 rows of the workspace's xt terms (bwd_sm90.cuh), so that the accumulators hold
- * S^T - lse2 / c and dP^T - D, and P^T = exp2(c x), dS^T = P^T x need no loads and no
- * subtractions: 20 LDS.64 (330 of the step's 3227 shared-memory wavefronts an SM) and 40 FADD
- * fewer a thread-step, for 1/20 more tensor work. B is MN-major without swizzle: per 8 rows a
- * 64-byte group of four 16-byte k-rows (lse2's two terms, then D's), the groups 64 bytes apart
- * (SBO), so that each 128-byte core matrix's k-rows 2, 3 are its own D terms and 4..7 the next
- * group's terms, and the second k-half (LBO 0) repeats the first; S reads from the stage's
- * first byte and dP from its 32nd. A weights all but the first two k-rows 0, and every term is
- * finite (xt_terms clamps), so they add exactly 0. Measured +3-6% on full and +1-5% on causal
- * (H100, 2026-12-07, doc/performance.md). A stage's terms take 640 bytes and 128
- * zero bytes after them (read by the last core matrices, and A's zero half); with A's core
- * matrix 1664 bytes in all, against the 1280 of the lse2 and D rows. -DFMBWD_XF=0 restores the
- * loads.
+ * kXF (the 80-row step, and d = 64's 128-row one: fmbwd_xf below): the rows' log2 LSE and D come
+ * from the tensor core instead of shared memory loads. S^T and dP^T each start with one k16
+ * slice more (SS, m64n80k16 at 80 rows): A = 64 rows of [1, 1, 0, ...] (one 128-byte core matrix
+ * of that row, SBO 0, its second k-half zeros), B = the step's rows of the workspace's xt terms
+ * (bwd_sm90.cuh), so that the accumulators hold S^T - lse2 / c and dP^T - D, and P^T = exp2(c x),
+ * dS^T = P^T x need no loads and no subtractions. At 80 rows: 20 LDS.64 (330 of the step's 3227
+ * shared-memory wavefronts an SM) and 40 FADD fewer a thread-step, for 1/20 more tensor work.
+ * B is MN-major without swizzle: per 8 rows a 64-byte group of four 16-byte k-rows (lse2's two
+ * terms, then D's), the groups 64 bytes apart (SBO), so that each 128-byte core matrix's k-rows
+ * 2, 3 are its own D terms and 4..7 the next group's terms, and the second k-half (LBO 0)
+ * repeats the first; S reads from the stage's first byte and dP from its 32nd. A weights all but
+ * the first two k-rows 0, and every term is finite (xt_terms clamps), so they add exactly 0. A
+ * stage's terms take 8 bytes a row and 128 zero bytes after them (read by the last core
+ * matrices, and A's zero half): at 80 rows, with A's core matrix, 1664 bytes in all against the
+ * 1280 of the lse2 and D rows. Measured at 80 rows +3-6% on full and +1-5% on causal (H100,
+ * 2026-12-07, doc/performance.md).
  */
 #ifndef FMBWD_XF
-#define FMBWD_XF 1
+#define FMBWD_XF 2
 #endif
+/* The steps that take kXF: 80 rows (d = 128) and d = 64's 128-row step (m64n128k16 slices, 1/4
+   of S's k-steps there, so 1/10 more tensor work; bwd_bench ab64, H100, 2026-12-07: full +1.3% /
+   +0.2% at 8K / 32K, causal +2.9% / +2.3%). -DFMBWD_XF=1: 80 rows only; 0: neither (the loads). */
+__host__ __device__ constexpr bool fmbwd_xf(int D, int BM) { return (FMBWD_XF >= 1 && BM == 80) || (FMBWD_XF >= 2 && BM == 128 && D == 64); }
 
 /*
  * How dQ = dS K is split between the two consumers. d = 64 on 64-row steps ("own"): each
@@ -87,8 +91,8 @@ template <int D, int ST, int BM> struct Layout {
   static constexpr int OFF_DO = OFF_Q + ST * QB;
   static constexpr int OFF_DS = OFF_DO + ST * QB;
   static constexpr int END_DS = OFF_DS + NDS * DSB;
-  static constexpr bool XF = FMBWD_XF && BM == 80; /* kXF above */
-  static constexpr int XB = 768;                   /* XF: a stage's terms (640 bytes) and 128 zero bytes */
+  static constexpr bool XF = fmbwd_xf(D, BM);     /* kXF above */
+  static constexpr int XB = BM * 8 + 128;          /* XF: a stage's terms (8 bytes a row) and 128 zero bytes */
   /* The dQ staging (2 x DQB, 1024-byte aligned) follows the dS buffers, then the small parts below.
      XF: the small parts come first and the staging last, so that each of kXF's operands has 40 KB
      of the allocation after it (compute-sanitizer's memcheck flagged their wgmma "out of bounds"

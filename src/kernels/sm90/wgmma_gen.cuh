@@ -349,11 +349,14 @@ template <int N, bool F16> __device__ __forceinline__ void wgmma_ss(float *d, ui
   }
 }
 
-/* wgmma_ss_t01<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 128. */
+/* wgmma_ss_t01<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 80, 128. */
 template <int N, bool F16> __device__ __forceinline__ void wgmma_ss_t01(float *d, uint64_t da, uint64_t db, int accum)
 {
-  static_assert(N == 128, "wgmma_ss_t01: no such shape");
-  if constexpr (N == 128) {
+  static_assert(N == 80 || N == 128, "wgmma_ss_t01: no such shape");
+  if constexpr (N == 80) {
+    if constexpr (F16) wgmma_ss_m64n80k16_f16_t01(d, da, db, accum);
+    else wgmma_ss_m64n80k16_bf16_t01(d, da, db, accum);
+  } else if constexpr (N == 128) {
     if constexpr (F16) wgmma_ss_m64n128k16_f16_t01(d, da, db, accum);
     else wgmma_ss_m64n128k16_bf16_t01(d, da, db, accum);
   }

@@ -137,7 +137,7 @@ def main():
     text += "\n/* ---- one template per family, over the shapes above ---- */\n"
     ssp, ssa = "float *d, uint64_t da, uint64_t db, int accum", "d, da, db, accum"
     text += dispatch("wgmma_ss", (32, 64, 80, 128, 176), ssp, ssa)
-    text += dispatch("wgmma_ss_t01", (128,), ssp, ssa)
+    text += dispatch("wgmma_ss_t01", (80, 128), ssp, ssa)
     text += dispatch("wgmma_ss_t10", (80,), ssp, ssa)
     text += dispatch("wgmma_ss_t11", (64, 128), ssp, ssa)
     text += dispatch("wgmma_rs", (64, 128, 256), "float *d, const uint32_t *a, uint64_t db", "d, a, db")

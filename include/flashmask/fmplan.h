@@ -331,10 +331,10 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  *   backward on those masks is 1-6% slower.
  *   A row whose LSE is NaN (a non-finite forward) gives NaN in its dQ and in the dK, dV of the
  *   keys it sees (on those larger steps Inf or NaN); fully masked rows (LSE -inf) contribute
- *   nothing. Inside the (batch, kv head)
- *   slice of a non-finite element of q, k, v or dout, 0 x NaN can also reach dK, dV or dQ
- *   elements that only share a tile with it (keys the row does not see included), as in every
- *   tiled kernel; every gradient outside that slice stays finite and exact. With
+ *   nothing. Inside the (batch, kv head) slice of a non-finite element of q, k, v or dout,
+ *   0 x NaN can also reach dK, dV or dQ elements that only share a tile with it (keys the row
+ *   does not see included), as in every tiled kernel; every gradient outside that slice stays
+ *   finite and exact. With
  *   FMPlanSetCheckFinite, q, k, v and dout are scanned first, as in FMPlanForward. Its event's
  *   FLOPs (2.5 x the forward's) are counted under -fm_log_view only, as FMPlanForward's.
  */

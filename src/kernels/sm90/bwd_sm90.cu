@@ -22,9 +22,9 @@
  *   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 keys each. Per step:
  *     S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued; ptxas places a few of S's
  *     exponentials before dP's wait; at 80 rows and d = 64's 128 each starts with one k-slice
- *     more, the rows' LSE and D terms: kXF, bwd_sm90_base.cuh); P^T = exp2(S^T c - lse2), and on partial tiles only the
- *     element test (one 64-bit row mask per key column from its bounds, staged in shared memory
- *     per head);
+ *     more, the rows' LSE and D terms: kXF, bwd_sm90_base.cuh); P^T = exp2(S^T c - lse2), and
+ *     on partial tiles only the element test (one 64-bit row mask per key column from its
+ *     bounds, staged in shared memory per head);
  *     dS^T = P^T (dP^T - D); dV += P^T dO issued (RS wgmma, P from registers); dS^T to shared
  *     memory (swizzled); dQ = dS K (SS wgmma, both operands MN-major) issued, then
  *     dK += dS^T Q (RS) behind it: for d = 128 each consumer computes 64 of the 128 dQ columns
@@ -133,7 +133,7 @@ __device__ __forceinline__ void producer(unsigned char *smem, const CUtensorMap 
       tma_load_4d(smem + L::OFF_Q + st * L::QB + c * L::QC, tmQ, &sy.full[st], c * 64, hq, qb * BM, b_);
       tma_load_4d(smem + L::OFF_DO + st * L::QB + c * L::QC, tmDO, &sy.full[st], c * 64, hq, qb * BM, b_);
     }
-    if constexpr (L::XF) bulk_load(smem + L::OFF_L + 128 + st * L::XB, p.xt + lrow * 4, BM * 8, &sy.full[st]); /* the terms (kXF) */
+    if constexpr (L::XF) bulk_load(smem + L::OFF_XT + st * L::XB, p.xt + lrow * 4, BM * 8, &sy.full[st]); /* the terms (kXF) */
     else {
       bulk_load(smem + L::OFF_L + st * BM * 4, p.lse2 + lrow, BM * 4, &sy.full[st]);
       bulk_load(smem + L::OFF_DD + st * BM * 4, p.dsum + lrow, BM * 4, &sy.full[st]);
@@ -244,7 +244,8 @@ __device__ __forceinline__ void mask_packed(uint32_t *pp, uint32_t *ps, const in
 /*
  * S^T and dP^T of one step (SS wgmma), then P^T = exp2(S^T c - lse2) (zero where the partial
  * tile's row masks say so) and dS^T = P^T (dP^T - D), packed for the RS products. At 80 rows
- * (kXF) the products start from -lse2 / c and -D, so P^T = exp2(S^T c) and dS^T = P^T dP^T.
+ * and d = 64's 128 (kXF) the products start from -lse2 / c and -D, so P^T = exp2(S^T c) and
+ * dS^T = P^T dP^T.
  * s[4k + e] (k < BM / 8) is key row kr0 (e < 2) or kr0 + 8, query column 8k + 2 t4 + (e & 1).
  * bnd: the column bounds, staged in shared memory (BM = 64, 128) or the head's in global (BM = 80).
  * The rows' LSE and D are read after the waits. (Read while the products run instead, the same
@@ -253,7 +254,7 @@ __device__ __forceinline__ void mask_packed(uint32_t *pp, uint32_t *ps, const in
  * at 80 rows (a never-taken branch that reads them all: 0 spills) measured 2.0-2.6% slower on
  * full and causal at 8K and 32K (2026-12-04, ninth session). Neither kept.
  */
-template <int D, int BM, bool F16>
+template <int D, int BM, bool F16, int XA_LBO = 0>
 __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, uint32_t *ps, uint32_t ka, uint32_t va,
                                             uint32_t qa, uint32_t da, uint32_t ls, uint32_t dd, int part, const int4 *bnd,
                                             int m0, int j0, const Me &me, const Params &p)
@@ -263,13 +264,13 @@ __device__ __forceinline__ void step_scores(float *s, float *dp, uint32_t *pp, u
 #pragma unroll
     for (int t = 0; t < BM / 2; t++) s[t] = dp[t] = 0.f;
   wgmma_fence();
-  /* kXF: the terms start the accumulators. A at dd (SBO 0: one core matrix for all 64 rows; LBO:
-     its zero half, stage 0's zeros 128 + 8 BM bytes on), B at ls for S and 32 bytes on for dP (SBO 64) */
-  const uint64_t xa = desc_join(desc_lo(dd, 128 + 8 * BM), desc_hi_noswz(0));
-  if constexpr (XF) wgmma_ss_t01<BM, false>(s, xa, desc_join(desc_lo(ls, 0), desc_hi_noswz(64)), 0);
+  /* kXF: the terms start the accumulators. A at dd (SBO 0: one core matrix for all 64 rows; LBO
+     XA_LBO: its zero half, stage 0's zeros), B at ls for S and 32 bytes on for dP (SBO 64) */
+  if constexpr (XF) wgmma_ss_t01<BM, false>(s, desc_join(desc_lo(dd, XA_LBO), desc_hi_noswz(0)), desc_join(desc_lo(ls, 0), desc_hi_noswz(64)), 0);
   gemm_nt<D, BM, F16, XF>(s, ka + me.cw * 8192, qa);
   wgmma_commit();
-  if constexpr (XF) wgmma_ss_t01<BM, false>(dp, xa, desc_join(desc_lo(ls + 32, 0), desc_hi_noswz(64)), 0);
+  if constexpr (XF)
+    wgmma_ss_t01<BM, false>(dp, desc_join(desc_lo(dd, XA_LBO), desc_hi_noswz(0)), desc_join(desc_lo(ls + 32, 0), desc_hi_noswz(64)), 0);
   gemm_nt<D, BM, F16, XF>(dp, va + me.cw * 8192, da);
   wgmma_commit();
   wgmma_wait<1>(); /* S^T retired */
@@ -605,7 +606,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
         bh = b * p.Hq + hq;
         gcur = g;
       }
-      uint32_t ls = L::XF ? smem_u32(smem + L::OFF_L + 128 + st * L::XB) : smem_u32(smem + L::OFF_L + st * BM * 4) + 8 * me.t4;
+      uint32_t ls = L::XF ? smem_u32(smem + L::OFF_XT + st * L::XB) : smem_u32(smem + L::OFF_L + st * BM * 4) + 8 * me.t4;
       reg_fence(ls);
       uint32_t ka = kaddr, va = vaddr, qa = smem_u32(smem + L::OFF_Q + st * L::QB), da = smem_u32(smem + L::OFF_DO + st * L::QB);
       reg_fence(ka);
@@ -613,7 +614,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
       reg_fence(qa);
       reg_fence(da);
       const uint32_t dd = L::XF ? smem_u32(smem + L::OFF_L) : ls + (L::OFF_DD - L::OFF_L); /* D rows, or kXF's A */
-      step_scores<D, BM, F16>(s, dp, pp, ps, ka, va, qa, da, ls, dd, part, bnd, qb * BM, kb * kBN + me.kr0, me, p);
+      step_scores<D, BM, F16, L::XA_LBO>(s, dp, pp, ps, ka, va, qa, da, ls, dd, part, bnd, qb * BM, kb * kBN + me.kr0, me, p);
       {
         DqStep d;
         d.tix = (bh * p.nqb + qb) * 4 + (DqSplit<D, BM>::own ? 0 : me.cw);
@@ -879,7 +880,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       using L = Layout<D, ST, BM>;
       for (int u = 0; u < 128; u += 4) st_u32(smem_u32(smem + L::OFF_L + u), u % 16 ? 0u : 0x3F803F80u);
       for (int s = 0; s < ST; s++)
-        for (int u = 8 * BM; u < L::XB; u += 4) st_u32(smem_u32(smem + L::OFF_L + 128 + s * L::XB + u), 0u);
+        for (int u = 8 * BM; u < L::XB; u += 4) st_u32(smem_u32(smem + L::OFF_XT + s * L::XB + u), 0u);
       fence_proxy_async();
     }
     fence_barrier_init();

@@ -99,7 +99,9 @@ template <int D, int ST, int BM> struct Layout {
      1.7 KB from the end, as if an operand were its M or N x K x 2 contiguous bytes; HACKING.md). */
   static constexpr int OFF_L = XF ? END_DS : END_DS + 2 * DQB; /* lse2 rows, or XF: A's core matrix of ones (128 bytes), then the stages' terms */
   static constexpr int OFF_DD = OFF_L + ST * BM * 4; /* D rows (not XF) */
-  static constexpr int OFF_BND = XF ? OFF_L + 128 + ST * XB : OFF_DD + ST * BM * 4; /* the item's column bounds, 128 x int4 (BND_SMEM) */
+  static constexpr int OFF_XT = OFF_L + 128;         /* XF: the stages' terms, XB bytes each */
+  static constexpr int XA_LBO = OFF_XT + 8 * BM - OFF_L; /* XF: from A's core matrix to its zero half, stage 0's zeros */
+  static constexpr int OFF_BND = XF ? OFF_XT + ST * XB : OFF_DD + ST * BM * 4; /* the item's column bounds, 128 x int4 (BND_SMEM) */
   /* 2 item slots {t, kb, hkv, b}, the producer's step and item counts; at +64 the dQ writers' slots */
   static constexpr int OFF_ITEM = OFF_BND + (BND_SMEM ? kBN * 16 : 0);
   static constexpr int OFF_STEP = OFF_ITEM + 128; /* per stage the step slot: {query block, flags} (kStepEnd below) */

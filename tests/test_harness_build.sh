@@ -5,7 +5,7 @@
 # themselves), and each one's probe mode exits 0 with a GPU, 2 without one; the backward's item
 # order passes its host check (bwd_bench order), and the wide forward kernel's tiles theirs
 # (fwd_bench tiles); the forward kernel also compiles with its A/B
-# build variants and its diagnostic build (tileprof); ptxas reports no spill and no warning for any Hopper kernel. Skips without CUDA.
+# build variants and its diagnostic build (tileprof), the backward its A/B flags; ptxas reports no spill and no warning for any Hopper kernel. Skips without CUDA.
 . "${srcdir:-.}/tests/common.sh"
 fm_skip_unless_cuda
 [ -n "$FM_NVCC" ] || { echo "SKIP: no nvcc recorded by configure"; exit 77; }
@@ -71,6 +71,17 @@ if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DF
   echo "ok   bwd_sm90.cu compiles with -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DFMBWD_DET_NOWAIT -DFMBWD_XF=0"
 else
   cat "$t/bvariants.log"; echo "FAIL: the backward's build variants do not compile"; fail=1
+fi
+# the backward's A/B flags prepared for the next GPU call (HACKING.md: the 80-row epilogue's 16-byte
+# stores, the LSE and D fold at d = 128's 64-row step) compile without spills or ptxas warnings
+if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFMBWD_VEC80=1 -DFMBWD_XF=3 -Xptxas -v -cubin \
+    "$src/src/kernels/sm90/bwd_sm90.cu" -o "$t/bab.cubin" > "$t/bab.ptxas" 2>&1 &&
+  [ "$(grep -c "bytes spill stores" "$t/bab.ptxas")" -gt 0 ] &&
+  ! grep "bytes spill" "$t/bab.ptxas" | grep -qv " 0 bytes spill stores, 0 bytes spill loads" &&
+  ! grep -qiE "warning|\(C75[0-9][0-9]\)" "$t/bab.ptxas"; then
+  echo "ok   bwd_sm90.cu compiles with -DFMBWD_VEC80=1 -DFMBWD_XF=3: no spills, no ptxas warnings"
+else
+  cat "$t/bab.ptxas"; echo "FAIL: bwd_sm90.cu with -DFMBWD_VEC80=1 -DFMBWD_XF=3"; fail=1
 fi
 # the forward's diagnostic build (fwd_bench tileprof: a tile's phases counted) compiles too: the
 # kernel with the counters and without the element tests, and the harness's profile mode

@@ -93,6 +93,17 @@ __device__ __forceinline__ void wgmma_ss_m64n64k16_bf16_t11(float *d, uint64_t d
     : "l"(da), "l"(db), "r"(accum));
 }
 
+/* d[32] = (accum ? d : 0) + A * B^T: m64n64k16, bf16, A K-major, B MN-major (transposed) in shared memory. */
+__device__ __forceinline__ void wgmma_ss_m64n64k16_bf16_t01(float *d, uint64_t da, uint64_t db, int accum)
+{
+  asm volatile(
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    : "l"(da), "l"(db), "r"(accum));
+}
+
 /* d[32] = (accum ? d : 0) + A * B^T: m64n64k16, f16, A and B K-major in shared memory. */
 __device__ __forceinline__ void wgmma_ss_m64n64k16_f16(float *d, uint64_t da, uint64_t db, int accum)
 {
@@ -111,6 +122,17 @@ __device__ __forceinline__ void wgmma_ss_m64n64k16_f16_t11(float *d, uint64_t da
     "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    : "l"(da), "l"(db), "r"(accum));
+}
+
+/* d[32] = (accum ? d : 0) + A * B^T: m64n64k16, f16, A K-major, B MN-major (transposed) in shared memory. */
+__device__ __forceinline__ void wgmma_ss_m64n64k16_f16_t01(float *d, uint64_t da, uint64_t db, int accum)
+{
+  asm volatile(
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1;\n}\n"
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
     : "l"(da), "l"(db), "r"(accum));
 }
@@ -349,11 +371,14 @@ template <int N, bool F16> __device__ __forceinline__ void wgmma_ss(float *d, ui
   }
 }
 
-/* wgmma_ss_t01<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 80, 128. */
+/* wgmma_ss_t01<N, F16>: the m64n<N>k16 wrapper above for fp16 (F16) or bf16; N = 64, 80, 128. */
 template <int N, bool F16> __device__ __forceinline__ void wgmma_ss_t01(float *d, uint64_t da, uint64_t db, int accum)
 {
-  static_assert(N == 80 || N == 128, "wgmma_ss_t01: no such shape");
-  if constexpr (N == 80) {
+  static_assert(N == 64 || N == 80 || N == 128, "wgmma_ss_t01: no such shape");
+  if constexpr (N == 64) {
+    if constexpr (F16) wgmma_ss_m64n64k16_f16_t01(d, da, db, accum);
+    else wgmma_ss_m64n64k16_bf16_t01(d, da, db, accum);
+  } else if constexpr (N == 80) {
     if constexpr (F16) wgmma_ss_m64n80k16_f16_t01(d, da, db, accum);
     else wgmma_ss_m64n80k16_bf16_t01(d, da, db, accum);
   } else if constexpr (N == 128) {

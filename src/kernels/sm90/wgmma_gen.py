@@ -13,7 +13,8 @@ Wrappers, for each type in (bf16, f16):
   wgmma_ss_m64n<N>k16_<t>_t<a><b>(...)           the same with A (a = 1) and/or B (b = 1)
                                                  transposed (MN-major): N = 64 and 128 t11, N = 80
                                                  t10 and t01 (the backward's LSE and D terms:
-                                                 bwd_sm90.cu, kXF), N = 128 t01
+                                                 bwd_sm90.cu, kXF; also N = 64 t01 under
+                                                 -DFMBWD_XF=3), N = 128 t01
   wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
                                                  in shared memory (trans-b = 1), N = 64, 128, 256
   wgmma_rs_m64n72k16_<t>_sum(d, e, a, db)        the same at N = 72 with the accumulator's last 8
@@ -122,7 +123,7 @@ template <int N, bool F16> __device__ __forceinline__ void %s(%s)
 def main():
     text = HEAD + "".join(ss(t) + rs(t, 64) + rs(t, 128) for t in ("bf16", "f16"))
     text += "\n/* ---- the backward's shapes ---- */\n"
-    text += "".join(ss(t, 64) + ss(t, 64, 1, 1) for t in ("bf16", "f16"))
+    text += "".join(ss(t, 64) + ss(t, 64, 1, 1) + ss(t, 64, 0, 1) for t in ("bf16", "f16"))
     text += "\n/* ---- the backward's 80-row step (d = 128): S^T, dP^T (t00) and dQ^T = K^T dS^T (t10) ---- */\n"
     text += "".join(ss(t, 80) + ss(t, 80, 1, 0) for t in ("bf16", "f16"))
     text += "".join(ss(t, 80, 0, 1) for t in ("bf16", "f16"))
@@ -137,7 +138,7 @@ def main():
     text += "\n/* ---- one template per family, over the shapes above ---- */\n"
     ssp, ssa = "float *d, uint64_t da, uint64_t db, int accum", "d, da, db, accum"
     text += dispatch("wgmma_ss", (32, 64, 80, 128, 176), ssp, ssa)
-    text += dispatch("wgmma_ss_t01", (80, 128), ssp, ssa)
+    text += dispatch("wgmma_ss_t01", (64, 80, 128), ssp, ssa)
     text += dispatch("wgmma_ss_t10", (80,), ssp, ssa)
     text += dispatch("wgmma_ss_t11", (64, 128), ssp, ssa)
     text += dispatch("wgmma_rs", (64, 128, 256), "float *d, const uint32_t *a, uint64_t db", "d, a, db")

@@ -52,18 +52,24 @@ fi
 # ptxas's report on the Hopper kernels as the library builds them: no instantiation spills (a
 # local-memory round trip in the main loop costs more than the registers it frees) and ptxas
 # warns about nothing (e.g. C7510: wgmma serialized, its registers touched while in flight; C7519: an arrive injected)
-for k in fwd_sm90 bwd_sm90; do
-  if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -Xptxas -v -cubin "$src/src/kernels/sm90/$k.cu" -o "$t/$k.cubin" > "$t/$k.ptxas" 2>&1; then
-    nfun=$(grep -c "bytes spill stores" "$t/$k.ptxas")
-    spill=$(grep "bytes spill" "$t/$k.ptxas" | grep -v " 0 bytes spill stores, 0 bytes spill loads")
-    warn=$(grep -iE "warning|\(C75[0-9][0-9]\)" "$t/$k.ptxas") # C7519 and kin come as "info" lines
+ptxas_clean() { # name (sm90/NAME.cu), label, extra nvcc flags...
+  k=$1 label=$2; shift 2
+  if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" "$@" -Xptxas -v -cubin "$src/src/kernels/sm90/$k.cu" -o "$t/$label.cubin" > "$t/$label.ptxas" 2>&1; then
+    nfun=$(grep -c "bytes spill stores" "$t/$label.ptxas")
+    spill=$(grep "bytes spill" "$t/$label.ptxas" | grep -v " 0 bytes spill stores, 0 bytes spill loads")
+    warn=$(grep -iE "warning|\(C75[0-9][0-9]\)" "$t/$label.ptxas") # C7519 and kin come as "info" lines
     if [ "$nfun" -eq 0 ] || [ -n "$spill" ] || [ -n "$warn" ]; then
-      cat "$t/$k.ptxas"; echo "FAIL: $k.cu: $nfun functions reported, spills or warnings above"; fail=1
-    else echo "ok   $k.cu: $nfun functions, no spills, no ptxas warnings"; fi
+      cat "$t/$label.ptxas"; echo "FAIL: $k.cu${*:+ with $*}: $nfun functions reported, spills or warnings above"; fail=1
+    else echo "ok   $k.cu${*:+ with $*}: $nfun functions, no spills, no ptxas warnings"; fi
   else
-    cat "$t/$k.ptxas"; echo "FAIL: $k.cu does not compile with -Xptxas -v"; fail=1
+    cat "$t/$label.ptxas"; echo "FAIL: $k.cu${*:+ with $*} does not compile with -Xptxas -v"; fail=1
   fi
-done
+}
+ptxas_clean fwd_sm90 fwd_sm90
+ptxas_clean bwd_sm90 bwd_sm90
+# the backward's A/B flags prepared for the next GPU call (HACKING.md: the 80-row epilogue's 16-byte
+# stores, the LSE and D fold at d = 128's 64-row step), under the same rule
+ptxas_clean bwd_sm90 bab -DFMBWD_VEC80=1 -DFMBWD_XF=3
 # the backward's diagnostic build (bwd_bench detprof: the waits counted) compiles too, with the
 # 80-row step's LSE and D loaded from shared memory (-DFMBWD_XF=0, the A/B reference of kXF)
 if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DFMBWD_DET_NOWAIT -DFMBWD_XF=0 -cubin \
@@ -71,17 +77,6 @@ if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DF
   echo "ok   bwd_sm90.cu compiles with -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DFMBWD_DET_NOWAIT -DFMBWD_XF=0"
 else
   cat "$t/bvariants.log"; echo "FAIL: the backward's build variants do not compile"; fail=1
-fi
-# the backward's A/B flags prepared for the next GPU call (HACKING.md: the 80-row epilogue's 16-byte
-# stores, the LSE and D fold at d = 128's 64-row step) compile without spills or ptxas warnings
-if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFMBWD_VEC80=1 -DFMBWD_XF=3 -Xptxas -v -cubin \
-    "$src/src/kernels/sm90/bwd_sm90.cu" -o "$t/bab.cubin" > "$t/bab.ptxas" 2>&1 &&
-  [ "$(grep -c "bytes spill stores" "$t/bab.ptxas")" -gt 0 ] &&
-  ! grep "bytes spill" "$t/bab.ptxas" | grep -qv " 0 bytes spill stores, 0 bytes spill loads" &&
-  ! grep -qiE "warning|\(C75[0-9][0-9]\)" "$t/bab.ptxas"; then
-  echo "ok   bwd_sm90.cu compiles with -DFMBWD_VEC80=1 -DFMBWD_XF=3: no spills, no ptxas warnings"
-else
-  cat "$t/bab.ptxas"; echo "FAIL: bwd_sm90.cu with -DFMBWD_VEC80=1 -DFMBWD_XF=3"; fail=1
 fi
 # the forward's diagnostic build (fwd_bench tileprof: a tile's phases counted) compiles too: the
 # kernel with the counters and without the element tests, and the harness's profile mode

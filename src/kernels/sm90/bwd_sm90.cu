@@ -431,16 +431,16 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   if (me.lane == 0) mbar_arrive(empty); /* Q, dO, lse2, D of this stage are no longer read */
 }
 
-/* dK (times scale) and dV rows of this thread, straight to global (in dtype: 16-byte stores where
-   dk and dv allow them, p.dkv_vec, and VEC; or float): key rows j0 and j0 + 8, NC columns from col0
-   (D from 0, or at d = 256 the consumer's 128). */
 /* -DFMBWD_VEC80=1 (A/B flag): the 80-row kernel's epilogue takes the 16-byte stores too. Its
    4-byte stores take about 9 of an item's cycles (thousands, `bwd_bench itemprof`: 3.6 for the
    64-row epilogue's 16-byte ones), 1.8% of a full item at 8K and 3.4% of a causal one; the tenth
-   session's measurement (below) was made on a step that has changed since. */
+   session's measurement (in store_dkdv) was made on a step that has changed since. */
 #ifndef FMBWD_VEC80
 #define FMBWD_VEC80 0
 #endif
+/* dK (times scale) and dV rows of this thread, straight to global (in dtype: 16-byte stores where
+   dk and dv allow them, p.dkv_vec, and VEC; or float): key rows j0 and j0 + 8, NC columns from col0
+   (D from 0, or at d = 256 the consumer's 128). */
 template <int NC, bool VEC, bool F16>
 __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int j0, int col0, int hkv, int b, const Me &me,
                                            const Params &p)

@@ -39,7 +39,7 @@ enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
  */
 typedef struct {
   float *lse2, *dsum, *dqacc;
-  uint16_t *xt;  /* the 80-row step's LSE and D terms (bf16, above) */
+  uint16_t *xt;  /* the LSE and D terms of the steps that take kXF (bf16, above) */
   int *counter; /* the main kernel's work-item counter */
   int *turn;    /* deterministic mode: the turn words (bwd_sm90.cu) */
   int sqp;      /* the padded rows */

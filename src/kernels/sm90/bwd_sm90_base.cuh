@@ -120,7 +120,7 @@ struct Params {
   void *dk, *dv;
   FMGpuStrides sdk, sdv;
   const float *lse2, *dsum;
-  const uint16_t *xt; /* the 80-row step's terms (kXF) */
+  const uint16_t *xt; /* the LSE and D terms of the steps that take kXF */
   float *dqacc;
   const int4 *packed;
   const int32_t *sum;

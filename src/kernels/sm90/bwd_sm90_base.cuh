@@ -44,8 +44,9 @@ constexpr int kThreads = 384;
    of S's k-steps there, so 1/10 more tensor work; bwd_bench ab64, H100, 2026-12-07: full +1.3% /
    +0.2% at 8K / 32K, causal +2.9% / +2.3%). -DFMBWD_XF=1: 80 rows only; 0: neither (the loads).
    -DFMBWD_XF=3 (A/B flag): d = 128's 64-row step too (the short-item masks; m64n64k16 slices,
-   1/20 more tensor work, 16 LDS.64 and 32 FADD fewer a thread-step). */
-__host__ __device__ constexpr bool fmbwd_xf(int D, int BM) { return (FMBWD_XF >= 1 && BM == 80) || (FMBWD_XF >= 2 && BM == 128 && D == 64) || (FMBWD_XF >= 3 && BM == 64 && D == 128); }
+   1/20 more tensor work, 16 LDS.64 and 32 FADD fewer a thread-step). -DFMBWD_XF=4 (A/B flag):
+   d = 64's 64-row ("own") step as well (1/10 more tensor work; SASS: LDS 77 -> 61, FADD 32 -> 0). */
+__host__ __device__ constexpr bool fmbwd_xf(int D, int BM) { return (FMBWD_XF >= 1 && BM == 80) || (FMBWD_XF >= 2 && BM == 128 && D == 64) || (FMBWD_XF >= 3 && BM == 64 && D == 128) || (FMBWD_XF >= 4 && BM == 64 && D == 64); }
 
 /*
  * How dQ = dS K is split between the two consumers. d = 64 on 64-row steps ("own"): each

@@ -12,7 +12,8 @@
  *   ./bwd_bench order     host only: the kernel's work-item order checked over a sweep of shapes, and
  *                         each query block's visiting key blocks (the turns) against the walks
  *   ./bwd_bench det [r]   the deterministic mode beside the default on the masks where it costs most,
- *                         and at d = 64 on full and causal (128-row steps)
+ *                         and at d = 64 on full and causal (128-row steps); each case's deterministic
+ *                         time also as a "bench ... det" line of its own (ab_table.py across builds)
  *   ./bwd_bench detprof   a -DFMBWD_PROF build (add -DFMBWD_DET_NOWAIT for the deterministic mode
  *                         without its waits): per mask of det, both modes once more with the cycles the
  *                         consumers and the dQ writers spend in each wait (bwd_sm90_base.cuh, FmbwdProf)
@@ -664,6 +665,9 @@ static void bench(int S, int reps, int only_swa = 0, int Hkv = 0)
       printf("bench S=%-6d B=%-3d %-16s%s %9.3f ms  %7.1f TFLOP/s (min %.3f max %.3f ms) rho %.4f  det %7.1f TFLOP/s (%.2fx)  bm %d\n",
              S, B, mask_name[kind], Hkv != H ? " GQA4" : "", med, flops / (med * 1e-3) / 1e12, ms.front(), ms.back(), rho,
              flops / (dmed * 1e-3) / 1e12, dmed / med, FMGpuBwdStepRows(&p));
+    if (!only_swa && !g_nodet) /* the deterministic mode's own case, for ab_table.py across builds */
+      printf("bench S=%-6d B=%-3d %-16s%s det %9.3f ms  %7.1f TFLOP/s\n", S, B, mask_name[kind], Hkv != H ? " GQA4" : "", dmed,
+             flops / (dmed * 1e-3) / 1e12);
     fflush(stdout);
     cudaFree(ws), cudaFree(dm.packed), cudaFree(dm.sum);
   }

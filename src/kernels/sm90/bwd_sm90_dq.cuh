@@ -163,6 +163,15 @@ template <int BM, int KN> __device__ __forceinline__ int next_visitor(const Para
  * waits for that one's add to complete) measured 1.45x the default on causal 8K against this
  * order's 1.27x, 2.31x against 1.05x at d = 64 (H100, 2026-12-06; branch wip/bwd-det-increasing).
  */
+/* -DFMBWD_DET_EARLY=1 (A/B flag, deterministic mode only): the writer issues a new item's
+   summary-number loads (the next-visitor test's, below) as soon as it has read the slot, before
+   its turn wait, and hands the staging buffer back as soon as the add has read it, before it
+   uses them. By default the buffer goes back after the scan, which on a new item waits for
+   those loads' L2 round trip: `bwd_bench detprof` (thirty-fifth session) put the scan at 10-12%
+   of the writer's cycles and the consumers' wait for their buffer at 7-16%. */
+#ifndef FMBWD_DET_EARLY
+#define FMBWD_DET_EARLY 0
+#endif
 template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsigned char *smem, const Params &p, int cw)
 {
   using L = Layout<D, ST, BM>;
@@ -199,6 +208,16 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     const int blk = tix >> 2; /* (batch, query head, query block); tix < 2^31 (FMBwdSm90Supported) */
     const size_t off = (size_t)arow * 64;
     int stored = 0;
+    const bool scan = p.deterministic && (!DqSplit<D, BM>::own || cw == 1); /* this writer finds the next visitor */
+#if FMBWD_DET_EARLY
+    int e_v = 0; /* a new item's summary number (lanes 0..3), on its way while the add is issued; only it stays live */
+    if (scan) {
+      const int bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
+      const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
+      if (__any_sync(0xffffffffu, mh != ld_s32(sl + 12) || kb != ld_s32(sl + 24)) && kb >= 1 && lane < 4)
+        e_v = __ldg(p.sum + ((size_t)mh * p.nblk + (size_t)(kb - 1) * L::KN / kBN) * FMBWD_SUM_N + 1 + (lane & 1) + 4 * (lane >> 1));
+    }
+#endif
     if (lane == 0) {
       /* first stores: the block's flag (the turn word, cleared by the preprocess) is taken by the
          first writer of the piece, which stores its partial where the others add theirs. Read
@@ -232,11 +251,15 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
         for (int pl = 0; pl < L::DQP; pl++) /* d = 256: the consumer's two planes, Sqp rows apart */
           bulk_reduce_add(p.dqacc + off + (size_t)pl * p.Sqp * 64, stg + pl * 4096, L::DQB / L::DQP);
         bulk_commit();
+#if FMBWD_DET_EARLY
+        bulk_wait_read0();
+        mbar_arrive(&sy.dq_empty[cw]); /* the buffer back before the scan below */
+#endif
       }
     }
     FMBWD_PROF_T(t2);
     int next = mine + 1; /* deterministic: the key block whose add comes next (scanned while the add reads) */
-    if (p.deterministic && (!DqSplit<D, BM>::own || cw == 1)) {
+    if (scan) {
       const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
       const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
       FMBWD_PROF_T(t4);
@@ -247,7 +270,11 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
         }
         if (kb >= 1 && lane < 4)
           st_u32(sl + wx + 4 * lane,
+#if FMBWD_DET_EARLY
+                 (uint32_t)e_v);
+#else
                  (uint32_t)__ldg(p.sum + ((size_t)mh * p.nblk + (size_t)(kb - 1) * L::KN / kBN) * FMBWD_SUM_N + 1 + (lane & 1) + 4 * (lane >> 1)));
+#endif
         if (lane == 4) /* causal: the item's first key lies right of the row block's last row's diagonal when m1 is below this */
           st_u32(sl + wx + 16, (uint32_t)(p.causal ? (kb - 1) * L::KN + 1 + p.Sq - p.Sk : INT_MIN));
         __syncwarp();
@@ -261,7 +288,7 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       if (DqSplit<D, BM>::own && next != 0x7fffffff) next *= 2;
     }
     if (lane == 0) {
-      if (!stored) {
+      if (!stored && !FMBWD_DET_EARLY) {
         bulk_wait_read0();
         mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
       }

@@ -33,7 +33,8 @@
 #   OUT             logs and each build's bench lines, ab_LABEL.txt (default .); AB_WORK the
 #                   builds (default /tmp/ab_HARNESS)
 # The table has the default mode's times; with AB_MODE=det (bwd) the deterministic mode's too,
-# which bwd_bench det prints as bench lines of their own ("... det"). Exit status: 0, or 1 when a build, a check, a round or the table failed.
+# which bwd_bench det prints as bench lines of their own ("... det"). Exit status: 0, or 1 when a
+# build, a check, a round or the table failed.
 base=${1:?usage: ab.sh BASE [rounds] [reps]}
 rounds=${2:-3}
 reps=${3:-5}

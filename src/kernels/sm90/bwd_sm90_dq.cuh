@@ -163,6 +163,13 @@ template <int BM, int KN> __device__ __forceinline__ int next_visitor(const Para
  * waits for that one's add to complete) measured 1.45x the default on causal 8K against this
  * order's 1.27x, 2.31x against 1.05x at d = 64 (H100, 2026-12-06; branch wip/bwd-det-increasing).
  */
+/* Deterministic mode: summary number lane (0..3) of item kb - 1 of mask row mh, one of the four
+   that the writer's next-visitor test reads (LTS max, LTE min, UTS max, UTE min). */
+template <int KN> __device__ __forceinline__ int item_below_sum(const Params &p, int mh, int kb, int lane)
+{
+  return __ldg(p.sum + ((size_t)mh * p.nblk + (size_t)(kb - 1) * KN / kBN) * FMBWD_SUM_N + 1 + (lane & 1) + 4 * (lane >> 1));
+}
+
 /* -DFMBWD_DET_EARLY=1 (A/B flag, deterministic mode only): the writer issues a new item's
    summary-number loads (the next-visitor test's, below) as soon as it has read the slot, before
    its turn wait, and hands the staging buffer back as soon as the add has read it, before it
@@ -209,13 +216,21 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     const size_t off = (size_t)arow * 64;
     int stored = 0;
     const bool scan = p.deterministic && (!DqSplit<D, BM>::own || cw == 1); /* this writer finds the next visitor */
-#if FMBWD_DET_EARLY
-    int e_v = 0; /* a new item's summary number (lanes 0..3), on its way while the add is issued; only it stays live */
-    if (scan) {
+    /* the block's mask row and item (key block) */
+    const auto item_of = [&](int *mh, int *kb) {
       const int bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
-      const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
+      *mh = b * p.mstride + hq / p.hpm;
+      *kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
+    };
+#if FMBWD_DET_EARLY
+    /* a new item's summary number (lanes 0..3), on its way while the add is issued; only it stays
+       live across the turn wait (the writer's 24 registers), so the scan decodes the item again */
+    int e_v = 0;
+    if (scan) {
+      int mh, kb;
+      item_of(&mh, &kb);
       if (__any_sync(0xffffffffu, mh != ld_s32(sl + 12) || kb != ld_s32(sl + 24)) && kb >= 1 && lane < 4)
-        e_v = __ldg(p.sum + ((size_t)mh * p.nblk + (size_t)(kb - 1) * L::KN / kBN) * FMBWD_SUM_N + 1 + (lane & 1) + 4 * (lane >> 1));
+        e_v = item_below_sum<L::KN>(p, mh, kb, lane);
     }
 #endif
     if (lane == 0) {
@@ -260,8 +275,9 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     FMBWD_PROF_T(t2);
     int next = mine + 1; /* deterministic: the key block whose add comes next (scanned while the add reads) */
     if (scan) {
-      const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
-      const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
+      const int qb = blk % p.nqb;
+      int mh, kb;
+      item_of(&mh, &kb);
       FMBWD_PROF_T(t4);
       if (__any_sync(0xffffffffu, mh != ld_s32(sl + 12) || kb != ld_s32(sl + 24))) { /* a new item: item kb - 1's numbers */
         if (lane == 0) {
@@ -269,11 +285,10 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
           st_u32(sl + 24, (uint32_t)kb);
         }
         if (kb >= 1 && lane < 4)
-          st_u32(sl + wx + 4 * lane,
 #if FMBWD_DET_EARLY
-                 (uint32_t)e_v);
+          st_u32(sl + wx + 4 * lane, (uint32_t)e_v);
 #else
-                 (uint32_t)__ldg(p.sum + ((size_t)mh * p.nblk + (size_t)(kb - 1) * L::KN / kBN) * FMBWD_SUM_N + 1 + (lane & 1) + 4 * (lane >> 1)));
+          st_u32(sl + wx + 4 * lane, (uint32_t)item_below_sum<L::KN>(p, mh, kb, lane));
 #endif
         if (lane == 4) /* causal: the item's first key lies right of the row block's last row's diagonal when m1 is below this */
           st_u32(sl + wx + 16, (uint32_t)(p.causal ? (kb - 1) * L::KN + 1 + p.Sq - p.Sk : INT_MIN));

@@ -67,10 +67,9 @@ ptxas_clean() { # name (sm90/NAME.cu), label, extra nvcc flags...
 }
 ptxas_clean fwd_sm90 fwd_sm90
 ptxas_clean bwd_sm90 bwd_sm90
-# the backward's A/B flags prepared for the next GPU call (HACKING.md: the 80-row epilogue's 16-byte
-# stores, the LSE and D fold at the 64-row steps of d = 128 and 64, the deterministic writer's early
-# summary loads and buffer release), under the same rule
-ptxas_clean bwd_sm90 bab -DFMBWD_VEC80=1 -DFMBWD_XF=4 -DFMBWD_DET_EARLY=1
+# the A/B reference of the LSE and D fold at d = 128's 64-row step (-DFMBWD_XF=2: that step loads
+# them, HACKING.md), under the same rule
+ptxas_clean bwd_sm90 bxf2 -DFMBWD_XF=2
 # the backward's diagnostic build (bwd_bench detprof: the waits counted) compiles too, with the
 # 80-row step's LSE and D loaded from shared memory (-DFMBWD_XF=0, the A/B reference of kXF)
 if $FM_NVCC $FM_NVCCFLAGS -I"$src/include" -DFM_SM90_HANG_CHECK -DFMBWD_PROF -DFMBWD_DET_NOWAIT -DFMBWD_XF=0 -cubin \

@@ -322,15 +322,15 @@ FMErrorCode FMPlanForward(FMPlan plan, const void *q, const void *k, const void 
  *   to their owners over MPI through pinned host memory; it returns when they are reduced.
  *   With FMPlanSetDeterministic the results are the same bytes from run to run.
  *   Precision: P and dS are rounded to dtype for the products, as in every flash-attention
- *   kernel. On the Hopper kernel's larger steps (80 rows at head_dim 128, 128 at head_dim 64,
- *   on the masks that take them: -fm_plan_view names the step) each row's log2 LSE and
+ *   kernel. On the Hopper kernel's steps at head_dim 128 (64 and 80 rows) and its 128-row step
+ *   at head_dim 64 (on the masks that take it: -fm_plan_view names the step) each row's log2 LSE and
  *   D = rowsum(dO o O) enter the products as two bf16 terms, so a row's P is scaled by at most
  *   1 + 2^-16 |log2 LSE| ln 2 and D errs by 2^-16 |D|: below P's rounding to dtype while
  *   |log2 LSE| stays under about 180 (bf16) or 40 (fp16). A build configured with
  *   NVCCFLAGS="-O3 -std=c++17 --use_fast_math -DFMBWD_XF=0" keeps them in fp32, and its
  *   backward on those masks is 1-6% slower.
  *   A row whose LSE is NaN (a non-finite forward) gives NaN in its dQ and in the dK, dV of the
- *   keys it sees (on those larger steps Inf or NaN); fully masked rows (LSE -inf) contribute
+ *   keys it sees (on those steps Inf or NaN); fully masked rows (LSE -inf) contribute
  *   nothing. Inside the (batch, kv head) slice of a non-finite element of q, k, v or dout,
  *   0 x NaN can also reach dK, dV or dQ elements that only share a tile with it (keys the row
  *   does not see included), as in every tiled kernel; every gradient outside that slice stays

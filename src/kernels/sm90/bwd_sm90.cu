@@ -431,17 +431,10 @@ __device__ __forceinline__ void step_grads(float *dk, float *dv, float *dq, uint
   if (me.lane == 0) mbar_arrive(empty); /* Q, dO, lse2, D of this stage are no longer read */
 }
 
-/* -DFMBWD_VEC80=1 (A/B flag): the 80-row kernel's epilogue takes the 16-byte stores too. Its
-   4-byte stores take about 9 of an item's cycles (thousands, `bwd_bench itemprof`: 3.6 for the
-   64-row epilogue's 16-byte ones), 1.8% of a full item at 8K and 3.4% of a causal one; the tenth
-   session's measurement (in store_dkdv) was made on a step that has changed since. */
-#ifndef FMBWD_VEC80
-#define FMBWD_VEC80 0
-#endif
 /* dK (times scale) and dV rows of this thread, straight to global (in dtype: 16-byte stores where
-   dk and dv allow them, p.dkv_vec, and VEC; or float): key rows j0 and j0 + 8, NC columns from col0
-   (D from 0, or at d = 256 the consumer's 128). */
-template <int NC, bool VEC, bool F16>
+   dk and dv allow them, p.dkv_vec; or float): key rows j0 and j0 + 8, NC columns from col0 (D from
+   0, or at d = 256 the consumer's 128). */
+template <int NC, bool F16>
 __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int j0, int col0, int hkv, int b, const Me &me,
                                            const Params &p)
 {
@@ -462,15 +455,17 @@ __device__ __forceinline__ void store_dkdv(const float *dk, const float *dv, int
     }
     return;
   }
-  if (VEC && p.dkv_vec) {
+  if (p.dkv_vec) {
     /* 16-byte stores: the quad's four lanes hold the four 32-bit words of each 8-column unit of a
        row (lane t4: columns 8k + 2 t4, + 1); a 4 x 4 transpose over the quad (two shuffle stages,
        on bit 1 and bit 0 of the lane and of the word) gives lane t4 the whole unit 4a + t4. The
        4-byte stores they replace (64 per thread) filled the store queue: about 10% of the
        consumers' stall samples on items of a few steps (ncu, share question, 2026-12-04).
-       Not at 80 rows: the 80-row step runs on dense masks, whose items are hundreds of steps
-       long, and there this path changed ptxas's schedule of the step (2.2-2.5% slower at 32K);
-       without it the 80-row kernel's consumer code is the same as before. */
+       The 80-row kernel took them later: its 4-byte stores took about 9 thousand of an item's
+       cycles (`bwd_bench itemprof`; 3.6 for these), 1.8% of a full item at 8K and 3.4% of a
+       causal one; with them causal 8K ran 1.4-1.8% faster, the rest level (bwd_bench ab, H100,
+       2026-12-08). The tenth session had measured this path 2.2-2.5% slower at 32K on an
+       80-row step that has changed since. */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int j = j0 + 8 * h;
@@ -638,7 +633,7 @@ template <int D, int ST, int BM, bool F16> __device__ __forceinline__ void consu
     __syncwarp();
     if (lane == 0) mbar_arrive(sy.kv_empty);
     FMBWD_PROF_T(tep);
-    store_dkdv<D, BM != 80 || FMBWD_VEC80, F16>(dk, dv, kb * kBN + me.kr0, 0, hkv, b, me, p);
+    store_dkdv<D, F16>(dk, dv, kb * kBN + me.kr0, 0, hkv, b, me, p);
     if (me.wt == 0) FMBWD_PROF_ADD(PROF_C_EPI, tep);
   }
   if (me.wt == 0) FMBWD_PROF_ADD(PROF_C_ALL, tall);
@@ -854,7 +849,7 @@ template <bool F16> __device__ __forceinline__ void consumer_w(unsigned char *sm
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(sy.kv_empty);
-    store_dkdv<128, true, F16>(dk, dv, kb * 64 + me.kr0, 128 * me.cw, hkv, b, me, p); /* the consumer's 128 columns */
+    store_dkdv<128, F16>(dk, dv, kb * 64 + me.kr0, 128 * me.cw, hkv, b, me, p); /* the consumer's 128 columns */
   }
   stop_writer<D, ST, BM>(j, me, sy);
 }

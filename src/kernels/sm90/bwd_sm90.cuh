@@ -25,8 +25,8 @@ enum { FMBWD_LTS_MIN = 0, FMBWD_LTS_MAX, FMBWD_LTE_MIN, FMBWD_LTE_MAX,
  * seqlen_q rounded up to 80 and to 128 (a multiple of 16), so that every step's block of 64, 80
  * or 128 rows lies inside. lse2 = lse * log2(e) (+inf for rows with nothing visible and for padding rows, so that
  * exp2(s - lse2) = 0 there), dsum = rowsum(dO o O), both float [B][Hq][Sqp]; xt = the same two as
- * bf16 terms of the extra k-slice of the steps that take it (fmbwd_xf: the 80-row step and d = 64's 128-row one;
- * the 64-row steps too under the A/B flags -DFMBWD_XF=3, 4) (written from them
+ * bf16 terms of the extra k-slice of the steps that take it (fmbwd_xf: every step at d = 128 and d = 64's
+ * 128-row one) (written from them
  * before each such piece: bwd_sm90.cu, xt_terms and kXF): per 8 rows 32 bf16, four rows of 8 (the rows' -lse2 / c in two
  * terms, then -dsum in two), [B][Hq][Sqp / 8][4][8]; dqacc = dQ's fp32
  * accumulator in planes of 64 columns, [B][Hq][Dp / 64][Sqp][64] with Dp = head_dim rounded up

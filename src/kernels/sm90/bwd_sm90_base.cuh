@@ -20,7 +20,7 @@ constexpr int kBN = FMBWD_BLOCK_N; /* keys per CTA */
 constexpr int kThreads = 384;
 
 /*
- * kXF (the 80-row step, and d = 64's 128-row one: fmbwd_xf below): the rows' log2 LSE and D come
+ * kXF (every step at d = 128, and d = 64's 128-row one: fmbwd_xf below): the rows' log2 LSE and D come
  * from the tensor core instead of shared memory loads. S^T and dP^T each start with one k16
  * slice more (SS, m64n80k16 at 80 rows): A = 64 rows of [1, 1, 0, ...] (one 128-byte core matrix
  * of that row, SBO 0, its second k-half zeros), B = the step's rows of the workspace's xt terms
@@ -38,15 +38,17 @@ constexpr int kThreads = 384;
  * 2026-12-07, doc/performance.md).
  */
 #ifndef FMBWD_XF
-#define FMBWD_XF 2
+#define FMBWD_XF 3
 #endif
-/* The steps that take kXF: 80 rows (d = 128) and d = 64's 128-row step (m64n128k16 slices, 1/4
-   of S's k-steps there, so 1/10 more tensor work; bwd_bench ab64, H100, 2026-12-07: full +1.3% /
-   +0.2% at 8K / 32K, causal +2.9% / +2.3%). -DFMBWD_XF=1: 80 rows only; 0: neither (the loads).
-   -DFMBWD_XF=3 (A/B flag): d = 128's 64-row step too (the short-item masks; m64n64k16 slices,
-   1/20 more tensor work, 16 LDS.64 and 32 FADD fewer a thread-step). -DFMBWD_XF=4 (A/B flag):
-   d = 64's 64-row ("own") step as well (1/10 more tensor work; SASS: LDS 77 -> 61, FADD 32 -> 0). */
-__host__ __device__ constexpr bool fmbwd_xf(int D, int BM) { return (FMBWD_XF >= 1 && BM == 80) || (FMBWD_XF >= 2 && BM == 128 && D == 64) || (FMBWD_XF >= 3 && BM == 64 && D == 128) || (FMBWD_XF >= 4 && BM == 64 && D == 64); }
+/* The steps that take kXF: 80 rows (d = 128); d = 64's 128-row step (m64n128k16 slices, 1/4 of
+   S's k-steps there, so 1/10 more tensor work; bwd_bench ab64, H100, 2026-12-07: full +1.3% /
+   +0.2% at 8K / 32K, causal +2.9% / +2.3%); d = 128's 64-row step, which the short-item masks
+   take (m64n64k16 slices, 1/20 more tensor work, 16 LDS.64 and 32 FADD fewer a thread-step;
+   bwd_bench ab, H100, 2026-12-08, eight rounds: causal document and share question at 32K
+   +1.7-2.7%, dense level, geometric mean +0.8%). -DFMBWD_XF=2: not d = 128's 64-row step; 1: 80
+   rows only; 0: none (the loads). d = 64's 64-row step does not take it: measured level
+   (geometric mean 1.000 over ab64's six cases, 2026-12-08). */
+__host__ __device__ constexpr bool fmbwd_xf(int D, int BM) { return (FMBWD_XF >= 1 && BM == 80) || (FMBWD_XF >= 2 && BM == 128 && D == 64) || (FMBWD_XF >= 3 && BM == 64 && D == 128); }
 
 /*
  * How dQ = dS K is split between the two consumers. d = 64 on 64-row steps ("own"): each

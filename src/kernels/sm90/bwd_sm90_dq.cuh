@@ -170,15 +170,6 @@ template <int KN> __device__ __forceinline__ int item_below_sum(const Params &p,
   return __ldg(p.sum + ((size_t)mh * p.nblk + (size_t)(kb - 1) * KN / kBN) * FMBWD_SUM_N + 1 + (lane & 1) + 4 * (lane >> 1));
 }
 
-/* -DFMBWD_DET_EARLY=1 (A/B flag, deterministic mode only): the writer issues a new item's
-   summary-number loads (the next-visitor test's, below) as soon as it has read the slot, before
-   its turn wait, and hands the staging buffer back as soon as the add has read it, before it
-   uses them. By default the buffer goes back after the scan, which on a new item waits for
-   those loads' L2 round trip: `bwd_bench detprof` (thirty-fifth session) put the scan at 10-12%
-   of the writer's cycles and the consumers' wait for their buffer at 7-16%. */
-#ifndef FMBWD_DET_EARLY
-#define FMBWD_DET_EARLY 0
-#endif
 template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsigned char *smem, const Params &p, int cw)
 {
   using L = Layout<D, ST, BM>;
@@ -222,17 +213,6 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       *mh = b * p.mstride + hq / p.hpm;
       *kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
     };
-#if FMBWD_DET_EARLY
-    /* a new item's summary number (lanes 0..3), on its way while the add is issued; only it stays
-       live across the turn wait (the writer's 24 registers), so the scan decodes the item again */
-    int e_v = 0;
-    if (scan) {
-      int mh, kb;
-      item_of(&mh, &kb);
-      if (__any_sync(0xffffffffu, mh != ld_s32(sl + 12) || kb != ld_s32(sl + 24)) && kb >= 1 && lane < 4)
-        e_v = item_below_sum<L::KN>(p, mh, kb, lane);
-    }
-#endif
     if (lane == 0) {
       /* first stores: the block's flag (the turn word, cleared by the preprocess) is taken by the
          first writer of the piece, which stores its partial where the others add theirs. Read
@@ -266,10 +246,6 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
         for (int pl = 0; pl < L::DQP; pl++) /* d = 256: the consumer's two planes, Sqp rows apart */
           bulk_reduce_add(p.dqacc + off + (size_t)pl * p.Sqp * 64, stg + pl * 4096, L::DQB / L::DQP);
         bulk_commit();
-#if FMBWD_DET_EARLY
-        bulk_wait_read0();
-        mbar_arrive(&sy.dq_empty[cw]); /* the buffer back before the scan below */
-#endif
       }
     }
     FMBWD_PROF_T(t2);
@@ -285,11 +261,7 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
           st_u32(sl + 24, (uint32_t)kb);
         }
         if (kb >= 1 && lane < 4)
-#if FMBWD_DET_EARLY
-          st_u32(sl + wx + 4 * lane, (uint32_t)e_v);
-#else
           st_u32(sl + wx + 4 * lane, (uint32_t)item_below_sum<L::KN>(p, mh, kb, lane));
-#endif
         if (lane == 4) /* causal: the item's first key lies right of the row block's last row's diagonal when m1 is below this */
           st_u32(sl + wx + 16, (uint32_t)(p.causal ? (kb - 1) * L::KN + 1 + p.Sq - p.Sk : INT_MIN));
         __syncwarp();
@@ -303,10 +275,15 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       if (DqSplit<D, BM>::own && next != 0x7fffffff) next *= 2;
     }
     if (lane == 0) {
-      if (!stored && !FMBWD_DET_EARLY) {
+      if (!stored) {
         bulk_wait_read0();
         mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
       }
+      /* The buffer goes back here, after the scan, which so runs while the add reads it. Handed
+         back right after the add's commit (and a new item's summary loads issued before the turn
+         wait), the scan ran after the read instead, on the turn chain: the deterministic mode
+         13-25% slower (bwd_bench det, H100, 2026-12-08), though the consumers got their buffer
+         sooner. */
       FMBWD_PROF_ADD(PROF_W_READ, t2);
       FMBWD_PROF_ONE(PROF_BLOCKS);
       FMBWD_PROF_T(t3);

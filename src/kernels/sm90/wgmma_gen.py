@@ -13,8 +13,8 @@ Wrappers, for each type in (bf16, f16):
   wgmma_ss_m64n<N>k16_<t>_t<a><b>(...)           the same with A (a = 1) and/or B (b = 1)
                                                  transposed (MN-major): N = 64 and 128 t11, N = 80
                                                  t10 and t01 (the backward's LSE and D terms:
-                                                 bwd_sm90.cu, kXF; also N = 64 t01 under
-                                                 -DFMBWD_XF=3, 4), N = 128 t01
+                                                 bwd_sm90.cu, kXF; N = 64 t01 for d = 128's
+                                                 64-row step), N = 128 t01
   wgmma_rs_m64n<N>k16_<t>(d, a, db)              d[N/2] += A * B, A in registers (a[4]), B MN-major
                                                  in shared memory (trans-b = 1), N = 64, 128, 256
   wgmma_rs_m64n72k16_<t>_sum(d, e, a, db)        the same at N = 72 with the accumulator's last 8

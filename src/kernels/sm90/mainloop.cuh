@@ -17,7 +17,9 @@ namespace fmsm90 {
    desc_join (an add and a move of each half): 16 fewer instructions a step at d = 64, where
    it is on (with kOnesSum: ab64 +1.3 / +1.7% geometric mean under the grid / dynamic schedule,
    H100, 2026-12-07). -DFM_SM90_FWD_DESC_AT=0 turns it off, =1 on at every d (A/B; at d = 128 and
-   256 it measured 1.5-2.4% slower on full in 2026-12-04: ptx.cuh). */
+   256 it measured 1.5-2.4% slower on full in 2026-12-04: ptx.cuh; with d = 128's 176-key tiles
+   level on 2026-12-08, fwd_bench ab and abmask on an H100: geometric mean 1.001, full +1.3-1.5%,
+   prefix LM 32K -2.6%). */
 #ifndef FM_SM90_FWD_DESC_AT
 #define FM_SM90_FWD_DESC_AT 64
 #endif

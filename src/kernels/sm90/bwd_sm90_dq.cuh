@@ -207,12 +207,6 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     const size_t off = (size_t)arow * 64;
     int stored = 0;
     const bool scan = p.deterministic && (!DqSplit<D, BM>::own || cw == 1); /* this writer finds the next visitor */
-    /* the block's mask row and item (key block) */
-    const auto item_of = [&](int *mh, int *kb) {
-      const int bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
-      *mh = b * p.mstride + hq / p.hpm;
-      *kb = DqSplit<D, BM>::own ? mine >> 1 : mine;
-    };
     if (lane == 0) {
       /* first stores: the block's flag (the turn word, cleared by the preprocess) is taken by the
          first writer of the piece, which stores its partial where the others add theirs. Read
@@ -251,9 +245,8 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
     FMBWD_PROF_T(t2);
     int next = mine + 1; /* deterministic: the key block whose add comes next (scanned while the add reads) */
     if (scan) {
-      const int qb = blk % p.nqb;
-      int mh, kb;
-      item_of(&mh, &kb);
+      const int qb = blk % p.nqb, bh = blk / p.nqb, hq = bh % p.Hq, b = bh / p.Hq;
+      const int mh = b * p.mstride + hq / p.hpm, kb = DqSplit<D, BM>::own ? mine >> 1 : mine; /* the block's mask row and item */
       FMBWD_PROF_T(t4);
       if (__any_sync(0xffffffffu, mh != ld_s32(sl + 12) || kb != ld_s32(sl + 24))) { /* a new item: item kb - 1's numbers */
         if (lane == 0) {
@@ -275,15 +268,15 @@ template <int D, int ST, int BM> __device__ __forceinline__ void dq_writer(unsig
       if (DqSplit<D, BM>::own && next != 0x7fffffff) next *= 2;
     }
     if (lane == 0) {
-      if (!stored) {
-        bulk_wait_read0();
-        mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
-      }
       /* The buffer goes back here, after the scan, which so runs while the add reads it. Handed
          back right after the add's commit (and a new item's summary loads issued before the turn
          wait), the scan ran after the read instead, on the turn chain: the deterministic mode
          13-25% slower (bwd_bench det, H100, 2026-12-08), though the consumers got their buffer
          sooner. */
+      if (!stored) {
+        bulk_wait_read0();
+        mbar_arrive(&sy.dq_empty[cw]); /* the slot was read above, before the arrival */
+      }
       FMBWD_PROF_ADD(PROF_W_READ, t2);
       FMBWD_PROF_ONE(PROF_BLOCKS);
       FMBWD_PROF_T(t3);
